@@ -1,0 +1,88 @@
+"""The playbook catalog: every registered version of every playbook, in KV `catalog`.
+
+Keys: `<path>.v<version>` (the entry) and `<path>.latest` (the newest version number).
+Registering the same source again returns the existing version; a new source without
+`metadata.version` gets latest+1; a `metadata.version` that exists with other content
+is refused, because running executions replay the version they started with.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+from actors.playbook.loader import load_playbook
+from actors.wire import CatalogEntry, encode
+from streams.layout import CATALOG_BUCKET
+
+_entry = msgspec.json.Decoder(CatalogEntry)
+
+
+class CatalogError(Exception):
+    pass
+
+
+def _key(path: str, suffix: str) -> str:
+    # KV keys allow [-/_=.a-zA-Z0-9]; a path is already [a-z0-9_/-] by convention
+    safe = "".join(c if c.isalnum() or c in "-/_=" else "_" for c in path.strip("/"))
+    return f"{safe}.{suffix}"
+
+
+async def register(js: JetStreamContext, source: str, *, file: str = "<string>") -> CatalogEntry:
+    pb = load_playbook(source, file=file)  # raises PlaybookInvalid with every error
+    path = pb.metadata.catalog_path
+    kv = await js.key_value(CATALOG_BUCKET)
+    for _ in range(20):  # optimistic concurrency on `latest`
+        try:
+            latest_entry = await kv.get(_key(path, "latest"))
+            latest, latest_rev = int(latest_entry.value or b"0"), latest_entry.revision
+        except KeyNotFoundError:
+            latest, latest_rev = 0, None
+        if pb.metadata.version is not None:
+            version = pb.metadata.version
+        elif latest and (await _get(js, path, latest)).source == source:
+            return await _get(js, path, latest)
+        else:
+            version = latest + 1
+        entry = CatalogEntry(path=path, version=version, source=source, registered_at=time.time())
+        try:
+            await kv.create(_key(path, f"v{version}"), encode(entry))
+        except KeyWrongLastSequenceError:
+            existing = await _get(js, path, version)
+            if existing.source != source:
+                raise CatalogError(
+                    f"{file}: playbook {path} version {version} is already registered with other content; "
+                    "bump metadata.version or omit it"
+                ) from None
+            entry = existing
+        if version > latest:
+            try:
+                if latest_rev is None:
+                    await kv.create(_key(path, "latest"), str(version).encode())
+                else:
+                    await kv.update(_key(path, "latest"), str(version).encode(), last=latest_rev)
+            except Exception:
+                continue
+        return entry
+    raise CatalogError(f"{file}: could not register {path}: too much contention on its latest version")
+
+
+async def _get(js: JetStreamContext, path: str, version: int) -> CatalogEntry:
+    kv = await js.key_value(CATALOG_BUCKET)
+    e = await kv.get(_key(path, f"v{version}"))
+    return _entry.decode(e.value or b"")
+
+
+async def resolve(js: JetStreamContext, path: str, version: int | None = None) -> CatalogEntry:
+    """The entry for `path` at `version` (latest when None); CatalogError if absent."""
+    kv = await js.key_value(CATALOG_BUCKET)
+    try:
+        if version is None:
+            version = int((await kv.get(_key(path, "latest"))).value or b"0")
+        return await _get(js, path, version)
+    except KeyNotFoundError:
+        at = f" version {version}" if version is not None else ""
+        raise CatalogError(f"playbook {path!r}{at} is not registered") from None

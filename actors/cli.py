@@ -1,0 +1,445 @@
+"""actors-cli: run, watch and operate playbook executions.
+
+Exit codes: 0 COMPLETED, 1 FAILED, 2 CANCELLED, 3 invalid input or usage, 4 timeout.
+Every command that talks to NATS takes --nats URL (or NATS_URL); `run` without one
+starts an embedded nats-server and every actor in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+
+EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+STATE_EXIT = {"COMPLETED": EXIT_OK, "FAILED": EXIT_FAILED, "CANCELLED": EXIT_CANCELLED}
+
+
+class UsageError(Exception):
+    pass
+
+
+def _out(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def _ts(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"
+
+
+def _payload(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--payload: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError("--payload: must be a JSON object")
+    return value
+
+
+def _url(args: argparse.Namespace) -> str | None:
+    return getattr(args, "nats", None) or os.environ.get("NATS_URL") or None
+
+
+@contextlib.asynccontextmanager
+async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> AsyncIterator[Any]:
+    """Yield (client, layout). With no URL and embedded=True: a private server and all
+    actors in-process, stopped on exit."""
+    from actors.client import Client
+    from actors.runtime import connect, start_roles
+    from streams.layout import Layout
+    from streams.server import NatsServer
+
+    layout = Layout.from_env()
+    url = _url(args)
+    server = None
+    runtime = None
+    if url is None:
+        if not embedded:
+            raise UsageError("no NATS server: pass --nats URL or set NATS_URL (or use `actors-cli dev`)")
+        server = await NatsServer.start()
+        url = server.url
+    nc = await connect(url, name="actors-cli")
+    try:
+        if server is not None:
+            runtime = await start_roles(nc, layout=layout)
+        yield Client(nc, layout=layout)
+    finally:
+        if runtime is not None:
+            await runtime.stop()
+        await nc.close()
+        if server is not None:
+            await server.stop()
+
+
+# --- commands ------------------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from actors.playbook.loader import PlaybookInvalid, load_playbook_file
+
+    bad = 0
+    for f in args.files:
+        try:
+            pb = load_playbook_file(f)
+            if not args.json:
+                print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
+            else:
+                _out({"file": f, "ok": True, "errors": []})
+        except PlaybookInvalid as e:
+            bad += 1
+            if args.json:
+                _out({"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors]})
+            else:
+                for x in e.errors:
+                    _err(str(x))
+        except OSError as e:
+            bad += 1
+            _err(f"{f}: {e.strerror}")
+    return EXIT_INVALID if bad else EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from actors.playbook.schema import playbook_schema
+
+    print(json.dumps(playbook_schema(), indent=2))
+    return EXIT_OK
+
+
+async def cmd_register(args: argparse.Namespace) -> int:
+    async with _connection(args) as client:
+        for f in args.files:
+            entry = await client.register(f)
+            if args.json:
+                _out({"file": f, "path": entry.path, "version": entry.version})
+            else:
+                print(f"{f}: registered {entry.path} v{entry.version}")
+    return EXIT_OK
+
+
+async def cmd_start(args: argparse.Namespace) -> int:
+    async with _connection(args) as client:
+        eid = await client.start(args.path, payload=_payload(args.payload), version=args.version,
+                                 execution_id=args.execution_id)
+        print(eid)
+    return EXIT_OK
+
+
+def _status_row(st: Any) -> dict[str, Any]:
+    row: dict[str, Any] = msgspec.to_builtins(st)
+    return row
+
+
+def _print_status(st: Any) -> None:
+    d = _status_row(st)
+    for k in ("execution_id", "state", "playbook", "started_at", "ended_at", "terminal_event"):
+        v = d.get(k)
+        print(f"{k:15} {_ts(v) if k.endswith('_at') else (v if v is not None else '-')}")
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from actors.client import TERMINAL_STATES
+
+    async with _connection(args) as client:
+        st = await client.status(args.execution_id)
+        if st is None and not args.watch:
+            _err(f"no execution {args.execution_id!r} (not started, or not projected yet)")
+            return EXIT_INVALID
+        if args.watch and (st is None or st.state not in TERMINAL_STATES):
+            if st is not None:
+                (_out(_status_row(st)) if args.json else print(f"{st.state}"))
+            st = await client.wait(args.execution_id, timeout=args.timeout)
+        assert st is not None
+        (_out(_status_row(st)) if args.json else _print_status(st))
+        return STATE_EXIT.get(st.state, EXIT_OK)
+
+
+async def cmd_events(args: argparse.Namespace) -> int:
+    async with _connection(args) as client:
+        items = await client.events(args.execution_id)
+        if not items:
+            _err(f"no events for execution {args.execution_id!r}")
+            return EXIT_INVALID
+        if args.json:
+            for it in items:
+                _out(it.to_dict())
+        else:
+            t0 = items[0].at
+            print(f"{'seq':>6}  {'+ms':>9}  {'class':5}  {'type':24}  {'step':16}  detail")
+            for it in items:
+                detail = _detail(it.type, it.data)
+                print(f"{it.seq:>6}  {(it.at - t0) * 1000:>9.1f}  {it.cls:5}  {it.type:24}  {(it.step or ''):16}  {detail}")
+    return EXIT_OK
+
+
+def _detail(type_: str, data: dict[str, Any], width: int = 100) -> str:
+    keep = {k: v for k, v in data.items() if k not in ("at", "cause")}
+    if type_ == "call.error" and "error" in keep:
+        e = keep["error"]
+        return f"{e.get('type')}: {str(e.get('message'))[:width]}"
+    text = orjson.dumps(keep, option=orjson.OPT_NON_STR_KEYS).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    from actors.client import TERMINAL_STATES
+
+    async with _connection(args) as client:
+        st = await client.status(args.execution_id)
+        if st is not None and st.state in TERMINAL_STATES:
+            print(f"execution {args.execution_id} is already {st.state}; nothing to cancel")
+            return EXIT_OK
+        await client.cancel(args.execution_id, args.reason or "cancelled by user")
+        print(f"cancel requested for {args.execution_id}")
+    return EXIT_OK
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    from actors.playbook.loader import PlaybookInvalid, load_playbook_file
+
+    try:
+        pb = load_playbook_file(args.file)
+        for extra in args.register or []:
+            load_playbook_file(extra)
+    except PlaybookInvalid as e:
+        for x in e.errors:
+            _err(str(x))
+        return EXIT_INVALID
+    except OSError as e:
+        _err(f"{e.filename}: {e.strerror}")
+        return EXIT_INVALID
+    payload = _payload(args.payload)
+    async with _connection(args, embedded=True) as client:
+        for extra in args.register or []:
+            await client.register(extra)
+        entry = await client.register(args.file)
+        eid = await client.start(entry.path, version=entry.version, payload=payload, execution_id=args.execution_id)
+        if not args.json:
+            print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
+        try:
+            terminal = await asyncio.wait_for(_follow(client, eid, quiet=args.json), args.timeout)
+            st = await client.wait(eid, timeout=10)
+        except TimeoutError:
+            if args.json:
+                _out({"execution_id": eid, "state": "TIMEOUT", "result": None,
+                      "error": {"type": "Timeout", "message": f"not finished after {args.timeout}s"},
+                      "started_at": None, "ended_at": None})
+            else:
+                _err(f"execution {eid}: not finished after {args.timeout}s")
+            return EXIT_TIMEOUT
+        data = terminal.data
+        out = {"execution_id": eid, "state": st.state, "result": data.get("result"), "error": data.get("error"),
+               "started_at": st.started_at, "ended_at": st.ended_at}
+        if args.json:
+            _out(out)
+        else:
+            took = (st.ended_at or 0) - (st.started_at or 0)
+            print(f"{st.state} in {took * 1000:.1f} ms")
+            if out["error"]:
+                print("error: " + str(out["error"].get("message")))
+            print("result: " + orjson.dumps(out["result"], option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+        return STATE_EXIT.get(st.state, EXIT_FAILED)
+
+
+async def _follow(client: Any, eid: str, *, quiet: bool) -> Any:
+    """Print a line per finished step while the execution runs; return its terminal
+    lifecycle event."""
+    from actors.client import TERMINAL_EVENTS
+
+    entered: dict[int, float] = {}
+    t0: float | None = None
+    async for item in client.follow(eid):
+        t0 = item.at if t0 is None else t0
+        if item.type == "step.enter":
+            entered[item.data.get("activation", -1)] = item.at
+        elif item.type == "step.exit" and not quiet:
+            began = entered.get(item.data.get("activation", -1), item.at)
+            status = item.data.get("status", "")
+            mark = "ok " if status == "COMPLETED" else "ERR"
+            why = ""
+            if item.data.get("error"):
+                why = f"  {item.data['error'].get('type')}: {str(item.data['error'].get('message'))[:120]}"
+            nxt = item.data.get("next")
+            route = f" -> {', '.join(nxt)}" if nxt else ""
+            print(f"  [{(item.at - t0) * 1000:8.1f} ms] {mark} {item.step:20} {(item.at - began) * 1000:7.1f} ms{route}{why}", flush=True)
+        elif item.type in TERMINAL_EVENTS:
+            return item
+    raise RuntimeError("log ended without a terminal event")
+
+
+async def cmd_dev(args: argparse.Namespace) -> int:
+    from actors.runtime import connect, start_roles
+    from streams.layout import Layout
+    from streams.server import NatsServer
+
+    server = await NatsServer.start(port=args.port, store_dir=args.store)
+    nc = await connect(server.url, name="actors-dev")
+    rt = await start_roles(nc, layout=Layout.from_env())
+    print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)
+    print(f"  export NATS_URL={server.url}", flush=True)
+    try:
+        await _until_signal()
+    finally:
+        await rt.stop()
+        await nc.close()
+        await server.stop()
+    return EXIT_OK
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    from actors.runtime import ROLES, connect, start_roles
+    from streams.layout import Layout
+
+    url = _url(args)
+    if url is None:
+        raise UsageError("serve needs --nats URL or NATS_URL")
+    roles = ROLES if args.role == "all" else (args.role,)
+    nc = await connect(url, name=f"actors-{args.role}")
+    rt = await start_roles(nc, layout=Layout.from_env(), roles=roles)
+    logging.getLogger("actors").info("serving roles %s against %s", ",".join(roles), url)
+    try:
+        await _until_signal()
+    finally:
+        await rt.stop()  # drain: stop pulling, finish or hand back in-flight work
+        await nc.close()
+    return EXIT_OK
+
+
+async def _until_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+# --- parser --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="actors-cli", description="Run YAML playbooks on NATS JetStream.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_nats(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--nats", help="NATS server URL (default: $NATS_URL)")
+        return sp
+
+    sp = with_nats(sub.add_parser("run", help="register, start and follow a playbook to its end"))
+    sp.add_argument("file")
+    sp.add_argument("--payload", help="JSON object, or @file")
+    sp.add_argument("--execution-id")
+    sp.add_argument("--register", action="append", help="also register this playbook (sub-playbooks)")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--timeout", type=float, default=None, help="seconds; exit 4 when exceeded")
+
+    sp = sub.add_parser("dev", help="embedded NATS plus every actor, in the foreground")
+    sp.add_argument("--port", type=int, default=4222)
+    sp.add_argument("--store", help="JetStream store dir (default: a temporary one)")
+
+    sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
+    sp.add_argument("--role", choices=["engine", "tools", "projector", "all"], default="all")
+
+    sp = with_nats(sub.add_parser("register", help="register playbooks in the catalog"))
+    sp.add_argument("files", nargs="+")
+    sp.add_argument("--json", action="store_true")
+
+    sp = with_nats(sub.add_parser("start", help="start an execution; prints its id"))
+    sp.add_argument("path", help="catalog path of a registered playbook")
+    sp.add_argument("--payload")
+    sp.add_argument("--version", type=int)
+    sp.add_argument("--execution-id")
+
+    sp = with_nats(sub.add_parser("status", help="an execution's status"))
+    sp.add_argument("execution_id")
+    sp.add_argument("--watch", action="store_true", help="wait until it is terminal")
+    sp.add_argument("--timeout", type=float)
+    sp.add_argument("--json", action="store_true")
+
+    sp = with_nats(sub.add_parser("events", help="an execution's whole log, in order"))
+    sp.add_argument("execution_id")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    sp = with_nats(sub.add_parser("cancel", help="cancel an execution"))
+    sp.add_argument("execution_id")
+    sp.add_argument("--reason")
+
+    sp = sub.add_parser("validate", help="check playbooks; report every error")
+    sp.add_argument("files", nargs="+")
+    sp.add_argument("--json", action="store_true")
+
+    sub.add_parser("schema", help="print the playbook JSON Schema")
+    return p
+
+
+ASYNC = {
+    "run": cmd_run, "dev": cmd_dev, "serve": cmd_serve, "register": cmd_register, "start": cmd_start,
+    "status": cmd_status, "events": cmd_events, "cancel": cmd_cancel,
+}
+SYNC = {"validate": cmd_validate, "schema": cmd_schema}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_INVALID if e.code else EXIT_OK
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command in SYNC:
+            return SYNC[args.command](args)
+        return int(_run(ASYNC[args.command](args)))
+    except UsageError as e:
+        _err(f"actors-cli: {e}")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        from actors.catalog import CatalogError
+        from actors.playbook.loader import PlaybookInvalid
+
+        if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError)):
+            _err(f"actors-cli: {e}")
+            return EXIT_INVALID
+        raise
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is not built for every platform
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def entrypoint() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

@@ -1,0 +1,194 @@
+"""What users (the CLI, tests, benches) do against a running system: register
+playbooks, start and cancel executions, read status, read and follow logs."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.errors import KeyNotFoundError, NotFoundError
+
+from actors import catalog
+from actors.natsio import MSG_ID, log_time, stream_seq
+from actors.wire import (
+    CancelRequest,
+    CatalogEntry,
+    DeadLetter,
+    ExecutionStatus,
+    ParentRef,
+    StartMessage,
+    decision_decoder,
+    encode,
+    event_decoder,
+    input_decoder,
+    status_decoder,
+)
+from streams.layout import (
+    DLQ_STREAM,
+    EV,
+    EXEC_STREAM,
+    EXECUTION_ID,
+    IN,
+    LC,
+    START_SUBJECT,
+    STATUS_BUCKET,
+    Layout,
+    class_of,
+)
+
+TERMINAL_EVENTS = frozenset({"playbook.completed", "playbook.failed", "execution.cancelled"})
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+_dead = msgspec.json.Decoder(DeadLetter)
+
+
+@dataclass(slots=True)
+class LogItem:
+    """One entry of an execution's history as users see it."""
+
+    seq: int
+    at: float
+    cls: str  # in | ev | lc | dlq
+    type: str
+    step: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "at": self.at, "class": self.cls, "type": self.type, "step": self.step, "data": self.data}
+
+
+def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
+    """Expand one stored message into the events it holds (a decision record holds
+    several)."""
+    cls = class_of(subject)
+    try:
+        if cls == EV:
+            rec = decision_decoder.decode(data)
+            return [LogItem(seq, ev.at, EV, ev.type, ev.step, ev.data) for ev in rec.events]
+        if cls == LC:
+            ev = event_decoder.decode(data)
+            return [LogItem(seq, ev.at, LC, ev.type, ev.step, ev.data)]
+        inp = input_decoder.decode(data)
+        raw = msgspec.to_builtins(inp)
+        type_ = raw.pop("type")
+        raw.pop("execution_id", None)
+        raw.pop("playbook_source", None)  # the whole playbook: too long to show per event
+        return [LogItem(seq, at, IN, type_, raw.pop("step", None), raw)]
+    except msgspec.DecodeError as e:
+        return [LogItem(seq, at, cls, "undecodable", None, {"error": str(e)})]
+
+
+class Client:
+    def __init__(self, nc: NATS, *, layout: Layout) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.layout = layout
+
+    async def register(self, path: str | Path) -> CatalogEntry:
+        p = Path(path)
+        return await catalog.register(self.js, await asyncio.to_thread(p.read_text), file=str(p))
+
+    async def start(
+        self,
+        playbook: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        version: int | None = None,
+        execution_id: str | None = None,
+        parent: ParentRef | None = None,
+    ) -> str:
+        eid = execution_id or uuid.uuid4().hex
+        if not EXECUTION_ID.match(eid):
+            raise ValueError(f"execution id {eid!r} must match {EXECUTION_ID.pattern}")
+        msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
+        await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
+        return eid
+
+    async def cancel(self, execution_id: str, reason: str = "") -> None:
+        subject = self.layout.exec_subject(execution_id, IN, "cancel")
+        await self.js.publish(subject, encode(CancelRequest(execution_id=execution_id, reason=reason)),
+                              headers={MSG_ID: f"{execution_id}:cancel"})
+
+    async def status(self, execution_id: str) -> ExecutionStatus | None:
+        kv = await self.js.key_value(STATUS_BUCKET)
+        try:
+            entry = await kv.get(execution_id)
+        except KeyNotFoundError:
+            return None
+        return status_decoder.decode(entry.value or b"")
+
+    async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
+        """Wait until the projected status is terminal (the status KV is the only
+        authority on it)."""
+        kv = await self.js.key_value(STATUS_BUCKET)
+        watcher = await kv.watch(execution_id)
+
+        async def until_terminal() -> ExecutionStatus:
+            while True:
+                entry = await watcher.updates(timeout=3600)  # type: ignore[no-untyped-call]
+                if entry is None or not entry.value:
+                    continue
+                st = status_decoder.decode(entry.value)
+                if st.state in TERMINAL_STATES:
+                    return st
+
+        try:
+            return await asyncio.wait_for(until_terminal(), timeout)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
+        """The execution's log from its start, then live."""
+        prefix = self.layout.exec_prefix(execution_id)
+        sub = await self.js.subscribe(f"{prefix}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=None)
+                for item in log_items(msg.subject, msg.data, stream_seq(msg), log_time(msg)):
+                    yield item
+                    if until_terminal and item.cls == LC and item.type in TERMINAL_EVENTS:
+                        return
+        finally:
+            await sub.unsubscribe()
+
+    async def events(self, execution_id: str) -> list[LogItem]:
+        """The whole log as it is now, in order, then this execution's dead letters."""
+        prefix = self.layout.exec_prefix(execution_id)
+        items = await self._read_all(EXEC_STREAM, f"{prefix}.>", log_items)
+        items += await self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", _dead_items)
+        return items
+
+    async def dead_letters(self, source: str = "*") -> list[LogItem]:
+        return await self._read_all(DLQ_STREAM, f"dlq.{source}.>", _dead_items)
+
+    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[LogItem]:
+        try:
+            info = await self.nc.jsm().stream_info(stream, subjects_filter=subject)
+        except NotFoundError:
+            return []
+        total = sum((info.state.subjects or {}).values())
+        if not total:
+            return []
+        out: list[LogItem] = []
+        sub = await self.js.subscribe(subject, stream=stream, ordered_consumer=True, pending_msgs_limit=-1)
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=10)
+                out.extend(expand(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
+                if msg.metadata.num_pending == 0:
+                    return out
+        finally:
+            await sub.unsubscribe()
+
+
+def _dead_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
+    try:
+        d = _dead.decode(data)
+        return [LogItem(seq, at, "dlq", f"dead_letter.{d.source}", None, {"reason": d.reason, "subject": d.subject, "data": d.data})]
+    except msgspec.DecodeError as e:
+        return [LogItem(seq, at, "dlq", "undecodable", None, {"error": str(e)})]

@@ -1,0 +1,63 @@
+"""An execution's state: what the fold of its inputs has established so far.
+
+Plain data, no I/O. The engine keeps one per live execution; a restart rebuilds it by
+folding the execution's inputs again (actors/core/decide.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from actors.playbook.model import Playbook
+
+ExecState = Literal["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+
+
+@dataclass(slots=True)
+class Activation:
+    """One visit of a step (a step can be visited more than once, and a parallel
+    branch is its own activation). Its id is the branch's token."""
+
+    id: int
+    step: str
+    status: Literal["RUNNING", "COMPLETED", "FAILED"] = "RUNNING"
+    attempt: int = 1
+    command_id: str | None = None
+    from_activation: int | None = None
+
+
+@dataclass(slots=True)
+class Arrival:
+    """A branch that reached `end`."""
+
+    step: str
+    status: str
+    routed_to_end: bool = False
+
+
+@dataclass(slots=True)
+class Execution:
+    execution_id: str
+    playbook: Playbook | None = None
+    playbook_path: str = ""
+    workload: dict[str, Any] = field(default_factory=dict)
+    status: ExecState = "PENDING"
+    started_at: float | None = None
+    results: dict[str, Any] = field(default_factory=dict)  # by step name, latest visit
+    activations: dict[int, Activation] = field(default_factory=dict)
+    live: dict[int, None] = field(default_factory=dict)  # ordered set of running branches
+    by_command: dict[str, int] = field(default_factory=dict)  # command id -> activation
+    arrivals: list[Arrival] = field(default_factory=list)
+    failed_steps: list[str] = field(default_factory=list)  # unhandled failures
+    end_activation: int | None = None
+    inputs_folded: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def scope(self) -> dict[str, Any]:
+        """Template scope: workload, execution_id, every completed step's result."""
+        return {**self.results, "workload": self.workload, "execution_id": self.execution_id}

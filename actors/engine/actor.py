@@ -1,0 +1,274 @@
+"""Per-execution engine actors, hosted by partition consumers.
+
+An `Engine` owns a set of partitions. Each partition is a durable push consumer on
+`exec.<p>.*.in.>` (inputs only). Messages are dispatched by execution id to an
+`ExecutionActor`, which processes its inputs one at a time:
+
+    input -> fold(state, input) -> publish commands -> publish decision record and
+    lifecycle events -> ack input
+
+Commands go first: a `command.issued` in the log then proves its command was
+published, so a replay never needs to guess. The input is acked last: if the
+process dies anywhere before, the input is redelivered and the new actor rebuilds
+its state by replaying the execution's subject.
+
+Replay (rehydrate): read the execution's whole subject with an ordered consumer,
+fold every input again (same outputs, by determinism), and publish only the outputs
+whose decision record or lifecycle event is missing from the log. Recognising them by
+cause (the input's stream sequence) rather than relying on the server's duplicate
+window is what keeps a replay after hours from duplicating anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from actors.core.decide import EXECUTION_CANCELLED, Output, fold
+from actors.core.state import Execution
+from actors.natsio import dead_letter, log_time, publish_all, stream_seq
+from actors.wire import Command, DecisionRecord, StartRecord, decision_decoder, encode, event_decoder, input_decoder
+from streams.layout import (
+    CMD_STREAM,
+    EV,
+    EXEC_STREAM,
+    IN,
+    LC,
+    Layout,
+    class_of,
+    cmd_subject,
+    deliver_subject,
+    engine_consumer,
+    execution_of,
+    type_of,
+)
+
+log = logging.getLogger("actors.engine")
+REPLAY_IDLE_TIMEOUT = 10.0
+
+
+class ExecutionActor:
+    def __init__(self, engine: Engine, execution_id: str) -> None:
+        self.engine = engine
+        self.execution_id = execution_id
+        self.prefix = engine.layout.exec_prefix(execution_id)
+        self.reply_to = f"{self.prefix}.{IN}.result"
+        self.state = Execution(execution_id=execution_id)
+        self.last_seq = 0
+        self.hydrated = False
+        self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    # --- live ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            msg = await self.mailbox.get()
+            try:
+                await self.handle(msg)
+            except asyncio.CancelledError:
+                await self._hand_back(msg)
+                raise
+            except Exception:
+                # State may be ahead of the log now (folded, not all published):
+                # forget this actor; the redelivery of `msg` rebuilds it by replay.
+                log.exception("execution %s: failed to handle %s; will replay", self.execution_id, msg.subject)
+                self.engine.forget(self)
+                await self._hand_back(msg)
+                return
+            if self.state.terminal and self.mailbox.empty():
+                self.engine.retire(self)
+                return
+
+    async def handle(self, msg: Msg) -> None:
+        seq = stream_seq(msg)
+        if not self.hydrated:
+            first_start = msg.metadata.num_delivered == 1 and type_of(msg.subject) == "start"
+            if first_start:
+                self.hydrated = True  # a first delivery of a start record: nothing precedes it
+            else:
+                await self.rehydrate()
+        if seq > self.last_seq:
+            out = await self.fold_message(msg.subject, msg.data, seq, log_time(msg))
+            if out:
+                await self.publish(out)
+        await msg.ack()
+
+    async def _hand_back(self, current: Msg) -> None:
+        """Nak what this actor holds so the server redelivers it now, not after ack_wait."""
+        pending = [current]
+        while not self.mailbox.empty():
+            pending.append(self.mailbox.get_nowait())
+        for m in pending:
+            try:
+                await m.nak()
+            except Exception:
+                pass
+
+    async def fold_message(self, subject: str, data: bytes, seq: int, at: float) -> Output | None:
+        self.last_seq = seq
+        try:
+            inp = input_decoder.decode(data)
+        except msgspec.DecodeError as e:
+            if self.hydrated:
+                await dead_letter(
+                    self.engine.js,
+                    source="engine",
+                    reason=f"undecodable input on {subject}: {e}",
+                    subject=subject,
+                    data=data,
+                    execution_id=self.execution_id,
+                )
+            return None
+        if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
+            return None
+        return fold(self.state, inp, seq=seq, at=at, reply_to=self.reply_to)
+
+    async def publish(
+        self, out: Output, *, seen_ev: bool = False, seen_lc: frozenset[str] = frozenset(),
+        results_seen: frozenset[str] | None = None,
+    ) -> None:
+        """Publish a decision's outputs: commands, then its record, then lifecycle events.
+        In a replay, `seen_*` say what the log already holds and `results_seen` names the
+        commands whose results it holds; only the rest is sent."""
+        js, eid = self.engine.js, self.execution_id
+        if not seen_ev:
+            commands = out.commands
+            if results_seen is not None:
+                commands = [c for c in commands if not await self._command_exists(c, results_seen)]
+            await publish_all(
+                js, [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in commands]
+            )
+        items = []
+        if out.events and not seen_ev:
+            record = DecisionRecord(cause=out.cause, events=out.events)
+            items.append((f"{self.prefix}.{EV}.decision", encode(record), f"{eid}:ev:{out.cause}"))
+        for ev in out.lifecycle:
+            if ev.type not in seen_lc:
+                items.append((f"{self.prefix}.{LC}.{ev.type}", encode(ev), f"{eid}:lc:{ev.type}"))
+        await publish_all(js, items)
+        if any(ev.type == EXECUTION_CANCELLED for ev in out.lifecycle):
+            # tell tool actors to stop this execution's running commands (best effort:
+            # a command that starts later sees a terminal execution via its result)
+            await self.engine.nc.publish(f"cancel.{eid}", b"")
+
+    async def _command_exists(self, cmd: Command, results_seen: frozenset[str]) -> bool:
+        """Was this command published before a crash? A tool acks a command (removing it
+        from the work queue) only after publishing its result, so a command that was
+        published is either still in CMD or has a result in the log. Checked in that
+        order, so a result that lands between the two looks is still found."""
+        if cmd.command_id in results_seen:
+            return True
+        jsm = self.engine.nc.jsm()
+        for stream, subject in (
+            (CMD_STREAM, cmd_subject(cmd.kind, self.execution_id, cmd.command_id)),
+            (EXEC_STREAM, cmd.reply_to),
+        ):
+            try:
+                await jsm.get_last_msg(stream, subject, direct=True)
+                return True
+            except NotFoundError:
+                pass
+        return False
+
+    # --- replay ----------------------------------------------------------------------
+
+    async def rehydrate(self) -> None:
+        js = self.engine.js
+        sub = await js.subscribe(
+            f"{self.prefix}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1
+        )
+        inputs: list[tuple[str, bytes, int, float]] = []
+        results: set[str] = set()
+        seen_ev: set[int] = set()
+        seen_lc: set[str] = set()
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
+                cls = class_of(msg.subject)
+                if cls == IN:
+                    inputs.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
+                    kind = type_of(msg.subject)
+                    if kind.startswith("result."):
+                        results.add(kind.split(".", 1)[1])
+                elif cls == EV:
+                    seen_ev.add(decision_decoder.decode(msg.data).cause)
+                elif cls == LC:
+                    seen_lc.add(event_decoder.decode(msg.data).type)
+                if msg.metadata.num_pending == 0:
+                    break
+        finally:
+            await sub.unsubscribe()
+        self.state = Execution(execution_id=self.execution_id)
+        self.last_seq = 0
+        frozen_lc, frozen_results = frozenset(seen_lc), frozenset(results)
+        for subject, data, seq, at in inputs:
+            out = await self.fold_message(subject, data, seq, at)
+            if out:
+                await self.publish(out, seen_ev=out.cause in seen_ev, seen_lc=frozen_lc, results_seen=frozen_results)
+        self.hydrated = True
+        log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
+
+
+class Engine:
+    """Hosts execution actors for the partitions it owns."""
+
+    def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None, retired_cache: int = 10_000) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.layout = layout
+        self.partitions = list(range(layout.partitions) if partitions is None else partitions)
+        self.actors: dict[str, ExecutionActor] = {}
+        # executions known to be terminal: late inputs are acked without a replay
+        self.retired: OrderedDict[str, None] = OrderedDict()
+        self._retired_cache = retired_cache
+        self._subs: list[Subscription] = []
+
+    async def start(self) -> None:
+        for p in self.partitions:
+            name = engine_consumer(p)
+            self._subs.append(await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg, pending_msgs_limit=-1))
+
+    async def _on_msg(self, msg: Msg) -> None:
+        if not msg.reply:
+            return  # flow-control/heartbeat status messages carry no ack subject
+        eid = execution_of(msg.subject)
+        actor = self.actors.get(eid)
+        if actor is None:
+            if eid in self.retired:
+                await msg.ack()
+                return
+            actor = self.actors[eid] = ExecutionActor(self, eid)
+            actor.task = asyncio.create_task(actor.run(), name=f"exec:{eid}")
+        actor.mailbox.put_nowait(msg)
+
+    def forget(self, actor: ExecutionActor) -> None:
+        if self.actors.get(actor.execution_id) is actor:
+            del self.actors[actor.execution_id]
+
+    def retire(self, actor: ExecutionActor) -> None:
+        self.forget(actor)
+        self.retired[actor.execution_id] = None
+        if len(self.retired) > self._retired_cache:
+            self.retired.popitem(last=False)
+
+    async def stop(self) -> None:
+        """Stop taking inputs; let actors finish the input in hand, then cancel them.
+        Unacked inputs are redelivered to whichever engine owns the partition next."""
+        for sub in self._subs:
+            await sub.unsubscribe()
+        self._subs.clear()
+        tasks = [a.task for a in self.actors.values() if a.task]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.actors.clear()

@@ -1,0 +1,203 @@
+"""Typed model of a playbook (shared/DSL.md), as msgspec Structs.
+
+The model is the contract between the loader (YAML -> Structs, with errors that name
+file, line, step and field) and the engine's pure core. Every Struct forbids unknown
+fields: a misspelt key is an error, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+StepName = Annotated[str, Meta(pattern=r"^[a-z0-9_]+$", min_length=1, max_length=128)]
+Seconds = Annotated[float, Meta(gt=0)]
+END = "end"
+
+
+class _Strict(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+# --- tools ---------------------------------------------------------------------------
+
+
+class _Tool(_Strict, tag_field="kind"):
+    credential: str | None = None
+
+
+class PythonTool(_Tool, tag="python"):
+    code: str = ""
+
+
+class HttpTool(_Tool, tag="http"):
+    url: str = ""
+    method: str = "GET"
+    params: dict[str, Any] | str | None = None
+    headers: dict[str, Any] | str | None = None
+    json: Any = None
+    body: str | None = None
+    timeout: Seconds | None = None
+    raise_for_status: bool | str = True
+
+
+class ShellTool(_Tool, tag="shell"):
+    command: str = ""
+    env: dict[str, Any] | str | None = None
+    cwd: str | None = None
+
+
+class PlaybookTool(_Tool, tag="playbook"):
+    path: str = ""
+    version: int | str | None = None
+
+
+class NoopTool(_Tool, tag="noop"):
+    pass
+
+
+class SleepTool(_Tool, tag="sleep"):
+    seconds: float | str = 0.0
+
+
+Tool = PythonTool | HttpTool | ShellTool | PlaybookTool | NoopTool | SleepTool
+TOOL_KINDS = ("python", "http", "shell", "playbook", "noop", "sleep")
+# Tool fields that are code or identity, never rendered as templates.
+UNRENDERED_TOOL_FIELDS = frozenset({"kind", "code", "credential"})
+
+
+# --- routing -------------------------------------------------------------------------
+
+
+class NextRule(_Strict):
+    """One routing rule. `when` absent means always (an `else`)."""
+
+    then: list[StepName] = field(default_factory=list)
+    when: str | None = None
+
+
+class Sink(_Strict):
+    tool: Tool
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+# --- loops ---------------------------------------------------------------------------
+
+
+class Loop(_Strict):
+    collection: Any
+    element: StepName
+    mode: Literal["sequential", "async", "chunked"] = "async"
+    concurrency: Annotated[int, Meta(ge=1)] = 50
+    chunk_size: Annotated[int, Meta(ge=1)] = 100
+    # a count ("3" or 3) or a percentage ("5%")
+    tolerated_failures: Annotated[int, Meta(ge=0)] | Annotated[str, Meta(pattern=r"^\d+(\.\d+)?%$")] = 0
+
+
+# --- retry ---------------------------------------------------------------------------
+
+
+class NextCall(_Strict):
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class Collect(_Strict):
+    strategy: Literal["append", "replace", "merge"] = "append"
+    path: str | None = None
+
+
+class RetryPolicy(_Strict):
+    max_attempts: Annotated[int, Meta(ge=1)] = 3
+    backoff: Literal["fixed", "linear", "exponential"] = "exponential"
+    initial_delay: Annotated[float, Meta(ge=0)] = 0.5
+    factor: Annotated[float, Meta(ge=1)] = 2.0
+    max_delay: Annotated[float, Meta(ge=0)] = 60.0
+    jitter: Literal["none", "full", "equal"] = "none"
+    next_call: NextCall | None = None
+    collect: Collect | None = None
+
+
+class RetryRule(_Strict):
+    then: RetryPolicy
+    when: str | None = None
+
+
+# --- failure -------------------------------------------------------------------------
+
+Decision = Literal["none", "abort", "ignore", "cancel", "retry", "retry_later", "handled"]
+
+
+class OnErrorRule(_Strict):
+    decision: Decision = "none"
+    when: str | None = None
+    result: Any = None
+    delay: Annotated[float, Meta(ge=0)] | None = None
+    args: dict[str, Any] | None = None
+
+
+class FailureEdge(_Strict):
+    step: StepName
+    when: str | None = None
+
+
+# --- steps and playbook --------------------------------------------------------------
+
+
+class Step(_Strict):
+    step: StepName
+    desc: str | None = None
+    tool: Tool = field(default_factory=NoopTool)
+    args: dict[str, Any] = field(default_factory=dict)
+    next: list[NextRule] | None = None  # None: implicit `end`
+    loop: Loop | None = None
+    retry: list[RetryRule] | None = None
+    sink: Sink | None = None
+    on_error: list[OnErrorRule] | None = None
+    on_failure: list[FailureEdge] | None = None
+    timeout: Seconds | None = None
+
+    def targets(self) -> list[str]:
+        """Every step this step may route to on success (implicit `end` included)."""
+        if self.next is None:
+            return [] if self.step == END else [END]
+        return [t for rule in self.next for t in rule.then]
+
+
+class Metadata(_Strict):
+    name: Annotated[str, Meta(min_length=1)]
+    path: str | None = None
+    version: Annotated[int, Meta(ge=1)] | None = None
+    description: str | None = None
+
+    @property
+    def catalog_path(self) -> str:
+        return self.path or self.name
+
+
+class Playbook(_Strict):
+    apiVersion: Literal["actors/v1", "noetl.io/v2"]
+    kind: Literal["Playbook"]
+    metadata: Metadata
+    workflow: Annotated[list[Step], Meta(min_length=1)]
+    workload: dict[str, Any] = field(default_factory=dict)
+
+    def step(self, name: str) -> Step:
+        for s in self.workflow:
+            if s.step == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def steps(self) -> dict[str, Step]:
+        return {s.step: s for s in self.workflow}
+
+    @property
+    def entry(self) -> str:
+        return self.workflow[0].step
+
+
+def playbook_json_schema() -> dict[str, Any]:
+    """JSON Schema of the *normalised* playbook form (what editors check against)."""
+    return msgspec.json.schema(Playbook)

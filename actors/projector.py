@@ -1,0 +1,118 @@
+"""The status projector: lifecycle events -> KV `status/<execution_id>`.
+
+It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
+events never reach it, so none of them can decide an execution's status (seed 001).
+States only move forward (PENDING < RUNNING < terminal) and a terminal state never
+changes: each write is a compare-and-set on the key's revision.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from actors.natsio import dead_letter
+from actors.wire import Event, ExecutionStatus, encode, event_decoder, status_decoder
+from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
+
+log = logging.getLogger("actors.projector")
+
+RANK = {"PENDING": 0, "RUNNING": 1, "COMPLETED": 2, "FAILED": 2, "CANCELLED": 2}
+TRANSITIONS = {
+    "playbook.initialized": "RUNNING",
+    "workflow.initialized": "RUNNING",
+    "playbook.completed": "COMPLETED",
+    "playbook.failed": "FAILED",
+    "execution.cancelled": "CANCELLED",
+    # workflow.completed/failed inform the playbook lifecycle; they do not close it
+}
+
+
+def project(current: ExecutionStatus | None, ev: Event) -> ExecutionStatus | None:
+    """Pure: the next status, or None when the event changes nothing."""
+    target = TRANSITIONS.get(ev.type)
+    if target is None:
+        return None
+    cur = current or ExecutionStatus(execution_id=ev.execution_id, state="PENDING")
+    if RANK[cur.state] == 2 or RANK[target] < RANK[cur.state]:
+        return None  # terminal is final; states never move back
+    if current is not None and target == cur.state:
+        return None
+    new = msgspec.structs.replace(cur, state=target)
+    data = ev.data
+    if new.playbook is None and isinstance(data.get("playbook"), str):
+        new.playbook = data["playbook"]
+    if new.started_at is None:
+        started = data.get("started_at")
+        new.started_at = float(started) if isinstance(started, (int, float)) else ev.at
+    if RANK[target] == 2:
+        new.ended_at = ev.at
+        new.terminal_event = ev.type
+    return new
+
+
+class Projector:
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self._kv: KeyValue | None = None
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._kv = await self.js.key_value(STATUS_BUCKET)
+        self._sub = await self.nc.subscribe(
+            deliver_subject(PROJECTOR_CONSUMER), queue=PROJECTOR_CONSUMER, cb=self._on_msg, pending_msgs_limit=-1
+        )
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _on_msg(self, msg: Msg) -> None:
+        if not msg.reply:
+            return
+        try:
+            ev = event_decoder.decode(msg.data)
+        except msgspec.DecodeError as e:
+            await dead_letter(self.js, source="projector", reason=f"undecodable lifecycle event: {e}", msg=msg,
+                              execution_id=execution_of(msg.subject))
+            await msg.ack()
+            return
+        try:
+            await self.apply(ev)
+        except Exception:
+            log.exception("projector: failed to apply %s for %s", ev.type, ev.execution_id)
+            return
+        await msg.ack()
+
+    async def apply(self, ev: Event) -> None:
+        assert self._kv is not None
+        kv = self._kv
+        for _ in range(50):
+            try:
+                entry = await kv.get(ev.execution_id)
+                current: ExecutionStatus | None = status_decoder.decode(entry.value or b"")
+                revision: int | None = entry.revision
+            except KeyNotFoundError:
+                current, revision = None, None
+            new = project(current, ev)
+            if new is None:
+                return
+            try:
+                if revision is None:
+                    await kv.create(ev.execution_id, encode(new))
+                else:
+                    await kv.update(ev.execution_id, encode(new), last=revision)
+                if new.terminal_event:
+                    log.info("execution %s %s", ev.execution_id, new.state)
+                return
+            except KeyWrongLastSequenceError:
+                continue  # another writer got there first; read and decide again
+        raise RuntimeError(f"status of {ev.execution_id}: too many concurrent updates")

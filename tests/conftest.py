@@ -1,0 +1,118 @@
+"""Fixtures: a real nats-server per test (temporary store, free loopback port), and
+the actors running against it in this process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+
+from actors.client import Client, LogItem
+from actors.runtime import Runtime, connect, start_roles
+from streams.layout import Layout
+from streams.server import NatsServer
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest_asyncio.fixture
+async def nats_server() -> AsyncIterator[NatsServer]:
+    server = await NatsServer.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@dataclass
+class System:
+    server: NatsServer
+    nc: NATS
+    client: Client
+    runtime: Runtime
+    layout: Layout
+    tmp: Path
+
+    async def run_yaml(self, yaml_text: str, *, payload: dict[str, Any] | None = None, timeout: float = 20) -> tuple[str, Any]:
+        """Register a playbook, start it, wait for its terminal status."""
+        path = self.tmp / f"pb{abs(hash(yaml_text))}.yaml"
+        path.write_text(yaml_text)
+        entry = await self.client.register(path)
+        eid = await self.client.start(entry.path, version=entry.version, payload=payload)
+        status = await self.client.wait(eid, timeout=timeout)
+        return eid, status
+
+    async def events(self, eid: str) -> list[LogItem]:
+        return await self.client.events(eid)
+
+    async def engine_idle(self, timeout: float = 10.0) -> None:
+        """Every input delivered to the engine so far is processed and acked."""
+        from streams.layout import EXEC_STREAM, engine_consumer
+
+        jsm = self.nc.jsm()
+
+        async def idle() -> bool:
+            for p in range(self.layout.partitions):
+                info = await jsm.consumer_info(EXEC_STREAM, engine_consumer(p))
+                if info.num_pending or info.num_ack_pending:
+                    return False
+            return True
+
+        await wait_for(idle, timeout=timeout)
+
+    async def restart_roles(self, roles: tuple[str, ...] = ("engine",)) -> None:
+        """Stop the named roles and start fresh instances on the same server."""
+        from actors.engine.actor import Engine
+        from actors.engine.starter import Starter
+        from actors.projector import Projector
+        from actors.tools.actor import ToolActor
+
+        kinds = {"engine": (Engine, Starter), "tools": (ToolActor,), "projector": (Projector,)}
+        doomed = [a for a in self.runtime.actors if isinstance(a, tuple(k for r in roles for k in kinds[r]))]
+        for a in doomed:
+            await a.stop()
+            self.runtime.actors.remove(a)
+        fresh = await start_roles(self.nc, layout=self.layout, roles=roles)
+        self.runtime.actors.extend(fresh.actors)
+
+
+def make_layout(**overrides: Any) -> Layout:
+    # short ack_wait so a crashed actor's inputs come back quickly in tests
+    settings: dict[str, Any] = {"partitions": 4, "ack_wait": 2.0, **overrides}
+    return Layout(**settings)
+
+
+@pytest_asyncio.fixture
+async def system(nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[System]:
+    """`@pytest.mark.layout(duplicate_window=0.1)` changes the layout for one test."""
+    marker = request.node.get_closest_marker("layout")
+    layout = make_layout(**(marker.kwargs if marker else {}))
+    nc = await connect(nats_server.url, name="test")
+    runtime = await start_roles(nc, layout=layout)
+    try:
+        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
+    finally:
+        await runtime.stop()
+        await nc.close()
+
+
+async def wait_for(predicate: Any, *, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll an async predicate; for conditions with no event to await (rare)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(interval)
+
+
+def of_type(items: list[LogItem], type_: str, step: str | None = None) -> list[LogItem]:
+    return [i for i in items if i.type == type_ and (step is None or i.step == step)]

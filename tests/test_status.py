@@ -1,0 +1,103 @@
+"""Seed 001's checklist: only lifecycle events decide an execution's status."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.wire import CallDone, DecisionRecord, Event, encode
+from tests.conftest import System, of_type
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+SLOW = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: slow}
+workflow:
+  - step: first
+    tool: {kind: python, code: "def main(): return 1"}
+    next: last
+  - step: last
+    tool: {kind: sleep, seconds: 30}
+"""
+
+
+async def _start_and_reach_last(system: System) -> str:
+    path = system.tmp / "slow.yaml"
+    path.write_text(SLOW)
+    entry = await system.client.register(path)
+    eid = await system.client.start(entry.path)
+    async for item in system.client.follow(eid):
+        if item.type == "command.issued" and item.step == "last":
+            break
+    return eid
+
+
+async def test_status_is_running_while_work_is_issued(system: System) -> None:
+    eid = await _start_and_reach_last(system)
+    # first's call.done and step.exit are in the log; last's command is in flight
+    items = await system.events(eid)
+    assert of_type(items, "step.exit", "first")
+    status = await system.client.status(eid)
+    assert status is not None and status.state == "RUNNING"
+    assert status.ended_at is None and status.terminal_event is None
+    await system.client.cancel(eid, "test over")
+    final = await system.client.wait(eid, timeout=10)
+    assert final.state == "CANCELLED" and final.terminal_event == "execution.cancelled"
+
+
+async def test_lower_layer_events_on_the_last_step_never_complete_an_execution(system: System) -> None:
+    eid = await _start_and_reach_last(system)
+    prefix = system.layout.exec_prefix(eid)
+    # forge what a confused worker or heuristic might emit for the last visible step and for end
+    forged = DecisionRecord(cause=10**9, events=[
+        Event(type="step.exit", execution_id=eid, at=0, cause=10**9, step="end", data={"status": "COMPLETED"}),
+        Event(type="command.completed", execution_id=eid, at=0, cause=10**9, step="last"),
+        Event(type="batch.completed", execution_id=eid, at=0, cause=10**9, data={"pending_count": 0}),
+    ])
+    await system.nc.jetstream().publish(f"{prefix}.ev.decision", encode(forged))
+    await system.nc.jetstream().publish(
+        f"{prefix}.in.result.999-1", encode(CallDone(execution_id=eid, command_id="999-1", step="end", result={}))
+    )
+    # a real lifecycle event follows; if anything above had closed the execution as
+    # COMPLETED, this one could not change it (terminal states are final)
+    await system.client.cancel(eid, "after forged events")
+    final = await system.client.wait(eid, timeout=10)
+    assert final.state == "CANCELLED"
+    items = await system.events(eid)
+    assert not of_type(items, "playbook.completed")
+
+
+async def test_completed_only_after_playbook_completed(system: System) -> None:
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: quick}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+""")
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    completed = of_type(items, "playbook.completed")
+    assert len(completed) == 1
+    assert status.ended_at == completed[0].at
+    assert status.terminal_event == "playbook.completed"
+
+
+async def test_cancel_of_a_terminal_execution_changes_nothing(system: System) -> None:
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: done_already}
+workflow:
+  - step: a
+""")
+    assert status.state == "COMPLETED"
+    await system.client.cancel(eid, "too late")
+    await system.engine_idle()
+    # the engine folds the cancel into a terminal execution: no lifecycle event follows
+    after = await system.client.status(eid)
+    assert after is not None and after.state == "COMPLETED"
+    items = await system.events(eid)
+    assert not of_type(items, "execution.cancelled")
