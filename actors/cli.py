@@ -70,7 +70,7 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     actors in-process, stopped on exit."""
     from actors.client import Client
     from actors.runtime import connect, start_roles
-    from streams.layout import Layout
+    from streams.layout import Layout, ensure
     from streams.server import NatsServer
 
     layout = Layout.from_env()
@@ -86,6 +86,8 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     try:
         if server is not None:
             runtime = await start_roles(nc, layout=layout)
+        else:
+            await ensure(nc.jetstream(), layout)  # idempotent: works before any pod has started
         yield Client(nc, layout=layout)
     finally:
         if runtime is not None:

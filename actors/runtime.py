@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.projector import Projector
-from actors.tools.actor import TOOL_KINDS, ToolActor
+from actors.tools.actor import ToolActor
 from streams.layout import Layout, ensure
 
 log = logging.getLogger("actors")
@@ -66,7 +66,7 @@ async def start_roles(
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
-    await ensure(nc.jetstream(), layout, tool_kinds=TOOL_KINDS)
+    await ensure(nc.jetstream(), layout)
     actors: list[Actor] = []
     if "projector" in roles:
         actors.append(Projector(nc))

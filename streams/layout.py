@@ -44,6 +44,8 @@ START_SUBJECT = "start"
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 IN, EV, LC = "in", "ev", "lc"
+# kinds run by tool actors (one durable consumer each); `playbook` runs in the engine
+TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,7 +239,7 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     return {EXEC_STREAM: [*engine, projector], CMD_STREAM: tools, START_STREAM: [starter]}
 
 
-async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...]) -> None:
+async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...] = TOOL_KINDS) -> None:
     """Create or update every stream, consumer and bucket. Idempotent: every pod calls
     it at start, so a new deployment needs no separate migration step."""
     for cfg in stream_configs(layout):

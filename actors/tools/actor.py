@@ -29,10 +29,9 @@ from actors.natsio import MSG_ID, dead_letter
 from actors.tools.executors import ToolFailure, close_http, run_tool
 from actors.tools.pyrunner import close_default_pool, default_pool
 from actors.wire import CallDone, CallError, Command, ErrorInfo, command_decoder, encode
-from streams.layout import CMD_STREAM, Layout, tool_consumer
+from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
 
 log = logging.getLogger("actors.tools")
-TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 RESULT_HEADROOM = 4096  # room for the envelope around a result
 
 
