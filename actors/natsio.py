@@ -4,6 +4,7 @@ dead-lettering, message metadata."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from typing import Any
 
@@ -15,16 +16,31 @@ from actors.wire import DeadLetter, encode
 from streams.layout import dlq_subject
 
 MSG_ID = "Nats-Msg-Id"
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TARGET = "Nats-Schedule-Target"
 log = logging.getLogger("actors")
 
 
-async def publish_all(js: JetStreamContext, items: list[tuple[str, bytes, str]]) -> list[PubAck]:
-    """Publish (subject, payload, msg_id) concurrently and wait for every ack.
-    Raises the first failure: the caller must not ack its input then."""
+async def publish_all(
+    js: JetStreamContext, items: list[tuple[str, bytes, str]], *, headers: list[dict[str, str]] | None = None
+) -> list[PubAck]:
+    """Publish (subject, payload, msg_id) concurrently and wait for every ack; `headers`
+    (one dict per item) adds headers. Raises the first failure: the caller must not
+    ack its input then."""
     if not items:
         return []
-    futs = [await js.publish_async(subject, payload, headers={MSG_ID: msg_id}) for subject, payload, msg_id in items]
+    extra = headers or [{}] * len(items)
+    futs = [
+        await js.publish_async(subject, payload, headers={MSG_ID: msg_id, **more})
+        for (subject, payload, msg_id), more in zip(items, extra, strict=True)
+    ]
     return list(await asyncio.gather(*futs))
+
+
+def schedule_at(epoch: float) -> str:
+    """The `Nats-Schedule` value for a one-shot timer (millisecond precision, UTC)."""
+    stamp = datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="milliseconds")
+    return "@at " + stamp.replace("+00:00", "Z")
 
 
 async def dead_letter(

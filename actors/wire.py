@@ -60,7 +60,7 @@ class CallDone(_Wire, tag="call.done", tag_field="type"):
     execution_id: str
     command_id: str
     step: str
-    attempt: int = 1
+    attempt_number: int  # required: always on the wire, even for attempt 1
     result: Any = None
     started_at: float = 0.0
     ended_at: float = 0.0
@@ -72,7 +72,7 @@ class CallError(_Wire, tag="call.error", tag_field="type"):
     command_id: str
     step: str
     error: ErrorInfo
-    attempt: int = 1
+    attempt_number: int
     started_at: float = 0.0
     ended_at: float = 0.0
     worker: str = ""
@@ -83,14 +83,22 @@ class CancelRequest(_Wire, tag="execution.cancel", tag_field="type"):
     reason: str = ""
 
 
-Input = StartRecord | CallDone | CallError | CancelRequest
+class TimerFired(_Wire, tag="timer.fired", tag_field="type"):
+    """Delivered by the server when a durable timer (a scheduled message) is due."""
+
+    execution_id: str
+    timer_id: str
+    due: float = 0.0
+
+
+Input = StartRecord | CallDone | CallError | CancelRequest | TimerFired
 input_decoder = msgspec.json.Decoder(Input)
 
 
 # --- commands: engine -> tool actors (stream CMD, subject cmd.<kind>) ------------------
 
 
-class Command(_Wire):
+class Command(_Wire, kw_only=True):
     execution_id: str
     command_id: str
     step: str
@@ -98,8 +106,8 @@ class Command(_Wire):
     reply_to: str  # the execution's `in` subject for call.done / call.error
     tool: dict[str, Any] = field(default_factory=dict)
     args: dict[str, Any] = field(default_factory=dict)
+    attempt_number: int
     timeout: float | None = None
-    attempt: int = 1
 
 
 command_decoder = msgspec.json.Decoder(Command)

@@ -10,6 +10,8 @@ log. ``class`` separates who writes and who reads:
   filter on ``exec.<p>.*.in.>`` so they never receive the engine's own output.
 * ``ev``  the engine's decision records (step.enter, command.issued, step.exit ...):
   one message per decision, so a decision lands whole or not at all.
+* ``sch`` durable timers (retry delays): schedule definitions the server fires into
+  ``in.timer.<timer_id>`` when due, so a delay survives the loss of every process.
 * ``lc``  lifecycle events (``playbook.*``, ``workflow.*``, ``execution.*``), one per
   message. The status projector filters on ``exec.*.*.lc.>`` and reads nothing else.
 
@@ -43,7 +45,7 @@ CATALOG_BUCKET = "catalog"
 START_SUBJECT = "start"
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
-IN, EV, LC = "in", "ev", "lc"
+IN, EV, LC, SCH = "in", "ev", "lc", "sch"
 # kinds run by tool actors (one durable consumer each); `playbook` runs in the engine
 TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 
@@ -73,6 +75,7 @@ class Layout:
         return cls(
             partitions=int(num("ACTORS_PARTITIONS", 8)),
             replicas=int(num("ACTORS_REPLICAS", 1)),
+            ack_wait=num("ACTORS_ACK_WAIT", 30.0),
         )
 
     # --- subjects ----------------------------------------------------------------
@@ -160,6 +163,9 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             subjects=["exec.>"],
             retention=api.RetentionPolicy.LIMITS,
             max_age=layout.exec_max_age,
+            # durable timers: the engine stores a schedule on exec.<p>.<id>.sch.<timer>
+            # and the server publishes its body to exec.<p>.<id>.in.timer.<timer> when due
+            allow_msg_schedules=True,
             **common,  # type: ignore[arg-type]
         ),
         api.StreamConfig(

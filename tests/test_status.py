@@ -57,7 +57,7 @@ async def test_lower_layer_events_on_the_last_step_never_complete_an_execution(s
     ])
     await system.nc.jetstream().publish(f"{prefix}.ev.decision", encode(forged))
     await system.nc.jetstream().publish(
-        f"{prefix}.in.result.999-1", encode(CallDone(execution_id=eid, command_id="999-1", step="end", result={}))
+        f"{prefix}.in.result.999-1", encode(CallDone(execution_id=eid, command_id="999-1", step="end", attempt_number=1, result={}))
     )
     # a real lifecycle event follows; if anything above had closed the execution as
     # COMPLETED, this one could not change it (terminal states are final)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.core.backoff import DEFAULT_ERROR_DELAY, retry_delay, unit_random
 from actors.core.state import Activation, Arrival, Execution
 from actors.playbook.loader import PlaybookInvalid, load_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, NoopTool, PlaybookTool, Step
@@ -36,6 +37,7 @@ from actors.wire import (
     Event,
     Input,
     StartRecord,
+    TimerFired,
 )
 
 # Lifecycle event types: the only events that decide an execution's status.
@@ -48,7 +50,17 @@ PLAYBOOK_FAILED = "playbook.failed"
 EXECUTION_CANCELLED = "execution.cancelled"
 
 
-_NOT_YET = ("loop", "retry", "sink", "on_error", "on_failure")
+_NOT_YET = ("loop", "sink", "on_error", "on_failure")
+
+
+@dataclass(slots=True)
+class Timer:
+    """A durable timer to arm: when `due` (epoch seconds) comes, `fire` is delivered to
+    the execution as an input."""
+
+    timer_id: str
+    due: float
+    fire: TimerFired
 
 
 @dataclass(slots=True)
@@ -58,9 +70,10 @@ class Output:
     events: list[Event] = field(default_factory=list)
     lifecycle: list[Event] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.lifecycle or self.commands)
+        return bool(self.events or self.lifecycle or self.commands or self.timers)
 
 
 class _Decision:
@@ -93,6 +106,8 @@ def fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Ou
         _call_result(d, inp)
     elif isinstance(inp, CancelRequest):
         _cancel(d, inp)
+    elif isinstance(inp, TimerFired):
+        _timer_fired(d, inp)
     return d.out
 
 
@@ -176,17 +191,32 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
     if isinstance(step.tool, PlaybookTool):
         _step_failed(d, act, ErrorInfo(type="NotSupported", message=f"{where}: tool kind `playbook` is not executed yet"))
         return
+    if isinstance(step.tool, NoopTool) and not step.retry:
+        # A router or a pure data step: its result is its rendered args. Deciding it
+        # here saves a command round trip and is just as deterministic.
+        try:
+            args = render_value(step.args, scope, where="args")
+        except TemplateError as e:
+            _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"{where} field {e}"))
+            return
+        _step_completed(d, act, step, args)
+        return
+    _issue(d, act, step)
+
+
+def _issue(d: _Decision, act: Activation, step: Step) -> None:
+    """Send the command for the activation's current attempt."""
+    ex = d.ex
+    scope = ex.scope()
     try:
         args = render_value(step.args, scope, where="args")
         tool = _render_tool(step, scope)
     except TemplateError as e:
-        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"{where} field {e}"))
+        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
         return
-    if isinstance(step.tool, NoopTool):
-        # A router or a pure data step: its result is its rendered args. Deciding it
-        # here saves a command round trip and is just as deterministic.
-        _step_completed(d, act, step, args)
-        return
+    if act.next_args is not None:
+        args = deep_merge(args, act.next_args)
+    parent = act.command_id
     command_id = f"{act.id}-{act.attempt}"  # a subject token: no dots
     act.command_id = command_id
     ex.by_command[command_id] = act.id
@@ -201,10 +231,12 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
             tool=tool,
             args=args,
             timeout=step.timeout,
-            attempt=act.attempt,
+            attempt_number=act.attempt,
         )
     )
-    d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind, attempt=act.attempt)
+    link = {"parent_event_id": parent} if act.attempt > 1 else {}
+    d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind,
+            attempt_number=act.attempt, **link)
 
 
 def _render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
@@ -232,10 +264,160 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
         else:
             _finish(d, act, result=None, end_error=res.error)
         return
+    if step.retry and _retry(d, act, step, res):
+        return
     if isinstance(res, CallDone):
-        _step_completed(d, act, step, res.result)
+        _step_completed(d, act, step, _collected_result(act, res.result))
     else:
         _step_failed(d, act, res.error)
+
+
+# --- retry ---------------------------------------------------------------------------
+
+
+def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError) -> bool:
+    """Evaluate the step's retry rules after an attempt; first match wins. Returns True
+    when the rules decided what happens next (another attempt, exhaustion, a failure
+    of the rules themselves), False when no rule matched."""
+    assert step.retry is not None
+    ok = isinstance(res, CallDone)
+    result = res.result if isinstance(res, CallDone) else None
+    error = _err(res.error) if isinstance(res, CallError) else None
+    scope = d.ex.scope()
+    scope.update(result=result, response=result, error=error, attempt=act.attempt)
+    for i, rule in enumerate(step.retry):
+        where = f"retry[{i}]"
+        try:
+            matched = render_condition(rule.when, scope, where=f"{where}.when")
+        except TemplateError as e:
+            _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+            return True
+        if not matched:
+            continue
+        policy = rule.then
+        if ok and policy.collect is not None:
+            act.collect = policy.collect
+            act.collected = collect(act.collected, result, policy.collect.strategy, policy.collect.path)
+        if act.attempt >= policy.max_attempts:
+            if ok:
+                # a continuation (pagination, polling) that hit its bound: the step
+                # completes with what it gathered, and says so
+                final = _collected_result(act, result, already=True)
+                d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
+                        collected_size=_size(act.collected), bounded=True, rule=where)
+                _step_completed(d, act, step, final)
+            else:
+                d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
+                        max_attempts=policy.max_attempts, error=error, rule=where)
+                _step_failed(d, act, res.error if isinstance(res, CallError) else _unknown())
+            return True
+        if ok and policy.next_call is not None:
+            try:
+                act.next_args = render_value(policy.next_call.args, scope, where=f"{where}.then.next_call.args")
+            except TemplateError as e:
+                _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+                return True
+        initial = policy.initial_delay
+        if initial is None:
+            initial = DEFAULT_ERROR_DELAY if not ok else 0.0
+        delay = retry_delay(
+            backoff=policy.backoff, jitter=policy.jitter, attempt=act.attempt, initial=initial,
+            factor=policy.factor, max_delay=policy.max_delay,
+            unit=unit_random(d.ex.execution_id, act.id, act.attempt),
+        )
+        _next_attempt(d, act, step, delay=delay, reason="success" if ok else "error", rule=where)
+        return True
+    if ok and act.collect is not None:
+        final = _collected_result(act, result)
+        d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
+                collected_size=_size(act.collected), bounded=False)
+        _step_completed(d, act, step, final)
+        return True
+    return False
+
+
+def _next_attempt(d: _Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str) -> None:
+    act.attempt += 1
+    due = d.out.at + delay
+    d.event("retry.scheduled", step.step, activation=act.id, attempt_number=act.attempt, delay=delay, due=due,
+            reason=reason, rule=rule, parent_event_id=act.command_id)
+    if delay <= 0:
+        _issue(d, act, step)
+        return
+    timer_id = f"{act.id}-{act.attempt}"
+    act.timer_id = timer_id
+    d.out.timers.append(Timer(timer_id, due, TimerFired(execution_id=d.ex.execution_id, timer_id=timer_id, due=due)))
+
+
+def _timer_fired(d: _Decision, fired: TimerFired) -> None:
+    ex = d.ex
+    assert ex.playbook is not None
+    act_id = int(fired.timer_id.split("-", 1)[0]) if fired.timer_id.split("-", 1)[0].isdigit() else -1
+    act = ex.activations.get(act_id)
+    if act is None or act.status != "RUNNING" or act.timer_id != fired.timer_id:
+        return  # a timer for an attempt that no longer waits (fired twice, or cancelled)
+    act.timer_id = None
+    d.event("retry.due", act.step, activation=act.id, timer_id=fired.timer_id, due=fired.due,
+            late_ms=round((d.out.at - fired.due) * 1000, 3))
+    _issue(d, act, ex.playbook.step(act.step))
+
+
+def _collected_result(act: Activation, result: Any, *, already: bool = False) -> Any:
+    """The step's result when a retry rule collected: the last attempt's result with the
+    value at `path` replaced by the accumulation (the whole accumulation without path)."""
+    if act.collect is None:
+        return result
+    if not already:
+        act.collected = collect(act.collected, result, act.collect.strategy, act.collect.path)
+    if act.collect.path is None:
+        return act.collected
+    return _set_path(result, act.collect.path, act.collected)
+
+
+def collect(acc: Any, result: Any, strategy: str, path: str | None) -> Any:
+    """Accumulate one attempt's value (at `path`) into `acc`."""
+    value = _get_path(result, path) if path else result
+    if strategy == "replace":
+        return value
+    if strategy == "merge":
+        merged = dict(acc) if isinstance(acc, dict) else {}
+        if isinstance(value, dict):
+            merged.update(value)
+        return merged
+    items = list(acc) if isinstance(acc, list) else []
+    if path is not None and isinstance(value, list):
+        items.extend(value)
+    else:
+        items.append(value)
+    return items
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and part.lstrip("-").isdigit():
+            obj = obj[int(part)] if -len(obj) <= int(part) < len(obj) else None
+        else:
+            return None
+    return obj
+
+
+def _set_path(obj: Any, path: str, value: Any) -> Any:
+    if not isinstance(obj, dict):
+        return {path: value} if "." not in path else obj
+    head, _, rest = path.partition(".")
+    out = dict(obj)
+    out[head] = _set_path(obj.get(head), rest, value) if rest else value
+    return out
+
+
+def _size(collected: Any) -> int:
+    return len(collected) if isinstance(collected, (list, dict)) else (0 if collected is None else 1)
+
+
+def _unknown() -> ErrorInfo:
+    return ErrorInfo(type="RetryExhausted", message="retry bound reached")
 
 
 def _step_completed(d: _Decision, act: Activation, step: Step, result: Any) -> None:
@@ -373,10 +555,9 @@ def _cancel(d: _Decision, req: CancelRequest) -> None:
 
 
 def _err(e: ErrorInfo) -> dict[str, Any]:
-    import msgspec
-
-    out: dict[str, Any] = msgspec.to_builtins(e)
-    return out
+    """The error as templates and events see it: every field present, so a rule can
+    read `error.status` or `error.retryable` whatever the error was."""
+    return {"type": e.type, "message": e.message, "retryable": e.retryable, "status": e.status, "traceback": e.traceback}
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actors.playbook.model import Playbook
+from actors.playbook.model import Collect, Playbook
 
 ExecState = Literal["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
@@ -26,6 +26,10 @@ class Activation:
     attempt: int = 1
     command_id: str | None = None
     from_activation: int | None = None
+    timer_id: str | None = None  # a retry waiting on a durable timer
+    next_args: dict[str, Any] | None = None  # next_call args for the next attempt
+    collect: Collect | None = None  # how retries accumulate results, once a rule collected
+    collected: Any = None
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -33,9 +34,9 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.core.decide import EXECUTION_CANCELLED, Output, fold
+from actors.core.decide import EXECUTION_CANCELLED, Output, Timer, fold
 from actors.core.state import Execution
-from actors.natsio import dead_letter, log_time, publish_all, stream_seq
+from actors.natsio import SCHEDULE, SCHEDULE_TARGET, dead_letter, log_time, publish_all, schedule_at, stream_seq
 from actors.wire import Command, DecisionRecord, StartRecord, decision_decoder, encode, event_decoder, input_decoder
 from streams.layout import (
     CMD_STREAM,
@@ -43,6 +44,7 @@ from streams.layout import (
     EXEC_STREAM,
     IN,
     LC,
+    SCH,
     Layout,
     class_of,
     cmd_subject,
@@ -135,11 +137,12 @@ class ExecutionActor:
 
     async def publish(
         self, out: Output, *, seen_ev: bool = False, seen_lc: frozenset[str] = frozenset(),
-        results_seen: frozenset[str] | None = None,
+        results_seen: frozenset[str] | None = None, timers_fired: frozenset[str] = frozenset(),
     ) -> None:
-        """Publish a decision's outputs: commands, then its record, then lifecycle events.
-        In a replay, `seen_*` say what the log already holds and `results_seen` names the
-        commands whose results it holds; only the rest is sent."""
+        """Publish a decision's outputs: commands and timers, then its record, then
+        lifecycle events. In a replay, `seen_*` say what the log already holds,
+        `results_seen` the commands whose results it holds and `timers_fired` the timers
+        that fired; only the rest is sent."""
         js, eid = self.engine.js, self.execution_id
         if not seen_ev:
             commands = out.commands
@@ -148,6 +151,7 @@ class ExecutionActor:
             await publish_all(
                 js, [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in commands]
             )
+            await self._arm([t for t in out.timers if t.timer_id not in timers_fired])
         items = []
         if out.events and not seen_ev:
             record = DecisionRecord(cause=out.cause, events=out.events)
@@ -160,6 +164,29 @@ class ExecutionActor:
             # tell tool actors to stop this execution's running commands (best effort:
             # a command that starts later sees a terminal execution via its result)
             await self.engine.nc.publish(f"cancel.{eid}", b"")
+
+    async def _arm(self, timers: list[Timer]) -> None:
+        """Store each timer in the stream as a scheduled message: the server delivers it
+        to the execution's input subject when due, whatever happened to this process.
+        Re-arming is idempotent (one schedule per subject); a timer already due (a replay
+        after an outage) is delivered at once."""
+        if not timers:
+            return
+        eid, now = self.execution_id, time.time()
+        due_later = [t for t in timers if t.due > now + 0.05]
+        due_now = [t for t in timers if t.due <= now + 0.05]
+        await publish_all(
+            self.engine.js,
+            [(f"{self.prefix}.{SCH}.{t.timer_id}", encode(t.fire), f"{eid}:sch:{t.timer_id}") for t in due_later],
+            headers=[{SCHEDULE: schedule_at(t.due), SCHEDULE_TARGET: self._timer_subject(t.timer_id)} for t in due_later],
+        )
+        await publish_all(
+            self.engine.js,
+            [(self._timer_subject(t.timer_id), encode(t.fire), f"{eid}:timer:{t.timer_id}") for t in due_now],
+        )
+
+    def _timer_subject(self, timer_id: str) -> str:
+        return f"{self.prefix}.{IN}.timer.{timer_id}"
 
     async def _command_exists(self, cmd: Command, results_seen: frozenset[str]) -> bool:
         """Was this command published before a crash? A tool acks a command (removing it
@@ -189,6 +216,7 @@ class ExecutionActor:
         )
         inputs: list[tuple[str, bytes, int, float]] = []
         results: set[str] = set()
+        fired: set[str] = set()
         seen_ev: set[int] = set()
         seen_lc: set[str] = set()
         try:
@@ -200,6 +228,8 @@ class ExecutionActor:
                     kind = type_of(msg.subject)
                     if kind.startswith("result."):
                         results.add(kind.split(".", 1)[1])
+                    elif kind.startswith("timer."):
+                        fired.add(kind.split(".", 1)[1])
                 elif cls == EV:
                     seen_ev.add(decision_decoder.decode(msg.data).cause)
                 elif cls == LC:
@@ -210,11 +240,12 @@ class ExecutionActor:
             await sub.unsubscribe()
         self.state = Execution(execution_id=self.execution_id)
         self.last_seq = 0
-        frozen_lc, frozen_results = frozenset(seen_lc), frozenset(results)
+        frozen_lc, frozen_results, frozen_fired = frozenset(seen_lc), frozenset(results), frozenset(fired)
         for subject, data, seq, at in inputs:
             out = await self.fold_message(subject, data, seq, at)
             if out:
-                await self.publish(out, seen_ev=out.cause in seen_ev, seen_lc=frozen_lc, results_seen=frozen_results)
+                await self.publish(out, seen_ev=out.cause in seen_ev, seen_lc=frozen_lc,
+                                   results_seen=frozen_results, timers_fired=frozen_fired)
         self.hydrated = True
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
 

@@ -111,7 +111,8 @@ class Collect(_Strict):
 class RetryPolicy(_Strict):
     max_attempts: Annotated[int, Meta(ge=1)] = 3
     backoff: Literal["fixed", "linear", "exponential"] = "exponential"
-    initial_delay: Annotated[float, Meta(ge=0)] = 0.5
+    # None: 0.5 s after an error, no delay before a success continuation (pagination)
+    initial_delay: Annotated[float, Meta(ge=0)] | None = None
     factor: Annotated[float, Meta(ge=1)] = 2.0
     max_delay: Annotated[float, Meta(ge=0)] = 60.0
     jitter: Literal["none", "full", "equal"] = "none"

@@ -146,7 +146,7 @@ class ToolActor:
 
     async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                      attempt=cmd.attempt, started_at=started, ended_at=ended, worker=self.name)
+                      attempt_number=cmd.attempt_number, started_at=started, ended_at=ended, worker=self.name)
         payload = encode(CallError(error=error, **common) if error else CallDone(result=result, **common))  # type: ignore[arg-type]
         limit = self.layout.max_msg_size - RESULT_HEADROOM
         if len(payload) > limit:

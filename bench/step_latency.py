@@ -1,0 +1,406 @@
+"""Per-step latency of the engine against a raw JetStream round trip, same server, same run.
+
+    python bench/step_latency.py [--steps 50] [--runs 5] [--json-only]
+
+What it does (everything in this process on uvloop, against its own nats-server):
+
+1. Raw baseline, shaped like one engine step: a work-queue stream RAWCMD (``rawcmd.>``)
+   drained by a "worker" with a pull consumer (``fetch``, a task per message like the
+   tool actor) that acks and publishes a result (awaited ``js.publish``) to a limits
+   stream RAWLOG (``rawlog.>``); an "engine" side gets results from a durable push
+   consumer with explicit ack (a queue subscription on its deliver subject, like
+   actors/engine/actor.py), acks, then publishes the next command (awaited
+   ``js.publish``). Every publish carries a ``Nats-Msg-Id``, as the engine's do. One
+   warm-up chain, then ``runs`` chains of ``steps`` round trips; each round trip is
+   timed with ``time.perf_counter`` from just before the command publish to the
+   result's arrival in the engine-side callback.
+2. Engine: a generated playbook of ``steps`` sequential python steps
+   (``def main(i): return i + 1``, each fed the previous result by a template) is
+   registered, run once to warm up, then ``runs`` times one after the other. Per-step
+   latency is the difference between consecutive ``call.done`` inputs' log timestamps
+   (server time of the stored message, ``LogItem.at``); the first step is measured
+   from the start record. Wall time per execution is ``Client.start`` -> terminal
+   status in KV (``Client.wait``); steps/s = steps x runs / sum of walls.
+3. Prints a small table and, as its last line, one JSON object.
+
+``--tool sleep`` runs ``sleep`` steps (0 s, no worker process) instead of python steps:
+the same engine path without the python pool's IPC, to split the engine's own cost from
+the pool's. ``--cprofile FILE`` profiles the measured engine runs only (pstats file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import logging
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import api
+
+from actors.client import Client
+from actors.natsio import MSG_ID
+from actors.runtime import Runtime, connect, start_roles
+from actors.wire import decision_decoder
+from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
+from streams.server import NatsServer, find_binary
+
+RAW_CMD_STREAM, RAW_LOG_STREAM = "RAWCMD", "RAWLOG"
+RAW_WORKER, RAW_ENGINE = "raw-worker", "raw-engine"
+RAW_DELIVER = f"_deliver.{RAW_ENGINE}"
+FETCH_BATCH = 64  # the tool actor fetches `concurrency - inflight` (64 when idle)
+WAIT_TIMEOUT = 60.0
+
+
+# --- statistics -------------------------------------------------------------------------
+
+
+def pct(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of non-empty `values`."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+# --- raw JetStream baseline -------------------------------------------------------------
+
+
+async def raw_setup(nc: NATS) -> None:
+    js = nc.jetstream()
+    common: dict[str, Any] = dict(storage=api.StorageType.FILE, num_replicas=1, duplicate_window=120.0)
+    await js.add_stream(
+        api.StreamConfig(name=RAW_CMD_STREAM, subjects=["rawcmd.>"], retention=api.RetentionPolicy.WORK_QUEUE, **common)
+    )
+    await js.add_stream(
+        api.StreamConfig(name=RAW_LOG_STREAM, subjects=["rawlog.>"], retention=api.RetentionPolicy.LIMITS, **common)
+    )
+    await js.add_consumer(
+        RAW_CMD_STREAM,
+        api.ConsumerConfig(durable_name=RAW_WORKER, filter_subject="rawcmd.>", ack_policy=api.AckPolicy.EXPLICIT,
+                           ack_wait=30.0, max_deliver=5, max_ack_pending=1024),
+    )
+    await js.add_consumer(
+        RAW_LOG_STREAM,
+        api.ConsumerConfig(durable_name=RAW_ENGINE, deliver_subject=RAW_DELIVER, deliver_group=RAW_ENGINE,
+                           filter_subject="rawlog.>", ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0,
+                           max_deliver=5, max_ack_pending=4096, deliver_policy=api.DeliverPolicy.ALL),
+    )
+
+
+class RawChain:
+    """Command -> worker -> result -> engine side -> next command, `n` times in a row."""
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.seq = 0  # unique command/result subjects and message ids across chains
+        self.sent_at = 0.0
+        self.left = 0
+        self.latencies: list[float] = []
+        self.done: asyncio.Event = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._worker: asyncio.Task[None] | None = None
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        psub = await self.js.pull_subscribe_bind(durable=RAW_WORKER, stream=RAW_CMD_STREAM)
+        self._worker = asyncio.create_task(self._pull(psub), name="raw-worker")
+        self._sub = await self.nc.subscribe(RAW_DELIVER, queue=RAW_ENGINE, cb=self._on_result, pending_msgs_limit=-1)
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+
+    # worker: pull, a task per command (as the tool actor does)
+    async def _pull(self, psub: Any) -> None:
+        while True:
+            try:
+                msgs = await psub.fetch(FETCH_BATCH, timeout=5)
+            except (TimeoutError, NatsTimeoutError):
+                continue
+            for m in msgs:
+                task = asyncio.create_task(self._work(m))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _work(self, msg: Msg) -> None:
+        n = msg.subject.rsplit(".", 1)[1]
+        value = json.loads(msg.data)["i"] + 1
+        await msg.ack()
+        await self.js.publish(f"rawlog.{n}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"res:{n}"})
+
+    # engine side: push consumer, explicit ack, then the next command
+    async def _on_result(self, msg: Msg) -> None:
+        if not msg.reply:
+            return  # flow control / heartbeats
+        now = time.perf_counter()
+        await msg.ack()
+        self.latencies.append(now - self.sent_at)
+        self.left -= 1
+        if self.left <= 0:
+            self.done.set()
+            return
+        await self._send(json.loads(msg.data)["i"])
+
+    async def _send(self, value: int) -> None:
+        self.seq += 1
+        self.sent_at = time.perf_counter()
+        await self.js.publish(f"rawcmd.{self.seq}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"cmd:{self.seq}"})
+
+    async def run(self, n: int) -> tuple[list[float], float]:
+        """Chain `n` round trips; their latencies and the chain's wall time."""
+        self.latencies, self.left, self.done = [], n, asyncio.Event()
+        t0 = time.perf_counter()
+        await self._send(0)
+        await asyncio.wait_for(self.done.wait(), WAIT_TIMEOUT)
+        return self.latencies, time.perf_counter() - t0
+
+
+# --- engine -----------------------------------------------------------------------------
+
+
+def playbook_yaml(steps: int, tool: str) -> str:
+    lines = [
+        "apiVersion: actors/v1",
+        "kind: Playbook",
+        "metadata:",
+        f"  name: bench_step_latency_{tool}_{steps}",
+        f"  path: bench/step_latency_{tool}_{steps}",
+        "workload:",
+        "  i: 0",
+        "workflow:",
+    ]
+    for k in range(1, steps + 1):
+        prev = "workload.i" if k == 1 else f"s{k - 1}"
+        lines.append(f"  - step: s{k}")
+        if tool == "python":
+            lines += ["    tool:", "      kind: python", "      code: |", "        def main(i):", "            return i + 1"]
+            lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
+        else:  # sleep 0: same engine path, no worker process
+            lines += ["    tool:", "      kind: sleep", "      seconds: 0"]
+            lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
+        if k < steps:
+            lines.append(f"    next: s{k + 1}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Breakdown:
+    """Per step, from the log itself (server store times and the tool's own clock)."""
+
+    dispatch: list[float] = field(default_factory=list)  # input stored -> tool starts the call
+    run: list[float] = field(default_factory=list)  # tool call (python: pool IPC + exec)
+    report: list[float] = field(default_factory=list)  # tool call ends -> call.done stored
+    decided: list[float] = field(default_factory=list)  # input stored -> decision record stored
+
+
+async def stored_times(nc: NATS, layout: Layout, eid: str) -> list[tuple[str, bytes, int, float]]:
+    """(subject, data, stream seq, server store time) of every message of an execution."""
+    js = nc.jetstream()
+    sub = await js.subscribe(f"{layout.exec_prefix(eid)}.>", stream=EXEC_STREAM, ordered_consumer=True,
+                             pending_msgs_limit=-1)
+    out = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=10)
+            md = msg.metadata
+            out.append((msg.subject, msg.data, int(md.sequence.stream), float(md.timestamp.timestamp())))
+            if md.num_pending == 0:
+                return out
+    finally:
+        await sub.unsubscribe()
+
+
+async def engine_runs(
+    client: Client, nc: NATS, layout: Layout, path: str, version: int, *, steps: int, runs: int,
+    profiler: cProfile.Profile | None,
+) -> tuple[list[float], list[float], Breakdown]:
+    async def one() -> tuple[str, float]:
+        t0 = time.perf_counter()
+        eid = await client.start(path, version=version, payload={"i": 0})
+        st = await client.wait(eid, timeout=WAIT_TIMEOUT)
+        wall = time.perf_counter() - t0
+        if st.state != "COMPLETED":
+            raise RuntimeError(f"execution {eid} ended {st.state}")
+        return eid, wall
+
+    await one()  # warm-up: first render/compile of every template, first pool call, ...
+    eids, walls = [], []
+    if profiler is not None:
+        profiler.enable()
+    try:
+        for _ in range(runs):
+            eid, wall = await one()
+            eids.append(eid)
+            walls.append(wall)
+    finally:
+        if profiler is not None:
+            profiler.disable()
+    step_lat: list[float] = []
+    bd = Breakdown()
+    for eid in eids:
+        items = await client.events(eid)
+        start = [i for i in items if i.cls == IN and i.type == "execution.start"]
+        done = sorted((i for i in items if i.cls == IN and i.type == "call.done"), key=lambda i: i.seq)
+        if len(start) != 1 or len(done) != steps:
+            raise RuntimeError(f"execution {eid}: {len(start)} start records, {len(done)} call.done (want {steps})")
+        ended = [i for i in items if i.type == "playbook.completed"]
+        if tool_of(path) == "python" and (not ended or ended[0].data.get("result") != {f"s{steps}": steps}):
+            raise RuntimeError(f"execution {eid}: unexpected result {ended[0].data.get('result') if ended else None}")
+        marks = [start[0].at] + [i.at for i in done]
+        step_lat += [b - a for a, b in pairwise(marks)]
+        # breakdown: the k-th call.done answers the command decided on input k-1
+        msgs = await stored_times(nc, layout, eid)
+        ins = [(seq, at, data) for subj, data, seq, at in msgs if class_of(subj) == IN]
+        decided_at = {decision_decoder.decode(data).cause: at for subj, data, _, at in msgs if class_of(subj) == EV}
+        for (seq0, at0, _), done_item in zip(ins, done, strict=False):
+            d = done_item.data
+            bd.dispatch.append(d["started_at"] - at0)
+            bd.run.append(d["ended_at"] - d["started_at"])
+            bd.report.append(done_item.at - d["ended_at"])
+            if seq0 in decided_at:
+                bd.decided.append(decided_at[seq0] - at0)
+    return step_lat, walls, bd
+
+
+def tool_of(path: str) -> str:
+    return "python" if "_python_" in path else "sleep"
+
+
+# --- main -------------------------------------------------------------------------------
+
+
+def nats_server_version() -> str:
+    out = subprocess.run([find_binary(), "--version"], capture_output=True, text=True, check=False).stdout
+    return out.strip().rsplit(" ", 1)[-1] if out else "unknown"
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    say: Callable[[str], None] = (lambda s: None) if args.json_only else print
+    server = await NatsServer.start()
+    nc_raw: NATS | None = None
+    nc: NATS | None = None
+    runtime: Runtime | None = None
+    raw: RawChain | None = None
+    try:
+        # raw first, on its own connection (one connection for both sides, as the
+        # actors share one), before the actors exist
+        nc_raw = await connect(server.url, name="bench-raw")
+        await raw_setup(nc_raw)
+        raw = RawChain(nc_raw)
+        await raw.start()
+        await raw.run(max(50, args.steps))  # warm-up
+        raw_lat: list[float] = []
+        raw_wall = 0.0
+        for _ in range(args.runs):
+            lat, wall = await raw.run(args.steps)
+            raw_lat += lat
+            raw_wall += wall
+        await raw.stop()
+        raw = None
+
+        layout = Layout()
+        nc = await connect(server.url, name="bench")
+        runtime = await start_roles(nc, layout=layout)
+        client = Client(nc, layout=layout)
+        with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
+            pb = Path(tmp) / "steps.yaml"
+            pb.write_text(playbook_yaml(args.steps, args.tool))
+            entry = await client.register(pb)
+        profiler = cProfile.Profile() if args.cprofile else None
+        step_lat, walls, bd = await engine_runs(
+            client, nc, layout, entry.path, entry.version, steps=args.steps, runs=args.runs, profiler=profiler
+        )
+        if profiler is not None:
+            profiler.dump_stats(args.cprofile)
+    finally:
+        if raw is not None:
+            await raw.stop()
+        if runtime is not None:
+            await runtime.stop()
+        for conn in (nc, nc_raw):
+            if conn is not None:
+                await conn.close()
+        await server.stop()
+
+    raw_p50, raw_p99 = pct(raw_lat, 50), pct(raw_lat, 99)
+    step_p50, step_p99 = pct(step_lat, 50), pct(step_lat, 99)
+    result: dict[str, Any] = {
+        "steps": args.steps,
+        "runs": args.runs,
+        "raw_p50_ms": ms(raw_p50),
+        "raw_p99_ms": ms(raw_p99),
+        "step_p50_ms": ms(step_p50),
+        "step_p99_ms": ms(step_p99),
+        "ratio_p50": round(step_p50 / raw_p50, 2),
+        "ratio_p99": round(step_p99 / raw_p99, 2),
+        "steps_per_s": round(args.steps * args.runs / sum(walls), 1),
+        "raw_round_trips_per_s": round(len(raw_lat) / raw_wall, 1),
+        "python": platform.python_version(),
+        "nats_server": nats_server_version(),
+    }
+    if args.tool != "python":
+        result["tool"] = args.tool
+    say(f"{args.steps} steps x {args.runs} runs ({args.tool} steps), nats-server {result['nats_server']}, "
+        f"python {result['python']}, uvloop")
+    say(f"{'':24}{'p50 ms':>10}{'p99 ms':>10}{'per s':>10}")
+    say(f"{'raw JetStream round trip':24}{ms(raw_p50):>10.3f}{ms(raw_p99):>10.3f}{result['raw_round_trips_per_s']:>10.1f}")
+    say(f"{'engine step':24}{ms(step_p50):>10.3f}{ms(step_p99):>10.3f}{result['steps_per_s']:>10.1f}")
+    say(f"{'ratio engine/raw':24}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
+    say(f"execution wall p50 {ms(statistics.median(walls)):.1f} ms (start -> terminal status, {args.steps} steps)")
+    say("engine step breakdown (log store times and the tool's clock), p50 / p99 ms:")
+    for name, values, what in (
+        ("dispatch", bd.dispatch, "input stored -> tool starts the call (engine fold, command publish, fetch)"),
+        ("run", bd.run, "the tool call itself (python: pool IPC + exec)"),
+        ("report", bd.report, "call ends -> call.done stored (encode, publish)"),
+        ("decided", bd.decided, "input stored -> decision record stored (overlaps dispatch/run)"),
+    ):
+        if values:
+            say(f"  {name:9}{ms(pct(values, 50)):>8.3f}{ms(pct(values, 99)):>9.3f}  {what}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=50, help="steps per execution, and round trips per raw chain")
+    parser.add_argument("--runs", type=int, default=5, help="measured executions (and raw chains)")
+    parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
+    parser.add_argument("--tool", choices=("python", "sleep"), default="python", help="step tool (default python)")
+    parser.add_argument("--cprofile", metavar="FILE", help="cProfile the measured engine runs into FILE")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.runs < 1:
+        parser.error("--steps and --runs must be at least 1")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    result = uvloop.run(main_async(args))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
