@@ -25,8 +25,13 @@ class ErrorInfo(_Wire):
 
 
 class ParentRef(_Wire, forbid_unknown_fields=True):
+    """Who started an execution. With `reply_to`, the child's end is reported there as
+    the result of the parent's command `command_id` (sub-playbooks)."""
+
     execution_id: str
     step: str | None = None
+    command_id: str | None = None
+    reply_to: str | None = None
 
 
 # --- what users publish to `start` ---------------------------------------------------

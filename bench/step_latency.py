@@ -23,6 +23,7 @@ What it does (everything in this process on uvloop, against its own nats-server)
    status in KV (``Client.wait``); steps/s = steps x runs / sum of walls.
 3. Prints a small table and, as its last line, one JSON object.
 
+``--raw-runs N`` sets the number of raw chains apart from ``--runs`` (1 for profiling).
 ``--tool sleep`` runs ``sleep`` steps (0 s, no worker process) instead of python steps:
 the same engine path without the python pool's IPC, to split the engine's own cost from
 the pool's. ``--cprofile FILE`` profiles the measured engine runs only (pstats file).
@@ -57,6 +58,7 @@ from nats.js import api
 from actors.client import Client
 from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
+from actors.tools.pyrunner import default_pool
 from actors.wire import decision_decoder
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import NatsServer, find_binary
@@ -80,6 +82,58 @@ def pct(values: list[float], p: float) -> float:
 
 def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
+
+
+# --- cost accounting: CPU per process and messages on the connection -------------------
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time (ns) used so far by every thread of `pid` (Linux schedstat; 0 elsewhere)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just exited
+    return total
+
+
+@dataclass
+class Costs:
+    """CPU ms of this process, the nats-server and the python workers, and messages
+    sent and received on the measured connection, over one phase."""
+
+    python_ms: float = 0.0
+    server_ms: float = 0.0
+    workers_ms: float = 0.0
+    msgs_out: int = 0
+    msgs_in: int = 0
+
+
+class Meter:
+    def __init__(self, server_pid: int, nc: NATS, worker_pids: Callable[[], list[int]] = list) -> None:
+        self.server_pid, self.nc, self.worker_pids = server_pid, nc, worker_pids
+        self.costs = Costs()
+        self._mark: tuple[int, int, int, int, int] | None = None
+
+    def _now(self) -> tuple[int, int, int, int, int]:
+        st = self.nc.stats
+        return (time.process_time_ns(), cpu_ns(self.server_pid), sum(cpu_ns(p) for p in self.worker_pids()),
+                int(st["out_msgs"]), int(st["in_msgs"]))
+
+    def start(self) -> None:
+        self._mark = self._now()
+
+    def stop(self) -> None:
+        assert self._mark is not None
+        py, srv, wk, out, inn = (b - a for a, b in zip(self._mark, self._now(), strict=True))
+        c = self.costs
+        c.python_ms += py / 1e6
+        c.server_ms += srv / 1e6
+        c.workers_ms += wk / 1e6
+        c.msgs_out += out
+        c.msgs_in += inn
+        self._mark = None
 
 
 # --- raw JetStream baseline -------------------------------------------------------------
@@ -239,7 +293,7 @@ async def stored_times(nc: NATS, layout: Layout, eid: str) -> list[tuple[str, by
 
 async def engine_runs(
     client: Client, nc: NATS, layout: Layout, path: str, version: int, *, steps: int, runs: int,
-    profiler: cProfile.Profile | None,
+    profiler: cProfile.Profile | None, meter: Meter,
 ) -> tuple[list[float], list[float], Breakdown]:
     async def one() -> tuple[str, float]:
         t0 = time.perf_counter()
@@ -254,12 +308,14 @@ async def engine_runs(
     eids, walls = [], []
     if profiler is not None:
         profiler.enable()
+    meter.start()
     try:
         for _ in range(runs):
             eid, wall = await one()
             eids.append(eid)
             walls.append(wall)
     finally:
+        meter.stop()
         if profiler is not None:
             profiler.disable()
     step_lat: list[float] = []
@@ -318,8 +374,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await raw.run(max(50, args.steps))  # warm-up
         raw_lat: list[float] = []
         raw_wall = 0.0
-        for _ in range(args.runs):
+        raw_meter = Meter(server.proc.pid, nc_raw)
+        for _ in range(args.runs if args.raw_runs is None else args.raw_runs):
+            raw_meter.start()
             lat, wall = await raw.run(args.steps)
+            raw_meter.stop()
             raw_lat += lat
             raw_wall += wall
         await raw.stop()
@@ -334,8 +393,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pb.write_text(playbook_yaml(args.steps, args.tool))
             entry = await client.register(pb)
         profiler = cProfile.Profile() if args.cprofile else None
+        eng_meter = Meter(server.proc.pid, nc, default_pool().pids)
         step_lat, walls, bd = await engine_runs(
-            client, nc, layout, entry.path, entry.version, steps=args.steps, runs=args.runs, profiler=profiler
+            client, nc, layout, entry.path, entry.version, steps=args.steps, runs=args.runs, profiler=profiler,
+            meter=eng_meter,
         )
         if profiler is not None:
             profiler.dump_stats(args.cprofile)
@@ -374,6 +435,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     say(f"{'engine step':24}{ms(step_p50):>10.3f}{ms(step_p99):>10.3f}{result['steps_per_s']:>10.1f}")
     say(f"{'ratio engine/raw':24}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
     say(f"execution wall p50 {ms(statistics.median(walls)):.1f} ms (start -> terminal status, {args.steps} steps)")
+    first_excluded = [x for i, x in enumerate(step_lat) if i % args.steps]
+    if first_excluded:
+        say(f"{'engine step, not 1st':24}{ms(pct(first_excluded, 50)):>10.3f}{ms(pct(first_excluded, 99)):>10.3f}"
+            "   (the 1st step's fold parses the playbook)")
+    n_raw, n_eng = len(raw_lat), len(step_lat)
+    say("cost per round trip / per step (measured phase only; CPU ms per process, client msgs out/in):")
+    say(f"  {'':8}{'python':>9}{'server':>9}{'workers':>9}{'msgs out':>10}{'msgs in':>9}")
+    for name, c, n in (("raw", raw_meter.costs, n_raw), ("engine", eng_meter.costs, n_eng)):
+        say(f"  {name:8}{c.python_ms / n:>9.3f}{c.server_ms / n:>9.3f}{c.workers_ms / n:>9.3f}"
+            f"{c.msgs_out / n:>10.2f}{c.msgs_in / n:>9.2f}")
     say("engine step breakdown (log store times and the tool's clock), p50 / p99 ms:")
     for name, values, what in (
         ("dispatch", bd.dispatch, "input stored -> tool starts the call (engine fold, command publish, fetch)"),
@@ -393,9 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     parser.add_argument("--tool", choices=("python", "sleep"), default="python", help="step tool (default python)")
     parser.add_argument("--cprofile", metavar="FILE", help="cProfile the measured engine runs into FILE")
+    parser.add_argument("--raw-runs", type=int, help="raw chains (default: --runs; 1 keeps a sampling profile "
+                        "of the process mostly on the engine)")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.runs < 1:
-        parser.error("--steps and --runs must be at least 1")
+    if args.steps < 1 or args.runs < 1 or (args.raw_runs is not None and args.raw_runs < 1):
+        parser.error("--steps, --runs and --raw-runs must be at least 1")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     result = uvloop.run(main_async(args))
     print(json.dumps(result), flush=True)

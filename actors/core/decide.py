@@ -11,8 +11,12 @@ twice: outputs already in the log are recognised by their cause and not re-sent)
 Semantics (shared/DSL.md, seeds 000 and 001):
 * the first step is the entry; `next` rules route on success, first match wins;
   a step without `next` routes to `end`; `next: [a, b]` starts parallel branches;
-* a failed step routes to `end` with `routed_to_end` (no on_error/on_failure yet:
-  those arrive with the failure-semantics issue);
+* retry rules run after every attempt (actors/core/backoff.py for delays); a step that
+  still fails meets its `on_error` rules (a decision, recorded once), then its
+  `on_failure` edges (a remediation step with `failure` in scope), else it routes to
+  `end` with `routed_to_end`; `abort` cancels every other live branch;
+* `tool: playbook` starts a child execution; the child reports its end to the parent
+  as the result of the parent's command;
 * `end` runs once, when every live branch has reached it; it evaluates the workflow:
   FAILED if any failure is unhandled; then `workflow.*` and `playbook.*`;
 * only lifecycle events carry execution status.
@@ -20,13 +24,18 @@ Semantics (shared/DSL.md, seeds 000 and 001):
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from actors.core.backoff import DEFAULT_ERROR_DELAY, retry_delay, unit_random
+from actors.core.collect import collect, set_path, size
+from actors.core.envelope import build_envelope, failure_content
 from actors.core.state import Activation, Arrival, Execution
-from actors.playbook.loader import PlaybookInvalid, load_playbook
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, NoopTool, PlaybookTool, Step
+from actors.playbook.loader import PlaybookInvalid, load_playbook, max_attempts_ceiling
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, NoopTool, OnErrorRule, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, render_condition, render_value
 from actors.wire import (
     CallDone,
@@ -36,6 +45,8 @@ from actors.wire import (
     ErrorInfo,
     Event,
     Input,
+    ParentRef,
+    StartMessage,
     StartRecord,
     TimerFired,
 )
@@ -49,8 +60,8 @@ PLAYBOOK_COMPLETED = "playbook.completed"
 PLAYBOOK_FAILED = "playbook.failed"
 EXECUTION_CANCELLED = "execution.cancelled"
 
-
-_NOT_YET = ("loop", "sink", "on_error", "on_failure")
+_NOT_YET = ("loop", "sink")
+ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
 
 
 @dataclass(slots=True)
@@ -64,6 +75,15 @@ class Timer:
 
 
 @dataclass(slots=True)
+class CommandCancel:
+    """Stop a command: drop it from the work queue if still queued, tell the tool actor
+    running it to stop."""
+
+    kind: str
+    command_id: str
+
+
+@dataclass(slots=True)
 class Output:
     cause: int
     at: float
@@ -71,9 +91,15 @@ class Output:
     lifecycle: list[Event] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     timers: list[Timer] = field(default_factory=list)
+    cancels: list[CommandCancel] = field(default_factory=list)
+    starts: list[StartMessage] = field(default_factory=list)  # child executions to start
+    child_cancels: list[str] = field(default_factory=list)  # child executions to cancel
+    # the parent's result subject and the message for it, when a child execution ends
+    reply: tuple[str, CallDone | CallError] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.lifecycle or self.commands or self.timers)
+        return bool(self.events or self.lifecycle or self.commands or self.timers or self.cancels
+                    or self.starts or self.child_cancels or self.reply)
 
 
 class _Decision:
@@ -120,6 +146,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
         return  # a second start record for the same id: the first one won
     ex.playbook_path = rec.playbook_path
     ex.started_at = d.out.at
+    ex.parent = rec.parent
     if rec.error is not None or rec.playbook_source is None:
         err = rec.error or ErrorInfo(type="StartError", message="start record carries no playbook")
         _fail_execution(d, err)
@@ -131,7 +158,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
         return
     ex.workload = deep_merge(ex.playbook.workload, rec.payload)
     ex.status = "RUNNING"
-    meta = {"playbook": ex.playbook_path, "version": rec.playbook_version, "started_at": d.out.at}
+    meta: dict[str, Any] = {"playbook": ex.playbook_path, "version": rec.playbook_version, "started_at": d.out.at}
     if rec.parent is not None:
         meta["parent_execution_id"] = rec.parent.execution_id
         meta["parent_step"] = rec.parent.step
@@ -145,28 +172,32 @@ def _fail_execution(d: _Decision, err: ErrorInfo) -> None:
     ex = d.ex
     ex.status = "FAILED"
     d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at, error=_err(err))
+    _reply_to_parent(d, result=None, error=ErrorInfo(type="ChildFailed", message=f"child execution {ex.execution_id} "
+                                                     f"did not start: {err.message}"))
 
 
 # --- steps ---------------------------------------------------------------------------
 
 
-def _enter(d: _Decision, step_name: str, *, from_activation: int | None) -> None:
-    _begin(d, _activate(d, step_name, from_activation=from_activation))
+def _enter(d: _Decision, step_name: str, *, from_activation: int | None, failure: dict[str, Any] | None = None) -> None:
+    _begin(d, _activate(d, step_name, from_activation=from_activation, failure=failure))
 
 
-def _activate(d: _Decision, step_name: str, *, from_activation: int | None) -> Activation:
+def _activate(d: _Decision, step_name: str, *, from_activation: int | None,
+              failure: dict[str, Any] | None = None) -> Activation:
     """A new branch token at `step_name`. Tokens of a fan-out are all made live before
     any of them runs, so a fast first branch cannot find the others missing and start
     `end` early."""
     ex = d.ex
-    act = Activation(id=len(ex.activations), step=step_name, from_activation=from_activation)
+    act = Activation(id=len(ex.activations), step=step_name, from_activation=from_activation, failure=failure)
     ex.activations[act.id] = act
     if step_name == END:
         ex.end_activation = act.id
         d.event("step.enter", step_name, activation=act.id, arrivals=[a.step for a in ex.arrivals])
     else:
         ex.live[act.id] = None
-        d.event("step.enter", step_name, activation=act.id, from_activation=from_activation)
+        extra = {"remediates": failure["step"]} if failure else {}
+        d.event("step.enter", step_name, activation=act.id, from_activation=from_activation, **extra)
     return act
 
 
@@ -180,24 +211,18 @@ def _begin(d: _Decision, act: Activation) -> None:
 
 
 def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
-    ex = d.ex
-    scope = ex.scope()
-    where = f"step '{step.step}'"
     pending = [f for f in _NOT_YET if getattr(step, f) is not None]
     if pending:
         # parsed and validated, but not executed yet: fail loudly rather than ignore
-        _step_failed(d, act, ErrorInfo(type="NotSupported", message=f"{where} field {pending[0]}: not executed yet"))
-        return
-    if isinstance(step.tool, PlaybookTool):
-        _step_failed(d, act, ErrorInfo(type="NotSupported", message=f"{where}: tool kind `playbook` is not executed yet"))
+        _step_failed(d, act, ErrorInfo(type="NotSupported", message=f"step '{step.step}' field {pending[0]}: not executed yet"))
         return
     if isinstance(step.tool, NoopTool) and not step.retry:
         # A router or a pure data step: its result is its rendered args. Deciding it
         # here saves a command round trip and is just as deterministic.
         try:
-            args = render_value(step.args, scope, where="args")
+            args = render_value(step.args, d.ex.scope(act), where="args")
         except TemplateError as e:
-            _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"{where} field {e}"))
+            _failure(d, act, step, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
             return
         _step_completed(d, act, step, args)
         return
@@ -205,14 +230,14 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
 
 
 def _issue(d: _Decision, act: Activation, step: Step) -> None:
-    """Send the command for the activation's current attempt."""
+    """Send the command (or start the child execution) for the current attempt."""
     ex = d.ex
-    scope = ex.scope()
+    scope = ex.scope(act)
     try:
         args = render_value(step.args, scope, where="args")
         tool = _render_tool(step, scope)
     except TemplateError as e:
-        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+        _failure(d, act, step, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
         return
     if act.next_args is not None:
         args = deep_merge(args, act.next_args)
@@ -221,27 +246,46 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
     act.command_id = command_id
     ex.by_command[command_id] = act.id
     kind = str(tool.pop("kind"))
+    act.kind = kind
+    link = {"parent_event_id": parent} if act.attempt > 1 else {}
+    reply_to = f"{d.reply_to}.{command_id}"
+    if isinstance(step.tool, PlaybookTool):
+        child = child_execution_id(ex.execution_id, command_id)
+        act.child = child
+        version = tool.get("version")
+        d.out.starts.append(StartMessage(
+            playbook=str(tool.get("path")),
+            version=int(version) if version not in (None, "") else None,
+            payload=args,
+            execution_id=child,
+            parent=ParentRef(execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
+        ))
+        d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind,
+                attempt_number=act.attempt, child_execution_id=child, **link)
+        return
     d.out.commands.append(
         Command(
             execution_id=ex.execution_id,
             command_id=command_id,
             step=step.step,
             kind=kind,
-            reply_to=f"{d.reply_to}.{command_id}",
+            reply_to=reply_to,
             tool=tool,
             args=args,
             timeout=step.timeout,
             attempt_number=act.attempt,
         )
     )
-    link = {"parent_event_id": parent} if act.attempt > 1 else {}
     d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind,
             attempt_number=act.attempt, **link)
 
 
-def _render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
-    import msgspec
+def child_execution_id(execution_id: str, command_id: str) -> str:
+    """Deterministic, so a replay or a second engine starts the same child, never two."""
+    return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()
 
+
+def _render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
     raw = msgspec.to_builtins(step.tool)
     return {
         k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"tool.{k}")) for k, v in raw.items()
@@ -256,7 +300,7 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
         return
     act = ex.activations[act_id]
     if act.status != "RUNNING" or act.command_id != res.command_id:
-        return  # a duplicate delivery, or a result for a superseded attempt
+        return  # a duplicate delivery, or a result for a superseded or cancelled attempt
     step = ex.playbook.step(act.step)
     if act_id == ex.end_activation:
         if isinstance(res, CallDone):
@@ -269,7 +313,7 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
     if isinstance(res, CallDone):
         _step_completed(d, act, step, _collected_result(act, res.result))
     else:
-        _step_failed(d, act, res.error)
+        _failure(d, act, step, res.error)
 
 
 # --- retry ---------------------------------------------------------------------------
@@ -283,7 +327,9 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
     ok = isinstance(res, CallDone)
     result = res.result if isinstance(res, CallDone) else None
     error = _err(res.error) if isinstance(res, CallError) else None
-    scope = d.ex.scope()
+    if isinstance(res, CallError):
+        act.errors.append(_summary_line(act.attempt, res.error))
+    scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=error, attempt=act.attempt)
     for i, rule in enumerate(step.retry):
         where = f"retry[{i}]"
@@ -295,6 +341,7 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
         if not matched:
             continue
         policy = rule.then
+        act.max_attempts = policy.max_attempts
         if ok and policy.collect is not None:
             act.collect = policy.collect
             act.collected = collect(act.collected, result, policy.collect.strategy, policy.collect.path)
@@ -304,12 +351,13 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
                 # completes with what it gathered, and says so
                 final = _collected_result(act, result, already=True)
                 d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
-                        collected_size=_size(act.collected), bounded=True, rule=where)
+                        collected_size=size(act.collected), bounded=True, rule=where)
                 _step_completed(d, act, step, final)
             else:
+                assert isinstance(res, CallError)
                 d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
                         max_attempts=policy.max_attempts, error=error, rule=where)
-                _step_failed(d, act, res.error if isinstance(res, CallError) else _unknown())
+                _failure(d, act, step, res.error, exhausted=True)
             return True
         if ok and policy.next_call is not None:
             try:
@@ -330,7 +378,7 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
     if ok and act.collect is not None:
         final = _collected_result(act, result)
         d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
-                collected_size=_size(act.collected), bounded=False)
+                collected_size=size(act.collected), bounded=False)
         _step_completed(d, act, step, final)
         return True
     return False
@@ -352,8 +400,8 @@ def _next_attempt(d: _Decision, act: Activation, step: Step, *, delay: float, re
 def _timer_fired(d: _Decision, fired: TimerFired) -> None:
     ex = d.ex
     assert ex.playbook is not None
-    act_id = int(fired.timer_id.split("-", 1)[0]) if fired.timer_id.split("-", 1)[0].isdigit() else -1
-    act = ex.activations.get(act_id)
+    head = fired.timer_id.split("-", 1)[0]
+    act = ex.activations.get(int(head)) if head.isdigit() else None
     if act is None or act.status != "RUNNING" or act.timer_id != fired.timer_id:
         return  # a timer for an attempt that no longer waits (fired twice, or cancelled)
     act.timer_id = None
@@ -371,58 +419,205 @@ def _collected_result(act: Activation, result: Any, *, already: bool = False) ->
         act.collected = collect(act.collected, result, act.collect.strategy, act.collect.path)
     if act.collect.path is None:
         return act.collected
-    return _set_path(result, act.collect.path, act.collected)
+    return set_path(result, act.collect.path, act.collected)
 
 
-def collect(acc: Any, result: Any, strategy: str, path: str | None) -> Any:
-    """Accumulate one attempt's value (at `path`) into `acc`."""
-    value = _get_path(result, path) if path else result
-    if strategy == "replace":
-        return value
-    if strategy == "merge":
-        merged = dict(acc) if isinstance(acc, dict) else {}
-        if isinstance(value, dict):
-            merged.update(value)
-        return merged
-    items = list(acc) if isinstance(acc, list) else []
-    if path is not None and isinstance(value, list):
-        items.extend(value)
-    else:
-        items.append(value)
-    return items
+# --- failure: on_error decisions, on_failure edges --------------------------------------
 
 
-def _get_path(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(obj, dict):
-            obj = obj.get(part)
-        elif isinstance(obj, list) and part.lstrip("-").isdigit():
-            obj = obj[int(part)] if -len(obj) <= int(part) < len(obj) else None
+def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False) -> None:
+    """A step failed for good (no retry rule takes it any more). Its `on_error` rules say
+    what the failure means; with the default meaning, its `on_failure` edges may route
+    it to remediation; otherwise it goes to `end` unhandled."""
+    if not exhausted and not step.retry:
+        act.errors.append(_summary_line(act.attempt, error))
+    if step.on_error:
+        decided = _decide_on_error(d, act, step, error)
+        if decided is None:
+            return  # the rules themselves failed; the step failed naming the rule
+        decision = decided["decision"]
+        if decision == "ignore":
+            d.event("step.exit", step.step, activation=act.id, status="COMPLETED", ignored_error=_err(error))
+            _complete_and_route(d, act, step, decided.get("result"))
+            return
+        if decision in ("retry", "retry_later"):
+            if act.attempt >= max_attempts_ceiling():
+                d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
+                        max_attempts=max_attempts_ceiling(), error=_err(error), rule=decided["rule"])
+            else:
+                if decided.get("args") is not None:
+                    act.next_args = decided["args"]
+                delay = float(decided.get("delay") or 0.0) if decision == "retry_later" else 0.0
+                _next_attempt(d, act, step, delay=delay, reason=f"on_error:{decision}", rule=decided["rule"])
+                return
+        elif decision == "cancel":
+            act.status = "CANCELLED"
+            d.event("step.exit", step.step, activation=act.id, status="CANCELLED", error=_err(error), routed_to_end=True)
+            _leave(d, act, [END], status="CANCELLED")
+            return
+        elif decision == "handled":
+            _step_failed(d, act, error, handled=True)
+            return
+        elif decision == "abort":
+            _abort(d, act, step, error)
+            return
+    if step.on_failure:
+        _route_failure(d, act, step, error, exhausted=exhausted)
+        return
+    _step_failed(d, act, error)
+
+
+def _decide_on_error(d: _Decision, act: Activation, step: Step, error: ErrorInfo) -> dict[str, Any] | None:
+    """The first matching on_error rule's decision, rendered, recorded as
+    `step.failure_decided`. In a replay the recorded decision is read back, never
+    evaluated again."""
+    assert step.on_error is not None
+    key = (act.id, act.attempt)
+    recorded = d.ex.recorded.get(key)
+    if recorded is not None:
+        d.event("step.failure_decided", step.step, **recorded)
+        return recorded
+    scope = d.ex.scope(act)
+    scope.update(result=None, response=None, error=_err(error), attempt=act.attempt)
+    chosen: tuple[int, OnErrorRule] | None = None
+    try:
+        for i, rule in enumerate(step.on_error):
+            if render_condition(rule.when, scope, where=f"on_error[{i}].when"):
+                chosen = (i, rule)
+                break
+        decided: dict[str, Any] = {"activation": act.id, "attempt_number": act.attempt, "error": _err(error)}
+        if chosen is None:
+            decided.update(decision="none", rule=None)
         else:
-            return None
-    return obj
+            i, rule = chosen
+            decided.update(decision=rule.decision, rule=f"on_error[{i}]")
+            if rule.decision == "ignore":
+                decided["result"] = render_value(rule.result, scope, where=f"on_error[{i}].result")
+            if rule.args is not None:
+                decided["args"] = render_value(rule.args, scope, where=f"on_error[{i}].args")
+            if rule.decision == "retry_later":
+                decided["delay"] = rule.delay if rule.delay is not None else ON_ERROR_RETRY_DELAY
+    except TemplateError as e:
+        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+        return None
+    d.event("step.failure_decided", step.step, **decided)
+    return decided
 
 
-def _set_path(obj: Any, path: str, value: Any) -> Any:
-    if not isinstance(obj, dict):
-        return {path: value} if "." not in path else obj
-    head, _, rest = path.partition(".")
-    out = dict(obj)
-    out[head] = _set_path(obj.get(head), rest, value) if rest else value
-    return out
+def _route_failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool) -> None:
+    """Take the first matching on_failure edge (in declared order) to its remediation
+    step; the failure is then handled. The remediation step gets `failure` in scope."""
+    assert step.on_failure is not None
+    ex = d.ex
+    if ex.aborted:
+        _step_failed(d, act, error, route={"attempted": False, "status": "skipped_terminal"})
+        return
+    scope = ex.scope(act)
+    scope.update(result=None, response=None, error=_err(error), attempt=act.attempt)
+    target = edge = None
+    try:
+        for i, e in enumerate(step.on_failure):
+            if render_condition(e.when, scope, where=f"on_failure[{i}].when"):
+                target, edge = e.step, f"on_failure[{i}]"
+                break
+    except TemplateError as te:
+        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {te}"))
+        return
+    if target is None:
+        _step_failed(d, act, error, route={"attempted": True, "status": "no_route", "target": None})
+        return
+    summary = {"attempts": act.attempt, "max_attempts": act.max_attempts, "exhausted": exhausted,
+               "errors": act.errors[-10:]}
+    content = failure_content(error=_err(error), attempt=act.attempt, max_attempts=act.max_attempts,
+                              retry_summary=summary)
+    text, truncation = build_envelope(
+        execution_id=ex.execution_id, target_step=target, source_step=step.step, source_activation=act.id,
+        source_attempt=act.attempt, created_at=d.out.at, content=content,
+    )
+    failure = {"step": step.step, "attempt": act.attempt, "max_attempts": act.max_attempts, "error": _err(error),
+               "retry_summary": summary, "envelope": text, "truncation": truncation, "untrusted_data": True}
+    act.status = "FAILED"
+    route = {"attempted": True, "status": "selected", "target": target, "edge": edge}
+    d.event("step.exit", step.step, activation=act.id, status="FAILED", error=_err(error), handled=True,
+            failure_route=route)
+    ex.live.pop(act.id, None)
+    _begin(d, _activate(d, target, from_activation=act.id, failure=failure))
+    _maybe_end(d, act)
 
 
-def _size(collected: Any) -> int:
-    return len(collected) if isinstance(collected, (list, dict)) else (0 if collected is None else 1)
+def _summary_line(attempt: int, error: ErrorInfo) -> str:
+    return f"attempt {attempt}: {error.type}: {error.message[:200]}"
 
 
-def _unknown() -> ErrorInfo:
-    return ErrorInfo(type="RetryExhausted", message="retry bound reached")
+# --- abort and cancellation -----------------------------------------------------------
+
+
+def _abort(d: _Decision, act: Activation, step: Step, error: ErrorInfo) -> None:
+    """Fail the execution now: every other live branch is cancelled (running commands
+    stopped, queued ones dropped, timers disarmed, children cancelled) and routed to
+    `end`, which then evaluates the workflow as FAILED."""
+    ex = d.ex
+    ex.aborted = True
+    for other_id in list(ex.live):
+        if other_id != act.id:
+            _cancel_activation(d, ex.activations[other_id], reason=f"aborted by step '{step.step}'")
+    _step_failed(d, act, error, aborted=True)
+
+
+def _cancel_activation(d: _Decision, act: Activation, *, reason: str, to_end: bool = True) -> None:
+    ex = d.ex
+    if act.status == "RUNNING" and act.command_id is not None and act.timer_id is None:
+        d.event("command.cancelled", act.step, activation=act.id, command_id=act.command_id, reason=reason)
+        if act.child is not None:
+            d.out.child_cancels.append(act.child)
+        elif act.kind is not None:
+            d.out.cancels.append(CommandCancel(act.kind, act.command_id))
+    act.timer_id = None
+    act.status = "CANCELLED"
+    ex.live.pop(act.id, None)
+    if to_end:
+        d.event("step.exit", act.step, activation=act.id, status="CANCELLED", reason=reason, routed_to_end=True)
+        ex.arrivals.append(Arrival(step=act.step, status="CANCELLED", routed_to_end=True))
+
+
+def _cancel(d: _Decision, req: CancelRequest) -> None:
+    ex = d.ex
+    running = [a.command_id for a in ex.activations.values() if a.status == "RUNNING" and a.command_id]
+    for act_id in list(ex.live):
+        _cancel_activation(d, ex.activations[act_id], reason=req.reason or "execution cancelled", to_end=False)
+    ex.status = "CANCELLED"
+    d.lifecycle(
+        EXECUTION_CANCELLED,
+        playbook=ex.playbook_path,
+        started_at=ex.started_at,
+        ended_at=d.out.at,
+        reason=req.reason,
+        running_commands=running,
+    )
+    _reply_to_parent(d, result=None, error=ErrorInfo(type="ChildCancelled",
+                                                     message=f"child execution {ex.execution_id} was cancelled: {req.reason}"))
+
+
+# --- completion and routing -------------------------------------------------------------
 
 
 def _step_completed(d: _Decision, act: Activation, step: Step, result: Any) -> None:
-    ex = d.ex
-    scope = ex.scope()
+    scope = d.ex.scope(act)
+    scope.update(result=result, response=result, error=None, attempt=act.attempt)
+    try:
+        targets = _route(step, scope)
+    except TemplateError as e:
+        _failure(d, act, step, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field next: {e}"))
+        return
+    act.status = "COMPLETED"
+    d.ex.results[step.step] = result
+    d.event("step.exit", step.step, activation=act.id, status="COMPLETED", next=targets)
+    _leave(d, act, targets, status="COMPLETED")
+
+
+def _complete_and_route(d: _Decision, act: Activation, step: Step, result: Any) -> None:
+    """An ignored failure: the step counts as completed with `result`, and routes on."""
+    scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=None, attempt=act.attempt)
     try:
         targets = _route(step, scope)
@@ -430,8 +625,7 @@ def _step_completed(d: _Decision, act: Activation, step: Step, result: Any) -> N
         _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field next: {e}"))
         return
     act.status = "COMPLETED"
-    ex.results[step.step] = result
-    d.event("step.exit", step.step, activation=act.id, status="COMPLETED", next=targets)
+    d.ex.results[step.step] = result
     _leave(d, act, targets, status="COMPLETED")
 
 
@@ -444,20 +638,24 @@ def _route(step: Step, scope: dict[str, Any]) -> list[str]:
     return [END]  # no rule matched: the branch converges at end
 
 
-def _step_failed(d: _Decision, act: Activation, error: ErrorInfo) -> None:
+def _step_failed(d: _Decision, act: Activation, error: ErrorInfo, *, handled: bool = False, aborted: bool = False,
+                 route: dict[str, Any] | None = None) -> None:
+    """The step ends FAILED and its branch goes to `end`; unless handled, the failure
+    fails the workflow when `end` evaluates it."""
     ex = d.ex
     act.status = "FAILED"
-    ex.failed_steps.append(act.step)
-    d.event(
-        "step.exit",
-        act.step,
-        activation=act.id,
-        status="FAILED",
-        error=_err(error),
-        routed_to_end=True,
-        original_failed_step=act.step,
-    )
-    _leave(d, act, [END], status="FAILED")
+    if not handled:
+        ex.failed_steps.append(act.step)
+    extra: dict[str, Any] = {}
+    if handled:
+        extra["handled"] = True
+    if aborted:
+        extra["aborted"] = True
+    if route is not None:
+        extra["failure_route"] = route
+    d.event("step.exit", act.step, activation=act.id, status="FAILED", error=_err(error), routed_to_end=True,
+            original_failed_step=act.step, **extra)
+    _leave(d, act, [END], status="HANDLED" if handled else "FAILED")
 
 
 def _leave(d: _Decision, act: Activation, targets: list[str], *, status: str) -> None:
@@ -467,12 +665,17 @@ def _leave(d: _Decision, act: Activation, targets: list[str], *, status: str) ->
     fresh = []
     for target in targets:
         if target == END:
-            ex.arrivals.append(Arrival(step=act.step, status=status, routed_to_end=status == "FAILED"))
+            ex.arrivals.append(Arrival(step=act.step, status=status, routed_to_end=status != "COMPLETED"))
         else:
             fresh.append(_activate(d, target, from_activation=act.id))
     for new in fresh:
-        if not ex.terminal:
+        if not ex.terminal and new.status == "RUNNING":
             _begin(d, new)
+    _maybe_end(d, act)
+
+
+def _maybe_end(d: _Decision, act: Activation) -> None:
+    ex = d.ex
     if not ex.live and ex.end_activation is None and not ex.terminal:
         _begin(d, _activate(d, END, from_activation=act.id))
 
@@ -494,7 +697,7 @@ def _run_end(d: _Decision, act: Activation, step: Step) -> None:
         _finish(d, act, result=result, end_error=None)
         return
     ex.live[act.id] = None
-    _dispatch(d, act, step)
+    _issue(d, act, step)
 
 
 def _finish(d: _Decision, act: Activation, *, result: Any, end_error: ErrorInfo | None) -> None:
@@ -509,6 +712,8 @@ def _finish(d: _Decision, act: Activation, *, result: Any, end_error: ErrorInfo 
         "evaluated_by_end_step": True,
         "total_steps": len({a.step for a in ex.activations.values()}),
         "failed_steps_count": len(failed),
+        "handled_failures": [a.step for a in ex.arrivals if a.status == "HANDLED"],
+        "cancelled_steps": [a.step for a in ex.arrivals if a.status == "CANCELLED"],
     }
     if failed:
         ex.status = "FAILED"
@@ -524,31 +729,33 @@ def _finish(d: _Decision, act: Activation, *, result: Any, end_error: ErrorInfo 
             result=result,
             **meta,
         )
+        _reply_to_parent(d, result=None, error=ErrorInfo(
+            type="ChildFailed", message=f"child execution {ex.execution_id} failed: {error.message}"))
     else:
         ex.status = "COMPLETED"
         d.lifecycle(WORKFLOW_COMPLETED, **meta)
         d.lifecycle(
             PLAYBOOK_COMPLETED, playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at, result=result, **meta
         )
+        _reply_to_parent(d, result=result, error=None)
 
 
-# --- cancel --------------------------------------------------------------------------
-
-
-def _cancel(d: _Decision, req: CancelRequest) -> None:
-    ex = d.ex
-    ex.status = "CANCELLED"
-    running = [a.command_id for a in ex.activations.values() if a.status == "RUNNING" and a.command_id]
-    for act_id in list(ex.live):
-        ex.live.pop(act_id)
-    d.lifecycle(
-        EXECUTION_CANCELLED,
-        playbook=ex.playbook_path,
-        started_at=ex.started_at,
-        ended_at=d.out.at,
-        reason=req.reason,
-        running_commands=running,
-    )
+def _reply_to_parent(d: _Decision, *, result: Any, error: ErrorInfo | None) -> None:
+    """A child execution reports its end to its parent as the result of the parent's
+    command: the parent's step inherits the child's status."""
+    parent = d.ex.parent
+    if parent is None or not parent.reply_to or not parent.command_id or not parent.step:
+        return
+    attempt = int(parent.command_id.rsplit("-", 1)[-1]) if "-" in parent.command_id else 1
+    worker = f"execution:{d.ex.execution_id}"
+    msg: CallDone | CallError
+    if error is not None:
+        msg = CallError(execution_id=parent.execution_id, command_id=parent.command_id, step=parent.step,
+                        error=error, attempt_number=attempt, worker=worker)
+    else:
+        msg = CallDone(execution_id=parent.execution_id, command_id=parent.command_id, step=parent.step,
+                       attempt_number=attempt, result=result, worker=worker)
+    d.out.reply = (parent.reply_to, msg)
 
 
 # --- helpers -------------------------------------------------------------------------

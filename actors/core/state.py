@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors.playbook.model import Collect, Playbook
+from actors.wire import ParentRef
 
 ExecState = Literal["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
@@ -22,7 +23,7 @@ class Activation:
 
     id: int
     step: str
-    status: Literal["RUNNING", "COMPLETED", "FAILED"] = "RUNNING"
+    status: Literal["RUNNING", "COMPLETED", "FAILED", "CANCELLED"] = "RUNNING"
     attempt: int = 1
     command_id: str | None = None
     from_activation: int | None = None
@@ -30,6 +31,11 @@ class Activation:
     next_args: dict[str, Any] | None = None  # next_call args for the next attempt
     collect: Collect | None = None  # how retries accumulate results, once a rule collected
     collected: Any = None
+    kind: str | None = None  # tool kind of the command in flight
+    child: str | None = None  # child execution id, for `tool: playbook`
+    max_attempts: int | None = None  # from the retry rule that last matched
+    errors: list[str] = field(default_factory=list)  # one line per failed attempt: the retry summary
+    failure: dict[str, Any] | None = None  # `failure` in scope, for a remediation step
 
 
 @dataclass(slots=True)
@@ -37,7 +43,7 @@ class Arrival:
     """A branch that reached `end`."""
 
     step: str
-    status: str
+    status: str  # COMPLETED | FAILED | HANDLED | CANCELLED
     routed_to_end: bool = False
 
 
@@ -57,11 +63,20 @@ class Execution:
     failed_steps: list[str] = field(default_factory=list)  # unhandled failures
     end_activation: int | None = None
     inputs_folded: int = 0
+    parent: ParentRef | None = None
+    aborted: bool = False
+    # failure decisions read back from the log during a replay: (activation, attempt) ->
+    # the recorded `step.failure_decided` data; a recorded decision is never re-evaluated
+    recorded: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
-    def scope(self) -> dict[str, Any]:
-        """Template scope: workload, execution_id, every completed step's result."""
-        return {**self.results, "workload": self.workload, "execution_id": self.execution_id}
+    def scope(self, act: Activation | None = None) -> dict[str, Any]:
+        """Template scope: workload, execution_id, every completed step's result, and
+        `failure` for a remediation step."""
+        scope = {**self.results, "workload": self.workload, "execution_id": self.execution_id}
+        if act is not None and act.failure is not None:
+            scope["failure"] = act.failure
+        return scope

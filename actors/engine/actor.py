@@ -26,6 +26,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -34,10 +35,19 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.core.decide import EXECUTION_CANCELLED, Output, Timer, fold
+from actors.core.decide import Output, Timer, fold
 from actors.core.state import Execution
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, dead_letter, log_time, publish_all, schedule_at, stream_seq
-from actors.wire import Command, DecisionRecord, StartRecord, decision_decoder, encode, event_decoder, input_decoder
+from actors.wire import (
+    CancelRequest,
+    Command,
+    DecisionRecord,
+    StartRecord,
+    decision_decoder,
+    encode,
+    event_decoder,
+    input_decoder,
+)
 from streams.layout import (
     CMD_STREAM,
     EV,
@@ -45,6 +55,7 @@ from streams.layout import (
     IN,
     LC,
     SCH,
+    START_SUBJECT,
     Layout,
     class_of,
     cmd_subject,
@@ -152,6 +163,7 @@ class ExecutionActor:
                 js, [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in commands]
             )
             await self._arm([t for t in out.timers if t.timer_id not in timers_fired])
+            await self._signal(out)
         items = []
         if out.events and not seen_ev:
             record = DecisionRecord(cause=out.cause, events=out.events)
@@ -160,10 +172,25 @@ class ExecutionActor:
             if ev.type not in seen_lc:
                 items.append((f"{self.prefix}.{LC}.{ev.type}", encode(ev), f"{eid}:lc:{ev.type}"))
         await publish_all(js, items)
-        if any(ev.type == EXECUTION_CANCELLED for ev in out.lifecycle):
-            # tell tool actors to stop this execution's running commands (best effort:
-            # a command that starts later sees a terminal execution via its result)
-            await self.engine.nc.publish(f"cancel.{eid}", b"")
+
+    async def _signal(self, out: Output) -> None:
+        """What a decision tells other executions and tool actors: children to start or
+        cancel, the parent's result, commands to stop. Each is idempotent on the
+        receiving side (start by execution id, results and cancels by state), so a
+        replay may send them again."""
+        js, layout = self.engine.js, self.engine.layout
+        items = [(START_SUBJECT, encode(s), s.execution_id or "") for s in out.starts]
+        if out.reply is not None:
+            subject, msg = out.reply
+            items.append((subject, encode(msg), f"{msg.execution_id}:res:{msg.command_id}"))
+        for child in out.child_cancels:
+            req = CancelRequest(execution_id=child, reason=f"parent execution {self.execution_id} cancelled it")
+            items.append((layout.exec_subject(child, IN, "cancel"), encode(req), f"{child}:cancel"))
+        await publish_all(js, items)
+        for c in out.cancels:
+            # drop it if still queued; stop it if a tool actor is running it
+            await self.engine.nc.jsm().purge_stream(CMD_STREAM, subject=cmd_subject(c.kind, self.execution_id, c.command_id))
+            await self.engine.nc.publish(f"cancel.{self.execution_id}.{c.command_id}", b"")
 
     async def _arm(self, timers: list[Timer]) -> None:
         """Store each timer in the stream as a scheduled message: the server delivers it
@@ -217,6 +244,7 @@ class ExecutionActor:
         inputs: list[tuple[str, bytes, int, float]] = []
         results: set[str] = set()
         fired: set[str] = set()
+        recorded: dict[tuple[int, int], dict[str, Any]] = {}
         seen_ev: set[int] = set()
         seen_lc: set[str] = set()
         try:
@@ -231,14 +259,18 @@ class ExecutionActor:
                     elif kind.startswith("timer."):
                         fired.add(kind.split(".", 1)[1])
                 elif cls == EV:
-                    seen_ev.add(decision_decoder.decode(msg.data).cause)
+                    record = decision_decoder.decode(msg.data)
+                    seen_ev.add(record.cause)
+                    for ev in record.events:
+                        if ev.type == "step.failure_decided":
+                            recorded[(int(ev.data["activation"]), int(ev.data["attempt_number"]))] = ev.data
                 elif cls == LC:
                     seen_lc.add(event_decoder.decode(msg.data).type)
                 if msg.metadata.num_pending == 0:
                     break
         finally:
             await sub.unsubscribe()
-        self.state = Execution(execution_id=self.execution_id)
+        self.state = Execution(execution_id=self.execution_id, recorded=recorded)
         self.last_seq = 0
         frozen_lc, frozen_results, frozen_fired = frozenset(seen_lc), frozenset(results), frozenset(fired)
         for subject, data, seq, at in inputs:

@@ -60,7 +60,7 @@ class ToolActor:
     async def start(self) -> None:
         if "python" in self.kinds:
             await default_pool().start()  # warm workers now, not on the first step
-        self._cancel_sub = await self.nc.subscribe("cancel.*", cb=self._on_cancel)
+        self._cancel_sub = await self.nc.subscribe("cancel.>", cb=self._on_cancel)
         for kind in self.kinds:
             psub = await self.js.pull_subscribe_bind(durable=tool_consumer(kind), stream=CMD_STREAM)
             self._loops.append(asyncio.create_task(self._pull(psub), name=f"tools:{kind}"))
@@ -83,8 +83,12 @@ class ToolActor:
         await close_http()
 
     async def _on_cancel(self, msg: Msg) -> None:
-        eid = msg.subject.split(".", 1)[1]
-        for ev in self._running.get(eid, {}).values():
+        """`cancel.<execution>` stops all of an execution's commands running here,
+        `cancel.<execution>.<command>` one of them."""
+        parts = msg.subject.split(".")
+        running = self._running.get(parts[1], {}) if len(parts) > 1 else {}
+        targets = running.values() if len(parts) == 2 else [running[parts[2]]] if parts[2] in running else []
+        for ev in targets:
             ev.set()
 
     async def _pull(self, psub: JetStreamContext.PullSubscription) -> None:
