@@ -261,7 +261,8 @@ async def read_exec_log(nc: NATS, n_expected: int) -> tuple[dict[str, ExecTrace]
 
 async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     n, delay = args.n, args.delay
-    layout = Layout()
+    # the tool consumer must let the noop actor hold every attempt-1 command at once
+    layout = Layout(tool_max_ack_pending=max(1024, args.tool_concurrency))
     nc = await connect(server.url, name="bench-engine")
     runtime: Runtime | None = None
     tools: ToolActor | None = None
@@ -562,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=5000, help="concurrent executions, one retry timer each")
     parser.add_argument("--delay", type=float, default=None, help="retry delay D in s (default 5 + n/400)")
-    parser.add_argument("--tool-concurrency", type=int, default=1024, help="noop tool actor concurrency")
+    parser.add_argument("--tool-concurrency", type=int, default=None,
+                        help="noop tool actor concurrency (default n: attempt 1 is drained in one fetch)")
     parser.add_argument("--settle", type=float, default=2.0, help="s to wait after the end for late duplicates")
     parser.add_argument("--raw-lead", type=float, default=None, help="s from now to the first raw due (default 3 + n/2000)")
     parser.add_argument("--raw-wait", type=float, default=30.0, help="s to wait for raw targets after the last due")
@@ -573,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n must be at least 1")
     if args.delay is None:
         args.delay = round(5 + args.n / 400, 1)
+    if args.tool_concurrency is None:
+        args.tool_concurrency = args.n
     if args.raw_lead is None:
         args.raw_lead = 3 + args.n / 2000
     logs = CountingHandler()

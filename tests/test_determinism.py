@@ -1,0 +1,165 @@
+"""Engine decisions are a pure function of the log: replaying it reproduces every
+recorded decision exactly and adds nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.core.decide import fold
+from actors.core.state import Execution
+from actors.natsio import log_time, stream_seq
+from actors.wire import decision_decoder, event_decoder, input_decoder
+from streams.layout import EXEC_STREAM, IN, class_of
+from tests.conftest import System, of_type
+
+pytestmark = [pytest.mark.timeout(60)]
+
+PLAYBOOKS = {
+    "parallel_and_routing": """
+  - step: start
+    tool: {kind: python, code: "def main(): return {'n': 3}"}
+    next:
+      - when: "{{ result.n > 2 }}"
+        then: [a, b]
+      - else: c
+  - step: a
+    tool: {kind: sleep, seconds: 0.05}
+  - step: b
+  - step: c
+""",
+    "retry_with_jitter_then_remediation": """
+  - step: flaky
+    tool: {kind: python, code: "def main(): raise OSError('unreachable')"}
+    retry:
+      - when: "{{ error is not none }}"
+        then: {max_attempts: 3, backoff: exponential, initial_delay: 0.05, jitter: full}
+    on_failure: cleanup
+  - step: cleanup
+    args: {what: "{{ failure.step }}"}
+""",
+    "on_error_and_abort": """
+  - step: start
+    next: [slow, bad, ignored]
+  - step: slow
+    tool: {kind: sleep, seconds: 20}
+  - step: ignored
+    tool: {kind: python, code: "def main(): raise KeyError('k')"}
+    on_error: [{decision: ignore, result: 0}]
+  - step: bad
+    tool: {kind: sleep, seconds: 0.1}
+    next: worse
+  - step: worse
+    tool: {kind: python, code: "def main(): raise ValueError('v')"}
+    on_error: [{decision: abort}]
+""",
+}
+
+
+async def _raw_log(system: System, eid: str) -> list[Any]:
+    prefix = system.layout.exec_prefix(eid)
+    sub = await system.nc.jetstream().subscribe(f"{prefix}.>", stream=EXEC_STREAM, ordered_consumer=True)
+    out = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            out.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
+            if msg.metadata.num_pending == 0:
+                return out
+    finally:
+        await sub.unsubscribe()
+
+
+def _replay(eid: str, reply_to: str, log: list[Any], *, with_recorded: bool) -> dict[int, list[Any]]:
+    recorded = {}
+    if with_recorded:
+        for subject, data, _, _ in log:
+            if class_of(subject) == "ev":
+                for ev in decision_decoder.decode(data).events:
+                    if ev.type == "step.failure_decided":
+                        recorded[(ev.data["activation"], ev.data["attempt_number"])] = ev.data
+    ex = Execution(execution_id=eid, recorded=recorded)
+    decisions = {}
+    for subject, data, seq, at in log:
+        if class_of(subject) == IN:
+            out = fold(ex, input_decoder.decode(data), seq=seq, at=at, reply_to=reply_to)
+            if out.events or out.lifecycle:
+                decisions[seq] = [msgspec.to_builtins(e) for e in out.events + out.lifecycle]
+    return decisions
+
+
+def _recorded(log: list[Any]) -> dict[int, list[Any]]:
+    got: dict[int, list[Any]] = {}
+    for subject, data, _, _ in log:
+        cls = class_of(subject)
+        if cls == "ev":
+            rec = decision_decoder.decode(data)
+            got.setdefault(rec.cause, [])[0:0] = [msgspec.to_builtins(e) for e in rec.events]
+        elif cls == "lc":
+            ev = event_decoder.decode(data)
+            got.setdefault(ev.cause, []).append(msgspec.to_builtins(ev))
+    return got
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", sorted(PLAYBOOKS))
+async def test_replaying_the_log_reproduces_every_decision_exactly(system: System, name: str) -> None:
+    eid, status = await system.run_yaml(f"apiVersion: actors/v1\nkind: Playbook\nmetadata: {{name: {name}}}\nworkflow:\n"
+                                        + PLAYBOOKS[name])
+    assert status.state in ("COMPLETED", "FAILED")
+    await system.engine_idle()
+    log = await _raw_log(system, eid)
+    reply_to = f"{system.layout.exec_prefix(eid)}.in.result"
+    recorded = _recorded(log)
+    assert recorded, "nothing recorded"
+    # the engine's way (recorded failure decisions read back) and pure re-evaluation agree
+    assert _replay(eid, reply_to, log, with_recorded=True) == recorded
+    assert _replay(eid, reply_to, log, with_recorded=False) == recorded
+
+
+@pytest.mark.asyncio
+async def test_a_new_engine_replaying_a_finished_execution_adds_nothing(system: System) -> None:
+    eid, status = await system.run_yaml("apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: replay_me}\nworkflow:\n"
+                                        + PLAYBOOKS["retry_with_jitter_then_remediation"])
+    assert status.state == "COMPLETED"
+    await system.engine_idle()
+    before = await _raw_log(system, eid)
+    await system.restart_roles(("engine",))
+    await system.client.cancel(eid, "wake the execution up: forces a replay in the new engine")
+    await system.engine_idle()
+    after = await _raw_log(system, eid)
+    added = after[len(before):]
+    assert [class_of(s) for s, *_ in added] == ["in"]  # only the cancel request itself
+    assert after[: len(before)] == before
+    assert not of_type(await system.events(eid), "execution.cancelled")
+
+
+def test_a_recorded_failure_decision_is_read_back_not_evaluated_again() -> None:
+    """Pure core: even if the rules would now decide otherwise, the replay follows the
+    decision the log recorded (seed 004's hook could decide differently on replay)."""
+    from actors.wire import CallError, ErrorInfo, StartRecord
+
+    source = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: recorded}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): pass"}
+    on_error: [{decision: none}]
+"""
+    reply = "exec.0.e.in.result"
+    err = ErrorInfo(type="ValueError", message="x")
+
+    def run(recorded: dict[Any, Any]) -> tuple[str, list[str]]:
+        ex = Execution(execution_id="e", recorded=recorded)
+        fold(ex, StartRecord(execution_id="e", playbook_path="recorded", playbook_source=source), seq=1, at=1.0, reply_to=reply)
+        out = fold(ex, CallError(execution_id="e", command_id="0-1", step="a", error=err, attempt_number=1),
+                   seq=2, at=2.0, reply_to=reply)
+        return ex.status, [e.type for e in out.lifecycle]
+
+    assert run({}) == ("FAILED", ["workflow.failed", "playbook.failed"])
+    recorded = {(0, 1): {"activation": 0, "attempt_number": 1, "decision": "ignore", "result": 7, "rule": "on_error[0]",
+                         "error": {"type": "ValueError"}}}
+    assert run(recorded) == ("COMPLETED", ["workflow.completed", "playbook.completed"])
