@@ -24,8 +24,9 @@ What it does (everything in this process on uvloop, against its own nats-server)
    To make N timers fall due within the same second, attempt 1's results must land
    within a second of each other. The engine, starter and projector start first
    (``start_roles``); N starts are published concurrently; once all N attempt-1
-   commands wait in the CMD work queue, a ``noop`` tool actor starts and drains them
-   in a burst. ``spread_s`` (max due - min due) and ``max_due_in_1s`` (most dues in any
+   commands wait in the CMD work queue, a ``noop`` tool actor starts (concurrency n by
+   default, and the layout's ``tool_max_ack_pending`` raised to match, so it takes them
+   all in one fetch) and drains them in a burst. ``spread_s`` (max due - min due) and ``max_due_in_1s`` (most dues in any
    one-second window) say how well that worked. D defaults to 5 s + 1 s per 400
    executions so that every timer is armed before the first one is due; ``armed_late``
    counts the timers whose ``retry.scheduled`` record was stored less than 50 ms
@@ -49,8 +50,13 @@ What it does (everything in this process on uvloop, against its own nats-server)
    this process - due.
 
 4. Prints a table, then one JSON object as the last line. The whole run is bounded by
-   ``--timeout`` (asyncio), and by an alarm that kills the server and exits if the
-   loop itself is stuck.
+   ``--timeout`` (asyncio; then the JSON line carries ``error`` and the exit code is 4),
+   and by an alarm 60 s later that kills the server and exits if the loop is stuck.
+
+Reading the figures: nats-server runs its scheduler at most every 250 ms (it clamps
+the next pass to at least 250 ms away, server/scheduler.go ``resetTimer``), so of a
+batch due within a few milliseconds the first message fires on time and the rest on
+the next pass, ~250 ms late, raw or engine alike.
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from actors.client import Client
+from actors.engine.actor import Engine
 from actors.natsio import MSG_ID, SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.runtime import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
@@ -308,12 +315,14 @@ async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable
 
         await wait_until(all_terminal, timeout=args.timeout, what=f"{n} executions to end", interval=0.2)
         t_done = time.time()
+        engine_rss = rss_mb_self()  # peak so far: before this process reads the whole log
         await asyncio.sleep(args.settle)  # room for a late second firing to show up
+        # execution actors still alive once every execution ended and --settle passed
+        actors_left = sum(len(e.actors) for e in runtime.find(Engine) if isinstance(e, Engine))
         for ts in tsubs:
             await ts.unsubscribe()
         traces, msgs, fired_headers = await read_exec_log(nc, n)
         sch_left = sum(len(t.sch_stored) for t in traces.values())
-        engine_rss = rss_mb_self()
     finally:
         if tools is not None:
             await tools.stop()
@@ -375,7 +384,8 @@ async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable
         "fired_headers": sorted(fired_headers),
         "start_to_queued_s": round(t_queued - t0, 3),
         "tools_start_to_all_done_s": round(t_done - t_tools, 3),
-        "engine_proc_rss_mb": engine_rss,
+        "actors_proc_max_rss_mb": engine_rss,
+        "engine_actors_left": actors_left,
     }
 
 
@@ -477,8 +487,10 @@ async def main_async(args: argparse.Namespace, logs: CountingHandler) -> dict[st
         server_rss = rss_mb_proc(server.proc.pid)
         srv_problems, srv_first = server_log_problems(server)
     finally:
-        await server.stop()
-        _server = None
+        try:
+            await server.stop()
+        finally:
+            kill_server()
     wall = time.time() - t0
 
     el, ea, ee = summary(eng.pop("late")), summary(eng.pop("act")), summary(eng.pop("e2e"))
@@ -515,7 +527,8 @@ async def main_async(args: argparse.Namespace, logs: CountingHandler) -> dict[st
         "start_to_queued_s": eng["start_to_queued_s"],
         "tools_start_to_all_done_s": eng["tools_start_to_all_done_s"],
         "exec_msgs": eng["exec_msgs"],
-        "engine_proc_rss_mb": eng["engine_proc_rss_mb"],
+        "actors_proc_max_rss_mb": eng["actors_proc_max_rss_mb"],
+        "engine_actors_left": eng["engine_actors_left"],
         "server_rss_mb": server_rss,
         "log_warnings": logs.count,
         "server_log_problems": srv_problems,
@@ -542,19 +555,28 @@ async def main_async(args: argparse.Namespace, logs: CountingHandler) -> dict[st
         f"twice+ {result['attempt2_more']}; COMPLETED {result['completed']}/{args.n}, failed {result['failed']}")
     say(f"raw: fired once {result['raw_fired_once']}, never {result['raw_fired_zero']}, more "
         f"{result['raw_fired_more']}; schedules left in stream: engine {result['sch_left']}, raw {result['raw_sch_left']}")
-    say(f"engine process max RSS {result['engine_proc_rss_mb']} MB, nats-server max RSS {result['server_rss_mb']} MB; "
+    say(f"actors process max RSS {result['actors_proc_max_rss_mb']} MB (all actors, at the end; after --settle "
+        f"{result['engine_actors_left']} execution actors left), nats-server max RSS {result['server_rss_mb']} MB; "
         f"actor log warnings {logs.count}, server log warnings/errors {srv_problems}; wall {result['wall_s']} s")
     for line in logs.first + srv_first:
         say(f"  log: {line}")
     return result
 
 
-def _hard_timeout(signum: int, frame: Any) -> None:
-    """The loop is stuck past --timeout: kill the server and leave."""
-    srv = _server
+def kill_server() -> None:
+    """SIGKILL the server's process group if it is still there (it runs in its own
+    session); then forget it."""
+    global _server
+    srv, _server = _server, None
     if srv is not None and srv.proc.poll() is None:
         with contextlib.suppress(OSError):
             os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait()
+
+
+def _hard_timeout(signum: int, frame: Any) -> None:
+    """The loop is stuck past --timeout: kill the server and leave."""
+    kill_server()
     sys.stderr.write("retry_timers: hard timeout, server killed\n")
     os._exit(124)
 
@@ -586,8 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(int(args.timeout) + 60)
     try:
         result = uvloop.run(main_async(args, logs))
+    except TimeoutError as e:
+        print(json.dumps({"n": args.n, "error": str(e) or f"run exceeded --timeout {args.timeout:g} s"}), flush=True)
+        return 4
     finally:
         signal.alarm(0)
+        kill_server()
     print(json.dumps(result), flush=True)
     return 0
 
