@@ -437,8 +437,7 @@ def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exh
             return  # the rules themselves failed; the step failed naming the rule
         decision = decided["decision"]
         if decision == "ignore":
-            d.event("step.exit", step.step, activation=act.id, status="COMPLETED", ignored_error=_err(error))
-            _complete_and_route(d, act, step, decided.get("result"))
+            _step_completed(d, act, step, decided.get("result"), ignored_error=_err(error))
             return
         if decision in ("retry", "retry_later"):
             if act.attempt >= max_attempts_ceiling():
@@ -601,31 +600,26 @@ def _cancel(d: _Decision, req: CancelRequest) -> None:
 # --- completion and routing -------------------------------------------------------------
 
 
-def _step_completed(d: _Decision, act: Activation, step: Step, result: Any) -> None:
+def _step_completed(d: _Decision, act: Activation, step: Step, result: Any,
+                    *, ignored_error: dict[str, Any] | None = None) -> None:
+    """The step completed with `result` (for an `ignore` decision, despite the error it
+    records) and routes on. A routing error after an ignored failure fails the step
+    directly: it must not re-enter the on_error rules that just decided."""
     scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=None, attempt=act.attempt)
     try:
         targets = _route(step, scope)
     except TemplateError as e:
-        _failure(d, act, step, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field next: {e}"))
+        err = ErrorInfo(type="TemplateError", message=f"step '{step.step}' field next: {e}")
+        if ignored_error is None:
+            _failure(d, act, step, err)
+        else:
+            _step_failed(d, act, err)
         return
     act.status = "COMPLETED"
     d.ex.results[step.step] = result
-    d.event("step.exit", step.step, activation=act.id, status="COMPLETED", next=targets)
-    _leave(d, act, targets, status="COMPLETED")
-
-
-def _complete_and_route(d: _Decision, act: Activation, step: Step, result: Any) -> None:
-    """An ignored failure: the step counts as completed with `result`, and routes on."""
-    scope = d.ex.scope(act)
-    scope.update(result=result, response=result, error=None, attempt=act.attempt)
-    try:
-        targets = _route(step, scope)
-    except TemplateError as e:
-        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field next: {e}"))
-        return
-    act.status = "COMPLETED"
-    d.ex.results[step.step] = result
+    extra = {"ignored_error": ignored_error} if ignored_error is not None else {}
+    d.event("step.exit", step.step, activation=act.id, status="COMPLETED", next=targets, **extra)
     _leave(d, act, targets, status="COMPLETED")
 
 
