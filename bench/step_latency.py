@@ -13,10 +13,12 @@ What it does (everything in this process on uvloop, against its own nats-server)
    ``js.publish``). Every publish carries a ``Nats-Msg-Id``, as the engine's do. One
    warm-up chain, then ``runs`` chains of ``steps`` round trips; each round trip is
    timed with ``time.perf_counter`` from just before the command publish to the
-   result's arrival in the engine-side callback.
+   result's arrival in the engine-side callback. Its streams and connection are its
+   own; the actors are up (idle) while it runs.
 2. Engine: a generated playbook of ``steps`` sequential python steps
    (``def main(i): return i + 1``, each fed the previous result by a template) is
-   registered, run once to warm up, then ``runs`` times one after the other. Per-step
+   registered, run once to warm up, then ``runs`` times one after the other, each
+   execution right after one raw chain (interleaved: both see the same moment). Per-step
    latency is the difference between consecutive ``call.done`` inputs' log timestamps
    (server time of the stored message, ``LogItem.at``); the first step is measured
    from the start record. Wall time per execution is ``Client.start`` -> terminal
@@ -38,12 +40,13 @@ import json
 import logging
 import math
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -293,8 +296,10 @@ async def stored_times(nc: NATS, layout: Layout, eid: str) -> list[tuple[str, by
 
 async def engine_runs(
     client: Client, nc: NATS, layout: Layout, path: str, version: int, *, steps: int, runs: int,
-    profiler: cProfile.Profile | None, meter: Meter,
+    profiler: cProfile.Profile | None, meter: Meter, before_each: Callable[[], Awaitable[None]],
 ) -> tuple[list[float], list[float], Breakdown]:
+    """Warm up, then `runs` executions one after the other, each preceded by
+    `before_each` (the raw chain: both see the same conditions); then read the logs."""
     async def one() -> tuple[str, float]:
         t0 = time.perf_counter()
         eid = await client.start(path, version=version, payload={"i": 0})
@@ -306,18 +311,19 @@ async def engine_runs(
 
     await one()  # warm-up: first render/compile of every template, first pool call, ...
     eids, walls = [], []
-    if profiler is not None:
-        profiler.enable()
-    meter.start()
-    try:
-        for _ in range(runs):
-            eid, wall = await one()
-            eids.append(eid)
-            walls.append(wall)
-    finally:
-        meter.stop()
+    for _ in range(runs):
+        await before_each()
         if profiler is not None:
-            profiler.disable()
+            profiler.enable()
+        meter.start()
+        try:
+            eid, wall = await one()
+        finally:
+            meter.stop()
+            if profiler is not None:
+                profiler.disable()
+        eids.append(eid)
+        walls.append(wall)
     step_lat: list[float] = []
     bd = Breakdown()
     for eid in eids:
@@ -359,31 +365,23 @@ def nats_server_version() -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     say: Callable[[str], None] = (lambda s: None) if args.json_only else print
+    # SIGINT/SIGTERM cancel this task, so the `finally` below still stops the actors, the
+    # python workers and the server (it runs in its own session: no signal reaches it)
+    loop, me = asyncio.get_running_loop(), asyncio.current_task()
+    assert me is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, me.cancel)
     server = await NatsServer.start()
     nc_raw: NATS | None = None
     nc: NATS | None = None
     runtime: Runtime | None = None
     raw: RawChain | None = None
     try:
-        # raw first, on its own connection (one connection for both sides, as the
-        # actors share one), before the actors exist
+        # raw: its own connection (one for both its sides, as the actors share one)
         nc_raw = await connect(server.url, name="bench-raw")
         await raw_setup(nc_raw)
         raw = RawChain(nc_raw)
         await raw.start()
-        await raw.run(max(50, args.steps))  # warm-up
-        raw_lat: list[float] = []
-        raw_wall = 0.0
-        raw_meter = Meter(server.proc.pid, nc_raw)
-        for _ in range(args.runs if args.raw_runs is None else args.raw_runs):
-            raw_meter.start()
-            lat, wall = await raw.run(args.steps)
-            raw_meter.stop()
-            raw_lat += lat
-            raw_wall += wall
-        await raw.stop()
-        raw = None
-
         layout = Layout()
         nc = await connect(server.url, name="bench")
         runtime = await start_roles(nc, layout=layout)
@@ -392,14 +390,40 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pb = Path(tmp) / "steps.yaml"
             pb.write_text(playbook_yaml(args.steps, args.tool))
             entry = await client.register(pb)
+
+        await raw.run(max(50, args.steps))  # warm-up
+        raw_lat: list[float] = []
+        raw_wall = 0.0
+        raw_meter = Meter(server.proc.pid, nc_raw)
+        raw_chains = args.runs if args.raw_runs is None else args.raw_runs
+        chains_done = 0
+
+        async def raw_chain() -> None:
+            """One raw chain before each engine execution (the first `raw_chains` ones):
+            interleaved, raw and engine see the same server, machine and moment."""
+            nonlocal raw_wall, chains_done
+            if chains_done >= raw_chains:
+                return
+            assert raw is not None
+            raw_meter.start()
+            lat, wall = await raw.run(args.steps)
+            raw_meter.stop()
+            raw_lat.extend(lat)
+            raw_wall += wall
+            chains_done += 1
+
         profiler = cProfile.Profile() if args.cprofile else None
         eng_meter = Meter(server.proc.pid, nc, default_pool().pids)
         step_lat, walls, bd = await engine_runs(
             client, nc, layout, entry.path, entry.version, steps=args.steps, runs=args.runs, profiler=profiler,
-            meter=eng_meter,
+            meter=eng_meter, before_each=raw_chain,
         )
+        while chains_done < raw_chains:  # --raw-runs above --runs
+            await raw_chain()
         if profiler is not None:
             profiler.dump_stats(args.cprofile)
+        await raw.stop()
+        raw = None
     finally:
         if raw is not None:
             await raw.stop()
@@ -470,7 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1 or args.runs < 1 or (args.raw_runs is not None and args.raw_runs < 1):
         parser.error("--steps, --runs and --raw-runs must be at least 1")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    result = uvloop.run(main_async(args))
+    try:
+        result = uvloop.run(main_async(args))
+    except asyncio.CancelledError:
+        print("step_latency: interrupted; stopped everything", file=sys.stderr)
+        return 130
     print(json.dumps(result), flush=True)
     return 0
 

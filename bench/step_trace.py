@@ -32,7 +32,9 @@ import step_latency as sl
 
 import actors.engine.actor as engine_mod
 import actors.tools.actor as tools_mod
+from actors.client import Client
 from actors.natsio import stream_seq
+from streams.layout import IN, class_of
 
 # stamps[(execution_id, point)][key] = time.time(); key = input seq (engine) or command id (tool)
 stamps: dict[str, dict[Any, float]] = defaultdict(dict)
@@ -56,10 +58,10 @@ def install() -> None:
         stamps["folded"][seq] = time.time()
         return out
 
-    publish_all = engine_mod.publish_all
+    publish_all = getattr(engine_mod, "publish_all")  # noqa: B009
 
-    async def _publish_all(js: Any, items: list[tuple[str, bytes, str]]) -> Any:
-        acks = await publish_all(js, items)
+    async def _publish_all(js: Any, items: list[tuple[str, bytes, str]], **kw: Any) -> Any:
+        acks = await publish_all(js, items, **kw)
         if items:
             # ExecutionActor.publish calls publish_all twice: commands, then records
             msg_id = items[0][2]
@@ -97,7 +99,7 @@ def install() -> None:
 
     Engine._on_msg = _on_msg  # type: ignore[method-assign]
     ExecutionActor.fold_message = _fold_message  # type: ignore[method-assign]
-    engine_mod.publish_all = _publish_all
+    setattr(engine_mod, "publish_all", _publish_all)  # noqa: B010
     ExecutionActor.publish = _publish  # type: ignore[method-assign]
     ExecutionActor.handle = _handle  # type: ignore[method-assign]
     ToolActor._handle = _tool_handle  # type: ignore[method-assign]
@@ -122,20 +124,20 @@ def main() -> int:
         return result
 
     eids: list[str] = []
-    start = sl.Client.start
+    start = Client.start
 
     async def _start(self: Any, *a: Any, **kw: Any) -> str:
         eid: str = await start(self, *a, **kw)
         eids.append(eid)
         return eid
 
-    sl.Client.start = _start  # type: ignore[method-assign]
+    Client.start = _start  # type: ignore[method-assign]
 
     async def collect(client: Any, nc: Any, layout: Any) -> dict[str, list[float]]:
         out: dict[str, list[float]] = defaultdict(list)
         for eid in eids[1:]:  # not the warm-up
             msgs = await sl.stored_times(nc, layout, eid)
-            ins = [(seq, at) for subj, _, seq, at in msgs if sl.class_of(subj) == sl.IN]
+            ins = [(seq, at) for subj, _, seq, at in msgs if class_of(subj) == IN]
             done_items = sorted(
                 (i for i in await client.events(eid) if i.type == "call.done"), key=lambda i: i.seq
             )

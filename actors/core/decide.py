@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -35,7 +36,7 @@ from actors.core.collect import collect, set_path, size
 from actors.core.envelope import build_envelope, failure_content
 from actors.core.state import Activation, Arrival, Execution
 from actors.playbook.loader import PlaybookInvalid, load_playbook, max_attempts_ceiling
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, NoopTool, OnErrorRule, PlaybookTool, Step
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, NoopTool, OnErrorRule, Playbook, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, render_condition, render_value
 from actors.wire import (
     CallDone,
@@ -152,7 +153,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
         _fail_execution(d, err)
         return
     try:
-        ex.playbook = load_playbook(rec.playbook_source, file=rec.playbook_path)
+        ex.playbook = _parsed(rec.playbook_source, rec.playbook_path)
     except PlaybookInvalid as e:
         _fail_execution(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return
@@ -165,6 +166,13 @@ def _start(d: _Decision, rec: StartRecord) -> None:
     d.lifecycle(PLAYBOOK_INITIALIZED, **meta)
     d.lifecycle(WORKFLOW_INITIALIZED, entry=ex.playbook.entry)
     _enter(d, ex.playbook.entry, from_activation=None)
+
+
+@lru_cache(maxsize=256)
+def _parsed(source: str, file: str) -> Playbook:
+    """Parse once per playbook source: every execution of a playbook (and every replay)
+    shares one read-only model. The engine never mutates a Playbook."""
+    return load_playbook(source, file=file)
 
 
 def _fail_execution(d: _Decision, err: ErrorInfo) -> None:
