@@ -317,3 +317,18 @@ async def test_an_unknown_child_playbook_fails_the_parent_step(system: System) -
     assert status.state == "FAILED"
     err = of_type(await system.events(eid), "step.exit", "call")[0].data["error"]
     assert err["type"] == "ChildFailed" and "nope/missing" in err["message"]
+
+
+async def test_the_retry_summary_records_a_failure_that_never_reached_a_tool(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "summary" + """
+  - step: a
+    tool: {kind: python, code: "def main(x): return x"}
+    args: {x: "{{ workload.missing }}"}
+    retry: 2
+    on_failure: b
+  - step: b
+    args: {errors: "{{ failure.retry_summary.errors }}"}
+""")
+    assert status.state == "COMPLETED"
+    errors = of_type(await system.events(eid), "playbook.completed")[0].data["result"]["b"]["errors"]
+    assert len(errors) == 1 and errors[0].startswith("attempt 1: TemplateError:") and "missing" in errors[0]

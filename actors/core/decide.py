@@ -230,7 +230,7 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
         try:
             args = render_value(step.args, d.ex.scope(act), where="args")
         except TemplateError as e:
-            _failure(d, act, step, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+            _failure(d, act, step, _template_error(step.step, e))
             return
         _step_completed(d, act, step, args)
         return
@@ -245,7 +245,7 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
         args = render_value(step.args, scope, where="args")
         tool = _render_tool(step, scope)
     except TemplateError as e:
-        _failure(d, act, step, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+        _failure(d, act, step, _template_error(step.step, e))
         return
     if act.next_args is not None:
         args = deep_merge(args, act.next_args)
@@ -316,12 +316,14 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
         else:
             _finish(d, act, result=None, end_error=res.error)
         return
+    if isinstance(res, CallError):
+        act.errors.append(_summary_line(act.attempt, res.error))  # the retry summary
     if step.retry and _retry(d, act, step, res):
         return
     if isinstance(res, CallDone):
         _step_completed(d, act, step, _collected_result(act, res.result))
     else:
-        _failure(d, act, step, res.error)
+        _failure(d, act, step, res.error, summarised=True)
 
 
 # --- retry ---------------------------------------------------------------------------
@@ -335,8 +337,6 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
     ok = isinstance(res, CallDone)
     result = res.result if isinstance(res, CallDone) else None
     error = _err(res.error) if isinstance(res, CallError) else None
-    if isinstance(res, CallError):
-        act.errors.append(_summary_line(act.attempt, res.error))
     scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=error, attempt=act.attempt)
     for i, rule in enumerate(step.retry):
@@ -344,7 +344,7 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
         try:
             matched = render_condition(rule.when, scope, where=f"{where}.when")
         except TemplateError as e:
-            _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+            _step_failed(d, act, _template_error(step.step, e))
             return True
         if not matched:
             continue
@@ -365,13 +365,13 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
                 assert isinstance(res, CallError)
                 d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
                         max_attempts=policy.max_attempts, error=error, rule=where)
-                _failure(d, act, step, res.error, exhausted=True)
+                _failure(d, act, step, res.error, exhausted=True, summarised=True)
             return True
         if ok and policy.next_call is not None:
             try:
                 act.next_args = render_value(policy.next_call.args, scope, where=f"{where}.then.next_call.args")
             except TemplateError as e:
-                _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+                _step_failed(d, act, _template_error(step.step, e))
                 return True
         initial = policy.initial_delay
         if initial is None:
@@ -433,11 +433,13 @@ def _collected_result(act: Activation, result: Any, *, already: bool = False) ->
 # --- failure: on_error decisions, on_failure edges --------------------------------------
 
 
-def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False) -> None:
+def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False,
+             summarised: bool = False) -> None:
     """A step failed for good (no retry rule takes it any more). Its `on_error` rules say
     what the failure means; with the default meaning, its `on_failure` edges may route
-    it to remediation; otherwise it goes to `end` unhandled."""
-    if not exhausted and not step.retry:
+    it to remediation; otherwise it goes to `end` unhandled. `summarised`: a tool's
+    error, already in the retry summary when its result arrived."""
+    if not summarised:
         act.errors.append(_summary_line(act.attempt, error))
     if step.on_error:
         decided = _decide_on_error(d, act, step, error)
@@ -505,7 +507,7 @@ def _decide_on_error(d: _Decision, act: Activation, step: Step, error: ErrorInfo
             if rule.decision == "retry_later":
                 decided["delay"] = rule.delay if rule.delay is not None else ON_ERROR_RETRY_DELAY
     except TemplateError as e:
-        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {e}"))
+        _step_failed(d, act, _template_error(step.step, e))
         return None
     d.event("step.failure_decided", step.step, **decided)
     return decided
@@ -528,7 +530,7 @@ def _route_failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, 
                 target, edge = e.step, f"on_failure[{i}]"
                 break
     except TemplateError as te:
-        _step_failed(d, act, ErrorInfo(type="TemplateError", message=f"step '{step.step}' field {te}"))
+        _step_failed(d, act, _template_error(step.step, te))
         return
     if target is None:
         _step_failed(d, act, error, route={"attempted": True, "status": "no_route", "target": None})
@@ -550,6 +552,13 @@ def _route_failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, 
     ex.live.pop(act.id, None)
     _begin(d, _activate(d, target, from_activation=act.id, failure=failure))
     _maybe_end(d, act)
+
+
+def _template_error(step: str, e: TemplateError, *, field: str = "") -> ErrorInfo:
+    """A template that could not render fails its step: the message names step and field
+    (`e` already names the field inside the step, e.g. `args.x` or `retry[0].when`)."""
+    where = f"{field}: " if field else ""
+    return ErrorInfo(type="TemplateError", message=f"step '{step}' field {where}{e}")
 
 
 def _summary_line(attempt: int, error: ErrorInfo) -> str:
@@ -618,7 +627,7 @@ def _step_completed(d: _Decision, act: Activation, step: Step, result: Any,
     try:
         targets = _route(step, scope)
     except TemplateError as e:
-        err = ErrorInfo(type="TemplateError", message=f"step '{step.step}' field next: {e}")
+        err = _template_error(step.step, e, field="next")
         if ignored_error is None:
             _failure(d, act, step, err)
         else:
@@ -692,7 +701,7 @@ def _run_end(d: _Decision, act: Activation, step: Step) -> None:
             try:
                 result = render_value(step.args, ex.scope(), where="args")
             except TemplateError as e:
-                _finish(d, act, result=None, end_error=ErrorInfo(type="TemplateError", message=f"step 'end' field {e}"))
+                _finish(d, act, result=None, end_error=_template_error(END, e))
                 return
         else:
             result = {a.step: ex.results.get(a.step) for a in ex.arrivals}
