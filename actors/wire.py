@@ -108,7 +108,7 @@ class Command(_Wire, kw_only=True):
     command_id: str
     step: str
     kind: str
-    reply_to: str  # the execution's `in` subject for call.done / call.error
+    reply_to: str  # where call.done / call.error go: exec.<p>.<id>.in.result.<command_id>
     tool: dict[str, Any] = field(default_factory=dict)
     args: dict[str, Any] = field(default_factory=dict)
     attempt_number: int

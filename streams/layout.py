@@ -113,11 +113,6 @@ def cmd_filter(kind: str) -> str:
     return f"cmd.{kind}.>"
 
 
-def result_subject(execution_id_prefix: str, command_id: str) -> str:
-    """Where a command's result goes (the command carries it as reply_to)."""
-    return f"{execution_id_prefix}.{IN}.result.{command_id}"
-
-
 def dlq_subject(source: str) -> str:
     return f"dlq.{source}"
 

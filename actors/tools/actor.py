@@ -85,11 +85,12 @@ class ToolActor:
     async def _on_cancel(self, msg: Msg) -> None:
         """`cancel.<execution>` stops all of an execution's commands running here,
         `cancel.<execution>.<command>` one of them."""
-        parts = msg.subject.split(".")
-        running = self._running.get(parts[1], {}) if len(parts) > 1 else {}
-        targets = running.values() if len(parts) == 2 else [running[parts[2]]] if parts[2] in running else []
-        for ev in targets:
-            ev.set()
+        _, _, rest = msg.subject.partition(".")
+        eid, _, command_id = rest.partition(".")
+        running = self._running.get(eid, {})
+        for cid, ev in running.items():
+            if not command_id or cid == command_id:
+                ev.set()
 
     async def _pull(self, psub: JetStreamContext.PullSubscription) -> None:
         """Fetch only as many commands as there are free slots for this kind: the rest
