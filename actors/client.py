@@ -15,18 +15,24 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors import catalog
+from actors.blobs import get_blob
 from actors.natsio import MSG_ID, log_time, stream_seq
 from actors.wire import (
+    CallDone,
+    CallError,
     CancelRequest,
     CatalogEntry,
+    ChunkDone,
     DeadLetter,
     ExecutionStatus,
+    LoopProgress,
     ParentRef,
     StartMessage,
     decision_decoder,
     encode,
     event_decoder,
     input_decoder,
+    loop_input_decoder,
     status_decoder,
 )
 from streams.layout import (
@@ -36,15 +42,18 @@ from streams.layout import (
     EXECUTION_ID,
     IN,
     LC,
+    LOOP_STREAM,
     START_SUBJECT,
     STATUS_BUCKET,
     Layout,
     class_of,
+    progress_subject,
 )
 
 TERMINAL_EVENTS = frozenset({"playbook.completed", "playbook.failed", "execution.cancelled"})
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 _dead = msgspec.json.Decoder(DeadLetter)
+_progress = msgspec.json.Decoder(LoopProgress)
 
 
 @dataclass(slots=True)
@@ -92,6 +101,10 @@ class Client:
     async def register(self, path: str | Path) -> CatalogEntry:
         p = Path(path)
         return await catalog.register(self.js, await asyncio.to_thread(p.read_text), file=str(p))
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
 
     async def start(
         self,
@@ -163,10 +176,38 @@ class Client:
         items += await self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", _dead_items)
         return items
 
+    async def result(self, terminal: LogItem) -> Any:
+        """An execution's result from its terminal lifecycle event, read from the blob
+        store when it was too large to travel in the event."""
+        ref = terminal.data.get("result_ref")
+        if ref:
+            return await get_blob(self.js, ref)
+        return terminal.data.get("result")
+
+    async def iterations(self, execution_id: str) -> list[CallDone | CallError | ChunkDone]:
+        """Every iteration result of the execution's loops (the counter's logs, not the
+        execution's), in arrival order."""
+        subject = f"loop.{self.layout.partition_of(execution_id)}.{execution_id}.*.{IN}.res.>"
+
+        def expand(subject: str, data: bytes, seq: int, at: float) -> list[Any]:
+            inp = loop_input_decoder.decode(data)
+            return [inp] if isinstance(inp, (CallDone, CallError, ChunkDone)) else []
+
+        return await self._read_all(LOOP_STREAM, subject, expand)
+
+    async def progress(self, execution_id: str) -> AsyncIterator[LoopProgress]:
+        """Live progress of the execution's loops (best effort, not stored)."""
+        sub = await self.nc.subscribe(progress_subject(execution_id))
+        try:
+            async for msg in sub.messages:
+                yield _progress.decode(msg.data)
+        finally:
+            await sub.unsubscribe()
+
     async def dead_letters(self, source: str = "*") -> list[LogItem]:
         return await self._read_all(DLQ_STREAM, f"dlq.{source}.>", _dead_items)
 
-    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[LogItem]:
+    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
         try:
             info = await self.nc.jsm().stream_info(stream, subjects_filter=subject)
         except NotFoundError:
@@ -174,7 +215,7 @@ class Client:
         total = sum((info.state.subjects or {}).values())
         if not total:
             return []
-        out: list[LogItem] = []
+        out: list[Any] = []
         sub = await self.js.subscribe(subject, stream=stream, ordered_consumer=True, pending_msgs_limit=-1)
         try:
             while True:

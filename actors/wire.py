@@ -70,6 +70,7 @@ class CallDone(_Wire, tag="call.done", tag_field="type"):
     started_at: float = 0.0
     ended_at: float = 0.0
     worker: str = ""
+    iteration_index: int | None = None  # set for one iteration of a loop
 
 
 class CallError(_Wire, tag="call.error", tag_field="type"):
@@ -80,6 +81,28 @@ class CallError(_Wire, tag="call.error", tag_field="type"):
     attempt_number: int
     started_at: float = 0.0
     ended_at: float = 0.0
+    worker: str = ""
+    iteration_index: int | None = None
+
+
+class IterationOutcome(_Wire):
+    """One iteration of a chunk: its result, or its error."""
+
+    iteration_index: int
+    result: Any = None
+    error: ErrorInfo | None = None
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+
+class ChunkDone(_Wire, tag="chunk.done", tag_field="type"):
+    """The answer to a chunk command (loop mode `chunked`): one outcome per iteration."""
+
+    execution_id: str
+    command_id: str
+    step: str
+    attempt_number: int
+    outcomes: list[IterationOutcome] = field(default_factory=list)
     worker: str = ""
 
 
@@ -96,11 +119,97 @@ class TimerFired(_Wire, tag="timer.fired", tag_field="type"):
     due: float = 0.0
 
 
-Input = StartRecord | CallDone | CallError | CancelRequest | TimerFired
+class _IteratorEnd(_Wire):
+    """The counter's verdict on a loop, appended to the execution's inputs. `results`
+    (collection order, null where an iteration failed) is inline when it fits in a
+    message, else stored as a blob named by `results_ref`."""
+
+    execution_id: str
+    loop_id: str
+    step: str
+    total: int
+    succeeded: int
+    failed: int
+    not_run: int = 0
+    results: list[Any] | None = None
+    results_ref: str | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)  # the first failures: index, error
+
+
+class IteratorCompleted(_IteratorEnd, tag="iterator.completed", tag_field="type"):
+    pass
+
+
+class IteratorFailed(_IteratorEnd, tag="iterator.failed", tag_field="type"):
+    tolerated: int = 0
+
+
+Input = StartRecord | CallDone | CallError | CancelRequest | TimerFired | IteratorCompleted | IteratorFailed
 input_decoder = msgspec.json.Decoder(Input)
 
 
+# --- loops: engine -> counter (stream LOOP, loop.<p>.<id>.<loop>.in.*) ------------------
+
+
+class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
+    """What a counter needs to run a loop on its own: the playbook (to read the step),
+    the collection (inline, or a blob when large), the names templates read, and where
+    the verdict goes."""
+
+    execution_id: str
+    loop_id: str
+    step: str
+    playbook_path: str
+    playbook_source: str
+    collection: list[Any] | None = None
+    collection_ref: str | None = None
+    scope: dict[str, Any] = field(default_factory=dict)
+    reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
+    parent_event_id: str | None = None
+
+
+class LoopCancel(_Wire, tag="loop.cancel", tag_field="type"):
+    execution_id: str
+    loop_id: str
+    reason: str = ""
+
+
+LoopInput = LoopSpec | CallDone | CallError | ChunkDone | TimerFired | LoopCancel
+loop_input_decoder = msgspec.json.Decoder(LoopInput)
+
+
+class LoopProgress(_Wire):
+    """Published (core NATS, not stored) by the counter while a loop runs, for
+    `actors-cli run` to draw a progress bar. Never read by any decision."""
+
+    execution_id: str
+    loop_id: str
+    step: str
+    total: int
+    done: int
+    failed: int
+    in_flight: int
+    at: float
+
+
 # --- commands: engine -> tool actors (stream CMD, subject cmd.<kind>) ------------------
+
+
+class SinkCall(_Wire, kw_only=True):
+    """A second tool run after the command's tool succeeds, in the same command: its
+    templates are rendered by the tool actor with `result` in scope, because the result
+    exists only there. `scope` holds just the names those templates read."""
+
+    tool: dict[str, Any]
+    args: dict[str, Any] = field(default_factory=dict)
+    scope: dict[str, Any] = field(default_factory=dict)
+    element: str | None = None  # the loop element's name, bound per iteration
+
+
+class ChunkItem(_Wire):
+    iteration_index: int
+    args: dict[str, Any] = field(default_factory=dict)
+    element: Any = None
 
 
 class Command(_Wire, kw_only=True):
@@ -113,6 +222,12 @@ class Command(_Wire, kw_only=True):
     args: dict[str, Any] = field(default_factory=dict)
     attempt_number: int
     timeout: float | None = None
+    sink: SinkCall | None = None
+    # loops: one iteration (iteration_index, element), or a chunk of them (`chunk`,
+    # answered by one chunk.done); the tool runs once per item with the item's args
+    iteration_index: int | None = None
+    element: Any = None
+    chunk: list[ChunkItem] | None = None
 
 
 command_decoder = msgspec.json.Decoder(Command)

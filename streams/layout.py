@@ -23,6 +23,16 @@ whatever the number of executions) and lets issue 6 move partitions between pods
 tool actors, competing consumers per kind. A command's result goes to
 ``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START (work queue): start messages.
 ``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
+
+``loop.<partition>.<execution_id>.<loop_id>.<class>.<type>`` in stream LOOP: one loop's
+own log, read by the counter actor, never by the engine: the spec (``in.spec``),
+iteration results (``in.res.<command_id>``), retry timers (``sch``/``in.timer``) and a
+cancel. Keeping iterations out of EXEC is what keeps an execution's log the same size
+for 10 iterations or 100,000. The counter appends one ``in.iterator.<loop_id>`` verdict
+to the execution's inputs when the loop ends.
+
+Object store ``blobs``: values too large for one message (a loop's collection, its
+aggregated results, a large execution result), referenced by key from the message.
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 EXEC_STREAM = "EXEC"
 CMD_STREAM = "CMD"
+LOOP_STREAM = "LOOP"
+BLOB_BUCKET = "blobs"
 START_STREAM = "START"
 DLQ_STREAM = "DLQ"
 STATUS_BUCKET = "status"
@@ -64,6 +76,7 @@ class Layout:
     max_deliver: int = 5
     engine_max_ack_pending: int = 4096
     tool_max_ack_pending: int = 1024
+    counter_max_ack_pending: int = 16384
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -88,6 +101,40 @@ class Layout:
 
     def exec_subject(self, execution_id: str, cls: str, type_: str) -> str:
         return f"{self.exec_prefix(execution_id)}.{cls}.{type_}"
+
+
+    def loop_prefix(self, execution_id: str, loop_id: str) -> str:
+        return f"loop.{self.partition_of(execution_id)}.{execution_id}.{loop_id}"
+
+    def loop_subject(self, execution_id: str, loop_id: str, cls: str, type_: str) -> str:
+        return f"{self.loop_prefix(execution_id, loop_id)}.{cls}.{type_}"
+
+
+def loop_key(subject: str) -> tuple[str, str]:
+    """loop.<p>.<id>.<loop>.<class>.<type...> -> (<id>, <loop>)"""
+    parts = subject.split(".", 5)
+    return parts[2], parts[3]
+
+
+def loop_class(subject: str) -> str:
+    return subject.split(".", 5)[4]
+
+
+def loop_type(subject: str) -> str:
+    return subject.split(".", 5)[5]
+
+
+def progress_subject(execution_id: str) -> str:
+    """Core NATS (not stored): loop progress for people watching, never for decisions."""
+    return f"progress.{execution_id}"
+
+
+def counter_consumer(partition: int) -> str:
+    return f"counter-p{partition}"
+
+
+def counter_filter(partition: int) -> str:
+    return f"loop.{partition}.*.*.{IN}.>"
 
 
 def execution_of(subject: str) -> str:
@@ -164,6 +211,15 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             **common,  # type: ignore[arg-type]
         ),
         api.StreamConfig(
+            name=LOOP_STREAM,
+            description="per-loop logs read by the counter: spec, iteration results, timers",
+            subjects=["loop.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            max_age=layout.exec_max_age,
+            allow_msg_schedules=True,  # per-iteration retry delays
+            **common,  # type: ignore[arg-type]
+        ),
+        api.StreamConfig(
             name=CMD_STREAM,
             description="commands for tool actors (work queue)",
             subjects=["cmd.>"],
@@ -237,7 +293,21 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
         max_deliver=layout.max_deliver,
         max_ack_pending=layout.engine_max_ack_pending,
     )
-    return {EXEC_STREAM: [*engine, projector], CMD_STREAM: tools, START_STREAM: [starter]}
+    counters = [
+        api.ConsumerConfig(
+            durable_name=counter_consumer(p),
+            deliver_subject=deliver_subject(counter_consumer(p)),
+            deliver_group=counter_consumer(p),
+            filter_subject=counter_filter(p),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=layout.ack_wait,
+            max_deliver=layout.max_deliver,
+            max_ack_pending=layout.counter_max_ack_pending,
+            deliver_policy=api.DeliverPolicy.ALL,
+        )
+        for p in range(layout.partitions)
+    ]
+    return {EXEC_STREAM: [*engine, projector], CMD_STREAM: tools, START_STREAM: [starter], LOOP_STREAM: counters}
 
 
 async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...] = TOOL_KINDS) -> None:
@@ -256,6 +326,14 @@ async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str,
                 # exists with different settings: recreate is unsafe (loses ack state),
                 # so keep the existing one; settings changes are a deploy decision.
                 pass
+    try:
+        await js.object_store(BLOB_BUCKET)
+    except NotFoundError:
+        await js.create_object_store(
+            BLOB_BUCKET,
+            config=api.ObjectStoreConfig(bucket=BLOB_BUCKET, replicas=layout.replicas, storage=api.StorageType.FILE,
+                                         ttl=layout.exec_max_age),
+        )
     for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1)):
         try:
             await js.key_value(bucket)

@@ -24,20 +24,22 @@ Semantics (shared/DSL.md, seeds 000 and 001):
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import msgspec
 
-from actors.core.backoff import DEFAULT_ERROR_DELAY, retry_delay, unit_random
+from actors.core.backoff import unit_random
 from actors.core.collect import collect, set_path, size
+from actors.core.effects import CommandCancel, Timer, child_execution_id, render_tool, sink_call
+from actors.core.effects import err as _err
+from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
+from actors.core.retry import match_retry
 from actors.core.state import Activation, Arrival, Execution
-from actors.playbook.loader import PlaybookInvalid, load_playbook, max_attempts_ceiling
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, NoopTool, OnErrorRule, Playbook, PlaybookTool, Step
-from actors.playbook.templates import TemplateError, render_condition, render_value
+from actors.playbook.loader import PlaybookInvalid, max_attempts_ceiling, parsed_playbook
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
+from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
 from actors.wire import (
     CallDone,
     CallError,
@@ -46,6 +48,10 @@ from actors.wire import (
     ErrorInfo,
     Event,
     Input,
+    IteratorCompleted,
+    IteratorFailed,
+    LoopCancel,
+    LoopSpec,
     ParentRef,
     StartMessage,
     StartRecord,
@@ -61,27 +67,7 @@ PLAYBOOK_COMPLETED = "playbook.completed"
 PLAYBOOK_FAILED = "playbook.failed"
 EXECUTION_CANCELLED = "execution.cancelled"
 
-_NOT_YET = ("loop", "sink")
 ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
-
-
-@dataclass(slots=True)
-class Timer:
-    """A durable timer to arm: when `due` (epoch seconds) comes, `fire` is delivered to
-    the execution as an input."""
-
-    timer_id: str
-    due: float
-    fire: TimerFired
-
-
-@dataclass(slots=True)
-class CommandCancel:
-    """Stop a command: drop it from the work queue if still queued, tell the tool actor
-    running it to stop."""
-
-    kind: str
-    command_id: str
 
 
 @dataclass(slots=True)
@@ -94,13 +80,15 @@ class Output:
     timers: list[Timer] = field(default_factory=list)
     cancels: list[CommandCancel] = field(default_factory=list)
     starts: list[StartMessage] = field(default_factory=list)  # child executions to start
+    loops: list[LoopSpec] = field(default_factory=list)  # loops handed to the counter
+    loop_cancels: list[LoopCancel] = field(default_factory=list)
     child_cancels: list[str] = field(default_factory=list)  # child executions to cancel
     # the parent's result subject and the message for it, when a child execution ends
     reply: tuple[str, CallDone | CallError] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.events or self.lifecycle or self.commands or self.timers or self.cancels
-                    or self.starts or self.child_cancels or self.reply)
+                    or self.starts or self.child_cancels or self.reply or self.loops or self.loop_cancels)
 
 
 class _Decision:
@@ -135,6 +123,8 @@ def fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Ou
         _cancel(d, inp)
     elif isinstance(inp, TimerFired):
         _timer_fired(d, inp)
+    elif isinstance(inp, (IteratorCompleted, IteratorFailed)):
+        _iterator_end(d, inp)
     return d.out
 
 
@@ -146,6 +136,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
     if ex.status != "PENDING":
         return  # a second start record for the same id: the first one won
     ex.playbook_path = rec.playbook_path
+    ex.playbook_source = rec.playbook_source or ""
     ex.started_at = d.out.at
     ex.parent = rec.parent
     if rec.error is not None or rec.playbook_source is None:
@@ -153,7 +144,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
         _fail_execution(d, err)
         return
     try:
-        ex.playbook = _parsed(rec.playbook_source, rec.playbook_path)
+        ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path)
     except PlaybookInvalid as e:
         _fail_execution(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return
@@ -166,13 +157,6 @@ def _start(d: _Decision, rec: StartRecord) -> None:
     d.lifecycle(PLAYBOOK_INITIALIZED, **meta)
     d.lifecycle(WORKFLOW_INITIALIZED, entry=ex.playbook.entry)
     _enter(d, ex.playbook.entry, from_activation=None)
-
-
-@lru_cache(maxsize=256)
-def _parsed(source: str, file: str) -> Playbook:
-    """Parse once per playbook source: every execution of a playbook (and every replay)
-    shares one read-only model. The engine never mutates a Playbook."""
-    return load_playbook(source, file=file)
 
 
 def _fail_execution(d: _Decision, err: ErrorInfo) -> None:
@@ -219,12 +203,7 @@ def _begin(d: _Decision, act: Activation) -> None:
 
 
 def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
-    pending = [f for f in _NOT_YET if getattr(step, f) is not None]
-    if pending:
-        # parsed and validated, but not executed yet: fail loudly rather than ignore
-        _step_failed(d, act, ErrorInfo(type="NotSupported", message=f"step '{step.step}' field {pending[0]}: not executed yet"))
-        return
-    if isinstance(step.tool, NoopTool) and not step.retry:
+    if isinstance(step.tool, NoopTool) and not step.retry and step.loop is None and step.sink is None:
         # A router or a pure data step: its result is its rendered args. Deciding it
         # here saves a command round trip and is just as deterministic.
         try:
@@ -238,12 +217,16 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
 
 
 def _issue(d: _Decision, act: Activation, step: Step) -> None:
-    """Send the command (or start the child execution) for the current attempt."""
+    """Send the command (or start the child execution, or the loop) for the current
+    attempt."""
     ex = d.ex
+    if step.loop is not None:
+        _start_loop(d, act, step, step.loop)
+        return
     scope = ex.scope(act)
     try:
         args = render_value(step.args, scope, where="args")
-        tool = _render_tool(step, scope)
+        tool = render_tool(step, scope)
     except TemplateError as e:
         _failure(d, act, step, _template_error(step.step, e))
         return
@@ -282,22 +265,86 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
             args=args,
             timeout=step.timeout,
             attempt_number=act.attempt,
+            sink=sink_call(step, scope),
         )
     )
     d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind,
             attempt_number=act.attempt, **link)
 
 
-def child_execution_id(execution_id: str, command_id: str) -> str:
-    """Deterministic, so a replay or a second engine starts the same child, never two."""
-    return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()
+# --- loops ---------------------------------------------------------------------------
 
 
-def _render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
+def _start_loop(d: _Decision, act: Activation, step: Step, loop: Loop) -> None:
+    """Render the collection and hand the loop to the counter (one `loop.spec`); the
+    iterations never pass through this log, only `iterator.started` and, at the end,
+    the counter's verdict."""
+    ex = d.ex
+    scope = ex.scope(act)
+    try:
+        collection = render_value(loop.collection, scope, where="loop.collection")
+    except TemplateError as e:
+        _failure(d, act, step, _template_error(step.step, e))
+        return
+    if not isinstance(collection, list):
+        _failure(d, act, step, ErrorInfo(
+            type="LoopCollectionInvalid",
+            message=f"step '{step.step}' field loop.collection: must render to a list, got {type(collection).__name__}"
+                    f" ({str(collection)[:80]!r})"))
+        return
+    parent = act.command_id
+    loop_id = f"{act.id}-{act.attempt}"  # a subject token: no dots
+    act.command_id = loop_id
+    act.kind = "loop"
+    ex.by_command[loop_id] = act.id
+    link = {"parent_event_id": parent} if act.attempt > 1 else {}
+    d.event("iterator.started", step.step, activation=act.id, loop_id=loop_id, size=len(collection), mode=loop.mode,
+            element=loop.element, concurrency=1 if loop.mode == "sequential" else loop.concurrency,
+            chunk_size=loop.chunk_size if loop.mode == "chunked" else None,
+            tolerated_failures=loop.tolerated_failures, attempt_number=act.attempt, **link)
+    if not collection:
+        d.event("iterator.completed", step.step, activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0)
+        _step_completed(d, act, step, [])
+        return
+    wanted = _loop_names(step)
+    d.out.loops.append(LoopSpec(
+        execution_id=ex.execution_id, loop_id=loop_id, step=step.step, playbook_path=ex.playbook_path,
+        playbook_source=ex.playbook_source, collection=collection,
+        scope={k: v for k, v in scope.items() if k in wanted},
+        reply_to=f"{d.reply_to.rsplit('.', 1)[0]}.iterator.{loop_id}", parent_event_id=parent,
+    ))
+
+
+def _loop_names(step: Step) -> set[str]:
+    """The names an iteration's templates read (tool, args, retry rules, sink): the
+    counter gets just these, not every result of the execution."""
     raw = msgspec.to_builtins(step.tool)
-    return {
-        k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"tool.{k}")) for k, v in raw.items()
-    }
+    names = names_read({k: v for k, v in raw.items() if k not in UNRENDERED_TOOL_FIELDS}) | names_read(step.args)
+    for rule in step.retry or []:
+        names |= names_read(rule.when) | names_read(rule.then.next_call.args if rule.then.next_call else None)
+    if step.sink is not None:
+        names |= names_read(msgspec.to_builtins(step.sink.tool)) | names_read(step.sink.args)
+    return names | {"execution_id", "workload"}
+
+
+def _iterator_end(d: _Decision, res: IteratorCompleted | IteratorFailed) -> None:
+    """The counter's verdict. A failed loop meets the step's on_error and on_failure
+    rules (its retry rules were each iteration's own)."""
+    ex = d.ex
+    assert ex.playbook is not None
+    act_id = ex.by_command.get(res.loop_id)
+    act = ex.activations.get(act_id) if act_id is not None else None
+    if act is None or act.status != "RUNNING" or act.command_id != res.loop_id:
+        return  # a verdict delivered twice, or for a loop since cancelled
+    step = ex.playbook.step(act.step)
+    if isinstance(res, IteratorCompleted):
+        _step_completed(d, act, step, res.results if res.results is not None else [])
+        return
+    first = res.errors[0] if res.errors else None
+    detail = f"; first: iteration {first['index']}: {first['error']['type']}: {first['error']['message'][:300]}" if first else ""
+    error = ErrorInfo(type="LoopFailed", message=f"step '{step.step}': {res.failed} of {res.total} iterations failed, "
+                                                 f"more than the {res.tolerated} tolerated{detail}")
+    _failure(d, act, step, error)
 
 
 def _call_result(d: _Decision, res: CallDone | CallError) -> None:
@@ -339,49 +386,35 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
     error = _err(res.error) if isinstance(res, CallError) else None
     scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=error, attempt=act.attempt)
-    for i, rule in enumerate(step.retry):
-        where = f"retry[{i}]"
-        try:
-            matched = render_condition(rule.when, scope, where=f"{where}.when")
-        except TemplateError as e:
-            _step_failed(d, act, _template_error(step.step, e))
-            return True
-        if not matched:
-            continue
-        policy = rule.then
+    try:
+        verdict = match_retry(step.retry, scope, ok=ok, attempt=act.attempt,
+                              unit=unit_random(d.ex.execution_id, act.id, act.attempt))
+    except TemplateError as e:
+        _step_failed(d, act, _template_error(step.step, e))
+        return True
+    if verdict is not None:
+        policy = verdict.policy
         act.max_attempts = policy.max_attempts
         if ok and policy.collect is not None:
             act.collect = policy.collect
             act.collected = collect(act.collected, result, policy.collect.strategy, policy.collect.path)
-        if act.attempt >= policy.max_attempts:
+        if verdict.last:
             if ok:
                 # a continuation (pagination, polling) that hit its bound: the step
                 # completes with what it gathered, and says so
                 final = _collected_result(act, result, already=True)
                 d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
-                        collected_size=size(act.collected), bounded=True, rule=where)
+                        collected_size=size(act.collected), bounded=True, rule=verdict.rule)
                 _step_completed(d, act, step, final)
             else:
                 assert isinstance(res, CallError)
                 d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
-                        max_attempts=policy.max_attempts, error=error, rule=where)
+                        max_attempts=policy.max_attempts, error=error, rule=verdict.rule)
                 _failure(d, act, step, res.error, exhausted=True, summarised=True)
             return True
-        if ok and policy.next_call is not None:
-            try:
-                act.next_args = render_value(policy.next_call.args, scope, where=f"{where}.then.next_call.args")
-            except TemplateError as e:
-                _step_failed(d, act, _template_error(step.step, e))
-                return True
-        initial = policy.initial_delay
-        if initial is None:
-            initial = DEFAULT_ERROR_DELAY if not ok else 0.0
-        delay = retry_delay(
-            backoff=policy.backoff, jitter=policy.jitter, attempt=act.attempt, initial=initial,
-            factor=policy.factor, max_delay=policy.max_delay,
-            unit=unit_random(d.ex.execution_id, act.id, act.attempt),
-        )
-        _next_attempt(d, act, step, delay=delay, reason="success" if ok else "error", rule=where)
+        if verdict.next_args is not None:
+            act.next_args = verdict.next_args
+        _next_attempt(d, act, step, delay=verdict.delay, reason="success" if ok else "error", rule=verdict.rule)
         return True
     if ok and act.collect is not None:
         final = _collected_result(act, result)
@@ -554,13 +587,6 @@ def _route_failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, 
     _maybe_end(d, act)
 
 
-def _template_error(step: str, e: TemplateError, *, field: str = "") -> ErrorInfo:
-    """A template that could not render fails its step: the message names step and field
-    (`e` already names the field inside the step, e.g. `args.x` or `retry[0].when`)."""
-    where = f"{field}: " if field else ""
-    return ErrorInfo(type="TemplateError", message=f"step '{step}' field {where}{e}")
-
-
 def _summary_line(attempt: int, error: ErrorInfo) -> str:
     return f"attempt {attempt}: {error.type}: {error.message[:200]}"
 
@@ -584,7 +610,9 @@ def _cancel_activation(d: _Decision, act: Activation, *, reason: str, to_end: bo
     ex = d.ex
     if act.status == "RUNNING" and act.command_id is not None and act.timer_id is None:
         d.event("command.cancelled", act.step, activation=act.id, command_id=act.command_id, reason=reason)
-        if act.child is not None:
+        if act.kind == "loop":
+            d.out.loop_cancels.append(LoopCancel(execution_id=ex.execution_id, loop_id=act.command_id, reason=reason))
+        elif act.child is not None:
             d.out.child_cancels.append(act.child)
         elif act.kind is not None:
             d.out.cancels.append(CommandCancel(act.kind, act.command_id))
@@ -770,12 +798,6 @@ def _reply_to_parent(d: _Decision, *, result: Any, error: ErrorInfo | None) -> N
 
 
 # --- helpers -------------------------------------------------------------------------
-
-
-def _err(e: ErrorInfo) -> dict[str, Any]:
-    """The error as templates and events see it: every field present, so a rule can
-    read `error.status` or `error.retryable` whatever the error was."""
-    return {"type": e.type, "message": e.message, "retryable": e.retryable, "status": e.status, "traceback": e.traceback}
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

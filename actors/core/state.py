@@ -52,6 +52,7 @@ class Execution:
     execution_id: str
     playbook: Playbook | None = None
     playbook_path: str = ""
+    playbook_source: str = ""  # handed to the counter with each loop
     workload: dict[str, Any] = field(default_factory=dict)
     status: ExecState = "PENDING"
     started_at: float | None = None

@@ -35,13 +35,19 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.core.decide import Output, Timer, fold
+from actors.blobs import fits_inline, get_blob, put_blob
+from actors.core.decide import Output, fold
+from actors.core.effects import Timer
 from actors.core.state import Execution
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, dead_letter, log_time, publish_all, schedule_at, stream_seq
 from actors.wire import (
     CancelRequest,
     Command,
     DecisionRecord,
+    Event,
+    IteratorCompleted,
+    IteratorFailed,
+    LoopSpec,
     StartRecord,
     decision_decoder,
     encode,
@@ -54,6 +60,7 @@ from streams.layout import (
     EXEC_STREAM,
     IN,
     LC,
+    LOOP_STREAM,
     SCH,
     START_SUBJECT,
     Layout,
@@ -144,6 +151,16 @@ class ExecutionActor:
             return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
+        if isinstance(inp, IteratorCompleted) and inp.results is None and inp.results_ref:
+            try:
+                inp.results = await get_blob(self.engine.js, inp.results_ref)
+            except NotFoundError:
+                # the blob expired or was removed: the loop's results are gone, say so
+                inp = IteratorFailed(execution_id=inp.execution_id, loop_id=inp.loop_id, step=inp.step,
+                                     total=inp.total, succeeded=inp.succeeded, failed=inp.failed, errors=[{
+                                         "index": -1, "error": {"type": "ResultsMissing", "status": None,
+                                                                "message": f"blob {inp.results_ref} not found",
+                                                                "retryable": False, "traceback": None}}])
         return fold(self.state, inp, seq=seq, at=at, reply_to=self.reply_to)
 
     async def publish(
@@ -162,6 +179,7 @@ class ExecutionActor:
             await publish_all(
                 js, [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in commands]
             )
+            await self._hand_over_loops(out.loops, replay=results_seen is not None)
             await self._arm([t for t in out.timers if t.timer_id not in timers_fired])
             await self._signal(out)
         items = []
@@ -170,8 +188,33 @@ class ExecutionActor:
             items.append((f"{self.prefix}.{EV}.decision", encode(record), f"{eid}:ev:{out.cause}"))
         for ev in out.lifecycle:
             if ev.type not in seen_lc:
+                await self._offload_result(ev)
                 items.append((f"{self.prefix}.{LC}.{ev.type}", encode(ev), f"{eid}:lc:{ev.type}"))
         await publish_all(js, items)
+
+    async def _hand_over_loops(self, loops: list[LoopSpec], *, replay: bool) -> None:
+        """Each loop goes to the counter as one spec on the loop's own log; a large
+        collection or scope travels as a blob. In a replay, a spec already in the
+        loop's log is not sent again."""
+        js, eid, layout = self.engine.js, self.execution_id, self.engine.layout
+        items = []
+        for spec in loops:
+            subject = layout.loop_subject(eid, spec.loop_id, IN, "spec")
+            if replay and await _exists(self.engine.nc, LOOP_STREAM, subject):
+                continue
+            if spec.collection is not None and not fits_inline(spec.collection):
+                spec.collection_ref = await put_blob(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
+                spec.collection = None
+            items.append((subject, encode(spec), f"{eid}:loop:{spec.loop_id}"))
+        await publish_all(js, items)
+
+    async def _offload_result(self, ev: Event) -> None:
+        """An execution result too large for its lifecycle event goes to a blob; the
+        event names it (`result_ref`) and the client reads it from there."""
+        result = ev.data.get("result")
+        if result is not None and not fits_inline(result):
+            ev.data = {**ev.data, "result": None,
+                       "result_ref": await put_blob(self.engine.js, f"{self.execution_id}/result", result)}
 
     async def _signal(self, out: Output) -> None:
         """What a decision tells other executions and tool actors: children to start or
@@ -186,6 +229,9 @@ class ExecutionActor:
         for child in out.child_cancels:
             req = CancelRequest(execution_id=child, reason=f"parent execution {self.execution_id} cancelled it")
             items.append((layout.exec_subject(child, IN, "cancel"), encode(req), f"{child}:cancel"))
+        for lc in out.loop_cancels:
+            items.append((layout.loop_subject(self.execution_id, lc.loop_id, IN, "cancel"), encode(lc),
+                          f"{self.execution_id}:loopcancel:{lc.loop_id}"))
         await publish_all(js, items)
         for c in out.cancels:
             # drop it if still queued; stop it if a tool actor is running it
@@ -222,17 +268,9 @@ class ExecutionActor:
         order, so a result that lands between the two looks is still found."""
         if cmd.command_id in results_seen:
             return True
-        jsm = self.engine.nc.jsm()
-        for stream, subject in (
-            (CMD_STREAM, cmd_subject(cmd.kind, self.execution_id, cmd.command_id)),
-            (EXEC_STREAM, cmd.reply_to),
-        ):
-            try:
-                await jsm.get_last_msg(stream, subject, direct=True)
-                return True
-            except NotFoundError:
-                pass
-        return False
+        nc = self.engine.nc
+        return (await _exists(nc, CMD_STREAM, cmd_subject(cmd.kind, self.execution_id, cmd.command_id))
+                or await _exists(nc, EXEC_STREAM, cmd.reply_to))
 
     # --- replay ----------------------------------------------------------------------
 
@@ -280,6 +318,14 @@ class ExecutionActor:
                                    results_seen=frozen_results, timers_fired=frozen_fired)
         self.hydrated = True
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
+
+
+async def _exists(nc: NATS, stream: str, subject: str) -> bool:
+    try:
+        await nc.jsm().get_last_msg(stream, subject, direct=True)
+        return True
+    except NotFoundError:
+        return False
 
 
 class Engine:

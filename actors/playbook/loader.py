@@ -129,6 +129,13 @@ def load_playbook(text: str, *, file: str = "<string>") -> Playbook:
     return _Loader(file).load(text)
 
 
+@lru_cache(maxsize=256)
+def parsed_playbook(source: str, file: str) -> Playbook:
+    """`load_playbook`, once per source: every execution of a playbook (every replay, every
+    loop's counter) shares one read-only model. Nothing mutates a Playbook."""
+    return load_playbook(source, file=file)
+
+
 def load_playbook_file(path: str | Path) -> Playbook:
     """`load_playbook` on a file; errors name the path as given."""
     p = Path(path)

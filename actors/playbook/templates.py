@@ -60,6 +60,28 @@ def check(source: str) -> set[str]:
     return names
 
 
+def names_read(value: Any) -> set[str]:
+    """The root names every template inside `value` reads (dicts and lists walked);
+    templates that do not compile read nothing here (the loader reports them)."""
+    if isinstance(value, str):
+        if not is_template(value):
+            return set()
+        return set(_names_of(value))
+    if isinstance(value, dict):
+        return set().union(*(names_read(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(names_read(v) for v in value)) if value else set()
+    return set()
+
+
+@lru_cache(maxsize=4096)
+def _names_of(source: str) -> frozenset[str]:
+    try:
+        return frozenset(check(source))
+    except TemplateError:
+        return frozenset()
+
+
 def render_value(value: Any, scope: Mapping[str, Any], *, where: str = "") -> Any:
     """Render every template string inside `value` (dicts and lists recursively)."""
     if isinstance(value, str):

@@ -26,9 +26,21 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from actors.natsio import MSG_ID, dead_letter
+from actors.playbook.model import UNRENDERED_TOOL_FIELDS
+from actors.playbook.templates import TemplateError, render_value
 from actors.tools.executors import ToolFailure, close_http, run_tool
 from actors.tools.pyrunner import close_default_pool, default_pool
-from actors.wire import CallDone, CallError, Command, ErrorInfo, command_decoder, encode
+from actors.wire import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    Command,
+    ErrorInfo,
+    IterationOutcome,
+    SinkCall,
+    command_decoder,
+    encode,
+)
 from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
 
 log = logging.getLogger("actors.tools")
@@ -134,24 +146,87 @@ class ToolActor:
         self._running.setdefault(cmd.execution_id, {})[cmd.command_id] = cancel
         beat = asyncio.create_task(self._keep_alive(msg))
         started = time.time()
-        result: Any = None
-        error: ErrorInfo | None = None
         try:
-            result = await run_tool(cmd.kind, {"kind": cmd.kind, **cmd.tool}, cmd.args, timeout=cmd.timeout, cancel=cancel)
-        except ToolFailure as f:
-            error = ErrorInfo(**f.to_error())
+            if cmd.chunk is not None:
+                outcomes = []
+                for item in cmd.chunk:
+                    t0 = time.time()
+                    result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
+                    outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result, error=error,
+                                                     started_at=t0, ended_at=time.time()))
+            else:
+                result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
         finally:
             beat.cancel()
             running = self._running.get(cmd.execution_id, {})
             running.pop(cmd.command_id, None)
             if not running:
                 self._running.pop(cmd.execution_id, None)
-        await self._reply(cmd, result, error, started, time.time())
+        if cmd.chunk is not None:
+            await self._reply_chunk(cmd, outcomes)
+        else:
+            await self._reply(cmd, result, error, started, time.time())
         await msg.ack()
+
+    async def _run(self, cmd: Command, args: dict[str, Any], element: Any, index: int | None,
+                   cancel: asyncio.Event) -> tuple[Any, ErrorInfo | None]:
+        """The tool, then its sink (same command: a failed sink fails the attempt)."""
+        if cancel.is_set():
+            return None, ErrorInfo(type="Cancelled", message=f"step '{cmd.step}': cancelled")
+        try:
+            result = await run_tool(cmd.kind, {"kind": cmd.kind, **cmd.tool}, args, timeout=cmd.timeout, cancel=cancel)
+        except ToolFailure as f:
+            return None, ErrorInfo(**f.to_error())
+        if cmd.sink is not None:
+            error = await self._sink(cmd, cmd.sink, result, element, index, cancel)
+            if error is not None:
+                return None, error
+        return result, None
+
+    async def _sink(self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None,
+                    cancel: asyncio.Event) -> ErrorInfo | None:
+        scope = {**sink.scope, "result": result, "response": result, "error": None, "attempt": cmd.attempt_number}
+        if sink.element is not None:
+            scope[sink.element] = element
+            scope["iteration"] = {"index": index}
+        try:
+            tool = {k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
+                    for k, v in sink.tool.items()}
+            args = render_value(sink.args, scope, where="sink.args")
+        except TemplateError as e:
+            return ErrorInfo(type="TemplateError", message=f"step '{cmd.step}' field {e}")
+        kind = str(tool.get("kind"))
+        try:
+            await run_tool(kind, tool, args, timeout=cmd.timeout, cancel=cancel)
+        except ToolFailure as f:
+            info = ErrorInfo(**f.to_error())
+            info.message = f"step '{cmd.step}' sink ({kind}) failed: {info.message}"
+            return info
+        return None
+
+    async def _reply_chunk(self, cmd: Command, outcomes: list[IterationOutcome]) -> None:
+        done = ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
+                         attempt_number=cmd.attempt_number, outcomes=outcomes, worker=self.name)
+        payload = encode(done)
+        limit = self.layout.max_msg_size - RESULT_HEADROOM
+        if len(payload) > limit:
+            # too large together: the iterations with the largest results fail, each
+            # with a clear error, until the rest fits (never a truncated result)
+            share = limit // max(len(outcomes), 1)
+            for o in outcomes:
+                n = len(encode(o.result))
+                if n > share:
+                    o.result = None
+                    o.error = ErrorInfo(type="ResultTooLarge", message=(
+                        f"step '{cmd.step}' iteration {o.iteration_index}: result is {n} bytes, over this chunk's "
+                        f"{share}-byte share of the message limit (use a smaller chunk_size)"))
+            payload = encode(done)
+        await self.js.publish(cmd.reply_to, payload, headers={MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})
 
     async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                      attempt_number=cmd.attempt_number, started_at=started, ended_at=ended, worker=self.name)
+                      attempt_number=cmd.attempt_number, started_at=started, ended_at=ended, worker=self.name,
+                      iteration_index=cmd.iteration_index)
         payload = encode(CallError(error=error, **common) if error else CallDone(result=result, **common))  # type: ignore[arg-type]
         limit = self.layout.max_msg_size - RESULT_HEADROOM
         if len(payload) > limit:

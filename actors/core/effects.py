@@ -1,0 +1,77 @@
+"""What the pure cores (the engine's decide, the counter's loop) ask their shells to
+do, and the small pure helpers both use to build it. No I/O here."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from actors.playbook.model import UNRENDERED_TOOL_FIELDS, Step
+from actors.playbook.templates import TemplateError, names_read, render_value
+from actors.wire import ErrorInfo, SinkCall, TimerFired
+
+
+@dataclass(slots=True)
+class Timer:
+    """A durable timer to arm: when `due` (epoch seconds) comes, `fire` is delivered to
+    the log it belongs to as an input."""
+
+    timer_id: str
+    due: float
+    fire: TimerFired
+
+
+@dataclass(slots=True)
+class CommandCancel:
+    """Stop a command: drop it from the work queue if still queued, tell the tool actor
+    running it to stop."""
+
+    kind: str
+    command_id: str
+
+
+def render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
+    """The step's tool with its fields rendered, except code and identity fields."""
+    raw = msgspec.to_builtins(step.tool)
+    return {
+        k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"tool.{k}")) for k, v in raw.items()
+    }
+
+
+def sink_call(step: Step, scope: dict[str, Any], *, element: str | None = None) -> SinkCall | None:
+    """The step's sink, to run in the tool actor after the tool: unrendered (its
+    templates read `result`, which exists only there) with just the names it reads."""
+    if step.sink is None:
+        return None
+    tool = msgspec.to_builtins(step.sink.tool)
+    wanted = _sink_names(step)
+    return SinkCall(tool=tool, args=step.sink.args, element=element,
+                    scope={k: v for k, v in scope.items() if k in wanted})
+
+
+def _sink_names(step: Step) -> set[str]:
+    assert step.sink is not None
+    raw = msgspec.to_builtins(step.sink.tool)
+    fields = {k: v for k, v in raw.items() if k not in UNRENDERED_TOOL_FIELDS}
+    return names_read(fields) | names_read(step.sink.args)
+
+
+def child_execution_id(execution_id: str, command_id: str) -> str:
+    """Deterministic, so a replay or a second engine starts the same child, never two."""
+    return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()
+
+
+def err(e: ErrorInfo) -> dict[str, Any]:
+    """The error as templates and events see it: every field present, so a rule can
+    read `error.status` or `error.retryable` whatever the error was."""
+    return {"type": e.type, "message": e.message, "retryable": e.retryable, "status": e.status, "traceback": e.traceback}
+
+
+def template_error(step: str, e: TemplateError, *, field: str = "") -> ErrorInfo:
+    """A template that could not render fails its step: the message names step and field
+    (`e` already names the field inside the step, e.g. `args.x` or `retry[0].when`)."""
+    where = f"{field}: " if field else ""
+    return ErrorInfo(type="TemplateError", message=f"step '{step}' field {where}{e}")

@@ -1,0 +1,388 @@
+"""A loop's progress: the counter actor's pure core.
+
+The engine hands a loop over as one `loop.spec` (the playbook, the rendered collection,
+the names its templates read). From then on the loop has its own log (stream LOOP):
+iteration results, retry timers, a cancel. `fold_loop(run, input, at=...)` folds one
+of them and says what follows: iteration commands to release (keeping `concurrency`
+in flight; `sequential` is 1), retry timers to arm, commands to stop, and, once every
+iteration is counted, the verdict for the execution (`iterator.completed`, or
+`iterator.failed` as soon as more iterations failed than `tolerated_failures`).
+
+Exactly once: an iteration is counted when the result of the command in flight for it
+arrives; any other result (a redelivery, a stale attempt) finds no command in flight
+and changes nothing. Like the engine's fold, this is a pure function of the loop's
+log: command ids come from (loop, iteration, attempt), delays from a hash, times from
+log timestamps, so a counter that replays the log makes the same decisions.
+
+Each iteration's retry rules apply to that iteration alone (actors/core/retry.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.core.backoff import unit_random
+from actors.core.collect import collect, set_path
+from actors.core.effects import CommandCancel, Timer, child_execution_id, err, render_tool, sink_call, template_error
+from actors.core.retry import match_retry
+from actors.playbook.model import Collect, Loop, PlaybookTool, Step
+from actors.playbook.templates import TemplateError, render_value
+from actors.wire import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    ChunkItem,
+    Command,
+    ErrorInfo,
+    IterationOutcome,
+    IteratorCompleted,
+    IteratorFailed,
+    LoopCancel,
+    LoopInput,
+    LoopSpec,
+    ParentRef,
+    StartMessage,
+    TimerFired,
+)
+
+MAX_ERRORS_KEPT = 20  # failures listed in the verdict; the counts cover the rest
+
+
+def tolerated(loop: Loop, total: int) -> int:
+    """`tolerated_failures` as a count: 3, or "5%" of the collection, rounded down."""
+    tf = loop.tolerated_failures
+    if isinstance(tf, str):
+        return math.floor(total * float(tf.rstrip("%")) / 100 + 1e-9)
+    return tf
+
+
+@dataclass(slots=True)
+class Retrying:
+    """An iteration past its first attempt (most never get here: the state of a loop is
+    a few integers per iteration, whatever its retry rules)."""
+
+    attempt: int = 1
+    next_args: dict[str, Any] | None = None
+    collect: Collect | None = None
+    collected: Any = None
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A command released and not answered: one iteration, or a chunk of them."""
+
+    indices: list[int]
+    attempt: int
+    kind: str
+    child: str | None = None
+
+
+@dataclass(slots=True)
+class LoopOutput:
+    commands: list[Command] = field(default_factory=list)
+    starts: list[StartMessage] = field(default_factory=list)  # `tool: playbook`: a child per iteration
+    timers: list[Timer] = field(default_factory=list)
+    cancels: list[CommandCancel] = field(default_factory=list)
+    child_cancels: list[str] = field(default_factory=list)
+    verdict: IteratorCompleted | IteratorFailed | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.commands or self.starts or self.timers or self.cancels or self.child_cancels or self.verdict)
+
+
+@dataclass(slots=True)
+class LoopRun:
+    execution_id: str
+    loop_id: str
+    spec: LoopSpec | None = None
+    step: Step | None = None
+    collection: list[Any] = field(default_factory=list)
+    slots: int = 1
+    chunk_size: int = 1
+    tolerated: int = 0
+    released: int = 0  # iterations [0, released) have had a first command
+    inflight: dict[str, InFlight] = field(default_factory=dict)  # command id -> what it carries
+    waiting: dict[str, int] = field(default_factory=dict)  # timer id -> iteration waiting on it
+    ready: deque[int] = field(default_factory=deque)  # iterations due for another attempt
+    retrying: dict[int, Retrying] = field(default_factory=dict)
+    results: list[Any] = field(default_factory=list)
+    counted: bytearray = field(default_factory=bytearray)
+    succeeded: int = 0
+    failed: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False  # a verdict was given, or the loop was cancelled
+    cancelled: bool = False
+
+    @property
+    def total(self) -> int:
+        return len(self.collection)
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+
+class _Fold:
+    def __init__(self, run: LoopRun, at: float, reply_prefix: str) -> None:
+        self.run = run
+        self.at = at
+        self.reply_prefix = reply_prefix  # loop.<p>.<id>.<loop>.in.res
+        self.out = LoopOutput()
+
+
+def fold_loop(run: LoopRun, inp: LoopInput, *, at: float, reply_prefix: str, step: Step | None = None) -> LoopOutput:
+    """Fold one input of the loop's log. For the spec, the shell passes the parsed
+    `step` (parsing is cached outside; the core stays free of I/O either way)."""
+    f = _Fold(run, at, reply_prefix)
+    if isinstance(inp, LoopSpec):
+        if run.spec is None and step is not None and step.loop is not None:
+            _begin(f, inp, step, step.loop)
+    elif run.finished or run.spec is None:
+        pass  # after the verdict or a cancel, or before the spec: nothing to decide
+    elif isinstance(inp, (CallDone, CallError)):
+        _call_result(f, inp)
+    elif isinstance(inp, ChunkDone):
+        _chunk_done(f, inp)
+    elif isinstance(inp, TimerFired):
+        index = run.waiting.pop(inp.timer_id, None)
+        if index is not None:
+            run.ready.append(index)
+    elif isinstance(inp, LoopCancel):
+        _stop(f)
+        run.cancelled = True
+    if run.spec is not None and not run.finished:
+        _release(f)
+        _maybe_finish(f)
+    return f.out
+
+
+def _begin(f: _Fold, spec: LoopSpec, step: Step, loop: Loop) -> None:
+    run = f.run
+    run.spec, run.step = spec, step
+    run.collection = spec.collection or []
+    run.slots = 1 if loop.mode == "sequential" else loop.concurrency
+    # a child execution per iteration: chunks make no sense for nested playbooks
+    run.chunk_size = loop.chunk_size if loop.mode == "chunked" and not isinstance(step.tool, PlaybookTool) else 1
+    run.tolerated = tolerated(loop, run.total)
+    run.results = [None] * run.total
+    run.counted = bytearray(run.total)
+
+
+# --- releasing iterations -------------------------------------------------------------
+
+
+def _release(f: _Fold) -> None:
+    """Keep `slots` commands in flight: retries due first, then new iterations."""
+    run = f.run
+    while len(run.inflight) < run.slots and not run.finished:
+        if run.ready:
+            _issue(f, [run.ready.popleft()], chunk=False)
+        elif run.released < run.total:
+            start = run.released
+            run.released = min(run.total, start + run.chunk_size)
+            _issue(f, list(range(start, run.released)), chunk=run.chunk_size > 1)
+        else:
+            break
+
+
+def _scope(run: LoopRun, index: int) -> dict[str, Any]:
+    assert run.spec is not None and run.step is not None and run.step.loop is not None
+    return {**run.spec.scope, run.step.loop.element: run.collection[index], "iteration": {"index": index}}
+
+
+def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
+    """One command for `indices`: one iteration, or (`chunk`) a chunk of first
+    attempts. An iteration whose templates cannot render fails on its own, without a
+    command."""
+    run, step = f.run, f.run.step
+    assert step is not None and step.loop is not None and run.spec is not None
+    items: list[ChunkItem] = []
+    tool: dict[str, Any] = {}
+    for i in indices:
+        if run.finished:
+            return  # a template failure just failed the loop
+        scope = _scope(run, i)
+        try:
+            args = render_value(step.args, scope, where="args")
+            tool = render_tool(step, scope)
+        except TemplateError as e:
+            _counted(f, i, None, template_error(step.step, e))
+            continue
+        state = run.retrying.get(i)
+        if state is not None and state.next_args is not None:
+            args = {**args, **state.next_args}
+        items.append(ChunkItem(iteration_index=i, args=args, element=run.collection[i]))
+    if not items:
+        return
+    kind = str(tool.pop("kind"))
+    first = items[0].iteration_index
+    attempt = run.retrying[first].attempt if first in run.retrying else 1
+    command_id = f"{run.loop_id}{'c' if chunk else 'x'}{first}-{attempt}"
+    reply_to = f"{f.reply_prefix}.{command_id}"
+    flight = InFlight(indices=[it.iteration_index for it in items], attempt=attempt, kind=kind)
+    run.inflight[command_id] = flight
+    if isinstance(step.tool, PlaybookTool):
+        # nested playbooks: each iteration starts a child execution, whose end comes
+        # back as this command's result
+        flight.child = child_execution_id(run.execution_id, command_id)
+        version = tool.get("version")
+        f.out.starts.append(StartMessage(
+            playbook=str(tool.get("path")),
+            version=int(version) if version not in (None, "") else None,
+            payload=items[0].args,
+            execution_id=flight.child,
+            parent=ParentRef(execution_id=run.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
+        ))
+        return
+    sink = sink_call(step, run.spec.scope, element=step.loop.element)
+    common: dict[str, Any] = dict(
+        execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
+        tool=tool, attempt_number=attempt, timeout=step.timeout, sink=sink,
+    )
+    if not chunk:
+        item = items[0]
+        f.out.commands.append(Command(args=item.args, iteration_index=item.iteration_index, element=item.element, **common))
+    else:
+        f.out.commands.append(Command(chunk=items, **common))
+
+
+# --- results --------------------------------------------------------------------------
+
+
+def _call_result(f: _Fold, res: CallDone | CallError) -> None:
+    flight = f.run.inflight.pop(res.command_id, None)
+    if flight is None:
+        return  # a redelivery or a stale attempt: counted once already
+    if isinstance(res, CallDone):
+        index = res.iteration_index if res.iteration_index is not None else flight.indices[0]
+        _attempted(f, index, flight.attempt, res.result, None)
+        return
+    # an error for the whole command (a chunk the tool actor gave up on) fails each
+    # iteration it carried
+    for index in flight.indices if res.iteration_index is None else [res.iteration_index]:
+        _attempted(f, index, flight.attempt, None, res.error)
+        if f.run.finished:
+            return
+
+
+def _chunk_done(f: _Fold, res: ChunkDone) -> None:
+    flight = f.run.inflight.pop(res.command_id, None)
+    if flight is None:
+        return
+    answered: dict[int, IterationOutcome] = {o.iteration_index: o for o in res.outcomes}
+    for index in flight.indices:
+        o = answered.get(index)
+        if o is None:
+            _attempted(f, index, flight.attempt, None,
+                       ErrorInfo(type="ChunkIncomplete", message=f"chunk {res.command_id} has no outcome for iteration {index}"))
+        else:
+            _attempted(f, index, flight.attempt, o.result, o.error)
+        if f.run.finished:
+            return
+
+
+def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo | None) -> None:
+    """One attempt of one iteration ended: its retry rules decide whether it is done."""
+    run, step = f.run, f.run.step
+    assert step is not None
+    if run.counted[index]:
+        return
+    state = run.retrying.get(index)
+    if step.retry:
+        ok = error is None
+        scope = _scope(run, index)
+        scope.update(result=result, response=result, error=err(error) if error else None, attempt=attempt)
+        try:
+            verdict = match_retry(step.retry, scope, ok=ok, attempt=attempt,
+                                  unit=unit_random(run.execution_id, run.loop_id, index, attempt))
+        except TemplateError as e:
+            _counted(f, index, None, template_error(step.step, e))
+            return
+        if verdict is not None:
+            if ok and verdict.policy.collect is not None:
+                state = run.retrying.setdefault(index, Retrying(attempt=attempt))
+                state.collect = verdict.policy.collect
+                state.collected = collect(state.collected, result, state.collect.strategy, state.collect.path)
+            if not verdict.last:
+                state = run.retrying.setdefault(index, Retrying(attempt=attempt))
+                state.attempt = attempt + 1
+                if verdict.next_args is not None:
+                    state.next_args = verdict.next_args
+                if verdict.delay <= 0:
+                    run.ready.append(index)
+                else:
+                    timer_id = f"{index}-{state.attempt}"
+                    due = f.at + verdict.delay
+                    run.waiting[timer_id] = index
+                    f.out.timers.append(Timer(timer_id, due, TimerFired(
+                        execution_id=run.execution_id, timer_id=timer_id, due=due)))
+                return
+            if ok:
+                _counted(f, index, _collected(state, result, already=True), None)
+                return
+            _counted(f, index, None, error)
+            return
+    if error is None:
+        _counted(f, index, _collected(state, result, already=False), None)
+    else:
+        _counted(f, index, None, error)
+
+
+def _collected(state: Retrying | None, result: Any, *, already: bool) -> Any:
+    if state is None or state.collect is None:
+        return result
+    if not already:
+        state.collected = collect(state.collected, result, state.collect.strategy, state.collect.path)
+    if state.collect.path is None:
+        return state.collected
+    return set_path(result, state.collect.path, state.collected)
+
+
+def _counted(f: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None:
+    run = f.run
+    run.counted[index] = 1
+    run.retrying.pop(index, None)
+    if error is None:
+        run.results[index] = result
+        run.succeeded += 1
+        return
+    run.failed += 1
+    if len(run.errors) < MAX_ERRORS_KEPT:
+        run.errors.append({"index": index, "error": err(error)})
+    if run.failed > run.tolerated:
+        # fail fast: more failures than tolerated decide the loop; what is still
+        # running is stopped and nothing new is released
+        _stop(f)
+        f.out.verdict = IteratorFailed(tolerated=run.tolerated, **_verdict_fields(run, results=False))
+
+
+def _stop(f: _Fold) -> None:
+    run = f.run
+    run.finished = True
+    for command_id, flight in run.inflight.items():
+        if flight.child is not None:
+            f.out.child_cancels.append(flight.child)
+        else:
+            f.out.cancels.append(CommandCancel(flight.kind, command_id))
+    run.inflight.clear()
+    run.waiting.clear()
+    run.ready.clear()
+
+
+def _maybe_finish(f: _Fold) -> None:
+    run = f.run
+    if run.done == run.total:
+        run.finished = True
+        f.out.verdict = IteratorCompleted(**_verdict_fields(run, results=True))
+
+
+def _verdict_fields(run: LoopRun, *, results: bool) -> dict[str, Any]:
+    assert run.spec is not None
+    return dict(
+        execution_id=run.execution_id, loop_id=run.loop_id, step=run.spec.step, total=run.total,
+        succeeded=run.succeeded, failed=run.failed, not_run=run.total - run.done,
+        results=run.results if results else None, errors=run.errors,
+    )
