@@ -66,14 +66,18 @@ class System:
 
         await wait_for(idle, timeout=timeout)
 
+    async def js_publish(self, subject: str, data: bytes, *, msg_id: str) -> None:
+        await self.nc.jetstream().publish(subject, data, headers={"Nats-Msg-Id": msg_id})
+
     async def restart_roles(self, roles: tuple[str, ...] = ("engine",)) -> None:
         """Stop the named roles and start fresh instances on the same server."""
+        from actors.counter import Counter
         from actors.engine.actor import Engine
         from actors.engine.starter import Starter
         from actors.projector import Projector
         from actors.tools.actor import ToolActor
 
-        kinds = {"engine": (Engine, Starter), "tools": (ToolActor,), "projector": (Projector,)}
+        kinds = {"engine": (Engine, Starter), "counter": (Counter,), "tools": (ToolActor,), "projector": (Projector,)}
         doomed = [a for a in self.runtime.actors if isinstance(a, tuple(k for r in roles for k in kinds[r]))]
         for a in doomed:
             await a.stop()

@@ -1,0 +1,120 @@
+"""The counter's pure core: whatever order results arrive in, however often they are
+delivered, each iteration is counted once, the concurrency bound holds, the verdict
+comes once with results in collection order, and a replay decides the same."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.core.loop import LoopOutput, LoopRun, fold_loop, tolerated
+from actors.playbook.loader import parsed_playbook
+from actors.playbook.model import Loop
+from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, IterationOutcome, LoopInput, LoopSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+SOURCE = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fold}
+workflow:
+  - step: each
+    tool: {kind: noop}
+    args: {v: "{{ x }}"}
+    loop: {collection: [], element: x, mode: %s, concurrency: %d, chunk_size: %d, tolerated_failures: %d}
+"""
+
+
+def spec_for(n: int, source: str) -> LoopSpec:
+    return LoopSpec(execution_id="e1", loop_id="0-1", step="each", playbook_path="fold", playbook_source=source,
+                    collection=list(range(n)), reply_to="exec.0.e1.in.iterator.0-1")
+
+
+def answer(cmd: Command, fail: set[int]) -> LoopInput:
+    if cmd.chunk is not None:
+        return ChunkDone(execution_id="e1", command_id=cmd.command_id, step="each", attempt_number=1, outcomes=[
+            IterationOutcome(iteration_index=i.iteration_index, result=i.args["v"],
+                             error=ErrorInfo(type="Boom", message="x") if i.iteration_index in fail else None)
+            for i in cmd.chunk])
+    assert cmd.iteration_index is not None
+    if cmd.iteration_index in fail:
+        return CallError(execution_id="e1", command_id=cmd.command_id, step="each", attempt_number=cmd.attempt_number,
+                         error=ErrorInfo(type="Boom", message="x"), iteration_index=cmd.iteration_index)
+    return CallDone(execution_id="e1", command_id=cmd.command_id, step="each", attempt_number=cmd.attempt_number,
+                    result=cmd.args["v"], iteration_index=cmd.iteration_index)
+
+
+def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[int], seed: int
+          ) -> tuple[list[LoopInput], list[LoopOutput], LoopRun]:
+    """Run a loop to its end, answering commands in a random order and delivering some
+    answers twice; return the log (inputs in order) and every output."""
+    rng = random.Random(seed)
+    source = SOURCE % (mode, concurrency, chunk, tol)
+    step = parsed_playbook(source, "fold").step("each")
+    run = LoopRun(execution_id="e1", loop_id="0-1")
+    spec = spec_for(n, source)
+    log: list[LoopInput] = [spec]
+    outs = [fold_loop(run, spec, at=0.0, reply_prefix="loop.0.e1.0-1.in.res", step=step)]
+    open_: list[Command] = list(outs[0].commands)
+    delivered: list[LoopInput] = []
+    while open_ or delivered:
+        if delivered and rng.random() < 0.2:
+            inp = rng.choice(delivered)  # a redelivery
+        else:
+            if not open_:
+                break
+            inp = answer(open_.pop(rng.randrange(len(open_))), fail)
+            delivered.append(inp)
+        log.append(inp)
+        out = fold_loop(run, inp, at=float(len(log)), reply_prefix="loop.0.e1.0-1.in.res")
+        outs.append(out)
+        open_ += out.commands
+        assert len(run.inflight) <= (1 if mode == "sequential" else concurrency)
+        if run.finished:
+            break
+    return log, outs, run
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    mode=st.sampled_from(["async", "sequential", "chunked"]),
+    concurrency=st.integers(1, 8),
+    chunk=st.integers(1, 7),
+    tol=st.integers(0, 5),
+    fail_ratio=st.floats(0, 0.3),
+    seed=st.integers(0, 10_000),
+)
+def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurrency: int, chunk: int, tol: int,
+                                                     fail_ratio: float, seed: int) -> None:
+    fail = {i for i in range(n) if random.Random(seed + i).random() < fail_ratio}
+    log, outs, run = drive(n, mode, concurrency, chunk, tol, fail, seed)
+    verdicts = [o.verdict for o in outs if o.verdict is not None]
+    assert len(verdicts) == 1
+    v = verdicts[0]
+    if len(fail) > tol:
+        assert v.failed == tol + 1 and type(v).__name__ == "IteratorFailed"  # fails fast
+    else:
+        assert type(v).__name__ == "IteratorCompleted"
+        assert (v.total, v.succeeded, v.failed) == (n, n - len(fail), len(fail))
+        assert v.results == [None if i in fail else i for i in range(n)]
+    issued = [c.command_id for o in outs for c in o.commands]
+    assert len(issued) == len(set(issued))  # no command twice
+    # a replay of the same log decides exactly the same
+    source = SOURCE % (mode, concurrency, chunk, tol)
+    again = LoopRun(execution_id="e1", loop_id="0-1")
+    step = parsed_playbook(source, "fold").step("each")
+    replayed = [fold_loop(again, inp, at=0.0 if i == 0 else float(i + 1), reply_prefix="loop.0.e1.0-1.in.res",
+                          step=step if i == 0 else None) for i, inp in enumerate(log)]
+    assert [[c.command_id for c in o.commands] for o in replayed] == [[c.command_id for c in o.commands] for o in outs]
+    assert [o.verdict for o in replayed] == [o.verdict for o in outs]
+
+
+@pytest.mark.parametrize(("tf", "total", "count"), [(3, 10, 3), ("10%", 10, 1), ("10%", 9, 0), ("50%", 7, 3),
+                                                    ("100%", 4, 4), ("0%", 100, 0), ("2.5%", 1000, 25)])
+def test_tolerated_failures_as_a_count(tf: int | str, total: int, count: int) -> None:
+    assert tolerated(Loop(collection=[], element="x", tolerated_failures=tf), total) == count

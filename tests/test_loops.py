@@ -1,0 +1,452 @@
+"""Loops: iterations are independent messages counted by the counter actor (issue 3),
+and retries inside a loop apply to each iteration on its own (issue 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.client import Client
+from actors.runtime import connect, start_roles
+from actors.wire import CallDone, CallError, ChunkDone
+from streams.layout import Layout, ensure
+from streams.server import NatsServer
+from tests.conftest import System, of_type
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+ROOT = Path(__file__).resolve().parent.parent
+
+HEAD = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: %s}
+"""
+
+
+def intervals(results: list[Any]) -> list[tuple[float, float]]:
+    return [(r.started_at, r.ended_at) for r in results if isinstance(r, (CallDone, CallError))]
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The largest number of spans running at one instant (an end before a start at
+    the same instant: back-to-back is not overlap)."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
+    now = peak = 0
+    for _, delta in edges:
+        now += delta
+        peak = max(peak, now)
+    return peak
+
+
+async def test_async_results_are_in_collection_order_whatever_the_completion_order(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "ordered" + """
+workload: {delays: [0.6, 0.45, 0.3, 0.15, 0.0]}
+workflow:
+  - step: wait
+    tool: {kind: shell, command: "sleep {{ d }}; echo {{ iteration.index }}"}
+    loop: {collection: "{{ workload.delays }}", element: d, mode: async, concurrency: 5}
+    next: pick
+  - step: pick
+    args: {out: "{{ wait | map(attribute='stdout') | map('trim') | list }}"}
+""")
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"pick": {"out": ["0", "1", "2", "3", "4"]}}
+    arrived = [r.iteration_index for r in await system.client.iterations(eid)]
+    assert sorted(arrived) == [0, 1, 2, 3, 4] and arrived != [0, 1, 2, 3, 4]  # they did finish out of order
+    started = of_type(items, "iterator.started", "wait")[0].data
+    assert started["size"] == 5 and started["mode"] == "async" and started["element"] == "d"
+
+
+async def test_sequential_runs_one_iteration_at_a_time(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "sequential" + """
+workflow:
+  - step: one_by_one
+    tool: {kind: sleep, seconds: 0.05}
+    loop: {collection: "{{ range(6) | list }}", element: n, mode: sequential}
+""")
+    assert status.state == "COMPLETED"
+    spans = intervals(await system.client.iterations(eid))
+    assert len(spans) == 6
+    assert most_at_once(spans) == 1
+    starts = [s for s, _ in spans]
+    assert starts == sorted(starts)
+
+
+async def test_concurrency_bounds_iterations_in_flight(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "bounded" + """
+workflow:
+  - step: fan
+    tool: {kind: sleep, seconds: 0.1}
+    loop: {collection: "{{ range(25) | list }}", element: n, concurrency: 5}
+""")
+    assert status.state == "COMPLETED"
+    spans = intervals(await system.client.iterations(eid))
+    assert len(spans) == 25
+    assert most_at_once(spans) == 5  # never more, and the bound is used
+
+
+async def test_chunked_sends_one_command_per_chunk_with_a_last_partial_chunk(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "chunked" + """
+workflow:
+  - step: double
+    tool: {kind: python, code: "def main(x): return x * 2"}
+    args: {x: "{{ n }}"}
+    loop: {collection: "{{ range(23) | list }}", element: n, mode: chunked, chunk_size: 5, concurrency: 2}
+    next: check
+  - step: check
+    args: {doubled: "{{ double }}"}
+""")
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"check": {"doubled": [n * 2 for n in range(23)]}}
+    chunks = [r for r in await system.client.iterations(eid) if isinstance(r, ChunkDone)]
+    assert sorted(len(c.outcomes) for c in chunks) == [3, 5, 5, 5, 5]
+    assert sorted(o.iteration_index for c in chunks for o in c.outcomes) == list(range(23))
+
+
+FAILING = HEAD % "tolerance" + """
+workflow:
+  - step: odd_fails
+    tool:
+      kind: python
+      code: |
+        def main(n):
+            if n %% 2:
+                raise ValueError(f"odd {n}")
+            return n
+    args: {n: "{{ n }}"}
+    loop: {collection: "{{ range(%d) | list }}", element: n, concurrency: 4, tolerated_failures: %s}
+"""
+
+
+@pytest.mark.parametrize(("total", "tolerated", "state"), [
+    (6, "3", "COMPLETED"),  # 3 failures, 3 tolerated
+    (6, "2", "FAILED"),
+    (10, "'50%'", "COMPLETED"),  # 5 failures of 10, 5 tolerated
+    (10, "'40%'", "FAILED"),
+])
+async def test_tolerated_failures_as_count_and_percentage(system: System, total: int, tolerated: str, state: str) -> None:
+    eid, status = await system.run_yaml(FAILING % (total, tolerated))
+    assert status.state == state
+    items = await system.events(eid)
+    verdicts = [i for i in items if i.cls == "in" and i.type.startswith("iterator.")]
+    assert len(verdicts) == 1
+    if state == "COMPLETED":
+        assert verdicts[0].type == "iterator.completed"
+        done = of_type(items, "playbook.completed")[0].data["result"]["odd_fails"]
+        assert done == [n if n % 2 == 0 else None for n in range(total)]  # failed iterations are null
+        assert verdicts[0].data["succeeded"] == total - total // 2 and verdicts[0].data["failed"] == total // 2
+        assert {e["error"]["type"] for e in verdicts[0].data["errors"]} == {"ValueError"}
+    else:
+        assert verdicts[0].type == "iterator.failed"
+        exit_ = of_type(items, "step.exit", "odd_fails")[0].data
+        assert exit_["error"]["type"] == "LoopFailed"
+        assert "iterations failed, more than the" in exit_["error"]["message"]
+        assert "ValueError: odd" in exit_["error"]["message"]
+
+
+async def test_empty_collection_completes_with_an_empty_list_at_once(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "empty" + """
+workflow:
+  - step: none
+    tool: {kind: python, code: "def main(): raise RuntimeError('never runs')"}
+    loop: {collection: [], element: x}
+""")
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"none": []}
+    assert await system.client.iterations(eid) == []
+
+
+async def test_a_collection_that_is_not_a_list_fails_the_step_clearly(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "notalist" + """
+workload: {users: {a: 1}}
+workflow:
+  - step: each
+    tool: {kind: noop}
+    loop: {collection: "{{ workload.users }}", element: user}
+""")
+    assert status.state == "FAILED"
+    err = of_type(await system.events(eid), "step.exit", "each")[0].data["error"]
+    assert err["type"] == "LoopCollectionInvalid"
+    assert "step 'each' field loop.collection: must render to a list, got dict" in err["message"]
+
+
+async def test_a_duplicate_iteration_result_is_counted_once(system: System) -> None:
+    eid = system.client.new_id()
+    path = system.tmp / "dup.yaml"
+    path.write_text(HEAD % "dup" + """
+workflow:
+  - step: slow
+    tool: {kind: sleep, seconds: 0.3}
+    loop: {collection: [1, 2, 3], element: x, mode: sequential}
+""")
+    entry = await system.client.register(path)
+    await system.client.start(entry.path, execution_id=eid)
+    first = None
+    while first is None:  # the first iteration's result, as the tool actor wrote it
+        res = await system.client.iterations(eid)
+        first = res[0] if res else None
+        if first is None:
+            await asyncio.sleep(0.02)
+    # deliver it again, as a redelivery past the duplicate window would
+    prefix = system.layout.loop_prefix(eid, "0-1")
+    dup = await system.nc.jsm().get_last_msg("LOOP", f"{prefix}.in.res.{first.command_id}", direct=True)
+    await system.js_publish(f"{prefix}.in.res.{first.command_id}", dup.data or b"", msg_id="another-id")
+    status = await system.client.wait(eid, timeout=20)
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    verdict = [i for i in items if i.type == "iterator.completed"][0].data
+    assert (verdict["total"], verdict["succeeded"], verdict["failed"]) == (3, 3, 0)
+    assert len(verdict["results"]) == 3
+    assert len([r for r in await system.client.iterations(eid) if r.command_id == first.command_id]) == 2
+
+
+async def test_the_execution_log_is_the_same_size_for_10_and_10000_iterations(system: System) -> None:
+    text = HEAD % "size" + """
+workflow:
+  - step: fan
+    tool: {kind: noop}
+    args: {v: "{{ i }}"}
+    loop: {collection: "{{ range(workload.n) | list }}", element: i, concurrency: 1000}
+    next: count
+  - step: count
+    args: {n: "{{ fan | length }}"}
+"""
+    small, st_small = await system.run_yaml(text, payload={"n": 10})
+    large, st_large = await system.run_yaml(text, payload={"n": 10_000}, timeout=60)
+    assert st_small.state == st_large.state == "COMPLETED"
+    log_small, log_large = await system.events(small), await system.events(large)
+    assert of_type(log_large, "playbook.completed")[0].data["result"] == {"count": {"n": 10_000}}
+    assert len(log_small) == len(log_large)
+    assert [i.type for i in log_small] == [i.type for i in log_large]
+
+
+async def test_large_results_are_stored_as_a_blob_and_read_transparently(system: System) -> None:
+    eid, status = await system.run_yaml(HEAD % "blob" + """
+workflow:
+  - step: wide
+    tool: {kind: noop}
+    args: {pad: "{{ 'x' * 2000 }}", i: "{{ i }}"}
+    loop: {collection: "{{ range(300) | list }}", element: i, concurrency: 100}
+    next: use
+  - step: use
+    args: {n: "{{ wide | length }}", last: "{{ wide[-1].i }}", size: "{{ wide | map(attribute='pad') | join | length }}"}
+""", timeout=30)
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    verdict = [i for i in items if i.type == "iterator.completed"][0].data
+    assert verdict["results_ref"] and verdict.get("results") is None  # ~600 kB: not inline
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"use": {"n": 300, "last": 299, "size": 600_000}}
+
+
+async def test_a_sink_runs_after_each_iteration_and_its_failure_fails_that_iteration(system: System) -> None:
+    out = system.tmp / "sink"
+    out.mkdir()
+    eid, status = await system.run_yaml(HEAD % "sink" + f"""
+workflow:
+  - step: square
+    tool: {{kind: python, code: "def main(x): return x * x"}}
+    args: {{x: "{{{{ n }}}}"}}
+    loop: {{collection: [1, 2, 3, 4], element: n, tolerated_failures: 1}}
+    sink:
+      tool:
+        kind: python
+        code: |
+          def main(path, value, index):
+              if value == 9:
+                  raise IOError("disk full")
+              open(path + "/" + str(index), "w").write(str(value))
+      args: {{path: "{out}", value: "{{{{ result }}}}", index: "{{{{ iteration.index }}}}"}}
+""")
+    assert status.state == "COMPLETED"
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"0": "1", "1": "4", "3": "16"}
+    items = await system.events(eid)
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"square": [1, 4, None, 16]}
+    verdict = [i for i in items if i.type == "iterator.completed"][0].data
+    assert verdict["errors"][0]["index"] == 2
+    assert "sink (python) failed" in verdict["errors"][0]["error"]["message"]
+    assert "disk full" in verdict["errors"][0]["error"]["message"]
+
+
+async def test_retry_applies_to_each_iteration_on_its_own(system: System) -> None:
+    marks = system.tmp / "marks"
+    marks.mkdir()
+    eid, status = await system.run_yaml(HEAD % "flaky" + f"""
+workflow:
+  - step: each
+    tool:
+      kind: python
+      code: |
+        import os
+        def main(n, d):
+            p = f"{{d}}/{{n}}"
+            first = not os.path.exists(p)
+            open(p, "a").write("x")
+            if n == 3 and first:
+                raise ConnectionError("flaky once")
+            return n
+    args: {{n: "{{{{ n }}}}", d: "{marks}"}}
+    loop: {{collection: "{{{{ range(6) | list }}}}", element: n, concurrency: 6}}
+    retry:
+      - when: "{{{{ error is not none and error.type == 'ConnectionError' }}}}"
+        then: {{max_attempts: 3, backoff: fixed, initial_delay: 0.2}}
+""")
+    assert status.state == "COMPLETED"
+    assert {p.name: p.read_text() for p in marks.iterdir()} == {"0": "x", "1": "x", "2": "x", "3": "xx", "4": "x", "5": "x"}
+    attempts = sorted((r.iteration_index, r.attempt_number) for r in await system.client.iterations(eid))
+    assert attempts == [(0, 1), (1, 1), (2, 1), (3, 1), (3, 2), (4, 1), (5, 1)]
+    items = await system.events(eid)
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"each": [0, 1, 2, 3, 4, 5]}
+
+
+async def test_a_loop_over_a_playbook_starts_one_child_per_iteration(system: System) -> None:
+    child = system.tmp / "child.yaml"
+    child.write_text(HEAD % "child" + """
+workflow:
+  - step: inc
+    tool: {kind: python, code: "def main(v): return v + 1"}
+    args: {v: "{{ workload.v }}"}
+""")
+    await system.client.register(child)
+    eid, status = await system.run_yaml(HEAD % "parent" + """
+workflow:
+  - step: each
+    tool: {kind: playbook, path: child}
+    args: {v: "{{ v }}"}
+    loop: {collection: [10, 20, 30], element: v, concurrency: 2}
+    next: sum
+  - step: sum
+    args: {total: "{{ each | map(attribute='inc') | sum }}"}
+""")
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    assert of_type(items, "playbook.completed")[0].data["result"] == {"sum": {"total": 63}}
+    children = {r.command_id for r in await system.client.iterations(eid)}
+    assert len(children) == 3
+
+
+async def test_cancelling_an_execution_stops_its_loop(system: System) -> None:
+    eid = system.client.new_id()
+    path = system.tmp / "cancel.yaml"
+    path.write_text(HEAD % "cancelloop" + """
+workflow:
+  - step: slow
+    tool: {kind: sleep, seconds: 30}
+    loop: {collection: "{{ range(50) | list }}", element: x, concurrency: 3}
+""")
+    entry = await system.client.register(path)
+    await system.client.start(entry.path, execution_id=eid)
+    async for item in system.client.follow(eid, until_terminal=False):
+        if item.type == "iterator.started":
+            break
+    await system.client.cancel(eid, reason="enough")
+    status = await system.client.wait(eid, timeout=10)
+    assert status.state == "CANCELLED"
+    # the three in flight were stopped, nothing more was released
+    async def stopped() -> bool:
+        res = await system.client.iterations(eid)
+        return len(res) == 3 and all(isinstance(r, CallError) for r in res)
+    from tests.conftest import wait_for
+    await wait_for(stopped, timeout=10)
+
+
+async def test_a_tool_pod_killed_mid_loop_is_replaced_and_the_counts_are_exact(tmp_path: Path) -> None:
+    server = await NatsServer.start()
+    nc = await connect(server.url)
+    layout = Layout(partitions=4, ack_wait=2.0)
+    env = {**os.environ, "ACTORS_ACK_WAIT": "2", "ACTORS_PARTITIONS": "4"}
+
+    async def tool_pod() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "actors.cli", "serve", "--role", "tools", "--nats", server.url, "--http-port", "0",
+            cwd=ROOT, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+    pod = await tool_pod()
+    runtime = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
+    try:
+        await ensure(nc.jetstream(), layout)
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "kill.yaml"
+        pb.write_text(HEAD % "killed" + """
+workflow:
+  - step: work
+    tool: {kind: python, code: "import time\\ndef main(n):\\n    time.sleep(0.05)\\n    return n"}
+    args: {n: "{{ n }}"}
+    loop: {collection: "{{ range(60) | list }}", element: n, concurrency: 8}
+""")
+        entry = await client.register(pb)
+        eid = await client.start(entry.path)
+        while len(await client.iterations(eid)) < 10:
+            await asyncio.sleep(0.05)
+        pod.send_signal(signal.SIGKILL)  # mid-loop: commands in its hands are unacked
+        await pod.wait()
+        pod = await tool_pod()
+        status = await client.wait(eid, timeout=60)
+        assert status.state == "COMPLETED"
+        items = await client.events(eid)
+        verdict = [i for i in items if i.type == "iterator.completed"]
+        assert len(verdict) == 1
+        assert (verdict[0].data["total"], verdict[0].data["succeeded"], verdict[0].data["failed"]) == (60, 60, 0)
+        assert of_type(items, "playbook.completed")[0].data["result"] == {"work": list(range(60))}
+    finally:
+        pod.send_signal(signal.SIGTERM)
+        await pod.wait()
+        await runtime.stop()
+        await nc.close()
+        await server.stop()
+
+
+async def test_run_shows_a_progress_bar_for_a_running_loop(tmp_path: Path) -> None:
+    pb = tmp_path / "bar.yaml"
+    pb.write_text(HEAD % "bar" + """
+workflow:
+  - step: fan
+    tool: {kind: noop}
+    loop: {collection: "{{ range(2000) | list }}", element: i, concurrency: 200}
+""")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "actors.cli", "run", str(pb), "--json", cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert len(json.loads(out)["result"]["fan"]) == 2000
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "actors.cli", "run", str(pb), cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0
+    lines = err.decode().splitlines()
+    assert any("fan" in line and "2000/2000" in line and "it/s" in line for line in lines), lines
+
+
+@pytest.mark.layout(duplicate_window=0.1)
+async def test_a_counter_restarted_mid_loop_replays_and_duplicates_nothing(system: System) -> None:
+    eid = system.client.new_id()
+    path = system.tmp / "replay.yaml"
+    path.write_text(HEAD % "counterreplay" + """
+workflow:
+  - step: work
+    tool: {kind: sleep, seconds: 0.02}
+    loop: {collection: "{{ range(200) | list }}", element: n, concurrency: 10}
+""")
+    entry = await system.client.register(path)
+    await system.client.start(entry.path, execution_id=eid)
+    while len(await system.client.iterations(eid)) < 40:
+        await asyncio.sleep(0.02)
+    await system.restart_roles(("counter",))  # a new counter rebuilds the loop from its log
+    status = await system.client.wait(eid, timeout=60)
+    assert status.state == "COMPLETED"
+    items = await system.events(eid)
+    verdict = [i for i in items if i.type == "iterator.completed"]
+    assert len(verdict) == 1 and (verdict[0].data["succeeded"], verdict[0].data["failed"]) == (200, 0)
+    results = await system.client.iterations(eid)
+    assert sorted(r.iteration_index or 0 for r in results) == list(range(200))  # each ran once
