@@ -1,0 +1,259 @@
+"""Loop fan-out throughput and memory against raw JetStream, same server, same run.
+
+    python bench/loop_fanout.py [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500]
+
+One nats-server (file store, temporary dir) for the whole run. For each size N, in
+this order, each in a fresh child process (so peak RSS is that run's own):
+
+1. raw: the message path of a loop iteration with no engine logic. A "counter" keeps
+   `concurrency` commands in flight on a work-queue stream (``js.publish`` with a
+   ``Nats-Msg-Id``, pipelined); a "worker" pulls them in batches, acks each and
+   publishes a result to a limits stream; the "counter" receives results from a durable
+   push consumer (explicit ack, queue group), acks, and releases the next command.
+   Also a plain publish-then-consume of N messages (one stream, pipelined publishes,
+   then a push consumer with acks) as a second, simpler baseline. Both print msgs/s.
+2. loop: every actor in the child (engine, counter, tools, projector, as
+   ``actors-cli run`` does); a playbook with one loop step of N iterations in ``async``
+   mode (``tool`` noop or python ``def main(i): return i``), then a step reading
+   ``{{ fan | length }}``. Wall time is ``Client.start`` -> terminal status in KV;
+   iterations/s = N / wall. It reports the execution log's event count, the peak RSS
+   of the child (``ru_maxrss``) and its RSS before the run.
+
+Figures: iterations/s as a ratio of the raw round-trip rate at the same N
+(``ratio_vs_raw_roundtrip``) and of the plain publish+consume rate
+(``ratio_vs_raw_pubsub``). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def rss_mb() -> float:
+    """Current RSS of this process, from /proc (Linux)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+# --- child: raw baselines --------------------------------------------------------------
+
+
+async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
+    import nats
+    from nats.js import api
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    tag = f"{n}x{int(time.time() * 1000) % 10**8}"
+    cmd_stream, res_stream = f"RAWC{tag}", f"RAWR{tag}"
+    await js.add_stream(api.StreamConfig(name=cmd_stream, subjects=[f"rawc{tag}.>"],
+                                         retention=api.RetentionPolicy.WORK_QUEUE))
+    await js.add_stream(api.StreamConfig(name=res_stream, subjects=[f"rawr{tag}.>"]))
+    await js.add_consumer(cmd_stream, api.ConsumerConfig(durable_name="w", ack_policy=api.AckPolicy.EXPLICIT,
+                                                         max_ack_pending=concurrency * 2))
+    await js.add_consumer(res_stream, api.ConsumerConfig(
+        durable_name="c", deliver_subject=f"_rawdeliver{tag}", deliver_group="c", ack_policy=api.AckPolicy.EXPLICIT,
+        max_ack_pending=concurrency * 4))
+    done = asyncio.Event()
+    state = {"sent": 0, "got": 0}
+
+    async def send() -> None:
+        i = state["sent"]
+        state["sent"] += 1
+        await js.publish(f"rawc{tag}.{i}", b'{"i": %d}' % i, headers={"Nats-Msg-Id": f"c{i}"})
+
+    async def on_result(msg: Any) -> None:
+        await msg.ack()
+        state["got"] += 1
+        if state["got"] == n:
+            done.set()
+        elif state["sent"] < n:
+            await send()
+
+    sub = await nc.subscribe(f"_rawdeliver{tag}", queue="c", cb=on_result, pending_msgs_limit=-1)
+    psub = await js.pull_subscribe_bind(durable="w", stream=cmd_stream)
+
+    async def worker() -> None:
+        while not done.is_set():
+            try:
+                msgs = await psub.fetch(concurrency, timeout=1)
+            except Exception:
+                continue
+
+            async def one(m: Any) -> None:
+                await js.publish(f"rawr{tag}.{m.subject.rsplit('.', 1)[1]}", m.data,
+                                 headers={"Nats-Msg-Id": f"r{m.subject}"})
+                await m.ack()
+
+            await asyncio.gather(*(one(m) for m in msgs))
+
+    t0 = time.perf_counter()
+    w = asyncio.create_task(worker())
+    await asyncio.gather(*(send() for _ in range(min(concurrency, n))))
+    await done.wait()
+    roundtrip = n / (time.perf_counter() - t0)
+    w.cancel()
+    await sub.unsubscribe()
+
+    # plain publish then consume
+    ps = f"RAWP{tag}"
+    await js.add_stream(api.StreamConfig(name=ps, subjects=[f"rawp{tag}.>"]))
+    t0 = time.perf_counter()
+    for start in range(0, n, 1000):
+        futs = [await js.publish_async(f"rawp{tag}.{i}", b'{"i": %d}' % i, headers={"Nats-Msg-Id": f"p{i}"})
+                for i in range(start, min(n, start + 1000))]
+        await asyncio.gather(*futs)
+    got = asyncio.Event()
+    count = {"n": 0}
+
+    async def on_msg(msg: Any) -> None:
+        await msg.ack()
+        count["n"] += 1
+        if count["n"] == n:
+            got.set()
+
+    await js.add_consumer(ps, api.ConsumerConfig(durable_name="p", deliver_subject=f"_rawp{tag}", deliver_group="p",
+                                                 ack_policy=api.AckPolicy.EXPLICIT, max_ack_pending=concurrency * 4))
+    sub = await nc.subscribe(f"_rawp{tag}", queue="p", cb=on_msg, pending_msgs_limit=-1)
+    await got.wait()
+    pubsub = n / (time.perf_counter() - t0)
+    await sub.unsubscribe()
+    for s in (cmd_stream, res_stream, ps):
+        await js.delete_stream(s)
+    await nc.close()
+    return {"raw_roundtrip_msgs_s": roundtrip, "raw_pubsub_msgs_s": pubsub}
+
+
+# --- child: the loop -------------------------------------------------------------------
+
+
+PLAYBOOK = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fanout_%(tool)s}
+workflow:
+  - step: fan
+    tool: %(tool_yaml)s
+    args: {i: "{{ i }}"}
+    loop: {collection: "{{ range(workload.n) | list }}", element: i, mode: async, concurrency: %(conc)d}
+    next: count
+  - step: count
+    args: {n: "{{ fan | length }}"}
+"""
+TOOLS = {"noop": "{kind: noop}", "python": '{kind: python, code: "def main(i): return i"}'}
+
+
+async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
+    from actors.client import Client
+    from actors.runtime import connect, start_roles
+    from streams.layout import Layout
+
+    layout = Layout()
+    nc = await connect(url)
+    rt = await start_roles(nc, layout=layout)
+    client = Client(nc, layout=layout)
+    with tempfile.TemporaryDirectory() as d:
+        pb = Path(d) / f"fanout_{tool}.yaml"
+        pb.write_text(PLAYBOOK % {"tool": tool, "tool_yaml": TOOLS[tool], "conc": concurrency})
+        entry = await client.register(pb)
+    base = rss_mb()
+    t0 = time.perf_counter()
+    eid = await client.start(entry.path, payload={"n": n})
+    status = await client.wait(eid, timeout=3600)
+    wall = time.perf_counter() - t0
+    items = await client.events(eid)
+    result = None
+    for it in items:
+        if it.type == "playbook.completed":
+            result = await client.result(it)
+    assert status.state == "COMPLETED" and result == {"count": {"n": n}}, (status, result)
+    await rt.stop()
+    await nc.close()
+    return {"wall_s": wall, "iterations_s": n / wall, "log_events": len(items), "rss_before_mb": base,
+            "rss_peak_mb": peak_rss_mb()}
+
+
+# --- parent ----------------------------------------------------------------------------
+
+
+def child(args: list[str]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"child {args} failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--tools", default="noop,python")
+    ap.add_argument("--concurrency", type=int, default=500)
+    ap.add_argument("--child", choices=["raw", "loop"], help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tool", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    import uvloop
+
+    if a.child == "raw":
+        print(json.dumps(uvloop.run(raw(a.url, a.n, a.concurrency))))
+        return 0
+    if a.child == "loop":
+        print(json.dumps(uvloop.run(loop(a.url, a.n, a.tool, a.concurrency))))
+        return 0
+
+    from streams.server import NatsServer
+
+    async def serve() -> NatsServer:
+        return await NatsServer.start()
+
+    server = asyncio.run(serve())
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in [int(x) for x in a.sizes.split(",")]:
+            base = child(["--child", "raw", "--url", server.url, "--n", str(n), "--concurrency", str(a.concurrency)])
+            for tool in a.tools.split(","):
+                r = child(["--child", "loop", "--url", server.url, "--n", str(n), "--tool", tool,
+                           "--concurrency", str(a.concurrency)])
+                row = {"n": n, "tool": tool, **r, **base,
+                       "ratio_vs_raw_roundtrip": r["iterations_s"] / base["raw_roundtrip_msgs_s"],
+                       "ratio_vs_raw_pubsub": r["iterations_s"] / base["raw_pubsub_msgs_s"]}
+                rows.append(row)
+                print(f"{n:>7} {tool:6}  {r['iterations_s']:>8,.0f} it/s  wall {r['wall_s']:6.2f} s  "
+                      f"raw rt {base['raw_roundtrip_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_roundtrip']:.2f}  "
+                      f"raw pub+sub {base['raw_pubsub_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_pubsub']:.2f}  "
+                      f"log events {r['log_events']}  rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",
+                      flush=True)
+    finally:
+        asyncio.run(server.stop())
+    print(json.dumps({"bench": "loop_fanout", "python": platform.python_version(), "cores": _cores(),
+                      "concurrency": a.concurrency, "rows": rows}))
+    return 0
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
