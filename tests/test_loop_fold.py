@@ -92,7 +92,7 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
 def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurrency: int, chunk: int, tol: int,
                                                      fail_ratio: float, seed: int) -> None:
     fail = {i for i in range(n) if random.Random(seed + i).random() < fail_ratio}
-    log, outs, run = drive(n, mode, concurrency, chunk, tol, fail, seed)
+    log, outs, _ = drive(n, mode, concurrency, chunk, tol, fail, seed)
     verdicts = [o.verdict for o in outs if o.verdict is not None]
     assert len(verdicts) == 1
     v = verdicts[0]

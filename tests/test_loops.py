@@ -18,7 +18,7 @@ from actors.runtime import connect, start_roles
 from actors.wire import CallDone, CallError, ChunkDone
 from streams.layout import Layout, ensure
 from streams.server import NatsServer
-from tests.conftest import System, of_type
+from tests.conftest import System, of_type, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +28,35 @@ apiVersion: actors/v1
 kind: Playbook
 metadata: {name: %s}
 """
+
+
+class ResultWatch:
+    """Counts iteration results as the tool actors publish them (a core NATS
+    subscription on the loop logs' result subjects), so a test can await the n-th."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._waiters: list[tuple[int, asyncio.Event]] = []
+
+    @classmethod
+    async def start(cls, nc: Any, layout: Layout, eid: str) -> ResultWatch:
+        w = cls()
+
+        async def seen(_msg: Any) -> None:
+            w.count += 1
+            for n, ev in w._waiters:
+                if w.count >= n:
+                    ev.set()
+
+        await nc.subscribe(f"loop.{layout.partition_of(eid)}.{eid}.*.in.res.>", cb=seen)
+        return w
+
+    async def reach(self, n: int, timeout: float = 30) -> None:
+        ev = asyncio.Event()
+        if self.count >= n:
+            return
+        self._waiters.append((n, ev))
+        await asyncio.wait_for(ev.wait(), timeout)
 
 
 def intervals(results: list[Any]) -> list[tuple[float, float]]:
@@ -190,13 +219,12 @@ workflow:
     loop: {collection: [1, 2, 3], element: x, mode: sequential}
 """)
     entry = await system.client.register(path)
+    watch = await ResultWatch.start(system.nc, system.layout, eid)
     await system.client.start(entry.path, execution_id=eid)
-    first = None
-    while first is None:  # the first iteration's result, as the tool actor wrote it
-        res = await system.client.iterations(eid)
-        first = res[0] if res else None
-        if first is None:
-            await asyncio.sleep(0.02)
+    await watch.reach(1)
+    # the first iteration's result, as the tool actor wrote it (stored a moment after
+    # subscribers see it)
+    first = (await wait_for(lambda: system.client.iterations(eid), timeout=5))[0]
     # deliver it again, as a redelivery past the duplicate window would
     prefix = system.layout.loop_prefix(eid, "0-1")
     dup = await system.nc.jsm().get_last_msg("LOOP", f"{prefix}.in.res.{first.command_id}", direct=True)
@@ -204,7 +232,7 @@ workflow:
     status = await system.client.wait(eid, timeout=20)
     assert status.state == "COMPLETED"
     items = await system.events(eid)
-    verdict = [i for i in items if i.type == "iterator.completed"][0].data
+    verdict = next(i for i in items if i.type == "iterator.completed").data
     assert (verdict["total"], verdict["succeeded"], verdict["failed"]) == (3, 3, 0)
     assert len(verdict["results"]) == 3
     assert len([r for r in await system.client.iterations(eid) if r.command_id == first.command_id]) == 2
@@ -243,7 +271,7 @@ workflow:
 """, timeout=30)
     assert status.state == "COMPLETED"
     items = await system.events(eid)
-    verdict = [i for i in items if i.type == "iterator.completed"][0].data
+    verdict = next(i for i in items if i.type == "iterator.completed").data
     assert verdict["results_ref"] and verdict.get("results") is None  # ~600 kB: not inline
     assert of_type(items, "playbook.completed")[0].data["result"] == {"use": {"n": 300, "last": 299, "size": 600_000}}
 
@@ -271,7 +299,7 @@ workflow:
     assert {p.name: p.read_text() for p in out.iterdir()} == {"0": "1", "1": "4", "3": "16"}
     items = await system.events(eid)
     assert of_type(items, "playbook.completed")[0].data["result"] == {"square": [1, 4, None, 16]}
-    verdict = [i for i in items if i.type == "iterator.completed"][0].data
+    verdict = next(i for i in items if i.type == "iterator.completed").data
     assert verdict["errors"][0]["index"] == 2
     assert "sink (python) failed" in verdict["errors"][0]["error"]["message"]
     assert "disk full" in verdict["errors"][0]["error"]["message"]
@@ -355,7 +383,6 @@ workflow:
     async def stopped() -> bool:
         res = await system.client.iterations(eid)
         return len(res) == 3 and all(isinstance(r, CallError) for r in res)
-    from tests.conftest import wait_for
     await wait_for(stopped, timeout=10)
 
 
@@ -384,9 +411,10 @@ workflow:
     loop: {collection: "{{ range(60) | list }}", element: n, concurrency: 8}
 """)
         entry = await client.register(pb)
-        eid = await client.start(entry.path)
-        while len(await client.iterations(eid)) < 10:
-            await asyncio.sleep(0.05)
+        eid = client.new_id()
+        watch = await ResultWatch.start(nc, layout, eid)
+        await client.start(entry.path, execution_id=eid)
+        await watch.reach(10)
         pod.send_signal(signal.SIGKILL)  # mid-loop: commands in its hands are unacked
         await pod.wait()
         pod = await tool_pod()
@@ -439,9 +467,9 @@ workflow:
     loop: {collection: "{{ range(200) | list }}", element: n, concurrency: 10}
 """)
     entry = await system.client.register(path)
+    watch = await ResultWatch.start(system.nc, system.layout, eid)
     await system.client.start(entry.path, execution_id=eid)
-    while len(await system.client.iterations(eid)) < 40:
-        await asyncio.sleep(0.02)
+    await watch.reach(40)
     await system.restart_roles(("counter",))  # a new counter rebuilds the loop from its log
     status = await system.client.wait(eid, timeout=60)
     assert status.state == "COMPLETED"

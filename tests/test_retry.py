@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -296,3 +297,24 @@ workflow:
         await server.stop()
 
 
+
+
+async def test_each_attempt_runs_its_sink_with_it(system: System, api: Api, tmp_path: Path) -> None:
+    saved = tmp_path / "pages"
+    saved.mkdir()
+    sink = f"""    sink:
+      tool:
+        kind: python
+        code: |
+          import json
+          def main(d, page, items):
+              open(d + "/" + str(page), "w").write(json.dumps(items))
+      args: {{d: "{saved}", page: "{{{{ result.data.paging.page }}}}", items: "{{{{ result.data.data }}}}"}}
+"""
+    _, status = await system.run_yaml(
+        http_playbook("sinkpages", f"{api.url}/pages", PAGINATE % (100, "append", "data.data"), ", params: {total: 4}")
+        + "    args: {page: 1}\n" + sink
+    )
+    assert status.state == "COMPLETED"
+    assert sorted(p.name for p in saved.iterdir()) == ["1", "2", "3", "4"]  # one save per attempt
+    assert json.loads((saved / "3").read_text()) == [f"p3i{i}" for i in range(3)]
