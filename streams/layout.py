@@ -53,6 +53,7 @@ START_STREAM = "START"
 DLQ_STREAM = "DLQ"
 STATUS_BUCKET = "status"
 CATALOG_BUCKET = "catalog"
+OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
 START_SUBJECT = "start"
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -77,6 +78,7 @@ class Layout:
     engine_max_ack_pending: int = 4096
     tool_max_ack_pending: int = 1024
     counter_max_ack_pending: int = 16384
+    lease_ttl: float = 10.0  # a dead pod's partitions are taken over after at most this
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -89,6 +91,7 @@ class Layout:
             partitions=int(num("ACTORS_PARTITIONS", 8)),
             replicas=int(num("ACTORS_REPLICAS", 1)),
             ack_wait=num("ACTORS_ACK_WAIT", 30.0),
+            lease_ttl=num("ACTORS_LEASE_TTL", 10.0),
         )
 
     # --- subjects ----------------------------------------------------------------
@@ -334,6 +337,11 @@ async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str,
             config=api.ObjectStoreConfig(bucket=BLOB_BUCKET, replicas=layout.replicas, storage=api.StorageType.FILE,
                                          ttl=layout.exec_max_age),
         )
+    try:
+        await js.key_value(OWNERS_BUCKET)
+    except NotFoundError:
+        await js.create_key_value(bucket=OWNERS_BUCKET, history=1, ttl=layout.lease_ttl, replicas=layout.replicas,
+                                  storage=api.StorageType.FILE)
     for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1)):
         try:
             await js.key_value(bucket)

@@ -340,12 +340,32 @@ class Engine:
         # executions known to be terminal: late inputs are acked without a replay
         self.retired: OrderedDict[str, None] = OrderedDict()
         self._retired_cache = retired_cache
-        self._subs: list[Subscription] = []
+        self._subs: dict[int, Subscription] = {}
 
     async def start(self) -> None:
         for p in self.partitions:
-            name = engine_consumer(p)
-            self._subs.append(await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg, pending_msgs_limit=-1))
+            await self.gain(p)
+
+    async def gain(self, partition: int) -> None:
+        """Start taking the inputs of `partition` (this pod now owns it)."""
+        if partition in self._subs:
+            return
+        name = engine_consumer(partition)
+        self._subs[partition] = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg,
+                                                        pending_msgs_limit=-1)
+
+    async def lose(self, partition: int) -> None:
+        """Stop taking `partition`'s inputs and hand back what its actors hold: the
+        next owner gets them (now, by nak) and rebuilds each execution by replay."""
+        sub = self._subs.pop(partition, None)
+        if sub is not None:
+            await sub.unsubscribe()
+        doomed = [a for a in self.actors.values() if self.layout.partition_of(a.execution_id) == partition]
+        for a in doomed:
+            self.forget(a)
+            if a.task is not None:
+                a.task.cancel()
+        await asyncio.gather(*(a.task for a in doomed if a.task), return_exceptions=True)
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
@@ -373,7 +393,7 @@ class Engine:
     async def stop(self) -> None:
         """Stop taking inputs; let actors finish the input in hand, then cancel them.
         Unacked inputs are redelivered to whichever engine owns the partition next."""
-        for sub in self._subs:
+        for sub in self._subs.values():
             await sub.unsubscribe()
         self._subs.clear()
         tasks = [a.task for a in self.actors.values() if a.task]

@@ -1,0 +1,160 @@
+"""Partition ownership across pods: leases in the KV bucket `owners`, whose entries age
+out after the lease TTL (the bucket's max age) unless renewed.
+
+Each pod of a role (engine, counter) heartbeats `members.<role>.<pod>` and, every
+`period`, balances: it renews the leases it holds (`<role>.p<N>`, compare-and-set on
+the revision it last wrote, so a lease someone else took is lost, never stolen back),
+releases leases above its fair share (ceil(partitions / live members); the newest
+pods get theirs as older ones release), and takes free ones up to its share with
+`create`, which succeeds for one pod only. The server decides every conflict: there is
+no election of our own.
+
+A pod consumes a partition only while it holds its lease, and drops it as soon as a
+renewal fails or the lease may have run out without a successful renewal (a pod cut
+off from NATS stops before another can take over). What overlap remains at a handover
+(a pod paused past its TTL) is covered by the engine's determinism: both would fold the
+same log into the same decisions, published under the same message ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client as NATS
+from nats.js.errors import KeyNotFoundError, KeyValueError, NotFoundError
+
+from streams.layout import OWNERS_BUCKET
+
+log = logging.getLogger("actors.ownership")
+Callback = Callable[[int], Awaitable[None]]
+
+
+def pod_name() -> str:
+    """A KV-key-safe name for this process."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{socket.gethostname()}-{os.getpid()}")
+
+
+class Leases:
+    def __init__(self, nc: NATS, *, role: str, partitions: int, ttl: float, on_gain: Callback, on_lose: Callback,
+                 pod: str | None = None) -> None:
+        self.nc = nc
+        self.role = role
+        self.partitions = partitions
+        self.ttl = ttl
+        self.period = ttl / 4
+        self.pod = pod or pod_name()
+        self.on_gain = on_gain
+        self.on_lose = on_lose
+        self.held: dict[int, int] = {}  # partition -> revision of our last write
+        self._renewed_at = 0.0  # monotonic time of the last successful balance
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    def _key(self, p: int) -> str:
+        return f"{self.role}.p{p}"
+
+    async def start(self) -> None:
+        self.kv = await self.nc.jetstream().key_value(OWNERS_BUCKET)
+        await self.balance()
+        self._task = asyncio.create_task(self._run(), name=f"leases:{self.role}")
+
+    async def stop(self) -> None:
+        """Hand every partition back at once (a graceful stop does not make the others
+        wait for a TTL)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for p in sorted(self.held):
+            await self._release(p)
+        try:
+            await self.kv.delete(f"members.{self.role}.{self.pod}")
+        except Exception:
+            pass
+
+    async def wait_changed(self) -> None:
+        """Until the set of held partitions changes (for tests and readiness)."""
+        self._changed.clear()
+        await self._changed.wait()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.period)
+            try:
+                await self.balance()
+            except Exception as e:  # NATS unreachable, a timeout: keep what is still safe
+                log.warning("%s leases: balance failed: %s", self.role, e)
+                if time.monotonic() - self._renewed_at > self.ttl * 0.75:
+                    # our leases may run out before we can renew: stop first
+                    for p in sorted(self.held):
+                        del self.held[p]
+                        await self.on_lose(p)
+                    self._changed.set()
+
+    async def balance(self) -> None:
+        started = time.monotonic()
+        await self.kv.put(f"members.{self.role}.{self.pod}", b"")
+        members = await self._members()
+        fair = math.ceil(self.partitions / max(len(members), 1))
+        before = set(self.held)
+        for p, rev in list(self.held.items()):
+            try:
+                self.held[p] = await self.kv.update(self._key(p), self.pod.encode(), last=rev)
+            except KeyValueError:
+                del self.held[p]
+                log.warning("%s leases: lost partition %d", self.role, p)
+                await self.on_lose(p)
+        for p in sorted(self.held, reverse=True)[: max(len(self.held) - fair, 0)]:
+            await self._release(p)
+        if len(self.held) < fair:
+            for p in self._preference(members):
+                if len(self.held) >= fair:
+                    break
+                if p in self.held:
+                    continue
+                try:
+                    self.held[p] = await self.kv.create(self._key(p), self.pod.encode())
+                except KeyValueError:
+                    continue  # someone holds it
+                await self.on_gain(p)
+        self._renewed_at = started
+        if set(self.held) != before:
+            log.info("%s leases: %s holds partitions %s", self.role, self.pod, sorted(self.held))
+            self._changed.set()
+
+    def _preference(self, members: list[str]) -> list[int]:
+        """Partitions in this pod's order of preference: its own stripe first
+        (p = index mod members), so pods that start together rarely race for a key."""
+        index = members.index(self.pod) if self.pod in members else 0
+        n = max(len(members), 1)
+        mine = [p for p in range(self.partitions) if p % n == index]
+        return mine + [p for p in range(self.partitions) if p % n != index]
+
+    async def _members(self) -> list[str]:
+        prefix = f"members.{self.role}."
+        try:
+            keys = await self.kv.keys()
+        except (NotFoundError, KeyValueError):
+            keys = []
+        except Exception as e:
+            if "no keys" in str(e).lower():
+                keys = []
+            else:
+                raise
+        return sorted(k[len(prefix):] for k in keys if k.startswith(prefix))
+
+    async def _release(self, p: int) -> None:
+        rev = self.held.pop(p, None)
+        await self.on_lose(p)
+        if rev is not None:
+            try:
+                await self.kv.delete(self._key(p), last=rev)
+            except (KeyNotFoundError, KeyValueError, NotFoundError):
+                pass
+        self._changed.set()

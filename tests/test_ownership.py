@@ -1,0 +1,147 @@
+"""Partition ownership across engine pods: every partition owned by exactly one pod,
+rebalanced when pods join or leave, taken over when a pod dies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from actors.client import Client
+from actors.engine.actor import Engine
+from actors.ownership import Leases
+from actors.runtime import connect, start_roles
+from streams.layout import Layout, ensure
+from streams.server import NatsServer
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+PLAYBOOK = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: owned}
+workflow:
+  - step: a
+    tool: {kind: sleep, seconds: 0.05}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(v): return v * 2"}
+    args: {v: "{{ workload.v }}"}
+"""
+
+
+class Pod:
+    """An engine pod: its own connection, an engine with no static partitions, leases."""
+
+    def __init__(self, nc: NATS, engine: Engine, leases: Leases) -> None:
+        self.nc, self.engine, self.leases = nc, engine, leases
+
+    @classmethod
+    async def start(cls, url: str, layout: Layout, name: str) -> Pod:
+        nc = await connect(url, name=name)
+        engine = Engine(nc, layout=layout, partitions=[])
+        await engine.start()
+        leases = Leases(nc, role="engine", partitions=layout.partitions, ttl=layout.lease_ttl, pod=name,
+                        on_gain=engine.gain, on_lose=engine.lose)
+        await leases.start()
+        return cls(nc, engine, leases)
+
+    @property
+    def held(self) -> set[int]:
+        return set(self.leases.held)
+
+    async def stop(self) -> None:
+        await self.leases.stop()
+        await self.engine.stop()
+        await self.nc.close()
+
+    async def crash(self) -> None:
+        """As a kill -9 looks from outside: the connection drops, nothing is handed back."""
+        if self.leases._task is not None:
+            self.leases._task.cancel()
+        for t in [a.task for a in self.engine.actors.values() if a.task]:
+            t.cancel()
+        await self.nc.close()
+
+
+async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Path) -> None:
+    server = await NatsServer.start()
+    layout = Layout(partitions=6, ack_wait=2.0, lease_ttl=2.0)
+    nc = await connect(server.url, name="rest")
+    await ensure(nc.jetstream(), layout)
+    rest = await start_roles(nc, layout=layout, roles=("tools", "projector", "counter"))
+    from actors.engine.starter import Starter
+
+    starter = Starter(nc, layout=layout)
+    await starter.start()
+    pods: list[Pod] = []
+    try:
+        pods = [await Pod.start(server.url, layout, f"pod{i}") for i in range(3)]
+
+        async def balanced(live: list[Pod], share: int) -> bool:
+            for p in live:
+                await p.leases.balance()  # no waiting for the next period
+            sets = [p.held for p in live]
+            union = set().union(*sets)
+            return union == set(range(layout.partitions)) and sum(map(len, sets)) == layout.partitions \
+                and all(len(s) == share for s in sets)
+
+        await wait_for(lambda: balanced(pods, 2), timeout=20)
+
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "owned.yaml"
+        pb.write_text(PLAYBOOK)
+        entry = await client.register(pb)
+        ids = [await client.start(entry.path, payload={"v": i}) for i in range(30)]
+
+        victim = pods.pop(0)
+        await victim.crash()  # its leases age out; the others take its partitions
+        await wait_for(lambda: balanced(pods, 3), timeout=20)
+        for i, eid in enumerate(ids):
+            st = await client.wait(eid, timeout=30)
+            assert st.state == "COMPLETED", (eid, st)
+            items = await client.events(eid)
+            done = [x for x in items if x.type == "playbook.completed"]
+            assert len(done) == 1 and done[0].data["result"] == {"b": i * 2}
+
+        pods.append(await Pod.start(server.url, layout, "pod3"))  # a pod joins: shares shrink
+        await wait_for(lambda: balanced(pods, 2), timeout=20)
+        more = [await client.start(entry.path, payload={"v": 100 + i}) for i in range(6)]
+        for eid in more:
+            assert (await client.wait(eid, timeout=30)).state == "COMPLETED"
+    finally:
+        for p in pods:
+            await p.stop()
+        await starter.stop()
+        await rest.stop()
+        await nc.close()
+        await server.stop()
+
+
+async def test_a_graceful_stop_hands_partitions_over_at_once(tmp_path: Path) -> None:
+    server = await NatsServer.start()
+    layout = Layout(partitions=4, lease_ttl=30.0)  # a TTL far longer than the test
+    nc = await connect(server.url, name="rest")
+    await ensure(nc.jetstream(), layout)
+    try:
+        a = await Pod.start(server.url, layout, "a")
+        assert a.held == {0, 1, 2, 3}
+        b = await Pod.start(server.url, layout, "b")
+        await a.leases.balance()  # a sees b and gives up its extra share
+        await b.leases.balance()
+        assert len(a.held) == 2 and len(b.held) == 2 and not a.held & b.held
+        await a.stop()  # releases its keys: b need not wait 30 s
+        await b.leases.balance()
+        assert b.held == {0, 1, 2, 3}
+        await b.stop()
+    finally:
+        await nc.close()
+        await server.stop()
+
+
+async def test_pod_names_are_valid_kv_keys() -> None:
+    from actors.ownership import pod_name
+
+    assert all(c.isalnum() or c in "-_" for c in pod_name())
