@@ -238,7 +238,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
         for extra in args.register or []:
             await client.register(extra)
         entry = await client.register(args.file)
-        eid = await client.start(entry.path, version=entry.version, payload=payload, execution_id=args.execution_id)
+        eid = args.execution_id or client.new_id()
+        bar = None if args.json else asyncio.create_task(_progress(client, eid))
+        eid = await client.start(entry.path, version=entry.version, payload=payload, execution_id=eid)
         if not args.json:
             print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
         try:
@@ -252,8 +254,12 @@ async def cmd_run(args: argparse.Namespace) -> int:
             else:
                 _err(f"execution {eid}: not finished after {args.timeout}s")
             return EXIT_TIMEOUT
+        finally:
+            if bar is not None:
+                bar.cancel()
+                await asyncio.gather(bar, return_exceptions=True)
         data = terminal.data
-        out = {"execution_id": eid, "state": st.state, "result": data.get("result"), "error": data.get("error"),
+        out = {"execution_id": eid, "state": st.state, "result": await client.result(terminal), "error": data.get("error"),
                "started_at": st.started_at, "ended_at": st.ended_at}
         if args.json:
             _out(out)
@@ -264,6 +270,30 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 print("error: " + str(out["error"].get("message")))
             print("result: " + orjson.dumps(out["result"], option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         return STATE_EXIT.get(st.state, EXIT_FAILED)
+
+
+async def _progress(client: Any, eid: str) -> None:
+    """A progress bar per running loop on stderr: redrawn in place on a terminal, a
+    line a second (and the last one) otherwise."""
+    tty = sys.stderr.isatty()
+    shown: dict[str, float] = {}
+    first: dict[str, tuple[float, int]] = {}
+    async for p in client.progress(eid):
+        t0, d0 = first.setdefault(p.loop_id, (p.at, p.done))
+        finished = p.done >= p.total
+        if not tty and not finished and p.at - shown.get(p.loop_id, 0.0) < 1.0:
+            continue
+        shown[p.loop_id] = p.at
+        rate = (p.done - d0) / (p.at - t0) if p.at > t0 else 0.0
+        width = 30
+        filled = int(width * p.done / p.total) if p.total else width
+        line = (f"  {p.step:20} [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
+                f"  {rate:,.0f} it/s  {p.in_flight} in flight" + (f"  {p.failed} failed" if p.failed else ""))
+        if tty:
+            sys.stderr.write("\r" + line + ("\n" if finished else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 async def _follow(client: Any, eid: str, *, quiet: bool) -> Any:
@@ -312,30 +342,37 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
-    from actors.runtime import ROLES, connect, start_roles
+    from actors.metrics import log_lifecycle_as_json
+    from actors.runtime import ROLES, serve
     from streams.layout import Layout
 
+    # first of all: a SIGTERM that comes while the pod is still starting must not be
+    # lost (as PID 1 in a container, an unhandled SIGTERM is ignored, not fatal)
+    stop = _stop_on_signal()
     url = _url(args)
     if url is None:
         raise UsageError("serve needs --nats URL or NATS_URL")
+    if args.http_port < 0 or args.drain_timeout < 0:
+        raise UsageError("--http-port and --drain-timeout must not be negative")
     roles = ROLES if args.role == "all" else (args.role,)
-    nc = await connect(url, name=f"actors-{args.role}")
-    rt = await start_roles(nc, layout=Layout.from_env(), roles=roles)
-    logging.getLogger("actors").info("serving roles %s against %s", ",".join(roles), url)
-    try:
-        await _until_signal()
-    finally:
-        await rt.stop()  # drain: stop pulling, finish or hand back in-flight work
-        await nc.close()
-    return EXIT_OK
+    log_lifecycle_as_json(sys.stderr)
+    clean = await serve(url, stop=stop, layout=Layout.from_env(), roles=roles, http_host=args.http_host,
+                        http_port=args.http_port, drain_timeout=args.drain_timeout,
+                        shutdown_timeout=args.drain_timeout + 20)
+    return EXIT_OK if clean else EXIT_FAILED
 
 
-async def _until_signal() -> None:
+def _stop_on_signal() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM, handlers installed now."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
+
+
+async def _until_signal() -> None:
+    await _stop_on_signal().wait()
 
 
 # --- parser --------------------------------------------------------------------------
@@ -363,7 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--store", help="JetStream store dir (default: a temporary one)")
 
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
-    sp.add_argument("--role", choices=["engine", "tools", "projector", "all"], default="all")
+    sp.add_argument("--role", choices=["engine", "counter", "tools", "projector", "all"], default="all")
+    sp.add_argument("--http-port", type=int, default=8080,
+                    help="port for /healthz, /readyz and /metrics; 0: no HTTP server (default 8080)")
+    sp.add_argument("--http-host", default="0.0.0.0", help="address the HTTP server binds (default 0.0.0.0)")
+    sp.add_argument("--drain-timeout", type=float, default=10.0,
+                    help="seconds running tool commands get to finish after SIGTERM (default 10)")
 
     sp = with_nats(sub.add_parser("register", help="register playbooks in the catalog"))
     sp.add_argument("files", nargs="+")

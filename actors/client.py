@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
@@ -52,6 +53,7 @@ from streams.layout import (
 
 TERMINAL_EVENTS = frozenset({"playbook.completed", "playbook.failed", "execution.cancelled"})
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _dead = msgspec.json.Decoder(DeadLetter)
 _progress = msgspec.json.Decoder(LoopProgress)
 
@@ -137,11 +139,28 @@ class Client:
 
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
         """Wait until the projected status is terminal (the status KV is the only
-        authority on it)."""
+        authority on it). Rides out a NATS node going away: a watch that fails or goes
+        quiet is checked against the key and started again."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"execution {execution_id} not terminal after {timeout}s")
+            try:
+                return await asyncio.wait_for(self._watch_terminal(execution_id), min(left or WATCH_ROUND, WATCH_ROUND))
+            except (TimeoutError, nats.errors.Error):
+                try:
+                    st = await self.status(execution_id)
+                except (TimeoutError, nats.errors.Error):
+                    st = None
+                if st is not None and st.state in TERMINAL_STATES:
+                    return st
+
+    async def _watch_terminal(self, execution_id: str) -> ExecutionStatus:
         kv = await self.js.key_value(STATUS_BUCKET)
         watcher = await kv.watch(execution_id)
-
-        async def until_terminal() -> ExecutionStatus:
+        try:
             while True:
                 entry = await watcher.updates(timeout=3600)  # type: ignore[no-untyped-call]
                 if entry is None or not entry.value:
@@ -149,11 +168,11 @@ class Client:
                 st = status_decoder.decode(entry.value)
                 if st.state in TERMINAL_STATES:
                     return st
-
-        try:
-            return await asyncio.wait_for(until_terminal(), timeout)
         finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+            try:
+                await watcher.stop()  # type: ignore[no-untyped-call]
+            except Exception:
+                pass
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
         """The execution's log from its start, then live."""

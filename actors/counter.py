@@ -128,15 +128,16 @@ class LoopActor:
             seq = stream_seq(msg)
             if seq <= self.last_seq:
                 continue
-            out = await self.fold_message(msg.subject, msg.data, seq, log_time(msg))
-            if out:
-                _merge(total, out)
+            await self.fold_message(msg.subject, msg.data, seq, log_time(msg), into=total)
         if total:
             await self.publish(total)
         self._progress()
-        await asyncio.gather(*(m.ack() for m in batch))
+        for m in batch:
+            await m.ack()  # queued on the connection, not a round trip: no task per ack
 
-    async def fold_message(self, subject: str, data: bytes, seq: int, at: float) -> LoopOutput | None:
+    async def fold_message(self, subject: str, data: bytes, seq: int, at: float,
+                           into: LoopOutput | None = None) -> LoopOutput | None:
+        """Fold one input; its outputs are returned, or added to `into`."""
         self.last_seq = seq
         try:
             inp: LoopInput = loop_input_decoder.decode(data)
@@ -152,7 +153,7 @@ class LoopActor:
             step = await self._resolve(inp)
             if step is None:
                 return None
-        return fold_loop(self.run, inp, at=at, reply_prefix=self.reply_prefix, step=step)
+        return fold_loop(self.run, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
 
     async def _resolve(self, spec: LoopSpec) -> Step | None:
         """Fetch what the spec references, and the step it runs. A spec that cannot be
@@ -316,15 +317,6 @@ class LoopActor:
             return False
         except NotFoundError:
             return True
-
-
-def _merge(into: LoopOutput, out: LoopOutput) -> None:
-    into.commands += out.commands
-    into.starts += out.starts
-    into.timers += out.timers
-    into.cancels += out.cancels
-    into.child_cancels += out.child_cancels
-    into.verdict = out.verdict or into.verdict
 
 
 class Counter:

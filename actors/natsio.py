@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import logging
 from typing import Any
 
+import msgspec
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
+from nats.js.errors import APIError, NoStreamResponseError
 
 from actors.wire import DeadLetter, encode
 from streams.layout import dlq_subject
@@ -21,19 +26,139 @@ SCHEDULE_TARGET = "Nats-Schedule-Target"
 log = logging.getLogger("actors")
 
 
+PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect can lose one)
+
+
+class _Ack(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    domain: str | None = None
+    duplicate: bool | None = None
+    error: dict[str, Any] | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(_Ack)
+
+
+class Publisher:
+    """Pipelined JetStream publishes on one connection: each publish returns a future
+    for its PubAck at once, so many can be in flight; acks come back on one wildcard
+    inbox. What nats-py's `publish_async` does, without its per-message random token,
+    semaphore and JSON-to-dataclass parsing, and with a deadline: a PubAck lost to a
+    reconnect fails its future with TimeoutError after `timeout` instead of never."""
+
+    def __init__(self, nc: NATS, *, timeout: float = PUBACK_TIMEOUT) -> None:
+        self.nc = nc
+        self.timeout = timeout
+        self._prefix = ""
+        self._sub: Subscription | None = None
+        self._starting: asyncio.Future[None] | None = None
+        self._tokens = itertools.count()
+        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float]] = {}  # token -> (future, deadline)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _start(self) -> None:
+        if self._starting is None:
+            self._loop = asyncio.get_running_loop()
+            self._starting = self._loop.create_future()
+            try:
+                self._prefix = self.nc.new_inbox() + "."
+                self._sub = await self.nc.subscribe(self._prefix + "*", cb=self._on_ack, pending_msgs_limit=-1)
+            except BaseException as e:
+                self._starting.set_exception(e)
+                self._starting.exception()  # retrieved: later callers re-raise it
+                self._starting = None
+                raise
+            self._starting.set_result(None)
+        else:
+            await asyncio.shield(self._starting)
+
+    async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> asyncio.Future[PubAck]:
+        """Send now; the returned future resolves with the PubAck (or the server's error)."""
+        if self._sub is None:
+            await self._start()
+        loop = self._loop
+        assert loop is not None
+        token = str(next(self._tokens))
+        fut: asyncio.Future[PubAck] = loop.create_future()  # not asyncio.Future(): no loop lookup
+        self._waiting[token] = (fut, loop.time() + self.timeout)
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = loop.create_task(self._sweep())
+        try:
+            await self.nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        except BaseException:
+            self._waiting.pop(token, None)
+            raise
+        return fut
+
+    async def _on_ack(self, msg: Msg) -> None:
+        entry = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        if entry is None or entry[0].done():
+            return
+        fut = entry[0]
+        if msg.headers and msg.headers.get("Status") == "503":
+            fut.set_exception(NoStreamResponseError())
+            return
+        try:
+            ack = _ack_decoder.decode(msg.data)
+        except msgspec.DecodeError as e:
+            fut.set_exception(e)
+            return
+        if ack.error is not None:
+            try:
+                APIError.from_error(ack.error)  # raises the matching subclass
+            except APIError as e:
+                fut.set_exception(e)
+            return
+        fut.set_result(PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate))
+
+    async def _sweep(self) -> None:
+        """Fail futures past their deadline (oldest first: deadlines are in order)."""
+        waiting = self._waiting
+        while waiting:
+            await asyncio.sleep(min(1.0, self.timeout))
+            now = asyncio.get_running_loop().time()
+            expired = []
+            for token, (_, deadline) in waiting.items():
+                if deadline > now:
+                    break
+                expired.append(token)
+            for token in expired:
+                fut, _ = waiting.pop(token)
+                if not fut.done():
+                    fut.set_exception(TimeoutError(f"no PubAck within {self.timeout:.0f}s"))
+
+
+_publishers: dict[int, Publisher] = {}
+
+
+def publisher(nc: NATS) -> Publisher:
+    """The connection's shared `Publisher` (one wildcard subscription per connection)."""
+    p = _publishers.get(id(nc))
+    if p is None or p.nc is not nc:
+        for key in [k for k, v in _publishers.items() if v.nc.is_closed]:
+            del _publishers[key]
+        p = _publishers[id(nc)] = Publisher(nc)
+    return p
+
+
 async def publish_all(
     js: JetStreamContext, items: list[tuple[str, bytes, str]], *, headers: list[dict[str, str]] | None = None
 ) -> list[PubAck]:
-    """Publish (subject, payload, msg_id) concurrently and wait for every ack; `headers`
+    """Publish (subject, payload, msg_id) pipelined and wait for every ack; `headers`
     (one dict per item) adds headers. Raises the first failure: the caller must not
     ack its input then."""
     if not items:
         return []
-    extra = headers or [{}] * len(items)
-    futs = [
-        await js.publish_async(subject, payload, headers={MSG_ID: msg_id, **more})
-        for (subject, payload, msg_id), more in zip(items, extra, strict=True)
-    ]
+    pub = publisher(js._nc)
+    if headers is None:
+        futs = [await pub.publish(subject, payload, {MSG_ID: msg_id}) for subject, payload, msg_id in items]
+    else:
+        futs = [
+            await pub.publish(subject, payload, {MSG_ID: msg_id, **more})
+            for (subject, payload, msg_id), more in zip(items, headers, strict=True)
+        ]
     return list(await asyncio.gather(*futs))
 
 
@@ -72,10 +197,33 @@ async def dead_letter(
     await js.publish(f"{dlq_subject(source)}.{token}", encode(letter))
 
 
+def _ack_fields(msg: Msg) -> tuple[str, str, str]:
+    """(stream sequence, deliveries, timestamp in ns) from a JetStream message's ack
+    subject, as nats-py's `Msg.metadata` reads them, without building its objects
+    (this runs for every message an actor takes)."""
+    tokens = (msg.reply or "").split(".")
+    n = len(tokens)
+    if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
+        if n == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
+            return tokens[5], tokens[4], tokens[7]
+        if n >= 11:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>[.<token>]
+            return tokens[7], tokens[6], tokens[9]
+    md = msg.metadata  # raises NotJSMessageError, as it always did
+    return str(md.sequence.stream), str(md.num_delivered), ""
+
+
 def stream_seq(msg: Msg) -> int:
-    return int(msg.metadata.sequence.stream)
+    return int(_ack_fields(msg)[0])
+
+
+def num_delivered(msg: Msg) -> int:
+    return int(_ack_fields(msg)[1])
 
 
 def log_time(msg: Msg) -> float:
-    ts: Any = msg.metadata.timestamp  # a datetime parsed from the ack subject
-    return float(ts.timestamp())
+    """The message's log timestamp in epoch seconds (microsecond precision, exactly as
+    `msg.metadata.timestamp.timestamp()`)."""
+    ts = _ack_fields(msg)[2]
+    if not ts:
+        return float(msg.metadata.timestamp.timestamp())
+    return datetime.datetime.fromtimestamp(int(ts) / 1_000_000_000.0, datetime.UTC).timestamp()

@@ -17,6 +17,7 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter
 from actors.wire import Event, ExecutionStatus, encode, event_decoder, status_decoder
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
@@ -104,12 +105,15 @@ class Projector:
                 current, revision = None, None
             new = project(current, ev)
             if new is None:
+                state = current.state if current else "PENDING"
+                observe_lifecycle(execution_id=ev.execution_id, event_type=ev.type, state=state, changed=False)
                 return
             try:
                 if revision is None:
                     await kv.create(ev.execution_id, encode(new))
                 else:
                     await kv.update(ev.execution_id, encode(new), last=revision)
+                observe_lifecycle(execution_id=ev.execution_id, event_type=ev.type, state=new.state, changed=True)
                 if new.terminal_event:
                     log.info("execution %s %s", ev.execution_id, new.state)
                 return

@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
 import nats
 from nats.aio.client import Client as NATS
 
+from actors.counter import Counter
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
+from actors.health import HealthServer, PodState
+from actors.metrics import REGISTRY, ConsumerCollector, consumers_for
 from actors.projector import Projector
 from actors.tools.actor import ToolActor
 from streams.layout import Layout, ensure
 
 log = logging.getLogger("actors")
-ROLES = ("engine", "tools", "projector")
+ROLES = ("engine", "counter", "tools", "projector")
 
 
 class Actor(Protocol):
@@ -31,8 +34,11 @@ async def connect(url: str, *, name: str = "actors") -> NATS:
     async def on_error(e: Exception) -> None:
         log.warning("nats: %s", e)
 
+    # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
+    # does not depend on one node being up
+    servers = [u.strip() for u in url.split(",") if u.strip()]
     return await nats.connect(
-        url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=on_error
+        servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=on_error
     )
 
 
@@ -46,12 +52,32 @@ class Runtime:
     def find(self, kind: type) -> list[Actor]:
         return [a for a in self.actors if isinstance(a, kind)]
 
-    async def stop(self) -> None:
+    async def stop(self, *, drain_timeout: float | None = None) -> None:
+        """Stop every actor, last started first. `drain_timeout`: how long tool actors
+        may finish running commands (their own default when None); what is still
+        running then is left unacked and redelivered elsewhere."""
         for a in reversed(self.actors):
             try:
-                await a.stop()
+                if drain_timeout is not None and isinstance(a, ToolActor):
+                    await a.stop(drain_timeout=drain_timeout)
+                else:
+                    await a.stop()
             except Exception:
                 log.exception("stopping %s", type(a).__name__)
+
+    def consumers(self) -> list[tuple[str, str]]:
+        """(stream, consumer) for the JetStream consumers these actors read."""
+        found: list[tuple[str, str]] = []
+        for a in self.actors:
+            if isinstance(a, Engine):
+                found += consumers_for(("engine",), partitions=a.partitions)
+            elif isinstance(a, Counter):
+                found += consumers_for(("counter",), partitions=a.partitions)
+            elif isinstance(a, Projector):
+                found += consumers_for(("projector",), partitions=())
+            elif isinstance(a, ToolActor):
+                found += consumers_for(("tools",), partitions=(), tool_kinds=a.kinds)
+        return list(dict.fromkeys(found))
 
 
 async def start_roles(
@@ -59,7 +85,7 @@ async def start_roles(
     *,
     layout: Layout,
     roles: Iterable[str] = ROLES,
-    tool_concurrency: int = 64,
+    tool_concurrency: int | Mapping[str, int] | None = None,  # None: per-kind defaults (actors/tools/actor.py)
     partitions: Iterable[int] | None = None,
 ) -> Runtime:
     roles = list(roles)
@@ -72,6 +98,8 @@ async def start_roles(
         actors.append(Projector(nc))
     if "tools" in roles:
         actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency))
+    if "counter" in roles:
+        actors.append(Counter(nc, layout=layout, partitions=partitions))
     if "engine" in roles:
         actors.append(Engine(nc, layout=layout, partitions=partitions))
         actors.append(Starter(nc, layout=layout))
@@ -93,3 +121,83 @@ async def running(url: str, *, layout: Layout | None = None, roles: Iterable[str
 
 async def wait_forever() -> None:
     await asyncio.Event().wait()
+
+
+async def serve(
+    url: str,
+    *,
+    stop: asyncio.Event,
+    layout: Layout,
+    roles: Sequence[str] = ROLES,
+    http_host: str = "0.0.0.0",
+    http_port: int = 8080,
+    drain_timeout: float = 10.0,
+    shutdown_timeout: float = 30.0,
+) -> bool:
+    """Run a pod until `stop` is set, then drain: readiness goes 503, the roles stop
+    (tool actors get `drain_timeout` to finish; unacked work is redelivered), the
+    connection closes, the HTTP server stops last. `http_port=0`: no HTTP server.
+
+    Returns False when shutting down took longer than `shutdown_timeout` (the caller
+    then exits non-zero; JetStream redelivers whatever was in hand, so nothing is lost)."""
+    state = PodState()
+    http = HealthServer(state=state, registry=REGISTRY, host=http_host, port=http_port) if http_port else None
+    if http is not None:
+        await http.start()  # before NATS: liveness answers while the pod waits for its server
+    REGISTRY.add_collector(state)
+    try:
+        nc = await _connect_until(stop, url, name=f"actors-{'+'.join(roles)}")
+        if nc is None:
+            log.info("stopped before NATS answered")
+            return True
+        try:
+            return await _run_roles(nc, stop=stop, state=state, layout=layout, roles=roles,
+                                    drain_timeout=drain_timeout, shutdown_timeout=shutdown_timeout)
+        finally:
+            await nc.close()
+    finally:
+        REGISTRY.remove_collector(state)
+        if http is not None:
+            await http.stop()
+
+
+async def _connect_until(stop: asyncio.Event, url: str, *, name: str) -> NATS | None:
+    """Connect, unless `stop` comes first: the client retries an unreachable server
+    forever, and a pod told to stop while it waits must still exit."""
+    connecting = asyncio.create_task(connect(url, name=name))
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if connecting.done():
+        return connecting.result()
+    connecting.cancel()
+    await asyncio.gather(connecting, return_exceptions=True)
+    return None
+
+
+async def _run_roles(
+    nc: NATS, *, stop: asyncio.Event, state: PodState, layout: Layout, roles: Sequence[str],
+    drain_timeout: float, shutdown_timeout: float,
+) -> bool:
+    # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a
+    # half-started actor could not be stopped); `stop.wait()` then returns at once
+    rt = await start_roles(nc, layout=layout, roles=roles)
+    collector = ConsumerCollector(nc, rt.consumers())
+    REGISTRY.add_collector(collector)
+    clean = False
+    try:
+        state.ready(nc)
+        log.info("serving roles %s", ",".join(roles))
+        await stop.wait()
+    finally:
+        state.draining = True  # /readyz answers 503 from here on
+        try:
+            async with asyncio.timeout(shutdown_timeout):
+                await rt.stop(drain_timeout=drain_timeout)
+            clean = True
+        except TimeoutError:
+            log.error("roles did not stop within %.0fs; exiting anyway", shutdown_timeout)
+        REGISTRY.remove_collector(collector)
+    return clean

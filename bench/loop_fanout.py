@@ -175,10 +175,10 @@ async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
         pb.write_text(PLAYBOOK % {"tool": tool, "tool_yaml": TOOLS[tool], "conc": concurrency})
         entry = await client.register(pb)
     base = rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     eid = await client.start(entry.path, payload={"n": n})
     status = await client.wait(eid, timeout=3600)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     items = await client.events(eid)
     result = None
     for it in items:
@@ -187,7 +187,8 @@ async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
     assert status.state == "COMPLETED" and result == {"count": {"n": n}}, (status, result)
     await rt.stop()
     await nc.close()
-    return {"wall_s": wall, "iterations_s": n / wall, "log_events": len(items), "rss_before_mb": base,
+    return {"wall_s": wall, "iterations_s": n / wall, "cpu_us_per_iteration": cpu / n * 1e6,
+            "log_events": len(items), "rss_before_mb": base,
             "rss_peak_mb": peak_rss_mb()}
 
 

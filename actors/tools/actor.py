@@ -12,20 +12,22 @@ the execution sees the failure instead of waiting forever.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.api import DEFAULT_PREFIX
 
-from actors.natsio import MSG_ID, dead_letter
+from actors.natsio import MSG_ID, dead_letter, num_delivered, publisher
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import TemplateError, render_value
 from actors.tools.executors import ToolFailure, close_http, run_tool
@@ -45,6 +47,39 @@ from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
 
 log = logging.getLogger("actors.tools")
 RESULT_HEADROOM = 4096  # room for the envelope around a result
+PULL_EXPIRES = 10.0  # seconds a pull request waits at the server for commands
+PULL_HEARTBEAT = 2.0  # the server's idle heartbeat while a pull request waits
+
+
+# commands in flight per kind and pod when not given: cheap in-process kinds can hold
+# many (a noop costs nothing, a sleep only a timer); the others are bounded by what
+# they use (python: the worker pool; shell: processes; http: sockets)
+DEFAULT_CONCURRENCY = 64
+KIND_CONCURRENCY = {"noop": 512, "sleep": 512}
+
+
+def concurrency_of(kind: str, concurrency: int | Mapping[str, int] | None) -> int:
+    if isinstance(concurrency, int):
+        return concurrency
+    if concurrency is not None and kind in concurrency:
+        return concurrency[kind]
+    return KIND_CONCURRENCY.get(kind, DEFAULT_CONCURRENCY)
+
+
+class _Kind:
+    """The pull consumer of one kind: commands running here, commands asked for."""
+
+    __slots__ = ("backoff_until", "concurrency", "kind", "last_seen", "requested", "running", "sub", "wake")
+
+    def __init__(self, kind: str, concurrency: int) -> None:
+        self.kind = kind
+        self.concurrency = concurrency
+        self.running: set[asyncio.Task[None]] = set()
+        self.requested = 0  # asked of the server by pull requests, not delivered yet
+        self.last_seen = 0.0  # loop time of the last thing the server sent (or of our last request)
+        self.backoff_until = 0.0
+        self.wake = asyncio.Event()
+        self.sub: Subscription | None = None
 
 
 class ToolActor:
@@ -54,28 +89,38 @@ class ToolActor:
         *,
         layout: Layout,
         kinds: tuple[str, ...] = TOOL_KINDS,
-        concurrency: int = 64,
+        concurrency: int | Mapping[str, int] | None = None,
         name: str | None = None,
     ) -> None:
+        """`concurrency`: commands in flight per kind, one number for every kind or a
+        mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`)."""
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
         self.kinds = kinds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self._concurrency = concurrency
+        self._kinds = {kind: _Kind(kind, max(1, concurrency_of(kind, concurrency))) for kind in kinds}
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, dict[str, asyncio.Event]] = {}  # execution -> command -> cancel
+        self._held: dict[str, Msg] = {}  # ack subject -> command not acked yet (kept alive)
         self._inflight: set[asyncio.Task[None]] = set()
         self._cancel_sub: Subscription | None = None
         self._stopping = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         if "python" in self.kinds:
             await default_pool().start()  # warm workers now, not on the first step
         self._cancel_sub = await self.nc.subscribe("cancel.>", cb=self._on_cancel)
-        for kind in self.kinds:
-            psub = await self.js.pull_subscribe_bind(durable=tool_consumer(kind), stream=CMD_STREAM)
-            self._loops.append(asyncio.create_task(self._pull(psub), name=f"tools:{kind}"))
+        for k in self._kinds.values():
+            async def deliver(msg: Msg, k: _Kind = k) -> None:
+                await self._on_delivery(k, msg)
+
+            k.sub = await self.nc.subscribe(self.nc.new_inbox(), cb=deliver, pending_msgs_limit=-1)
+            self._loops.append(asyncio.create_task(self._pull(k), name=f"tools:{k.kind}"))
+        self._loops.append(asyncio.create_task(self._keep_alive(), name="tools:keep-alive"))
+        self._loops.append(asyncio.create_task(self._watch(), name="tools:watch"))
 
     async def stop(self, *, drain_timeout: float = 5.0) -> None:
         """Stop pulling; give running commands `drain_timeout` to finish. What is still
@@ -84,6 +129,9 @@ class ToolActor:
         for t in self._loops:
             t.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        for k in self._kinds.values():
+            if k.sub is not None:
+                await k.sub.unsubscribe()  # what our pull requests still bring goes back after ack_wait
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=drain_timeout)
         for t in list(self._inflight):
@@ -104,30 +152,76 @@ class ToolActor:
             if not command_id or cid == command_id:
                 ev.set()
 
-    async def _pull(self, psub: JetStreamContext.PullSubscription) -> None:
-        """Fetch only as many commands as there are free slots for this kind: the rest
-        stay in the stream for other pods (back-pressure, fair competing consumers)."""
-        inflight: set[asyncio.Task[None]] = set()
-        space = asyncio.Event()
+    # --- pulling commands ---------------------------------------------------------------
+    # A continuous pull: requests for as many commands as there are free slots stay
+    # open at the server (`expires`), and commands arrive on our inbox as they come,
+    # while earlier ones still run. Only free slots are asked for, so what this pod
+    # cannot run stays in the stream for other pods (back-pressure, fair competing
+    # consumers). A request is sent once a quarter of the slots is free, so a busy kind
+    # asks in batches, not one round trip per command.
 
-        def done(task: asyncio.Task[None]) -> None:
-            inflight.discard(task)
-            self._inflight.discard(task)
-            space.set()
-
+    async def _pull(self, k: _Kind) -> None:
+        assert k.sub is not None
+        loop = asyncio.get_running_loop()
+        subject = f"{DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{CMD_STREAM}.{tool_consumer(k.kind)}"
+        threshold = max(1, k.concurrency // 4)
+        inbox = k.sub.subject
         while not self._stopping.is_set():
-            while len(inflight) >= self._concurrency:
-                space.clear()
-                await space.wait()
-            try:
-                msgs = await psub.fetch(self._concurrency - len(inflight), timeout=5)
-            except (TimeoutError, NatsTimeoutError):
-                continue
-            for m in msgs:
-                task = asyncio.create_task(self._handle(m))
-                inflight.add(task)
-                self._inflight.add(task)
-                task.add_done_callback(done)
+            k.wake.clear()
+            now = loop.time()
+            if k.requested and now - k.last_seen > 3 * PULL_HEARTBEAT:
+                k.requested = 0  # neither commands nor heartbeats: our requests are gone (server restart)
+            free = k.concurrency - len(k.running) - k.requested
+            if free > 0 and (free >= threshold or not k.requested) and now >= k.backoff_until:
+                request = {"batch": free, "expires": int(PULL_EXPIRES * 1e9), "idle_heartbeat": int(PULL_HEARTBEAT * 1e9)}
+                k.requested += free
+                k.last_seen = now
+                await self.nc.publish(subject, msgspec.json.encode(request), reply=inbox)
+            await k.wake.wait()
+
+    async def _watch(self) -> None:
+        """Wake every kind's pull loop now and then: to see lost requests, end backoffs."""
+        while True:
+            await asyncio.sleep(PULL_HEARTBEAT)
+            for k in self._kinds.values():
+                k.wake.set()
+
+    async def _on_delivery(self, k: _Kind, msg: Msg) -> None:
+        loop = self._loop
+        assert loop is not None
+        k.last_seen = loop.time()
+        if not msg.reply:  # a status from the server about our requests
+            self._on_status(k, msg)
+            return
+        k.requested = max(0, k.requested - 1)
+        if self._stopping.is_set():
+            await msg.nak()  # back to the stream at once, for another pod
+            return
+        task = loop.create_task(self._handle(msg))  # not asyncio.create_task: no loop lookup per command
+        k.running.add(task)
+        self._inflight.add(task)
+        task.add_done_callback(functools.partial(self._done, k))
+
+    def _done(self, k: _Kind, task: asyncio.Task[None]) -> None:
+        k.running.discard(task)
+        self._inflight.discard(task)
+        k.wake.set()
+
+    def _on_status(self, k: _Kind, msg: Msg) -> None:
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "100":
+            return  # idle heartbeat: our requests are alive
+        pending = headers.get("Nats-Pending-Messages")
+        if pending is not None and pending.isdigit():
+            k.requested = max(0, k.requested - int(pending))  # a request ended with these undelivered
+        else:
+            k.requested = 0  # a request refused or dropped (409 ...): ask again
+        if status not in ("408", "409") or pending is None:
+            log.debug("pull %s: %s %s", k.kind, status, headers.get("Description", ""))
+        if status not in ("408", "404") and pending is None:
+            k.backoff_until = asyncio.get_running_loop().time() + 0.5  # do not hammer a refusing server
+        k.wake.set()
 
     async def _handle(self, msg: Msg) -> None:
         try:
@@ -136,36 +230,44 @@ class ToolActor:
             await dead_letter(self.js, source="tools", reason=f"undecodable command: {e}", msg=msg)
             await msg.term()
             return
-        if msg.metadata.num_delivered >= self.layout.max_deliver:
-            reason = f"command delivered {msg.metadata.num_delivered} times without a result; giving up"
+        delivered = num_delivered(msg)
+        if delivered >= self.layout.max_deliver:
+            reason = f"command delivered {delivered} times without a result; giving up"
             await dead_letter(self.js, source="tools", reason=reason, msg=msg, execution_id=cmd.execution_id)
             await self._reply(cmd, None, ErrorInfo(type="DeliveryExhausted", message=reason), 0.0, 0.0)
             await msg.term()
             return
         cancel = asyncio.Event()
-        self._running.setdefault(cmd.execution_id, {})[cmd.command_id] = cancel
-        beat = asyncio.create_task(self._keep_alive(msg))
-        started = time.time()
+        running = self._running.get(cmd.execution_id)
+        if running is None:
+            running = self._running[cmd.execution_id] = {}
+        running[cmd.command_id] = cancel
+        held = msg.reply
+        self._held[held] = msg
         try:
+            started = time.time()
+            try:
+                if cmd.chunk is not None:
+                    outcomes = []
+                    for item in cmd.chunk:
+                        t0 = time.time()
+                        result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
+                        outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result,
+                                                         error=error, started_at=t0, ended_at=time.time()))
+                else:
+                    result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
+            finally:
+                running.pop(cmd.command_id, None)
+                if not running and self._running.get(cmd.execution_id) is running:
+                    del self._running[cmd.execution_id]
+            # the result is stored (PubAck) before the command is acked: a command that
+            # was ever acked has its result in the log, which replay relies on
             if cmd.chunk is not None:
-                outcomes = []
-                for item in cmd.chunk:
-                    t0 = time.time()
-                    result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
-                    outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result, error=error,
-                                                     started_at=t0, ended_at=time.time()))
+                await self._reply_chunk(cmd, outcomes)
             else:
-                result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
+                await self._reply(cmd, result, error, started, time.time())
         finally:
-            beat.cancel()
-            running = self._running.get(cmd.execution_id, {})
-            running.pop(cmd.command_id, None)
-            if not running:
-                self._running.pop(cmd.execution_id, None)
-        if cmd.chunk is not None:
-            await self._reply_chunk(cmd, outcomes)
-        else:
-            await self._reply(cmd, result, error, started, time.time())
+            del self._held[held]
         await msg.ack()
 
     async def _run(self, cmd: Command, args: dict[str, Any], element: Any, index: int | None,
@@ -221,7 +323,7 @@ class ToolActor:
                         f"step '{cmd.step}' iteration {o.iteration_index}: result is {n} bytes, over this chunk's "
                         f"{share}-byte share of the message limit (use a smaller chunk_size)"))
             payload = encode(done)
-        await self.js.publish(cmd.reply_to, payload, headers={MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})
+        await (await publisher(self.nc).publish(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"}))
 
     async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
@@ -235,10 +337,18 @@ class ToolActor:
                 message=f"step '{cmd.step}': result is {len(payload)} bytes, over the {limit}-byte message limit",
             )
             payload = encode(CallError(error=error, **common))  # type: ignore[arg-type]
-        await self.js.publish(cmd.reply_to, payload, headers={MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})
+        # wait for the PubAck (pipelined with every other command's result)
+        await (await publisher(self.nc).publish(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"}))
 
-    async def _keep_alive(self, msg: Msg) -> None:
+    async def _keep_alive(self) -> None:
+        """One task keeps every held command alive (`in_progress`) while it runs: each
+        gets a beat within `ack_wait / 3` of being fetched, then every `ack_wait / 3`."""
         period = max(self.layout.ack_wait / 3, 0.5)
         while True:
             await asyncio.sleep(period)
-            await msg.in_progress()
+            for reply, msg in list(self._held.items()):
+                if reply in self._held:
+                    try:
+                        await msg.in_progress()
+                    except Exception as e:  # a closed connection: the next beat tries again
+                        log.debug("keep-alive of %s: %s", reply, e)

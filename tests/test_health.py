@@ -1,0 +1,221 @@
+"""A pod as Kubernetes sees it: `actors-cli serve` as a subprocess, its probes, its
+metrics, its lifecycle log and its exit on SIGTERM; and a drain that hands nothing
+back unfinished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from actors.client import Client
+from actors.runtime import connect, serve, start_roles
+from streams.layout import CMD_STREAM, Layout, tool_consumer
+from streams.server import NatsServer
+from tests.conftest import EXAMPLES
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, str]:
+    async with session.get(url) as r:
+        return r.status, r.headers.get("Content-Type", ""), await r.text()
+
+
+async def until_status(session: aiohttp.ClientSession, url: str, status: int, *, timeout: float,
+                       proc: asyncio.subprocess.Process | None = None) -> None:
+    """Poll `url` until it answers `status` (readiness has no event to await from outside)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if proc is not None and proc.returncode is not None:
+            raise AssertionError(f"serve exited with {proc.returncode} before {url} answered {status}")
+        try:
+            if (await get(session, url))[0] == status:
+                return
+        except aiohttp.ClientConnectionError:
+            pass  # not listening yet
+        if loop.time() > deadline:
+            raise TimeoutError(f"{url} did not answer {status} within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parse with prometheus_client's own parser (it raises on malformed text)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def types(text: str) -> dict[str, str]:
+    return {f.name: f.type for f in text_string_to_metric_families(text)}
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    stderr = (tmp_path / "serve.stderr").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "actors.cli", "serve", "--role", "all", "--http-port", str(port),
+        "--http-host", "127.0.0.1", "--drain-timeout", "5",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
+        env={**os.environ, "NATS_URL": nats_server.url, "ACTORS_PARTITIONS": str(PARTITIONS)},
+    )
+    stderr.close()
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            await until_status(http, f"{base}/readyz", 200, timeout=30, proc=proc)
+            assert (await get(http, f"{base}/healthz"))[0] == 200
+
+            # one execution through the pod: the projector counts and logs it
+            nc = await connect(nats_server.url, name="test")
+            try:
+                client = Client(nc, layout=Layout(partitions=PARTITIONS))
+                entry = await client.register(EXAMPLES / "hello.yaml")
+                eid = await client.start(entry.path, version=entry.version, execution_id="health-1")
+                assert (await client.wait(eid, timeout=30)).state == "COMPLETED"
+            finally:
+                await nc.close()
+
+            status, content_type, text = await get(http, f"{base}/metrics")
+            assert status == 200
+            assert content_type.startswith("text/plain") and "version=0.0.4" in content_type
+            values = samples(text)
+            lag = ("actors_consumer_pending_messages", (("consumer", tool_consumer("python")), ("stream", CMD_STREAM)))
+            assert lag in values and values[lag] >= 0
+            for p in range(PARTITIONS):
+                assert ("actors_consumer_pending_messages", (("consumer", f"engine-p{p}"), ("stream", "EXEC"))) in values
+            assert ("actors_consumer_ack_pending_messages", (("consumer", "projector"), ("stream", "EXEC"))) in values
+            assert ("actors_consumer_redelivered_messages", (("consumer", "starter"), ("stream", "START"))) in values
+            assert values[("actors_ready", ())] == 1
+            assert types(text)["actors_step_seconds"] == "histogram"
+            assert ("actors_commands_in_flight", (("kind", "python"),)) in values
+
+            # the counters move right after the status write the client saw: poll briefly
+            finished = ("actors_executions_finished_total", (("state", "COMPLETED"),))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while samples((await get(http, f"{base}/metrics"))[2]).get(finished) != 1:
+                assert loop.time() < deadline, "actors_executions_finished_total{state=COMPLETED} never reached 1"
+                await asyncio.sleep(0.05)
+            assert samples((await get(http, f"{base}/metrics"))[2])[("actors_executions_started_total", ())] == 1
+
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+    lines = [json.loads(ln) for ln in (tmp_path / "serve.stderr").read_text().splitlines() if ln.startswith("{")]
+    mine = [ln for ln in lines if ln.get("logger") == "actors.lifecycle" and ln["execution_id"] == "health-1"]
+    assert {"type": "playbook.completed", "state": "COMPLETED"}.items() <= mine[-1].items(), mine
+    assert any(ln["type"] == "playbook.initialized" and ln["state"] == "RUNNING" for ln in mine)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_drain_reports_not_ready_lets_the_running_command_finish_and_loses_nothing(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    layout = Layout(partitions=PARTITIONS, ack_wait=5.0)
+    port = free_port()
+    stop = asyncio.Event()
+    pod = asyncio.create_task(serve(nats_server.url, stop=stop, layout=layout, http_host="127.0.0.1",
+                                    http_port=port, drain_timeout=10, shutdown_timeout=20))
+    nc = await connect(nats_server.url, name="test")
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            await until_status(http, f"http://127.0.0.1:{port}/readyz", 200, timeout=20)
+            client = Client(nc, layout=layout)
+            pb = tmp_path / "nap.yaml"
+            pb.write_text("""apiVersion: actors/v1
+kind: Playbook
+metadata: {name: nap, path: tests/nap}
+workflow:
+  - step: nap
+    tool: {kind: sleep, seconds: 1.5}
+""")
+            entry = await client.register(pb)
+            eid = await client.start(entry.path, version=entry.version, execution_id="drain-1")
+
+            # wait until the sleep command is running in the pod (delivered, not acked)
+            jsm = nc.jsm()
+
+            async def running() -> bool:
+                info: Any = await jsm.consumer_info(CMD_STREAM, tool_consumer("sleep"))
+                return bool(info.num_ack_pending)
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while not await running():
+                assert loop.time() < deadline, "the sleep command never started"
+                await asyncio.sleep(0.02)
+
+            stop.set()  # what SIGTERM does in `actors-cli serve`
+            await until_status(http, f"http://127.0.0.1:{port}/readyz", 503, timeout=5)
+            assert await asyncio.wait_for(pod, 30) is True
+
+        # the command finished during the drain: acked, nothing queued or redelivered
+        info: Any = await jsm.consumer_info(CMD_STREAM, tool_consumer("sleep"))
+        assert (info.num_pending, info.num_ack_pending) == (0, 0)
+        # its result waits in the log for the next engine: a fresh pod completes the execution
+        rt = await start_roles(nc, layout=layout)
+        try:
+            assert (await client.wait(eid, timeout=20)).state == "COMPLETED"
+        finally:
+            await rt.stop()
+    finally:
+        stop.set()
+        if not pod.done():
+            pod.cancel()
+        await asyncio.gather(pod, return_exceptions=True)
+        await nc.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_sigterm_while_waiting_for_nats_exits_0(tmp_path: Path) -> None:
+    """A pod whose NATS never answers is live, not ready, and still stops on SIGTERM
+    (the client alone would retry the connection forever)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "actors.cli", "serve", "--role", "projector", "--http-port", str(port),
+        "--http-host", "127.0.0.1", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "NATS_URL": f"nats://127.0.0.1:{free_port()}"},  # nothing listens there
+    )
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            await until_status(http, f"{base}/healthz", 200, timeout=30, proc=proc)
+            status, _, why = await get(http, f"{base}/readyz")
+            assert (status, why.strip()) == (503, "starting")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 15) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

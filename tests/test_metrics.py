@@ -1,0 +1,95 @@
+"""The metrics registry's text format, and consumer lag read from a real JetStream."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from actors.metrics import ConsumerCollector, Family, Registry, consumers_for
+from actors.runtime import connect
+from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, START_STREAM, Layout, ensure, tool_consumer
+from streams.server import NatsServer
+
+pytestmark = [pytest.mark.timeout(30)]
+
+
+def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+@pytest.mark.asyncio
+async def test_text_format_parses_with_escaping_and_cumulative_buckets() -> None:
+    reg = Registry()
+    c = reg.counter("t_events_total", 'Events, with a "quote" and a \\ backslash\nand a newline.', ("kind",))
+    c.inc(kind='a"b\\c\nd')
+    c.inc(2, kind="plain")
+    g = reg.gauge("t_inflight", "In flight.", ("kind",))
+    g.inc(3, kind="x")
+    g.inc(-1, kind="x")
+    h = reg.histogram("t_seconds", "Latency.", ("kind",), buckets=(0.1, 1, math.inf))
+    for v in (0.05, 0.1, 0.5, 7):
+        h.observe(v, kind="x")
+    plain = reg.counter("t_plain_total", "No labels: present at 0 from the start.")
+
+    values = parsed(await reg.render())
+    assert values[("t_events_total", (("kind", 'a"b\\c\nd'),))] == 1
+    assert values[("t_events_total", (("kind", "plain"),))] == 2
+    assert values[("t_inflight", (("kind", "x"),))] == 2
+    assert values[("t_plain_total", ())] == 0
+    buckets = {dict(k[1])["le"]: v for k, v in values.items() if k[0] == "t_seconds_bucket"}
+    assert buckets == {"0.1": 2, "1.0": 3, "+Inf": 4}  # cumulative; le=0.1 includes 0.1
+    assert values[("t_seconds_count", (("kind", "x"),))] == 4
+    assert values[("t_seconds_sum", (("kind", "x"),))] == pytest.approx(7.65)
+    assert plain is reg.counter("t_plain_total", "same metric, asked again")
+
+    with pytest.raises(ValueError):
+        c.inc(-1, kind="plain")
+    with pytest.raises(ValueError):
+        c.inc(kind="a", extra="b")
+    with pytest.raises(ValueError):
+        reg.gauge("t_events_total", "registered as a counter already", ("kind",))
+
+
+@pytest.mark.asyncio
+async def test_a_failing_collector_does_not_break_the_scrape() -> None:
+    class Broken:
+        async def collect(self) -> list[Family]:
+            raise RuntimeError("boom")
+
+    reg = Registry()
+    reg.gauge("t_up", "Up.").set(1)
+    reg.add_collector(Broken())
+    assert parsed(await reg.render())[("t_up", ())] == 1
+    assert reg.scrape_errors == 1
+
+
+def test_consumers_for_each_role() -> None:
+    assert consumers_for(["engine"], partitions=[0, 3]) == [
+        (EXEC_STREAM, "engine-p0"), (EXEC_STREAM, "engine-p3"), (START_STREAM, "starter")]
+    assert consumers_for(["counter"], partitions=[1]) == [(LOOP_STREAM, "counter-p1")]
+    assert consumers_for(["projector"], partitions=[]) == [(EXEC_STREAM, "projector")]
+    assert consumers_for(["tools"], partitions=[], tool_kinds=["python"]) == [(CMD_STREAM, "tools-python")]
+
+
+@pytest.mark.asyncio
+async def test_consumer_lag_is_read_from_jetstream(nats_server: NatsServer) -> None:
+    nc = await connect(nats_server.url, name="test")
+    try:
+        await ensure(nc.jetstream(), Layout(partitions=1))
+        for i in range(3):  # three queued commands nobody runs: lag 3
+            await nc.jetstream().publish(f"cmd.noop.e1.c{i}", b"{}")
+        reg = Registry()
+        reg.add_collector(ConsumerCollector(nc, [(CMD_STREAM, tool_consumer("noop")), (CMD_STREAM, "no-such")]))
+        values: dict[Any, float] = parsed(await reg.render())
+        noop = (("consumer", "tools-noop"), ("stream", CMD_STREAM))
+        assert values[("actors_consumer_pending_messages", noop)] == 3
+        assert values[("actors_consumer_ack_pending_messages", noop)] == 0
+        assert values[("actors_consumer_redelivered_messages", noop)] == 0
+        assert values[("actors_consumer_up", noop)] == 1
+        assert values[("actors_consumer_up", (("consumer", "no-such"), ("stream", CMD_STREAM)))] == 0
+    finally:
+        await nc.close()
