@@ -121,7 +121,7 @@ class LoopRun:
     errors: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # a verdict was given, or the loop was cancelled
     cancelled: bool = False
-    templates: _Templates | None = None  # derived from the step once, at the spec
+    templates: _Templates | None = field(default=None, compare=False, repr=False)  # from the step, at the spec
 
     @property
     def total(self) -> int:
@@ -234,7 +234,12 @@ def _renderer(value: Any, where: str) -> _Render | None:
         parts = [(k, v, _renderer(v, f"{where}.{k}" if where else str(k))) for k, v in value.items()]
         if all(r is None for _, _, r in parts):
             return None if not _has_container(value) else (lambda scope: render_value(value, scope, where=where))
-        return lambda scope: {k: (r(scope) if r is not None else _fresh(v)) for k, v, r in parts}
+        def render_dict(scope: dict[str, Any]) -> dict[str, Any]:
+            out = {}
+            for k, v, r in parts:
+                out[k] = r(scope) if r is not None else _fresh(v)
+            return out
+        return render_dict
     if isinstance(value, list):
         items = [(v, _renderer(v, f"{where}[{i}]")) for i, v in enumerate(value)]
         if all(r is None for _, r in items):

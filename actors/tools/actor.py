@@ -107,6 +107,7 @@ class ToolActor:
         self._cancel_sub: Subscription | None = None
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._beat: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -114,29 +115,34 @@ class ToolActor:
             await default_pool().start()  # warm workers now, not on the first step
         self._cancel_sub = await self.nc.subscribe("cancel.>", cb=self._on_cancel)
         for k in self._kinds.values():
-            async def deliver(msg: Msg, k: _Kind = k) -> None:
-                await self._on_delivery(k, msg)
-
-            k.sub = await self.nc.subscribe(self.nc.new_inbox(), cb=deliver, pending_msgs_limit=-1)
+            k.sub = await self.nc.subscribe(self.nc.new_inbox(), cb=functools.partial(self._on_delivery, k),
+                                            pending_msgs_limit=-1)
             self._loops.append(asyncio.create_task(self._pull(k), name=f"tools:{k.kind}"))
-        self._loops.append(asyncio.create_task(self._keep_alive(), name="tools:keep-alive"))
         self._loops.append(asyncio.create_task(self._watch(), name="tools:watch"))
+        self._beat = asyncio.create_task(self._keep_alive(), name="tools:keep-alive")
 
     async def stop(self, *, drain_timeout: float = 5.0) -> None:
-        """Stop pulling; give running commands `drain_timeout` to finish. What is still
-        running then is left unacked and will be redelivered to another pod."""
+        """Stop pulling; give running commands `drain_timeout` to finish (still kept
+        alive). What is still running then is left unacked and will be redelivered to
+        another pod."""
         self._stopping.set()
         for t in self._loops:
             t.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         for k in self._kinds.values():
             if k.sub is not None:
-                await k.sub.unsubscribe()  # what our pull requests still bring goes back after ack_wait
+                try:
+                    await k.sub.unsubscribe()  # what our pull requests still bring goes back after ack_wait
+                except Exception as e:  # a closed connection
+                    log.debug("unsubscribing %s: %s", k.kind, e)
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=drain_timeout)
         for t in list(self._inflight):
             t.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
+        if self._beat is not None:
+            self._beat.cancel()
+            await asyncio.gather(self._beat, return_exceptions=True)
         if self._cancel_sub is not None:
             await self._cancel_sub.unsubscribe()
         await close_default_pool()
@@ -206,6 +212,9 @@ class ToolActor:
         k.running.discard(task)
         self._inflight.discard(task)
         k.wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            # unacked: the command comes back after ack_wait (here or on another pod)
+            log.warning("tool command failed before its ack: %r", task.exception())
 
     def _on_status(self, k: _Kind, msg: Msg) -> None:
         headers = msg.headers or {}
