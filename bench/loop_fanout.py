@@ -16,8 +16,11 @@ this order, each in a fresh child process (so peak RSS is that run's own):
    ``actors-cli run`` does); a playbook with one loop step of N iterations in ``async``
    mode (``tool`` noop or python ``def main(i): return i``), then a step reading
    ``{{ fan | length }}``. Wall time is ``Client.start`` -> terminal status in KV;
-   iterations/s = N / wall. It reports the execution log's event count, the peak RSS
-   of the child (``ru_maxrss``) and its RSS before the run.
+   iterations/s = N / wall. It reports the CPU time the child spent per iteration
+   (``cpu_us_per_iteration``: every actor runs in that one process, so this is what an
+   iteration costs the client side, the python pool's worker processes aside; steadier
+   than wall time on a busy machine), the execution log's event count, the peak RSS of the child
+   (``ru_maxrss``) and its RSS before the run.
 
 Figures: iterations/s as a ratio of the raw round-trip rate at the same N
 (``ratio_vs_raw_roundtrip``) and of the plain publish+consume rate
@@ -239,6 +242,7 @@ def main() -> int:
                        "ratio_vs_raw_pubsub": r["iterations_s"] / base["raw_pubsub_msgs_s"]}
                 rows.append(row)
                 print(f"{n:>7} {tool:6}  {r['iterations_s']:>8,.0f} it/s  wall {r['wall_s']:6.2f} s  "
+                      f"cpu {r['cpu_us_per_iteration']:4.0f} us/it  "
                       f"raw rt {base['raw_roundtrip_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_roundtrip']:.2f}  "
                       f"raw pub+sub {base['raw_pubsub_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_pubsub']:.2f}  "
                       f"log events {r['log_events']}  rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",

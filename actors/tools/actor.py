@@ -2,8 +2,10 @@
 
 A tool actor knows commands and results, nothing of the engine: it runs the command,
 publishes `call.done` or `call.error` to the subject the command names (the
-execution's input subject) with a deterministic message id, then acks. Long tools
-keep their command alive with `in_progress`. A command that cannot be decoded, or
+execution's input subject) with a deterministic message id, and acks the command
+once the server has stored the result (its PubAck). Results of concurrent commands are
+published pipelined, not one round trip at a time. Long tools keep their command alive
+with `in_progress`. A command that cannot be decoded, or
 that has been delivered `max_deliver` times (its tool keeps killing the pod), is
 dead-lettered and, where it names an execution, answered with a `call.error`, so
 the execution sees the failure instead of waiting forever.
@@ -47,15 +49,17 @@ from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
 
 log = logging.getLogger("actors.tools")
 RESULT_HEADROOM = 4096  # room for the envelope around a result
-PULL_EXPIRES = 10.0  # seconds a pull request waits at the server for commands
+PULL_EXPIRES = 5.0  # seconds a pull request waits at the server for commands (as long as a fetch did)
 PULL_HEARTBEAT = 2.0  # the server's idle heartbeat while a pull request waits
 
 
-# commands in flight per kind and pod when not given: cheap in-process kinds can hold
-# many (a noop costs nothing, a sleep only a timer); the others are bounded by what
-# they use (python: the worker pool; shell: processes; http: sockets)
+# commands in flight per kind and pod when not given. A sleep holds its slot doing
+# nothing, so many can wait at once; the others are bounded by what they use (python:
+# the worker pool; shell: processes; http: sockets). A noop is done at once: with the
+# continuous pull, more than 64 only keeps more objects alive (measured: 64 beats 256
+# and 512 on bench/loop_fanout.py).
 DEFAULT_CONCURRENCY = 64
-KIND_CONCURRENCY = {"noop": 512, "sleep": 512}
+KIND_CONCURRENCY = {"sleep": 512}
 
 
 def concurrency_of(kind: str, concurrency: int | Mapping[str, int] | None) -> int:
