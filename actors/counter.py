@@ -23,20 +23,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from actors.blobs import fits_inline, get_blob, put_blob
 from actors.core.effects import CommandCancel, Timer
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
-from actors.natsio import SCHEDULE, SCHEDULE_TARGET, dead_letter, log_time, publish_all, schedule_at, stream_seq
+from actors.hosting import PartitionHost, hand_back
+from actors.natsio import (
+    arm_timers,
+    command_sent,
+    dead_letter,
+    has_message,
+    log_time,
+    publish_all,
+    stop_commands,
+    stream_seq,
+)
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.wire import (
@@ -52,16 +59,13 @@ from actors.wire import (
     loop_input_decoder,
 )
 from streams.layout import (
-    CMD_STREAM,
     EXEC_STREAM,
     IN,
     LOOP_STREAM,
-    SCH,
     START_SUBJECT,
     Layout,
     cmd_subject,
     counter_consumer,
-    deliver_subject,
     loop_key,
     loop_type,
     progress_subject,
@@ -78,16 +82,17 @@ class LoopActor:
         self.counter = counter
         self.execution_id = execution_id
         self.loop_id = loop_id
+        self.key = (execution_id, loop_id)
         self.prefix = counter.layout.loop_prefix(execution_id, loop_id)
         self.reply_prefix = f"{self.prefix}.{IN}.res"
-        self.run = LoopRun(execution_id=execution_id, loop_id=loop_id)
+        self.state = LoopRun(execution_id=execution_id, loop_id=loop_id)
         self.last_seq = 0
         self.hydrated = False
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self._progress_at = 0.0
 
-    async def loop(self) -> None:
+    async def run(self) -> None:
         while True:
             batch = [await self.mailbox.get()]
             while not self.mailbox.empty() and len(batch) < BATCH:
@@ -95,26 +100,16 @@ class LoopActor:
             try:
                 await self.handle(batch)
             except asyncio.CancelledError:
-                await self._hand_back(batch)
+                await hand_back(batch, self.mailbox)
                 raise
             except Exception:
                 log.exception("loop %s/%s: failed to handle a batch; will replay", self.execution_id, self.loop_id)
-                self.counter.forget(self)
-                await self._hand_back(batch)
+                self.counter.forget(self.key, self)
+                await hand_back(batch, self.mailbox)
                 return
-            if self.run.finished and self.mailbox.empty():
-                self.counter.retire(self)
+            if self.state.finished and self.mailbox.empty():
+                self.counter.retire(self.key, self)
                 return
-
-    async def _hand_back(self, batch: list[Msg]) -> None:
-        pending = list(batch)
-        while not self.mailbox.empty():
-            pending.append(self.mailbox.get_nowait())
-        for m in pending:
-            try:
-                await m.nak()
-            except Exception:
-                pass
 
     async def handle(self, batch: list[Msg]) -> None:
         if not self.hydrated:
@@ -153,7 +148,7 @@ class LoopActor:
             step = await self._resolve(inp)
             if step is None:
                 return None
-        return fold_loop(self.run, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
+        return fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
 
     async def _resolve(self, spec: LoopSpec) -> Step | None:
         """Fetch what the spec references, and the step it runs. A spec that cannot be
@@ -174,7 +169,7 @@ class LoopActor:
                                          "type": "LoopSpecInvalid", "message": reason, "retryable": False,
                                          "status": None, "traceback": None}}])
             await self._send_verdict(spec.reply_to, verdict)
-            self.run.finished = True
+            self.state.finished = True
             return None
 
     # --- output ----------------------------------------------------------------------
@@ -184,10 +179,10 @@ class LoopActor:
         await publish_all(js, [
             (cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in out.commands
         ] + [(START_SUBJECT, encode(s), s.execution_id or "") for s in out.starts])
-        await self._arm(out.timers)
+        await arm_timers(js, out.timers, prefix=self.prefix, id_prefix=f"{eid}:{self.loop_id}")
         await self._stop(out.cancels, out.child_cancels)
-        if out.verdict is not None and self.run.spec is not None:
-            await self._send_verdict(self.run.spec.reply_to, out.verdict)
+        if out.verdict is not None and self.state.spec is not None:
+            await self._send_verdict(self.state.spec.reply_to, out.verdict)
 
     async def _send_verdict(self, subject: str, verdict: IteratorCompleted | IteratorFailed) -> None:
         if verdict.results is not None and not fits_inline(verdict.results):
@@ -195,25 +190,6 @@ class LoopActor:
                                                  verdict.results)
             verdict.results = None
         await publish_all(self.counter.js, [(subject, encode(verdict), f"{self.execution_id}:iterator:{self.loop_id}")])
-
-    async def _arm(self, timers: list[Timer]) -> None:
-        """Retry delays as scheduled messages in the loop's own log (see the engine's
-        `_arm`: the server fires them into `in.timer.<id>` whatever happens to us)."""
-        if not timers:
-            return
-        eid, now = self.execution_id, time.time()
-        later = [t for t in timers if t.due > now + 0.05]
-        due = [t for t in timers if t.due <= now + 0.05]
-        await publish_all(
-            self.counter.js,
-            [(f"{self.prefix}.{SCH}.{t.timer_id}", encode(t.fire), f"{eid}:{self.loop_id}:sch:{t.timer_id}") for t in later],
-            headers=[{SCHEDULE: schedule_at(t.due), SCHEDULE_TARGET: f"{self.prefix}.{IN}.timer.{t.timer_id}"}
-                     for t in later],
-        )
-        await publish_all(self.counter.js, [
-            (f"{self.prefix}.{IN}.timer.{t.timer_id}", encode(t.fire), f"{eid}:{self.loop_id}:timer:{t.timer_id}")
-            for t in due
-        ])
 
     async def _stop(self, cancels: list[CommandCancel], children: list[str]) -> None:
         layout = self.counter.layout
@@ -223,14 +199,11 @@ class LoopActor:
              f"{child}:cancel")
             for child in children
         ])
-        jsm = self.counter.nc.jsm()
-        for c in cancels:
-            await jsm.purge_stream(CMD_STREAM, subject=cmd_subject(c.kind, self.execution_id, c.command_id))
-            await self.counter.nc.publish(f"cancel.{self.execution_id}.{c.command_id}", b"")
+        await stop_commands(self.counter.nc, self.execution_id, cancels)
 
     def _progress(self) -> None:
         """Best effort, rate-limited, never stored: for people watching, not decisions."""
-        run, now = self.run, time.monotonic()
+        run, now = self.state, time.monotonic()
         if run.spec is None or (now - self._progress_at < PROGRESS_EVERY and not run.finished):
             return
         self._progress_at = now
@@ -261,7 +234,7 @@ class LoopActor:
                     break
         finally:
             await sub.unsubscribe()
-        self.run = LoopRun(execution_id=self.execution_id, loop_id=self.loop_id)
+        self.state = LoopRun(execution_id=self.execution_id, loop_id=self.loop_id)
         self.last_seq = 0
         commands: dict[str, Command] = {}
         starts: dict[str, StartMessage] = {}
@@ -279,96 +252,34 @@ class LoopActor:
             stopped.child_cancels += out.child_cancels
             verdict = out.verdict or verdict
         self.hydrated = True
-        run = self.run
+        run = self.state
         missing = LoopOutput()
         for command_id in run.inflight:
-            if command_id in commands and not await self._command_exists(commands[command_id], answered):
+            if command_id in commands and not await command_sent(self.counter.nc, commands[command_id], answered,
+                                                                 reply_stream=LOOP_STREAM):
                 missing.commands.append(commands[command_id])
             if command_id in starts:
                 missing.starts.append(starts[command_id])  # idempotent: one execution per id
         missing.timers = [timers[t] for t in run.waiting if t in timers]
         if run.finished:
             missing.cancels, missing.child_cancels = stopped.cancels, stopped.child_cancels
-            if verdict is not None and run.spec is not None and await self._verdict_missing(run.spec.reply_to):
+            if (verdict is not None and run.spec is not None
+                    and not await has_message(self.counter.nc, EXEC_STREAM, run.spec.reply_to)):
                 missing.verdict = verdict
         if missing:
             await self.publish(missing)
         log.info("loop %s/%s: replayed %d inputs (%d/%d counted, %d re-sent)", self.execution_id, self.loop_id,
                  len(inputs), run.done, run.total, len(missing.commands))
 
-    async def _command_exists(self, cmd: Command, answered: set[str]) -> bool:
-        """Still queued, or answered: a tool acks a command only after its result is
-        published, so a command that was ever sent is in one place or the other."""
-        if cmd.command_id in answered:
-            return True
-        jsm = self.counter.nc.jsm()
-        for stream, subject in ((CMD_STREAM, cmd_subject(cmd.kind, self.execution_id, cmd.command_id)),
-                                (LOOP_STREAM, cmd.reply_to)):
-            try:
-                await jsm.get_last_msg(stream, subject, direct=True)
-                return True
-            except NotFoundError:
-                pass
-        return False
 
-    async def _verdict_missing(self, subject: str) -> bool:
-        try:
-            await self.counter.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
-            return False
-        except NotFoundError:
-            return True
-
-
-class Counter:
-    """Hosts loop actors for the partitions it owns."""
+class Counter(PartitionHost[tuple[str, str], LoopActor]):
+    """Hosts loop actors for the partitions it owns (a loop's partition is its
+    execution's)."""
 
     def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None,
                  retired_cache: int = 10_000) -> None:
-        self.nc = nc
-        self.js: JetStreamContext = nc.jetstream()
-        self.layout = layout
-        self.partitions = list(range(layout.partitions) if partitions is None else partitions)
-        self.actors: dict[tuple[str, str], LoopActor] = {}
-        self.retired: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._retired_cache = retired_cache
-        self._subs: list[Subscription] = []
+        super().__init__(nc, layout=layout, partitions=partitions, consumer=counter_consumer, key_of=loop_key,
+                         partition_of=lambda key: layout.partition_of(key[0]), retired_cache=retired_cache)
 
-    async def start(self) -> None:
-        for p in self.partitions:
-            name = counter_consumer(p)
-            self._subs.append(await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg,
-                                                      pending_msgs_limit=-1))
-
-    async def _on_msg(self, msg: Msg) -> None:
-        if not msg.reply:
-            return  # flow-control/heartbeat status messages carry no ack subject
-        key = loop_key(msg.subject)
-        actor = self.actors.get(key)
-        if actor is None:
-            if key in self.retired:
-                await msg.ack()  # a late result for a loop already decided
-                return
-            actor = self.actors[key] = LoopActor(self, *key)
-            actor.task = asyncio.create_task(actor.loop(), name=f"loop:{key[0]}/{key[1]}")
-        actor.mailbox.put_nowait(msg)
-
-    def forget(self, actor: LoopActor) -> None:
-        key = (actor.execution_id, actor.loop_id)
-        if self.actors.get(key) is actor:
-            del self.actors[key]
-
-    def retire(self, actor: LoopActor) -> None:
-        self.forget(actor)
-        self.retired[(actor.execution_id, actor.loop_id)] = None
-        if len(self.retired) > self._retired_cache:
-            self.retired.popitem(last=False)
-
-    async def stop(self) -> None:
-        for sub in self._subs:
-            await sub.unsubscribe()
-        self._subs.clear()
-        tasks = [a.task for a in self.actors.values() if a.task]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.actors.clear()
+    def spawn(self, key: tuple[str, str]) -> LoopActor:
+        return LoopActor(self, *key)

@@ -7,6 +7,8 @@ import asyncio
 import datetime
 import itertools
 import logging
+import time
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -15,10 +17,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nats.js.errors import APIError, NoStreamResponseError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from actors.wire import DeadLetter, encode
-from streams.layout import dlq_subject
+from actors.core.effects import CommandCancel, Timer
+from actors.wire import Command, DeadLetter, encode
+from streams.layout import CMD_STREAM, IN, SCH, cmd_subject, dlq_subject
 
 MSG_ID = "Nats-Msg-Id"
 SCHEDULE = "Nats-Schedule"
@@ -227,3 +230,55 @@ def log_time(msg: Msg) -> float:
     if not ts:
         return float(msg.metadata.timestamp.timestamp())
     return datetime.datetime.fromtimestamp(int(ts) / 1_000_000_000.0, datetime.UTC).timestamp()
+
+
+# --- what the engine and the counter both do with their logs ---------------------------
+
+
+async def has_message(nc: NATS, stream: str, subject: str) -> bool:
+    """Does `stream` hold a message on `subject` (a direct get of the last one)?"""
+    try:
+        await nc.jsm().get_last_msg(stream, subject, direct=True)
+        return True
+    except NotFoundError:
+        return False
+
+
+async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, reply_stream: str) -> bool:
+    """Was this command published before a crash? A tool acks a command (removing it
+    from the work queue) only after publishing its result, so a command that was
+    published is either still in CMD or answered in the log (`reply_stream`). Checked in
+    that order, so a result that lands between the two looks is still found."""
+    if cmd.command_id in answered:
+        return True
+    return (await has_message(nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id))
+            or await has_message(nc, reply_stream, cmd.reply_to))
+
+
+async def arm_timers(js: JetStreamContext, timers: list[Timer], *, prefix: str, id_prefix: str) -> None:
+    """Store each timer in the log as a scheduled message (`<prefix>.sch.<id>`): the
+    server delivers it to `<prefix>.in.timer.<id>` when due, whatever happened to the
+    process that armed it. Re-arming is idempotent (one schedule per subject); a timer
+    already due (a replay after an outage) is delivered at once."""
+    if not timers:
+        return
+    now = time.time()
+    later = [t for t in timers if t.due > now + 0.05]
+    due = [t for t in timers if t.due <= now + 0.05]
+    await publish_all(
+        js,
+        [(f"{prefix}.{SCH}.{t.timer_id}", encode(t.fire), f"{id_prefix}:sch:{t.timer_id}") for t in later],
+        headers=[{SCHEDULE: schedule_at(t.due), SCHEDULE_TARGET: f"{prefix}.{IN}.timer.{t.timer_id}"} for t in later],
+    )
+    await publish_all(
+        js, [(f"{prefix}.{IN}.timer.{t.timer_id}", encode(t.fire), f"{id_prefix}:timer:{t.timer_id}") for t in due]
+    )
+
+
+async def stop_commands(nc: NATS, execution_id: str, cancels: list[CommandCancel]) -> None:
+    """Drop each command from the work queue if still queued; tell the tool actor
+    running it (if any) to stop."""
+    jsm = nc.jsm()
+    for c in cancels:
+        await jsm.purge_stream(CMD_STREAM, subject=cmd_subject(c.kind, execution_id, c.command_id))
+        await nc.publish(f"cancel.{execution_id}.{c.command_id}", b"")

@@ -23,26 +23,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from actors.blobs import fits_inline, get_blob, put_blob
 from actors.core.decide import Output, fold
-from actors.core.effects import Timer
 from actors.core.state import Execution
-from actors.natsio import SCHEDULE, SCHEDULE_TARGET, dead_letter, log_time, publish_all, schedule_at, stream_seq
+from actors.hosting import PartitionHost, hand_back
+from actors.natsio import (
+    arm_timers,
+    command_sent,
+    dead_letter,
+    has_message,
+    log_time,
+    publish_all,
+    stop_commands,
+    stream_seq,
+)
 from actors.wire import (
     CancelRequest,
-    Command,
     DecisionRecord,
     Event,
     IteratorCompleted,
@@ -55,18 +59,15 @@ from actors.wire import (
     input_decoder,
 )
 from streams.layout import (
-    CMD_STREAM,
     EV,
     EXEC_STREAM,
     IN,
     LC,
     LOOP_STREAM,
-    SCH,
     START_SUBJECT,
     Layout,
     class_of,
     cmd_subject,
-    deliver_subject,
     engine_consumer,
     execution_of,
     type_of,
@@ -96,17 +97,17 @@ class ExecutionActor:
             try:
                 await self.handle(msg)
             except asyncio.CancelledError:
-                await self._hand_back(msg)
+                await hand_back([msg], self.mailbox)
                 raise
             except Exception:
                 # State may be ahead of the log now (folded, not all published):
                 # forget this actor; the redelivery of `msg` rebuilds it by replay.
                 log.exception("execution %s: failed to handle %s; will replay", self.execution_id, msg.subject)
-                self.engine.forget(self)
-                await self._hand_back(msg)
+                self.engine.forget(self.execution_id, self)
+                await hand_back([msg], self.mailbox)
                 return
             if self.state.terminal and self.mailbox.empty():
-                self.engine.retire(self)
+                self.engine.retire(self.execution_id, self)
                 return
 
     async def handle(self, msg: Msg) -> None:
@@ -122,17 +123,6 @@ class ExecutionActor:
             if out:
                 await self.publish(out)
         await msg.ack()
-
-    async def _hand_back(self, current: Msg) -> None:
-        """Nak what this actor holds so the server redelivers it now, not after ack_wait."""
-        pending = [current]
-        while not self.mailbox.empty():
-            pending.append(self.mailbox.get_nowait())
-        for m in pending:
-            try:
-                await m.nak()
-            except Exception:
-                pass
 
     async def fold_message(self, subject: str, data: bytes, seq: int, at: float) -> Output | None:
         self.last_seq = seq
@@ -175,12 +165,14 @@ class ExecutionActor:
         if not seen_ev:
             commands = out.commands
             if results_seen is not None:
-                commands = [c for c in commands if not await self._command_exists(c, results_seen)]
+                commands = [c for c in commands
+                            if not await command_sent(self.engine.nc, c, results_seen, reply_stream=EXEC_STREAM)]
             await publish_all(
                 js, [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in commands]
             )
             await self._hand_over_loops(out.loops, replay=results_seen is not None)
-            await self._arm([t for t in out.timers if t.timer_id not in timers_fired])
+            await arm_timers(js, [t for t in out.timers if t.timer_id not in timers_fired], prefix=self.prefix,
+                             id_prefix=eid)
             await self._signal(out)
         items = []
         if out.events and not seen_ev:
@@ -200,7 +192,7 @@ class ExecutionActor:
         items = []
         for spec in loops:
             subject = layout.loop_subject(eid, spec.loop_id, IN, "spec")
-            if replay and await _exists(self.engine.nc, LOOP_STREAM, subject):
+            if replay and await has_message(self.engine.nc, LOOP_STREAM, subject):
                 continue
             if spec.collection is not None and not fits_inline(spec.collection):
                 spec.collection_ref = await put_blob(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
@@ -233,44 +225,7 @@ class ExecutionActor:
             items.append((layout.loop_subject(self.execution_id, lc.loop_id, IN, "cancel"), encode(lc),
                           f"{self.execution_id}:loopcancel:{lc.loop_id}"))
         await publish_all(js, items)
-        for c in out.cancels:
-            # drop it if still queued; stop it if a tool actor is running it
-            await self.engine.nc.jsm().purge_stream(CMD_STREAM, subject=cmd_subject(c.kind, self.execution_id, c.command_id))
-            await self.engine.nc.publish(f"cancel.{self.execution_id}.{c.command_id}", b"")
-
-    async def _arm(self, timers: list[Timer]) -> None:
-        """Store each timer in the stream as a scheduled message: the server delivers it
-        to the execution's input subject when due, whatever happened to this process.
-        Re-arming is idempotent (one schedule per subject); a timer already due (a replay
-        after an outage) is delivered at once."""
-        if not timers:
-            return
-        eid, now = self.execution_id, time.time()
-        due_later = [t for t in timers if t.due > now + 0.05]
-        due_now = [t for t in timers if t.due <= now + 0.05]
-        await publish_all(
-            self.engine.js,
-            [(f"{self.prefix}.{SCH}.{t.timer_id}", encode(t.fire), f"{eid}:sch:{t.timer_id}") for t in due_later],
-            headers=[{SCHEDULE: schedule_at(t.due), SCHEDULE_TARGET: self._timer_subject(t.timer_id)} for t in due_later],
-        )
-        await publish_all(
-            self.engine.js,
-            [(self._timer_subject(t.timer_id), encode(t.fire), f"{eid}:timer:{t.timer_id}") for t in due_now],
-        )
-
-    def _timer_subject(self, timer_id: str) -> str:
-        return f"{self.prefix}.{IN}.timer.{timer_id}"
-
-    async def _command_exists(self, cmd: Command, results_seen: frozenset[str]) -> bool:
-        """Was this command published before a crash? A tool acks a command (removing it
-        from the work queue) only after publishing its result, so a command that was
-        published is either still in CMD or has a result in the log. Checked in that
-        order, so a result that lands between the two looks is still found."""
-        if cmd.command_id in results_seen:
-            return True
-        nc = self.engine.nc
-        return (await _exists(nc, CMD_STREAM, cmd_subject(cmd.kind, self.execution_id, cmd.command_id))
-                or await _exists(nc, EXEC_STREAM, cmd.reply_to))
+        await stop_commands(self.engine.nc, self.execution_id, out.cancels)
 
     # --- replay ----------------------------------------------------------------------
 
@@ -320,84 +275,13 @@ class ExecutionActor:
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
 
 
-async def _exists(nc: NATS, stream: str, subject: str) -> bool:
-    try:
-        await nc.jsm().get_last_msg(stream, subject, direct=True)
-        return True
-    except NotFoundError:
-        return False
-
-
-class Engine:
+class Engine(PartitionHost[str, ExecutionActor]):
     """Hosts execution actors for the partitions it owns."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None, retired_cache: int = 10_000) -> None:
-        self.nc = nc
-        self.js: JetStreamContext = nc.jetstream()
-        self.layout = layout
-        self.partitions = list(range(layout.partitions) if partitions is None else partitions)
-        self.actors: dict[str, ExecutionActor] = {}
-        # executions known to be terminal: late inputs are acked without a replay
-        self.retired: OrderedDict[str, None] = OrderedDict()
-        self._retired_cache = retired_cache
-        self._subs: dict[int, Subscription] = {}
+    def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None,
+                 retired_cache: int = 10_000) -> None:
+        super().__init__(nc, layout=layout, partitions=partitions, consumer=engine_consumer, key_of=execution_of,
+                         partition_of=layout.partition_of, retired_cache=retired_cache)
 
-    async def start(self) -> None:
-        for p in self.partitions:
-            await self.gain(p)
-
-    async def gain(self, partition: int) -> None:
-        """Start taking the inputs of `partition` (this pod now owns it)."""
-        if partition in self._subs:
-            return
-        name = engine_consumer(partition)
-        self._subs[partition] = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg,
-                                                        pending_msgs_limit=-1)
-
-    async def lose(self, partition: int) -> None:
-        """Stop taking `partition`'s inputs and hand back what its actors hold: the
-        next owner gets them (now, by nak) and rebuilds each execution by replay."""
-        sub = self._subs.pop(partition, None)
-        if sub is not None:
-            await sub.unsubscribe()
-        doomed = [a for a in self.actors.values() if self.layout.partition_of(a.execution_id) == partition]
-        for a in doomed:
-            self.forget(a)
-            if a.task is not None:
-                a.task.cancel()
-        await asyncio.gather(*(a.task for a in doomed if a.task), return_exceptions=True)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        if not msg.reply:
-            return  # flow-control/heartbeat status messages carry no ack subject
-        eid = execution_of(msg.subject)
-        actor = self.actors.get(eid)
-        if actor is None:
-            if eid in self.retired:
-                await msg.ack()
-                return
-            actor = self.actors[eid] = ExecutionActor(self, eid)
-            actor.task = asyncio.create_task(actor.run(), name=f"exec:{eid}")
-        actor.mailbox.put_nowait(msg)
-
-    def forget(self, actor: ExecutionActor) -> None:
-        if self.actors.get(actor.execution_id) is actor:
-            del self.actors[actor.execution_id]
-
-    def retire(self, actor: ExecutionActor) -> None:
-        self.forget(actor)
-        self.retired[actor.execution_id] = None
-        if len(self.retired) > self._retired_cache:
-            self.retired.popitem(last=False)
-
-    async def stop(self) -> None:
-        """Stop taking inputs; let actors finish the input in hand, then cancel them.
-        Unacked inputs are redelivered to whichever engine owns the partition next."""
-        for sub in self._subs.values():
-            await sub.unsubscribe()
-        self._subs.clear()
-        tasks = [a.task for a in self.actors.values() if a.task]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.actors.clear()
+    def spawn(self, key: str) -> ExecutionActor:
+        return ExecutionActor(self, key)
