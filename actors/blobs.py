@@ -17,11 +17,15 @@ from streams.layout import BLOB_BUCKET
 INLINE_LIMIT = 256 * 1024
 
 
-async def put_blob(js: JetStreamContext, key: str, value: Any) -> str:
-    """Store `value` under `key` (idempotent: the same key and value may be stored again
-    by a replay); returns the key."""
+async def offload(js: JetStreamContext, key: str, value: Any) -> str | None:
+    """Store `value` under `key` when its encoding is over `INLINE_LIMIT` and return the
+    key; None when it fits in a message. Encodes once. Idempotent: a replay may store
+    the same key and value again."""
+    data = encode(value)
+    if len(data) <= INLINE_LIMIT:
+        return None
     store = await js.object_store(BLOB_BUCKET)
-    await store.put(key, encode(value))
+    await store.put(key, data)
     return key
 
 
@@ -29,7 +33,3 @@ async def get_blob(js: JetStreamContext, key: str) -> Any:
     store = await js.object_store(BLOB_BUCKET)
     res = await store.get(key)
     return msgspec.json.decode(res.data or b"null")
-
-
-def fits_inline(value: Any) -> bool:
-    return len(encode(value)) <= INLINE_LIMIT

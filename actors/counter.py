@@ -30,7 +30,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from actors.blobs import fits_inline, get_blob, put_blob
+from actors.blobs import get_blob, offload
 from actors.core.effects import CommandCancel, Timer
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
 from actors.hosting import PartitionHost, hand_back
@@ -185,10 +185,10 @@ class LoopActor:
             await self._send_verdict(self.state.spec.reply_to, out.verdict)
 
     async def _send_verdict(self, subject: str, verdict: IteratorCompleted | IteratorFailed) -> None:
-        if verdict.results is not None and not fits_inline(verdict.results):
-            verdict.results_ref = await put_blob(self.counter.js, f"{self.execution_id}/{self.loop_id}/results",
-                                                 verdict.results)
-            verdict.results = None
+        if verdict.results is not None:
+            ref = await offload(self.counter.js, f"{self.execution_id}/{self.loop_id}/results", verdict.results)
+            if ref is not None:
+                verdict.results, verdict.results_ref = None, ref
         await publish_all(self.counter.js, [(subject, encode(verdict), f"{self.execution_id}:iterator:{self.loop_id}")])
 
     async def _stop(self, cancels: list[CommandCancel], children: list[str]) -> None:

@@ -247,34 +247,34 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
     ]
 
 
-def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, list[api.ConsumerConfig]]:
-    """Durable consumers per stream. Push consumers for the engine and projector (the
-    fastest delivery nats-py has, 66-105k msg/s here); pull for tools (competing
-    consumers across pods, back-pressure by fetching only what a pod can run)."""
-    engine = [
-        api.ConsumerConfig(
-            durable_name=engine_consumer(p),
-            deliver_subject=deliver_subject(engine_consumer(p)),
-            deliver_group=engine_consumer(p),
-            filter_subject=engine_filter(p),
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=layout.ack_wait,
-            max_deliver=layout.max_deliver,
-            max_ack_pending=layout.engine_max_ack_pending,
-            deliver_policy=api.DeliverPolicy.ALL,
-        )
-        for p in range(layout.partitions)
-    ]
-    projector = api.ConsumerConfig(
-        durable_name=PROJECTOR_CONSUMER,
-        deliver_subject=deliver_subject(PROJECTOR_CONSUMER),
-        deliver_group=PROJECTOR_CONSUMER,
-        filter_subject=PROJECTOR_FILTER,
+def _push(layout: Layout, name: str, filter_subject: str, max_ack_pending: int,
+          deliver_policy: api.DeliverPolicy | None = None) -> api.ConsumerConfig:
+    """A durable push consumer delivering to `_deliver.<name>`, read by a queue group of
+    the same name (every pod of the role subscribes; see `deliver_subject`)."""
+    return api.ConsumerConfig(
+        durable_name=name,
+        deliver_subject=deliver_subject(name),
+        deliver_group=name,
+        filter_subject=filter_subject,
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=layout.ack_wait,
         max_deliver=layout.max_deliver,
-        max_ack_pending=layout.engine_max_ack_pending,
+        max_ack_pending=max_ack_pending,
+        deliver_policy=deliver_policy,
     )
+
+
+def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, list[api.ConsumerConfig]]:
+    """Durable consumers per stream. Push consumers for the engine, counter, projector
+    and starter (the fastest delivery nats-py has, 66-105k msg/s here); pull for tools
+    (competing consumers across pods, back-pressure by fetching only what a pod can run)."""
+    every = range(layout.partitions)
+    engine = [_push(layout, engine_consumer(p), engine_filter(p), layout.engine_max_ack_pending,
+                    api.DeliverPolicy.ALL) for p in every]
+    counters = [_push(layout, counter_consumer(p), counter_filter(p), layout.counter_max_ack_pending,
+                      api.DeliverPolicy.ALL) for p in every]
+    projector = _push(layout, PROJECTOR_CONSUMER, PROJECTOR_FILTER, layout.engine_max_ack_pending)
+    starter = _push(layout, STARTER_CONSUMER, START_SUBJECT, layout.engine_max_ack_pending)
     tools = [
         api.ConsumerConfig(
             durable_name=tool_consumer(kind),
@@ -285,30 +285,6 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
             max_ack_pending=layout.tool_max_ack_pending,
         )
         for kind in tool_kinds
-    ]
-    starter = api.ConsumerConfig(
-        durable_name=STARTER_CONSUMER,
-        deliver_subject=deliver_subject(STARTER_CONSUMER),
-        deliver_group=STARTER_CONSUMER,
-        filter_subject=START_SUBJECT,
-        ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=layout.ack_wait,
-        max_deliver=layout.max_deliver,
-        max_ack_pending=layout.engine_max_ack_pending,
-    )
-    counters = [
-        api.ConsumerConfig(
-            durable_name=counter_consumer(p),
-            deliver_subject=deliver_subject(counter_consumer(p)),
-            deliver_group=counter_consumer(p),
-            filter_subject=counter_filter(p),
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=layout.ack_wait,
-            max_deliver=layout.max_deliver,
-            max_ack_pending=layout.counter_max_ack_pending,
-            deliver_policy=api.DeliverPolicy.ALL,
-        )
-        for p in range(layout.partitions)
     ]
     return {EXEC_STREAM: [*engine, projector], CMD_STREAM: tools, START_STREAM: [starter], LOOP_STREAM: counters}
 

@@ -211,16 +211,14 @@ workflow:
 
 async def test_a_duplicate_iteration_result_is_counted_once(system: System) -> None:
     eid = system.client.new_id()
-    path = system.tmp / "dup.yaml"
-    path.write_text(HEAD % "dup" + """
+    text = HEAD % "dup" + """
 workflow:
   - step: slow
     tool: {kind: sleep, seconds: 0.3}
     loop: {collection: [1, 2, 3], element: x, mode: sequential}
-""")
-    entry = await system.client.register(path)
+"""
     watch = await ResultWatch.start(system.nc, system.layout, eid)
-    await system.client.start(entry.path, execution_id=eid)
+    await system.start_yaml(text, execution_id=eid)
     await watch.reach(1)
     # the first iteration's result, as the tool actor wrote it (stored a moment after
     # subscribers see it)
@@ -364,15 +362,13 @@ workflow:
 
 async def test_cancelling_an_execution_stops_its_loop(system: System) -> None:
     eid = system.client.new_id()
-    path = system.tmp / "cancel.yaml"
-    path.write_text(HEAD % "cancelloop" + """
+    text = HEAD % "cancelloop" + """
 workflow:
   - step: slow
     tool: {kind: sleep, seconds: 30}
     loop: {collection: "{{ range(50) | list }}", element: x, concurrency: 3}
-""")
-    entry = await system.client.register(path)
-    await system.client.start(entry.path, execution_id=eid)
+"""
+    await system.start_yaml(text, execution_id=eid)
     async for item in system.client.follow(eid, until_terminal=False):
         if item.type == "iterator.started":
             break
@@ -459,16 +455,14 @@ workflow:
 @pytest.mark.layout(duplicate_window=0.1)
 async def test_a_counter_restarted_mid_loop_replays_and_duplicates_nothing(system: System) -> None:
     eid = system.client.new_id()
-    path = system.tmp / "replay.yaml"
-    path.write_text(HEAD % "counterreplay" + """
+    text = HEAD % "counterreplay" + """
 workflow:
   - step: work
     tool: {kind: sleep, seconds: 0.02}
     loop: {collection: "{{ range(200) | list }}", element: n, concurrency: 10}
-""")
-    entry = await system.client.register(path)
+"""
     watch = await ResultWatch.start(system.nc, system.layout, eid)
-    await system.client.start(entry.path, execution_id=eid)
+    await system.start_yaml(text, execution_id=eid)
     await watch.reach(40)
     await system.restart_roles(("counter",))  # a new counter rebuilds the loop from its log
     status = await system.client.wait(eid, timeout=60)

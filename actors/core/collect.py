@@ -23,6 +23,12 @@ def collect(acc: Any, result: Any, strategy: str, path: str | None) -> Any:
     return items
 
 
+def collected_result(acc: Any, result: Any, path: str | None) -> Any:
+    """A collecting sequence's result: the last attempt's result with the value at
+    `path` replaced by the accumulation (the whole accumulation without a path)."""
+    return acc if path is None else set_path(result, path, acc)
+
+
 def get_path(obj: Any, path: str) -> Any:
     for part in path.split("."):
         if isinstance(obj, dict):

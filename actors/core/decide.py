@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from actors.core.backoff import unit_random
-from actors.core.collect import collect, set_path, size
+from actors.core.collect import collect, collected_result, size
 from actors.core.effects import CommandCancel, Timer, child_execution_id, render_tool, sink_call
 from actors.core.effects import err as _err
 from actors.core.effects import template_error as _template_error
@@ -458,9 +458,7 @@ def _collected_result(act: Activation, result: Any, *, already: bool = False) ->
         return result
     if not already:
         act.collected = collect(act.collected, result, act.collect.strategy, act.collect.path)
-    if act.collect.path is None:
-        return act.collected
-    return set_path(result, act.collect.path, act.collected)
+    return collected_result(act.collected, result, act.collect.path)
 
 
 # --- failure: on_error decisions, on_failure edges --------------------------------------

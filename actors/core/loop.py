@@ -31,7 +31,7 @@ import msgspec
 from jinja2 import nodes
 
 from actors.core.backoff import unit_random
-from actors.core.collect import collect, set_path
+from actors.core.collect import collect, collected_result
 from actors.core.effects import CommandCancel, Timer, child_execution_id, err, render_tool, sink_call, template_error
 from actors.core.retry import match_retry
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS, Collect, Loop, PlaybookTool, Step
@@ -458,9 +458,7 @@ def _collected(state: Retrying | None, result: Any, *, already: bool) -> Any:
         return result
     if not already:
         state.collected = collect(state.collected, result, state.collect.strategy, state.collect.path)
-    if state.collect.path is None:
-        return state.collected
-    return set_path(result, state.collect.path, state.collected)
+    return collected_result(state.collected, result, state.collect.path)
 
 
 def _counted(f: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None:

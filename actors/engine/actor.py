@@ -31,7 +31,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from actors.blobs import fits_inline, get_blob, put_blob
+from actors.blobs import get_blob, offload
 from actors.core.decide import Output, fold
 from actors.core.state import Execution
 from actors.hosting import PartitionHost, hand_back
@@ -194,9 +194,9 @@ class ExecutionActor:
             subject = layout.loop_subject(eid, spec.loop_id, IN, "spec")
             if replay and await has_message(self.engine.nc, LOOP_STREAM, subject):
                 continue
-            if spec.collection is not None and not fits_inline(spec.collection):
-                spec.collection_ref = await put_blob(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
-                spec.collection = None
+            ref = await offload(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
+            if ref is not None:
+                spec.collection, spec.collection_ref = None, ref
             items.append((subject, encode(spec), f"{eid}:loop:{spec.loop_id}"))
         await publish_all(js, items)
 
@@ -204,9 +204,9 @@ class ExecutionActor:
         """An execution result too large for its lifecycle event goes to a blob; the
         event names it (`result_ref`) and the client reads it from there."""
         result = ev.data.get("result")
-        if result is not None and not fits_inline(result):
-            ev.data = {**ev.data, "result": None,
-                       "result_ref": await put_blob(self.engine.js, f"{self.execution_id}/result", result)}
+        ref = await offload(self.engine.js, f"{self.execution_id}/result", result) if result is not None else None
+        if ref is not None:
+            ev.data = {**ev.data, "result": None, "result_ref": ref}
 
     async def _signal(self, out: Output) -> None:
         """What a decision tells other executions and tool actors: children to start or
