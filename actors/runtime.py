@@ -17,6 +17,7 @@ from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import REGISTRY, ConsumerCollector, consumers_for
+from actors.ownership import Leases
 from actors.projector import Projector
 from actors.tools.actor import ToolActor
 from streams.layout import Layout, ensure
@@ -52,6 +53,9 @@ class Runtime:
     def find(self, kind: type) -> list[Actor]:
         return [a for a in self.actors if isinstance(a, kind)]
 
+    def leases(self) -> list[Leases]:
+        return [a for a in self.actors if isinstance(a, Leases)]
+
     async def stop(self, *, drain_timeout: float | None = None) -> None:
         """Stop every actor, last started first. `drain_timeout`: how long tool actors
         may finish running commands (their own default when None); what is still
@@ -68,11 +72,16 @@ class Runtime:
     def consumers(self) -> list[tuple[str, str]]:
         """(stream, consumer) for the JetStream consumers these actors read."""
         found: list[tuple[str, str]] = []
+        leased = {lease.role: lease.partitions for lease in self.leases()}
         for a in self.actors:
+            # a leased role reports every partition's consumer: which ones it holds
+            # changes, and lag is a property of the consumer, not of the pod
             if isinstance(a, Engine):
-                found += consumers_for(("engine",), partitions=a.partitions)
+                every = range(leased["engine"]) if "engine" in leased else a.partitions
+                found += consumers_for(("engine",), partitions=every)
             elif isinstance(a, Counter):
-                found += consumers_for(("counter",), partitions=a.partitions)
+                every = range(leased["counter"]) if "counter" in leased else a.partitions
+                found += consumers_for(("counter",), partitions=every)
             elif isinstance(a, Projector):
                 found += consumers_for(("projector",), partitions=())
             elif isinstance(a, ToolActor):
@@ -87,8 +96,16 @@ async def start_roles(
     roles: Iterable[str] = ROLES,
     tool_concurrency: int | Mapping[str, int] | None = None,  # None: per-kind defaults (actors/tools/actor.py)
     partitions: Iterable[int] | None = None,
+    leases: bool = False,
+    pod: str | None = None,
 ) -> Runtime:
+    """Start `roles` on `nc`. Engine and counter take `partitions` (default: all of
+    them), or, with `leases=True`, whichever partitions this pod wins in the `owners`
+    bucket (actors/ownership.py), rebalanced as pods of the same role come and go:
+    what `serve` does, so that any number of engine and counter pods may run."""
     roles = list(roles)
+    if leases and partitions is not None:
+        raise ValueError("partitions are either static or leased, not both")
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
@@ -98,10 +115,20 @@ async def start_roles(
         actors.append(Projector(nc))
     if "tools" in roles:
         actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency))
+    hosts: list[Counter | Engine] = []
     if "counter" in roles:
-        actors.append(Counter(nc, layout=layout, partitions=partitions))
+        hosts.append(Counter(nc, layout=layout, partitions=[] if leases else partitions))
     if "engine" in roles:
-        actors.append(Engine(nc, layout=layout, partitions=partitions))
+        hosts.append(Engine(nc, layout=layout, partitions=[] if leases else partitions))
+    for host in hosts:
+        actors.append(host)
+        if leases:
+            # started after its host and stopped before it: the leases are handed back
+            # (host.lose for each) while the host still runs
+            role = "counter" if isinstance(host, Counter) else "engine"
+            actors.append(Leases(nc, role=role, partitions=layout.partitions, ttl=layout.lease_ttl, pod=pod,
+                                 on_gain=host.gain, on_lose=host.lose))
+    if "engine" in roles:
         actors.append(Starter(nc, layout=layout))
     for a in actors:
         await a.start()
@@ -183,7 +210,7 @@ async def _run_roles(
 ) -> bool:
     # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a
     # half-started actor could not be stopped); `stop.wait()` then returns at once
-    rt = await start_roles(nc, layout=layout, roles=roles)
+    rt = await start_roles(nc, layout=layout, roles=roles, leases=True)
     collector = ConsumerCollector(nc, rt.consumers())
     REGISTRY.add_collector(collector)
     clean = False

@@ -4,14 +4,14 @@ rebalanced when pods join or leave, taken over when a pod dies."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client as NATS
 
 from actors.client import Client
-from actors.engine.actor import Engine
-from actors.ownership import Leases
-from actors.runtime import connect, start_roles
+from actors.hosting import PartitionHost
+from actors.runtime import Runtime, connect, start_roles
 from streams.layout import Layout, ensure
 from streams.server import NatsServer
 from tests.conftest import wait_for
@@ -33,35 +33,36 @@ workflow:
 
 
 class Pod:
-    """An engine pod: its own connection, an engine with no static partitions, leases."""
+    """An engine (or counter) pod as `actors-cli serve` runs one: its own connection,
+    the role started with leases instead of static partitions."""
 
-    def __init__(self, nc: NATS, engine: Engine, leases: Leases) -> None:
-        self.nc, self.engine, self.leases = nc, engine, leases
+    def __init__(self, nc: NATS, rt: Runtime) -> None:
+        self.nc, self.rt = nc, rt
+        (self.leases,) = rt.leases()
 
     @classmethod
-    async def start(cls, url: str, layout: Layout, name: str) -> Pod:
+    async def start(cls, url: str, layout: Layout, name: str, role: str = "engine") -> Pod:
         nc = await connect(url, name=name)
-        engine = Engine(nc, layout=layout, partitions=[])
-        await engine.start()
-        leases = Leases(nc, role="engine", partitions=layout.partitions, ttl=layout.lease_ttl, pod=name,
-                        on_gain=engine.gain, on_lose=engine.lose)
-        await leases.start()
-        return cls(nc, engine, leases)
+        return cls(nc, await start_roles(nc, layout=layout, roles=(role,), leases=True, pod=name))
 
     @property
     def held(self) -> set[int]:
         return set(self.leases.held)
 
+    @property
+    def host(self) -> PartitionHost[Any, Any]:
+        (host,) = [a for a in self.rt.actors if isinstance(a, PartitionHost)]
+        return host
+
     async def stop(self) -> None:
-        await self.leases.stop()
-        await self.engine.stop()
+        await self.rt.stop()
         await self.nc.close()
 
     async def crash(self) -> None:
         """As a kill -9 looks from outside: the connection drops, nothing is handed back."""
         if self.leases._task is not None:
             self.leases._task.cancel()
-        for t in [a.task for a in self.engine.actors.values() if a.task]:
+        for t in [a.task for a in self.host.actors.values() if a.task]:
             t.cancel()
         await self.nc.close()
 
@@ -72,10 +73,6 @@ async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Pat
     nc = await connect(server.url, name="rest")
     await ensure(nc.jetstream(), layout)
     rest = await start_roles(nc, layout=layout, roles=("tools", "projector", "counter"))
-    from actors.engine.starter import Starter
-
-    starter = Starter(nc, layout=layout)
-    await starter.start()
     pods: list[Pod] = []
     try:
         pods = [await Pod.start(server.url, layout, f"pod{i}") for i in range(3)]
@@ -114,7 +111,6 @@ async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Pat
     finally:
         for p in pods:
             await p.stop()
-        await starter.stop()
         await rest.stop()
         await nc.close()
         await server.stop()
@@ -145,3 +141,59 @@ async def test_pod_names_are_valid_kv_keys() -> None:
     from actors.ownership import pod_name
 
     assert all(c.isalnum() or c in "-_" for c in pod_name())
+
+
+LOOP_PLAYBOOK = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: leased_loop}
+workflow:
+  - step: fan
+    loop: {collection: "{{ workload.things }}", element: x, mode: async, concurrency: 4}
+    tool: {kind: sleep, seconds: 0.05}
+"""
+
+
+async def test_counter_pods_share_loops_and_take_over_a_crashed_one(tmp_path: Path) -> None:
+    server = await NatsServer.start()
+    layout = Layout(partitions=4, ack_wait=2.0, lease_ttl=2.0)
+    nc = await connect(server.url, name="rest")
+    await ensure(nc.jetstream(), layout)
+    rest = await start_roles(nc, layout=layout, roles=("tools", "projector", "engine"))
+    pods: list[Pod] = []
+    try:
+        pods = [await Pod.start(server.url, layout, f"counter{i}", role="counter") for i in range(2)]
+
+        async def split() -> bool:
+            for p in pods:
+                await p.leases.balance()
+            return sorted(len(p.held) for p in pods) == [2, 2] and not pods[0].held & pods[1].held
+
+        await wait_for(split, timeout=20)
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "loop.yaml"
+        pb.write_text(LOOP_PLAYBOOK)
+        entry = await client.register(pb)
+        ids = [await client.start(entry.path, payload={"things": list(range(40))}) for _ in range(8)]
+        victim = pods[0]
+
+        async def mid_loop() -> bool:
+            return len(victim.host.actors) > 0
+
+        await wait_for(mid_loop, timeout=20)
+        await victim.crash()
+        pods.remove(victim)
+        for eid in ids:
+            st = await client.wait(eid, timeout=40)
+            assert st.state == "COMPLETED", (eid, st)
+            done = [x for x in await client.events(eid) if x.type == "iterator.completed"]
+            assert len(done) == 1
+            assert (done[0].data["total"], done[0].data["succeeded"], done[0].data["failed"]) == (40, 40, 0)
+        await pods[0].leases.balance()
+        assert pods[0].held == {0, 1, 2, 3}
+    finally:
+        for p in pods:
+            await p.stop()
+        await rest.stop()
+        await nc.close()
+        await server.stop()
