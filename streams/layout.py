@@ -90,6 +90,7 @@ class Layout:
         return cls(
             partitions=int(num("ACTORS_PARTITIONS", 8)),
             replicas=int(num("ACTORS_REPLICAS", 1)),
+            duplicate_window=num("ACTORS_DUPLICATE_WINDOW", 120.0),
             ack_wait=num("ACTORS_ACK_WAIT", 30.0),
             lease_ttl=num("ACTORS_LEASE_TTL", 10.0),
         )

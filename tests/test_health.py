@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,39 +21,10 @@ from actors.runtime import connect, serve, start_roles
 from streams.layout import CMD_STREAM, Layout, tool_consumer
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES
+from tests.pods import free_port, get, until_status
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, str]:
-    async with session.get(url) as r:
-        return r.status, r.headers.get("Content-Type", ""), await r.text()
-
-
-async def until_status(session: aiohttp.ClientSession, url: str, status: int, *, timeout: float,
-                       proc: asyncio.subprocess.Process | None = None) -> None:
-    """Poll `url` until it answers `status` (readiness has no event to await from outside)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        if proc is not None and proc.returncode is not None:
-            raise AssertionError(f"serve exited with {proc.returncode} before {url} answered {status}")
-        try:
-            if (await get(session, url))[0] == status:
-                return
-        except aiohttp.ClientConnectionError:
-            pass  # not listening yet
-        if loop.time() > deadline:
-            raise TimeoutError(f"{url} did not answer {status} within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

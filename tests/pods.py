@@ -1,0 +1,97 @@
+"""Actor pods as separate processes (`actors-cli serve --role ROLE`), as Kubernetes
+runs them: for tests that kill one with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from streams.layout import Layout
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def layout_env(layout: Layout) -> dict[str, str]:
+    """The environment that makes a pod's Layout.from_env() equal `layout`."""
+    return {
+        "ACTORS_PARTITIONS": str(layout.partitions),
+        "ACTORS_REPLICAS": str(layout.replicas),
+        "ACTORS_ACK_WAIT": str(layout.ack_wait),
+        "ACTORS_LEASE_TTL": str(layout.lease_ttl),
+        "ACTORS_DUPLICATE_WINDOW": str(layout.duplicate_window),
+    }
+
+
+async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, str]:
+    async with session.get(url) as r:
+        return r.status, r.headers.get("Content-Type", ""), await r.text()
+
+
+async def until_status(session: aiohttp.ClientSession, url: str, status: int, *, timeout: float,
+                       proc: asyncio.subprocess.Process | None = None) -> None:
+    """Poll `url` until it answers `status` (readiness has no event to await from outside)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if proc is not None and proc.returncode is not None:
+            raise AssertionError(f"serve exited with {proc.returncode} before {url} answered {status}")
+        try:
+            if (await get(session, url))[0] == status:
+                return
+        except aiohttp.ClientConnectionError:
+            pass  # not listening yet
+        if loop.time() > deadline:
+            raise TimeoutError(f"{url} did not answer {status} within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+class PodProcess:
+    def __init__(self, role: str, proc: asyncio.subprocess.Process, port: int, log: Path) -> None:
+        self.role, self.proc, self.port, self.log = role, proc, port, log
+
+    @classmethod
+    async def start(cls, role: str, *, url: str, layout: Layout, logs: Path, name: str) -> PodProcess:
+        port = free_port()
+        log = logs / f"{name}.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "actors.cli", "serve", "--role", role, "--http-port", str(port),
+                "--http-host", "127.0.0.1", "--drain-timeout", "2",
+                cwd=ROOT, stdout=out, stderr=out,
+                env={**os.environ, "NATS_URL": url, **layout_env(layout)},
+            )
+        return cls(role, proc, port, log)
+
+    async def ready(self, timeout: float = 60) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            await until_status(http, f"http://127.0.0.1:{self.port}/readyz", 200, timeout=timeout, proc=self.proc)
+
+    async def kill(self) -> None:
+        """kill -9: nothing is handed back, leases and unacked messages age out."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self, timeout: float = 20) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.proc.wait()
+            except TimeoutError:
+                await self.kill()
+        assert self.proc.returncode is not None
+        return self.proc.returncode
