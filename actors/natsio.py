@@ -81,6 +81,8 @@ class Publisher:
         self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._refused = 0  # re-sent publishes not reported yet
+        self._refused_logged = -1.0  # loop time of the last report
 
     async def _start(self) -> None:
         if self._starting is None:
@@ -149,10 +151,18 @@ class Publisher:
                 return [a for a in acks if a is not None]
             if loop.time() + pause > deadline:
                 raise error
-            log.info("%d of %d publishes refused (%r); sending again in %.1fs", len(failed), len(messages),
-                     error, pause)
+            self._note_refused(len(failed), error, loop.time())
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed
+
+    def _note_refused(self, n: int, error: BaseException, now: float) -> None:
+        """Log refusals at most once a second: in an election every actor and every
+        running tool command re-sends at once, and one line each would bury the rest."""
+        self._refused += n
+        if now - self._refused_logged >= 1.0:
+            log.info("%d publishes refused since the last report (last: %r); sending them again",
+                     self._refused, error)
+            self._refused, self._refused_logged = 0, now
 
     async def _try(self, messages: list[Message]) -> list[PubAck | BaseException]:
         """One round: send every message, then gather every outcome (each future's
