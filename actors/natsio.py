@@ -108,7 +108,8 @@ class Publisher:
         assert loop is not None
         token = str(next(self._tokens))
         fut: asyncio.Future[PubAck] = loop.create_future()  # not asyncio.Future(): no loop lookup
-        self._waiting[token] = (fut, loop.time() + self.timeout, self._connection())
+        nc = self.nc  # the connection it goes out on, as `_connection()` says (inlined: one per publish)
+        self._waiting[token] = (fut, loop.time() + self.timeout, nc.stats["reconnects"] + (not nc.is_connected))
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = loop.create_task(self._sweep())
         try:
@@ -121,8 +122,7 @@ class Publisher:
     def _connection(self) -> int:
         """Which connection a publish goes out on: the client counts reconnects, and a
         publish made while disconnected is buffered for the next connection."""
-        reconnects = int(self.nc.stats["reconnects"])
-        return reconnects if self.nc.is_connected else reconnects + 1
+        return int(self.nc.stats["reconnects"]) + (not self.nc.is_connected)
 
     async def send(self, messages: list[Message], *, budget: float = RETRY_BUDGET) -> list[PubAck]:
         """Publish pipelined and wait for every PubAck, in order. What failed transiently
@@ -131,12 +131,24 @@ class Publisher:
         such error is raised. Re-sending is safe: each message keeps its Nats-Msg-Id, so
         one the stream did store (its PubAck was what got lost) is dropped as a
         duplicate, and a 503 means no stream took it at all."""
+        futs: list[asyncio.Future[PubAck]] = []
+        try:
+            for subject, payload, headers in messages:
+                futs.append(await self.publish(subject, payload, headers))
+            return [await futs[0]] if len(futs) == 1 else list(await asyncio.gather(*futs))
+        except TRANSIENT as e:
+            refused = e  # every call that is not in an outage has returned above, at no extra cost
+        sent: list[PubAck | BaseException] = list(await asyncio.gather(*futs, return_exceptions=True))
+        return await self._resend(messages, sent + [refused] * (len(messages) - len(futs)), budget)
+
+    async def _resend(self, messages: list[Message], outcomes: list[PubAck | BaseException],
+                      budget: float) -> list[PubAck]:
+        """Re-send the messages whose outcome is a transient error until none is left."""
         acks: list[PubAck | None] = [None] * len(messages)
         todo = list(range(len(messages)))
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + budget, RETRY_FIRST
         while True:
-            outcomes = await self._try([messages[i] for i in todo])
             failed: list[int] = []
             error: BaseException | None = None
             for i, outcome in zip(todo, outcomes, strict=True):
@@ -154,6 +166,7 @@ class Publisher:
             self._note_refused(len(failed), error, loop.time())
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed
+            outcomes = await self._try([messages[i] for i in todo])
 
     def _note_refused(self, n: int, error: BaseException, now: float) -> None:
         """Log refusals at most once a second: in an election every actor and every
