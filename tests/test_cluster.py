@@ -1,5 +1,5 @@
 """A 3-node JetStream cluster on loopback: streams and buckets at R3, executions with
-loops and retries run on it exactly once."""
+loops and retries run on it exactly once, also when a node dies mid-run."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ workflow:
     args: {f: "{{ workload.marker }}"}
 """
 EXECUTIONS = 6
-OUTAGE = 3.0  # seconds the node stays dead: longer than a stream leader election takes to start
+OUTAGE = 3.0  # seconds the node stays dead; the survivors elect new leaders in 4-9 s, so on both sides of the restart
 
 
 async def leader_of(nc: NATS, stream: str) -> int:
@@ -176,10 +176,9 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(cluster: Nats
         cluster.kill(dead)
         await asyncio.sleep(OUTAGE)  # the deliberate outage
         await cluster.restart(dead)
-        for eid in ids:
-            status = await client.wait(eid, timeout=90)
-            assert status.state == "COMPLETED", eid
+        statuses = await asyncio.gather(*(client.wait(eid, timeout=60) for eid in ids))
         recovered = time.monotonic() - started
+        assert [s.state for s in statuses] == ["COMPLETED"] * EXECUTIONS
         for eid in ids:
             items = await client.events(eid)
             terminal = [i for i in items if i.cls == "lc" and i.type in ("playbook.completed", "playbook.failed")]
@@ -192,7 +191,7 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(cluster: Nats
             assert terminal[0].data["result"] == {"flaky": 2}  # its command ran twice: one failure, one retry
             assert len(of_type(items, "retry.scheduled", "flaky")) == 1
             assert not [i for i in items if i.cls == "dlq"], eid
-        assert recovered < 60, f"took {recovered:.0f}s after the kill"
+        assert recovered < 45, f"took {recovered:.0f}s after the kill"  # measured: 8-12 s
     finally:
         await runtime.stop()
         await nc.close()
