@@ -21,6 +21,7 @@ keeps a replay after hours from duplicating anything.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -88,6 +89,7 @@ class LoopActor:
         self.state = LoopRun(execution_id=execution_id, loop_id=loop_id)
         self.last_seq = 0
         self.hydrated = False
+        self.replayed = False  # set once a failure made this actor rebuild itself from the log
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self._progress_at = 0.0
@@ -98,23 +100,24 @@ class LoopActor:
             while not self.mailbox.empty() and len(batch) < BATCH:
                 batch.append(self.mailbox.get_nowait())
             try:
-                await self.handle(batch)
+                await self.counter.handle_until_done(batch, functools.partial(self.handle, batch), reset=self.reset,
+                                                     what=f"loop {self.execution_id}/{self.loop_id}")
             except asyncio.CancelledError:
-                await hand_back(batch, self.mailbox)
+                await hand_back(batch, self.mailbox)  # the partition's next owner replays it
                 raise
-            except Exception:
-                log.exception("loop %s/%s: failed to handle a batch; will replay", self.execution_id, self.loop_id)
-                self.counter.forget(self.key, self)
-                await hand_back(batch, self.mailbox)
-                return
             if self.state.finished and self.mailbox.empty():
                 self.counter.retire(self.key, self)
                 return
 
+    def reset(self) -> None:
+        """After a failure: the state may be ahead of the log, rebuild it by replay."""
+        self.hydrated = False
+        self.replayed = True
+
     async def handle(self, batch: list[Msg]) -> None:
         if not self.hydrated:
             first = batch[0]
-            if first.metadata.num_delivered == 1 and loop_type(first.subject) == "spec":
+            if not self.replayed and first.metadata.num_delivered == 1 and loop_type(first.subject) == "spec":
                 self.hydrated = True  # the spec, first delivery: nothing precedes it
             else:
                 await self.rehydrate()
@@ -225,6 +228,10 @@ class LoopActor:
                 try:
                     msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
                 except TimeoutError:
+                    if inputs or (await sub.consumer_info()).num_pending:
+                        # stalled part way (the stream lost its leader): folding part of
+                        # the log would build a state behind it; fail and replay again
+                        raise
                     break  # an empty log (the spec purged or expired)
                 inputs.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
                 kind = loop_type(msg.subject)

@@ -3,16 +3,20 @@ execution) and the counter (an actor per loop) share.
 
 A host subscribes to one durable push consumer per owned partition and dispatches each
 input by key to that key's actor, creating it on first sight. Each actor works through
-its mailbox on its own task. An actor that failed is forgotten (its inputs come back and
-a new actor rebuilds it by replay); one that finished is retired, so late inputs for it
-are acked without a replay.
+its mailbox on its own task. An actor that fails to handle its inputs keeps them, waits
+(backing off, keeping them alive) and tries again after rebuilding itself by replay
+(`handle_until_done`); one that finished is retired, so late inputs for it are acked
+without a replay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import random
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 from nats.aio.client import Client as NATS
@@ -21,6 +25,10 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from streams.layout import Layout, deliver_subject
+
+log = logging.getLogger("actors")
+FAILURE_PAUSE_FIRST = 0.5  # seconds before the second try of inputs an actor failed to handle
+FAILURE_PAUSE_MAX = 15.0  # ... doubling up to this: an outage costs little, a long one is not hammered
 
 
 class Hosted(Protocol):
@@ -48,6 +56,9 @@ class PartitionHost(Generic[K, A]):
         self._consumer = consumer
         self._key_of = key_of
         self._partition_of = partition_of
+        self._held: dict[int, tuple[list[Msg], float]] = {}  # inputs being handled -> since (loop time)
+        self._holds = itertools.count()
+        self._beat: asyncio.Task[None] | None = None
 
     def spawn(self, key: K) -> A:
         raise NotImplementedError
@@ -60,6 +71,8 @@ class PartitionHost(Generic[K, A]):
         """Start taking the inputs of `partition` (this pod now owns it)."""
         if partition in self._subs:
             return
+        if self._beat is None:
+            self._beat = asyncio.create_task(self._keep_alive(), name=f"{type(self).__name__}:keep-alive")
         name = self._consumer(partition)
         self._subs[partition] = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg,
                                                         pending_msgs_limit=-1)
@@ -111,6 +124,74 @@ class PartitionHost(Generic[K, A]):
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.actors.clear()
+        if self._beat is not None:
+            self._beat.cancel()
+            await asyncio.gather(self._beat, return_exceptions=True)
+            self._beat = None
+
+    async def handle_until_done(self, held: list[Msg], handle: Callable[[], Awaitable[None]], *,
+                                reset: Callable[[], None], what: str) -> None:
+        """Run an actor's `handle` (which acks `held` last) until it succeeds. After a
+        failure the actor's state may be ahead of the log (folded, not all published),
+        so `reset` makes the next try rebuild it by replay, after `failure_pause`.
+        Meanwhile `held` is kept alive.
+
+        The inputs are never nak'ed here: a nak redelivers at once (a failing actor
+        would replay in a tight loop, hammering a cluster that is electing a leader),
+        and every delivery counts towards the consumer's max_deliver, past which the
+        server drops the input. A dropped input is a loop or an execution that never
+        ends. Cancellation (the partition lost, a stop) propagates: the caller hands
+        the inputs back."""
+        token = next(self._holds)
+        self._held[token] = (held, asyncio.get_running_loop().time())
+        try:
+            try:
+                await handle()
+                return
+            except Exception:
+                log.exception("%s: failed to handle its inputs; will replay", what)
+            failures = 1
+            while True:
+                reset()
+                await asyncio.sleep(failure_pause(failures))
+                try:
+                    await handle()
+                    log.info("%s: handled after %d failure(s)", what, failures)
+                    return
+                except Exception as e:
+                    failures += 1
+                    log.warning("%s: failed again (%d in a row): %r", what, failures, e)
+        finally:
+            del self._held[token]
+
+    async def _keep_alive(self) -> None:
+        """Every `ack_wait / 3`, tell the server that inputs held longer than that are
+        still being worked on (a slow replay, publishes waiting out a leader election,
+        a pause after a failure), so it does not redeliver them meanwhile: each
+        redelivery counts towards max_deliver. Most inputs are acked in milliseconds
+        and never beaten."""
+        period = max(self.layout.ack_wait / 3, 0.1)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for held, since in list(self._held.values()):
+                if now - since < period:
+                    continue
+                try:
+                    for m in held:
+                        await m.in_progress()
+                except Exception as e:  # reconnecting or closed: the next beat tries again
+                    log.debug("keep-alive: %r", e)
+
+
+def failure_pause(failures: int) -> float:
+    """Seconds to wait after `failures` failures in a row: doubling from
+    FAILURE_PAUSE_FIRST up to FAILURE_PAUSE_MAX, give or take a quarter, so actors that
+    failed together (one outage) do not all come back at the same instant. Only timing:
+    no decision depends on it."""
+    base: float = min(FAILURE_PAUSE_FIRST * 2.0 ** min(failures - 1, 16), FAILURE_PAUSE_MAX)
+    return base * random.uniform(0.75, 1.25)
 
 
 async def hand_back(held: list[Msg], mailbox: asyncio.Queue[Msg]) -> None:

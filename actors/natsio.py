@@ -15,9 +15,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import OutboundBufferLimitError
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from actors.core.effects import CommandCancel, Timer
 from actors.wire import Command, DeadLetter, encode
@@ -30,6 +31,23 @@ log = logging.getLogger("actors")
 
 
 PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect can lose one)
+# A publish the cluster could not take is sent again (same Nats-Msg-Id) after a pause
+# doubling from RETRY_FIRST to RETRY_MAX, for at most RETRY_BUDGET seconds: a stream
+# leader election takes 4-9 s, a reconnect about a second. The budget stays well under
+# the streams' duplicate window (120 s), which is what makes a re-send after a lost
+# PubAck harmless. Past the budget the caller fails and retries by replay.
+RETRY_FIRST = 0.1
+RETRY_MAX = 2.0
+RETRY_BUDGET = 30.0
+# What a re-send can cure: 503 no responders (the stream has no leader: an election),
+# JetStream's own 503, no PubAck in time (lost to a reconnect or a dying leader), the
+# client's buffer full while it reconnects. Anything else (a bad request, a closed
+# connection) is raised at once.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    NoStreamResponseError, ServiceUnavailableError, TimeoutError, OutboundBufferLimitError,
+)
+
+Message = tuple[str, bytes, dict[str, str]]  # subject, payload, headers (with its Nats-Msg-Id)
 
 
 class _Ack(msgspec.Struct):
@@ -47,8 +65,10 @@ class Publisher:
     """Pipelined JetStream publishes on one connection: each publish returns a future
     for its PubAck at once, so many can be in flight; acks come back on one wildcard
     inbox. What nats-py's `publish_async` does, without its per-message random token,
-    semaphore and JSON-to-dataclass parsing, and with a deadline: a PubAck lost to a
-    reconnect fails its future with TimeoutError after `timeout` instead of never."""
+    semaphore and JSON-to-dataclass parsing, and with a deadline: a PubAck that does not
+    come fails its future with TimeoutError after `timeout` instead of never, and one
+    that a reconnect lost fails at the next sweep after the reconnect. `send` waits for
+    the acks and re-sends what failed transiently."""
 
     def __init__(self, nc: NATS, *, timeout: float = PUBACK_TIMEOUT) -> None:
         self.nc = nc
@@ -57,9 +77,12 @@ class Publisher:
         self._sub: Subscription | None = None
         self._starting: asyncio.Future[None] | None = None
         self._tokens = itertools.count()
-        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float]] = {}  # token -> (future, deadline)
+        # token -> (future, deadline, connection it went out on: the client's reconnect count)
+        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._refused = 0  # re-sent publishes not reported yet
+        self._refused_logged = -1.0  # loop time of the last report
 
     async def _start(self) -> None:
         if self._starting is None:
@@ -85,7 +108,8 @@ class Publisher:
         assert loop is not None
         token = str(next(self._tokens))
         fut: asyncio.Future[PubAck] = loop.create_future()  # not asyncio.Future(): no loop lookup
-        self._waiting[token] = (fut, loop.time() + self.timeout)
+        nc = self.nc  # the connection it goes out on, as `_connection()` says (inlined: one per publish)
+        self._waiting[token] = (fut, loop.time() + self.timeout, nc.stats["reconnects"] + (not nc.is_connected))
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = loop.create_task(self._sweep())
         try:
@@ -94,6 +118,77 @@ class Publisher:
             self._waiting.pop(token, None)
             raise
         return fut
+
+    def _connection(self) -> int:
+        """Which connection a publish goes out on: the client counts reconnects, and a
+        publish made while disconnected is buffered for the next connection."""
+        return int(self.nc.stats["reconnects"]) + (not self.nc.is_connected)
+
+    async def send(self, messages: list[Message], *, budget: float = RETRY_BUDGET) -> list[PubAck]:
+        """Publish pipelined and wait for every PubAck, in order. What failed transiently
+        (`TRANSIENT`) is sent again, all of it in one round, after a pause that doubles
+        from RETRY_FIRST to RETRY_MAX, until `budget` seconds have passed; then the last
+        such error is raised. Re-sending is safe: each message keeps its Nats-Msg-Id, so
+        one the stream did store (its PubAck was what got lost) is dropped as a
+        duplicate, and a 503 means no stream took it at all."""
+        futs: list[asyncio.Future[PubAck]] = []
+        try:
+            for subject, payload, headers in messages:
+                futs.append(await self.publish(subject, payload, headers))
+            return [await futs[0]] if len(futs) == 1 else list(await asyncio.gather(*futs))
+        except TRANSIENT as e:
+            refused = e  # every call that is not in an outage has returned above, at no extra cost
+        sent: list[PubAck | BaseException] = list(await asyncio.gather(*futs, return_exceptions=True))
+        return await self._resend(messages, sent + [refused] * (len(messages) - len(futs)), budget)
+
+    async def _resend(self, messages: list[Message], outcomes: list[PubAck | BaseException],
+                      budget: float) -> list[PubAck]:
+        """Re-send the messages whose outcome is a transient error until none is left."""
+        acks: list[PubAck | None] = [None] * len(messages)
+        todo = list(range(len(messages)))
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + budget, RETRY_FIRST
+        while True:
+            failed: list[int] = []
+            error: BaseException | None = None
+            for i, outcome in zip(todo, outcomes, strict=True):
+                if isinstance(outcome, PubAck):
+                    acks[i] = outcome
+                elif isinstance(outcome, TRANSIENT):
+                    failed.append(i)
+                    error = outcome
+                else:
+                    raise outcome
+            if error is None:
+                return [a for a in acks if a is not None]
+            if loop.time() + pause > deadline:
+                raise error
+            self._note_refused(len(failed), error, loop.time())
+            await asyncio.sleep(pause)
+            pause, todo = min(pause * 2, RETRY_MAX), failed
+            outcomes = await self._try([messages[i] for i in todo])
+
+    def _note_refused(self, n: int, error: BaseException, now: float) -> None:
+        """Log refusals at most once a second: in an election every actor and every
+        running tool command re-sends at once, and one line each would bury the rest."""
+        self._refused += n
+        if now - self._refused_logged >= 1.0:
+            log.info("%d publishes refused since the last report (last: %r); sending them again",
+                     self._refused, error)
+            self._refused, self._refused_logged = 0, now
+
+    async def _try(self, messages: list[Message]) -> list[PubAck | BaseException]:
+        """One round: send every message, then gather every outcome (each future's
+        exception is retrieved, even when another one fails or a send raised)."""
+        futs: list[asyncio.Future[PubAck] | BaseException] = []
+        for subject, payload, headers in messages:
+            try:
+                futs.append(await self.publish(subject, payload, headers))
+            except Exception as e:  # `send` decides: re-send (TRANSIENT) or raise
+                futs.append(e)
+        pending = [f for f in futs if isinstance(f, asyncio.Future)]
+        done = iter(await asyncio.gather(*pending, return_exceptions=True))
+        return [next(done) if isinstance(f, asyncio.Future) else f for f in futs]
 
     async def _on_ack(self, msg: Msg) -> None:
         entry = self._waiting.pop(msg.subject[len(self._prefix):], None)
@@ -117,20 +212,28 @@ class Publisher:
         fut.set_result(PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate))
 
     async def _sweep(self) -> None:
-        """Fail futures past their deadline (oldest first: deadlines are in order)."""
+        """Fail futures past their deadline, and at once those sent on a connection that
+        has since been replaced: the server that would have acked them may be gone, and
+        waiting out the deadline would stall their sender for nothing (a re-send costs
+        one deduplicated message). Oldest first: deadlines and connections only grow in
+        the order of sending, so the scan stops at the first future still good."""
         waiting = self._waiting
         while waiting:
             await asyncio.sleep(min(1.0, self.timeout))
             now = asyncio.get_running_loop().time()
+            current = self._connection() if self.nc.is_connected else -1  # disconnected: wait and see
             expired = []
-            for token, (_, deadline) in waiting.items():
-                if deadline > now:
+            for token, (_, deadline, connection) in waiting.items():
+                if deadline <= now:
+                    expired.append((token, f"no PubAck within {self.timeout:.0f}s"))
+                elif connection < current:
+                    expired.append((token, "PubAck lost to a reconnect"))
+                else:
                     break
-                expired.append(token)
-            for token in expired:
-                fut, _ = waiting.pop(token)
+            for token, why in expired:
+                fut, _, _ = waiting.pop(token)
                 if not fut.done():
-                    fut.set_exception(TimeoutError(f"no PubAck within {self.timeout:.0f}s"))
+                    fut.set_exception(TimeoutError(why))
 
 
 _publishers: dict[int, Publisher] = {}
@@ -150,19 +253,17 @@ async def publish_all(
     js: JetStreamContext, items: list[tuple[str, bytes, str]], *, headers: list[dict[str, str]] | None = None
 ) -> list[PubAck]:
     """Publish (subject, payload, msg_id) pipelined and wait for every ack; `headers`
-    (one dict per item) adds headers. Raises the first failure: the caller must not
-    ack its input then."""
+    (one dict per item) adds headers. Transient refusals (a leader election, a
+    reconnect) are re-sent for a while (`Publisher.send`); what still fails is raised:
+    the caller must not ack its input then."""
     if not items:
         return []
-    pub = publisher(js._nc)
     if headers is None:
-        futs = [await pub.publish(subject, payload, {MSG_ID: msg_id}) for subject, payload, msg_id in items]
+        messages = [(subject, payload, {MSG_ID: msg_id}) for subject, payload, msg_id in items]
     else:
-        futs = [
-            await pub.publish(subject, payload, {MSG_ID: msg_id, **more})
-            for (subject, payload, msg_id), more in zip(items, headers, strict=True)
-        ]
-    return list(await asyncio.gather(*futs))
+        messages = [(subject, payload, {MSG_ID: msg_id, **more})
+                    for (subject, payload, msg_id), more in zip(items, headers, strict=True)]
+    return await publisher(js._nc).send(messages)
 
 
 def schedule_at(epoch: float) -> str:

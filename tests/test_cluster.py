@@ -1,13 +1,17 @@
 """A 3-node JetStream cluster on loopback: streams and buckets at R3, executions with
-loops and retries run on it exactly once."""
+loops and retries run on it exactly once, also when a node dies mid-run."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from actors.client import Client
 from actors.runtime import connect, start_roles
@@ -19,6 +23,7 @@ from streams.layout import (
     START_STREAM,
     STATUS_BUCKET,
     Layout,
+    ensure,
 )
 from streams.server import NatsCluster
 from tests.conftest import of_type
@@ -84,6 +89,109 @@ async def test_streams_and_buckets_are_r3_and_executions_run_on_the_cluster(clus
             assert len(verdict) == 1 and (verdict[0].data["succeeded"], verdict[0].data["failed"]) == (20, 0)
             assert terminal[0].data["result"] == {"flaky": 2}  # retried exactly once
             assert len(of_type(items, "retry.scheduled", "flaky")) == 1
+    finally:
+        await runtime.stop()
+        await nc.close()
+
+
+# --- losing a node mid-run ------------------------------------------------------------
+
+LOOPED = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: nodeloss}
+workflow:
+  - step: fan
+    tool: {kind: sleep, seconds: 0.1}
+    loop: {collection: "{{ range(200) | list }}", element: i, concurrency: 20}
+    next: flaky
+  - step: flaky
+    retry: {max_attempts: 3, backoff: fixed, initial_delay: 0.3}
+    tool:
+      kind: python
+      code: |
+        import os
+        def main(f):
+            first = not os.path.exists(f)
+            open(f, "a").write("x")
+            if first:
+                raise RuntimeError("first attempt fails")
+            return len(open(f).read())
+    args: {f: "{{ workload.marker }}"}
+"""
+EXECUTIONS = 6
+OUTAGE = 3.0  # seconds the node stays dead; the survivors elect new leaders in 4-9 s, so on both sides of the restart
+
+
+async def leader_of(nc: NATS, stream: str) -> int:
+    """The index of the node leading `stream` (NatsCluster names them node<i>)."""
+    info = await nc.jsm().stream_info(stream)
+    assert info.cluster is not None and info.cluster.leader
+    return int(info.cluster.leader.removeprefix("node"))
+
+
+async def results_seen(nc: NATS, n: int) -> asyncio.Event:
+    """Set once `n` iteration results (of any loop) have reached the loop logs."""
+    reached, count = asyncio.Event(), 0
+
+    async def seen(_msg: Msg) -> None:
+        nonlocal count
+        count += 1
+        if count >= n:
+            reached.set()
+
+    await nc.subscribe("loop.*.*.*.in.res.>", cb=seen)
+    return reached
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("victim", ["cmd-leader", "client-node"])
+async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(cluster: NatsCluster, tmp_path: Path,
+                                                                   victim: str) -> None:
+    """Kill one node while loops release commands, bring it back after a few seconds:
+    every execution still ends as it would have, once, with exact loop counts.
+    `cmd-leader`: the CMD stream's leader dies (the counter's command publishes meet a
+    leader election), the client is on another node. `client-node`: the node the
+    client is connected to dies (it reconnects elsewhere; PubAcks in flight are lost)."""
+    layout = Layout(partitions=4, replicas=3, ack_wait=3.0)
+    probe = await connect(cluster.url, name="probe")
+    await ensure(probe.jetstream(), layout)
+    cmd_leader = await leader_of(probe, CMD_STREAM)
+    await probe.close()
+    # cmd-leader: the client sits on a node that survives; client-node: anywhere
+    url = cluster.urls[(cmd_leader + 1) % cluster.n] if victim == "cmd-leader" else cluster.url
+    nc = await connect(url, name="nodeloss-test")
+    runtime = await start_roles(nc, layout=layout)
+    try:
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "nodeloss.yaml"
+        pb.write_text(LOOPED)
+        entry = await client.register(pb)
+        midway = await results_seen(nc, EXECUTIONS * 40)  # a fifth of every loop, on average
+        ids = [await client.start(entry.path, payload={"marker": str(tmp_path / f"m{i}")}) for i in range(EXECUTIONS)]
+        await asyncio.wait_for(midway.wait(), 60)
+        assert nc.connected_url is not None
+        dead = cmd_leader if victim == "cmd-leader" else cluster.client_ports.index(nc.connected_url.port)
+        started = time.monotonic()
+        cluster.kill(dead)
+        await asyncio.sleep(OUTAGE)  # the deliberate outage
+        await cluster.restart(dead)
+        statuses = await asyncio.gather(*(client.wait(eid, timeout=60) for eid in ids))
+        recovered = time.monotonic() - started
+        assert [s.state for s in statuses] == ["COMPLETED"] * EXECUTIONS
+        for eid in ids:
+            items = await client.events(eid)
+            terminal = [i for i in items if i.cls == "lc" and i.type in ("playbook.completed", "playbook.failed")]
+            assert len(terminal) == 1, eid
+            verdict = [i for i in items if i.type in ("iterator.completed", "iterator.failed")]
+            assert len(verdict) == 1 and verdict[0].type == "iterator.completed", eid
+            counts = verdict[0].data["total"], verdict[0].data["succeeded"], verdict[0].data["failed"]
+            assert counts == (200, 200, 0), eid
+            assert verdict[0].data["results"] == [{"slept": 0.1}] * 200, eid  # in collection order
+            assert terminal[0].data["result"] == {"flaky": 2}  # its command ran twice: one failure, one retry
+            assert len(of_type(items, "retry.scheduled", "flaky")) == 1
+            assert not [i for i in items if i.cls == "dlq"], eid
+        assert recovered < 45, f"took {recovered:.0f}s after the kill"  # measured: 8-12 s
     finally:
         await runtime.stop()
         await nc.close()

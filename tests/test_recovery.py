@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 
 from actors.engine.actor import ExecutionActor
+from streams.layout import CMD_STREAM, ensure, stream_configs
 from tests.conftest import System, of_type
 
 # A duplicate window far shorter than a replay takes: the server cannot de-duplicate
@@ -95,3 +98,52 @@ async def test_crash_between_command_and_decision_record_is_repaired_by_replay(
     items = await system.events(eid)
     assert_each_step_decided_once(items, n)
     assert marker.read_text().split() == [f"s{i}" for i in range(n)]
+
+
+async def test_a_stream_refusing_publishes_for_a_while_loses_and_doubles_nothing(
+    system: System, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream whose leader died refuses publishes (503 no responders) until another
+    node is elected, 4-9 s later. Here CMD refuses them while a loop releases commands
+    (its subjects taken away: the server answers exactly as it does during an
+    election). The counter must wait and send again, not fail and replay in a tight
+    loop: each replay redelivered its inputs, and an input delivered max_deliver times
+    is dropped by the server, leaving the loop waiting forever."""
+    caplog.set_level(logging.INFO, logger="actors")
+    text = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: refused}
+workflow:
+  - step: fan
+    tool: {kind: sleep, seconds: 0.1}
+    loop: {collection: "{{ range(200) | list }}", element: i, concurrency: 20}
+"""
+    eid = system.client.new_id()
+    midway, count = asyncio.Event(), 0
+
+    async def result(_msg: Msg) -> None:
+        nonlocal count
+        count += 1
+        if count >= 40:
+            midway.set()
+
+    await system.nc.subscribe(f"{system.layout.loop_prefix(eid, '*')}.in.res.>", cb=result)
+    await system.start_yaml(text, execution_id=eid)
+    await asyncio.wait_for(midway.wait(), 20)
+    js = system.nc.jetstream()
+    refusing = next(c for c in stream_configs(system.layout) if c.name == CMD_STREAM)
+    refusing.subjects = ["refused.cmd.>"]  # cmd.> now has no responders, as while a leader is elected
+    await js.update_stream(refusing)
+    await asyncio.sleep(2.0)  # the deliberate outage: longer than max_deliver tight replays take
+    await ensure(js, system.layout)  # a leader again
+    status = await system.client.wait(eid, timeout=40)
+    assert status.state == "COMPLETED"
+    assert any("publishes refused" in r.getMessage() for r in caplog.records), "the fault was not injected"
+    items = await system.events(eid)
+    verdict = [i for i in items if i.type in ("iterator.completed", "iterator.failed")]
+    assert len(verdict) == 1 and verdict[0].type == "iterator.completed"
+    assert (verdict[0].data["total"], verdict[0].data["succeeded"], verdict[0].data["failed"]) == (200, 200, 0)
+    assert verdict[0].data["results"] == [{"slept": 0.1}] * 200
+    assert len([i for i in items if i.type in ("playbook.completed", "playbook.failed")]) == 1
+    assert not [i for i in items if i.cls == "dlq"]

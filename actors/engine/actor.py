@@ -22,6 +22,7 @@ window is what keeps a replay after hours from duplicating anything.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -86,6 +87,7 @@ class ExecutionActor:
         self.state = Execution(execution_id=execution_id)
         self.last_seq = 0
         self.hydrated = False
+        self.replayed = False  # set once a failure made this actor rebuild itself from the log
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
 
@@ -95,25 +97,25 @@ class ExecutionActor:
         while True:
             msg = await self.mailbox.get()
             try:
-                await self.handle(msg)
+                await self.engine.handle_until_done([msg], functools.partial(self.handle, msg), reset=self.reset,
+                                                    what=f"execution {self.execution_id} ({msg.subject})")
             except asyncio.CancelledError:
-                await hand_back([msg], self.mailbox)
+                await hand_back([msg], self.mailbox)  # the partition's next owner replays it
                 raise
-            except Exception:
-                # State may be ahead of the log now (folded, not all published):
-                # forget this actor; the redelivery of `msg` rebuilds it by replay.
-                log.exception("execution %s: failed to handle %s; will replay", self.execution_id, msg.subject)
-                self.engine.forget(self.execution_id, self)
-                await hand_back([msg], self.mailbox)
-                return
             if self.state.terminal and self.mailbox.empty():
                 self.engine.retire(self.execution_id, self)
                 return
 
+    def reset(self) -> None:
+        """After a failure: the state may be ahead of the log (folded, not all
+        published), rebuild it by replay."""
+        self.hydrated = False
+        self.replayed = True
+
     async def handle(self, msg: Msg) -> None:
         seq = stream_seq(msg)
         if not self.hydrated:
-            first_start = msg.metadata.num_delivered == 1 and type_of(msg.subject) == "start"
+            first_start = not self.replayed and msg.metadata.num_delivered == 1 and type_of(msg.subject) == "start"
             if first_start:
                 self.hydrated = True  # a first delivery of a start record: nothing precedes it
             else:

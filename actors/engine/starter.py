@@ -21,7 +21,7 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 
 from actors.catalog import CatalogError, resolve
-from actors.natsio import MSG_ID, dead_letter, stream_seq
+from actors.natsio import dead_letter, publish_all, stream_seq
 from actors.wire import ErrorInfo, StartMessage, StartRecord, encode
 from streams.layout import EXEC_STREAM, EXECUTION_ID, IN, STARTER_CONSUMER, Layout, deliver_subject
 
@@ -88,7 +88,7 @@ class Starter:
             record.playbook_source, record.playbook_version = entry.source, entry.version
         except CatalogError as e:
             record.error = ErrorInfo(type="PlaybookNotFound", message=str(e))
-        await self.js.publish(subject, encode(record), headers={MSG_ID: f"{eid}:start"})
+        await publish_all(self.js, [(subject, encode(record), f"{eid}:start")])  # re-sent through an election
 
     async def _already_started(self, subject: str) -> bool:
         try:

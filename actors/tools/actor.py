@@ -336,7 +336,7 @@ class ToolActor:
                         f"step '{cmd.step}' iteration {o.iteration_index}: result is {n} bytes, over this chunk's "
                         f"{share}-byte share of the message limit (use a smaller chunk_size)"))
             payload = encode(done)
-        await (await publisher(self.nc).publish(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"}))
+        await self._publish_result(cmd, payload)
 
     async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
@@ -350,8 +350,14 @@ class ToolActor:
                 message=f"step '{cmd.step}': result is {len(payload)} bytes, over the {limit}-byte message limit",
             )
             payload = encode(CallError(error=error, **common))  # type: ignore[arg-type]
-        # wait for the PubAck (pipelined with every other command's result)
-        await (await publisher(self.nc).publish(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"}))
+        await self._publish_result(cmd, payload)
+
+    async def _publish_result(self, cmd: Command, payload: bytes) -> None:
+        """Wait for the PubAck (pipelined with every other command's result). A result
+        refused while the log's stream elects a leader is sent again, not dropped:
+        dropping it would leave the command unacked, to run again after ack_wait and
+        count towards max_deliver."""
+        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})])
 
     async def _keep_alive(self) -> None:
         """One task keeps every held command alive (`in_progress`) while it runs: each
