@@ -36,6 +36,7 @@ from actors.core.effects import CommandCancel, Timer
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
 from actors.hosting import PartitionHost, hand_back
 from actors.natsio import (
+    ack,
     arm_timers,
     dead_letter,
     has_message,
@@ -130,7 +131,7 @@ class LoopActor:
             await self.publish(total)
         self._progress()
         for m in batch:
-            await m.ack()  # queued on the connection, not a round trip: no task per ack
+            await ack(m)  # queued on the connection, not a round trip: no task per ack
 
     async def fold_message(self, subject: str, data: bytes, seq: int, at: float,
                            into: LoopOutput | None = None) -> LoopOutput | None:

@@ -30,7 +30,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
-from actors.natsio import MSG_ID, dead_letter, num_delivered, publisher
+from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import TemplateError, render_value
 from actors.tools.executors import CancelSignal, ToolFailure, close_http, run_tool
@@ -232,7 +232,7 @@ class ToolActor:
                 request = {"batch": free, "expires": int(PULL_EXPIRES * 1e9), "idle_heartbeat": int(PULL_HEARTBEAT * 1e9)}
                 k.requested += free
                 k.last_seen = now
-                await self.nc.publish(subject, msgspec.json.encode(request), reply=inbox)
+                await send(self.nc, subject, msgspec.json.encode(request), reply=inbox)
             await k.wake.wait()
 
     async def _watch(self) -> None:
@@ -354,7 +354,7 @@ class ToolActor:
         finally:
             if not handed_over:
                 del self._held[held]
-        await msg.ack()
+        await ack(msg)
 
     async def _run(self, cmd: Command, args: dict[str, Any], element: Any, index: int | None,
                    cancel: asyncio.Event) -> tuple[Any, ErrorInfo | None]:
@@ -512,7 +512,7 @@ class ToolActor:
         for _, _, msg in g.items:
             self._held.pop(msg.reply, None)
             try:
-                await msg.ack()
+                await ack(msg)
             except Exception as e:  # a closed connection: the command comes back, is answered again, ignored
                 log.debug("ack of %s: %s", msg.reply, e)
 
