@@ -364,16 +364,16 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
             parent=ParentRef(execution_id=run.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
         ))
         return
-    sink = templates.sink
-    common: dict[str, Any] = dict(
-        execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
-        tool=tool, attempt_number=attempt, timeout=step.timeout, sink=sink,
-    )
     if not chunk:
         item = items[0]
-        f.out.commands.append(Command(args=item.args, iteration_index=item.iteration_index, element=item.element, **common))
+        f.out.commands.append(Command(
+            execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
+            tool=tool, attempt_number=attempt, timeout=step.timeout, sink=templates.sink, args=item.args,
+            iteration_index=item.iteration_index, element=item.element))
     else:
-        f.out.commands.append(Command(chunk=items, **common))
+        f.out.commands.append(Command(
+            execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
+            tool=tool, attempt_number=attempt, timeout=step.timeout, sink=templates.sink, chunk=items))
 
 
 # --- results --------------------------------------------------------------------------
