@@ -69,7 +69,7 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.runtime import connect, start_roles, tune_gc
     from streams.layout import Layout, ensure
     from streams.server import NatsServer
 
@@ -86,6 +86,7 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     try:
         if server is not None:
             runtime = await start_roles(nc, layout=layout)
+            tune_gc()
         else:
             await ensure(nc.jetstream(), layout)  # idempotent: works before any pod has started
         yield Client(nc, layout=layout)
@@ -323,13 +324,14 @@ async def _follow(client: Any, eid: str, *, quiet: bool) -> Any:
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
-    from actors.runtime import connect, start_roles
+    from actors.runtime import connect, start_roles, tune_gc
     from streams.layout import Layout
     from streams.server import NatsServer
 
     server = await NatsServer.start(port=args.port, store_dir=args.store)
     nc = await connect(server.url, name="actors-dev")
     rt = await start_roles(nc, layout=Layout.from_env())
+    tune_gc()
     print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)
     print(f"  export NATS_URL={server.url}", flush=True)
     try:

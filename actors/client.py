@@ -26,8 +26,10 @@ from actors.wire import (
     ChunkDone,
     DeadLetter,
     ExecutionStatus,
+    IterationResult,
     LoopProgress,
     ParentRef,
+    ResultBatch,
     StartMessage,
     decision_decoder,
     encode,
@@ -205,11 +207,14 @@ class Client:
 
     async def iterations(self, execution_id: str) -> list[CallDone | CallError | ChunkDone]:
         """Every iteration result of the execution's loops (the counter's logs, not the
-        execution's), in arrival order."""
+        execution's), in arrival order. A batch of results is given as the `call.done`
+        or `call.error` of each of its entries."""
         subject = f"loop.{self.layout.partition_of(execution_id)}.{execution_id}.*.{IN}.res.>"
 
         def expand(subject: str, data: bytes, seq: int, at: float) -> list[Any]:
             inp = loop_input_decoder.decode(data)
+            if isinstance(inp, ResultBatch):
+                return [_single(inp, r) for r in inp.results]
             return [inp] if isinstance(inp, (CallDone, CallError, ChunkDone)) else []
 
         return await self._read_all(LOOP_STREAM, subject, expand)
@@ -252,3 +257,13 @@ def _dead_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]
         return [LogItem(seq, at, "dlq", f"dead_letter.{d.source}", None, {"reason": d.reason, "subject": d.subject, "data": d.data})]
     except msgspec.DecodeError as e:
         return [LogItem(seq, at, "dlq", "undecodable", None, {"error": str(e)})]
+
+
+def _single(batch: ResultBatch, r: IterationResult) -> CallDone | CallError:
+    """One entry of a result batch as the message it stands for."""
+    common: dict[str, Any] = dict(execution_id=batch.execution_id, command_id=r.command_id, step=batch.step,
+                                  attempt_number=r.attempt_number, started_at=r.started_at, ended_at=r.ended_at,
+                                  worker=batch.worker, iteration_index=r.iteration_index)
+    if r.error is not None:
+        return CallError(error=r.error, **common)
+    return CallDone(result=r.result, **common)

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, offload
@@ -36,8 +37,8 @@ from actors.core.effects import CommandCancel, Timer
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
 from actors.hosting import PartitionHost, hand_back
 from actors.natsio import (
+    ack,
     arm_timers,
-    command_sent,
     dead_letter,
     has_message,
     log_time,
@@ -55,11 +56,13 @@ from actors.wire import (
     LoopInput,
     LoopProgress,
     LoopSpec,
+    ResultBatch,
     StartMessage,
     encode,
     loop_input_decoder,
 )
 from streams.layout import (
+    CMD_STREAM,
     EXEC_STREAM,
     IN,
     LOOP_STREAM,
@@ -131,7 +134,7 @@ class LoopActor:
             await self.publish(total)
         self._progress()
         for m in batch:
-            await m.ack()  # queued on the connection, not a round trip: no task per ack
+            await ack(m)  # queued on the connection, not a round trip: no task per ack
 
     async def fold_message(self, subject: str, data: bytes, seq: int, at: float,
                            into: LoopOutput | None = None) -> LoopOutput | None:
@@ -217,12 +220,14 @@ class LoopActor:
 
     # --- replay ----------------------------------------------------------------------
 
-    async def rehydrate(self) -> None:
+    async def _read_log(self, subject: str, after: int = 0) -> list[tuple[str, bytes, int, float]]:
+        """The loop log's messages on `subject` (a filter), from sequence `after` + 1 on."""
         js = self.counter.js
-        sub = await js.subscribe(f"{self.prefix}.{IN}.>", stream=LOOP_STREAM, ordered_consumer=True,
-                                 pending_msgs_limit=-1)
+        config = None if not after else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                                       opt_start_seq=after + 1)
+        sub = await js.subscribe(subject, stream=LOOP_STREAM, ordered_consumer=True, pending_msgs_limit=-1,
+                                 config=config)
         inputs: list[tuple[str, bytes, int, float]] = []
-        answered: set[str] = set()
         try:
             while True:
                 try:
@@ -234,13 +239,31 @@ class LoopActor:
                         raise
                     break  # an empty log (the spec purged or expired)
                 inputs.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-                kind = loop_type(msg.subject)
-                if kind.startswith("res."):
-                    answered.add(kind.split(".", 1)[1])
                 if msg.metadata.num_pending == 0:
                     break
         finally:
             await sub.unsubscribe()
+        return inputs
+
+    async def _answered_after(self, seq: int) -> set[str]:
+        """Command ids answered in the loop's log after sequence `seq`."""
+        results = f"{self.prefix}.{IN}.res.>"
+        try:
+            last = await self.counter.nc.jsm().get_last_msg(LOOP_STREAM, results, direct=True)
+        except NotFoundError:
+            return set()
+        if (last.seq or 0) <= seq:
+            return set()
+        answered: set[str] = set()
+        for subject, data, _, _ in await self._read_log(results, after=seq):
+            answered |= _answers(subject, data)
+        return answered
+
+    async def rehydrate(self) -> None:
+        inputs = await self._read_log(f"{self.prefix}.{IN}.>")
+        answered: set[str] = set()
+        for subject, data, _, _ in inputs:
+            answered |= _answers(subject, data)
         self.state = LoopRun(execution_id=self.execution_id, loop_id=self.loop_id)
         self.last_seq = 0
         commands: dict[str, Command] = {}
@@ -261,12 +284,21 @@ class LoopActor:
         self.hydrated = True
         run = self.state
         missing = LoopOutput()
+        # A command in flight was sent if it is still queued in CMD or answered in the log:
+        # a tool acks a command (dropping it from CMD) only once its result is stored. The
+        # log is read again after looking in CMD, so an answer stored meanwhile (alone or
+        # in a batch of results) is still found.
+        unsure: list[Command] = []
         for command_id in run.inflight:
-            if command_id in commands and not await command_sent(self.counter.nc, commands[command_id], answered,
-                                                                 reply_stream=LOOP_STREAM):
-                missing.commands.append(commands[command_id])
+            cmd = commands.get(command_id)
+            if cmd is not None and command_id not in answered and not await has_message(
+                    self.counter.nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)):
+                unsure.append(cmd)
             if command_id in starts:
                 missing.starts.append(starts[command_id])  # idempotent: one execution per id
+        if unsure:
+            late = await self._answered_after(self.last_seq)
+            missing.commands += [c for c in unsure if c.command_id not in late]
         missing.timers = [timers[t] for t in run.waiting if t in timers]
         if run.finished:
             missing.cancels, missing.child_cancels = stopped.cancels, stopped.child_cancels
@@ -277,6 +309,20 @@ class LoopActor:
             await self.publish(missing)
         log.info("loop %s/%s: replayed %d inputs (%d/%d counted, %d re-sent)", self.execution_id, self.loop_id,
                  len(inputs), run.done, run.total, len(missing.commands))
+
+
+def _answers(subject: str, data: bytes) -> set[str]:
+    """The command ids a loop log message answers (a result, or a batch of them)."""
+    kind = loop_type(subject)
+    if not kind.startswith("res."):
+        return set()
+    if kind != "res.batch":
+        return {kind.split(".", 1)[1]}
+    try:
+        inp = loop_input_decoder.decode(data)
+    except msgspec.DecodeError:
+        return set()
+    return {r.command_id for r in inp.results} if isinstance(inp, ResultBatch) else set()
 
 
 class Counter(PartitionHost[tuple[str, str], LoopActor]):

@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import itertools
 import logging
+import re
 import time
 from collections.abc import Collection
 from typing import Any
@@ -48,6 +49,72 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 )
 
 Message = tuple[str, bytes, dict[str, str]]  # subject, payload, headers (with its Nats-Msg-Id)
+
+
+# --- the publish path, without nats-py's per-message overhead --------------------------
+# `Client.publish` validates the subject with a regex, rebuilds the header block key by
+# key, formats the command with an f-string and awaits two coroutines: about 3 us per
+# message here, for each command and each ack. `send` builds the same PUB/HPUB bytes
+# and appends them to the client's outgoing buffer exactly as `Client._send_publish`
+# does (kicking its flusher the same way), in well under 1 us. Anything unusual (not
+# connected, a reconnect buffering, a payload over the server's limit, a subject or
+# header with whitespace) goes through `Client.publish`, which handles it.
+
+_NO_WS = re.compile(r"[ \t\r\n]")
+_FAST_ATTRS = ("_pending", "_pending_data_size", "_flush_queue", "_flush_pending", "_max_pending_size",
+               "_max_payload", "_status", "stats")
+
+
+def _fast_ok(nc: NATS) -> bool:
+    return all(hasattr(nc, a) for a in _FAST_ATTRS)
+
+
+async def send(nc: NATS, subject: str, payload: bytes = b"", reply: str = "",
+               headers: dict[str, str] | None = None) -> None:
+    """`nc.publish(subject, payload, reply=reply, headers=headers)`, cheaper."""
+    if (nc._status != NATS.CONNECTED or len(payload) > nc._max_payload or not _FAST
+            or _NO_WS.search(subject) or (reply and _NO_WS.search(reply))):
+        await nc.publish(subject, payload, reply=reply, headers=headers)
+        return
+    if headers:
+        lines = [b"NATS/1.0\r\n"]
+        for k, v in headers.items():
+            if "\r" in v or "\n" in v or _NO_WS.search(k) or ":" in k:
+                await nc.publish(subject, payload, reply=reply, headers=headers)
+                return
+            lines.append(b"%s: %s\r\n" % (k.encode(), v.encode()))
+        lines.append(b"\r\n")
+        hdr = b"".join(lines)
+        if reply:
+            cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply.encode(), len(hdr),
+                                                    len(hdr) + len(payload), hdr, payload)
+        else:
+            cmd = b"HPUB %s %d %d\r\n%s%s\r\n" % (subject.encode(), len(hdr), len(hdr) + len(payload), hdr, payload)
+    elif reply:
+        cmd = b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
+    else:
+        cmd = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += len(payload)
+    nc._pending.append(cmd)
+    nc._pending_data_size += len(cmd)
+    if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
+        await nc._flush_pending(force_flush=True)
+    elif nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()
+
+
+async def ack(msg: Msg) -> None:
+    """`msg.ack()`, through `send`."""
+    if msg._ackd or not msg.reply or msg._client is None:
+        await msg.ack()  # raises as it always did
+        return
+    await send(msg._client, msg.reply)
+    msg._ackd = True
+
+
+_FAST = _fast_ok(NATS())
 
 
 class _Ack(msgspec.Struct):
@@ -113,7 +180,7 @@ class Publisher:
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = loop.create_task(self._sweep())
         try:
-            await self.nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            await send(self.nc, subject, payload, reply=self._prefix + token, headers=headers)
         except BaseException:
             self._waiting.pop(token, None)
             raise

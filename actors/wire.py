@@ -106,6 +106,43 @@ class ChunkDone(_Wire, tag="chunk.done", tag_field="type"):
     worker: str = ""
 
 
+class IterationResult(_Wire):
+    """One iteration's answer inside a `ResultBatch`: what a `call.done` or
+    `call.error` for its command would carry."""
+
+    command_id: str
+    attempt_number: int
+    iteration_index: int | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+
+class ResultBatch(_Wire, tag="result.batch", tag_field="type"):
+    """Answers to several iteration commands of one loop, in one message: a tool actor
+    gathers the results that end close together (loop results only; see
+    actors/tools/actor.py). Each entry counts as the `call.done`/`call.error` of its
+    command; an entry whose command is not in flight changes nothing."""
+
+    execution_id: str
+    loop_id: str
+    step: str
+    results: list[IterationResult] = field(default_factory=list)
+    worker: str = ""
+
+
+class ResultBatchOut(_Wire, tag="result.batch", tag_field="type"):
+    """`ResultBatch` as a tool actor writes it: each entry already encoded (it was
+    encoded once to measure it)."""
+
+    execution_id: str
+    loop_id: str
+    step: str
+    results: list[msgspec.Raw] = field(default_factory=list)
+    worker: str = ""
+
+
 class CancelRequest(_Wire, tag="execution.cancel", tag_field="type"):
     execution_id: str
     reason: str = ""
@@ -174,7 +211,7 @@ class LoopCancel(_Wire, tag="loop.cancel", tag_field="type"):
     reason: str = ""
 
 
-LoopInput = LoopSpec | CallDone | CallError | ChunkDone | TimerFired | LoopCancel
+LoopInput = LoopSpec | CallDone | CallError | ChunkDone | ResultBatch | TimerFired | LoopCancel
 loop_input_decoder = msgspec.json.Decoder(LoopInput)
 
 

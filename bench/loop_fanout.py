@@ -13,7 +13,7 @@ this order, each in a fresh child process (so peak RSS is that run's own):
    Also a plain publish-then-consume of N messages (one stream, pipelined publishes,
    then a push consumer with acks) as a second, simpler baseline. Both print msgs/s.
 2. loop: every actor in the child (engine, counter, tools, projector, as
-   ``actors-cli run`` does); a playbook with one loop step of N iterations in ``async``
+   ``actors-cli run`` does, with the pod's GC settings: ``tune_gc``); a playbook with one loop step of N iterations in ``async``
    mode (``tool`` noop or python ``def main(i): return i``), then a step reading
    ``{{ fan | length }}``. Wall time is ``Client.start`` -> terminal status in KV;
    iterations/s = N / wall. It reports the CPU time the child spent per iteration
@@ -166,12 +166,13 @@ TOOLS = {"noop": "{kind: noop}", "python": '{kind: python, code: "def main(i): r
 
 async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.runtime import connect, start_roles, tune_gc
     from streams.layout import Layout
 
     layout = Layout()
     nc = await connect(url)
     rt = await start_roles(nc, layout=layout)
+    tune_gc()  # as a pod does once its roles run (`actors-cli serve`)
     client = Client(nc, layout=layout)
     with tempfile.TemporaryDirectory() as d:
         pb = Path(d) / f"fanout_{tool}.yaml"

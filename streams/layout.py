@@ -26,7 +26,8 @@ tool actors, competing consumers per kind. A command's result goes to
 
 ``loop.<partition>.<execution_id>.<loop_id>.<class>.<type>`` in stream LOOP: one loop's
 own log, read by the counter actor, never by the engine: the spec (``in.spec``),
-iteration results (``in.res.<command_id>``), retry timers (``sch``/``in.timer``) and a
+iteration results (``in.res.<command_id>``, or several of one loop at once in
+``in.res.batch``), retry timers (``sch``/``in.timer``) and a
 cancel. Keeping iterations out of EXEC is what keeps an execution's log the same size
 for 10 iterations or 100,000. The counter appends one ``in.iterator.<loop_id>`` verdict
 to the execution's inputs when the loop ends.
@@ -118,6 +119,16 @@ def loop_key(subject: str) -> tuple[str, str]:
     """loop.<p>.<id>.<loop>.<class>.<type...> -> (<id>, <loop>)"""
     parts = subject.split(".", 5)
     return parts[2], parts[3]
+
+
+def result_batch_subject(reply_to: str) -> str | None:
+    """Where a tool actor may put a loop iteration's result together with others of
+    the same loop: ``loop.<p>.<id>.<loop>.in.res.batch`` for a command answered on
+    ``loop.<p>.<id>.<loop>.in.res.<command_id>``; None for any other reply subject."""
+    prefix, _, _ = reply_to.rpartition(".")
+    if not reply_to.startswith("loop.") or not prefix.endswith(f".{IN}.res") or prefix.count(".") != 5:
+        return None
+    return f"{prefix}.batch"
 
 
 def loop_class(subject: str) -> str:

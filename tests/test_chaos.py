@@ -148,7 +148,7 @@ async def stuck_report(client: Client, stuck: list[str], logs: Path) -> str:
     for k in await kv.keys():
         e = await kv.get(k)
         lines.append(f"owners {k} = {e.value!r}")
-    for log in sorted(logs.iterdir()):
+    for log in sorted(await asyncio.to_thread(lambda: list(logs.iterdir()))):
         errors = [ln for ln in log.read_text(errors="replace").splitlines() if "ERROR" in ln or "Traceback" in ln]
         lines += [f"{log.name}: {ln}" for ln in errors[:5]]
     return "\n".join(lines)

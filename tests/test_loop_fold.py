@@ -1,5 +1,6 @@
 """The counter's pure core: whatever order results arrive in, however often they are
-delivered, each iteration is counted once, the concurrency bound holds, the verdict
+delivered, alone or gathered into batches (an iteration may be answered in two
+batches), each iteration is counted once, the concurrency bound holds, the verdict
 comes once with results in collection order, and a replay decides the same."""
 
 from __future__ import annotations
@@ -13,7 +14,18 @@ from hypothesis import strategies as st
 from actors.core.loop import LoopOutput, LoopRun, fold_loop, tolerated
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.model import Loop
-from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, IterationOutcome, LoopInput, LoopSpec
+from actors.wire import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    Command,
+    ErrorInfo,
+    IterationOutcome,
+    IterationResult,
+    LoopInput,
+    LoopSpec,
+    ResultBatch,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,10 +60,19 @@ def answer(cmd: Command, fail: set[int]) -> LoopInput:
                     result=cmd.args["v"], iteration_index=cmd.iteration_index)
 
 
-def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[int], seed: int
+def entry(res: CallDone | CallError) -> IterationResult:
+    """A single answer as a tool actor writes it into a batch."""
+    return IterationResult(command_id=res.command_id, attempt_number=res.attempt_number,
+                           iteration_index=res.iteration_index, result=res.result if isinstance(res, CallDone) else None,
+                           error=res.error if isinstance(res, CallError) else None)
+
+
+def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[int], seed: int, batching: bool = False
           ) -> tuple[list[LoopInput], list[LoopOutput], LoopRun]:
     """Run a loop to its end, answering commands in a random order and delivering some
-    answers twice; return the log (inputs in order) and every output."""
+    answers twice; with `batching`, answers often go out several at a time in one
+    `result.batch` (and a batch may repeat answers delivered before, alone or in
+    another batch). Return the log (inputs in order) and every output."""
     rng = random.Random(seed)
     source = SOURCE % (mode, concurrency, chunk, tol)
     step = parsed_playbook(source, "fold").step("each")
@@ -61,13 +82,29 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
     outs = [fold_loop(run, spec, at=0.0, reply_prefix="loop.0.e1.0-1.in.res", step=step)]
     open_: list[Command] = list(outs[0].commands)
     delivered: list[LoopInput] = []
+    answered: list[IterationResult] = []  # every single answer given so far, as a batch entry
     while open_ or delivered:
+        inp: LoopInput
         if delivered and rng.random() < 0.2:
             inp = rng.choice(delivered)  # a redelivery
         else:
             if not open_:
                 break
-            inp = answer(open_.pop(rng.randrange(len(open_))), fail)
+            singles = [c for c in open_ if c.chunk is None]
+            if batching and singles and rng.random() < 0.6:
+                picked = rng.sample(singles, rng.randint(1, min(len(singles), 6)))
+                for c in picked:
+                    open_.remove(c)
+                entries = [entry(a) for a in (answer(c, fail) for c in picked) if isinstance(a, (CallDone, CallError))]
+                answered += entries
+                if rng.random() < 0.3:
+                    entries.append(rng.choice(answered))  # answered again, in a second batch
+                rng.shuffle(entries)
+                inp = ResultBatch(execution_id="e1", loop_id="0-1", step="each", results=entries)
+            else:
+                inp = answer(open_.pop(rng.randrange(len(open_))), fail)
+                if isinstance(inp, (CallDone, CallError)):
+                    answered.append(entry(inp))
             delivered.append(inp)
         log.append(inp)
         out = fold_loop(run, inp, at=float(len(log)), reply_prefix="loop.0.e1.0-1.in.res")
@@ -79,7 +116,7 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
     return log, outs, run
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     n=st.integers(1, 60),
     mode=st.sampled_from(["async", "sequential", "chunked"]),
@@ -88,11 +125,12 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
     tol=st.integers(0, 5),
     fail_ratio=st.floats(0, 0.3),
     seed=st.integers(0, 10_000),
+    batching=st.booleans(),
 )
 def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurrency: int, chunk: int, tol: int,
-                                                     fail_ratio: float, seed: int) -> None:
+                                                     fail_ratio: float, seed: int, batching: bool) -> None:
     fail = {i for i in range(n) if random.Random(seed + i).random() < fail_ratio}
-    log, outs, _ = drive(n, mode, concurrency, chunk, tol, fail, seed)
+    log, outs, _ = drive(n, mode, concurrency, chunk, tol, fail, seed, batching)
     verdicts = [o.verdict for o in outs if o.verdict is not None]
     assert len(verdicts) == 1
     v = verdicts[0]

@@ -15,7 +15,7 @@ import pytest
 
 from actors.client import Client
 from actors.runtime import connect, start_roles
-from actors.wire import CallDone, CallError, ChunkDone
+from actors.wire import CallDone, CallError, ChunkDone, ResultBatch, loop_input_decoder
 from streams.layout import Layout, ensure
 from streams.server import NatsServer
 from tests.conftest import System, of_type, wait_for
@@ -32,7 +32,8 @@ metadata: {name: %s}
 
 class ResultWatch:
     """Counts iteration results as the tool actors publish them (a core NATS
-    subscription on the loop logs' result subjects), so a test can await the n-th."""
+    subscription on the loop logs' result subjects; a batch counts as its entries), so
+    a test can await the n-th."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -42,8 +43,9 @@ class ResultWatch:
     async def start(cls, nc: Any, layout: Layout, eid: str) -> ResultWatch:
         w = cls()
 
-        async def seen(_msg: Any) -> None:
-            w.count += 1
+        async def seen(msg: Any) -> None:
+            inp = loop_input_decoder.decode(msg.data)
+            w.count += len(inp.results) if isinstance(inp, ResultBatch) else 1
             for n, ev in w._waiters:
                 if w.count >= n:
                     ev.set()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import signal
 import socket
 import sys
 import time
@@ -19,8 +20,9 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from actors.tools.executors import ToolFailure, close_http, run_tool
-from actors.tools.pyrunner import PythonPool, close_default_pool, default_pool
+from actors.tools.executors import CancelSignal, ToolFailure, close_http, run_tool
+from actors.tools.pyrunner import PythonPool, available_cpus, close_default_pool, default_pool
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.timeout(30)]
 
@@ -308,7 +310,8 @@ async def test_python_worker_crash_is_reported_and_replaced() -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_cancel_stops_a_running_call(pool_cleanup: None) -> None:
+@pytest.mark.parametrize("signal_type", [asyncio.Event, CancelSignal])
+async def test_python_cancel_stops_a_running_call(pool_cleanup: None, signal_type: type[asyncio.Event]) -> None:
     server, port = listener()
     code = (
         "import socket, time\n"
@@ -316,7 +319,7 @@ async def test_python_cancel_stops_a_running_call(pool_cleanup: None) -> None:
         "    socket.create_connection(('127.0.0.1', port)).close()\n"
         "    time.sleep(30)\n"
     )
-    cancel = asyncio.Event()
+    cancel = signal_type()
     try:
         task = asyncio.create_task(py(code, {"port": port}, timeout=None, cancel=cancel))
         await asyncio.wait_for(accept_one(server), 10)  # the code is running now
@@ -384,6 +387,54 @@ async def test_python_waiting_for_a_free_worker_counts_against_timeout() -> None
     finally:
         server.close()
         await pool.close()
+
+
+@pytest.mark.asyncio
+async def test_python_cancel_while_waiting_for_a_free_worker() -> None:
+    server, port = listener()
+    pool = PythonPool(size=1)
+    code = "import socket, time\ndef main(port):\n    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    try:
+        busy = asyncio.create_task(pool.run(code, {"port": port}, timeout=None))
+        await asyncio.wait_for(accept_one(server), 10)
+        cancel = CancelSignal()
+        waiting = asyncio.create_task(pool.run("def main():\n    return 1\n", {}, timeout=None, cancel=cancel))
+        await asyncio.sleep(0.05)
+        cancel.set()
+        f = await failure(waiting)
+        assert f.type == "Cancelled"
+        busy.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await busy
+        assert await pool.run("def main():\n    return 1\n", {}, timeout=10) == 1  # no stale waiter left
+    finally:
+        server.close()
+        await pool.close()
+
+
+@pytest.mark.asyncio
+async def test_python_worker_dying_while_idle_is_replaced() -> None:
+    pool = PythonPool(size=1)
+    try:
+        assert await pool.run("def main():\n    return 1\n", {}, timeout=10) == 1
+        [pid] = pool.pids()
+        os.kill(pid, signal.SIGKILL)  # idle: no call is waiting on it
+
+        async def replaced() -> bool:  # its pidfd tells the pool at once, which replaces it
+            return pid not in pool.pids()
+
+        await wait_for(replaced)
+        assert reaped(pid)
+        assert await pool.run("def main():\n    return 2\n", {}, timeout=10) == 2
+        assert len(pool.pids()) == 1 and pid not in pool.pids()
+    finally:
+        await pool.close()
+
+
+def test_pool_size_follows_the_cpus_this_process_may_use() -> None:
+    n = available_cpus()
+    assert 1 <= n <= len(os.sched_getaffinity(0))
+    assert PythonPool().size == n
 
 
 @pytest.mark.asyncio

@@ -9,8 +9,10 @@ iteration is counted, the verdict for the execution (`iterator.completed`, or
 `iterator.failed` as soon as more iterations failed than `tolerated_failures`).
 
 Exactly once: an iteration is counted when the result of the command in flight for it
-arrives; any other result (a redelivery, a stale attempt) finds no command in flight
-and changes nothing. Like the engine's fold, this is a pure function of the loop's
+arrives, alone (`call.done`/`call.error`) or as an entry of a `result.batch` (a tool
+actor gathers results that end close together into one message); any other result (a
+redelivery, the same result in a second batch, a stale attempt) finds no command in
+flight and changes nothing. Like the engine's fold, this is a pure function of the loop's
 log: command ids come from (loop, iteration, attempt), delays from a hash, times from
 log timestamps, so a counter that replays the log makes the same decisions.
 
@@ -50,6 +52,7 @@ from actors.wire import (
     LoopInput,
     LoopSpec,
     ParentRef,
+    ResultBatch,
     StartMessage,
     TimerFired,
 )
@@ -156,6 +159,8 @@ def fold_loop(run: LoopRun, inp: LoopInput, *, at: float, reply_prefix: str, ste
         pass  # after the verdict or a cancel, or before the spec: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
         _call_result(f, inp)
+    elif isinstance(inp, ResultBatch):
+        _result_batch(f, inp)
     elif isinstance(inp, ChunkDone):
         _chunk_done(f, inp)
     elif isinstance(inp, TimerFired):
@@ -359,33 +364,51 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
             parent=ParentRef(execution_id=run.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
         ))
         return
-    sink = templates.sink
-    common: dict[str, Any] = dict(
-        execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
-        tool=tool, attempt_number=attempt, timeout=step.timeout, sink=sink,
-    )
     if not chunk:
         item = items[0]
-        f.out.commands.append(Command(args=item.args, iteration_index=item.iteration_index, element=item.element, **common))
+        f.out.commands.append(Command(
+            execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
+            tool=tool, attempt_number=attempt, timeout=step.timeout, sink=templates.sink, args=item.args,
+            iteration_index=item.iteration_index, element=item.element))
     else:
-        f.out.commands.append(Command(chunk=items, **common))
+        f.out.commands.append(Command(
+            execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
+            tool=tool, attempt_number=attempt, timeout=step.timeout, sink=templates.sink, chunk=items))
 
 
 # --- results --------------------------------------------------------------------------
 
 
 def _call_result(f: _Fold, res: CallDone | CallError) -> None:
-    flight = f.run.inflight.pop(res.command_id, None)
-    if flight is None:
-        return  # a redelivery or a stale attempt: counted once already
     if isinstance(res, CallDone):
-        index = res.iteration_index if res.iteration_index is not None else flight.indices[0]
-        _attempted(f, index, flight.attempt, res.result, None)
+        _answered(f, res.command_id, res.iteration_index, res.result, None)
+    else:
+        _answered(f, res.command_id, res.iteration_index, None, res.error)
+
+
+def _result_batch(f: _Fold, batch: ResultBatch) -> None:
+    """Each entry as the `call.done`/`call.error` of its command, in order."""
+    for r in batch.results:
+        _answered(f, r.command_id, r.iteration_index, r.result, r.error)
+        if f.run.finished:
+            return
+
+
+def _answered(f: _Fold, command_id: str, iteration_index: int | None, result: Any, error: ErrorInfo | None) -> None:
+    """A command's result (`error` None) or error: counted if that command is in
+    flight; otherwise (a redelivery, the same result in another batch, a stale
+    attempt) it changes nothing."""
+    flight = f.run.inflight.pop(command_id, None)
+    if flight is None:
+        return  # counted once already
+    if error is None:
+        index = iteration_index if iteration_index is not None else flight.indices[0]
+        _attempted(f, index, flight.attempt, result, None)
         return
     # an error for the whole command (a chunk the tool actor gave up on) fails each
     # iteration it carried
-    for index in flight.indices if res.iteration_index is None else [res.iteration_index]:
-        _attempted(f, index, flight.attempt, None, res.error)
+    for index in flight.indices if iteration_index is None else [iteration_index]:
+        _attempted(f, index, flight.attempt, None, error)
         if f.run.finished:
             return
 

@@ -37,6 +37,7 @@ from actors.core.decide import Output, fold
 from actors.core.state import Execution
 from actors.hosting import PartitionHost, hand_back
 from actors.natsio import (
+    ack,
     arm_timers,
     command_sent,
     dead_letter,
@@ -124,7 +125,7 @@ class ExecutionActor:
             out = await self.fold_message(msg.subject, msg.data, seq, log_time(msg))
             if out:
                 await self.publish(out)
-        await msg.ack()
+        await ack(msg)
 
     async def fold_message(self, subject: str, data: bytes, seq: int, at: float) -> Output | None:
         self.last_seq = seq

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import os
 import socket
@@ -29,10 +30,10 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
-from actors.natsio import MSG_ID, dead_letter, num_delivered, publisher
+from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import TemplateError, render_value
-from actors.tools.executors import ToolFailure, close_http, run_tool
+from actors.tools.executors import CancelSignal, ToolFailure, close_http, run_tool
 from actors.tools.pyrunner import close_default_pool, default_pool
 from actors.wire import (
     CallDone,
@@ -41,11 +42,13 @@ from actors.wire import (
     Command,
     ErrorInfo,
     IterationOutcome,
+    IterationResult,
+    ResultBatchOut,
     SinkCall,
     command_decoder,
     encode,
 )
-from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
+from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, loop_key, result_batch_subject, tool_consumer
 
 log = logging.getLogger("actors.tools")
 RESULT_HEADROOM = 4096  # room for the envelope around a result
@@ -55,11 +58,19 @@ PULL_HEARTBEAT = 2.0  # the server's idle heartbeat while a pull request waits
 
 # commands in flight per kind and pod when not given. A sleep holds its slot doing
 # nothing, so many can wait at once; the others are bounded by what they use (python:
-# the worker pool; shell: processes; http: sockets). A noop is done at once: with the
-# continuous pull, more than 64 only keeps more objects alive (measured: 64 beats 256
-# and 512 on bench/loop_fanout.py).
+# the worker pool; shell: processes; http: sockets). A noop is done at once: 256 asks
+# for commands in larger pulls, so loop results gather into larger batches (measured on
+# bench/loop_fanout.py: 256 beats 64, which beat 256 before results were gathered).
 DEFAULT_CONCURRENCY = 64
-KIND_CONCURRENCY = {"sleep": 512}
+KIND_CONCURRENCY = {"sleep": 512, "noop": 256}
+
+# loop iteration results that end close together go out as one `result.batch` message
+# per loop: at most this many, sent at once when no command is running here any more
+# (nothing could join) or when as many of the loop's commands here are done as still run
+# (a loop with few iterations in flight is not kept waiting), else this many seconds
+# after the first result
+RESULT_BATCH_MAX = 256
+RESULT_BATCH_WINDOW = 0.005
 
 
 def concurrency_of(kind: str, concurrency: int | Mapping[str, int] | None) -> int:
@@ -86,6 +97,23 @@ class _Kind:
         self.sub: Subscription | None = None
 
 
+class _Gather:
+    """Results of one loop waiting to go out in one message, with their commands (acked
+    once the message is stored)."""
+
+    __slots__ = ("check", "items", "key", "parts", "sent", "size", "subject", "timer")
+
+    def __init__(self, key: str, subject: str) -> None:
+        self.key = key
+        self.subject = subject
+        self.items: list[tuple[Command, IterationResult, Msg]] = []
+        self.parts: list[msgspec.Raw] = []  # each result, encoded once (measured to fit)
+        self.size = 0
+        self.sent = False
+        self.check = False  # a `_check` is scheduled
+        self.timer: asyncio.TimerHandle | None = None
+
+
 class ToolActor:
     def __init__(
         self,
@@ -95,9 +123,13 @@ class ToolActor:
         kinds: tuple[str, ...] = TOOL_KINDS,
         concurrency: int | Mapping[str, int] | None = None,
         name: str | None = None,
+        result_batch_max: int = RESULT_BATCH_MAX,
+        result_batch_window: float = RESULT_BATCH_WINDOW,
     ) -> None:
         """`concurrency`: commands in flight per kind, one number for every kind or a
-        mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`)."""
+        mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`).
+        `result_batch_max`/`result_batch_window`: how loop iteration results are gathered
+        into one message (1 sends each alone)."""
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
@@ -112,6 +144,12 @@ class ToolActor:
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat: asyncio.Task[None] | None = None
+        self._batch_max = max(1, result_batch_max)
+        self._batch_window = max(0.0, result_batch_window)
+        self._gathering: dict[str, _Gather] = {}  # loop result subject + step -> results waiting to go out
+        self._sending: set[asyncio.Task[None]] = set()  # batches waiting for their PubAck
+        self._active = 0  # commands taken and not yet answered or handed to a batch
+        self._unfinished: dict[str, int] = {}  # gather key -> that loop's commands still running here
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -139,11 +177,19 @@ class ToolActor:
                     await k.sub.unsubscribe()  # what our pull requests still bring goes back after ack_wait
                 except Exception as e:  # a closed connection
                     log.debug("unsubscribing %s: %s", k.kind, e)
+        deadline = asyncio.get_running_loop().time() + drain_timeout
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=drain_timeout)
         for t in list(self._inflight):
             t.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
+        for g in list(self._gathering.values()):
+            self._flush(g)
+        if self._sending:  # results handed to batches: stored and their commands acked, or left unacked
+            await asyncio.wait(self._sending, timeout=max(0.1, deadline - asyncio.get_running_loop().time()))
+        for t in list(self._sending):
+            t.cancel()
+        await asyncio.gather(*self._sending, return_exceptions=True)
         if self._beat is not None:
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)
@@ -186,7 +232,7 @@ class ToolActor:
                 request = {"batch": free, "expires": int(PULL_EXPIRES * 1e9), "idle_heartbeat": int(PULL_HEARTBEAT * 1e9)}
                 k.requested += free
                 k.last_seen = now
-                await self.nc.publish(subject, msgspec.json.encode(request), reply=inbox)
+                await send(self.nc, subject, msgspec.json.encode(request), reply=inbox)
             await k.wake.wait()
 
     async def _watch(self) -> None:
@@ -207,6 +253,7 @@ class ToolActor:
         if self._stopping.is_set():
             await msg.nak()  # back to the stream at once, for another pod
             return
+        self._active += 1
         task = loop.create_task(self._handle(msg))  # not asyncio.create_task: no loop lookup per command
         k.running.add(task)
         self._inflight.add(task)
@@ -238,6 +285,15 @@ class ToolActor:
 
     async def _handle(self, msg: Msg) -> None:
         try:
+            await self._command(msg)
+        finally:
+            self._active -= 1
+            if not self._active and self._gathering:
+                for g in list(self._gathering.values()):  # nothing running here could join them
+                    self._flush(g)
+
+    async def _command(self, msg: Msg) -> None:
+        try:
             cmd = command_decoder.decode(msg.data)
         except msgspec.DecodeError as e:
             await dead_letter(self.js, source="tools", reason=f"undecodable command: {e}", msg=msg)
@@ -250,13 +306,20 @@ class ToolActor:
             await self._reply(cmd, None, ErrorInfo(type="DeliveryExhausted", message=reason), 0.0, 0.0)
             await msg.term()
             return
-        cancel = asyncio.Event()
+        # a loop iteration's result may go out with others of its loop (see `_gather`)
+        subject = result_batch_subject(cmd.reply_to) if cmd.iteration_index is not None and cmd.chunk is None \
+            and self._batch_max > 1 else None
+        key = f"{subject} {cmd.step}" if subject is not None else ""
+        if key:
+            self._unfinished[key] = self._unfinished.get(key, 0) + 1
+        cancel = CancelSignal()
         running = self._running.get(cmd.execution_id)
         if running is None:
             running = self._running[cmd.execution_id] = {}
         running[cmd.command_id] = cancel
         held = msg.reply
         self._held[held] = msg
+        handed_over = False
         try:
             started = time.time()
             try:
@@ -273,15 +336,25 @@ class ToolActor:
                 running.pop(cmd.command_id, None)
                 if not running and self._running.get(cmd.execution_id) is running:
                     del self._running[cmd.execution_id]
+                if key:
+                    left = self._unfinished[key] - 1
+                    if left:
+                        self._unfinished[key] = left
+                    else:
+                        del self._unfinished[key]
             # the result is stored (PubAck) before the command is acked: a command that
             # was ever acked has its result in the log, which replay relies on
             if cmd.chunk is not None:
                 await self._reply_chunk(cmd, outcomes)
+            elif subject is not None and self._gather(subject, key, cmd, msg, result, error, started, time.time()):
+                handed_over = True  # acked once its batch is stored (still kept alive until then)
+                return
             else:
                 await self._reply(cmd, result, error, started, time.time())
         finally:
-            del self._held[held]
-        await msg.ack()
+            if not handed_over:
+                del self._held[held]
+        await ack(msg)
 
     async def _run(self, cmd: Command, args: dict[str, Any], element: Any, index: int | None,
                    cancel: asyncio.Event) -> tuple[Any, ErrorInfo | None]:
@@ -358,6 +431,97 @@ class ToolActor:
         dropping it would leave the command unacked, to run again after ack_wait and
         count towards max_deliver."""
         await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})])
+
+    # --- loop results, gathered ---------------------------------------------------------
+    # An iteration's result waits (a few milliseconds at most) for others of the same
+    # loop, then goes out with them in one `result.batch` on `loop.<p>.<id>.<loop>.in.res.batch`:
+    # one publish, one stored message and one ack for the counter instead of one each.
+    # Its message id is derived from the batch's command ids (sorted), so a publish
+    # retried as is is a duplicate; a command redelivered and answered again, alone or in
+    # another batch, finds its iteration counted already. Each command is acked once the
+    # batch is stored. A batch of one goes out as the plain `call.done`/`call.error`.
+
+    def _gather(self, subject: str, key: str, cmd: Command, msg: Msg, result: Any, error: ErrorInfo | None,
+                started: float, ended: float) -> bool:
+        """Hand the result of loop iteration `cmd` to the batch of its loop (`key`); False
+        when it is to be answered alone (too large)."""
+        entry = IterationResult(command_id=cmd.command_id, attempt_number=cmd.attempt_number,
+                                iteration_index=cmd.iteration_index, result=result, error=error,
+                                started_at=started, ended_at=ended)
+        part = encode(entry)
+        limit = self.layout.max_msg_size - RESULT_HEADROOM
+        if len(part) > limit:
+            return False  # answered alone, as ResultTooLarge
+        g = self._gathering.get(key)
+        if g is not None and g.size + len(part) + 1 > limit:
+            self._flush(g)
+            g = None
+        loop = self._loop
+        assert loop is not None
+        if g is None:
+            g = self._gathering[key] = _Gather(key, subject)
+            g.timer = loop.call_later(self._batch_window, self._flush, g)
+        g.items.append((cmd, entry, msg))
+        g.parts.append(msgspec.Raw(part))
+        g.size += len(part) + 1
+        if len(g.items) >= self._batch_max:
+            self._flush(g)
+        elif len(g.items) >= self._unfinished.get(key, 0) and not g.check:
+            # as many done as still running for this loop: unless more end in this same
+            # turn of the event loop, waiting longer would starve a loop with few
+            # iterations in flight
+            g.check = True
+            loop.call_soon(self._check, g)
+        return True
+
+    def _check(self, g: _Gather) -> None:
+        g.check = False
+        if not g.sent and len(g.items) >= self._unfinished.get(g.key, 0):
+            self._flush(g)
+
+    def _flush(self, g: _Gather) -> None:
+        """Send `g` now (a task: its PubAck, then the acks of its commands)."""
+        if self._gathering.get(g.key) is g:
+            del self._gathering[g.key]
+        if g.timer is not None:
+            g.timer.cancel()
+            g.timer = None
+        if not g.items or g.sent:
+            return
+        g.sent = True
+        loop = self._loop
+        assert loop is not None
+        task = loop.create_task(self._send_gathered(g))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_gathered(self, g: _Gather) -> None:
+        try:
+            if len(g.items) == 1:
+                cmd, e, _ = g.items[0]
+                await self._reply(cmd, e.result, e.error, e.started_at, e.ended_at)
+            else:
+                first = g.items[0][0]
+                eid = first.execution_id
+                loop_id = loop_key(g.subject)[1]
+                ids = sorted(cmd.command_id for cmd, _, _ in g.items)
+                digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=16).hexdigest()
+                payload = encode(ResultBatchOut(execution_id=eid, loop_id=loop_id, step=first.step, results=g.parts,
+                                                worker=self.name))
+                # re-sent through an election (same message id), like a single result
+                await publisher(self.nc).send([(g.subject, payload, {MSG_ID: f"{eid}:res:{loop_id}:{digest}"})])
+        except Exception as e:
+            # unacked: the commands come back after ack_wait (here or on another pod)
+            log.warning("publishing %d loop results on %s failed: %r", len(g.items), g.subject, e)
+            for _, _, msg in g.items:
+                self._held.pop(msg.reply, None)
+            return
+        for _, _, msg in g.items:
+            self._held.pop(msg.reply, None)
+            try:
+                await ack(msg)
+            except Exception as e:  # a closed connection: the command comes back, is answered again, ignored
+                log.debug("ack of %s: %s", msg.reply, e)
 
     async def _keep_alive(self) -> None:
         """One task keeps every held command alive (`in_progress`) while it runs: each

@@ -44,7 +44,7 @@ import re
 import signal
 import traceback as _traceback
 import weakref
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -93,6 +93,34 @@ class ToolFailure(Exception):
 
     def __repr__(self) -> str:
         return f"ToolFailure(type={self.type!r}, message={self.message!r}, retryable={self.retryable!r}, status={self.status!r})"
+
+
+class CancelSignal(asyncio.Event):
+    """An `asyncio.Event` that also runs plain callbacks when set, so code waiting for a
+    call *or* a cancel needs no task of its own to watch the cancel (the tool actor
+    gives one to every command)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+
+    def add_callback(self, cb: Callable[[], None]) -> None:
+        """Run `cb` once when set (not if already set: check `is_set()` first)."""
+        self._callbacks.append(cb)
+
+    def remove_callback(self, cb: Callable[[], None]) -> None:
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            pass
 
 
 def timeout_failure(timeout: float | None) -> ToolFailure:

@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import hashlib
 import linecache
+import math
 import os
 import signal
 import socket
@@ -50,14 +52,16 @@ import threading
 import time
 import traceback
 from collections import OrderedDict, deque
+from collections.abc import Callable
+from pathlib import Path
 from types import CodeType, TracebackType
 from typing import Any
 
 import orjson
 
-from actors.tools.executors import ToolFailure, cancelled_failure, timeout_failure
+from actors.tools.executors import CancelSignal, ToolFailure, cancelled_failure, timeout_failure
 
-__all__ = ["PythonPool", "close_default_pool", "default_pool"]
+__all__ = ["PythonPool", "available_cpus", "close_default_pool", "default_pool"]
 
 _HDR = struct.Struct("!I")
 _OK, _ERR, _READY = 0, 1, 2
@@ -208,7 +212,8 @@ class _Stop(Exception):
 
 
 class _Worker:
-    __slots__ = ("active", "buf", "dead", "exitfd", "loop", "pid", "proc", "ready", "reaped", "sock")
+    __slots__ = ("active", "buf", "dead", "exitfd", "handlers", "loop", "pid", "proc", "rbuf", "ready", "reaped",
+                 "sock", "waiter", "watched")
 
     def __init__(self, python: str, cache_size: int) -> None:
         parent_sock, child_sock = socket.socketpair()
@@ -239,13 +244,41 @@ class _Worker:
                 pass
         self.ready = False
         self.buf = bytearray()
+        self.rbuf: bytearray | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # set while a call holds it
-        self.active = False  # readers registered on the socket
+        self.active = False  # a call is exchanging frames with it
         self.dead = False
         self.reaped: asyncio.Future[int | None] | None = None
+        # the socket and the pidfd stay registered with the loop that last used the
+        # worker (`watched`), for its whole life, not per call: `handlers` (data, exit)
+        # resolve `waiter`, the current call's future, or notice a worker dying idle
+        self.watched: asyncio.AbstractEventLoop | None = None
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.handlers: tuple[Callable[[], None], Callable[[], None]] | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Register the socket and the pidfd with `loop` (moved from another loop)."""
+        if self.watched is loop:
+            return
+        self.unwatch()
+        assert self.handlers is not None
+        on_data, on_exit = self.handlers
+        loop.add_reader(self.sock.fileno(), on_data)
+        if self.exitfd is not None:
+            loop.add_reader(self.exitfd, on_exit)
+        self.watched = loop
+
+    def unwatch(self) -> None:
+        loop, self.watched = self.watched, None
+        if loop is None or loop.is_closed():
+            return  # a closed loop's registrations are gone with it
+        loop.remove_reader(self.sock.fileno())
+        if self.exitfd is not None:
+            loop.remove_reader(self.exitfd)
 
     def release_fds(self) -> None:
-        """Close the parent's ends (only when no call has them registered)."""
+        """Close the parent's ends (only when no call is using them)."""
+        self.unwatch()
         _close_quietly(self.sock)
         if self.exitfd is not None:
             try:
@@ -254,26 +287,33 @@ class _Worker:
                 pass
             self.exitfd = None
 
-    def poll(self) -> bytes | None:
-        """Read what is available; return one complete frame or None. EOFError at EOF."""
-        eof = False
+    def fill(self) -> bool:
+        """Read what is available into the buffer (through one reused receive buffer, not
+        a fresh 256 KiB one per read); True at EOF."""
+        rbuf = self.rbuf
+        if rbuf is None:
+            rbuf = self.rbuf = bytearray(_RECV)
         while True:
             try:
-                chunk = self.sock.recv(_RECV)
+                n = self.sock.recv_into(rbuf)
             except (BlockingIOError, InterruptedError):
-                break
-            if not chunk:
-                eof = True
-                break
-            self.buf += chunk
-            if len(chunk) < _RECV:
-                break
-        frame = self._take()
+                return False
+            if not n:
+                return True
+            self.buf += memoryview(rbuf)[:n]
+            if n < _RECV:
+                return False
+
+    def poll(self) -> bytes | None:
+        """Read what is available; return one complete frame or None. EOFError at EOF."""
+        eof = self.fill()
+        frame = self.take()
         if frame is None and eof:
             raise EOFError("python worker closed its socket")
         return frame
 
-    def _take(self) -> bytes | None:
+    def take(self) -> bytes | None:
+        """One complete frame from the buffer, or None."""
         buf = self.buf
         if len(buf) < 4:
             return None
@@ -299,10 +339,11 @@ class PythonPool:
         code_cache_size: int = 256,
         python: str | None = None,
     ) -> None:
-        """`size`: most workers at once (default: CPU count); `start_timeout`: seconds a
+        """`size`: most workers at once (default: the CPUs this process may use, see
+        `available_cpus`); `start_timeout`: seconds a
         worker may take to boot; `code_cache_size`: compiled snippets kept per worker;
         `python`: the interpreter to run workers with (default: ``sys.executable``)."""
-        self.size = max(1, size if size is not None else (os.cpu_count() or 1))
+        self.size = max(1, size if size is not None else available_cpus())
         self.start_timeout = start_timeout
         self._python = python or sys.executable
         self._cache_size = max(1, code_cache_size)
@@ -413,8 +454,50 @@ class PythonPool:
 
     def _spawn(self) -> _Worker:
         w = _Worker(self._python, self._cache_size)
+        w.handlers = (functools.partial(self._on_data, w), functools.partial(self._on_exit, w))
         self._workers.add(w)
         return w
+
+    def _on_data(self, w: _Worker) -> None:
+        """The worker's socket is readable: the current call's reply, its READY frame
+        (kept in the buffer if no call waits for it yet), or its end."""
+        fut = w.waiter
+        try:
+            eof = w.fill()
+        except OSError:
+            eof = True
+        if fut is not None and not fut.done():
+            got = w.take()
+            if got is not None:
+                fut.set_result(got)
+            elif eof:
+                fut.set_exception(_Stop("crash"))
+        if eof:
+            w.unwatch()  # an EOF stays readable
+            if fut is None:
+                self._lost(w)
+
+    def _on_exit(self, w: _Worker) -> None:
+        """The worker's process has exited (its pidfd is readable)."""
+        fut = w.waiter
+        try:
+            got = w.poll()  # a reply written just before dying still counts
+        except (EOFError, OSError):
+            got = None
+        w.unwatch()  # an exited pidfd stays readable
+        if fut is None:
+            self._lost(w)
+        elif not fut.done():
+            if got is not None:
+                fut.set_result(got)
+            else:
+                fut.set_exception(_Stop("crash"))
+
+    def _lost(self, w: _Worker) -> None:
+        """A worker died while idle: reap it, start its replacement."""
+        if not w.dead:
+            self._kill(w)
+            self._replace()
 
     def _replace(self) -> None:
         """Start a replacement for a killed worker (so the next call finds one warm)."""
@@ -474,20 +557,20 @@ class PythonPool:
                     self._waiters.append(fut)
                     try:
                         await _bounded(fut, loop, deadline, cancel)
-                    except _Stop as stop:
-                        if stop.reason == "cancel":
-                            raise cancelled_failure() from None
-                        raise timeout_failure(limit) from None
-                    except BaseException:
-                        if fut.done() and not fut.cancelled() and fut.exception() is None:
-                            self._release(fut.result())
-                        raise
-                    finally:
+                    except BaseException as exc:
+                        # still queued unless `_release` or `close` took it
                         try:
                             self._waiters.remove(fut)
                         except ValueError:
                             pass
-                    w = fut.result()
+                        if isinstance(exc, _Stop):
+                            if exc.reason == "cancel":
+                                raise cancelled_failure() from None
+                            raise timeout_failure(limit) from None
+                        if fut.done() and not fut.cancelled() and fut.exception() is None:
+                            self._release(fut.result())
+                        raise
+                    w = fut.result()  # `_release` took `fut` off the queue before setting it
             w.loop = loop
             if not w.ready:
                 t0 = loop.time()
@@ -531,31 +614,7 @@ class PythonPool:
         fut: asyncio.Future[bytes] = loop.create_future()
         sock = w.sock
         fd = sock.fileno()
-        exitfd = w.exitfd
         pending = memoryview(frame) if frame is not None else None
-
-        def on_data() -> None:
-            if fut.done():
-                return
-            try:
-                got = w.poll()
-            except (EOFError, OSError):
-                fut.set_exception(_Stop("crash"))
-                return
-            if got is not None:
-                fut.set_result(got)
-
-        def on_exit() -> None:
-            if fut.done():
-                return
-            try:
-                got = w.poll()  # a reply written just before dying still counts
-            except (EOFError, OSError):
-                got = None
-            if got is not None:
-                fut.set_result(got)
-            else:
-                fut.set_exception(_Stop("crash"))
 
         def on_writable() -> None:
             nonlocal pending
@@ -575,11 +634,14 @@ class PythonPool:
                 loop.remove_writer(fd)
 
         w.active = True
-        loop.add_reader(fd, on_data)
-        if exitfd is not None:
-            loop.add_reader(exitfd, on_exit)
+        w.waiter = fut
         writing = False
         try:
+            w.watch(loop)
+            if frame is None:  # waiting for READY, which may have been read already
+                early = w.take()
+                if early is not None:
+                    fut.set_result(early)
             if pending is not None:
                 try:
                     n = sock.send(pending)
@@ -588,7 +650,8 @@ class PythonPool:
                 except OSError:
                     n = -1
                 if n < 0:
-                    on_exit()
+                    if w.handlers is not None:
+                        w.handlers[1]()  # as if it had exited: its last reply, or a crash
                 elif n < len(pending):
                     pending = pending[n:]
                     writing = True
@@ -597,12 +660,9 @@ class PythonPool:
             return got
         finally:
             w.active = False
-            if not loop.is_closed():
-                loop.remove_reader(fd)
-                if exitfd is not None:
-                    loop.remove_reader(exitfd)
-                if writing:
-                    loop.remove_writer(fd)
+            w.waiter = None
+            if writing and not loop.is_closed():
+                loop.remove_writer(fd)
             if w.dead:
                 w.release_fds()
 
@@ -656,6 +716,7 @@ async def _bounded(
         return fut.result()
     timer: asyncio.TimerHandle | None = None
     watcher: asyncio.Task[Any] | None = None
+    on_cancel: Callable[[], None] | None = None
 
     def expire(reason: str) -> None:
         if not fut.done():
@@ -663,7 +724,13 @@ async def _bounded(
 
     if deadline is not None:
         timer = loop.call_at(deadline, expire, "timeout")
-    if cancel is not None:
+    if isinstance(cancel, CancelSignal):  # a callback, not a task per call
+        if cancel.is_set():
+            expire("cancel")
+        else:
+            on_cancel = functools.partial(expire, "cancel")
+            cancel.add_callback(on_cancel)
+    elif cancel is not None:
         watcher = loop.create_task(cancel.wait())
         watcher.add_done_callback(lambda t: None if t.cancelled() else expire("cancel"))
     try:
@@ -671,6 +738,8 @@ async def _bounded(
     finally:
         if timer is not None:
             timer.cancel()
+        if on_cancel is not None and isinstance(cancel, CancelSignal):
+            cancel.remove_callback(on_cancel)
         if watcher is not None:
             watcher.cancel()
 
@@ -739,17 +808,69 @@ def _reap(w: _Worker) -> asyncio.Future[int | None] | None:
 # the process-wide default pool
 # ======================================================================================
 
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota
+    (`cpu.max`, rounded up). `os.cpu_count()` is the machine's count, which in a
+    container is the node's, not the pod's limit."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        n = min(n, math.ceil(quota))
+    return max(1, n)
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """The CPU quota of this process's cgroup, in CPUs (cgroup v2 `cpu.max`, else v1
+    `cpu.cfs_quota_us`); None when unlimited or unknown."""
+    candidates = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            hier, _, path = line.partition("::")
+            if hier == "0" and path:
+                candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max")
+    except OSError:
+        pass
+    candidates.append(Path("/sys/fs/cgroup/cpu.max"))
+    for f in candidates:
+        try:
+            quota, period = f.read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        return None if quota == "max" else int(quota) / int(period)
+    try:
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
 _default: PythonPool | None = None
 _default_pid = 0
 
 
 def default_pool() -> PythonPool:
-    """The process's shared pool (created lazily; recreated after close or in a child)."""
+    """The process's shared pool (created lazily; recreated after close or in a child).
+    Its size: `ACTORS_PYTHON_WORKERS` if set, else `available_cpus()`."""
     global _default, _default_pid
-    if _default is None or _default.closed or _default_pid != os.getpid():
-        _default = PythonPool()
+    if _default is None or _default.closed:  # a forked child starts with None (no getpid() per call)
+        size = os.environ.get("ACTORS_PYTHON_WORKERS", "").strip()
+        _default = PythonPool(size=int(size) if size.isdigit() and int(size) > 0 else None)
         _default_pid = os.getpid()
     return _default
+
+
+def _forget_default_in_child() -> None:
+    global _default
+    _default = None  # the parent's workers are not ours
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_default_in_child)
 
 
 async def close_default_pool() -> None:

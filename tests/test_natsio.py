@@ -1,0 +1,69 @@
+"""natsio.send writes what Client.publish would: same subject, reply, headers and
+payload on the wire; anything unusual goes through Client.publish (and its errors)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+
+from actors.natsio import ack, send
+from streams.server import NatsServer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def _received(nc: Any, n: int) -> tuple[Any, list[Any]]:
+    got: list[Any] = []
+    done = asyncio.Event()
+
+    async def cb(msg: Any) -> None:
+        got.append(msg)
+        if len(got) == n:
+            done.set()
+
+    await nc.subscribe("t.>", cb=cb)
+    return done, got
+
+
+async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        cases: list[dict[str, Any]] = [
+            dict(subject="t.a", payload=b"plain"),
+            dict(subject="t.b", payload=b"with reply", reply="r.1"),
+            dict(subject="t.c", payload=b"", reply="r.2", headers={"Nats-Msg-Id": "e1:cmd:0-1x3-1"}),
+            dict(subject="t.d", payload=b'{"x": 1}', headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"}),
+        ]
+        done, got = await _received(nc, 2 * len(cases))
+        for c in cases:
+            await nc.publish(c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
+            await send(nc, c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
+        await asyncio.wait_for(done.wait(), 10)
+        pairs = [(got[2 * i], got[2 * i + 1]) for i in range(len(cases))]
+        for a, b in pairs:
+            assert (a.subject, a.reply, a.data, a.headers) == (b.subject, b.reply, b.data, b.headers)
+        assert [p[1].headers for p in pairs] == [None, None, *[c["headers"] for c in cases[2:]]]
+        with pytest.raises(nats.errors.BadSubjectError):  # handed to Client.publish, which refuses it
+            await send(nc, "t.bad subject", b"x")
+    finally:
+        await nc.close()
+
+
+async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        done, got = await _received(nc, 1)
+        sub = await nc.subscribe("q.in")
+        await nc.publish("q.in", b"job", reply="t.ack")
+        msg = await sub.next_msg(timeout=5)
+        await ack(msg)
+        await asyncio.wait_for(done.wait(), 10)
+        assert got[0].subject == "t.ack" and got[0].data == b""
+        with pytest.raises(nats.errors.MsgAlreadyAckdError):
+            await ack(msg)  # as msg.ack() would
+    finally:
+        await nc.close()
