@@ -444,9 +444,15 @@ async def arm_timers(js: JetStreamContext, timers: list[Timer], *, prefix: str, 
 
 
 async def stop_commands(nc: NATS, execution_id: str, cancels: list[CommandCancel]) -> None:
-    """Drop each command from the work queue if still queued; tell the tool actor
-    running it (if any) to stop."""
-    jsm = nc.jsm()
+    """Tell the tool actors to stop each command: the one running it stops it, and one
+    that takes it from the queue later answers `Cancelled` without running it (tool
+    actors remember recent cancels).
+
+    Commands are never purged from the work queue: a filtered purge of CMD while some of
+    its messages are pending on a consumer whose client has died leaves other messages
+    in the stream that the consumer never delivers again (nats-server; found by
+    tests/test_chaos.py, the same class as nats-server issue #7680). A cancelled command
+    that does run anyway (a tool pod that started after the cancel) has its result
+    ignored: it answers a command that is no longer in flight."""
     for c in cancels:
-        await jsm.purge_stream(CMD_STREAM, subject=cmd_subject(c.kind, execution_id, c.command_id))
         await nc.publish(f"cancel.{execution_id}.{c.command_id}", b"")

@@ -209,9 +209,16 @@ async def run_chaos(url: str, layout: Layout, tmp_path: Path,
 
 async def kill_pods(pods: dict[str, list[PodProcess]], terminals: Terminals) -> None:
     """Mid-run: an engine pod at 1/4 done, a tool pod at 2/4, a counter pod at 3/4."""
-    for role, at in (("engine", EXECUTIONS // 4), ("tools", EXECUTIONS // 2), ("counter", 3 * EXECUTIONS // 4)):
+    import os
+    plan = (("engine", EXECUTIONS // 4), ("tools", EXECUTIONS // 2), ("counter", 3 * EXECUTIONS // 4))
+    only = os.environ.get("CHAOS_ONLY")
+    for role, at in plan:
+        if only is not None and role not in only.split(","):
+            continue
         await terminals.reach(at, timeout=120)
         await pods[role][0].kill()
+        assert len(terminals.seen) < EXECUTIONS, f"the {role} pod was killed after the run had ended"
+
 
 
 async def test_pods_killed_mid_run_change_no_outcome(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +63,7 @@ PULL_HEARTBEAT = 2.0  # the server's idle heartbeat while a pull request waits
 # for commands in larger pulls, so loop results gather into larger batches (measured on
 # bench/loop_fanout.py: 256 beats 64, which beat 256 before results were gathered).
 DEFAULT_CONCURRENCY = 64
+CANCELS_REMEMBERED = 100_000  # recent `cancel.>` subjects kept, to answer queued cancelled commands
 KIND_CONCURRENCY = {"sleep": 512, "noop": 256}
 
 # loop iteration results that end close together go out as one `result.batch` message
@@ -138,6 +140,7 @@ class ToolActor:
         self._kinds = {kind: _Kind(kind, max(1, concurrency_of(kind, concurrency))) for kind in kinds}
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, dict[str, asyncio.Event]] = {}  # execution -> command -> cancel
+        self._cancelled: OrderedDict[str, None] = OrderedDict()  # "<execution>[.<command>]", oldest first
         self._held: dict[str, Msg] = {}  # ack subject -> command not acked yet (kept alive)
         self._inflight: set[asyncio.Task[None]] = set()
         self._cancel_sub: Subscription | None = None
@@ -203,10 +206,18 @@ class ToolActor:
         `cancel.<execution>.<command>` one of them."""
         _, _, rest = msg.subject.partition(".")
         eid, _, command_id = rest.partition(".")
+        self._cancelled[f"{eid}.{command_id}" if command_id else eid] = None
+        if len(self._cancelled) > CANCELS_REMEMBERED:
+            self._cancelled.popitem(last=False)
         running = self._running.get(eid, {})
         for cid, ev in running.items():
             if not command_id or cid == command_id:
                 ev.set()
+
+    def _was_cancelled(self, cmd: Command) -> bool:
+        """A cancel for this command (or its execution) came before the command did:
+        cancelled commands stay queued (see natsio.stop_commands)."""
+        return cmd.execution_id in self._cancelled or f"{cmd.execution_id}.{cmd.command_id}" in self._cancelled
 
     # --- pulling commands ---------------------------------------------------------------
     # A continuous pull: requests for as many commands as there are free slots stay
@@ -313,6 +324,8 @@ class ToolActor:
         if key:
             self._unfinished[key] = self._unfinished.get(key, 0) + 1
         cancel = CancelSignal()
+        if self._cancelled and self._was_cancelled(cmd):
+            cancel.set()  # answered `Cancelled` without running
         running = self._running.get(cmd.execution_id)
         if running is None:
             running = self._running[cmd.execution_id] = {}
