@@ -21,9 +21,10 @@ from nats.aio.msg import Msg
 
 from actors.client import Client, LogItem
 from actors.runtime import connect
-from streams.layout import Layout, ensure
-from streams.server import NatsServer
+from streams.layout import EXEC_STREAM, Layout, ensure
+from streams.server import NatsCluster, NatsServer
 from tests.pods import PodProcess
+from tests.test_cluster import leader_of
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240)]
 
@@ -207,15 +208,12 @@ async def run_chaos(url: str, layout: Layout, tmp_path: Path,
         await nc.close()
 
 
-async def kill_pods(pods: dict[str, list[PodProcess]], terminals: Terminals) -> None:
-    """Mid-run: an engine pod at 1/4 done, a tool pod at 2/4, a counter pod at 3/4."""
-    import os
-    plan = (("engine", EXECUTIONS // 4), ("tools", EXECUTIONS // 2), ("counter", 3 * EXECUTIONS // 4))
-    only = os.environ.get("CHAOS_ONLY")
-    for role, at in plan:
-        if only is not None and role not in only.split(","):
-            continue
-        await terminals.reach(at, timeout=120)
+async def kill_pods(pods: dict[str, list[PodProcess]], terminals: Terminals,
+                    at: tuple[float, float, float] = (0.25, 0.5, 0.75)) -> None:
+    """Mid-run, once these fractions of the executions are done: an engine pod, then a
+    tool pod, then a counter pod."""
+    for role, fraction in zip(("engine", "tools", "counter"), at, strict=True):
+        await terminals.reach(int(EXECUTIONS * fraction), timeout=120)
         await pods[role][0].kill()
         assert len(terminals.seen) < EXECUTIONS, f"the {role} pod was killed after the run had ended"
 
@@ -228,3 +226,27 @@ async def test_pods_killed_mid_run_change_no_outcome(tmp_path: Path) -> None:
         await run_chaos(server.url, layout, tmp_path, kill_pods)
     finally:
         await server.stop()
+
+
+async def test_pods_and_a_nats_node_killed_mid_run_change_no_outcome(tmp_path: Path) -> None:
+    """The same on a 3-node cluster (streams and buckets R3), and then the node leading
+    the execution logs is killed and, after a real outage, restarted."""
+    cluster = await NatsCluster.start(3)
+    try:
+        layout = Layout(partitions=6, replicas=3, ack_wait=2.0, lease_ttl=3.0, duplicate_window=1.0)
+
+        async def mid_run(pods: dict[str, list[PodProcess]], terminals: Terminals) -> None:
+            await kill_pods(pods, terminals, at=(0.1, 0.2, 0.3))
+            probe = await connect(cluster.url, name="probe")
+            try:
+                victim = await leader_of(probe, EXEC_STREAM)
+            finally:
+                await probe.close()
+            cluster.kill(victim)
+            assert len(terminals.seen) < EXECUTIONS, "the node was killed after the run had ended"
+            await asyncio.sleep(3)  # the outage itself: nothing to await
+            await cluster.restart(victim)
+
+        await run_chaos(cluster.url, layout, tmp_path, mid_run)
+    finally:
+        await cluster.stop()
