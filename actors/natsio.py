@@ -348,11 +348,16 @@ async def dead_letter(
     subject: str = "",
     data: bytes = b"",
     execution_id: str | None = None,
+    msg_id: str | None = None,
 ) -> None:
     """Park a message an actor cannot handle, with the reason, where users can read it
-    (`actors-cli events` shows an execution's dead letters next to its log)."""
+    (`actors-cli events` shows an execution's dead letters next to its log). The letter
+    of a JetStream message is de-duplicated by its stream position: an actor that
+    dead-letters it again after a crash adds nothing."""
     if msg is not None:
         subject, data = msg.subject, msg.data
+        if msg_id is None and msg.reply.startswith("$JS.ACK."):
+            msg_id = f"dlq:{source}:{msg.reply.split('.')[2]}:{stream_seq(msg)}"
     headers = {k: str(v) for k, v in ((msg.headers or {}) if msg is not None else {}).items()}
     letter = DeadLetter(
         source=source,
@@ -365,7 +370,11 @@ async def dead_letter(
     token = execution_id or "_"
     log.warning("dead letter from %s (%s): %s", source, subject, reason)
     # keyed by execution so `events ID` finds them with a subject filter
-    await js.publish(f"{dlq_subject(source)}.{token}", encode(letter))
+    subject = f"{dlq_subject(source)}.{token}"
+    if msg_id is None:
+        await js.publish(subject, encode(letter))
+    else:
+        await publish_all(js, [(subject, encode(letter), msg_id)])
 
 
 def _ack_fields(msg: Msg) -> tuple[str, str, str]:

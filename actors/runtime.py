@@ -14,6 +14,7 @@ import nats
 from nats.aio.client import Client as NATS
 
 from actors.counter import Counter
+from actors.deadletters import MaxDeliveriesWatcher
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
@@ -128,7 +129,8 @@ async def start_roles(
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
     await ensure(nc.jetstream(), layout)
-    actors: list[Actor] = []
+    # every pod watches for messages the server gave up on (one queue group: each once)
+    actors: list[Actor] = [MaxDeliveriesWatcher(nc)]
     if "projector" in roles:
         actors.append(Projector(nc))
     if "tools" in roles:

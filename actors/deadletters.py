@@ -1,0 +1,93 @@
+"""Messages the server gave up on: every consumer of ours has `max_deliver`, and a
+message delivered that many times without an ack is never delivered again. The server
+says so in an advisory (`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`);
+this watcher turns each one into a dead letter with the reason, so nothing is dropped
+silently, and answers a command nobody will run with a `call.error`
+(`DeliveryExhausted`), so its step fails (or retries) instead of waiting forever.
+
+Tool actors dead-letter a command themselves when they see its last delivery; the
+watcher covers the case where that delivery went to a pod that died with it. Every pod
+runs a watcher, in one queue group: each advisory is handled once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.errors import NotFoundError
+
+from actors.natsio import dead_letter, publish_all
+from actors.wire import CallError, ErrorInfo, command_decoder, encode
+from streams.layout import CMD_STREAM, execution_of
+
+log = logging.getLogger("actors.deadletters")
+ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+QUEUE = "actors-max-deliveries"
+
+
+class MaxDeliveries(msgspec.Struct):
+    stream: str
+    consumer: str
+    stream_seq: int
+    deliveries: int = 0
+
+
+_advisory = msgspec.json.Decoder(MaxDeliveries)
+
+
+class MaxDeliveriesWatcher:
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(ADVISORY, queue=QUEUE, cb=self._on_advisory)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _on_advisory(self, msg: Msg) -> None:
+        try:
+            adv = _advisory.decode(msg.data)
+            await self.handle(adv)
+        except Exception:
+            # advisories are not stored: log loudly, there is no second chance
+            log.exception("max-deliveries advisory %s: not handled", msg.data[:500])
+
+    async def handle(self, adv: MaxDeliveries) -> None:
+        try:
+            stored = await self.nc.jsm().get_msg(adv.stream, adv.stream_seq)
+        except NotFoundError:
+            return  # acked or removed meanwhile: nothing was lost
+        subject, data = stored.subject or "", stored.data or b""
+        source = adv.consumer.split("-")[0]  # engine-p3 -> engine, tools-python -> tools
+        reason = (f"delivered {adv.deliveries} times to consumer {adv.consumer} without being handled; "
+                  f"the server will not deliver it again")
+        eid = None
+        cmd = None
+        if adv.stream == CMD_STREAM:
+            try:
+                cmd = command_decoder.decode(data)
+                eid = cmd.execution_id
+            except msgspec.DecodeError:
+                pass
+        elif subject.startswith(("exec.", "loop.")):
+            eid = execution_of(subject)
+        await dead_letter(self.js, source=source, reason=reason, subject=subject, data=data, execution_id=eid,
+                          msg_id=f"dlq:{adv.stream}:{adv.stream_seq}")
+        if cmd is not None:
+            error = ErrorInfo(type="DeliveryExhausted", message=f"step '{cmd.step}': command {reason}")
+            answer = CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
+                               attempt_number=cmd.attempt_number, iteration_index=cmd.iteration_index,
+                               error=error, worker="max-deliveries")
+            # the same message id a tool actor's answer would have: only one is kept
+            await publish_all(self.js, [(cmd.reply_to, encode(answer), f"{cmd.execution_id}:res:{cmd.command_id}")])
+        log.warning("dead letter: %s seq %d (%s)", adv.stream, adv.stream_seq, reason)
+

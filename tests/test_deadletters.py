@@ -1,0 +1,62 @@
+"""A message the server gives up on (delivered `max_deliver` times, never acked) ends
+in a dead letter with the reason; a command nobody will run fails its step instead of
+leaving the execution running forever."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from actors.client import Client
+from actors.runtime import connect, start_roles
+from streams.layout import CMD_STREAM, Layout, tool_consumer
+from streams.server import NatsServer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+PLAYBOOK = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: doomed}
+workflow:
+  - step: crashy
+    tool: {kind: python, code: "def main(): return 1"}
+"""
+
+
+async def test_a_command_whose_every_delivery_dies_fails_its_step_with_a_dead_letter(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    layout = Layout(partitions=2, max_deliver=2, ack_wait=1.0)
+    nc = await connect(nats_server.url, name="test")
+    # no tool actor of ours: the command's deliveries go to a "pod" that takes it and
+    # dies before answering, each time
+    rt = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
+    try:
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "doomed.yaml"
+        pb.write_text(PLAYBOOK)
+        entry = await client.register(pb)
+        eid = await client.start(entry.path)
+        dying_pod = await nc.jetstream().pull_subscribe_bind(tool_consumer("python"), stream=CMD_STREAM)
+        for delivery in (1, 2):
+            (msg,) = await dying_pod.fetch(1, timeout=10)  # the second comes after ack_wait
+            assert msg.metadata.num_delivered == delivery
+        # a pod asks for more: the server would redeliver now, gives up instead, and says so
+        third = asyncio.create_task(dying_pod.fetch(1, timeout=layout.ack_wait * 4))
+        status = await client.wait(eid, timeout=20)
+        assert status.state == "FAILED"
+        items = await client.events(eid)
+        failed = [i for i in items if i.type == "call.error"]
+        assert failed and failed[0].data["error"]["type"] == "DeliveryExhausted"
+        letters = [i for i in items if i.cls == "dlq"]
+        assert len(letters) == 1 and letters[0].type == "dead_letter.tools"
+        assert "delivered 2 times to consumer tools-python" in letters[0].data["reason"]
+        assert letters[0].data["subject"].startswith(f"cmd.python.{eid}.")
+        with pytest.raises(asyncio.TimeoutError):
+            await third  # nothing is delivered a third time
+    finally:
+        await rt.stop()
+        await nc.close()
