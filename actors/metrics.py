@@ -13,6 +13,7 @@ JetStream consumers a pod's roles read; `health.py` serves `REGISTRY.render()`.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import math
 import time
@@ -65,6 +66,10 @@ class _Metric:
         self.help = help
         self.labelnames = tuple(labels)
 
+    def key(self, **labels: str) -> tuple[str, ...]:
+        """A label set resolved once, for the `*_key` methods on hot paths."""
+        return self._key(labels)
+
     def _key(self, labels: dict[str, str]) -> tuple[str, ...]:
         if set(labels) != set(self.labelnames):
             raise ValueError(f"{self.name}: labels are {self.labelnames}, got {tuple(labels)}")
@@ -105,7 +110,9 @@ class Gauge(_Valued):
     type = "gauge"
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = self._key(labels)
+        self.inc_key(self._key(labels), amount)
+
+    def inc_key(self, key: tuple[str, ...], amount: float) -> None:
         self._values[key] = self._values.get(key, 0.0) + amount
 
     def set(self, value: float, **labels: str) -> None:
@@ -125,10 +132,13 @@ class Histogram(_Metric):
         self._sums: dict[tuple[str, ...], float] = {}
 
     def observe(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
-        counts = self._counts.setdefault(key, [0] * (len(self.buckets) + 1))
-        i = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
-        counts[i] += 1
+        self.observe_key(self._key(labels), value)
+
+    def observe_key(self, key: tuple[str, ...], value: float) -> None:
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = [0] * (len(self.buckets) + 1)
+        counts[bisect.bisect_left(self.buckets, value)] += 1  # the first bucket with value <= bound
         self._sums[key] = self._sums.get(key, 0.0) + value
 
     def count(self, **labels: str) -> int:
@@ -263,15 +273,33 @@ LIFECYCLE_EVENTS = REGISTRY.counter(
 lifecycle_log = logging.getLogger("actors.lifecycle")
 
 
+# label sets resolved once: these two run for every command a tool actor runs
+_step_keys: dict[tuple[str, str], tuple[str, ...]] = {}
+_flight_keys: dict[str, tuple[str, ...]] = {}
+
+
 def observe_step(kind: str, outcome: str, seconds: float) -> None:
     """A tool actor ran a command of `kind` for `seconds`; outcome: ok, error, timeout
     or cancelled (keep it to a few values: each is a series per bucket)."""
-    STEP_SECONDS.observe(seconds, kind=kind, outcome=outcome)
+    key = _step_keys.get((kind, outcome))
+    if key is None:
+        key = _step_keys[(kind, outcome)] = STEP_SECONDS.key(kind=kind, outcome=outcome)
+    STEP_SECONDS.observe_key(key, seconds)
 
 
 def commands_in_flight(kind: str, delta: int) -> None:
     """+1 when a tool actor starts running a command of `kind`, -1 when it ends."""
-    COMMANDS_IN_FLIGHT.inc(delta, kind=kind)
+    key = _flight_keys.get(kind)
+    if key is None:
+        key = _flight_keys[kind] = COMMANDS_IN_FLIGHT.key(kind=kind)
+    COMMANDS_IN_FLIGHT.inc_key(key, delta)
+
+
+def step_outcome(error_type: str | None) -> str:
+    """The `outcome` label of a command that ended with this error type (None: ok)."""
+    if error_type is None:
+        return "ok"
+    return {"Timeout": "timeout", "Cancelled": "cancelled"}.get(error_type, "error")
 
 
 def observe_lifecycle(*, execution_id: str, event_type: str, state: str, changed: bool) -> None:

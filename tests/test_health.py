@@ -82,7 +82,10 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
             assert ("actors_consumer_redelivered_messages", (("consumer", "starter"), ("stream", "START"))) in values
             assert values[("actors_ready", ())] == 1
             assert types(text)["actors_step_seconds"] == "histogram"
-            assert ("actors_commands_in_flight", (("kind", "python"),)) in values
+            assert values[("actors_commands_in_flight", (("kind", "python"),))] == 0  # all done
+            steps = {dict(labels)["kind"]: n for (name, labels), n in values.items() if name == "actors_step_seconds_count"
+                     and dict(labels)["outcome"] == "ok"}
+            assert steps and all(n >= 1 for n in steps.values()), steps  # every step hello.yaml ran, timed
 
             # the counters move right after the status write the client saw: poll briefly
             finished = ("actors_executions_finished_total", (("state", "COMPLETED"),))

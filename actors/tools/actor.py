@@ -31,6 +31,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
+from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import TemplateError, render_value
@@ -333,6 +334,7 @@ class ToolActor:
         held = msg.reply
         self._held[held] = msg
         handed_over = False
+        commands_in_flight(cmd.kind, 1)
         try:
             started = time.time()
             try:
@@ -346,6 +348,7 @@ class ToolActor:
                 else:
                     result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
             finally:
+                commands_in_flight(cmd.kind, -1)
                 running.pop(cmd.command_id, None)
                 if not running and self._running.get(cmd.execution_id) is running:
                     del self._running[cmd.execution_id]
@@ -355,6 +358,11 @@ class ToolActor:
                         self._unfinished[key] = left
                     else:
                         del self._unfinished[key]
+            if cmd.chunk is not None:
+                failed = next((o.error for o in outcomes if o.error is not None), None)
+            else:
+                failed = error
+            observe_step(cmd.kind, step_outcome(failed.type if failed else None), time.time() - started)
             # the result is stored (PubAck) before the command is acked: a command that
             # was ever acked has its result in the log, which replay relies on
             if cmd.chunk is not None:
