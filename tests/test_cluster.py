@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 
 from actors.client import Client
 from actors.runtime import connect, start_roles
+from actors.wire import ResultBatch, loop_input_decoder
 from streams.layout import (
     CMD_STREAM,
     DLQ_STREAM,
@@ -131,12 +132,14 @@ async def leader_of(nc: NATS, stream: str) -> int:
 
 
 async def results_seen(nc: NATS, n: int) -> asyncio.Event:
-    """Set once `n` iteration results (of any loop) have reached the loop logs."""
+    """Set once `n` iteration results (of any loop) have reached the loop logs (a batch
+    counts as its entries)."""
     reached, count = asyncio.Event(), 0
 
-    async def seen(_msg: Msg) -> None:
+    async def seen(msg: Msg) -> None:
         nonlocal count
-        count += 1
+        inp = loop_input_decoder.decode(msg.data)
+        count += len(inp.results) if isinstance(inp, ResultBatch) else 1
         if count >= n:
             reached.set()
 
