@@ -260,7 +260,7 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
 
 
 def _push(layout: Layout, name: str, filter_subject: str, max_ack_pending: int,
-          deliver_policy: api.DeliverPolicy | None = None) -> api.ConsumerConfig:
+          deliver_policy: api.DeliverPolicy | None = None, *, skips: bool = True) -> api.ConsumerConfig:
     """A durable push consumer delivering to `_deliver.<name>`, read by a queue group of
     the same name (every pod of the role subscribes; see `deliver_subject`)."""
     return api.ConsumerConfig(
@@ -270,7 +270,12 @@ def _push(layout: Layout, name: str, filter_subject: str, max_ack_pending: int,
         filter_subject=filter_subject,
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=layout.ack_wait,
-        max_deliver=layout.max_deliver,
+        # skips=False: a log whose every entry matters (an execution's inputs, a loop's
+        # results, lifecycle events). Its actors retry in place and dead-letter bad
+        # input themselves; a pod crash or handover counts as a delivery, and an
+        # outage (KV or stream unavailable) as several, so a limit here would let the
+        # server drop an entry that is perfectly good
+        max_deliver=layout.max_deliver if skips else -1,
         max_ack_pending=max_ack_pending,
         deliver_policy=deliver_policy,
     )
@@ -282,10 +287,10 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     (competing consumers across pods, back-pressure by fetching only what a pod can run)."""
     every = range(layout.partitions)
     engine = [_push(layout, engine_consumer(p), engine_filter(p), layout.engine_max_ack_pending,
-                    api.DeliverPolicy.ALL) for p in every]
+                    api.DeliverPolicy.ALL, skips=False) for p in every]
     counters = [_push(layout, counter_consumer(p), counter_filter(p), layout.counter_max_ack_pending,
-                      api.DeliverPolicy.ALL) for p in every]
-    projector = _push(layout, PROJECTOR_CONSUMER, PROJECTOR_FILTER, layout.engine_max_ack_pending)
+                      api.DeliverPolicy.ALL, skips=False) for p in every]
+    projector = _push(layout, PROJECTOR_CONSUMER, PROJECTOR_FILTER, layout.engine_max_ack_pending, skips=False)
     starter = _push(layout, STARTER_CONSUMER, START_SUBJECT, layout.engine_max_ack_pending)
     tools = [
         api.ConsumerConfig(

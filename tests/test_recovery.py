@@ -11,6 +11,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from actors.engine.actor import ExecutionActor
+from actors.wire import ResultBatch, loop_input_decoder
 from streams.layout import CMD_STREAM, ensure, stream_configs
 from tests.conftest import System, of_type
 
@@ -122,9 +123,10 @@ workflow:
     eid = system.client.new_id()
     midway, count = asyncio.Event(), 0
 
-    async def result(_msg: Msg) -> None:
+    async def result(msg: Msg) -> None:
         nonlocal count
-        count += 1
+        inp = loop_input_decoder.decode(msg.data)
+        count += len(inp.results) if isinstance(inp, ResultBatch) else 1  # a batch counts as its entries
         if count >= 40:
             midway.set()
 
