@@ -26,7 +26,10 @@ a fresh nats-server (file store, temporary dir):
    to the last terminal lifecycle event seen on a core-NATS subscription to
    ``exec.*.*.lc.>``. executions/s = M / wall, steps/s = M x steps / wall. CPU seconds
    used in that window per role (all threads of each pod process, of the nats-server,
-   of this process: /proc/<pid>/task/*/schedstat) say where the two cores went.
+   of this process: /proc/<pid>/task/*/schedstat) say where the two cores went;
+   ``other_cores_busy`` (and ``raw_other_cores_busy`` for the baseline) is what the
+   rest of the machine used meanwhile (/proc/stat minus ours): the machine is shared,
+   and a row measured while something else ran is not comparable with the others.
    ``status_lag_s``: from the last terminal event until the projector's consumer has
    nothing pending or unacked, i.e. until every status in KV (what ``Client.wait`` and
    ``actors-cli status`` read) is written; ``executions_s_status`` is M over first
@@ -70,6 +73,7 @@ import json
 import math
 import os
 import platform
+import resource
 import signal
 import statistics
 import subprocess
@@ -103,6 +107,7 @@ from streams.server import NatsServer  # noqa: E402
 from tests.pods import PodProcess  # noqa: E402
 
 TIMEOUT = 180.0  # seconds any one wait may take before the configuration is abandoned
+DISTURBED = 0.2  # cores used by other processes above which a row is marked
 
 
 # --- playbooks --------------------------------------------------------------------------
@@ -176,11 +181,20 @@ def cpu_s(pid: int) -> float:
     return total / 1e9
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy so far, every process (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_snapshot(pods: dict[str, list[PodProcess]], server: NatsServer) -> dict[str, float]:
     """CPU seconds so far of every pod (by log name), the nats-server and this process."""
     out = {p.log.stem: cpu_s(p.proc.pid) for group in pods.values() for p in group}
     out["nats-server"] = cpu_s(server.proc.pid)
     out["bench"] = cpu_s(os.getpid())
+    out["machine"] = machine_busy_s()
     return out
 
 
@@ -188,6 +202,8 @@ def by_role(cpu: dict[str, float]) -> dict[str, float]:
     """{"engine0": 1.0, "engine1": 2.0, ...} -> {"engine": 3.0, ...}"""
     out: dict[str, float] = {}
     for name, v in cpu.items():
+        if name == "machine":
+            continue
         role = name.rstrip("0123456789") if name not in ("nats-server", "bench") else name
         out[role] = round(out.get(role, 0.0) + v, 3)
     return out
@@ -311,7 +327,10 @@ async def measure(cluster: Cluster, body: Awaitable[dict[str, Any]]) -> dict[str
     return result
 
 
-async def raw_baseline(url: str, n: int, concurrency: int) -> dict[str, float]:
+async def raw_baseline(server: NatsServer, n: int, concurrency: int) -> dict[str, float]:
+    """loop_fanout's raw child, and the CPU others used meanwhile (`raw_other_cores_busy`)."""
+    t0, m0, s0, c0 = time.perf_counter(), machine_busy_s(), cpu_s(server.proc.pid), children_cpu_s()
+    url = server.url
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(ROOT / "bench" / "loop_fanout.py"), "--child", "raw", "--url", url, "--n", str(n),
         "--concurrency", str(concurrency), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -323,7 +342,15 @@ async def raw_baseline(url: str, n: int, concurrency: int) -> dict[str, float]:
         raise
     if proc.returncode != 0:
         raise RuntimeError(f"raw baseline failed:\n{err.decode()[-3000:]}")
-    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+    ours = cpu_s(server.proc.pid) - s0 + children_cpu_s() - c0
+    others = (machine_busy_s() - m0 - ours) / (time.perf_counter() - t0)
+    return {**json.loads(out.decode().strip().splitlines()[-1]), "raw_other_cores_busy": round(others, 2)}
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's children that have exited and been waited for."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def ids_per_partition(layout: Layout, per: int) -> list[str]:
@@ -348,7 +375,7 @@ async def warm_up(client: Client, path: str, watch: Watch) -> None:
 
 async def throughput(engines: int, a: argparse.Namespace, logs: Path) -> dict[str, Any]:
     layout = Layout(partitions=a.partitions)  # production ack wait and lease TTL
-    cluster = Cluster(layout, logs / f"engines{engines}")
+    cluster = Cluster(layout, logs)
     cluster.logs.mkdir()
     return await measure(cluster, _throughput(cluster, engines, a))
 
@@ -356,7 +383,7 @@ async def throughput(engines: int, a: argparse.Namespace, logs: Path) -> dict[st
 async def _throughput(cluster: Cluster, engines: int, a: argparse.Namespace) -> dict[str, Any]:
     layout = cluster.layout
     server = await cluster.start_server()
-    raw = await raw_baseline(server.url, a.raw_n, a.executions)
+    raw = await raw_baseline(server, a.raw_n, a.executions)
     nc = await cluster.start_pods({"engine": engines, "tools": a.tool_pods, "counter": 1, "projector": 1})
     held = await until_split(nc, layout, engines)
     watch = Watch()
@@ -390,6 +417,9 @@ async def _throughput(cluster: Cluster, engines: int, a: argparse.Namespace) -> 
         "ratio_steps_vs_raw_roundtrip": a.executions * a.steps / wall / raw["raw_roundtrip_msgs_s"],
         "ratio_steps_vs_raw_pubsub": a.executions * a.steps / wall / raw["raw_pubsub_msgs_s"],
         "cpu_s": cpu, "cpu_cores_busy": round(sum(cpu.values()) / wall, 2),
+        # the machine is shared: CPU others used meanwhile (a figure much above 0 means
+        # the row was measured on fewer free cores than the others)
+        "other_cores_busy": round((per_pod["machine"] - sum(cpu.values())) / wall, 2),
         "engine_pod_cpu_s": [round(v, 3) for k, v in per_pod.items() if k.startswith("engine")],
         "partitions_per_engine_pod": sorted(Counter(held.values()).values()),
         "terminal_states": dict(states), "duplicate_terminal_events": watch.duplicate_terminals,
@@ -485,13 +515,13 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as d:
         logs = Path(a.keep_logs) if a.keep_logs else Path(d)
         logs.mkdir(parents=True, exist_ok=True)
-        for n in [int(x) for x in a.pods.split(",") if x.strip()]:
-            r = await throughput(n, a, logs)
+        for i, n in enumerate(int(x) for x in a.pods.split(",") if x.strip()):
+            r = await throughput(n, a, logs / f"{i + 1}-engines{n}")
             rows.append(r)
             print(f"{n} engine pod(s): {r['executions_s']:7.1f} executions/s  {r['steps_s']:7.1f} steps/s  "
                   f"wall {r['wall_s']:5.2f} s  status lag {r['status_lag_s']:5.2f} s  raw rt {r['raw_roundtrip_msgs_s']:7.0f}/s  "
                   f"ratio {r['ratio_steps_vs_raw_roundtrip']:.3f}  raw pub+sub {r['raw_pubsub_msgs_s']:7.0f}/s  "
-                  f"ratio {r['ratio_steps_vs_raw_pubsub']:.3f}  cores busy {r['cpu_cores_busy']}  "
+                  f"ratio {r['ratio_steps_vs_raw_pubsub']:.3f} (others {r['raw_other_cores_busy']})  cores busy {r['cpu_cores_busy']} (others {r['other_cores_busy']})  "
                   f"cpu {r['cpu_s']}  {r['terminal_states']}  issues {len(r['log_issues'])} "
                   f"(at stop {len(r['log_issues_at_stop'])})", flush=True)
         if not a.skip_recovery:
@@ -502,32 +532,60 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                   f"{fmt(rec['progress_max_s'])} s, all complete {rec['complete_all_s']:.2f} s "
                   f"(others {fmt(rec['complete_others_s'])} s)  {rec['terminal_states']}  "
                   f"issues {len(rec['log_issues'])} (at stop {len(rec['log_issues_at_stop'])})", flush=True)
-    base = next((r for r in rows if r["engine_pods"] == 1), None)
+    ones = [r for r in rows if r["engine_pods"] == 1]
+    base = statistics.median(r["executions_s"] for r in ones) if ones else None
+    base_ratio = statistics.median(r["ratio_steps_vs_raw_roundtrip"] for r in ones) if ones else None
     print()
     print("| engine pods | executions/s | steps/s | wall s | steps/s ÷ raw round trips/s | steps/s ÷ raw pub+consume/s "
-          "| speedup vs 1 pod | speedup (normalised) | cores busy | status lag s |")
+          "| speedup vs 1 pod | speedup (normalised) | cores busy (ours / others) | status lag s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if base is not None:
-            r["speedup_vs_1"] = r["executions_s"] / base["executions_s"]
-            r["speedup_vs_1_normalised"] = r["ratio_steps_vs_raw_roundtrip"] / base["ratio_steps_vs_raw_roundtrip"]
-        print(f"| {r['engine_pods']} | {r['executions_s']:.1f} | {r['steps_s']:.0f} | {r['wall_s']:.2f} "
-              f"| {r['ratio_steps_vs_raw_roundtrip']:.3f} | {r['ratio_steps_vs_raw_pubsub']:.3f} "
-              f"| {fmt(r.get('speedup_vs_1'))} | {fmt(r.get('speedup_vs_1_normalised'))} | {r['cpu_cores_busy']} "
-              f"| {r['status_lag_s']:.2f} |")
+        if base is not None and base_ratio is not None:  # against the median of the 1-pod rows
+            r["speedup_vs_1"] = r["executions_s"] / base
+            r["speedup_vs_1_normalised"] = r["ratio_steps_vs_raw_roundtrip"] / base_ratio
+        busy = max(r["other_cores_busy"], r["raw_other_cores_busy"]) > DISTURBED
+        print(f"| {r['engine_pods']}{' *' if busy else ''} | {r['executions_s']:.1f} | {r['steps_s']:.0f} "
+              f"| {r['wall_s']:.2f} | {r['ratio_steps_vs_raw_roundtrip']:.3f} | {r['ratio_steps_vs_raw_pubsub']:.3f} "
+              f"| {fmt(r.get('speedup_vs_1'))} | {fmt(r.get('speedup_vs_1_normalised'))} "
+              f"| {r['cpu_cores_busy']} / {r['other_cores_busy']} | {r['status_lag_s']:.2f} |")
+    if any(max(r["other_cores_busy"], r["raw_other_cores_busy"]) > DISTURBED for r in rows):
+        print(f"* other processes used more than {DISTURBED} of a core during the row or its baseline")
+    summary: dict[str, dict[str, float]] = {}
+    for n in sorted({r["engine_pods"] for r in rows}):
+        mine = [r for r in rows if r["engine_pods"] == n]
+        summary[str(n)] = {
+            "rows": len(mine),
+            "executions_s": statistics.median(r["executions_s"] for r in mine),
+            "steps_s": statistics.median(r["steps_s"] for r in mine),
+            "ratio_steps_vs_raw_roundtrip": statistics.median(r["ratio_steps_vs_raw_roundtrip"] for r in mine),
+        }
+        if base is not None and base_ratio is not None:
+            summary[str(n)]["speedup_vs_1"] = summary[str(n)]["executions_s"] / base
+            summary[str(n)]["speedup_vs_1_normalised"] = summary[str(n)]["ratio_steps_vs_raw_roundtrip"] / base_ratio
+    if len(summary) < len(rows):
+        print()
+        print("| engine pods | rows | median executions/s | median steps/s | median ratio vs raw round trips "
+              "| speedup vs 1 pod | speedup (normalised) |")
+        print("|---|---|---|---|---|---|---|")
+        for key, m in summary.items():
+            print(f"| {key} | {m['rows']:.0f} | {m['executions_s']:.1f} | {m['steps_s']:.0f} "
+                  f"| {m['ratio_steps_vs_raw_roundtrip']:.3f} | {fmt(m.get('speedup_vs_1'))} "
+                  f"| {fmt(m.get('speedup_vs_1_normalised'))} |")
     if rec is not None:
         print()
         print(f"recovery (lease TTL {rec['lease_ttl_s']} s, ack wait {rec['ack_wait_s']} s): takeover "
               f"{rec['takeover_s']:.2f} s, all affected progressing {rec['all_progressing_s']:.2f} s, "
               f"all complete {rec['complete_all_s']:.2f} s after the kill")
     return {"bench": "scale", "python": platform.python_version(), "cores": len(os.sched_getaffinity(0)),
-            "partitions": a.partitions, "tool_pods": a.tool_pods, "raw_n": a.raw_n, "rows": rows, "recovery": rec}
+            "partitions": a.partitions, "tool_pods": a.tool_pods, "raw_n": a.raw_n, "rows": rows, "summary": summary, "recovery": rec}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--executions", type=int, default=500, help="executions started at once (default 500)")
-    ap.add_argument("--pods", default="1,2,3", help="engine pod counts to measure (default 1,2,3)")
+    ap.add_argument("--pods", default="1,2,3",
+                    help="engine pod counts to measure, in this order; repeats allowed, e.g. 1,2,3,3,2,1, "
+                         "then medians per count (default 1,2,3)")
     ap.add_argument("--steps", type=int, default=5, help="steps per execution (default 5)")
     ap.add_argument("--step-tool", choices=["sleep", "noop"], default="sleep",
                     help="sleep: `sleep` of 0 s, a command round trip through a tools pod (default); "
