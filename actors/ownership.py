@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
-from nats.js.errors import KeyNotFoundError, KeyValueError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyValueError, NotFoundError
 
 from streams.layout import OWNERS_BUCKET
 
@@ -155,6 +155,13 @@ class Leases:
         if rev is not None:
             try:
                 await self.kv.delete(self._key(p), last=rev)
-            except (KeyNotFoundError, KeyValueError, NotFoundError):
-                pass
+            except (KeyNotFoundError, KeyValueError, NotFoundError, BadRequestError):
+                # our revision is stale (a renewal cancelled by stop() had reached the
+                # server): delete it only if it still names us, else it is not ours
+                try:
+                    entry = await self.kv.get(self._key(p))
+                    if entry.value == self.pod.encode():
+                        await self.kv.delete(self._key(p), last=entry.revision)
+                except (KeyNotFoundError, KeyValueError, NotFoundError, BadRequestError):
+                    pass
         self._changed.set()
