@@ -1,6 +1,8 @@
-"""Messages the server gave up on: the tool and start consumers have `max_deliver`, and
-a message delivered that many times without an ack is never delivered again (the log
-consumers of engine, counter and projector have no limit: see streams/layout.py). The server
+"""Messages the server gave up on: the tool consumers have `max_deliver` (a command whose
+tool kills its pod every time), and a message delivered that many times without an ack
+is never delivered again. (The consumers of engine, counter, projector and starter have
+no limit: their actors dead-letter bad input themselves and retry what is transient, so a
+limit would only let an outage drop good messages; see streams/layout.py.) The server
 says so in an advisory (`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`);
 this watcher turns each one into a dead letter with the reason, so nothing is dropped
 silently, and answers a command nobody will run with a `call.error`

@@ -291,7 +291,8 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     counters = [_push(layout, counter_consumer(p), counter_filter(p), layout.counter_max_ack_pending,
                       api.DeliverPolicy.ALL, skips=False) for p in every]
     projector = _push(layout, PROJECTOR_CONSUMER, PROJECTOR_FILTER, layout.engine_max_ack_pending, skips=False)
-    starter = _push(layout, STARTER_CONSUMER, START_SUBJECT, layout.engine_max_ack_pending)
+    # the starter dead-letters a bad start message itself; what else fails is transient
+    starter = _push(layout, STARTER_CONSUMER, START_SUBJECT, layout.engine_max_ack_pending, skips=False)
     tools = [
         api.ConsumerConfig(
             durable_name=tool_consumer(kind),
