@@ -21,15 +21,26 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.natsio import dead_letter, publish_all
-from actors.wire import CallError, ErrorInfo, command_decoder, encode
+from actors.natsio import dead_letter, dead_letter_id, publish_all
+from actors.wire import CallError, Command, ErrorInfo, command_decoder, encode
 from streams.layout import CMD_STREAM, execution_of
 
 log = logging.getLogger("actors.deadletters")
 ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 QUEUE = "actors-max-deliveries"
+
+
+async def answer_undeliverable(js: JetStreamContext, cmd: Command, reason: str, *, worker: str) -> None:
+    """Answer a command no tool will run with a `call.error` (`DeliveryExhausted`), under
+    the message id a tool's answer would have: whoever answers first, one answer is kept."""
+    error = ErrorInfo(type="DeliveryExhausted", message=f"step '{cmd.step}': command {reason}")
+    answer = CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
+                       attempt_number=cmd.attempt_number, iteration_index=cmd.iteration_index, error=error,
+                       worker=worker)
+    await publish_all(js, [(cmd.reply_to, encode(answer), f"{cmd.execution_id}:res:{cmd.command_id}")])
 
 
 class MaxDeliveries(msgspec.Struct):
@@ -84,13 +95,8 @@ class MaxDeliveriesWatcher:
         elif subject.startswith(("exec.", "loop.")):
             eid = execution_of(subject)
         await dead_letter(self.js, source=source, reason=reason, subject=subject, data=data, execution_id=eid,
-                          msg_id=f"dlq:{adv.stream}:{adv.stream_seq}")
+                          msg_id=dead_letter_id(source, adv.stream, adv.stream_seq))
         if cmd is not None:
-            error = ErrorInfo(type="DeliveryExhausted", message=f"step '{cmd.step}': command {reason}")
-            answer = CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                               attempt_number=cmd.attempt_number, iteration_index=cmd.iteration_index,
-                               error=error, worker="max-deliveries")
-            # the same message id a tool actor's answer would have: only one is kept
-            await publish_all(self.js, [(cmd.reply_to, encode(answer), f"{cmd.execution_id}:res:{cmd.command_id}")])
+            await answer_undeliverable(self.js, cmd, reason, worker="max-deliveries")
         log.warning("dead letter: %s seq %d (%s)", adv.stream, adv.stream_seq, reason)
 

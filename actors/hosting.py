@@ -136,40 +136,38 @@ class PartitionHost(Generic[K, A]):
         so `reset` makes the next try rebuild it by replay, after `failure_pause`.
         Meanwhile `held` is kept alive.
 
-        The inputs are never nak'ed here: a nak redelivers at once (a failing actor
-        would replay in a tight loop, hammering a cluster that is electing a leader),
-        and every delivery counts towards the consumer's max_deliver, past which the
-        server drops the input. A dropped input is a loop or an execution that never
-        ends. Cancellation (the partition lost, a stop) propagates: the caller hands
-        the inputs back."""
+        The inputs are never nak'ed here: a nak redelivers at once, so a failing actor
+        would replay in a tight loop, hammering a cluster that is electing a leader.
+        Cancellation (the partition lost, a stop) propagates: the caller hands the
+        inputs back."""
         token = next(self._holds)
         self._held[token] = (held, asyncio.get_running_loop().time())
+        failures = 0
         try:
-            try:
-                await handle()
-                return
-            except Exception:
-                log.exception("%s: failed to handle its inputs; will replay", what)
-            failures = 1
             while True:
-                reset()
-                await asyncio.sleep(failure_pause(failures))
                 try:
                     await handle()
-                    log.info("%s: handled after %d failure(s)", what, failures)
-                    return
                 except Exception as e:
                     failures += 1
-                    log.warning("%s: failed again (%d in a row): %r", what, failures, e)
+                    if failures == 1:
+                        log.exception("%s: failed to handle its inputs; will replay", what)
+                    else:
+                        log.warning("%s: failed again (%d in a row): %r", what, failures, e)
+                else:
+                    if failures:
+                        log.info("%s: handled after %d failure(s)", what, failures)
+                    return
+                reset()
+                await asyncio.sleep(failure_pause(failures))
         finally:
             del self._held[token]
 
     async def _keep_alive(self) -> None:
         """Every `ack_wait / 3`, tell the server that inputs held longer than that are
         still being worked on (a slow replay, publishes waiting out a leader election,
-        a pause after a failure), so it does not redeliver them meanwhile: each
-        redelivery counts towards max_deliver. Most inputs are acked in milliseconds
-        and never beaten."""
+        a pause after a failure), so it does not redeliver them meanwhile (a copy in
+        the mailbox behind the original). Most inputs are acked in milliseconds and
+        never beaten."""
         period = max(self.layout.ack_wait / 3, 0.1)
         loop = asyncio.get_running_loop()
         while True:

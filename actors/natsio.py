@@ -357,7 +357,7 @@ async def dead_letter(
     if msg is not None:
         subject, data = msg.subject, msg.data
         if msg_id is None and msg.reply.startswith("$JS.ACK."):
-            msg_id = f"dlq:{source}:{msg.reply.split('.')[2]}:{stream_seq(msg)}"
+            msg_id = dead_letter_id(source, msg.reply.split(".")[2], stream_seq(msg))
     headers = {k: str(v) for k, v in ((msg.headers or {}) if msg is not None else {}).items()}
     letter = DeadLetter(
         source=source,
@@ -370,11 +370,18 @@ async def dead_letter(
     token = execution_id or "_"
     log.warning("dead letter from %s (%s): %s", source, subject, reason)
     # keyed by execution so `events ID` finds them with a subject filter
-    subject = f"{dlq_subject(source)}.{token}"
+    to = f"{dlq_subject(source)}.{token}"
     if msg_id is None:
-        await js.publish(subject, encode(letter))
+        await js.publish(to, encode(letter))
     else:
-        await publish_all(js, [(subject, encode(letter), msg_id)])
+        await publish_all(js, [(to, encode(letter), msg_id)])
+
+
+def dead_letter_id(source: str, stream: str, seq: int) -> str:
+    """The message id of the dead letter for message `seq` of `stream`: whoever gives up
+    on it (the actor on its last delivery, the max-deliveries watcher after it), and
+    however often, one letter is kept."""
+    return f"dlq:{source}:{stream}:{seq}"
 
 
 def _ack_fields(msg: Msg) -> tuple[str, str, str]:

@@ -31,17 +31,20 @@ from tests.conftest import of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
-PLAYBOOK = """
+def looped(name: str, *, iterations: int, seconds: float, concurrency: int) -> str:
+    """A loop of sleeps, then a step whose first attempt fails and whose retry returns
+    how often it ran (2: it ran twice)."""
+    return f"""
 apiVersion: actors/v1
 kind: Playbook
-metadata: {name: clustered}
+metadata: {{name: {name}}}
 workflow:
   - step: fan
-    tool: {kind: sleep, seconds: 0.02}
-    loop: {collection: "{{ range(20) | list }}", element: i, concurrency: 5}
+    tool: {{kind: sleep, seconds: {seconds}}}
+    loop: {{collection: "{{{{ range({iterations}) | list }}}}", element: i, concurrency: {concurrency}}}
     next: flaky
   - step: flaky
-    retry: {max_attempts: 3, backoff: fixed, initial_delay: 0.3}
+    retry: {{max_attempts: 3, backoff: fixed, initial_delay: 0.3}}
     tool:
       kind: python
       code: |
@@ -52,8 +55,11 @@ workflow:
             if first:
                 raise RuntimeError("first attempt fails")
             return len(open(f).read())
-    args: {f: "{{ workload.marker }}"}
+    args: {{f: "{{{{ workload.marker }}}}"}}
 """
+
+
+PLAYBOOK = looped("clustered", iterations=20, seconds=0.02, concurrency=5)
 
 
 @pytest_asyncio.fixture
@@ -97,29 +103,7 @@ async def test_streams_and_buckets_are_r3_and_executions_run_on_the_cluster(clus
 
 # --- losing a node mid-run ------------------------------------------------------------
 
-LOOPED = """
-apiVersion: actors/v1
-kind: Playbook
-metadata: {name: nodeloss}
-workflow:
-  - step: fan
-    tool: {kind: sleep, seconds: 0.1}
-    loop: {collection: "{{ range(200) | list }}", element: i, concurrency: 20}
-    next: flaky
-  - step: flaky
-    retry: {max_attempts: 3, backoff: fixed, initial_delay: 0.3}
-    tool:
-      kind: python
-      code: |
-        import os
-        def main(f):
-            first = not os.path.exists(f)
-            open(f, "a").write("x")
-            if first:
-                raise RuntimeError("first attempt fails")
-            return len(open(f).read())
-    args: {f: "{{ workload.marker }}"}
-"""
+LOOPED = looped("nodeloss", iterations=200, seconds=0.1, concurrency=20)
 EXECUTIONS = 6
 OUTAGE = 3.0  # seconds the node stays dead; the survivors elect new leaders in 4-9 s, so on both sides of the restart
 

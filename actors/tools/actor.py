@@ -31,6 +31,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
+from actors.deadletters import answer_undeliverable
 from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
@@ -313,9 +314,9 @@ class ToolActor:
             return
         delivered = num_delivered(msg)
         if delivered >= self.layout.max_deliver:
-            reason = f"command delivered {delivered} times without a result; giving up"
+            reason = f"delivered {delivered} times without a result; giving up"
             await dead_letter(self.js, source="tools", reason=reason, msg=msg, execution_id=cmd.execution_id)
-            await self._reply(cmd, None, ErrorInfo(type="DeliveryExhausted", message=reason), 0.0, 0.0)
+            await answer_undeliverable(self.js, cmd, reason, worker=self.name)
             await msg.term()
             return
         # a loop iteration's result may go out with others of its loop (see `_gather`)
