@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import itertools
 import logging
+import math
 import re
 import time
 from collections.abc import Collection
@@ -40,6 +41,14 @@ PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect 
 RETRY_FIRST = 0.1
 RETRY_MAX = 2.0
 RETRY_BUDGET = 30.0
+# A re-send is harmless only while the stream still remembers the first copy's
+# Nats-Msg-Id: within its duplicate window. A publish that got no PubAck may have been
+# stored (the leader died after storing it, the ack was lost to a reconnect), so it is
+# re-sent only within RESEND_SHARE of the window from that first doubtful try; past
+# that `send` raises PublishOutcomeUnknown and the caller rebuilds its state by replay,
+# which shows whether the message is there. A refusal (503, buffer full) stored nothing
+# and may be re-sent at any time.
+RESEND_SHARE = 0.5
 # What a re-send can cure: 503 no responders (the stream has no leader: an election),
 # JetStream's own 503, no PubAck in time (lost to a reconnect or a dying leader), the
 # client's buffer full while it reconnects. Anything else (a bad request, a closed
@@ -47,6 +56,14 @@ RETRY_BUDGET = 30.0
 TRANSIENT: tuple[type[BaseException], ...] = (
     NoStreamResponseError, ServiceUnavailableError, TimeoutError, OutboundBufferLimitError,
 )
+
+
+
+class PublishOutcomeUnknown(Exception):
+    """A publish got no PubAck and it is too late to send it again safely: the stream
+    may hold it, and may no longer recognise a second copy. The caller must find out by
+    reading the stream (a replay), not by publishing again."""
+
 
 Message = tuple[str, bytes, dict[str, str]]  # subject, payload, headers (with its Nats-Msg-Id)
 
@@ -137,9 +154,12 @@ class Publisher:
     that a reconnect lost fails at the next sweep after the reconnect. `send` waits for
     the acks and re-sends what failed transiently."""
 
-    def __init__(self, nc: NATS, *, timeout: float = PUBACK_TIMEOUT) -> None:
+    def __init__(self, nc: NATS, *, timeout: float = PUBACK_TIMEOUT, duplicate_window: float = 120.0) -> None:
         self.nc = nc
         self.timeout = timeout
+        # the streams' duplicate window (Layout.duplicate_window): how long a doubtful
+        # publish may be re-sent (RESEND_SHARE); `start_roles` sets it from the layout
+        self.duplicate_window = duplicate_window
         self._prefix = ""
         self._sub: Subscription | None = None
         self._starting: asyncio.Future[None] | None = None
@@ -191,13 +211,20 @@ class Publisher:
         publish made while disconnected is buffered for the next connection."""
         return int(self.nc.stats["reconnects"]) + (not self.nc.is_connected)
 
-    async def send(self, messages: list[Message], *, budget: float = RETRY_BUDGET) -> list[PubAck]:
+    async def send(self, messages: list[Message], *, budget: float = RETRY_BUDGET,
+                   readers_deduplicate: bool = False) -> list[PubAck]:
         """Publish pipelined and wait for every PubAck, in order. What failed transiently
         (`TRANSIENT`) is sent again, all of it in one round, after a pause that doubles
         from RETRY_FIRST to RETRY_MAX, until `budget` seconds have passed; then the last
-        such error is raised. Re-sending is safe: each message keeps its Nats-Msg-Id, so
-        one the stream did store (its PubAck was what got lost) is dropped as a
-        duplicate, and a 503 means no stream took it at all."""
+        such error is raised. Re-sending keeps each message's Nats-Msg-Id, so a copy the
+        stream did store (its PubAck was what got lost) is dropped as a duplicate, but
+        only within the duplicate window: a message without a PubAck is re-sent for
+        RESEND_SHARE of it, then PublishOutcomeUnknown is raised. `readers_deduplicate`
+        lifts that limit where a second stored copy is harmless because every reader
+        ignores it (a tool's result: the fold counts a command's result once), and
+        failing would cost more (the tool would run again)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         futs: list[asyncio.Future[PubAck]] = []
         try:
             for subject, payload, headers in messages:
@@ -206,15 +233,20 @@ class Publisher:
         except TRANSIENT as e:
             refused = e  # every call that is not in an outage has returned above, at no extra cost
         sent: list[PubAck | BaseException] = list(await asyncio.gather(*futs, return_exceptions=True))
-        return await self._resend(messages, sent + [refused] * (len(messages) - len(futs)), budget)
+        outcomes = sent + [refused] * (len(messages) - len(futs))
+        horizon = math.inf if readers_deduplicate else self.duplicate_window * RESEND_SHARE
+        return await self._resend(messages, outcomes, started, budget, horizon)
 
-    async def _resend(self, messages: list[Message], outcomes: list[PubAck | BaseException],
-                      budget: float) -> list[PubAck]:
-        """Re-send the messages whose outcome is a transient error until none is left."""
+    async def _resend(self, messages: list[Message], outcomes: list[PubAck | BaseException], started: float,
+                      budget: float, horizon: float) -> list[PubAck]:
+        """Re-send the messages whose outcome is a transient error until none is left.
+        `doubtful[i]`: when the first try of message i that may have been stored
+        (no PubAck: TimeoutError) went out; it is not re-sent `horizon` seconds after."""
         acks: list[PubAck | None] = [None] * len(messages)
+        doubtful: dict[int, float] = {}
         todo = list(range(len(messages)))
         loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + budget, RETRY_FIRST
+        deadline, pause, sent_at = started + budget, RETRY_FIRST, started
         while True:
             failed: list[int] = []
             error: BaseException | None = None
@@ -224,15 +256,26 @@ class Publisher:
                 elif isinstance(outcome, TRANSIENT):
                     failed.append(i)
                     error = outcome
+                    if isinstance(outcome, TimeoutError):
+                        doubtful.setdefault(i, sent_at)
                 else:
                     raise outcome
             if error is None:
                 return [a for a in acks if a is not None]
-            if loop.time() + pause > deadline:
+            now = loop.time()
+            too_late = [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon]
+            if too_late:
+                subject, _, headers = messages[too_late[0]]
+                raise PublishOutcomeUnknown(
+                    f"no PubAck for {len(too_late)} publish(es) (first: {subject}, id {headers.get(MSG_ID)!r}) and "
+                    f"the stream's {self.duplicate_window:g}s duplicate window leaves no time to send it again "
+                    f"safely ({error})") from error
+            if now + pause > deadline:
                 raise error
-            self._note_refused(len(failed), error, loop.time())
+            self._note_refused(len(failed), error, now)
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed
+            sent_at = loop.time()
             outcomes = await self._try([messages[i] for i in todo])
 
     def _note_refused(self, n: int, error: BaseException, now: float) -> None:
@@ -292,7 +335,7 @@ class Publisher:
             expired = []
             for token, (_, deadline, connection) in waiting.items():
                 if deadline <= now:
-                    expired.append((token, f"no PubAck within {self.timeout:.0f}s"))
+                    expired.append((token, f"no PubAck within {self.timeout:g}s"))
                 elif connection < current:
                     expired.append((token, "PubAck lost to a reconnect"))
                 else:

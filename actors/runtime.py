@@ -19,6 +19,7 @@ from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import REGISTRY, ConsumerCollector, consumers_for
+from actors.natsio import publisher
 from actors.ownership import Leases
 from actors.projector import Projector
 from actors.tools.actor import ToolActor
@@ -129,6 +130,8 @@ async def start_roles(
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
     await ensure(nc.jetstream(), layout)
+    # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)
+    publisher(nc).duplicate_window = layout.duplicate_window
     # every pod watches for messages the server gave up on (one queue group: each once)
     actors: list[Actor] = [MaxDeliveriesWatcher(nc)]
     if "projector" in roles:

@@ -1,5 +1,7 @@
 """natsio.send writes what Client.publish would: same subject, reply, headers and
-payload on the wire; anything unusual goes through Client.publish (and its errors)."""
+payload on the wire; anything unusual goes through Client.publish (and its errors).
+Publisher.send re-sends a publish whose PubAck was lost only while the stream would
+drop the copy."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from typing import Any
 import nats
 import nats.errors
 import pytest
+from nats.js.api import StreamConfig
 
+from actors import natsio
 from actors.natsio import ack, send
 from streams.server import NatsServer
 
@@ -65,5 +69,40 @@ async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServ
         assert got[0].subject == "t.ack" and got[0].data == b""
         with pytest.raises(nats.errors.MsgAlreadyAckdError):
             await ack(msg)  # as msg.ack() would
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("window", [120.0, 0.2])
+async def test_a_publish_whose_puback_was_lost_is_stored_once(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch, window: float
+) -> None:
+    """The stream stores a message and its PubAck is lost. Within the duplicate window
+    `send` sends it again and the stream drops the copy (PubAck duplicate=True); past
+    it `send` raises PublishOutcomeUnknown instead of storing a second copy."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
+        real_send, lost = natsio.send, []
+
+        async def lose_first_puback(nc: Any, subject: str, payload: bytes = b"", reply: str = "",
+                                    headers: dict[str, str] | None = None) -> None:
+            if not lost:
+                lost.append(reply)
+                reply = "_INBOX.nobody.listens"
+            await real_send(nc, subject, payload, reply=reply, headers=headers)
+
+        monkeypatch.setattr(natsio, "send", lose_first_puback)
+        pub = natsio.Publisher(nc, timeout=0.3, duplicate_window=window)
+        message = ("lost.a", b"x", {natsio.MSG_ID: "a-1"})
+        if window > 1:
+            (ack,) = await pub.send([message])
+            assert ack.duplicate and ack.seq == 1
+        else:
+            with pytest.raises(natsio.PublishOutcomeUnknown, match=r"lost\.a"):
+                await pub.send([message])
+        assert lost, "the fault was not injected"
+        assert (await js.stream_info("LOST")).state.messages == 1
     finally:
         await nc.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from nats.aio.msg import Msg
 
+from actors import natsio
 from actors.engine.actor import ExecutionActor
 from actors.wire import ResultBatch, loop_input_decoder
 from streams.layout import CMD_STREAM, ensure, stream_configs
@@ -149,3 +150,39 @@ workflow:
     assert verdict[0].data["results"] == [{"slept": 0.1}] * 200
     assert len([i for i in items if i.type in ("playbook.completed", "playbook.failed")]) == 1
     assert not [i for i in items if i.cls == "dlq"]
+
+
+async def test_a_lost_puback_past_the_duplicate_window_doubles_no_event(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream stores `playbook.completed` but its PubAck is lost (the leader died
+    right after storing it), and the time to find out is longer than the stream's
+    duplicate window (0.1 s here; minutes in production, but an election can outlast
+    a short one). Sending it again would store it twice; the engine must instead
+    rebuild by replay, find it there, and send nothing."""
+    real_send = natsio.send
+    dropped: list[str] = []
+
+    async def lose_one_puback(nc, subject, payload=b"", reply="", headers=None):  # type: ignore[no-untyped-def]
+        if subject.endswith(".lc.playbook.completed") and not dropped:
+            dropped.append(subject)
+            reply = "_INBOX.nobody.listens"  # stored, and its PubAck goes nowhere
+        await real_send(nc, subject, payload, reply=reply, headers=headers)
+
+    monkeypatch.setattr(natsio, "send", lose_one_puback)
+    natsio.publisher(system.nc).timeout = 0.5  # no PubAck: TimeoutError after 0.5-1 s, past the window
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: lost-ack}
+workflow:
+  - step: only
+    tool: {kind: noop}
+    next: end
+""")
+    assert dropped, "the fault was not injected"
+    assert status.state == "COMPLETED"
+    await system.engine_idle()  # the engine has dealt with its unacknowledged publish
+    items = await system.events(eid)
+    terminal = [i for i in items if i.type in ("playbook.completed", "playbook.failed")]
+    assert [i.type for i in terminal] == ["playbook.completed"]

@@ -452,7 +452,8 @@ class ToolActor:
         refused while the log's stream elects a leader is sent again, not dropped:
         dropping it would leave the command unacked, to run again after ack_wait and
         count towards max_deliver."""
-        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})])
+        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})],
+                                     readers_deduplicate=True)
 
     # --- loop results, gathered ---------------------------------------------------------
     # An iteration's result waits (a few milliseconds at most) for others of the same
@@ -531,7 +532,8 @@ class ToolActor:
                 payload = encode(ResultBatchOut(execution_id=eid, loop_id=loop_id, step=first.step, results=g.parts,
                                                 worker=self.name))
                 # re-sent through an election (same message id), like a single result
-                await publisher(self.nc).send([(g.subject, payload, {MSG_ID: f"{eid}:res:{loop_id}:{digest}"})])
+                await publisher(self.nc).send([(g.subject, payload, {MSG_ID: f"{eid}:res:{loop_id}:{digest}"})],
+                                              readers_deduplicate=True)
         except Exception as e:
             # unacked: the commands come back after ack_wait (here or on another pod)
             log.warning("publishing %d loop results on %s failed: %r", len(g.items), g.subject, e)
