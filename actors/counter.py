@@ -95,6 +95,7 @@ class LoopActor:
         self.replayed = False  # set once a failure made this actor rebuild itself from the log
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
+        self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
         self._progress_at = 0.0
 
     async def run(self) -> None:
@@ -102,12 +103,15 @@ class LoopActor:
             batch = [await self.mailbox.get()]
             while not self.mailbox.empty() and len(batch) < BATCH:
                 batch.append(self.mailbox.get_nowait())
+            self.busy = True
             try:
                 await self.counter.handle_until_done(batch, functools.partial(self.handle, batch), reset=self.reset,
                                                      what=f"loop {self.execution_id}/{self.loop_id}")
             except asyncio.CancelledError:
                 await hand_back(batch, self.mailbox)  # the partition's next owner replays it
                 raise
+            finally:
+                self.busy = False
             if self.state.finished and self.mailbox.empty():
                 self.counter.retire(self.key, self)
                 return
@@ -332,7 +336,8 @@ class Counter(PartitionHost[tuple[str, str], LoopActor]):
     def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None,
                  retired_cache: int = 10_000) -> None:
         super().__init__(nc, layout=layout, partitions=partitions, consumer=counter_consumer, key_of=loop_key,
-                         partition_of=lambda key: layout.partition_of(key[0]), retired_cache=retired_cache)
+                         partition_of=lambda key: layout.partition_of(key[0]), retired_cache=retired_cache,
+                         max_resident=layout.counter_max_resident, role="counter")
 
     def spawn(self, key: tuple[str, str]) -> LoopActor:
         return LoopActor(self, *key)

@@ -7,6 +7,11 @@ its mailbox on its own task. An actor that fails to handle its inputs keeps them
 (backing off, keeping them alive) and tries again after rebuilding itself by replay
 (`handle_until_done`); one that finished is retired, so late inputs for it are acked
 without a replay.
+
+Memory is bounded by `max_resident`, not by how many executions (or loops) are open: a
+flood of long-running executions would otherwise keep an actor each in memory for as
+long as they run. Past the bound the least recently used idle actors are evicted (their
+state is in the log); the next input for one spawns it again, and it rebuilds by replay.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from actors.metrics import EVICTED_ACTORS, RESIDENT_ACTORS
 from streams.layout import Layout, deliver_subject
 
 log = logging.getLogger("actors")
@@ -34,6 +40,7 @@ FAILURE_PAUSE_MAX = 15.0  # ... doubling up to this: an outage costs little, a l
 class Hosted(Protocol):
     mailbox: asyncio.Queue[Msg]
     task: asyncio.Task[None] | None
+    busy: bool  # handling inputs (between taking them from its mailbox and being done)
 
     async def run(self) -> None: ...
 
@@ -44,12 +51,19 @@ A = TypeVar("A", bound=Hosted)
 
 class PartitionHost(Generic[K, A]):
     def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None, consumer: Callable[[int], str],
-                 key_of: Callable[[str], K], partition_of: Callable[[K], int], retired_cache: int = 10_000) -> None:
+                 key_of: Callable[[str], K], partition_of: Callable[[K], int], retired_cache: int = 10_000,
+                 max_resident: int = 50_000, role: str = "") -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
         self.partitions = list(range(layout.partitions) if partitions is None else partitions)
-        self.actors: dict[K, A] = {}
+        self.actors: dict[K, A] = {}  # least recently given an input first
+        self.max_resident = max(max_resident, 1)
+        self.evicted = 0
+        role = role or type(self).__name__.lower()
+        self._resident_key, self._evicted_key = RESIDENT_ACTORS.key(role=role), EVICTED_ACTORS.key(role=role)
+        RESIDENT_ACTORS.set_key(self._resident_key, 0)  # both series exist from the start: no gaps
+        EVICTED_ACTORS.inc_key(self._evicted_key, 0)
         self.retired: OrderedDict[K, None] = OrderedDict()
         self._retired_cache = retired_cache
         self._subs: dict[int, Subscription] = {}
@@ -88,24 +102,50 @@ class PartitionHost(Generic[K, A]):
             del self.actors[k]
             if a.task is not None:
                 a.task.cancel()
+        RESIDENT_ACTORS.set_key(self._resident_key, len(self.actors))
         await asyncio.gather(*(a.task for _, a in doomed if a.task), return_exceptions=True)
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
             return  # flow-control/heartbeat status messages carry no ack subject
         key = self._key_of(msg.subject)
-        actor = self.actors.get(key)
+        actor = self.actors.pop(key, None)
         if actor is None:
             if key in self.retired:
                 await msg.ack()  # a late input for an actor that finished
                 return
-            actor = self.actors[key] = self.spawn(key)
+            actor = self.spawn(key)
             actor.task = asyncio.create_task(actor.run(), name=f"{type(actor).__name__}:{key}")
+        self.actors[key] = actor  # (re)inserted: most recently used last
         actor.mailbox.put_nowait(msg)
+        if len(self.actors) > self.max_resident:
+            self._evict()
+        RESIDENT_ACTORS.set_key(self._resident_key, len(self.actors))
+
+    def _evict(self) -> None:
+        """Drop least recently used idle actors (nothing in the mailbox, not handling
+        anything) until a tenth of `max_resident` is free again, so that a full host
+        does not scan on every spawn. An idle actor waits in `mailbox.get()`; cancelled
+        there it holds no input and has published everything it decided. Busy ones are
+        skipped: the bound is exceeded only while more than it are busy at once."""
+        target = self.max_resident - max(self.max_resident // 10, 1)
+        doomed: list[K] = []
+        for key, actor in self.actors.items():
+            if len(self.actors) - len(doomed) <= target:
+                break
+            if not actor.busy and actor.mailbox.empty():
+                doomed.append(key)
+        for key in doomed:
+            actor = self.actors.pop(key)
+            if actor.task is not None:
+                actor.task.cancel()
+        self.evicted += len(doomed)
+        EVICTED_ACTORS.inc_key(self._evicted_key, len(doomed))
 
     def forget(self, key: K, actor: A) -> None:
         if self.actors.get(key) is actor:
             del self.actors[key]
+            RESIDENT_ACTORS.set_key(self._resident_key, len(self.actors))
 
     def retire(self, key: K, actor: A) -> None:
         self.forget(key, actor)
@@ -124,6 +164,7 @@ class PartitionHost(Generic[K, A]):
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.actors.clear()
+        RESIDENT_ACTORS.set_key(self._resident_key, 0)
         if self._beat is not None:
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)

@@ -100,9 +100,11 @@ class Counter(_Valued):
     type = "counter"
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
+        self.inc_key(self._key(labels), amount)
+
+    def inc_key(self, key: tuple[str, ...], amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError(f"{self.name}: a counter only goes up")
-        key = self._key(labels)
         self._values[key] = self._values.get(key, 0.0) + amount
 
 
@@ -117,6 +119,9 @@ class Gauge(_Valued):
 
     def set(self, value: float, **labels: str) -> None:
         self._values[self._key(labels)] = value
+
+    def set_key(self, key: tuple[str, ...], value: float) -> None:
+        self._values[key] = value
 
 
 class Histogram(_Metric):
@@ -268,6 +273,15 @@ for _state in TERMINAL:
     EXECUTIONS_FINISHED.inc(0, state=_state)
 LIFECYCLE_EVENTS = REGISTRY.counter(
     "actors_lifecycle_events_total", "Lifecycle events this pod's projector applied, by event type.", ("type",)
+)
+
+RESIDENT_ACTORS = REGISTRY.gauge(
+    "actors_resident", "Execution (engine) or loop (counter) actors this pod holds in memory, by role.", ("role",)
+)
+EVICTED_ACTORS = REGISTRY.counter(
+    "actors_evicted_total",
+    "Idle actors this pod dropped from memory to stay within its bound (rebuilt by replay on their next input).",
+    ("role",),
 )
 
 lifecycle_log = logging.getLogger("actors.lifecycle")

@@ -199,8 +199,9 @@ async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
 # --- parent ----------------------------------------------------------------------------
 
 
-def child(args: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+def child(args: list[str], script: str = __file__) -> dict[str, Any]:
+    """Run `script` with `args` in a fresh interpreter; its last line is its JSON result."""
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -80,6 +80,10 @@ class Layout:
     tool_max_ack_pending: int = 1024
     counter_max_ack_pending: int = 16384
     lease_ttl: float = 10.0  # a dead pod's partitions are taken over after at most this
+    # actors an engine (per execution) or counter (per loop) pod keeps in memory; past
+    # that, idle ones are evicted and rebuilt by replay when their next input comes
+    engine_max_resident: int = 50_000
+    counter_max_resident: int = 10_000
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -94,6 +98,8 @@ class Layout:
             duplicate_window=num("ACTORS_DUPLICATE_WINDOW", 120.0),
             ack_wait=num("ACTORS_ACK_WAIT", 30.0),
             lease_ttl=num("ACTORS_LEASE_TTL", 10.0),
+            engine_max_resident=int(num("ACTORS_ENGINE_MAX_RESIDENT", 50_000)),
+            counter_max_resident=int(num("ACTORS_COUNTER_MAX_RESIDENT", 10_000)),
         )
 
     # --- subjects ----------------------------------------------------------------

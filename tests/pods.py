@@ -32,6 +32,8 @@ def layout_env(layout: Layout) -> dict[str, str]:
         "ACTORS_ACK_WAIT": str(layout.ack_wait),
         "ACTORS_LEASE_TTL": str(layout.lease_ttl),
         "ACTORS_DUPLICATE_WINDOW": str(layout.duplicate_window),
+        "ACTORS_ENGINE_MAX_RESIDENT": str(layout.engine_max_resident),
+        "ACTORS_COUNTER_MAX_RESIDENT": str(layout.counter_max_resident),
     }
 
 

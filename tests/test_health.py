@@ -86,6 +86,9 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
             steps = {dict(labels)["kind"]: n for (name, labels), n in values.items() if name == "actors_step_seconds_count"
                      and dict(labels)["outcome"] == "ok"}
             assert steps and all(n >= 1 for n in steps.values()), steps  # every step hello.yaml ran, timed
+            for role in ("engine", "counter"):  # actors in memory (series from the start); none evicted
+                assert ("actors_resident", (("role", role),)) in values
+                assert values[("actors_evicted_total", (("role", role),))] == 0
 
             # the counters move right after the status write the client saw: poll briefly
             finished = ("actors_executions_finished_total", (("state", "COMPLETED"),))

@@ -91,18 +91,22 @@ class ExecutionActor:
         self.replayed = False  # set once a failure made this actor rebuild itself from the log
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
+        self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
 
     # --- live ------------------------------------------------------------------------
 
     async def run(self) -> None:
         while True:
             msg = await self.mailbox.get()
+            self.busy = True
             try:
                 await self.engine.handle_until_done([msg], functools.partial(self.handle, msg), reset=self.reset,
                                                     what=f"execution {self.execution_id} ({msg.subject})")
             except asyncio.CancelledError:
                 await hand_back([msg], self.mailbox)  # the partition's next owner replays it
                 raise
+            finally:
+                self.busy = False
             if self.state.terminal and self.mailbox.empty():
                 self.engine.retire(self.execution_id, self)
                 return
@@ -284,7 +288,8 @@ class Engine(PartitionHost[str, ExecutionActor]):
     def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None,
                  retired_cache: int = 10_000) -> None:
         super().__init__(nc, layout=layout, partitions=partitions, consumer=engine_consumer, key_of=execution_of,
-                         partition_of=layout.partition_of, retired_cache=retired_cache)
+                         partition_of=layout.partition_of, retired_cache=retired_cache,
+                         max_resident=layout.engine_max_resident, role="engine")
 
     def spawn(self, key: str) -> ExecutionActor:
         return ExecutionActor(self, key)
