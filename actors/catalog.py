@@ -9,10 +9,12 @@ is refused, because running executions replay the version they started with.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
 
 from actors.playbook.loader import load_playbook
 from actors.wire import CatalogEntry, encode
@@ -78,11 +80,34 @@ async def _get(js: JetStreamContext, path: str, version: int) -> CatalogEntry:
 
 async def resolve(js: JetStreamContext, path: str, version: int | None = None) -> CatalogEntry:
     """The entry for `path` at `version` (latest when None); CatalogError if absent."""
-    kv = await js.key_value(CATALOG_BUCKET)
-    try:
-        if version is None:
-            version = int((await kv.get(_key(path, "latest"))).value or b"0")
-        return await _get(js, path, version)
-    except KeyNotFoundError:
-        at = f" version {version}" if version is not None else ""
-        raise CatalogError(f"playbook {path!r}{at} is not registered") from None
+    return await CatalogReader(js).resolve(path, version)
+
+
+class CatalogReader:
+    """Resolves playbooks again and again (the starter, once per start). A registered
+    version never changes (see `register`), so each (path, version) is read from KV
+    once and kept, up to `cache` of them; `latest` is read every time, since a newer
+    version may have been registered meanwhile."""
+
+    def __init__(self, js: JetStreamContext, *, cache: int = 256) -> None:
+        self.js = js
+        self._kv: KeyValue | None = None
+        self._entries: OrderedDict[tuple[str, int], CatalogEntry] = OrderedDict()
+        self._cache = cache
+
+    async def resolve(self, path: str, version: int | None = None) -> CatalogEntry:
+        if self._kv is None:
+            self._kv = await self.js.key_value(CATALOG_BUCKET)
+        try:
+            if version is None:
+                version = int((await self._kv.get(_key(path, "latest"))).value or b"0")
+            entry = self._entries.get((path, version))
+            if entry is None:
+                entry = _entry.decode((await self._kv.get(_key(path, f"v{version}"))).value or b"")
+                self._entries[(path, version)] = entry
+                if len(self._entries) > self._cache:
+                    self._entries.popitem(last=False)
+            return entry
+        except KeyNotFoundError:
+            at = f" version {version}" if version is not None else ""
+            raise CatalogError(f"playbook {path!r}{at} is not registered") from None

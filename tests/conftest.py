@@ -57,14 +57,17 @@ class System:
         return await self.client.events(eid)
 
     async def engine_idle(self, timeout: float = 10.0) -> None:
-        """Every input delivered to the engine so far is processed and acked."""
-        from streams.layout import EXEC_STREAM, engine_consumer
+        """Every start message and every input delivered to the engine so far is
+        processed and acked."""
+        from streams.layout import EXEC_STREAM, START_STREAM, STARTER_CONSUMER, engine_consumer
 
         jsm = self.nc.jsm()
+        consumers = [(START_STREAM, STARTER_CONSUMER),
+                     *((EXEC_STREAM, engine_consumer(p)) for p in range(self.layout.partitions))]
 
         async def idle() -> bool:
-            for p in range(self.layout.partitions):
-                info = await jsm.consumer_info(EXEC_STREAM, engine_consumer(p))
+            for stream, consumer in consumers:
+                info = await jsm.consumer_info(stream, consumer)
                 if info.num_pending or info.num_ack_pending:
                     return False
             return True

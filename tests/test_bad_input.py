@@ -3,10 +3,13 @@ dropped silently."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors.catalog import CatalogReader
 from actors.cli import main as cli
 from streams.layout import START_SUBJECT
 from tests.conftest import System, of_type, wait_for
@@ -117,6 +120,38 @@ async def test_the_same_execution_id_twice_starts_one_execution(system: System) 
     await system.engine_idle()
     items = await system.events("once")
     assert len(of_type(items, "execution.start")) == 1
+    assert len(of_type(items, "playbook.initialized")) == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.layout(duplicate_window=0.1)
+async def test_overlapping_starts_of_one_execution_id_start_it_once_past_the_duplicate_window(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The starter handles many start messages at once. Two of one id must not both
+    find it unstarted: the first is slow (its catalog read takes longer than the
+    server's duplicate window), so the server could not drop the second record."""
+    path = system.tmp / "ok.yaml"
+    path.write_text(OK)
+    await system.client.register(path)
+    real_resolve, slowed = CatalogReader.resolve, []
+
+    async def slow_first(self: CatalogReader, playbook: str, version: int | None = None) -> Any:
+        if not slowed:
+            slowed.append(playbook)
+            await asyncio.sleep(0.5)  # the fault: nothing to await instead
+        return await real_resolve(self, playbook, version)
+
+    monkeypatch.setattr(CatalogReader, "resolve", slow_first)
+    js = system.nc.jetstream()
+    for _ in range(3):  # published as a user might: no Nats-Msg-Id, so START keeps all three
+        await js.publish(START_SUBJECT, b'{"playbook": "ok", "execution_id": "overlap"}')
+    others = [await system.client.start("ok") for _ in range(5)]  # not held up meanwhile
+    statuses = await asyncio.gather(*(system.client.wait(e, timeout=20) for e in ["overlap", *others]))
+    assert slowed and [s.state for s in statuses] == ["COMPLETED"] * 6
+    await system.engine_idle()  # the slow start too
+    items = await system.events("overlap")
+    assert len(of_type(items, "execution.start")) == 1  # the start record, in the log once
     assert len(of_type(items, "playbook.initialized")) == 1
 
 

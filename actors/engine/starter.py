@@ -11,8 +11,11 @@ and beyond the server's duplicate window the existing start record is looked up.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -20,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 
-from actors.catalog import CatalogError, resolve
+from actors.catalog import CatalogError, CatalogReader
 from actors.natsio import dead_letter, publish_all, stream_seq
 from actors.wire import ErrorInfo, StartMessage, StartRecord, encode
 from streams.layout import EXEC_STREAM, EXECUTION_ID, IN, STARTER_CONSUMER, Layout, deliver_subject
@@ -30,31 +33,56 @@ _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
 
 
+# Start messages handled at once: each costs a few round trips (is it started, which
+# playbook, the record's PubAck) and starts of different executions do not depend on
+# each other, so they overlap. Starts of one execution id take turns (`_one_at_a_time`):
+# the second must see the first's record, not race it past the duplicate window.
+STARTS_IN_FLIGHT = 64
+
+
 class Starter:
-    def __init__(self, nc: NATS, *, layout: Layout) -> None:
+    def __init__(self, nc: NATS, *, layout: Layout, in_flight: int = STARTS_IN_FLIGHT) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.layout = layout
+        self.catalog = CatalogReader(self.js)
         self._sub: Subscription | None = None
+        self._slots = asyncio.Semaphore(in_flight)
+        self._handling: set[asyncio.Task[None]] = set()
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # execution id -> its lock, starts using it
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
         self._sub = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg)
 
     async def stop(self) -> None:
+        """Stop taking start messages and finish those being handled (each takes a few
+        round trips; one that cannot finish is not acked and comes back)."""
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
+        await asyncio.gather(*self._handling, return_exceptions=True)
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
             return
+        # a free slot first: while all are taken the subscription's callback waits, and
+        # the consumer's max_ack_pending holds the rest of a flood in the stream
+        await self._slots.acquire()
+        task = asyncio.create_task(self._handle_one(msg))
+        self._handling.add(task)
+        task.add_done_callback(self._handling.discard)
+
+    async def _handle_one(self, msg: Msg) -> None:
         try:
-            await self.handle(msg)
-        except Exception:
-            log.exception("starter: failed to handle a start message")
-            return
-        await msg.ack()
+            try:
+                await self.handle(msg)
+            except Exception:
+                log.exception("starter: failed to handle a start message")
+                return  # not acked: it comes back after ack_wait
+            await msg.ack()
+        finally:
+            self._slots.release()
 
     async def handle(self, msg: Msg) -> None:
         try:
@@ -77,6 +105,24 @@ class Starter:
                 msg=msg,
             )
             return
+        async with self._one_at_a_time(eid):
+            await self._start(eid, start)
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, eid: str) -> AsyncIterator[None]:
+        lock, users = self._turns.get(eid) or (asyncio.Lock(), 0)
+        self._turns[eid] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._turns[eid]
+            if users == 1:
+                del self._turns[eid]
+            else:
+                self._turns[eid] = (lock, users - 1)
+
+    async def _start(self, eid: str, start: StartMessage) -> None:
         subject = self.layout.exec_subject(eid, IN, "start")
         if await self._already_started(subject):
             log.info("starter: execution %s already started; duplicate start ignored", eid)
@@ -84,7 +130,7 @@ class Starter:
         record = StartRecord(execution_id=eid, playbook_path=start.playbook, playbook_version=start.version,
                              payload=start.payload, parent=start.parent)
         try:
-            entry = await resolve(self.js, start.playbook, start.version)
+            entry = await self.catalog.resolve(start.playbook, start.version)
             record.playbook_source, record.playbook_version = entry.source, entry.version
         except CatalogError as e:
             record.error = ErrorInfo(type="PlaybookNotFound", message=str(e))
