@@ -8,7 +8,9 @@ changes: each write is a compare-and-set on the key's revision.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections import OrderedDict
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -19,6 +21,7 @@ from nats.js.kv import KeyValue
 
 from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter
+from actors.overlap import Overlap
 from actors.wire import Event, ExecutionStatus, encode, event_decoder, status_decoder
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
 
@@ -58,12 +61,26 @@ def project(current: ExecutionStatus | None, ev: Event) -> ExecutionStatus | Non
     return new
 
 
+# Lifecycle events applied at once (actors/overlap.py), those of one execution in turn
+EVENTS_IN_FLIGHT = 64
+KNOWN_STATUSES = 10_000  # statuses (and their KV revisions) remembered, most recent
+
+
 class Projector:
-    def __init__(self, nc: NATS) -> None:
+    """Each event is a read and a compare-and-set write. The status last written for
+    an execution is remembered with its revision, so the next event of that execution
+    writes without reading; if another projector pod wrote since, the write fails on
+    the revision and the status is read again. A remembered status may be behind the
+    stored one, never ahead: an event that does not move it forward does not move the
+    stored one either (states only move forward)."""
+
+    def __init__(self, nc: NATS, *, in_flight: int = EVENTS_IN_FLIGHT) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self._kv: KeyValue | None = None
         self._sub: Subscription | None = None
+        self._overlap = Overlap(limit=in_flight, what="projector")
+        self._known: OrderedDict[str, tuple[ExecutionStatus, int]] = OrderedDict()
 
     async def start(self) -> None:
         self._kv = await self.js.key_value(STATUS_BUCKET)
@@ -75,10 +92,14 @@ class Projector:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
+        await self._overlap.drain()
 
     async def _on_msg(self, msg: Msg) -> None:
-        if not msg.reply:
-            return
+        if not msg.reply or self._sub is None:
+            return  # a status message, or stopping: unacked, it goes to another projector
+        await self._overlap.submit(functools.partial(self._handle, msg), key=execution_of(msg.subject))
+
+    async def _handle(self, msg: Msg) -> None:
         try:
             ev = event_decoder.decode(msg.data)
         except msgspec.DecodeError as e:
@@ -95,28 +116,42 @@ class Projector:
 
     async def apply(self, ev: Event) -> None:
         assert self._kv is not None
-        kv = self._kv
+        kv, eid = self._kv, ev.execution_id
+        known = self._known.pop(eid, None)
+        current: ExecutionStatus | None
+        revision: int | None
         for _ in range(50):
-            try:
-                entry = await kv.get(ev.execution_id)
-                current: ExecutionStatus | None = status_decoder.decode(entry.value or b"")
-                revision: int | None = entry.revision
-            except KeyNotFoundError:
-                current, revision = None, None
+            if known is not None:
+                current, revision = known
+            else:
+                try:
+                    entry = await kv.get(eid)
+                    current, revision = status_decoder.decode(entry.value or b""), entry.revision
+                except KeyNotFoundError:
+                    current, revision = None, None
             new = project(current, ev)
             if new is None:
                 state = current.state if current else "PENDING"
-                observe_lifecycle(execution_id=ev.execution_id, event_type=ev.type, state=state, changed=False)
+                observe_lifecycle(execution_id=eid, event_type=ev.type, state=state, changed=False)
+                if current is not None and revision is not None:
+                    self._remember(eid, current, revision)
                 return
             try:
                 if revision is None:
-                    await kv.create(ev.execution_id, encode(new))
+                    written = await kv.create(eid, encode(new))
                 else:
-                    await kv.update(ev.execution_id, encode(new), last=revision)
-                observe_lifecycle(execution_id=ev.execution_id, event_type=ev.type, state=new.state, changed=True)
-                if new.terminal_event:
-                    log.info("execution %s %s", ev.execution_id, new.state)
-                return
+                    written = await kv.update(eid, encode(new), last=revision)
             except KeyWrongLastSequenceError:
-                continue  # another writer got there first; read and decide again
-        raise RuntimeError(f"status of {ev.execution_id}: too many concurrent updates")
+                known = None  # another writer got there first; read and decide again
+                continue
+            self._remember(eid, new, written)
+            observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
+            if new.terminal_event:
+                log.info("execution %s %s", eid, new.state)
+            return
+        raise RuntimeError(f"status of {eid}: too many concurrent updates")
+
+    def _remember(self, eid: str, status: ExecutionStatus, revision: int) -> None:
+        self._known[eid] = (status, revision)
+        if len(self._known) > KNOWN_STATUSES:
+            self._known.popitem(last=False)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from actors.projector import Projector
 from actors.wire import CallDone, DecisionRecord, Event, encode
+from streams.layout import STATUS_BUCKET
 from tests.conftest import System, of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -101,3 +103,23 @@ workflow:
     assert after is not None and after.state == "COMPLETED"
     items = await system.events(eid)
     assert not of_type(items, "execution.cancelled")
+
+
+async def test_a_projector_with_a_stale_status_in_memory_never_moves_a_status_back(system: System) -> None:
+    """Two projector pods: each remembers the status it last wrote (and its KV
+    revision) to skip a read. When the other pod has written since, the write fails on
+    the revision, the status is read again, and a terminal one stays as it is."""
+    kv = await system.nc.jetstream().key_value(STATUS_BUCKET)
+    a, b = Projector(system.nc), Projector(system.nc)
+    a._kv = b._kv = kv  # driven directly, in a chosen order: no subscription
+
+    def event(type_: str, at: float) -> Event:
+        return Event(type=type_, execution_id="stale-1", at=at, cause=1, data={"playbook": "p"})
+
+    await a.apply(event("playbook.initialized", 1.0))  # a remembers RUNNING
+    await b.apply(event("playbook.completed", 2.0))  # b reads RUNNING, writes COMPLETED
+    await a.apply(event("workflow.initialized", 2.5))  # no move forward from a's RUNNING: nothing to write
+    await a.apply(event("playbook.failed", 3.0))  # a's revision is stale: read again, terminal stays
+    status = await system.client.status("stale-1")
+    assert status is not None
+    assert (status.state, status.terminal_event, status.ended_at) == ("COMPLETED", "playbook.completed", 2.0)

@@ -11,11 +11,9 @@ and beyond the server's duplicate window the existing start record is looked up.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -25,6 +23,7 @@ from nats.js.errors import NotFoundError
 
 from actors.catalog import CatalogError, CatalogReader
 from actors.natsio import dead_letter, publish_all, stream_seq
+from actors.overlap import Overlap
 from actors.wire import ErrorInfo, StartMessage, StartRecord, encode
 from streams.layout import EXEC_STREAM, EXECUTION_ID, IN, STARTER_CONSUMER, Layout, deliver_subject
 
@@ -33,10 +32,10 @@ _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
 
 
-# Start messages handled at once: each costs a few round trips (is it started, which
-# playbook, the record's PubAck) and starts of different executions do not depend on
-# each other, so they overlap. Starts of one execution id take turns (`_one_at_a_time`):
-# the second must see the first's record, not race it past the duplicate window.
+# Start messages handled at once (actors/overlap.py): each costs a few round trips and
+# starts of different executions do not depend on each other. Starts of one execution
+# id take turns: the second must see the first's record, not race it past the
+# duplicate window.
 STARTS_IN_FLIGHT = 64
 
 
@@ -47,9 +46,7 @@ class Starter:
         self.layout = layout
         self.catalog = CatalogReader(self.js)
         self._sub: Subscription | None = None
-        self._slots = asyncio.Semaphore(in_flight)
-        self._handling: set[asyncio.Task[None]] = set()
-        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # execution id -> its lock, starts using it
+        self._overlap = Overlap(limit=in_flight, what="starter")
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
@@ -61,28 +58,20 @@ class Starter:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
-        await asyncio.gather(*self._handling, return_exceptions=True)
+        await self._overlap.drain()
 
     async def _on_msg(self, msg: Msg) -> None:
-        if not msg.reply:
-            return
-        # a free slot first: while all are taken the subscription's callback waits, and
-        # the consumer's max_ack_pending holds the rest of a flood in the stream
-        await self._slots.acquire()
-        task = asyncio.create_task(self._handle_one(msg))
-        self._handling.add(task)
-        task.add_done_callback(self._handling.discard)
+        if not msg.reply or self._sub is None:
+            return  # a status message, or stopping: unacked, it comes back to a starter
+        await self._overlap.submit(functools.partial(self._handle_one, msg))
 
     async def _handle_one(self, msg: Msg) -> None:
         try:
-            try:
-                await self.handle(msg)
-            except Exception:
-                log.exception("starter: failed to handle a start message")
-                return  # not acked: it comes back after ack_wait
-            await msg.ack()
-        finally:
-            self._slots.release()
+            await self.handle(msg)
+        except Exception:
+            log.exception("starter: failed to handle a start message")
+            return  # not acked: it comes back after ack_wait
+        await msg.ack()
 
     async def handle(self, msg: Msg) -> None:
         try:
@@ -105,22 +94,8 @@ class Starter:
                 msg=msg,
             )
             return
-        async with self._one_at_a_time(eid):
+        async with self._overlap.turn(eid):
             await self._start(eid, start)
-
-    @contextlib.asynccontextmanager
-    async def _one_at_a_time(self, eid: str) -> AsyncIterator[None]:
-        lock, users = self._turns.get(eid) or (asyncio.Lock(), 0)
-        self._turns[eid] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._turns[eid]
-            if users == 1:
-                del self._turns[eid]
-            else:
-                self._turns[eid] = (lock, users - 1)
 
     async def _start(self, eid: str, start: StartMessage) -> None:
         subject = self.layout.exec_subject(eid, IN, "start")
