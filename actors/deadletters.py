@@ -40,7 +40,10 @@ async def answer_undeliverable(js: JetStreamContext, cmd: Command, reason: str, 
     answer = CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
                        attempt_number=cmd.attempt_number, iteration_index=cmd.iteration_index, error=error,
                        worker=worker)
-    await publish_all(js, [(cmd.reply_to, encode(answer), f"{cmd.execution_id}:res:{cmd.command_id}")])
+    # a result: the fold counts one per command, and an advisory never comes again, so
+    # this is re-sent for as long as it takes rather than given up past the window
+    await publish_all(js, [(cmd.reply_to, encode(answer), f"{cmd.execution_id}:res:{cmd.command_id}")],
+                      readers_deduplicate=True)
 
 
 class MaxDeliveries(msgspec.Struct):

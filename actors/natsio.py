@@ -263,20 +263,32 @@ class Publisher:
             if error is None:
                 return [a for a in acks if a is not None]
             now = loop.time()
-            too_late = [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon]
-            if too_late:
-                subject, _, headers = messages[too_late[0]]
-                raise PublishOutcomeUnknown(
-                    f"no PubAck for {len(too_late)} publish(es) (first: {subject}, id {headers.get(MSG_ID)!r}) and "
-                    f"the stream's {self.duplicate_window:g}s duplicate window leaves no time to send it again "
-                    f"safely ({error})") from error
+            self._too_late(messages, [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon],
+                           error)
             if now + pause > deadline:
                 raise error
             self._note_refused(len(failed), error, now)
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed
+            # sent while disconnected, a copy waits in the client's buffer and reaches the
+            # server after the reconnect, maybe past the window: doubtful ones wait for it
+            while (not self.nc.is_connected and any(i in doubtful for i in todo)  # noqa: ASYNC110
+                   and loop.time() < min(deadline, *(doubtful[i] + horizon for i in todo if i in doubtful))):
+                # nats-py's only "connected again" signal is the reconnected_cb of whoever
+                # connected; this wait is rare (an outage) and short
+                await asyncio.sleep(RETRY_FIRST)
             sent_at = loop.time()
+            self._too_late(messages, [i for i in todo if i in doubtful and sent_at - doubtful[i] > horizon], error)
             outcomes = await self._try([messages[i] for i in todo])
+
+    def _too_late(self, messages: list[Message], late: list[int], error: BaseException) -> None:
+        """Raise PublishOutcomeUnknown if any message is past the time it may be re-sent."""
+        if late:
+            subject, _, headers = messages[late[0]]
+            raise PublishOutcomeUnknown(
+                f"no PubAck for {len(late)} publish(es) (first: {subject}, id {headers.get(MSG_ID)!r}) and "
+                f"the stream's {self.duplicate_window:g}s duplicate window leaves no time to send it again "
+                f"safely ({error})") from error
 
     def _note_refused(self, n: int, error: BaseException, now: float) -> None:
         """Log refusals at most once a second: in an election every actor and every
@@ -360,12 +372,14 @@ def publisher(nc: NATS) -> Publisher:
 
 
 async def publish_all(
-    js: JetStreamContext, items: list[tuple[str, bytes, str]], *, headers: list[dict[str, str]] | None = None
+    js: JetStreamContext, items: list[tuple[str, bytes, str]], *, headers: list[dict[str, str]] | None = None,
+    readers_deduplicate: bool = False,
 ) -> list[PubAck]:
     """Publish (subject, payload, msg_id) pipelined and wait for every ack; `headers`
     (one dict per item) adds headers. Transient refusals (a leader election, a
-    reconnect) are re-sent for a while (`Publisher.send`); what still fails is raised:
-    the caller must not ack its input then."""
+    reconnect) are re-sent for a while (`Publisher.send`, which also says what
+    `readers_deduplicate` allows); what still fails is raised: the caller must not ack
+    its input then."""
     if not items:
         return []
     if headers is None:
@@ -373,7 +387,7 @@ async def publish_all(
     else:
         messages = [(subject, payload, {MSG_ID: msg_id, **more})
                     for (subject, payload, msg_id), more in zip(items, headers, strict=True)]
-    return await publisher(js._nc).send(messages)
+    return await publisher(js._nc).send(messages, readers_deduplicate=readers_deduplicate)
 
 
 def schedule_at(epoch: float) -> str:

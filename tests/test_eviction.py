@@ -8,12 +8,14 @@ import asyncio
 from collections import Counter as Tally
 from typing import Any
 
+import nats
 import pytest
 
 from actors.counter import Counter
 from actors.engine.actor import Engine
 from actors.hosting import PartitionHost
 from actors.metrics import EVICTED_ACTORS
+from streams.layout import Layout
 from tests.conftest import System
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90),
@@ -78,3 +80,59 @@ async def test_a_flood_of_executions_stays_within_the_resident_bound_and_decides
         verdicts = [i for i in items if i.type in ("iterator.completed", "iterator.failed")]
         assert [(v.type, v.data["total"], v.data["succeeded"]) for v in verdicts] == [("iterator.completed", 3, 3)]
         assert len([i for i in items if i.type in ("playbook.completed", "playbook.failed")]) == 1
+
+
+class _Input:
+    """What PartitionHost._on_msg reads of a message: its subject and ack subject."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject, self.reply = subject, f"ack.{subject}"
+
+
+class _Actor:
+    """Takes one input and works on it until `release` is set."""
+
+    def __init__(self) -> None:
+        self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+        self.busy = False
+        self.release = asyncio.Event()
+        self.working = asyncio.Event()
+        self.waiting = asyncio.Event()  # back in mailbox.get(), after its work
+
+    async def run(self) -> None:
+        while True:
+            await self.mailbox.get()
+            self.busy = True
+            self.working.set()
+            await self.release.wait()
+            self.busy = False
+            self.waiting.set()
+
+
+class _Host(PartitionHost[str, _Actor]):
+    def spawn(self, key: str) -> _Actor:
+        return _Actor()
+
+
+async def test_eviction_takes_least_recently_used_idle_actors_and_never_a_busy_one(nats_server: Any) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        host = _Host(nc, layout=Layout(partitions=1), partitions=[0], consumer=str, key_of=lambda s: s,
+                     partition_of=lambda k: 0, max_resident=3, role="test")
+        for key in ("busy", "idle1", "idle2"):
+            await host._on_msg(_Input(key))  # type: ignore[arg-type]
+        busy = host.actors["busy"]
+        await asyncio.wait_for(busy.working.wait(), 5)  # the oldest one is mid-work, the others idle
+        idle = [host.actors["idle1"], host.actors["idle2"]]
+        for actor in idle:
+            actor.release.set()
+            await asyncio.wait_for(actor.waiting.wait(), 5)
+        await host._on_msg(_Input("new"))  # type: ignore[arg-type]  # 4 > 3: evict down to 2, oldest first
+        assert list(host.actors) == ["busy", "new"] and host.evicted == 2
+        await asyncio.gather(*(a.task for a in idle if a.task), return_exceptions=True)
+        assert all(a.task is not None and a.task.cancelled() for a in idle)
+        assert busy.task is not None and not busy.task.done(), "a busy actor was evicted"
+        await host.stop()
+    finally:
+        await nc.close()
