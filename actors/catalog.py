@@ -45,15 +45,15 @@ async def register(js: JetStreamContext, source: str, *, file: str = "<string>")
             latest, latest_rev = 0, None
         if pb.metadata.version is not None:
             version = pb.metadata.version
-        elif latest and (await _get(js, path, latest)).source == source:
-            return await _get(js, path, latest)
+        elif latest and (current := await _get(kv, path, latest)).source == source:
+            return current
         else:
             version = latest + 1
         entry = CatalogEntry(path=path, version=version, source=source, registered_at=time.time())
         try:
             await kv.create(_key(path, f"v{version}"), encode(entry))
         except KeyWrongLastSequenceError:
-            existing = await _get(js, path, version)
+            existing = await _get(kv, path, version)
             if existing.source != source:
                 raise CatalogError(
                     f"{file}: playbook {path} version {version} is already registered with other content; "
@@ -72,15 +72,9 @@ async def register(js: JetStreamContext, source: str, *, file: str = "<string>")
     raise CatalogError(f"{file}: could not register {path}: too much contention on its latest version")
 
 
-async def _get(js: JetStreamContext, path: str, version: int) -> CatalogEntry:
-    kv = await js.key_value(CATALOG_BUCKET)
+async def _get(kv: KeyValue, path: str, version: int) -> CatalogEntry:
     e = await kv.get(_key(path, f"v{version}"))
     return _entry.decode(e.value or b"")
-
-
-async def resolve(js: JetStreamContext, path: str, version: int | None = None) -> CatalogEntry:
-    """The entry for `path` at `version` (latest when None); CatalogError if absent."""
-    return await CatalogReader(js).resolve(path, version)
 
 
 class CatalogReader:
@@ -96,6 +90,7 @@ class CatalogReader:
         self._cache = cache
 
     async def resolve(self, path: str, version: int | None = None) -> CatalogEntry:
+        """The entry for `path` at `version` (latest when None); CatalogError if absent."""
         if self._kv is None:
             self._kv = await self.js.key_value(CATALOG_BUCKET)
         try:
@@ -103,8 +98,7 @@ class CatalogReader:
                 version = int((await self._kv.get(_key(path, "latest"))).value or b"0")
             entry = self._entries.get((path, version))
             if entry is None:
-                entry = _entry.decode((await self._kv.get(_key(path, f"v{version}"))).value or b"")
-                self._entries[(path, version)] = entry
+                entry = self._entries[(path, version)] = await _get(self._kv, path, version)
                 if len(self._entries) > self._cache:
                     self._entries.popitem(last=False)
             return entry
