@@ -29,7 +29,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from actors.metrics import EVICTED_ACTORS, RESIDENT_ACTORS
+from actors.metrics import EVICTED_ACTORS
 from streams.layout import Layout, deliver_subject
 
 log = logging.getLogger("actors")
@@ -60,10 +60,9 @@ class PartitionHost(Generic[K, A]):
         self.actors: dict[K, A] = {}  # least recently given an input first
         self.max_resident = max(max_resident, 1)
         self.evicted = 0
-        role = role or type(self).__name__.lower()
-        self._resident_key, self._evicted_key = RESIDENT_ACTORS.key(role=role), EVICTED_ACTORS.key(role=role)
-        RESIDENT_ACTORS.set_key(self._resident_key, 0)  # both series exist from the start: no gaps
-        EVICTED_ACTORS.inc_key(self._evicted_key, 0)
+        self.role = role or type(self).__name__.lower()  # the metrics' label
+        self._evicted_key = EVICTED_ACTORS.key(role=self.role)
+        EVICTED_ACTORS.inc_key(self._evicted_key, 0)  # the series exists from the start: no gaps
         self.retired: OrderedDict[K, None] = OrderedDict()
         self._retired_cache = retired_cache
         self._subs: dict[int, Subscription] = {}
@@ -102,7 +101,6 @@ class PartitionHost(Generic[K, A]):
             del self.actors[k]
             if a.task is not None:
                 a.task.cancel()
-        RESIDENT_ACTORS.set_key(self._resident_key, len(self.actors))
         await asyncio.gather(*(a.task for _, a in doomed if a.task), return_exceptions=True)
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -120,7 +118,6 @@ class PartitionHost(Generic[K, A]):
         actor.mailbox.put_nowait(msg)
         if len(self.actors) > self.max_resident:
             self._evict()
-        RESIDENT_ACTORS.set_key(self._resident_key, len(self.actors))
 
     def _evict(self) -> None:
         """Drop least recently used idle actors (nothing in the mailbox, not handling
@@ -145,7 +142,6 @@ class PartitionHost(Generic[K, A]):
     def forget(self, key: K, actor: A) -> None:
         if self.actors.get(key) is actor:
             del self.actors[key]
-            RESIDENT_ACTORS.set_key(self._resident_key, len(self.actors))
 
     def retire(self, key: K, actor: A) -> None:
         self.forget(key, actor)
@@ -164,7 +160,6 @@ class PartitionHost(Generic[K, A]):
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.actors.clear()
-        RESIDENT_ACTORS.set_key(self._resident_key, 0)
         if self._beat is not None:
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)

@@ -120,8 +120,6 @@ class Gauge(_Valued):
     def set(self, value: float, **labels: str) -> None:
         self._values[self._key(labels)] = value
 
-    def set_key(self, key: tuple[str, ...], value: float) -> None:
-        self._values[key] = value
 
 
 class Histogram(_Metric):
@@ -275,14 +273,21 @@ LIFECYCLE_EVENTS = REGISTRY.counter(
     "actors_lifecycle_events_total", "Lifecycle events this pod's projector applied, by event type.", ("type",)
 )
 
-RESIDENT_ACTORS = REGISTRY.gauge(
-    "actors_resident", "Execution (engine) or loop (counter) actors this pod holds in memory, by role.", ("role",)
-)
 EVICTED_ACTORS = REGISTRY.counter(
     "actors_evicted_total",
     "Idle actors this pod dropped from memory to stay within its bound (rebuilt by replay on their next input).",
     ("role",),
 )
+
+
+
+def resident_actors(counts: Iterable[tuple[str, int]]) -> Family:
+    """`actors_resident{role}` from (role, actors in memory) pairs, counted at scrape
+    time by the runtime (`Runtime.collect`): nothing to keep in step on the hot path."""
+    name = "actors_resident"
+    return Family(name, "gauge", "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
+                  [Sample(name, (("role", role),), n) for role, n in counts])
+
 
 lifecycle_log = logging.getLogger("actors.lifecycle")
 

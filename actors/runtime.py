@@ -18,7 +18,7 @@ from actors.deadletters import MaxDeliveriesWatcher
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
-from actors.metrics import REGISTRY, ConsumerCollector, consumers_for
+from actors.metrics import REGISTRY, ConsumerCollector, Family, consumers_for, resident_actors
 from actors.natsio import publisher
 from actors.ownership import Leases
 from actors.projector import Projector
@@ -71,6 +71,10 @@ class Runtime:
                     await a.stop()
             except Exception:
                 log.exception("stopping %s", type(a).__name__)
+
+    async def collect(self) -> list[Family]:
+        """Metrics read from the actors at each scrape (a `metrics.Collector`)."""
+        return [resident_actors((a.role, len(a.actors)) for a in self.actors if isinstance(a, (Engine, Counter)))]
 
     def consumers(self) -> list[tuple[str, str]]:
         """(stream, consumer) for the JetStream consumers these actors read."""
@@ -237,6 +241,7 @@ async def _run_roles(
     tune_gc()
     collector = ConsumerCollector(nc, rt.consumers())
     REGISTRY.add_collector(collector)
+    REGISTRY.add_collector(rt)
     clean = False
     try:
         state.ready(nc)
@@ -251,4 +256,5 @@ async def _run_roles(
         except TimeoutError:
             log.error("roles did not stop within %.0fs; exiting anyway", shutdown_timeout)
         REGISTRY.remove_collector(collector)
+        REGISTRY.remove_collector(rt)
     return clean
