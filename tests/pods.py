@@ -65,13 +65,14 @@ class PodProcess:
         self.role, self.proc, self.port, self.log = role, proc, port, log
 
     @classmethod
-    async def start(cls, role: str, *, url: str, layout: Layout, logs: Path, name: str) -> PodProcess:
+    async def start(cls, role: str, *, url: str, layout: Layout, logs: Path, name: str,
+                    drain_timeout: float = 2) -> PodProcess:
         port = free_port()
         log = logs / f"{name}.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "actors.cli", "serve", "--role", role, "--http-port", str(port),
-                "--http-host", "127.0.0.1", "--drain-timeout", "2",
+                "--http-host", "127.0.0.1", "--drain-timeout", str(drain_timeout),
                 cwd=ROOT, stdout=out, stderr=out,
                 env={**os.environ, "NATS_URL": url, **layout_env(layout)},
             )

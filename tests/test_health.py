@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +18,8 @@ from actors.runtime import connect, serve, start_roles
 from streams.layout import CMD_STREAM, Layout, tool_consumer
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES
-from tests.pods import free_port, get, until_status
+from tests.pods import PodProcess, free_port, get, until_status
 
-ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 2
 
 
@@ -45,19 +41,12 @@ def types(text: str) -> dict[str, str]:
 async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    stderr = (tmp_path / "serve.stderr").open("wb")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "actors.cli", "serve", "--role", "all", "--http-port", str(port),
-        "--http-host", "127.0.0.1", "--drain-timeout", "5",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
-        env={**os.environ, "NATS_URL": nats_server.url, "ACTORS_PARTITIONS": str(PARTITIONS)},
-    )
-    stderr.close()
+    pod = await PodProcess.start("all", url=nats_server.url, layout=Layout(partitions=PARTITIONS), logs=tmp_path,
+                                 name="serve", drain_timeout=5)
+    base = f"http://127.0.0.1:{pod.port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-            await until_status(http, f"{base}/readyz", 200, timeout=30, proc=proc)
+            await until_status(http, f"{base}/readyz", 200, timeout=30, proc=pod.proc)
             assert (await get(http, f"{base}/healthz"))[0] == 200
 
             # one execution through the pod: the projector counts and logs it
@@ -99,14 +88,11 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
                 await asyncio.sleep(0.05)
             assert samples((await get(http, f"{base}/metrics"))[2])[("actors_executions_started_total", ())] == 1
 
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert await pod.stop(timeout=30) == 0  # SIGTERM
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await pod.kill()  # if it is still running
 
-    lines = [json.loads(ln) for ln in (tmp_path / "serve.stderr").read_text().splitlines() if ln.startswith("{")]
+    lines = [json.loads(ln) for ln in pod.log.read_text().splitlines() if ln.startswith("{")]
     mine = [ln for ln in lines if ln.get("logger") == "actors.lifecycle" and ln["execution_id"] == "health-1"]
     assert {"type": "playbook.completed", "state": "COMPLETED"}.items() <= mine[-1].items(), mine
     assert any(ln["type"] == "playbook.initialized" and ln["state"] == "RUNNING" for ln in mine)
@@ -177,21 +163,14 @@ workflow:
 async def test_sigterm_while_waiting_for_nats_exits_0(tmp_path: Path) -> None:
     """A pod whose NATS never answers is live, not ready, and still stops on SIGTERM
     (the client alone would retry the connection forever)."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "actors.cli", "serve", "--role", "projector", "--http-port", str(port),
-        "--http-host", "127.0.0.1", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "NATS_URL": f"nats://127.0.0.1:{free_port()}"},  # nothing listens there
-    )
+    pod = await PodProcess.start("projector", url=f"nats://127.0.0.1:{free_port()}",  # nothing listens there
+                                 layout=Layout(), logs=tmp_path, name="projector")
+    base = f"http://127.0.0.1:{pod.port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-            await until_status(http, f"{base}/healthz", 200, timeout=30, proc=proc)
+            await until_status(http, f"{base}/healthz", 200, timeout=30, proc=pod.proc)
             status, _, why = await get(http, f"{base}/readyz")
             assert (status, why.strip()) == (503, "starting")
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 15) == 0
+        assert await pod.stop(timeout=15) == 0  # SIGTERM
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await pod.kill()  # if it is still running
