@@ -3,6 +3,8 @@ rebalanced when pods join or leave, taken over when a pod dies."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +69,29 @@ class Pod:
         await self.nc.close()
 
 
-async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def leased(layout: Layout, *, rest: tuple[str, ...]) -> AsyncIterator[tuple[NatsServer, NATS, list[Pod]]]:
+    """A server, a connection running the roles `rest` with every partition, and a
+    list for the test's leased pods: each one left in it is stopped at the end."""
     server = await NatsServer.start()
-    layout = Layout(partitions=6, ack_wait=2.0, lease_ttl=2.0)
     nc = await connect(server.url, name="rest")
     await ensure(nc.jetstream(), layout)
-    rest = await start_roles(nc, layout=layout, roles=("tools", "projector", "counter"))
+    others = await start_roles(nc, layout=layout, roles=rest)
     pods: list[Pod] = []
     try:
-        pods = [await Pod.start(server.url, layout, f"pod{i}") for i in range(3)]
+        yield server, nc, pods
+    finally:
+        for p in pods:
+            await p.stop()
+        await others.stop()
+        await nc.close()
+        await server.stop()
+
+
+async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Path) -> None:
+    layout = Layout(partitions=6, ack_wait=2.0, lease_ttl=2.0)
+    async with leased(layout, rest=("tools", "projector", "counter")) as (server, nc, pods):
+        pods += [await Pod.start(server.url, layout, f"pod{i}") for i in range(3)]
 
         async def balanced(live: list[Pod], share: int) -> bool:
             for p in live:
@@ -108,12 +124,6 @@ async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Pat
         more = [await client.start(entry.path, payload={"v": 100 + i}) for i in range(6)]
         for eid in more:
             assert (await client.wait(eid, timeout=30)).state == "COMPLETED"
-    finally:
-        for p in pods:
-            await p.stop()
-        await rest.stop()
-        await nc.close()
-        await server.stop()
 
 
 async def test_a_graceful_stop_hands_partitions_over_at_once(tmp_path: Path) -> None:
@@ -155,14 +165,9 @@ workflow:
 
 
 async def test_counter_pods_share_loops_and_take_over_a_crashed_one(tmp_path: Path) -> None:
-    server = await NatsServer.start()
     layout = Layout(partitions=4, ack_wait=2.0, lease_ttl=2.0)
-    nc = await connect(server.url, name="rest")
-    await ensure(nc.jetstream(), layout)
-    rest = await start_roles(nc, layout=layout, roles=("tools", "projector", "engine"))
-    pods: list[Pod] = []
-    try:
-        pods = [await Pod.start(server.url, layout, f"counter{i}", role="counter") for i in range(2)]
+    async with leased(layout, rest=("tools", "projector", "engine")) as (server, nc, pods):
+        pods += [await Pod.start(server.url, layout, f"counter{i}", role="counter") for i in range(2)]
 
         async def split() -> bool:
             for p in pods:
@@ -191,9 +196,3 @@ async def test_counter_pods_share_loops_and_take_over_a_crashed_one(tmp_path: Pa
             assert (done[0].data["total"], done[0].data["succeeded"], done[0].data["failed"]) == (40, 40, 0)
         await pods[0].leases.balance()
         assert pods[0].held == {0, 1, 2, 3}
-    finally:
-        for p in pods:
-            await p.stop()
-        await rest.stop()
-        await nc.close()
-        await server.stop()
