@@ -359,14 +359,21 @@ async def test_python_caller_task_cancelled_kills_the_worker() -> None:
 
 @pytest.mark.asyncio
 async def test_python_calls_run_in_parallel() -> None:
+    """Each call connects and waits until the test has accepted both connections:
+    possible only while both run at once, one per worker."""
+    server, port = listener()
     pool = PythonPool(size=2)
+    code = ("import socket\ndef main(port):\n    c = socket.create_connection(('127.0.0.1', port))\n"
+            "    c.recv(1)\n    return 1\n")
     try:
-        await pool.start()  # both workers booted: the measure is of the calls only
-        code = "import time\ndef main():\n    time.sleep(0.5)\n    return 1\n"
-        t0 = time.monotonic()
-        assert await asyncio.gather(pool.run(code, {}, timeout=10), pool.run(code, {}, timeout=10)) == [1, 1]
-        assert time.monotonic() - t0 < 0.9
+        calls = asyncio.gather(pool.run(code, {"port": port}, timeout=20), pool.run(code, {"port": port}, timeout=20))
+        loop = asyncio.get_running_loop()
+        both = [(await asyncio.wait_for(loop.sock_accept(server), 10))[0] for _ in range(2)]
+        for conn in both:
+            conn.close()  # only now may either call return
+        assert await calls == [1, 1]
     finally:
+        server.close()
         await pool.close()
 
 
