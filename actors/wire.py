@@ -48,6 +48,23 @@ class StartMessage(_Wire, forbid_unknown_fields=True):
 # --- inputs: what the engine folds (subject class `in`) ------------------------------
 
 
+class Limits(Struct):  # every field written out: a default changed later must not change a replay
+    """Bounds that feed decisions, fixed for an execution when it starts: the starter
+    copies its pod's settings (actors/limits.py) into the start record, so every pod
+    replays one log the same way whatever its own settings. A record written before a
+    field existed decodes with that field's default."""
+
+    # templates (actors/playbook/templates.py): operations one render may take, counted
+    # deterministically (loop iterations, calls, characters built), and the characters
+    # it may produce
+    template_ops: int = 5_000_000
+    template_output: int = 1_000_000
+    # steps (activations) one execution may enter: bounds a cycle of any steps
+    max_activations: int = 10_000
+    # attempts of one step, retry rules and on_error retries together
+    max_attempts: int = 1_000
+
+
 class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     """The starter's resolution of a start message: the playbook source is copied in,
     so a replay never depends on the catalog as it is today."""
@@ -59,6 +76,7 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     payload: dict[str, Any] = field(default_factory=dict)
     parent: ParentRef | None = None
     error: ErrorInfo | None = None  # set when the start could not be resolved
+    limits: Limits = field(default_factory=Limits)
 
 
 class CallDone(_Wire, tag="call.done", tag_field="type"):

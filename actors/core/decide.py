@@ -37,7 +37,7 @@ from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
 from actors.core.retry import match_retry
 from actors.core.state import Activation, Arrival, Execution
-from actors.playbook.loader import PlaybookInvalid, max_attempts_ceiling, parsed_playbook
+from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
 from actors.wire import (
@@ -139,6 +139,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
     ex.playbook_source = rec.playbook_source or ""
     ex.started_at = d.out.at
     ex.parent = rec.parent
+    ex.limits = rec.limits
     if rec.error is not None or rec.playbook_source is None:
         err = rec.error or ErrorInfo(type="StartError", message="start record carries no playbook")
         _fail_execution(d, err)
@@ -481,9 +482,9 @@ def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exh
             _step_completed(d, act, step, decided.get("result"), ignored_error=_err(error))
             return
         if decision in ("retry", "retry_later"):
-            if act.attempt >= max_attempts_ceiling():
+            if act.attempt >= d.ex.limits.max_attempts:
                 d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
-                        max_attempts=max_attempts_ceiling(), error=_err(error), rule=decided["rule"])
+                        max_attempts=d.ex.limits.max_attempts, error=_err(error), rule=decided["rule"])
             else:
                 if decided.get("args") is not None:
                     act.next_args = decided["args"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors.playbook.model import Collect, Playbook
-from actors.wire import ParentRef
+from actors.wire import Limits, ParentRef
 
 ExecState = Literal["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
@@ -66,6 +66,7 @@ class Execution:
     inputs_folded: int = 0
     parent: ParentRef | None = None
     aborted: bool = False
+    limits: Limits = field(default_factory=Limits)  # from the start record: what bounds this execution
     # failure decisions read back from the log during a replay: (activation, attempt) ->
     # the recorded `step.failure_decided` data; a recorded decision is never re-evaluated
     recorded: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)

@@ -22,9 +22,10 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 
 from actors.catalog import CatalogError, CatalogReader
+from actors.limits import limits_from_env
 from actors.natsio import dead_letter, publish_all, stream_seq
 from actors.overlap import Overlap
-from actors.wire import ErrorInfo, StartMessage, StartRecord, encode
+from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
 from streams.layout import EXEC_STREAM, EXECUTION_ID, IN, STARTER_CONSUMER, Layout, deliver_subject
 
 log = logging.getLogger("actors.starter")
@@ -40,8 +41,10 @@ STARTS_IN_FLIGHT = 64
 
 
 class Starter:
-    def __init__(self, nc: NATS, *, layout: Layout, in_flight: int = STARTS_IN_FLIGHT) -> None:
+    def __init__(self, nc: NATS, *, layout: Layout, in_flight: int = STARTS_IN_FLIGHT,
+                 limits: Limits | None = None) -> None:
         self.nc = nc
+        self.limits = limits if limits is not None else limits_from_env()  # fixed in every record it writes
         self.js = nc.jetstream()
         self.layout = layout
         self.catalog = CatalogReader(self.js)
@@ -103,7 +106,7 @@ class Starter:
             log.info("starter: execution %s already started; duplicate start ignored", eid)
             return
         record = StartRecord(execution_id=eid, playbook_path=start.playbook, playbook_version=start.version,
-                             payload=start.payload, parent=start.parent)
+                             payload=start.payload, parent=start.parent, limits=self.limits)
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
             record.playbook_source, record.playbook_version = entry.source, entry.version
