@@ -33,9 +33,9 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, offload
-from actors.core.effects import CommandCancel, Timer
+from actors.core.effects import CommandCancel, Timer, err
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
-from actors.hosting import PartitionHost, hand_back
+from actors.hosting import PartitionHost, engine_error, hand_back
 from actors.natsio import (
     ack,
     arm_timers,
@@ -48,6 +48,7 @@ from actors.natsio import (
 )
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
+from actors.playbook.templates import DEFAULT_LIMITS, template_limits
 from actors.wire import (
     CancelRequest,
     Command,
@@ -96,6 +97,7 @@ class LoopActor:
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
+        self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
         self._progress_at = 0.0
 
     async def run(self) -> None:
@@ -106,7 +108,8 @@ class LoopActor:
             self.busy = True
             try:
                 await self.counter.handle_until_done(batch, functools.partial(self.handle, batch), reset=self.reset,
-                                                     what=f"loop {self.execution_id}/{self.loop_id}")
+                                                     what=f"loop {self.execution_id}/{self.loop_id}", actor=self,
+                                                     give_up=functools.partial(self.give_up, batch))
             except asyncio.CancelledError:
                 await hand_back(batch, self.mailbox)  # the partition's next owner replays it
                 raise
@@ -158,7 +161,33 @@ class LoopActor:
             step = await self._resolve(inp)
             if step is None:
                 return None
-        return fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
+        spec = inp if isinstance(inp, LoopSpec) else self.state.spec
+        limits = spec.limits if spec is not None else DEFAULT_LIMITS
+
+        def fold() -> LoopOutput | None:
+            with template_limits(limits):
+                return fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
+
+        return await self.counter.fold_off_loop(self, fold)
+
+    async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
+        """Handling these inputs failed deterministically, again and again: the loop
+        fails (its verdict carries an `EngineError`, which the step meets like any loop
+        failure), the inputs are acked and the actor stops. A later replay of the loop
+        fails the same way and sends the same verdict, which the engine counts once."""
+        first = batch[0]
+        info = engine_error(error, subject=first.subject, seq=stream_seq(first), data=first.data)
+        spec = self.state.spec
+        verdict = IteratorFailed(execution_id=self.execution_id, loop_id=self.loop_id,
+                                 step=spec.step if spec is not None else "", total=self.state.total,
+                                 succeeded=0, failed=1, errors=[{"index": -1, "error": err(info)}])
+        reply_to = (spec.reply_to if spec is not None
+                    else self.counter.layout.exec_subject(self.execution_id, IN, f"iterator.{self.loop_id}"))
+        await self._send_verdict(reply_to, verdict)
+        self.state.finished = True
+        for m in batch:
+            await ack(m)
+        return True
 
     async def _resolve(self, spec: LoopSpec) -> Step | None:
         """Fetch what the spec references, and the step it runs. A spec that cannot be

@@ -8,6 +8,19 @@ its mailbox on its own task. An actor that fails to handle its inputs keeps them
 (`handle_until_done`); one that finished is retired, so late inputs for it are acked
 without a replay.
 
+Two kinds of failure, told apart by `is_transient`. NATS unreachable, electing a
+leader or reconnecting: the actor waits and tries again for as long as it takes (the
+inputs stay in the log). Anything else (an exception from the pure fold, from encoding
+its outputs, a message the server refuses) is deterministic: the same input fails the
+same way every time, so after `POISON_TRIES` failures in a row the actor gives up on
+it (`give_up`: the engine fails the execution with an `EngineError`, the counter the
+loop) and goes on.
+
+A fold whose templates need more than their inline slice of operations raises
+`SliceExhausted` (actors/playbook/templates.py): the actor is rebuilt and folds from
+then on on a worker thread (`fold_off_loop`), so a runaway template never holds the
+event loop that every other execution's steps need.
+
 Memory is bounded by `max_resident`, not by how many executions (or loops) are open: a
 flood of long-running executions would otherwise keep an actor each in memory for as
 long as they run. Past the bound the least recently used idle actors are evicted (their
@@ -20,33 +33,70 @@ import asyncio
 import itertools
 import logging
 import random
+import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Generic, Protocol, TypeVar
 
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
+from nats.js.errors import NoStreamResponseError, ServerError, ServiceUnavailableError
 
 from actors.metrics import EVICTED_ACTORS
+from actors.natsio import PublishOutcomeUnknown
+from actors.playbook.templates import INLINE_TEMPLATE_OPS, SliceExhausted, inline_slice, off_the_loop
+from actors.wire import ErrorInfo
 from streams.layout import Layout, deliver_subject
 
 log = logging.getLogger("actors")
 FAILURE_PAUSE_FIRST = 0.5  # seconds before the second try of inputs an actor failed to handle
 FAILURE_PAUSE_MAX = 15.0  # ... doubling up to this: an outage costs little, a long one is not hammered
+POISON_TRIES = 3  # deterministic failures in a row before an actor gives up on its inputs
+
+# What waiting cures: the server unreachable, reconnecting, electing a stream leader, a
+# PubAck lost. (nats-py's TimeoutError is an OSError.)
+TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError, nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
+    nats.errors.ConnectionReconnectingError, nats.errors.NoServersError, nats.errors.StaleConnectionError,
+    nats.errors.UnexpectedEOF, nats.errors.FlushTimeoutError, nats.errors.OutboundBufferLimitError,
+    nats.errors.NoRespondersError, nats.errors.SlowConsumerError, nats.errors.AuthorizationError,
+    NoStreamResponseError, ServiceUnavailableError, ServerError, PublishOutcomeUnknown,
+)
+
+
+def is_transient(e: BaseException) -> bool:
+    return isinstance(e, TRANSIENT)
+
+
+def engine_error(e: BaseException, *, subject: str, seq: int, data: bytes) -> ErrorInfo:
+    """What an actor records when it gives up on an input: the exception, and the input
+    that caused it (its subject, stream position and the start of its content)."""
+    head = data[:500].decode("utf-8", "replace") + (" ..." if len(data) > 500 else "")
+    tb = "".join(traceback.format_exception(e))
+    return ErrorInfo(type="EngineError", message=f"{type(e).__name__}: {str(e)[:1000]} (input {subject}, stream seq "
+                                                 f"{seq}: {head})", traceback=tb[-4000:])
 
 
 class Hosted(Protocol):
     mailbox: asyncio.Queue[Msg]
     task: asyncio.Task[None] | None
     busy: bool  # handling inputs (between taking them from its mailbox and being done)
+    off_loop: bool  # folds on a worker thread (its templates took more than the inline slice)
 
     async def run(self) -> None: ...
 
 
 K = TypeVar("K", bound=Hashable)
 A = TypeVar("A", bound=Hosted)
+T = TypeVar("T")
+
+
+def _polite(fold: Callable[[], T]) -> T:
+    with off_the_loop():
+        return fold()
 
 
 class PartitionHost(Generic[K, A]):
@@ -166,11 +216,19 @@ class PartitionHost(Generic[K, A]):
             self._beat = None
 
     async def handle_until_done(self, held: list[Msg], handle: Callable[[], Awaitable[None]], *,
-                                reset: Callable[[], None], what: str) -> None:
+                                reset: Callable[[], None], what: str, actor: Hosted,
+                                give_up: Callable[[Exception, int], Awaitable[bool]]) -> None:
         """Run an actor's `handle` (which acks `held` last) until it succeeds. After a
         failure the actor's state may be ahead of the log (folded, not all published),
-        so `reset` makes the next try rebuild it by replay, after `failure_pause`.
-        Meanwhile `held` is kept alive.
+        so `reset` makes the next try rebuild it by replay. Meanwhile `held` is kept
+        alive.
+
+        A transient failure is tried again after `failure_pause`, for as long as it
+        takes. A deterministic one is tried POISON_TRIES times; then `give_up(error,
+        level)` records it (level 1, 2, ...: how many times it was given up on already
+        plus one) and says whether `held` is dealt with (True: done) or whether to try
+        again at once (the replay then skips what was given up on). `SliceExhausted`
+        moves the actor off the event loop and tries again at once.
 
         The inputs are never nak'ed here: a nak redelivers at once, so a failing actor
         would replay in a tight loop, hammering a cluster that is electing a leader.
@@ -178,13 +236,30 @@ class PartitionHost(Generic[K, A]):
         inputs back."""
         token = next(self._holds)
         self._held[token] = (held, asyncio.get_running_loop().time())
-        failures = 0
+        failures = poisoned = 0
         try:
             while True:
                 try:
                     await handle()
+                except SliceExhausted:
+                    log.info("%s: a template needs more than its inline slice; folding off the event loop", what)
+                    actor.off_loop = True
+                    reset()
+                    continue
                 except Exception as e:
                     failures += 1
+                    if not is_transient(e):
+                        poisoned += 1
+                        log.warning("%s: deterministic failure %d of %d: %r", what, poisoned, POISON_TRIES, e,
+                                    exc_info=poisoned == 1)
+                        if poisoned % POISON_TRIES == 0 and await self._give_up(give_up, e, poisoned // POISON_TRIES,
+                                                                                what):
+                            return
+                        reset()
+                        if poisoned % POISON_TRIES == 0:
+                            continue  # given up on: the replay now skips it, no pause needed
+                        await asyncio.sleep(min(0.05 * poisoned, 0.5))  # same input, same outcome: no long wait
+                        continue
                     if failures == 1:
                         log.exception("%s: failed to handle its inputs; will replay", what)
                     else:
@@ -197,6 +272,27 @@ class PartitionHost(Generic[K, A]):
                 await asyncio.sleep(failure_pause(failures))
         finally:
             del self._held[token]
+
+    @staticmethod
+    async def _give_up(give_up: Callable[[Exception, int], Awaitable[bool]], e: Exception, level: int,
+                       what: str) -> bool:
+        log.error("%s: giving up on its input after %d deterministic failures (level %d): %r", what,
+                  POISON_TRIES, level, e)
+        try:
+            return await give_up(e, level)
+        except Exception as again:  # NATS away while recording it: the next round tries again
+            log.warning("%s: could not record giving up: %r", what, again)
+            await asyncio.sleep(FAILURE_PAUSE_FIRST)
+            return False
+
+    @staticmethod
+    async def fold_off_loop(actor: Hosted, fold: Callable[[], T]) -> T:
+        """Run a fold inline with its slice of template operations, or, for an actor
+        moved off the loop, on a worker thread."""
+        if not actor.off_loop:
+            with inline_slice(INLINE_TEMPLATE_OPS):
+                return fold()
+        return await asyncio.to_thread(_polite, fold)
 
     async def _keep_alive(self) -> None:
         """Every `ack_wait / 3`, tell the server that inputs held longer than that are

@@ -199,7 +199,21 @@ class IteratorFailed(_IteratorEnd, tag="iterator.failed", tag_field="type"):
     tolerated: int = 0
 
 
-Input = StartRecord | CallDone | CallError | CancelRequest | TimerFired | IteratorCompleted | IteratorFailed
+class EngineFault(_Wire, tag="engine.fault", tag_field="type"):
+    """The engine gave up on one of an execution's inputs: handling it failed the same
+    way several times in a row (a bug, or an input the fold cannot take; see
+    actors/hosting.py). Folding this ends the execution FAILED with `error`
+    (`EngineError`), and a replay skips the input it names, so the execution is not
+    stuck on it for ever."""
+
+    execution_id: str
+    input_seq: int  # the stream sequence of the input given up on
+    input_subject: str
+    error: ErrorInfo
+
+
+Input = (StartRecord | CallDone | CallError | CancelRequest | TimerFired | IteratorCompleted | IteratorFailed
+         | EngineFault)
 input_decoder = msgspec.json.Decoder(Input)
 
 
@@ -221,6 +235,7 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     scope: dict[str, Any] = field(default_factory=dict)
     reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
     parent_event_id: str | None = None
+    limits: Limits = field(default_factory=Limits)  # the execution's, from its start record
 
 
 class LoopCancel(_Wire, tag="loop.cancel", tag_field="type"):

@@ -39,12 +39,13 @@ from actors.core.retry import match_retry
 from actors.core.state import Activation, Arrival, Execution
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
-from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
+from actors.playbook.templates import TemplateError, names_read, render_condition, render_value, template_limits
 from actors.wire import (
     CallDone,
     CallError,
     CancelRequest,
     Command,
+    EngineFault,
     ErrorInfo,
     Event,
     Input,
@@ -111,10 +112,18 @@ class _Decision:
 
 
 def fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:
+    # templates are bounded by the execution's limits, fixed in its start record
+    with template_limits(inp.limits if isinstance(inp, StartRecord) and ex.status == "PENDING" else ex.limits):
+        return _fold(ex, inp, seq=seq, at=at, reply_to=reply_to)
+
+
+def _fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:
     d = _Decision(ex, reply_to, seq, at)
     ex.inputs_folded += 1
     if isinstance(inp, StartRecord):
         _start(d, inp)
+    elif isinstance(inp, EngineFault):
+        _engine_fault(d, inp)
     elif ex.terminal or ex.playbook is None:
         pass  # late results after the end, or inputs before a start: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
@@ -167,6 +176,24 @@ def _fail_execution(d: _Decision, err: ErrorInfo) -> None:
     d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at, error=_err(err))
     _reply_to_parent(d, result=None, error=ErrorInfo(type="ChildFailed", message=f"child execution {ex.execution_id} "
                                                      f"did not start: {err.message}"))
+
+
+def _engine_fault(d: _Decision, fault: EngineFault) -> None:
+    """The engine could not handle one of this execution's inputs (EngineFault): the
+    execution ends FAILED with the error, and whatever runs is stopped as on a cancel."""
+    ex = d.ex
+    if ex.terminal:
+        return
+    d.event("engine.fault", None, input_seq=fault.input_seq, input_subject=fault.input_subject,
+            error=_err(fault.error))
+    for act_id in list(ex.live):
+        _cancel_activation(d, ex.activations[act_id], reason=f"engine error: {fault.error.message[:200]}",
+                           to_end=False)
+    ex.status = "FAILED"
+    d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at,
+                error=_err(fault.error))
+    _reply_to_parent(d, result=None, error=ErrorInfo(
+        type="ChildFailed", message=f"child execution {ex.execution_id} failed: {fault.error.message}"))
 
 
 # --- steps ---------------------------------------------------------------------------
@@ -312,7 +339,7 @@ def _start_loop(d: _Decision, act: Activation, step: Step, loop: Loop) -> None:
         execution_id=ex.execution_id, loop_id=loop_id, step=step.step, playbook_path=ex.playbook_path,
         playbook_source=ex.playbook_source, collection=collection,
         scope={k: v for k, v in scope.items() if k in wanted},
-        reply_to=f"{d.reply_to.rsplit('.', 1)[0]}.iterator.{loop_id}", parent_event_id=parent,
+        reply_to=f"{d.reply_to.rsplit('.', 1)[0]}.iterator.{loop_id}", parent_event_id=parent, limits=ex.limits,
     ))
 
 

@@ -74,4 +74,4 @@ def template_error(step: str, e: TemplateError, *, field: str = "") -> ErrorInfo
     """A template that could not render fails its step: the message names step and field
     (`e` already names the field inside the step, e.g. `args.x` or `retry[0].when`)."""
     where = f"{field}: " if field else ""
-    return ErrorInfo(type="TemplateError", message=f"step '{step}' field {where}{e}")
+    return ErrorInfo(type=e.kind, message=f"step '{step}' field {where}{e}")

@@ -33,9 +33,10 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, offload
-from actors.core.decide import Output, fold
+from actors.core.decide import PLAYBOOK_FAILED, Output, fold
+from actors.core.effects import err
 from actors.core.state import Execution
-from actors.hosting import PartitionHost, hand_back
+from actors.hosting import PartitionHost, engine_error, hand_back
 from actors.natsio import (
     ack,
     arm_timers,
@@ -50,6 +51,7 @@ from actors.natsio import (
 from actors.wire import (
     CancelRequest,
     DecisionRecord,
+    EngineFault,
     Event,
     IteratorCompleted,
     IteratorFailed,
@@ -76,6 +78,7 @@ from streams.layout import (
 )
 
 log = logging.getLogger("actors.engine")
+fault_decoder = msgspec.json.Decoder(EngineFault)
 REPLAY_IDLE_TIMEOUT = 10.0
 
 
@@ -92,6 +95,8 @@ class ExecutionActor:
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
+        self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
+        self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
 
     # --- live ------------------------------------------------------------------------
 
@@ -101,7 +106,8 @@ class ExecutionActor:
             self.busy = True
             try:
                 await self.engine.handle_until_done([msg], functools.partial(self.handle, msg), reset=self.reset,
-                                                    what=f"execution {self.execution_id} ({msg.subject})")
+                                                    what=f"execution {self.execution_id} ({msg.subject})", actor=self,
+                                                    give_up=functools.partial(self.give_up, msg))
             except asyncio.CancelledError:
                 await hand_back([msg], self.mailbox)  # the partition's next owner replays it
                 raise
@@ -116,6 +122,28 @@ class ExecutionActor:
         published), rebuild it by replay."""
         self.hydrated = False
         self.replayed = True
+
+    async def give_up(self, msg: Msg, error: Exception, level: int) -> bool:
+        """Handling `msg` failed deterministically, again and again. The first time, an
+        `EngineFault` naming it goes to the execution's inputs: the replay that follows
+        skips `msg` and folds the fault, which fails the execution with the error. If
+        even that fails, the execution's end is written straight to its lifecycle and
+        the actor stops: no execution stays RUNNING because of an engine bug."""
+        seq = stream_seq(msg)
+        info = engine_error(error, subject=msg.subject, seq=seq, data=msg.data)
+        eid, js = self.execution_id, self.engine.js
+        if level == 1:
+            fault = EngineFault(execution_id=eid, input_seq=seq, input_subject=msg.subject, error=info)
+            await publish_all(js, [(f"{self.prefix}.{IN}.fault", encode(fault), f"{eid}:fault:{seq}")])
+            self.skip.add(seq)
+            return False
+        ended = Event(type=PLAYBOOK_FAILED, execution_id=eid, at=log_time(msg), cause=seq,
+                      data={"playbook": self.state.playbook_path, "started_at": self.state.started_at,
+                            "ended_at": log_time(msg), "error": err(info)})
+        await publish_all(js, [(f"{self.prefix}.{LC}.{PLAYBOOK_FAILED}", encode(ended), f"{eid}:lc:{PLAYBOOK_FAILED}")])
+        self.state.status = "FAILED"
+        await ack(msg)
+        return True
 
     async def handle(self, msg: Msg) -> None:
         seq = stream_seq(msg)
@@ -148,6 +176,8 @@ class ExecutionActor:
             return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
+        if seq in self.skip:
+            return None  # given up on (EngineFault): folding it failed, and would again
         if isinstance(inp, IteratorCompleted) and inp.results is None and inp.results_ref:
             try:
                 inp.results = await get_blob(self.engine.js, inp.results_ref)
@@ -158,7 +188,9 @@ class ExecutionActor:
                                          "index": -1, "error": {"type": "ResultsMissing", "status": None,
                                                                 "message": f"blob {inp.results_ref} not found",
                                                                 "retryable": False, "traceback": None}}])
-        return fold(self.state, inp, seq=seq, at=at, reply_to=self.reply_to)
+        state = self.state
+        return await self.engine.fold_off_loop(
+            self, functools.partial(fold, state, inp, seq=seq, at=at, reply_to=self.reply_to))
 
     async def publish(
         self, out: Output, *, seen_ev: bool = False, seen_lc: frozenset[str] = frozenset(),
@@ -258,6 +290,8 @@ class ExecutionActor:
                         results.add(kind.split(".", 1)[1])
                     elif kind.startswith("timer."):
                         fired.add(kind.split(".", 1)[1])
+                    elif kind == "fault":
+                        self.skip.add(fault_decoder.decode(msg.data).input_seq)
                 elif cls == EV:
                     record = decision_decoder.decode(msg.data)
                     seen_ev.add(record.cause)

@@ -22,8 +22,9 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 
 from actors.catalog import CatalogError, CatalogReader
+from actors.hosting import POISON_TRIES, is_transient
 from actors.limits import limits_from_env
-from actors.natsio import dead_letter, publish_all, stream_seq
+from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
 from actors.overlap import Overlap
 from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
 from streams.layout import EXEC_STREAM, EXECUTION_ID, IN, STARTER_CONSUMER, Layout, deliver_subject
@@ -71,9 +72,17 @@ class Starter:
     async def _handle_one(self, msg: Msg) -> None:
         try:
             await self.handle(msg)
-        except Exception:
-            log.exception("starter: failed to handle a start message")
-            return  # not acked: it comes back after ack_wait
+        except Exception as e:
+            if is_transient(e) or num_delivered(msg) < POISON_TRIES:
+                log.exception("starter: failed to handle a start message")
+                return  # not acked: it comes back after ack_wait
+            # the same message failed the same way every time: it will not start, say why
+            try:
+                await dead_letter(self.js, source="start", reason=f"start message could not be handled: "
+                                                                  f"{type(e).__name__}: {e}", msg=msg)
+            except Exception:
+                log.exception("starter: could not dead-letter a start message")
+                return
         await msg.ack()
 
     async def handle(self, msg: Msg) -> None:

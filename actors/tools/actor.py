@@ -32,10 +32,19 @@ from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
 from actors.deadletters import answer_undeliverable
+from actors.limits import limits_from_env
 from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
-from actors.playbook.templates import TemplateError, render_value
+from actors.playbook.templates import (
+    INLINE_TEMPLATE_OPS,
+    SliceExhausted,
+    TemplateError,
+    inline_slice,
+    off_the_loop,
+    render_value,
+    template_limits,
+)
 from actors.tools.executors import CancelSignal, ToolFailure, close_http, run_tool
 from actors.tools.pyrunner import close_default_pool, default_pool
 from actors.wire import (
@@ -139,6 +148,7 @@ class ToolActor:
         self.layout = layout
         self.kinds = kinds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.limits = limits_from_env()  # bounds the sinks' templates, rendered here
         self._kinds = {kind: _Kind(kind, max(1, concurrency_of(kind, concurrency))) for kind in kinds}
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, dict[str, asyncio.Event]] = {}  # execution -> command -> cancel
@@ -399,12 +409,25 @@ class ToolActor:
         if sink.element is not None:
             scope[sink.element] = element
             scope["iteration"] = {"index": index}
+
+        def render() -> tuple[dict[str, Any], Any]:
+            with template_limits(self.limits):
+                tool = {k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
+                        for k, v in sink.tool.items()}
+                return tool, render_value(sink.args, scope, where="sink.args")
+
+        def render_off_the_loop() -> tuple[dict[str, Any], Any]:
+            with off_the_loop():
+                return render()
+
         try:
-            tool = {k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
-                    for k, v in sink.tool.items()}
-            args = render_value(sink.args, scope, where="sink.args")
+            try:
+                with inline_slice(INLINE_TEMPLATE_OPS):
+                    tool, args = render()
+            except SliceExhausted:  # a long render: on a thread, so other commands go on meanwhile
+                tool, args = await asyncio.to_thread(render_off_the_loop)
         except TemplateError as e:
-            return ErrorInfo(type="TemplateError", message=f"step '{cmd.step}' field {e}")
+            return ErrorInfo(type=e.kind, message=f"step '{cmd.step}' field {e}")
         kind = str(tool.get("kind"))
         try:
             await run_tool(kind, tool, args, timeout=cmd.timeout, cancel=cancel)

@@ -1,0 +1,331 @@
+"""One bad playbook cannot stall the engine (issue: hostile and careless input).
+
+Templates are bounded (operations and output size) and give back JSON data only; a
+runaway template is evaluated off the event loop while other executions run; an input
+the engine cannot handle ends its execution FAILED with `EngineError` after a few tries
+instead of being retried for ever. Every test checks that a good execution on the same
+server completes meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.engine.starter import Starter
+from actors.playbook.templates import TemplateError, TemplateLimit, render_value
+from actors.wire import Limits
+from tests.conftest import System, of_type
+
+pytestmark = [pytest.mark.timeout(90)]
+
+GOOD = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: good}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 'fine'"}
+"""
+
+
+def one_step(name: str, args: str, tool: str = "") -> str:
+    return f"""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {{name: {name}}}
+workflow:
+  - step: a
+{tool}    args: {args}
+"""
+
+
+async def failed_step_error(system: System, eid: str, step: str = "a") -> dict[str, Any]:
+    exits = [e for e in of_type(await system.events(eid), "step.exit", step) if e.data["status"] == "FAILED"]
+    assert exits, f"no failed step.exit for {step}"
+    error: dict[str, Any] = exits[0].data["error"]
+    return error
+
+
+async def good_run_completes(system: System) -> None:
+    _, status = await system.run_yaml(GOOD)
+    assert status.state == "COMPLETED"
+
+
+def set_limits(system: System, **limits: int) -> None:
+    """What the pod's environment would set (ACTORS_TEMPLATE_OPS, ...), for the
+    executions started from now on: the starter fixes them in each start record."""
+    for starter in system.runtime.find(Starter):
+        assert isinstance(starter, Starter)
+        starter.limits = Limits(**limits)
+
+
+# --- 1. templates are bounded in time and size -----------------------------------------
+
+RUNAWAY = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}done"
+
+
+@pytest.mark.asyncio
+async def test_a_runaway_template_fails_its_step_while_other_executions_run(system: System) -> None:
+    # a budget that takes seconds to spend, so the good executions demonstrably run
+    # while the runaway one is still being evaluated
+    set_limits(system, template_ops=60_000_000)
+    bad = await system.start_yaml(one_step("runaway", f'{{v: "{RUNAWAY}"}}'))
+    for _ in range(5):
+        await good_run_completes(system)
+    still = await system.client.status(bad)
+    assert still is None or still.state in ("PENDING", "RUNNING"), "the runaway template should still be running"
+    status = await system.client.wait(bad, timeout=60)
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, bad)
+    assert error["type"] == "TemplateLimit"
+    assert "step 'a'" in error["message"] and "args.v" in error["message"] and "template_ops" in error["message"]
+
+
+@pytest.mark.asyncio
+async def test_a_huge_string_template_fails_fast_with_the_output_limit(system: System) -> None:
+    eid, status = await system.run_yaml(one_step("huge", "{v: \"{{ 'a' * 10**9 }}\"}"))
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, eid)
+    assert error["type"] == "TemplateLimit"
+    assert "args.v" in error["message"] and "template_output" in error["message"]
+    await good_run_completes(system)
+
+
+def test_validate_does_not_build_a_huge_constant(tmp_path: Path) -> None:
+    """Jinja folds constant expressions when it compiles; `validate` compiles every
+    template. The multiplication is intercepted, so nothing is built."""
+    f = tmp_path / "huge.yaml"
+    f.write_text(one_step("huge", "{v: \"{{ 'a' * 10**9 }}\", w: \"{{ 'b' * 10**9 ~ 'c' }}\"}"))
+    proc = subprocess.Popen([sys.executable, "-m", "actors.cli", "validate", str(f)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert usage.ru_maxrss < 300 * 1024, f"validate used {usage.ru_maxrss // 1024} MB"
+
+
+@pytest.mark.parametrize("source, limit", [
+    ("{{ 'x'.ljust(10**9) }}", "template_output"),
+    ("{{ 'x'|center(1000000000) }}", "template_output"),
+    ("{{ '%999999999d' % 1 }}", "template_output"),
+    ("{{ '{:>{w}}'.format(1, w=10**9) }}", "template_output"),
+    ("{{ [1] * 10**8 }}", "template_output"),
+    ("{{ 3 ** 100000000 }}", "template_output"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}x",
+     "template_output"),
+    ("{% for i in range(100000) %}{{ i }} and some text{% endfor %}", "template_output"),
+    ("{% for i in range(100000) %}{{ (big|sort)[0] }}{% endfor %}", "template_ops"),
+    ("{% for i in range(100000) %}{% if i in big %}{% endif %}{% endfor %}", "template_ops"),
+    ("{% for i in big %}{% for j in big %}{% endfor %}{% endfor %}", "template_ops"),
+])
+def test_every_way_of_growing_work_or_output_meets_a_bound(source: str, limit: str) -> None:
+    with pytest.raises(TemplateLimit) as caught:
+        render_value(source, {"big": list(range(100_000))}, where="args.v")
+    assert caught.value.limit == limit
+    assert str(caught.value).startswith("args.v: ")
+
+
+def test_the_operation_count_is_deterministic() -> None:
+    """The budget is counted, not timed: the same template and scope stop at the same
+    point however loaded the machine is, so a replay decides the same."""
+    from actors.playbook import templates
+
+    used = []
+    for _ in range(3):
+        outer = templates._begin_budget()
+        try:
+            render_value("{% for i in range(1000) %}{{ i|string }}{% endfor %}", {})
+            used.append(templates._state.budget.used)
+        finally:
+            templates._end_budget(outer)
+    assert len(set(used)) == 1 and used[0] > 1000
+
+
+# --- 2. template values are JSON data --------------------------------------------------
+
+
+def test_mapping_keys_win_over_methods() -> None:
+    scope = {"workload": {"items": [1, 2], "keys": "k", "values": 3, "get": None, "update": True}}
+    assert render_value("{{ workload.items }}", scope) == [1, 2]
+    assert render_value("{{ workload.keys }}-{{ workload.values }}", scope) == "k-3"
+    assert render_value("{{ workload.get }}", scope) is None
+    # with no such key, the method is still there to call
+    assert render_value("{{ workload.get('items')|length }}", {"workload": {"items": [1]}}) == 1
+
+
+@pytest.mark.parametrize("source", ["{{ self }}", "{{ range(3) }}", "{{ namespace(a=1) }}", "{{ lipsum }}",
+                                    "x {{ self }}", "{{ workload.items }}", "{{ {1: 2}.items() }}"])
+def test_a_value_that_is_not_json_data_is_a_template_error(source: str) -> None:
+    with pytest.raises(TemplateError) as caught:
+        render_value(source, {"workload": {}}, where="args.v")
+    assert not isinstance(caught.value, TemplateLimit)
+    assert "args.v" in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_workload_items_is_the_payload_key_end_to_end(system: System) -> None:
+    eid, status = await system.run_yaml(one_step("items", '{v: "{{ workload.items }}"}'),
+                                        payload={"items": [1, 2, 3]})
+    assert status.state == "COMPLETED"
+    exit_ = of_type(await system.events(eid), "step.exit", "a")[0]
+    assert exit_.data["status"] == "COMPLETED"
+    assert (await system.client.status(eid)) is not None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("value", ["{{ self }}", "{{ range(3) }}", "{{ workload.items }}"])
+async def test_a_non_json_value_fails_the_step_naming_step_and_field(system: System, value: str) -> None:
+    eid, status = await system.run_yaml(one_step("nonjson", f'{{v: "{value}"}}'))
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, eid)
+    assert error["type"] == "TemplateError"
+    assert "step 'a'" in error["message"] and "args.v" in error["message"]
+    await good_run_completes(system)
+
+
+@pytest.mark.asyncio
+async def test_a_non_json_on_error_result_fails_the_step_instead_of_crash_looping(system: System) -> None:
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: namespace_result}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): raise ValueError('no')"}
+    on_error:
+      - decision: ignore
+        result: "{{ namespace(a=1) }}"
+""")
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, eid)
+    assert error["type"] == "TemplateError" and "on_error[0].result" in error["message"]
+    await good_run_completes(system)
+
+
+# --- 3. poison inputs end, they do not loop --------------------------------------------
+
+
+def _lifecycle_error(items: list[Any]) -> dict[str, Any]:
+    failed = [i for i in items if i.type == "playbook.failed"]
+    assert len(failed) == 1, [i.type for i in items]
+    error: dict[str, Any] = failed[0].data["error"]
+    return error
+
+
+@pytest.mark.asyncio
+async def test_an_input_the_fold_cannot_take_fails_the_execution_with_engine_error(
+        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the pure fold (here: an exception for one step's result) is
+    deterministic: the engine gives up on that input after a few tries and the
+    execution ends FAILED, with the exception and the input in its log."""
+    from actors.core import decide
+
+    real = decide._call_result
+
+    def buggy(d: Any, res: Any) -> None:
+        if res.step == "poison":
+            raise ZeroDivisionError("a bug in the fold")
+        real(d, res)
+
+    monkeypatch.setattr(decide, "_call_result", buggy)
+    bad = await system.start_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: poisoned}
+workflow:
+  - step: poison
+    tool: {kind: python, code: "def main(): return 1"}
+    next: after
+  - step: after
+    tool: {kind: python, code: "def main(): return 2"}
+""")
+    await good_run_completes(system)
+    status = await system.client.wait(bad, timeout=30)
+    assert status.state == "FAILED"
+    items = await system.events(bad)
+    error = _lifecycle_error(items)
+    assert error["type"] == "EngineError"
+    assert "ZeroDivisionError: a bug in the fold" in error["message"] and ".in.result" in error["message"]
+    faults = of_type(items, "engine.fault")  # the input that gave up, and the decision it led to
+    assert sorted(f.cls for f in faults) == ["ev", "in"]
+    assert all(f.data["error"]["type"] == "EngineError" for f in faults)
+    assert not of_type(items, "step.enter", "after")
+    # a cancel afterwards changes nothing and fails nothing
+    await system.client.cancel(bad, reason="too late")
+    await system.engine_idle()
+    assert (await system.client.status(bad)).state == "FAILED"  # type: ignore[union-attr]
+    assert len([i for i in await system.events(bad) if i.cls == "lc" and i.type.startswith("execution.")]) == 0
+
+
+@pytest.mark.asyncio
+async def test_an_output_that_cannot_be_encoded_fails_the_execution_with_engine_error(
+        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.core import decide
+
+    real = decide._step_completed
+
+    def unencodable(d: Any, act: Any, step: Any, result: Any, **kw: Any) -> None:
+        if step.step == "a":
+            d.event("oops", "a", value=object())
+        real(d, act, step, result, **kw)
+
+    monkeypatch.setattr(decide, "_step_completed", unencodable)
+    bad = await system.start_yaml(one_step("unencodable", "{x: 1}", "    tool: {kind: noop}\n"))
+    status = await system.client.wait(bad, timeout=30)
+    assert status.state == "FAILED"
+    assert _lifecycle_error(await system.events(bad))["type"] == "EngineError"
+    monkeypatch.setattr(decide, "_step_completed", real)
+    await good_run_completes(system)
+
+
+@pytest.mark.asyncio
+async def test_a_loop_input_the_counter_cannot_take_fails_the_loop_step(
+        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.core import loop
+
+    real = loop.fold_loop
+
+    def buggy(run: Any, inp: Any, **kw: Any) -> Any:
+        if type(inp).__name__ in ("CallDone", "ResultBatch"):
+            raise KeyError("a bug in the counter")
+        return real(run, inp, **kw)
+
+    monkeypatch.setattr("actors.counter.fold_loop", buggy)
+    eid = await system.start_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: poisoned_loop}
+workflow:
+  - step: each
+    tool: {kind: noop}
+    args: {x: "{{ n }}"}
+    loop: {collection: [1, 2, 3], element: n}
+""")
+    status = await system.client.wait(eid, timeout=30)
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, eid, "each")
+    assert error["type"] == "LoopFailed" and "EngineError" in error["message"]
+    assert "a bug in the counter" in error["message"]
+    monkeypatch.setattr("actors.counter.fold_loop", real)
+    await good_run_completes(system)
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_engine_does_not_freeze_on_a_runaway_template(system: System) -> None:
+    """The replay after a restart meets the same template: it is evaluated off the
+    loop again, and the execution ends the same way."""
+    set_limits(system, template_ops=20_000_000)
+    bad = await system.start_yaml(one_step("runaway2", f'{{v: "{RUNAWAY}"}}'))
+    await good_run_completes(system)
+    await system.restart_roles(("engine",))
+    await good_run_completes(system)
+    status = await system.client.wait(bad, timeout=60)
+    assert status.state == "FAILED"
+    assert (await failed_step_error(system, bad))["type"] == "TemplateLimit"
+    exits = of_type(await system.events(bad), "step.exit", "a")
+    assert len(exits) == 1  # decided once, whatever the restart
