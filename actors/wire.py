@@ -57,7 +57,7 @@ class Limits(Struct):  # every field written out: a default changed later must n
     # templates (actors/playbook/templates.py): operations one render may take, counted
     # deterministically (loop iterations, calls, characters built), and the characters
     # it may produce
-    template_ops: int = 5_000_000
+    template_ops: int = 10_000_000  # about 1 s of CPU for plain loops (bench/template_budget.py)
     template_output: int = 1_000_000
     # steps (activations) one execution may enter: bounds a cycle of any steps
     max_activations: int = 10_000

@@ -130,6 +130,18 @@ def test_every_way_of_growing_work_or_output_meets_a_bound(source: str, limit: s
     assert str(caught.value).startswith("args.v: ")
 
 
+def test_lookups_and_pass_through_values_are_not_charged_by_size() -> None:
+    """What is cheap stays cheap: mapping lookups in a loop, the length of a list, a
+    large value passed on from the scope unchanged (a big step result)."""
+    users = [f"u{i}" for i in range(10_000)]
+    scope = {"users": users, "lookup": {u: i for i, u in enumerate(users)}, "big": "x" * 3_000_000}
+    source = ("{% for u in users %}{{ lookup.get(u) }}{% if u in lookup %}{{ users|length }}{% endif %}"
+              "{% endfor %}")
+    assert render_value(source, scope).startswith("010000")
+    assert render_value("{{ big }}", scope) is scope["big"]
+    assert render_value("{{ [big, lookup] }}", scope)[0] is scope["big"]
+
+
 def test_the_operation_count_is_deterministic() -> None:
     """The budget is counted, not timed: the same template and scope stop at the same
     point however loaded the machine is, so a replay decides the same."""

@@ -215,8 +215,17 @@ def _size(value: Any) -> int:
     return len(value) if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset, range)) else 1
 
 
-def _checked(value: Any) -> Any:
-    """Refuse a built value over the output bound, charge what building it touched."""
+def _built(value: Any, *inputs: Any) -> Any:
+    """A string a filter or method made: refused over the output bound, unless it is
+    one of its inputs handed back (a value from the scope passes through unbounded:
+    only what a template builds is). Lists they make are no longer than their inputs."""
+    if isinstance(value, str) and len(value) > _cap() and not any(value is x for x in inputs):
+        raise _too_big(f"a string of {len(value):,} characters")
+    return value
+
+
+def _grown(value: Any) -> Any:
+    """What an operator built (`+`, `*`, `%`, ...): bounded, and charged by its size."""
     n = _size(value)
     if n > _cap():
         raise _too_big(f"a value of {n:,} elements")
@@ -273,12 +282,15 @@ class _Instrument(ast.NodeTransformer):
 
 
 _SORTING_FILTERS = frozenset({"sort", "dictsort", "unique", "groupby"})
+# filters that look at their input without walking it: one operation, not one per element
+_CONSTANT_FILTERS = frozenset({"length", "count", "first", "last", "default", "d", "attr", "abs", "int", "float",
+                               "round", "bool", "safe", "random", "e", "escape", "capitalize"})
 SORT_WEIGHT = 8  # a sorting filter costs n log n: about 8 per element at the sizes a budget allows
 
 
 def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
     widths = name in ("center", "indent", "wordwrap", "truncate", "batch", "slice", "format")
-    weight = SORT_WEIGHT if name in _SORTING_FILTERS else 1
+    weight = SORT_WEIGHT if name in _SORTING_FILTERS else 0 if name in _CONSTANT_FILTERS else 1
 
     @functools.wraps(f)
     def filtered(*args: Any, **kwargs: Any) -> Any:
@@ -292,7 +304,7 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
             _bounded_replace(*values[:3])
         if name == "join" and values:
             _bounded_join(values[0], values[1] if len(values) > 1 else kwargs.get("d", ""))
-        return _checked(f(*args, **kwargs))
+        return _built(f(*args, **kwargs), *values)
 
     return filtered
 
@@ -339,7 +351,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     @staticmethod
     def contains(item: Any, container: Any) -> bool:
-        _tick(_size(container))
+        _tick(len(container) if isinstance(container, (list, tuple, str)) else 1)  # a mapping or set looks up
         return item in container
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -360,7 +372,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         elif operator == "%" and isinstance(left, str):
             _refuse_wide_format(left)
             _refuse_big_ints(right if isinstance(right, tuple) else (right,), "a '%' format")
-        return _checked(super().call_binop(context, operator, left, right))
+        return _grown(super().call_binop(context, operator, left, right))
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Mapping) and attribute in obj:
@@ -375,8 +387,11 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = getattr(__obj, "__self__", None)
-        _tick(1 + (_size(owner) if owner is not None else 0) + sum(_size(a) for a in args))
         name = getattr(__obj, "__name__", "")
+        # a string method walks its string; `index`/`count` walk a list; a mapping's
+        # `get`, `items`, ... look up or make a view (iterating it is charged by the loop)
+        walks = isinstance(owner, str) or (isinstance(owner, (list, tuple)) and name in ("index", "count"))
+        _tick(1 + (_size(owner) if walks else 0) + sum(_size(a) for a in args))
         if isinstance(owner, str):
             if name in _STR_WIDTH_METHODS:
                 _refuse_big_ints([*args, *kwargs.values()], f"str.{name}")
@@ -386,7 +401,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
                 _bounded_replace(owner, args[0], args[1])
             elif name == "join" and args:
                 _bounded_join(args[0], owner)
-        return _checked(super().call(__context, __obj, *args, **kwargs))
+        return _built(super().call(__context, __obj, *args, **kwargs), owner, *args)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
@@ -396,7 +411,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
         def bounded(*args: Any, **kwargs: Any) -> str:
             _refuse_big_ints([*args, *kwargs.values()], "str.format")  # a width given as an argument
-            return str(_checked(wrapped(*args, **kwargs)))
+            return str(_built(wrapped(*args, **kwargs)))
 
         return bounded
 
@@ -410,20 +425,19 @@ class _NotData(Exception):
 
 def _as_data(value: Any, path: str = "") -> Any:
     """`value` as JSON data (tuples become lists, Markup a str), or _NotData naming where
-    inside it something else sits. Charges one operation per node and bounds the size."""
+    inside it something else sits. One operation per node; not bounded in size: a
+    result passed on from the scope (`{{ fetch.data }}`) may be as large as it is."""
     if value is None or isinstance(value, (bool, int, float)):
         _tick()
         return value
     if isinstance(value, str):
-        if len(value) > _cap():
-            raise _too_big(f"a string of {len(value):,} characters")
-        _tick(1 + len(value) // 64)
+        _tick()
         return str(value) if isinstance(value, Markup) else value
     if isinstance(value, (list, tuple)):
-        _checked(value)
+        _tick()
         return [_as_data(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
-        _checked(value)
+        _tick()
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
