@@ -36,6 +36,7 @@ import random
 import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
 
 import nats.errors
@@ -54,6 +55,7 @@ from streams.layout import Layout, deliver_subject
 log = logging.getLogger("actors")
 FAILURE_PAUSE_FIRST = 0.5  # seconds before the second try of inputs an actor failed to handle
 FAILURE_PAUSE_MAX = 15.0  # ... doubling up to this: an outage costs little, a long one is not hammered
+FOLD_THREADS = 2  # folds of actors moved off the event loop, at once, per host
 POISON_TRIES = 3  # deterministic failures in a row before an actor gives up on its inputs
 
 # What waiting cures: the server unreachable, reconnecting, electing a stream leader, a
@@ -122,6 +124,7 @@ class PartitionHost(Generic[K, A]):
         self._held: dict[int, tuple[list[Msg], float]] = {}  # inputs being handled -> since (loop time)
         self._holds = itertools.count()
         self._beat: asyncio.Task[None] | None = None
+        self._fold_pool: ThreadPoolExecutor | None = None
 
     def spawn(self, key: K) -> A:
         raise NotImplementedError
@@ -214,6 +217,9 @@ class PartitionHost(Generic[K, A]):
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)
             self._beat = None
+        if self._fold_pool is not None:
+            self._fold_pool.shutdown(wait=False, cancel_futures=True)  # a render left ends within its budget
+            self._fold_pool = None
 
     async def handle_until_done(self, held: list[Msg], handle: Callable[[], Awaitable[None]], *,
                                 reset: Callable[[], None], what: str, actor: Hosted,
@@ -285,14 +291,17 @@ class PartitionHost(Generic[K, A]):
             await asyncio.sleep(FAILURE_PAUSE_FIRST)
             return False
 
-    @staticmethod
-    async def fold_off_loop(actor: Hosted, fold: Callable[[], T]) -> T:
+    async def fold_off_loop(self, actor: Hosted, fold: Callable[[], T]) -> T:
         """Run a fold inline with its slice of template operations, or, for an actor
-        moved off the loop, on a worker thread."""
+        moved off the loop, on one of this host's fold threads (its own pool: runaway
+        templates must not hold the threads the loop's default executor lends to DNS
+        look-ups and the like)."""
         if not actor.off_loop:
             with inline_slice(INLINE_TEMPLATE_OPS):
                 return fold()
-        return await asyncio.to_thread(_polite, fold)
+        if self._fold_pool is None:
+            self._fold_pool = ThreadPoolExecutor(max_workers=FOLD_THREADS, thread_name_prefix=f"{self.role}-fold")
+        return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold)
 
     async def _keep_alive(self) -> None:
         """Every `ack_wait / 3`, tell the server that inputs held longer than that are
