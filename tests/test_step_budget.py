@@ -160,6 +160,19 @@ workflow:
     assert ("step.exit", "nap") in run.events() and len(run.events("step.enter")) == 9 + 1
 
 
+def test_a_remediation_cycle_is_bounded_too() -> None:
+    """A step that remediates itself: each failure routes to a new visit of it."""
+    run = Driver(HEAD % "remedy" + """limits: {max_steps: 30}
+workflow:
+  - step: a
+    args: {v: "{{ workload.nope }}"}
+    on_failure: a
+""")
+    assert run.ex.status == "FAILED" and run.failed()["error"]["type"] == "StepBudgetExceeded"
+    last = [e for o in run.outputs for e in o.events if e.type == "step.exit" and e.step == "a"][-1]
+    assert last.data["failure_route"]["status"] == "step_budget_exceeded"  # its failure stays unhandled
+
+
 @pytest.mark.parametrize(("own", "pod", "budget"), [(30, 20, 20), (20, 30, 20), (None, 25, 25)])
 def test_the_smaller_of_playbook_and_pod_budget_holds(own: int | None, pod: int, budget: int) -> None:
     limits = f"limits: {{max_steps: {own}}}\n" if own else ""
