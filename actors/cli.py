@@ -161,6 +161,17 @@ def _print_status(st: Any) -> None:
     for k in ("execution_id", "state", "playbook", "started_at", "ended_at", "terminal_event"):
         v = d.get(k)
         print(f"{k:15} {_ts(v) if k.endswith('_at') else (v if v is not None else '-')}")
+    if d.get("error"):
+        print(f"{'error':15} {_error_line(d['error'])}")
+
+
+def _error_line(error: dict[str, Any]) -> str:
+    """A failed execution's error on one line: the root cause first, then the failed
+    steps (`Timeout: ... (step 'a'; failed steps: a, end)`)."""
+    where = [f"step '{error['step']}'"] if error.get("step") else []
+    if error.get("failed_steps"):
+        where.append("failed steps: " + ", ".join(map(str, error["failed_steps"])))
+    return f"{error.get('type')}: {error.get('message')}" + (f" ({'; '.join(where)})" if where else "")
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
@@ -268,7 +279,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             took = (st.ended_at or 0) - (st.started_at or 0)
             print(f"{st.state} in {took * 1000:.1f} ms")
             if out["error"]:
-                print("error: " + str(out["error"].get("message")))
+                print("error: " + _error_line(out["error"]))
             print("result: " + orjson.dumps(out["result"], option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         return STATE_EXIT.get(st.state, EXIT_FAILED)
 

@@ -58,6 +58,8 @@ def project(current: ExecutionStatus | None, ev: Event) -> ExecutionStatus | Non
     if RANK[target] == 2:
         new.ended_at = ev.at
         new.terminal_event = ev.type
+        if target == "FAILED" and isinstance(data.get("error"), dict):
+            new.error = data["error"]
     return new
 
 

@@ -337,6 +337,9 @@ class ExecutionStatus(_Wire):
     started_at: float | None = None
     ended_at: float | None = None
     terminal_event: str | None = None
+    # a failed execution's error, copied from `playbook.failed`: its root cause (type,
+    # message, step) and every failed step (decide.execution_error)
+    error: dict[str, Any] | None = None
 
 
 status_decoder = msgspec.json.Decoder(ExecutionStatus)

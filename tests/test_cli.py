@@ -56,8 +56,9 @@ workflow:
     code, out, _ = await cli("run", str(failing), "--json", env={"NATS_URL": ""})
     assert code == 1
     obj = json.loads(out.strip().splitlines()[-1])
-    assert obj["state"] == "FAILED" and obj["error"]["type"] == "StepFailed"
-    assert "boom" in obj["error"]["message"]
+    assert obj["state"] == "FAILED" and obj["error"]["type"] == "ValueError"
+    assert obj["error"]["message"] == "no good"
+    assert obj["error"]["step"] == "boom" and obj["error"]["failed_steps"] == ["boom"]
 
 
 @pytest.mark.asyncio

@@ -277,7 +277,8 @@ async def test_sub_playbook_result_and_status_are_inherited(system: System) -> N
     failed = of_type(items, "step.exit", "call_child")[0].data
     assert failed["status"] == "FAILED" and failed["error"]["type"] == "ChildFailed"
     reason = of_type(items, "playbook.completed")[0].data["result"]["fallback"]["reason"]
-    assert "child broke" not in reason and "failed" in reason
+    # the child's error names its root cause (its first unhandled failure), not a list of steps
+    assert "failed at step 'work': ValueError: child broke" in reason
     child_id = of_type(items, "command.issued", "call_child")[0].data["child_execution_id"]
     assert (await system.client.status(child_id)).state == "FAILED"  # type: ignore[union-attr]
 

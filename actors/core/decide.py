@@ -19,7 +19,11 @@ Semantics (shared/DSL.md, seeds 000 and 001):
   as the result of the parent's command;
 * `end` runs once, when every live branch has reached it; it evaluates the workflow:
   FAILED if any failure is unhandled; then `workflow.*` and `playbook.*`;
-* only lifecycle events carry execution status.
+* only lifecycle events carry execution status;
+* an execution enters at most `Execution.step_budget` steps (activations): past it,
+  it fails with `StepBudgetExceeded` like an abort, so no cycle runs for ever;
+* a failed execution's error names its root cause: the first unhandled failure (step,
+  type, message), with every failed step beside it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from actors.core.effects import err as _err
 from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
 from actors.core.retry import match_retry
-from actors.core.state import Activation, Arrival, Execution
+from actors.core.state import Activation, Arrival, Execution, Pending
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, names_read, render_condition, render_value, template_limits
@@ -69,6 +73,18 @@ PLAYBOOK_FAILED = "playbook.failed"
 EXECUTION_CANCELLED = "execution.cancelled"
 
 ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
+
+# Routing is a loop over a stack of pending work (`Execution.pending`), not recursion: a
+# step that completes schedules the activations it routes to, and a check for `end`
+# after them, instead of starting them from inside its own call. A long chain or a
+# cycle of routers (decided here, with no round trip) would otherwise overflow Python's
+# stack. Last in, first out: a branch runs on until it waits (a command, a timer) before
+# its sibling starts, which is the order of events recursion gave.
+# One decision starts at most ROUTING_SLICE activations; the rest waits for a `resume`
+# timer that is due at once. So no decision record outgrows a message and no execution
+# holds the engine for long; a replay folds the same inputs into the same stack.
+ROUTING_SLICE = 1000
+RESUME_TIMER = "resume"
 
 
 @dataclass(slots=True)
@@ -110,6 +126,10 @@ class _Decision:
             Event(type=type_, execution_id=self.ex.execution_id, at=self.out.at, cause=self.out.cause, data=data)
         )
 
+    def later(self, *work: Pending) -> None:
+        """Routing to do once the current step is decided, in the order given."""
+        self.ex.pending.extend(reversed(work))
+
 
 def fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:
     # templates are bounded by the execution's limits, fixed in its start record
@@ -134,7 +154,32 @@ def _fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> O
         _timer_fired(d, inp)
     elif isinstance(inp, (IteratorCompleted, IteratorFailed)):
         _iterator_end(d, inp)
+    _route_pending(d)
     return d.out
+
+
+def _route_pending(d: _Decision) -> None:
+    """Do the routing the input set off (and any left by an earlier decision), up to
+    ROUTING_SLICE activations."""
+    ex = d.ex
+    begun = 0
+    while ex.pending:
+        if ex.terminal:
+            ex.pending.clear()  # cancelled, or `end` ran: nothing starts any more
+            return
+        if begun == ROUTING_SLICE:
+            timer_id = f"{RESUME_TIMER}-{d.out.cause}"
+            d.event("routing.paused", timer_id=timer_id, pending=len(ex.pending))
+            d.out.timers.append(Timer(timer_id, d.out.at, TimerFired(execution_id=ex.execution_id, timer_id=timer_id,
+                                                                      due=d.out.at)))
+            return
+        what, act_id = ex.pending.pop()
+        act = ex.activations[act_id]
+        if what == "settle":
+            _maybe_end(d, act)
+        elif act.status == "RUNNING":  # not cancelled meanwhile (an abort in a sibling branch)
+            begun += 1
+            _run(d, act)
 
 
 # --- start ---------------------------------------------------------------------------
@@ -173,7 +218,8 @@ def _fail_execution(d: _Decision, err: ErrorInfo) -> None:
     """The execution cannot run at all (bad start): it fails at once, visibly."""
     ex = d.ex
     ex.status = "FAILED"
-    d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at, error=_err(err))
+    d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at,
+                error=execution_error(err, step=None, failed_steps=[]))
     _reply_to_parent(d, result=None, error=ErrorInfo(type="ChildFailed", message=f"child execution {ex.execution_id} "
                                                      f"did not start: {err.message}"))
 
@@ -222,6 +268,10 @@ def _activate(d: _Decision, step_name: str, *, from_activation: int | None,
 
 
 def _begin(d: _Decision, act: Activation) -> None:
+    d.later(("begin", act.id))
+
+
+def _run(d: _Decision, act: Activation) -> None:
     assert d.ex.playbook is not None
     step = d.ex.playbook.step(act.step)
     if act.step == END:
@@ -235,7 +285,8 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
         # A router or a pure data step: its result is its rendered args. Deciding it
         # here saves a command round trip and is just as deterministic.
         try:
-            args = render_value(step.args, d.ex.scope(act), where="args")
+            # no args, no scope to build (it copies every result so far)
+            args = render_value(step.args, d.ex.scope(act), where="args") if step.args else {}
         except TemplateError as e:
             _failure(d, act, step, _template_error(step.step, e))
             return
@@ -469,6 +520,8 @@ def _next_attempt(d: _Decision, act: Activation, step: Step, *, delay: float, re
 def _timer_fired(d: _Decision, fired: TimerFired) -> None:
     ex = d.ex
     assert ex.playbook is not None
+    if fired.timer_id.startswith(f"{RESUME_TIMER}-"):
+        return  # routing goes on where the last decision paused it (_route_pending)
     head = fired.timer_id.split("-", 1)[0]
     act = ex.activations.get(int(head)) if head.isdigit() else None
     if act is None or act.status != "RUNNING" or act.timer_id != fired.timer_id:
@@ -604,13 +657,18 @@ def _route_failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, 
     )
     failure = {"step": step.step, "attempt": act.attempt, "max_attempts": act.max_attempts, "error": _err(error),
                "retry_summary": summary, "envelope": text, "truncation": truncation, "untrusted_data": True}
+    if not _within_budget(d, act, target):
+        # the remediation cannot start: the step's failure stays unhandled
+        _step_failed(d, act, error, route={"attempted": True, "status": "step_budget_exceeded", "target": target,
+                                           "edge": edge})
+        return
     act.status = "FAILED"
     route = {"attempted": True, "status": "selected", "target": target, "edge": edge}
     d.event("step.exit", step.step, activation=act.id, status="FAILED", error=_err(error), handled=True,
             failure_route=route)
     ex.live.pop(act.id, None)
-    _begin(d, _activate(d, target, from_activation=act.id, failure=failure))
-    _maybe_end(d, act)
+    new = _activate(d, target, from_activation=act.id, failure=failure)
+    d.later(("begin", new.id), ("settle", act.id))
 
 
 def _summary_line(attempt: int, error: ErrorInfo) -> str:
@@ -624,12 +682,16 @@ def _abort(d: _Decision, act: Activation, step: Step, error: ErrorInfo) -> None:
     """Fail the execution now: every other live branch is cancelled (running commands
     stopped, queued ones dropped, timers disarmed, children cancelled) and routed to
     `end`, which then evaluates the workflow as FAILED."""
-    ex = d.ex
-    ex.aborted = True
-    for other_id in list(ex.live):
-        if other_id != act.id:
-            _cancel_activation(d, ex.activations[other_id], reason=f"aborted by step '{step.step}'")
+    d.ex.aborted = True
+    _cancel_live(d, reason=f"aborted by step '{step.step}'", keep=act.id)
     _step_failed(d, act, error, aborted=True)
+
+
+def _cancel_live(d: _Decision, *, reason: str, keep: int) -> None:
+    """Cancel every live branch but `keep`, each routed to `end`."""
+    for other_id in list(d.ex.live):
+        if other_id != keep:
+            _cancel_activation(d, d.ex.activations[other_id], reason=reason)
 
 
 def _cancel_activation(d: _Decision, act: Activation, *, reason: str, to_end: bool = True) -> None:
@@ -676,10 +738,8 @@ def _step_completed(d: _Decision, act: Activation, step: Step, result: Any,
     """The step completed with `result` (for an `ignore` decision, despite the error it
     records) and routes on. A routing error after an ignored failure fails the step
     directly: it must not re-enter the on_error rules that just decided."""
-    scope = d.ex.scope(act)
-    scope.update(result=result, response=result, error=None, attempt=act.attempt)
     try:
-        targets = _route(step, scope)
+        targets = _route(d.ex, act, step, result)
     except TemplateError as e:
         err = _template_error(step.step, e, field="next")
         if ignored_error is None:
@@ -694,12 +754,18 @@ def _step_completed(d: _Decision, act: Activation, step: Step, result: Any,
     _leave(d, act, targets, status="COMPLETED")
 
 
-def _route(step: Step, scope: dict[str, Any]) -> list[str]:
+def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]:
     if step.next is None:
         return [END]
+    scope: dict[str, Any] | None = None  # built for the first condition: it copies every result so far
     for i, rule in enumerate(step.next):
-        if render_condition(rule.when, scope, where=f"next[{i}].when"):
-            return list(rule.then) or [END]
+        if rule.when is not None:
+            if scope is None:
+                scope = ex.scope(act)
+                scope.update(result=result, response=result, error=None, attempt=act.attempt)
+            if not render_condition(rule.when, scope, where=f"next[{i}].when"):
+                continue
+        return list(rule.then) or [END]
     return [END]  # no rule matched: the branch converges at end
 
 
@@ -710,7 +776,7 @@ def _step_failed(d: _Decision, act: Activation, error: ErrorInfo, *, handled: bo
     ex = d.ex
     act.status = "FAILED"
     if not handled:
-        ex.failed_steps.append(act.step)
+        _unhandled(ex, act.step, error)
     extra: dict[str, Any] = {}
     if handled:
         extra["handled"] = True
@@ -724,19 +790,47 @@ def _step_failed(d: _Decision, act: Activation, error: ErrorInfo, *, handled: bo
 
 
 def _leave(d: _Decision, act: Activation, targets: list[str], *, status: str) -> None:
-    """The branch token of `act` moves on: into new activations, or to `end`."""
+    """The branch token of `act` moves on: into new activations, or to `end`. The new
+    activations start after this decision's current step (see ROUTING_SLICE), then
+    `end` is considered."""
     ex = d.ex
     ex.live.pop(act.id, None)
     fresh = []
     for target in targets:
         if target == END:
             ex.arrivals.append(Arrival(step=act.step, status=status, routed_to_end=status != "COMPLETED"))
-        else:
+        elif _within_budget(d, act, target):
             fresh.append(_activate(d, target, from_activation=act.id))
-    for new in fresh:
-        if not ex.terminal and new.status == "RUNNING":
-            _begin(d, new)
-    _maybe_end(d, act)
+    d.later(*(("begin", new.id) for new in fresh), ("settle", act.id))
+
+
+def _within_budget(d: _Decision, source: Activation, target: str) -> bool:
+    """May `source` route into one more activation (of `target`)? Past the step budget
+    the execution fails as an abort would: the other live branches are cancelled, no
+    further step starts, `end` evaluates it FAILED with `StepBudgetExceeded`."""
+    ex = d.ex
+    budget = ex.step_budget
+    if len(ex.activations) < budget:
+        return True
+    if ex.aborted:
+        return False  # already failing (this budget, or an abort): nothing new starts
+    error = ErrorInfo(type="StepBudgetExceeded",
+                      message=f"the execution has entered {budget} steps, its budget: step '{target}' (routed from "
+                              f"'{source.step}') is not entered (budget: the smaller of the playbook's "
+                              f"limits.max_steps and the pod's ACTORS_MAX_STEPS)")
+    d.event("step.budget_exceeded", target, from_activation=source.id, budget=budget, error=_err(error))
+    ex.aborted = True
+    _cancel_live(d, reason=f"step budget of {budget} exceeded", keep=source.id)
+    _unhandled(ex, target, error)
+    ex.arrivals.append(Arrival(step=target, status="FAILED", routed_to_end=True))
+    return False
+
+
+def _unhandled(ex: Execution, step: str, error: ErrorInfo) -> None:
+    """A failure that fails the workflow; the first one is the execution's root cause."""
+    ex.failed_steps.append(step)
+    if ex.root_failure is None:
+        ex.root_failure = (step, error)
 
 
 def _maybe_end(d: _Decision, act: Activation) -> None:
@@ -782,20 +876,22 @@ def _finish(d: _Decision, act: Activation, *, result: Any, end_error: ErrorInfo 
     }
     if failed:
         ex.status = "FAILED"
-        error = end_error or ErrorInfo(type="StepFailed", message=f"failed steps: {', '.join(failed)}")
+        root_step, root = ex.root_failure or (END, end_error)
+        assert root is not None
         d.lifecycle(WORKFLOW_FAILED, failed_steps=failed, **meta)
         d.lifecycle(
             PLAYBOOK_FAILED,
             playbook=ex.playbook_path,
             started_at=ex.started_at,
             ended_at=d.out.at,
-            error=_err(error),
+            error=execution_error(root, step=root_step, failed_steps=failed),
             failed_steps=failed,
             result=result,
             **meta,
         )
         _reply_to_parent(d, result=None, error=ErrorInfo(
-            type="ChildFailed", message=f"child execution {ex.execution_id} failed: {error.message}"))
+            type="ChildFailed",
+            message=f"child execution {ex.execution_id} failed at step '{root_step}': {root.type}: {root.message}"))
     else:
         ex.status = "COMPLETED"
         d.lifecycle(WORKFLOW_COMPLETED, **meta)
@@ -824,6 +920,15 @@ def _reply_to_parent(d: _Decision, *, result: Any, error: ErrorInfo | None) -> N
 
 
 # --- helpers -------------------------------------------------------------------------
+
+
+def execution_error(root: ErrorInfo, *, step: str | None, failed_steps: list[str]) -> dict[str, Any]:
+    """A failed execution's error, as `playbook.failed` carries it (and the status, which
+    copies it): the root cause, the first unhandled failure (its step; none when the
+    execution could not start), and every failed step beside it. The root's traceback
+    stays on its step's events."""
+    return {"type": root.type, "message": root.message, "step": step, "failed_steps": failed_steps,
+            "retryable": root.retryable, "status": root.status}
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

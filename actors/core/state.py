@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors.playbook.model import Collect, Playbook
-from actors.wire import Limits, ParentRef
+from actors.wire import ErrorInfo, Limits, ParentRef
 
 ExecState = Literal["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+# Routing work a decision has yet to do (actors/core/decide.py): start an activation,
+# or see whether the branch that just left was the last one before `end`
+Pending = tuple[Literal["begin", "settle"], int]
 
 
 @dataclass(slots=True)
@@ -62,6 +65,8 @@ class Execution:
     by_command: dict[str, int] = field(default_factory=dict)  # command id -> activation
     arrivals: list[Arrival] = field(default_factory=list)
     failed_steps: list[str] = field(default_factory=list)  # unhandled failures
+    # the first unhandled failure (step, error): what the execution's error names
+    root_failure: tuple[str, ErrorInfo] | None = None
     end_activation: int | None = None
     inputs_folded: int = 0
     parent: ParentRef | None = None
@@ -70,10 +75,20 @@ class Execution:
     # failure decisions read back from the log during a replay: (activation, attempt) ->
     # the recorded `step.failure_decided` data; a recorded decision is never re-evaluated
     recorded: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    # routing not done yet, last to be done first; carried over to the next decision
+    # only when one decision reached its share of routing (decide.ROUTING_SLICE)
+    pending: list[Pending] = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def step_budget(self) -> int:
+        """Steps (activations) this execution may enter: the pod's bound from the start
+        record, or the playbook's own `limits.max_steps` when that is smaller."""
+        own = self.playbook.limits.max_steps if self.playbook and self.playbook.limits else None
+        return min(own, self.limits.max_activations) if own is not None else self.limits.max_activations
 
     def scope(self, act: Activation | None = None) -> dict[str, Any]:
         """Template scope: workload, execution_id, every completed step's result, and

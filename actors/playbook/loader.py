@@ -395,6 +395,26 @@ _PLAYBOOK_HINTS = get_type_hints(Playbook, include_extras=True)
 _BAD = object()  # a field whose normalisation already reported an error
 
 
+class _Names:
+    """The names in scope where a template is rendered: those every step sees (each
+    step's name, ...) and this step's own few. Kept apart so that checking a long
+    workflow does not copy every step name for every step."""
+
+    def __init__(self, everywhere: frozenset[str], own: frozenset[str]) -> None:
+        self.everywhere = everywhere
+        self.own = own
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.own or name in self.everywhere
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.own
+        yield from self.everywhere
+
+    def missing(self, used: frozenset[str]) -> list[str]:
+        return sorted(name for name in used if name not in self)
+
+
 class _Partial:
     """A field normalised as far as it goes, with errors already reported: checked
     for targets and templates, never converted."""
@@ -869,19 +889,19 @@ class _Loader:
             for _, edge in _items(ctx.norm.get("on_failure"))
             if isinstance(edge.get("step"), str)
         }
+        everywhere = names | {"workload", "execution_id"}
         for ctx in ctxs:
             n = ctx.norm
             if not n:
                 continue
-            outer = set(names | {"workload", "execution_id"})
-            if ctx.label in remediation:
-                outer.add("failure")
-            base = set(outer)
+            own = {"failure"} if ctx.label in remediation else set()
+            outer = _Names(everywhere, frozenset(own))
             if isinstance(n.get("loop"), dict):
-                base.add("iteration")
+                own.add("iteration")
                 if ctx.loop_element:
-                    base.add(ctx.loop_element)
-            outcome = base | OUTCOME_NAMES
+                    own.add(ctx.loop_element)
+            base = _Names(everywhere, frozenset(own))
+            outcome = _Names(everywhere, frozenset(own | OUTCOME_NAMES))
 
             self._walk(ctx, n.get("args"), ("args",), base)
             tool = n.get("tool")
@@ -916,12 +936,12 @@ class _Loader:
                             self._walk(ctx, v, ("sink", "tool", k), outcome)
                 self._walk(ctx, sink.get("args"), ("sink", "args"), outcome)
 
-    def _walk(self, ctx: _StepCtx, value: Any, at: KeyPath, scope: set[str]) -> None:
+    def _walk(self, ctx: _StepCtx, value: Any, at: KeyPath, scope: _Names) -> None:
         for path, source in _strings(value, at):
             if templates.is_template(source):
                 self._template(ctx, path, source, scope)
 
-    def _condition(self, ctx: _StepCtx, value: Any, at: KeyPath, scope: set[str]) -> None:
+    def _condition(self, ctx: _StepCtx, value: Any, at: KeyPath, scope: _Names) -> None:
         if not isinstance(value, str):
             return  # absent, or msgspec already named the type
         if templates.is_template(value):
@@ -933,17 +953,17 @@ class _Loader:
                 f'a condition must be a template such as "{{{{ {value.strip()} }}}}" (a plain string is always true)',
             )
 
-    def _template(self, ctx: _StepCtx, at: KeyPath, source: str, scope: set[str]) -> None:
+    def _template(self, ctx: _StepCtx, at: KeyPath, source: str, scope: _Names) -> None:
         try:
             used = _template_names(source)
         except templates.TemplateError as e:
             self.step_error(ctx, at, e.message)
             return
-        for name in sorted(used - scope):
+        for name in scope.missing(used):
             self.step_error(ctx, at, f"undefined name {name!r} in template{self._hint(ctx, at, name, scope)}")
 
     @staticmethod
-    def _hint(ctx: _StepCtx, at: KeyPath, name: str, scope: set[str]) -> str:
+    def _hint(ctx: _StepCtx, at: KeyPath, name: str, scope: _Names) -> str:
         if name in OUTCOME_NAMES:
             return _OUTCOME_HINT
         if name == "failure":

@@ -7,6 +7,7 @@ fields: a misspelt key is an error, never silently ignored.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -177,21 +178,30 @@ class Metadata(_Strict):
         return self.path or self.name
 
 
-class Playbook(_Strict):
+class PlaybookLimits(_Strict):
+    """Bounds a playbook sets on its own executions. The pod's bounds (wire.Limits, fixed
+    in each start record) still hold: where both set one, the smaller wins."""
+
+    # steps (activations) one execution may enter; bounds a cycle of any steps
+    max_steps: Annotated[int, Meta(ge=1)] | None = None
+
+
+class Playbook(_Strict, dict=True):  # dict=True: room for the cached step index
     apiVersion: Literal["actors/v1", "noetl.io/v2"]
     kind: Literal["Playbook"]
     metadata: Metadata
     workflow: Annotated[list[Step], Meta(min_length=1)]
     workload: dict[str, Any] = field(default_factory=dict)
+    limits: PlaybookLimits | None = None
 
     def step(self, name: str) -> Step:
-        for s in self.workflow:
-            if s.step == name:
-                return s
-        raise KeyError(name)
+        return self.steps[name]
 
-    @property
+    @cached_property
     def steps(self) -> dict[str, Step]:
+        """By name, built once: the engine looks a step up on every visit, and a scan of
+        a long workflow on each would make a long chain quadratic. Nothing mutates a
+        Playbook, so the index never goes stale."""
         return {s.step: s for s in self.workflow}
 
     @property
