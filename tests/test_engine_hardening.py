@@ -263,6 +263,7 @@ workflow:
     error = _lifecycle_error(items)
     assert error["type"] == "EngineError"
     assert "ZeroDivisionError: a bug in the fold" in error["message"] and ".in.result" in error["message"]
+    assert status.error is not None and status.error["type"] == "EngineError"
     faults = of_type(items, "engine.fault")  # the input that gave up, and the decision it led to
     assert sorted(f.cls for f in faults) == ["ev", "in"]
     assert all(f.data["error"]["type"] == "EngineError" for f in faults)

@@ -237,7 +237,7 @@ def _engine_fault(d: _Decision, fault: EngineFault) -> None:
                            to_end=False)
     ex.status = "FAILED"
     d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at,
-                error=_err(fault.error))
+                error=execution_error(fault.error, step=None, failed_steps=list(ex.failed_steps)))
     _reply_to_parent(d, result=None, error=ErrorInfo(
         type="ChildFailed", message=f"child execution {ex.execution_id} failed: {fault.error.message}"))
 

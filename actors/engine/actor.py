@@ -33,8 +33,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, offload
-from actors.core.decide import PLAYBOOK_FAILED, Output, fold
-from actors.core.effects import err
+from actors.core.decide import PLAYBOOK_FAILED, Output, execution_error, fold
 from actors.core.state import Execution
 from actors.hosting import PartitionHost, engine_error, hand_back
 from actors.natsio import (
@@ -139,7 +138,8 @@ class ExecutionActor:
             return False
         ended = Event(type=PLAYBOOK_FAILED, execution_id=eid, at=log_time(msg), cause=seq,
                       data={"playbook": self.state.playbook_path, "started_at": self.state.started_at,
-                            "ended_at": log_time(msg), "error": err(info)})
+                            "ended_at": log_time(msg),
+                            "error": execution_error(info, step=None, failed_steps=list(self.state.failed_steps))})
         await publish_all(js, [(f"{self.prefix}.{LC}.{PLAYBOOK_FAILED}", encode(ended), f"{eid}:lc:{PLAYBOOK_FAILED}")])
         self.state.status = "FAILED"
         await ack(msg)
