@@ -120,9 +120,10 @@ async def start_roles(
     leases they hold in the `owners` bucket (actors/ownership.py), rebalanced as pods
     of the same role come and go. There is no other way in: `serve`, `dev`, the
     embedded `run`, the tests and the benches all start here, so any mix of them on one
-    server shares the partitions, and no partition is ever consumed by two engines (or
-    two counters) at once. A runtime alone on its server wins every lease in its first
-    balance, before this returns: `run` waits for no TTL.
+    server shares the partitions and each partition is consumed by the holder of its
+    lease only (a `dev` that took every partition beside leased pods split executions'
+    inputs between two engines). A runtime alone on its server wins every lease in its
+    first balance, before this returns: `run` waits for no TTL.
 
     `pod`: the member name in `owners` (default: host, pid and a per-process sequence
     number, so that two runtimes in one process are two members)."""
