@@ -1,7 +1,8 @@
 """A `dev`-like runtime (every role in this process, as `actors-cli dev` starts them)
 beside `serve` pods on one nats-server, while the pods come and go: no partition is
 ever consumed by two engines (or two counters) at once, the `owners` bucket and the
-server's subscriptions agree on who consumes what, and every execution ends once.
+server's subscriptions agree on who consumes what, every execution ends once, and a
+cancel after the handovers acts on the execution's current state.
 
 Before every engine took its partitions through leases, `dev` consumed all of them
 beside the pods' leased ones: the server split one execution's inputs between two
@@ -45,6 +46,20 @@ workflow:
   - step: double
     tool: {kind: python, code: "def main(v): return v * 2"}
     args: {v: "{{ workload.v }}"}
+"""
+
+# cancelled once the pods are gone: the engine that takes the cancel holds the
+# execution's current state, whoever worked it before
+HELD = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: mixed_held}
+workflow:
+  - step: wait
+    tool: {kind: sleep, seconds: 60}
+    next: never
+  - step: never
+    tool: {kind: python, code: "def main(): return 1"}
 """
 
 ITEMS = 120
@@ -162,10 +177,12 @@ async def test_dev_beside_serve_pods_never_shares_a_partition_and_every_executio
             consumers = Consumers(f"http://127.0.0.1:{monitor_port}")
             watching = asyncio.create_task(consumers.watch(http))
             client = Client(nc, layout=LAYOUT)
-            steps, loop = tmp_path / "steps.yaml", tmp_path / "loop.yaml"
+            steps, loop, held = tmp_path / "steps.yaml", tmp_path / "loop.yaml", tmp_path / "held.yaml"
             steps.write_text(STEPS)
             loop.write_text(LOOP)
-            steps_pb, loop_pb = await client.register(steps), await client.register(loop)
+            held.write_text(HELD)
+            steps_pb, loop_pb, held_pb = [await client.register(f) for f in (steps, loop, held)]
+            held_id = await client.start(held_pb.path)
             ids: dict[str, int] = {}
 
             async def wave(first: int) -> None:
@@ -210,6 +227,11 @@ async def test_dev_beside_serve_pods_never_shares_a_partition_and_every_executio
             assert verdict.type == "iterator.completed"
             assert (verdict.data["total"], verdict.data["succeeded"], verdict.data["failed"]) == (ITEMS, ITEMS, 0)
             assert verdict.data["results"] == [x * 3 for x in range(ITEMS)]
+            await client.cancel(held_id, reason="done waiting")
+            assert (await client.wait(held_id, timeout=30)).state == "CANCELLED"
+            items = await client.events(held_id)
+            assert [i.type for i in items if i.cls == "lc" and i.type in TERMINAL_EVENTS] == ["execution.cancelled"]
+            assert not [i for i in items if i.step == "never"], "a cancelled execution went on"
             assert not await client.dead_letters(), "nothing may end in a dead letter"
 
             watching.cancel()
