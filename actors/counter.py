@@ -24,7 +24,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Iterable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -362,9 +361,8 @@ class Counter(PartitionHost[tuple[str, str], LoopActor]):
     """Hosts loop actors for the partitions it owns (a loop's partition is its
     execution's)."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None,
-                 retired_cache: int = 10_000) -> None:
-        super().__init__(nc, layout=layout, partitions=partitions, consumer=counter_consumer, key_of=loop_key,
+    def __init__(self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000) -> None:
+        super().__init__(nc, layout=layout, consumer=counter_consumer, key_of=loop_key,
                          partition_of=lambda key: layout.partition_of(key[0]), retired_cache=retired_cache,
                          max_resident=layout.counter_max_resident, role="counter")
 

@@ -35,7 +35,7 @@ import logging
 import random
 import traceback
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
 
@@ -102,13 +102,12 @@ def _polite(fold: Callable[[], T]) -> T:
 
 
 class PartitionHost(Generic[K, A]):
-    def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None, consumer: Callable[[int], str],
+    def __init__(self, nc: NATS, *, layout: Layout, consumer: Callable[[int], str],
                  key_of: Callable[[str], K], partition_of: Callable[[K], int], retired_cache: int = 10_000,
                  max_resident: int = 50_000, role: str = "") -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
-        self.partitions = list(range(layout.partitions) if partitions is None else partitions)
         self.actors: dict[K, A] = {}  # least recently given an input first
         self.max_resident = max(max_resident, 1)
         self.evicted = 0
@@ -129,12 +128,17 @@ class PartitionHost(Generic[K, A]):
     def spawn(self, key: K) -> A:
         raise NotImplementedError
 
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this host consumes now."""
+        return sorted(self._subs)
+
     async def start(self) -> None:
-        for p in self.partitions:
-            await self.gain(p)
+        """Nothing to consume yet: a host takes a partition only when its leases win it
+        (`gain`, called by actors/ownership.Leases), so two hosts never consume one."""
 
     async def gain(self, partition: int) -> None:
-        """Start taking the inputs of `partition` (this pod now owns it)."""
+        """Start taking the inputs of `partition` (this pod now holds its lease)."""
         if partition in self._subs:
             return
         if self._beat is None:

@@ -19,6 +19,7 @@ same log into the same decisions, published under the same message ids.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import os
@@ -36,9 +37,14 @@ log = logging.getLogger("actors.ownership")
 Callback = Callable[[int], Awaitable[None]]
 
 
+_runtimes = itertools.count(1)
+
+
 def pod_name() -> str:
-    """A KV-key-safe name for this process."""
-    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{socket.gethostname()}-{os.getpid()}")
+    """A KV-key-safe member name, new at each call: host, process and a sequence
+    number, so that two runtimes in one process (a test's pods, a role restarted in
+    place) are two members and never renew or release each other's leases."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{socket.gethostname()}-{os.getpid()}-{next(_runtimes)}")
 
 
 class Leases:

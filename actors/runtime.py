@@ -20,7 +20,7 @@ from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import REGISTRY, ConsumerCollector, Family, consumers_for, resident_actors
 from actors.natsio import publisher
-from actors.ownership import Leases
+from actors.ownership import Leases, pod_name
 from actors.projector import Projector
 from actors.tools.actor import ToolActor
 from streams.layout import Layout, ensure
@@ -77,18 +77,13 @@ class Runtime:
         return [resident_actors((a.role, len(a.actors)) for a in self.actors if isinstance(a, (Engine, Counter)))]
 
     def consumers(self) -> list[tuple[str, str]]:
-        """(stream, consumer) for the JetStream consumers these actors read."""
+        """(stream, consumer) for the JetStream consumers these actors read. An engine
+        or counter reports every partition's consumer, not the ones it holds now: those
+        change, and lag is a property of the consumer, not of the pod."""
         found: list[tuple[str, str]] = []
-        leased = {lease.role: lease.partitions for lease in self.leases()}
         for a in self.actors:
-            # a leased role reports every partition's consumer: which ones it holds
-            # changes, and lag is a property of the consumer, not of the pod
-            if isinstance(a, Engine):
-                every = range(leased["engine"]) if "engine" in leased else a.partitions
-                found += consumers_for(("engine",), partitions=every)
-            elif isinstance(a, Counter):
-                every = range(leased["counter"]) if "counter" in leased else a.partitions
-                found += consumers_for(("counter",), partitions=every)
+            if isinstance(a, (Engine, Counter)):
+                found += consumers_for((a.role,), partitions=range(a.layout.partitions))
             elif isinstance(a, Projector):
                 found += consumers_for(("projector",), partitions=())
             elif isinstance(a, ToolActor):
@@ -119,23 +114,27 @@ async def start_roles(
     layout: Layout,
     roles: Iterable[str] = ROLES,
     tool_concurrency: int | Mapping[str, int] | None = None,  # None: per-kind defaults (actors/tools/actor.py)
-    partitions: Iterable[int] | None = None,
-    leases: bool = False,
     pod: str | None = None,
 ) -> Runtime:
-    """Start `roles` on `nc`. Engine and counter take `partitions` (default: all of
-    them), or, with `leases=True`, whichever partitions this pod wins in the `owners`
-    bucket (actors/ownership.py), rebalanced as pods of the same role come and go:
-    what `serve` does, so that any number of engine and counter pods may run."""
+    """Start `roles` on `nc`. Engine and counter consume only the partitions whose
+    leases they hold in the `owners` bucket (actors/ownership.py), rebalanced as pods
+    of the same role come and go. There is no other way in: `serve`, `dev`, the
+    embedded `run`, the tests and the benches all start here, so any mix of them on one
+    server shares the partitions and each partition is consumed by the holder of its
+    lease only (a `dev` that took every partition beside leased pods split executions'
+    inputs between two engines). A runtime alone on its server wins every lease in its
+    first balance, before this returns: `run` waits for no TTL.
+
+    `pod`: the member name in `owners` (default: host, pid and a per-process sequence
+    number, so that two runtimes in one process are two members)."""
     roles = list(roles)
-    if leases and partitions is not None:
-        raise ValueError("partitions are either static or leased, not both")
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
     await ensure(nc.jetstream(), layout)
     # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)
     publisher(nc).duplicate_window = layout.duplicate_window
+    pod = pod or pod_name()
     # every pod watches for messages the server gave up on (one queue group: each once)
     actors: list[Actor] = [MaxDeliveriesWatcher(nc)]
     if "projector" in roles:
@@ -144,17 +143,14 @@ async def start_roles(
         actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency))
     hosts: list[Counter | Engine] = []
     if "counter" in roles:
-        hosts.append(Counter(nc, layout=layout, partitions=[] if leases else partitions))
+        hosts.append(Counter(nc, layout=layout))
     if "engine" in roles:
-        hosts.append(Engine(nc, layout=layout, partitions=[] if leases else partitions))
+        hosts.append(Engine(nc, layout=layout))
     for host in hosts:
-        actors.append(host)
-        if leases:
-            # started after its host and stopped before it: the leases are handed back
-            # (host.lose for each) while the host still runs
-            role = "counter" if isinstance(host, Counter) else "engine"
-            actors.append(Leases(nc, role=role, partitions=layout.partitions, ttl=layout.lease_ttl, pod=pod,
-                                 on_gain=host.gain, on_lose=host.lose))
+        # the leases start after their host and stop before it: a partition is gained
+        # by a running host, and handed back (host.lose) while the host still runs
+        actors += [host, Leases(nc, role=host.role, partitions=layout.partitions, ttl=layout.lease_ttl, pod=pod,
+                                on_gain=host.gain, on_lose=host.lose)]
     if "engine" in roles:
         actors.append(Starter(nc, layout=layout))
     for a in actors:
@@ -237,7 +233,7 @@ async def _run_roles(
 ) -> bool:
     # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a
     # half-started actor could not be stopped); `stop.wait()` then returns at once
-    rt = await start_roles(nc, layout=layout, roles=roles, leases=True)
+    rt = await start_roles(nc, layout=layout, roles=roles)
     tune_gc()
     collector = ConsumerCollector(nc, rt.consumers())
     REGISTRY.add_collector(collector)

@@ -78,16 +78,25 @@ class System:
         await self.nc.jetstream().publish(subject, data, headers={"Nats-Msg-Id": msg_id})
 
     async def restart_roles(self, roles: tuple[str, ...] = ("engine",)) -> None:
-        """Stop the named roles and start fresh instances on the same server."""
+        """Stop the named roles and start fresh instances on the same server: an
+        engine or counter with its leases, which the fresh one (a new member) wins at
+        once since the old one handed them back."""
         from actors.counter import Counter
         from actors.engine.actor import Engine
         from actors.engine.starter import Starter
+        from actors.ownership import Leases
         from actors.projector import Projector
         from actors.tools.actor import ToolActor
 
         kinds = {"engine": (Engine, Starter), "counter": (Counter,), "tools": (ToolActor,), "projector": (Projector,)}
-        doomed = [a for a in self.runtime.actors if isinstance(a, tuple(k for r in roles for k in kinds[r]))]
-        for a in doomed:
+
+        def doomed(a: object) -> bool:
+            if isinstance(a, Leases):
+                return a.role in roles
+            return isinstance(a, tuple(k for r in roles for k in kinds[r]))
+
+        # last started first, as Runtime.stop does: leases are handed back before their host stops
+        for a in [a for a in reversed(self.runtime.actors) if doomed(a)]:
             await a.stop()
             self.runtime.actors.remove(a)
         fresh = await start_roles(self.nc, layout=self.layout, roles=roles)

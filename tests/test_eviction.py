@@ -118,7 +118,7 @@ class _Host(PartitionHost[str, _Actor]):
 async def test_eviction_takes_least_recently_used_idle_actors_and_never_a_busy_one(nats_server: Any) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        host = _Host(nc, layout=Layout(partitions=1), partitions=[0], consumer=str, key_of=lambda s: s,
+        host = _Host(nc, layout=Layout(partitions=1), consumer=str, key_of=lambda s: s,
                      partition_of=lambda k: 0, max_resident=3, role="test")
         for key in ("busy", "idle1", "idle2"):
             await host._on_msg(_Input(key))  # type: ignore[arg-type]

@@ -35,8 +35,8 @@ workflow:
 
 
 class Pod:
-    """An engine (or counter) pod as `actors-cli serve` runs one: its own connection,
-    the role started with leases instead of static partitions."""
+    """An engine (or counter) pod as `actors-cli serve` runs one: its own connection
+    and member name."""
 
     def __init__(self, nc: NATS, rt: Runtime) -> None:
         self.nc, self.rt = nc, rt
@@ -45,7 +45,7 @@ class Pod:
     @classmethod
     async def start(cls, url: str, layout: Layout, name: str, role: str = "engine") -> Pod:
         nc = await connect(url, name=name)
-        return cls(nc, await start_roles(nc, layout=layout, roles=(role,), leases=True, pod=name))
+        return cls(nc, await start_roles(nc, layout=layout, roles=(role,), pod=name))
 
     @property
     def held(self) -> set[int]:
@@ -71,8 +71,9 @@ class Pod:
 
 @contextlib.asynccontextmanager
 async def leased(layout: Layout, *, rest: tuple[str, ...]) -> AsyncIterator[tuple[NatsServer, NATS, list[Pod]]]:
-    """A server, a connection running the roles `rest` with every partition, and a
-    list for the test's leased pods: each one left in it is stopped at the end."""
+    """A server, a connection running the roles `rest` (a leased role among them is
+    alone, so it holds every partition), and a list for the test's pods: each one left
+    in it is stopped at the end."""
     server = await NatsServer.start()
     nc = await connect(server.url, name="rest")
     await ensure(nc.jetstream(), layout)

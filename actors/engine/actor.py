@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -319,9 +318,8 @@ class ExecutionActor:
 class Engine(PartitionHost[str, ExecutionActor]):
     """Hosts execution actors for the partitions it owns."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, partitions: Iterable[int] | None = None,
-                 retired_cache: int = 10_000) -> None:
-        super().__init__(nc, layout=layout, partitions=partitions, consumer=engine_consumer, key_of=execution_of,
+    def __init__(self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000) -> None:
+        super().__init__(nc, layout=layout, consumer=engine_consumer, key_of=execution_of,
                          partition_of=layout.partition_of, retired_cache=retired_cache,
                          max_resident=layout.engine_max_resident, role="engine")
 
