@@ -41,7 +41,7 @@ async def test_run_json_gives_one_object_and_exit_code_per_state(tmp_path: Path)
     code, out, _ = await cli("run", "examples/hello.yaml", "--json", "--execution-id", "cli-json-1", env={"NATS_URL": ""})
     assert code == 0
     obj = json.loads(out.strip().splitlines()[-1])
-    assert set(obj) == {"execution_id", "state", "result", "error", "started_at", "ended_at"}
+    assert set(obj) == {"execution_id", "state", "result", "error", "started_at", "ended_at", "existing"}
     assert obj["execution_id"] == "cli-json-1" and obj["state"] == "COMPLETED"
     assert obj["result"] == {"shout": "HELLO, WORLD!", "whisper": {"text": "hello, world!"}}
 
