@@ -470,7 +470,10 @@ async def _until_signal() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="actors-cli", description="Run YAML playbooks on NATS JetStream.")
+    doc = __doc__ or ""
+    exit_codes = doc[doc.index("Exit codes:"):doc.index("A user error")] if "Exit codes:" in doc else None
+    p = argparse.ArgumentParser(prog="actors-cli", description="Run YAML playbooks on NATS JetStream.",
+                                epilog=exit_codes, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -595,13 +598,15 @@ def _exit_code_for(e: Exception) -> int | None:
 def _nats_reason(e: Exception) -> str:
     """One line for a NATS failure: what our own errors say, else what went wrong."""
     import nats.errors
+    import nats.js.errors
 
     from streams.server import ServerError
 
     if isinstance(e, ServerError):
         return e.summary
-    if isinstance(e, nats.errors.NoRespondersError):
-        return "NATS answered but JetStream did not (is the server started with JetStream, -js?)"
+    if isinstance(e, (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)):
+        return ("NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
+                "or is a stream electing a leader?")
     if isinstance(e, nats.errors.Error) and not str(e).startswith("cannot reach"):
         text = " ".join(str(e).split()) or type(e).__name__
         return f"NATS stopped answering: {text}"

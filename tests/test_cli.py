@@ -84,8 +84,9 @@ workflow:
 async def test_register_start_status_events_against_a_running_server(tmp_path: Path) -> None:
     """The `dev`/`serve` workflow: actors in one process, the CLI in others."""
     server = await NatsServer.start()
-    serve = await asyncio.create_subprocess_exec(*CLI, "serve", "--role", "all", "--nats", server.url, cwd=ROOT,
-                                                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    # --http-port 0: the default 8080 may be taken by anything else on the machine
+    serve = await asyncio.create_subprocess_exec(*CLI, "serve", "--role", "all", "--nats", server.url, "--http-port", "0",
+                                                 cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
         env = {"NATS_URL": server.url}
         code, out, _ = await cli("register", "examples/hello.yaml", env=env)

@@ -40,7 +40,12 @@ async def cli(*args: str, url: str = "", timeout: float = 40) -> tuple[int, str,
         # the partitions of tests/conftest.make_layout: the CLI must address the same subjects
         env={**os.environ, "NATS_URL": url, "ACTORS_PARTITIONS": str(make_layout().partitions)},
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:  # timed out or cancelled: leave no command running behind the test
+            proc.kill()
+            await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode(), time.monotonic() - began
 
