@@ -607,7 +607,7 @@ def _nats_reason(e: Exception) -> str:
     if isinstance(e, (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)):
         return ("NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
                 "or is a stream electing a leader?")
-    if isinstance(e, nats.errors.Error) and not str(e).startswith("cannot reach"):
+    if isinstance(e, nats.errors.Error):  # after connecting: a request timed out, the connection closed
         text = " ".join(str(e).split()) or type(e).__name__
         return f"NATS stopped answering: {text}"
     return " ".join(str(e).split())

@@ -83,7 +83,7 @@ class TooLarge(ValueError):
 def check_execution_id(execution_id: str) -> str:
     """The id itself, or InvalidExecutionId: it becomes a subject token and a KV key,
     where `*`, `>` and `.` would address other executions."""
-    if not EXECUTION_ID.match(execution_id):
+    if not EXECUTION_ID.fullmatch(execution_id):  # fullmatch: `$` alone lets a trailing newline through
         raise InvalidExecutionId(f"execution id {execution_id!r} is not valid: it must match {EXECUTION_ID.pattern}")
     return execution_id
 

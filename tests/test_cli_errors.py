@@ -72,7 +72,7 @@ async def test_wildcards_and_dots_in_an_execution_id_are_refused_and_address_not
     _, status = await system.run_yaml(SLOW.replace("seconds: 30", "seconds: 0"))
     assert status.state == "COMPLETED"  # a log `events '*'` used to print
     url = system.server.url
-    for args in (("status", "*"), ("status", "a.b"), ("status", "*", "--watch"), ("events", "*"),
+    for args in (("status", "*"), ("status", "a.b"), ("status", "a\n"), ("status", "*", "--watch"), ("events", "*"),
                  ("events", ">"), ("cancel", "*"), ("start", "examples/hello", "--execution-id", "a.b"),
                  ("run", "examples/hello.yaml", "--nats", url, "--execution-id", "bad id")):
         code, out, err, _ = await cli(*args, url=url)
