@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -277,6 +278,12 @@ def children_named(pid: int, name: str) -> list[int]:
     return found
 
 
+def store_of(server_pid: int) -> Path:
+    """The JetStream store dir a nats-server was started with (`-sd`)."""
+    argv = Path(f"/proc/{server_pid}/cmdline").read_bytes().split(b"\0")
+    return Path(argv[argv.index(b"-sd") + 1].decode())
+
+
 async def gone(pid: int, timeout: float) -> bool:
     """Wait for a process that is not our child to end: its pidfd becomes readable."""
     try:
@@ -285,7 +292,12 @@ async def gone(pid: int, timeout: float) -> bool:
         return True
     loop = asyncio.get_running_loop()
     ended = loop.create_future()
-    loop.add_reader(fd, ended.set_result, True)
+
+    def readable() -> None:
+        if not ended.done():
+            ended.set_result(True)
+
+    loop.add_reader(fd, readable)
     try:
         return await asyncio.wait_for(ended, timeout)
     except TimeoutError:
@@ -304,9 +316,11 @@ async def kill_hard_and_check_its_server_dies(args: list[str], ready: bytes) -> 
             assert line, "the command ended before it was ready"
         servers = children_named(proc.pid, "nats-server")
         assert len(servers) == 1
+        store = store_of(servers[0])
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
         assert await gone(servers[0], timeout=10), "nats-server outlived its parent"
+        shutil.rmtree(store, ignore_errors=True)  # a parent killed hard cannot remove its temporary store
     finally:
         if proc.returncode is None:
             proc.kill()
