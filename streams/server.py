@@ -121,33 +121,48 @@ class NatsServer:
                                 preexec_fn=_parent_death_hook())
         log.close()
         deadline = time.monotonic() + ready_timeout
-        url = None
+        try:
+            url = await cls._wait_ports_file(proc, store, ports_dir, deadline, owns_store=owns)
+        finally:
+            shutil.rmtree(ports_dir, ignore_errors=True)
+        url = url.replace("0.0.0.0", "127.0.0.1")
+        port = int(url.rsplit(":", 1)[1])
+        if auth:
+            url = url.replace("://", f"://{auth[0]}:{auth[1]}@", 1)
+        server = cls(proc, url, store, owns, port)
+        try:
+            await server._wait_jetstream(deadline)
+        except ServerError:
+            await server.stop()
+            raise
+        return server
+
+    @staticmethod
+    async def _wait_ports_file(proc: subprocess.Popen[bytes], store: Path, ports_dir: Path, deadline: float, *,
+                               owns_store: bool) -> str:
+        """The client URL the server writes once it listens; ServerError when it exits
+        or takes too long (the server stopped, a temporary store removed)."""
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 tail = (store / "nats-server.log").read_text(errors="replace")[-2000:]
                 fatal = [line.split("[FTL]", 1)[1].strip() for line in tail.splitlines() if "[FTL]" in line]
+                if owns_store:
+                    shutil.rmtree(store, ignore_errors=True)
                 raise ServerError(f"nats-server exited with {proc.returncode}:\n{tail}",
                                   summary=f"nats-server could not start: {fatal[-1]}" if fatal else None)
             files = list(ports_dir.glob("*.ports"))  # noqa: ASYNC240 - a tiny local dir
             if files:
                 try:
                     info = json.loads(files[0].read_text())
-                    url = info["nats"][0]
-                    break
+                    return str(info["nats"][0])
                 except (ValueError, KeyError, IndexError):
                     pass  # written but not complete yet
             await asyncio.sleep(0.005)
-        shutil.rmtree(ports_dir, ignore_errors=True)
-        if url is None:
-            proc.kill()
-            raise ServerError("nats-server did not become ready")
-        url = url.replace("0.0.0.0", "127.0.0.1")
-        port = int(url.rsplit(":", 1)[1])
-        if auth:
-            url = url.replace("://", f"://{auth[0]}:{auth[1]}@", 1)
-        server = cls(proc, url, store, owns, port)
-        await server._wait_jetstream(deadline)
-        return server
+        proc.kill()
+        proc.wait()
+        if owns_store:
+            shutil.rmtree(store, ignore_errors=True)
+        raise ServerError("nats-server did not become ready")
 
     async def _wait_jetstream(self, deadline: float) -> None:
         import nats
