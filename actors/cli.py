@@ -1,8 +1,22 @@
 """actors-cli: run, watch and operate playbook executions.
 
-Exit codes: 0 COMPLETED, 1 FAILED, 2 CANCELLED, 3 invalid input or usage, 4 timeout.
-Every command that talks to NATS takes --nats URL (or NATS_URL); `run` without one
-starts an embedded nats-server and every actor in this process.
+Exit codes:
+  0  COMPLETED (or the command did what it was asked)
+  1  FAILED
+  2  CANCELLED
+  3  invalid input or usage: a bad playbook, payload or execution id, a value over the
+     message limit, an unknown execution, a port already in use
+  4  timeout: the execution (run, status --watch) did not end within --timeout
+  5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
+     also an embedded nats-server that could not start
+  130 interrupted (Ctrl-C)
+A user error is one line on stderr, never a traceback.
+
+Every command that talks to NATS takes --nats URL (or NATS_URL; credentials go in the
+URL: nats://user:password@host:4222); `run` without one starts an embedded
+nats-server and every actor in this process. Client commands reach NATS within
+--timeout seconds (default 10) or exit 5; `serve` instead waits for its server as
+long as it takes (a pod starts before its server is up).
 """
 
 from __future__ import annotations
@@ -23,7 +37,8 @@ from typing import Any
 import msgspec
 import orjson
 
-EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
+CLIENT_TIMEOUT = 10.0  # seconds a client command may take to reach NATS when --timeout is not given
 STATE_EXIT = {"COMPLETED": EXIT_OK, "FAILED": EXIT_FAILED, "CANCELLED": EXIT_CANCELLED}
 
 
@@ -64,11 +79,25 @@ def _url(args: argparse.Namespace) -> str | None:
     return getattr(args, "nats", None) or os.environ.get("NATS_URL") or None
 
 
+def _timeout(args: argparse.Namespace) -> float:
+    """Seconds the command may take to reach NATS: its --timeout, else CLIENT_TIMEOUT."""
+    given = getattr(args, "timeout", None)
+    return CLIENT_TIMEOUT if given is None else float(given)
+
+
+def _execution_id(raw: str | None) -> str | None:
+    """A user's execution id, checked before it gets near a subject or a key."""
+    from actors.client import check_execution_id
+
+    return None if raw is None else check_execution_id(raw)
+
+
 @contextlib.asynccontextmanager
 async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> AsyncIterator[Any]:
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
     from actors.client import Client
+    from actors.dial import NatsUnavailable, connect_within, redact
     from actors.runtime import connect, start_roles, tune_gc
     from streams.layout import Layout, ensure
     from streams.server import NatsServer
@@ -82,13 +111,20 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
             raise UsageError("no NATS server: pass --nats URL or set NATS_URL (or use `actors-cli dev`)")
         server = await NatsServer.start()
         url = server.url
-    nc = await connect(url, name="actors-cli")
+    budget = _timeout(args)
+    started = time.monotonic()
+    # a server of our own is local and up; anyone else's is given the command's --timeout
+    nc = await connect(url, name="actors-cli") if server is not None else await connect_within(url, timeout=budget)
     try:
         if server is not None:
             runtime = await start_roles(nc, layout=layout)
             tune_gc()
         else:
-            await ensure(nc.jetstream(), layout)  # idempotent: works before any pod has started
+            try:
+                async with asyncio.timeout(max(0.1, budget - (time.monotonic() - started))):
+                    await ensure(nc.jetstream(), layout)  # idempotent: works before any pod has started
+            except TimeoutError:
+                raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {budget:g}s") from None
         yield Client(nc, layout=layout)
     finally:
         if runtime is not None:
@@ -144,11 +180,34 @@ async def cmd_register(args: argparse.Namespace) -> int:
 
 
 async def cmd_start(args: argparse.Namespace) -> int:
+    eid, payload = _execution_id(args.execution_id), _payload(args.payload)
     async with _connection(args) as client:
-        eid = await client.start(args.path, payload=_payload(args.payload), version=args.version,
-                                 execution_id=args.execution_id)
-        print(eid)
+        outcome = await client.start_execution(args.path, payload=payload, version=args.version, execution_id=eid,
+                                               record_wait=_timeout(args))
+    _warn_if_existing(outcome)
+    if args.json:
+        _out({"execution_id": outcome.execution_id, "existing": outcome.existing,
+              "differs": None if outcome.differs is None else list(outcome.differs)})
+    else:
+        print(outcome.execution_id)
     return EXIT_OK
+
+
+def _warn_if_existing(outcome: Any) -> None:
+    """Starts are idempotent by id: a second start changes nothing, which its caller
+    must hear about when it asked for something else."""
+    if not outcome.existing:
+        return
+    running = outcome.running
+    what = f" (playbook {running.playbook_path} v{running.playbook_version})" if running is not None else ""
+    if outcome.differs is None:
+        how = "its start record could not be read yet, so whether this start differs is unknown"
+    elif outcome.differs:
+        how = (f"{' and '.join(outcome.differs)} {'differ' if len(outcome.differs) > 1 else 'differs'} from this "
+               "start's; the first start is what runs")
+    else:
+        how = "this start asked for the same"
+    _err(f"actors-cli: warning: execution {outcome.execution_id} already exists{what}; this start changed nothing: {how}")
 
 
 def _status_row(st: Any) -> dict[str, Any]:
@@ -177,6 +236,8 @@ def _error_line(error: dict[str, Any]) -> str:
 async def cmd_status(args: argparse.Namespace) -> int:
     from actors.client import TERMINAL_STATES
 
+    _execution_id(args.execution_id)
+    started = time.monotonic()
     async with _connection(args) as client:
         st = await client.status(args.execution_id)
         if st is None and not args.watch:
@@ -185,13 +246,19 @@ async def cmd_status(args: argparse.Namespace) -> int:
         if args.watch and (st is None or st.state not in TERMINAL_STATES):
             if st is not None:
                 (_out(_status_row(st)) if args.json else print(f"{st.state}"))
-            st = await client.wait(args.execution_id, timeout=args.timeout)
+            left = None if args.timeout is None else max(0.0, args.timeout - (time.monotonic() - started))
+            try:
+                st = await client.wait(args.execution_id, timeout=left)
+            except TimeoutError:
+                _err(f"execution {args.execution_id}: not finished after {args.timeout:g}s")
+                return EXIT_TIMEOUT
         assert st is not None
         (_out(_status_row(st)) if args.json else _print_status(st))
         return STATE_EXIT.get(st.state, EXIT_OK)
 
 
 async def cmd_events(args: argparse.Namespace) -> int:
+    _execution_id(args.execution_id)
     async with _connection(args) as client:
         items = await client.events(args.execution_id)
         if not items:
@@ -221,7 +288,18 @@ def _detail(type_: str, data: dict[str, Any], width: int = 100) -> str:
 async def cmd_cancel(args: argparse.Namespace) -> int:
     from actors.client import TERMINAL_STATES
 
+    eid = _execution_id(args.execution_id)
     async with _connection(args) as client:
+        # a cancel is an input in the execution's log: never write one for an execution
+        # that does not exist (it would sit there, and start one if the id came later)
+        found = await client.exists(args.execution_id, timeout=_timeout(args))
+        if found is None:
+            _err(f"actors-cli: cannot tell yet whether execution {eid} exists: start messages queued before it were "
+                 f"still waiting after {_timeout(args):g}s (is an engine running?); nothing cancelled")
+            return EXIT_TIMEOUT
+        if not found:
+            _err(f"actors-cli: no execution {eid}: nothing to cancel")
+            return EXIT_INVALID
         st = await client.status(args.execution_id)
         if st is not None and st.state in TERMINAL_STATES:
             print(f"execution {args.execution_id} is already {st.state}; nothing to cancel")
@@ -246,13 +324,20 @@ async def cmd_run(args: argparse.Namespace) -> int:
         _err(f"{e.filename}: {e.strerror}")
         return EXIT_INVALID
     payload = _payload(args.payload)
+    eid = _execution_id(args.execution_id)
     async with _connection(args, embedded=True) as client:
         for extra in args.register or []:
             await client.register(extra)
         entry = await client.register(args.file)
-        eid = args.execution_id or client.new_id()
+        eid = eid or client.new_id()
         bar = None if args.json else asyncio.create_task(_progress(client, eid))
-        eid = await client.start(entry.path, version=entry.version, payload=payload, execution_id=eid)
+        try:
+            outcome = await client.start_execution(entry.path, version=entry.version, payload=payload,
+                                                   execution_id=eid)
+        except BaseException:
+            await _stop_task(bar)  # or it dies with the connection and logs a traceback
+            raise
+        _warn_if_existing(outcome)
         if not args.json:
             print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
         try:
@@ -262,17 +347,15 @@ async def cmd_run(args: argparse.Namespace) -> int:
             if args.json:
                 _out({"execution_id": eid, "state": "TIMEOUT", "result": None,
                       "error": {"type": "Timeout", "message": f"not finished after {args.timeout}s"},
-                      "started_at": None, "ended_at": None})
+                      "started_at": None, "ended_at": None, "existing": outcome.existing})
             else:
                 _err(f"execution {eid}: not finished after {args.timeout}s")
             return EXIT_TIMEOUT
         finally:
-            if bar is not None:
-                bar.cancel()
-                await asyncio.gather(bar, return_exceptions=True)
+            await _stop_task(bar)
         data = terminal.data
         out = {"execution_id": eid, "state": st.state, "result": await client.result(terminal), "error": data.get("error"),
-               "started_at": st.started_at, "ended_at": st.ended_at}
+               "started_at": st.started_at, "ended_at": st.ended_at, "existing": outcome.existing}
         if args.json:
             _out(out)
         else:
@@ -282,6 +365,12 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 print("error: " + _error_line(out["error"]))
             print("result: " + orjson.dumps(out["result"], option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         return STATE_EXIT.get(st.state, EXIT_FAILED)
+
+
+async def _stop_task(task: asyncio.Task[Any] | None) -> None:
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _progress(client: Any, eid: str) -> None:
@@ -392,7 +481,10 @@ async def _until_signal() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="actors-cli", description="Run YAML playbooks on NATS JetStream.")
+    doc = __doc__ or ""
+    exit_codes = doc[doc.index("Exit codes:"):doc.index("A user error")] if "Exit codes:" in doc else None
+    p = argparse.ArgumentParser(prog="actors-cli", description="Run YAML playbooks on NATS JetStream.",
+                                epilog=exit_codes, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -406,7 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--execution-id")
     sp.add_argument("--register", action="append", help="also register this playbook (sub-playbooks)")
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("--timeout", type=float, default=None, help="seconds; exit 4 when exceeded")
+    sp.add_argument("--timeout", type=float, default=None,
+                    help="seconds the execution may take (exit 4 past it); with --nats also the bound on reaching "
+                         f"NATS (default {CLIENT_TIMEOUT:g}; exit 5)")
 
     sp = sub.add_parser("dev", help="embedded NATS plus every actor, in the foreground")
     sp.add_argument("--port", type=int, default=4222)
@@ -420,27 +514,36 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--drain-timeout", type=float, default=10.0,
                     help="seconds running tool commands get to finish after SIGTERM (default 10)")
 
-    sp = with_nats(sub.add_parser("register", help="register playbooks in the catalog"))
+    def with_timeout(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}); exit 5 past it")
+        return sp
+
+    sp = with_timeout(with_nats(sub.add_parser("register", help="register playbooks in the catalog")))
     sp.add_argument("files", nargs="+")
     sp.add_argument("--json", action="store_true")
 
-    sp = with_nats(sub.add_parser("start", help="start an execution; prints its id"))
+    sp = with_timeout(with_nats(sub.add_parser("start", help="start an execution; prints its id")))
     sp.add_argument("path", help="catalog path of a registered playbook")
     sp.add_argument("--payload")
     sp.add_argument("--version", type=int)
     sp.add_argument("--execution-id")
+    sp.add_argument("--json", action="store_true",
+                    help='{"execution_id", "existing", "differs"}: existing is true when the id was started before')
 
     sp = with_nats(sub.add_parser("status", help="an execution's status"))
     sp.add_argument("execution_id")
     sp.add_argument("--watch", action="store_true", help="wait until it is terminal")
-    sp.add_argument("--timeout", type=float)
+    sp.add_argument("--timeout", type=float,
+                    help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}; exit 5) and, with --watch, to wait "
+                         "for the end (default: for ever; exit 4)")
     sp.add_argument("--json", action="store_true")
 
-    sp = with_nats(sub.add_parser("events", help="an execution's whole log, in order"))
+    sp = with_timeout(with_nats(sub.add_parser("events", help="an execution's whole log, in order")))
     sp.add_argument("execution_id")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    sp = with_nats(sub.add_parser("cancel", help="cancel an execution"))
+    sp = with_timeout(with_nats(sub.add_parser("cancel", help="cancel an execution")))
     sp.add_argument("execution_id")
     sp.add_argument("--reason")
 
@@ -477,13 +580,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:
-        from actors.catalog import CatalogError
-        from actors.playbook.loader import PlaybookInvalid
+        code = _exit_code_for(e)
+        if code is None:
+            raise
+        _err(f"actors-cli: {e if code == EXIT_INVALID else _nats_reason(e)}")
+        return code
 
-        if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError)):
-            _err(f"actors-cli: {e}")
-            return EXIT_INVALID
-        raise
+
+def _exit_code_for(e: Exception) -> int | None:
+    """The exit code of an error that is the user's or NATS's, not a bug of ours."""
+    import nats.errors
+
+    from actors.catalog import CatalogError
+    from actors.client import InvalidExecutionId, TooLarge
+    from actors.dial import NatsUnavailable
+    from actors.health import HttpPortUnavailable
+    from actors.playbook.loader import PlaybookInvalid
+    from streams.server import ServerError
+
+    if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError, InvalidExecutionId, TooLarge,
+                      HttpPortUnavailable)):
+        return EXIT_INVALID
+    if isinstance(e, (NatsUnavailable, ServerError, nats.errors.Error)):
+        return EXIT_NATS
+    return None
+
+
+def _nats_reason(e: Exception) -> str:
+    """One line for a NATS failure: what our own errors say, else what went wrong."""
+    import nats.errors
+    import nats.js.errors
+
+    from streams.server import ServerError
+
+    if isinstance(e, ServerError):
+        return e.summary
+    if isinstance(e, (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)):
+        return ("NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
+                "or is a stream electing a leader?")
+    if isinstance(e, nats.errors.Error):  # after connecting: a request timed out, the connection closed
+        text = " ".join(str(e).split()) or type(e).__name__
+        return f"NATS stopped answering: {text}"
+    return " ".join(str(e).split())
 
 
 def _run(coro: Any) -> Any:

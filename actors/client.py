@@ -1,5 +1,10 @@
 """What users (the CLI, tests, benches) do against a running system: register
-playbooks, start and cancel executions, read status, read and follow logs."""
+playbooks, start and cancel executions, read status, read and follow logs.
+
+Execution ids are checked before they go into a subject or a key (`*`, `>` or `.`
+would address other executions). Starts are idempotent by id: the first start record
+is what runs; `start_execution` says whether an execution with the id already
+existed and what differs from the start that runs."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors import catalog
 from actors.blobs import get_blob
+from actors.catalog import CatalogError, CatalogReader
 from actors.natsio import MSG_ID, log_time, stream_seq
 from actors.wire import (
     CallDone,
@@ -31,6 +37,7 @@ from actors.wire import (
     ParentRef,
     ResultBatch,
     StartMessage,
+    StartRecord,
     decision_decoder,
     encode,
     event_decoder,
@@ -46,6 +53,7 @@ from streams.layout import (
     IN,
     LC,
     LOOP_STREAM,
+    START_STREAM,
     START_SUBJECT,
     STATUS_BUCKET,
     Layout,
@@ -58,6 +66,48 @@ TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _dead = msgspec.json.Decoder(DeadLetter)
 _progress = msgspec.json.Decoder(LoopProgress)
+# room a message needs around the value it carries (ids, limits, headers): what a
+# value may use is the message limit minus this
+MESSAGE_HEADROOM = 16 * 1024
+START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
+
+
+class InvalidExecutionId(ValueError):
+    pass
+
+
+class TooLarge(ValueError):
+    """A value bigger than a message may carry; the message names it and its size."""
+
+
+def check_execution_id(execution_id: str) -> str:
+    """The id itself, or InvalidExecutionId: it becomes a subject token and a KV key,
+    where `*`, `>` and `.` would address other executions."""
+    if not EXECUTION_ID.fullmatch(execution_id):  # fullmatch: `$` alone lets a trailing newline through
+        raise InvalidExecutionId(f"execution id {execution_id!r} is not valid: it must match {EXECUTION_ID.pattern}")
+    return execution_id
+
+
+def check_size(what: str, size: int, limit: int) -> None:
+    """The one place that decides whether a value fits in a message: raise TooLarge
+    naming `what` when `size` (encoded bytes) is over `limit`."""
+    if size > limit:
+        raise TooLarge(f"{what} is {size:,} bytes encoded, over the {limit:,} bytes a NATS message may carry "
+                       "here (the server's max_payload and the streams' max_msg_size, less an envelope)")
+
+
+@dataclass(frozen=True, slots=True)
+class StartOutcome:
+    """What `Client.start_execution` did. `existing`: an execution with this id had
+    been started before, so this start changed nothing and the first start's record
+    is what runs. `differs`: for an existing one, what the running start has that this
+    one did not ask for (`payload`, `playbook`, `version`); None when its record could
+    not be read in time."""
+
+    execution_id: str
+    existing: bool = False
+    differs: tuple[str, ...] | None = ()
+    running: StartRecord | None = None
 
 
 @dataclass(slots=True)
@@ -102,9 +152,17 @@ class Client:
         self.js = nc.jetstream()
         self.layout = layout
 
+    def value_limit(self) -> int:
+        """Bytes a value (a playbook source, a payload) may take in one message: the
+        smaller of the streams' and the server's message limit, less the envelope."""
+        server = self.nc.max_payload or self.layout.max_msg_size
+        return min(self.layout.max_msg_size, server) - MESSAGE_HEADROOM
+
     async def register(self, path: str | Path) -> CatalogEntry:
         p = Path(path)
-        return await catalog.register(self.js, await asyncio.to_thread(p.read_text), file=str(p))
+        source = await asyncio.to_thread(p.read_text)
+        check_size(f"{p}: the playbook", len(msgspec.json.encode(source)), self.value_limit())
+        return await catalog.register(self.js, source, file=str(p))
 
     @staticmethod
     def new_id() -> str:
@@ -119,22 +177,121 @@ class Client:
         execution_id: str | None = None,
         parent: ParentRef | None = None,
     ) -> str:
-        eid = execution_id or uuid.uuid4().hex
-        if not EXECUTION_ID.match(eid):
-            raise ValueError(f"execution id {eid!r} must match {EXECUTION_ID.pattern}")
+        """Publish a start message; returns the execution id. A start with the id of an
+        existing execution changes nothing (see `start_execution` to find out)."""
+        eid = check_execution_id(execution_id or uuid.uuid4().hex)
         msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
-        await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
+        data = encode(msg)
+        check_size(f"the start message of execution {eid} (its payload)", len(data), self.value_limit())
+        await self.js.publish(START_SUBJECT, data, headers={MSG_ID: eid})
         return eid
 
+    async def start_execution(
+        self,
+        playbook: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        version: int | None = None,
+        execution_id: str | None = None,
+        record_wait: float = START_RECORD_WAIT,
+    ) -> StartOutcome:
+        """`start`, checked: says whether an execution with this id already exists
+        (then nothing is published) and how its start differs from this one, and
+        refuses a payload that would not fit in the start record with the playbook.
+        A few round trips more than `start`: for people and scripts, not floods."""
+        eid = check_execution_id(execution_id or uuid.uuid4().hex)
+        payload = payload or {}
+        running = await self._start_record(eid)
+        if running is None:
+            try:
+                entry = await CatalogReader(self.js).resolve(playbook, version)
+            except CatalogError:
+                entry = None  # the execution starts and fails with PlaybookNotFound, as with `start`
+            size = len(msgspec.json.encode(payload))
+            source = len(msgspec.json.encode(entry.source)) if entry is not None else 0
+            check_size(f"the start record of execution {eid} (payload {size:,} bytes + playbook {playbook} "
+                       f"{source:,} bytes)", size + source, self.value_limit())
+            msg = StartMessage(playbook=playbook, version=version, payload=payload, execution_id=eid)
+            ack = await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
+            if not ack.duplicate:
+                return StartOutcome(eid)
+            # a start with this id is still queued (the server dropped ours as its
+            # duplicate): its record, once written, is what runs
+            running = await self._await_start_record(eid, record_wait)
+            if running is None:
+                return StartOutcome(eid, existing=True, differs=None)
+        differs = tuple(name for name, differ in (
+            ("playbook", running.playbook_path != playbook),
+            ("version", version is not None and running.playbook_version != version),
+            ("payload", running.payload != payload),
+        ) if differ)
+        return StartOutcome(eid, existing=True, differs=differs, running=running)
+
+    async def _start_record(self, execution_id: str) -> StartRecord | None:
+        subject = self.layout.exec_subject(execution_id, IN, "start")
+        try:
+            msg = await self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
+        except NotFoundError:
+            return None
+        record = input_decoder.decode(msg.data or b"")
+        return record if isinstance(record, StartRecord) else None
+
+    async def _await_start_record(self, execution_id: str, timeout: float) -> StartRecord | None:
+        subject = self.layout.exec_subject(execution_id, IN, "start")
+        sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        try:
+            msg = await sub.next_msg(timeout=timeout)
+        except TimeoutError:
+            return None
+        finally:
+            await sub.unsubscribe()
+        record = input_decoder.decode(msg.data)
+        return record if isinstance(record, StartRecord) else None
+
+    async def exists(self, execution_id: str, *, timeout: float = 10.0) -> bool | None:
+        """Whether the execution exists: True once its start record is in its log;
+        False when it is not and no start message queued before this call is left to
+        write it; None when such messages were still queued after `timeout` seconds
+        (no engine running, or a long queue): it cannot be told yet."""
+        check_execution_id(execution_id)
+        if await self._start_record(execution_id) is not None:
+            return True
+        jsm = self.nc.jsm()
+        queued = (await jsm.stream_info(START_STREAM)).state
+        if not queued.messages:
+            return False  # a start message is acked only after its record is written
+        # one of the queued messages may be this execution's start: wait for its record,
+        # or until every message queued now has been handled (a work queue drops a
+        # message when acked: the first sequence then moves past the last one seen now)
+        upto = queued.last_seq
+        subject = self.layout.exec_subject(execution_id, IN, "start")
+        sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            while True:
+                try:
+                    await sub.next_msg(timeout=max(0.01, min(0.25, deadline - loop.time())))
+                    return True
+                except TimeoutError:
+                    pass
+                state = (await jsm.stream_info(START_STREAM)).state
+                if not state.messages or state.first_seq > upto:
+                    return await self._start_record(execution_id) is not None
+                if loop.time() >= deadline:
+                    return None
+        finally:
+            await sub.unsubscribe()
+
     async def cancel(self, execution_id: str, reason: str = "") -> None:
-        subject = self.layout.exec_subject(execution_id, IN, "cancel")
+        subject = self.layout.exec_subject(check_execution_id(execution_id), IN, "cancel")
         await self.js.publish(subject, encode(CancelRequest(execution_id=execution_id, reason=reason)),
                               headers={MSG_ID: f"{execution_id}:cancel"})
 
     async def status(self, execution_id: str) -> ExecutionStatus | None:
         kv = await self.js.key_value(STATUS_BUCKET)
         try:
-            entry = await kv.get(execution_id)
+            entry = await kv.get(check_execution_id(execution_id))
         except KeyNotFoundError:
             return None
         return status_decoder.decode(entry.value or b"")
@@ -143,6 +300,7 @@ class Client:
         """Wait until the projected status is terminal (the status KV is the only
         authority on it). Rides out a NATS node going away: a watch that fails or goes
         quiet is checked against the key and started again."""
+        check_execution_id(execution_id)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -178,7 +336,7 @@ class Client:
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
         """The execution's log from its start, then live."""
-        prefix = self.layout.exec_prefix(execution_id)
+        prefix = self.layout.exec_prefix(check_execution_id(execution_id))
         sub = await self.js.subscribe(f"{prefix}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
         try:
             while True:
@@ -192,7 +350,7 @@ class Client:
 
     async def events(self, execution_id: str) -> list[LogItem]:
         """The whole log as it is now, in order, then this execution's dead letters."""
-        prefix = self.layout.exec_prefix(execution_id)
+        prefix = self.layout.exec_prefix(check_execution_id(execution_id))
         items = await self._read_all(EXEC_STREAM, f"{prefix}.>", log_items)
         items += await self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", _dead_items)
         return items
@@ -209,6 +367,7 @@ class Client:
         """Every iteration result of the execution's loops (the counter's logs, not the
         execution's), in arrival order. A batch of results is given as the `call.done`
         or `call.error` of each of its entries."""
+        check_execution_id(execution_id)
         subject = f"loop.{self.layout.partition_of(execution_id)}.{execution_id}.*.{IN}.res.>"
 
         def expand(subject: str, data: bytes, seq: int, at: float) -> list[Any]:
@@ -221,7 +380,7 @@ class Client:
 
     async def progress(self, execution_id: str) -> AsyncIterator[LoopProgress]:
         """Live progress of the execution's loops (best effort, not stored)."""
-        sub = await self.nc.subscribe(progress_subject(execution_id))
+        sub = await self.nc.subscribe(progress_subject(check_execution_id(execution_id)))
         try:
             async for msg in sub.messages:
                 yield _progress.decode(msg.data)

@@ -54,6 +54,11 @@ class PodState:
         ]
 
 
+class HttpPortUnavailable(Exception):
+    """The probes' port cannot be bound (in use, or not allowed): a setting to fix,
+    not something a retry cures."""
+
+
 class HealthServer:
     """`port=0` binds a free port (tests); `actors-cli serve --http-port 0` instead
     means no server at all."""
@@ -75,7 +80,13 @@ class HealthServer:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            await self._runner.cleanup()
+            self._runner = None
+            raise HttpPortUnavailable(f"cannot listen on {self.host}:{self.port} for /healthz, /readyz and "
+                                      f"/metrics: {e.strerror or e} (choose another --http-port, or 0 for none)") from None
         bound = self._runner.addresses[0][1] if self._runner.addresses else self.port
         self.port = int(bound)
         log.info("health and metrics on http://%s:%d", self.host, self.port)

@@ -41,7 +41,7 @@ async def test_run_json_gives_one_object_and_exit_code_per_state(tmp_path: Path)
     code, out, _ = await cli("run", "examples/hello.yaml", "--json", "--execution-id", "cli-json-1", env={"NATS_URL": ""})
     assert code == 0
     obj = json.loads(out.strip().splitlines()[-1])
-    assert set(obj) == {"execution_id", "state", "result", "error", "started_at", "ended_at"}
+    assert set(obj) == {"execution_id", "state", "result", "error", "started_at", "ended_at", "existing"}
     assert obj["execution_id"] == "cli-json-1" and obj["state"] == "COMPLETED"
     assert obj["result"] == {"shout": "HELLO, WORLD!", "whisper": {"text": "hello, world!"}}
 
@@ -85,8 +85,9 @@ workflow:
 async def test_register_start_status_events_against_a_running_server(tmp_path: Path) -> None:
     """The `dev`/`serve` workflow: actors in one process, the CLI in others."""
     server = await NatsServer.start()
-    serve = await asyncio.create_subprocess_exec(*CLI, "serve", "--role", "all", "--nats", server.url, cwd=ROOT,
-                                                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    # --http-port 0: the default 8080 may be taken by anything else on the machine
+    serve = await asyncio.create_subprocess_exec(*CLI, "serve", "--role", "all", "--nats", server.url, "--http-port", "0",
+                                                 cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
         env = {"NATS_URL": server.url}
         code, out, _ = await cli("register", "examples/hello.yaml", env=env)

@@ -1,0 +1,87 @@
+"""Connecting a short-lived client (the CLI) to NATS within a deadline.
+
+`actors.runtime.connect` retries an unreachable server for ever, which is what a pod
+must do (it waits for its server to come up). A person at a terminal, or a script,
+needs the opposite: an answer within a bound, and at once when the server refuses
+the credentials (retrying the same password cannot help). Once connected, the
+connection reconnects like any other, so a watch rides out a NATS node going away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger("actors.dial")
+RECONNECT_WAIT = 0.5  # seconds between tries of the same server
+ATTEMPT_TIMEOUT = 2.0  # seconds one TCP connect + CONNECT/PING may take
+
+
+class NatsUnavailable(Exception):
+    """No usable connection: the server is unreachable, refused the credentials, or
+    does not answer. The message is one line for a user, with no password in it."""
+
+
+def redact(url: str) -> str:
+    """The URL(s) without passwords or tokens: `nats://user:***@host:4222`."""
+    return re.sub(r"://([^:@/,]*):[^@/,]*@", r"://\1:***@", re.sub(r"://([^:@/,]+)@", "://***@", url))
+
+
+def is_auth_error(e: BaseException) -> bool:
+    """The server refused who we are (user/password, token): not a reachability problem."""
+    if isinstance(e, nats.errors.AuthorizationError):
+        return True
+    text = str(e).lower()
+    return "authorization violation" in text or "authentication" in text
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text.removeprefix("nats: ").strip("'")
+
+
+async def connect_within(url: str, *, timeout: float, name: str = "actors-cli") -> NATS:
+    """Connect to `url` (comma-separated for a cluster) within `timeout` seconds or
+    raise NatsUnavailable saying why; a credentials refusal raises at once."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    last: list[BaseException] = []
+
+    async def on_error(e: Exception) -> None:
+        last[:] = [e]
+        log.info("nats: %s", e)
+        if is_auth_error(e) and not refused.done():
+            refused.set_result(e)
+
+    # nats-py annotates these two as int; it takes fractions of a second
+    options: dict[str, Any] = {"reconnect_time_wait": RECONNECT_WAIT,
+                               "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout))}
+    nc = NATS()
+    connecting: asyncio.Future[Any] = asyncio.ensure_future(
+        nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **options))
+    try:
+        await asyncio.wait((connecting, refused), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        connecting.cancel()
+        raise
+    if connecting.done() and connecting.exception() is None:
+        return nc
+    connecting.cancel()
+    await asyncio.gather(connecting, return_exceptions=True)
+    try:
+        await nc.close()
+    except Exception:  # never connected: nothing much to close
+        pass
+    where = redact(url)
+    if refused.done():
+        raise NatsUnavailable(f"NATS at {where} refused the credentials ({_one_line(refused.result())}): "
+                              "check the user and password in the URL")
+    if connecting.done() and not connecting.cancelled() and connecting.exception() is not None:
+        last[:] = [connecting.exception() or RuntimeError("connect failed")]
+    why = f": {_one_line(last[0])}" if last else ""
+    raise NatsUnavailable(f"cannot reach NATS at {where} within {timeout:g}s{why}")
