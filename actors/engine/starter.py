@@ -98,7 +98,7 @@ class Starter:
         if eid is None:
             # deterministic: the same start message (by its stream position) gets the same id
             eid = uuid.uuid5(_NAMESPACE, f"{stream_seq(msg)}:{msg.metadata.timestamp}").hex
-        elif not EXECUTION_ID.match(eid):
+        elif not EXECUTION_ID.fullmatch(eid):
             await dead_letter(
                 self.js,
                 source="start",
