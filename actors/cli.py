@@ -31,8 +31,18 @@ class UsageError(Exception):
     pass
 
 
+def _json(obj: Any, *, indent: bool = False) -> str:
+    """JSON text of a value from the log. orjson is fast but refuses integers beyond
+    64 bits, which results and payloads may hold: msgspec writes those."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)).decode()
+    except TypeError:
+        text = msgspec.json.encode(obj)
+        return (msgspec.json.format(text, indent=2) if indent else text).decode()
+
+
 def _out(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    sys.stdout.write(_json(obj) + "\n")
     sys.stdout.flush()
 
 
@@ -203,7 +213,7 @@ def _detail(type_: str, data: dict[str, Any], width: int = 100) -> str:
     if type_ == "call.error" and "error" in keep:
         e = keep["error"]
         return f"{e.get('type')}: {str(e.get('message'))[:width]}"
-    text = orjson.dumps(keep, option=orjson.OPT_NON_STR_KEYS).decode()
+    text = _json(keep)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -269,7 +279,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print(f"{st.state} in {took * 1000:.1f} ms")
             if out["error"]:
                 print("error: " + str(out["error"].get("message")))
-            print("result: " + orjson.dumps(out["result"], option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+            print("result: " + _json(out["result"], indent=True))
         return STATE_EXIT.get(st.state, EXIT_FAILED)
 
 
@@ -466,10 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:
+        from actors.blobs import ValueTooLarge
         from actors.catalog import CatalogError
         from actors.playbook.loader import PlaybookInvalid
 
-        if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError)):
+        if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError, ValueTooLarge)):
             _err(f"actors-cli: {e}")
             return EXIT_INVALID
         raise

@@ -16,7 +16,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors import catalog
-from actors.blobs import get_blob
+from actors.blobs import HEADROOM, get_blob, start_payload
 from actors.natsio import MSG_ID, log_time, stream_seq
 from actors.wire import (
     CallDone,
@@ -123,6 +123,8 @@ class Client:
         if not EXECUTION_ID.match(eid):
             raise ValueError(f"execution id {eid!r} must match {EXECUTION_ID.pattern}")
         msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
+        # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
+        msg = await start_payload(self.js, msg, eid, limit=self.layout.max_msg_size - HEADROOM)
         await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
         return eid
 

@@ -32,7 +32,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.blobs import get_blob, offload
+from actors.blobs import HEADROOM, command_items, get_blob, offload, resolve_result, start_item
 from actors.core.effects import CommandCancel, Timer
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
 from actors.hosting import PartitionHost, hand_back
@@ -49,6 +49,7 @@ from actors.natsio import (
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.wire import (
+    CallDone,
     CancelRequest,
     Command,
     IteratorCompleted,
@@ -66,7 +67,6 @@ from streams.layout import (
     EXEC_STREAM,
     IN,
     LOOP_STREAM,
-    START_SUBJECT,
     Layout,
     cmd_subject,
     counter_consumer,
@@ -158,6 +158,8 @@ class LoopActor:
             step = await self._resolve(inp)
             if step is None:
                 return None
+        elif isinstance(inp, CallDone) and inp.result_ref is not None:  # an iteration's result too large: a blob
+            inp = await resolve_result(self.counter.js, inp)
         return fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
 
     async def _resolve(self, spec: LoopSpec) -> Step | None:
@@ -186,9 +188,9 @@ class LoopActor:
 
     async def publish(self, out: LoopOutput) -> None:
         js, eid = self.counter.js, self.execution_id
-        await publish_all(js, [
-            (cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in out.commands
-        ] + [(START_SUBJECT, encode(s), s.execution_id or "") for s in out.starts])
+        limit = self.counter.layout.max_msg_size - HEADROOM  # larger commands and payloads go as blobs
+        await publish_all(js, await command_items(js, out.commands, limit=limit)
+                          + [await start_item(js, s, limit=limit) for s in out.starts])
         await arm_timers(js, out.timers, prefix=self.prefix, id_prefix=f"{eid}:{self.loop_id}")
         await self._stop(out.cancels, out.child_cancels)
         if out.verdict is not None and self.state.spec is not None:

@@ -47,6 +47,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 import orjson
 
 if TYPE_CHECKING:
@@ -157,8 +158,11 @@ def check_serialisable(result: Any) -> Any:
     """`result` if orjson can encode it, else ToolFailure(ResultNotSerialisable)."""
     try:
         orjson.dumps(result)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise ToolFailure("ResultNotSerialisable", f"tool result is not JSON-serialisable: {exc}") from None
+    except TypeError:
+        try:
+            msgspec.json.encode(result)  # what orjson refuses but JSON holds: integers beyond 64 bits
+        except TypeError as exc:
+            raise ToolFailure("ResultNotSerialisable", f"tool result is not JSON-serialisable: {exc}") from None
     return result
 
 
