@@ -47,7 +47,6 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import msgspec
 import orjson
 
 if TYPE_CHECKING:
@@ -158,10 +157,8 @@ def check_serialisable(result: Any) -> Any:
     """`result` if orjson can encode it, else ToolFailure(ResultNotSerialisable)."""
     try:
         orjson.dumps(result)
-    except TypeError:
-        try:
-            msgspec.json.encode(result)  # what orjson refuses but JSON holds: integers beyond 64 bits
-        except TypeError as exc:
+    except TypeError as exc:
+        if "64-bit" not in str(exc):  # an integer beyond 64 bits is JSON: the engine (msgspec) encodes it
             raise ToolFailure("ResultNotSerialisable", f"tool result is not JSON-serialisable: {exc}") from None
     return result
 

@@ -160,11 +160,14 @@ def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int)
 
 
 def _dumps(value: Any) -> bytes:
-    """orjson (fast), or msgspec for what orjson refuses but JSON can hold: integers
-    beyond 64 bits. What neither can encode raises."""
+    """orjson (fast), or msgspec for what orjson refuses only because an integer is
+    beyond 64 bits (JSON holds it; msgspec writes it). Anything else orjson refuses
+    (a set, an object) stays refused: msgspec would quietly write a set as a list."""
     try:
         return orjson.dumps(value)
-    except TypeError:
+    except TypeError as exc:
+        if "64-bit" not in str(exc):
+            raise
         return msgspec.json.encode(value)
 
 
