@@ -222,6 +222,7 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     collection: list[Any] | None = None
     collection_ref: str | None = None
     scope: dict[str, Any] = field(default_factory=dict)
+    scope_ref: str | None = None  # the scope as a blob, when the spec would not fit in a message
     reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
     parent_event_id: str | None = None
 

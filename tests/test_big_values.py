@@ -147,6 +147,31 @@ workflow:
     assert await system.client.result(terminal) == {"n": 1_200_000}
 
 
+@pytest.mark.asyncio
+async def test_a_loop_whose_iterations_read_and_return_big_values_completes(system: System) -> None:
+    """The loop's spec (its scope holds `big`), each iteration's command (args) and each
+    iteration's result are over the message limit."""
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: big_loop}
+workflow:
+  - step: big
+    tool: {kind: python, code: "def main(): return 'z' * 1_500_000"}
+    next: each
+  - step: each
+    loop: {collection: "{{ [1, 2, 3] }}", element: n}
+    tool: {kind: python, code: "def main(s, n): return s[:n] * 1_200_000"}
+    args: {s: "{{ big }}", n: "{{ n }}"}
+    next: end
+  - step: end
+    args: {sizes: "{{ each | map('length') | list }}"}
+""", timeout=40)
+    assert status.state == "COMPLETED"
+    terminal = of_type(await system.events(eid), "playbook.completed")[0]
+    assert await system.client.result(terminal) == {"sizes": [1_200_000, 2_400_000, 3_600_000]}
+
+
 PAYLOAD_LEN = """
 apiVersion: actors/v1
 kind: Playbook

@@ -35,9 +35,11 @@ from nats.js.errors import NotFoundError
 from actors.blobs import (
     BLOB_MISSING,
     HEADROOM,
+    blob_key,
     command_items,
     get_blob,
     offload,
+    put_blob,
     resolve_result,
     result_message,
     start_item,
@@ -232,7 +234,13 @@ class ExecutionActor:
             ref = await offload(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
             if ref is not None:
                 spec.collection, spec.collection_ref = None, ref
-            items.append((subject, encode(spec), f"{eid}:loop:{spec.loop_id}"))
+            data = encode(spec)
+            if len(data) > layout.max_msg_size - HEADROOM:  # the values its templates read are large
+                scope = encode(spec.scope)
+                spec.scope, spec.scope_ref = {}, blob_key(eid, spec.loop_id, "scope", data=scope)
+                await put_blob(js, spec.scope_ref, scope)
+                data = encode(spec)
+            items.append((subject, data, f"{eid}:loop:{spec.loop_id}"))
         await publish_all(js, items)
 
     async def _offload_result(self, ev: Event) -> None:
