@@ -15,6 +15,7 @@ with `ValueTooLarge`, naming the step and field, instead of being stored.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -84,9 +85,16 @@ async def offload(js: JetStreamContext, key: str, value: Any) -> str | None:
 async def get_blob(js: JetStreamContext, key: str) -> Any:
     """The value stored under `key` (msgspec: integers of any size survive). Raises one
     of `BLOB_MISSING` when it is gone."""
+    return msgspec.json.decode(await _read(js, key) or b"null")
+
+
+async def _read(js: JetStreamContext, key: str) -> bytes:
+    # into a buffer: without one, nats.py joins the chunks by `bytes +=`, quadratic in
+    # the value's size (a 60 MB value took 19 s end to end; see README, Big values)
     store = await js.object_store(BLOB_BUCKET)
-    res = await store.get(key)
-    return msgspec.json.decode(res.data or b"null")
+    buf = io.BytesIO()
+    await store.get(key, writeinto=buf)
+    return buf.getvalue()
 
 
 # --- results: tool actor (or a child execution) -> the execution or loop log ----------
@@ -164,9 +172,7 @@ async def resolve_command(js: JetStreamContext, cmd: Command) -> Command:
     """The whole command a stub names. Raises one of `BLOB_MISSING` when it is gone."""
     if cmd.body_ref is None:
         return cmd
-    store = await js.object_store(BLOB_BUCKET)
-    res = await store.get(cmd.body_ref)
-    return command_decoder.decode(res.data or b"")
+    return command_decoder.decode(await _read(js, cmd.body_ref))
 
 
 # --- start payloads: client, starter, a parent's engine -> an execution ---------------
