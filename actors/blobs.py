@@ -140,8 +140,8 @@ def _as_error(msg: CallDone, error: ErrorInfo) -> CallError:
 # --- commands: engine or counter -> tool actors ---------------------------------------
 
 
-async def command_items(js: JetStreamContext, commands: list[Command], *,
-                        limit: int) -> list[tuple[str, bytes, str]]:
+async def command_items(js: JetStreamContext, commands: list[Command], *, limit: int,
+                        sender: str = "engine") -> list[tuple[str, bytes, str]]:
     """Publish items for `commands`: a command too large for a message goes as a stub
     naming a blob with the whole command (`body_ref`, read back by the tool actor); one
     over the cap is not sent: its step gets a `ValueTooLarge` result instead, as if a
@@ -156,7 +156,7 @@ async def command_items(js: JetStreamContext, commands: list[Command], *,
                 error = ErrorInfo(type="ValueTooLarge", message=(
                     f"step '{c.step}' field args: {too_large('the command (args, element, sink scope)', len(data), cap)}"))
                 answer = CallError(execution_id=eid, command_id=c.command_id, step=c.step, error=error,
-                                   attempt_number=c.attempt_number, worker="engine", iteration_index=c.iteration_index)
+                                   attempt_number=c.attempt_number, worker=sender, iteration_index=c.iteration_index)
                 items.append((c.reply_to, encode(answer), f"{eid}:res:{c.command_id}"))
                 continue
             key = blob_key(eid, "command", c.command_id, data=data)

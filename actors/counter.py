@@ -191,7 +191,7 @@ class LoopActor:
     async def publish(self, out: LoopOutput) -> None:
         js, eid = self.counter.js, self.execution_id
         limit = self.counter.layout.max_msg_size - HEADROOM  # larger commands and payloads go as blobs
-        await publish_all(js, await command_items(js, out.commands, limit=limit)
+        await publish_all(js, await command_items(js, out.commands, limit=limit, sender="counter")
                           + [await start_item(js, s, limit=limit) for s in out.starts])
         await arm_timers(js, out.timers, prefix=self.prefix, id_prefix=f"{eid}:{self.loop_id}")
         await self._stop(out.cancels, out.child_cancels)

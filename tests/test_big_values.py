@@ -19,6 +19,7 @@ from actors.client import TERMINAL_EVENTS
 from actors.playbook.loader import MAX_ALIAS_NODES, PlaybookInvalid, load_playbook
 from actors.wire import CallDone, StartRecord, encode
 from streams.layout import IN
+from streams.server import NatsServer
 from tests.conftest import System, of_type
 from tests.test_cli import cli
 
@@ -281,10 +282,12 @@ def test_anchors_within_the_bound_still_load() -> None:
 
 
 @pytest.mark.asyncio
-async def test_cli_validate_and_run_refuse_an_alias_bomb_with_exit_3(tmp_path: Path) -> None:
+async def test_cli_validate_register_and_run_refuse_an_alias_bomb_with_exit_3(nats_server: NatsServer,
+                                                                             tmp_path: Path) -> None:
     bomb = tmp_path / "laughs.yaml"
     bomb.write_text(_bomb())
-    for args in (("validate", str(bomb)), ("run", str(bomb), "--nats", "nats://127.0.0.1:1")):
+    for args in (("validate", str(bomb)), ("register", str(bomb), "--nats", nats_server.url),
+                 ("run", str(bomb), "--nats", nats_server.url)):
         code, _, err = await cli(*args)
         assert code == 3, (args, err)
         assert f"{bomb}:12:" in err and "aliases" in err and "Traceback" not in err
