@@ -24,7 +24,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectDeletedError
 
-from actors.wire import CallDone, CallError, Command, ErrorInfo, StartMessage, command_decoder, encode
+from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
 from streams.layout import BLOB_BUCKET, START_SUBJECT, cmd_subject
 
 # A value whose encoding is larger than this goes to the object store. Well under the
@@ -135,6 +135,42 @@ def _as_error(msg: CallDone, error: ErrorInfo) -> CallError:
     return CallError(execution_id=msg.execution_id, command_id=msg.command_id, step=msg.step, error=error,
                      attempt_number=msg.attempt_number, started_at=msg.started_at, ended_at=msg.ended_at,
                      worker=msg.worker, iteration_index=msg.iteration_index)
+
+
+async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int) -> bytes:
+    """A chunk's answer encoded to fit in `limit` bytes: each iteration whose result is
+    over its share of the message goes as a blob (over the cap: `ValueTooLarge`)."""
+    data = encode(done)
+    if len(data) <= limit:
+        return data
+    share, cap = limit // max(len(done.outcomes), 1), max_value_bytes()
+    for o in done.outcomes:
+        value = encode(o.result)
+        if len(value) <= share:
+            continue
+        o.result = None
+        if len(value) > cap:
+            o.error = ErrorInfo(type="ValueTooLarge", message=(
+                f"step '{done.step}' iteration {o.iteration_index}: {too_large('result', len(value), cap)}"))
+            continue
+        o.result_ref = blob_key(done.execution_id, "result", done.command_id, str(o.iteration_index), data=value)
+        await put_blob(js, o.result_ref, value)
+    return encode(done)
+
+
+async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
+    """Each iteration result of a chunk that travelled as a blob, read back; one that is
+    gone fails that iteration with `ValueMissing`."""
+    for o in done.outcomes:
+        if o.result_ref is None:
+            continue
+        try:
+            o.result = await get_blob(js, o.result_ref)
+        except BLOB_MISSING:
+            o.error = ErrorInfo(type="ValueMissing", message=(
+                f"step '{done.step}' iteration {o.iteration_index}: result blob {o.result_ref} not found"))
+        o.result_ref = None
+    return done
 
 
 # --- commands: engine or counter -> tool actors ---------------------------------------

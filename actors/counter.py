@@ -32,7 +32,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.blobs import HEADROOM, command_items, get_blob, offload, resolve_result, start_item
+from actors.blobs import HEADROOM, command_items, get_blob, offload, resolve_chunk, resolve_result, start_item
 from actors.core.effects import CommandCancel, Timer
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
 from actors.hosting import PartitionHost, hand_back
@@ -51,6 +51,7 @@ from actors.playbook.model import Step
 from actors.wire import (
     CallDone,
     CancelRequest,
+    ChunkDone,
     Command,
     IteratorCompleted,
     IteratorFailed,
@@ -160,6 +161,8 @@ class LoopActor:
                 return None
         elif isinstance(inp, CallDone) and inp.result_ref is not None:  # an iteration's result too large: a blob
             inp = await resolve_result(self.counter.js, inp)
+        elif isinstance(inp, ChunkDone):
+            inp = await resolve_chunk(self.counter.js, inp)
         return fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
 
     async def _resolve(self, spec: LoopSpec) -> Step | None:

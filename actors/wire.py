@@ -114,6 +114,7 @@ class IterationOutcome(_Wire):
     error: ErrorInfo | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
+    result_ref: str | None = None  # a result that did not fit in the chunk's message: a blob
 
 
 class ChunkDone(_Wire, tag="chunk.done", tag_field="type"):

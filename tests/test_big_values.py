@@ -173,6 +173,28 @@ workflow:
     assert await system.client.result(terminal) == {"sizes": [1_200_000, 2_400_000, 3_600_000]}
 
 
+@pytest.mark.asyncio
+async def test_a_chunk_whose_results_are_too_large_together_completes(system: System) -> None:
+    """Three 500 kB results in one chunk's answer are over the message limit: each goes
+    as a blob, none fails."""
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: big_chunk}
+workflow:
+  - step: each
+    loop: {collection: "{{ [1, 2, 3, 4] }}", element: n, mode: chunked, chunk_size: 3}
+    tool: {kind: python, code: "def main(n): return str(n) * 500_000"}
+    args: {n: "{{ n }}"}
+    next: end
+  - step: end
+    args: {heads: "{{ each | map('first') | list }}", sizes: "{{ each | map('length') | list }}"}
+""", timeout=40)
+    assert status.state == "COMPLETED"
+    terminal = of_type(await system.events(eid), "playbook.completed")[0]
+    assert await system.client.result(terminal) == {"heads": ["1", "2", "3", "4"], "sizes": [500_000] * 4}
+
+
 PAYLOAD_LEN = """
 apiVersion: actors/v1
 kind: Playbook

@@ -31,7 +31,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
-from actors.blobs import BLOB_MISSING, HEADROOM, resolve_command, result_message
+from actors.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
 from actors.deadletters import answer_undeliverable
 from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
@@ -427,20 +427,8 @@ class ToolActor:
     async def _reply_chunk(self, cmd: Command, outcomes: list[IterationOutcome]) -> None:
         done = ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
                          attempt_number=cmd.attempt_number, outcomes=outcomes, worker=self.name)
-        payload = encode(done)
-        limit = self.layout.max_msg_size - RESULT_HEADROOM
-        if len(payload) > limit:
-            # too large together: the iterations with the largest results fail, each
-            # with a clear error, until the rest fits (never a truncated result)
-            share = limit // max(len(outcomes), 1)
-            for o in outcomes:
-                n = len(encode(o.result))
-                if n > share:
-                    o.result = None
-                    o.error = ErrorInfo(type="ResultTooLarge", message=(
-                        f"step '{cmd.step}' iteration {o.iteration_index}: result is {n} bytes, over this chunk's "
-                        f"{share}-byte share of the message limit (use a smaller chunk_size)"))
-            payload = encode(done)
+        # iterations whose results are too large together go as blobs, up to the cap
+        payload = await chunk_message(self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM)
         await self._publish_result(cmd, payload)
 
     async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
