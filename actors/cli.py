@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 STATE_EXIT = {"COMPLETED": EXIT_OK, "FAILED": EXIT_FAILED, "CANCELLED": EXIT_CANCELLED}
@@ -32,13 +31,9 @@ class UsageError(Exception):
 
 
 def _json(obj: Any, *, indent: bool = False) -> str:
-    """JSON text of a value from the log. orjson is fast but refuses integers beyond
-    64 bits, which results and payloads may hold: msgspec writes those."""
-    try:
-        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)).decode()
-    except TypeError:
-        text = msgspec.json.encode(obj)
-        return (msgspec.json.format(text, indent=2) if indent else text).decode()
+    from actors.jsonvalues import dumps  # integers beyond 64 bits too
+
+    return dumps(obj, indent=indent, any_keys=True).decode()
 
 
 def _out(obj: Any) -> None:

@@ -57,9 +57,9 @@ from pathlib import Path
 from types import CodeType, TracebackType
 from typing import Any
 
-import msgspec
 import orjson
 
+from actors.jsonvalues import dumps, loads
 from actors.tools.executors import CancelSignal, ToolFailure, cancelled_failure, timeout_failure
 
 __all__ = ["PythonPool", "available_cpus", "close_default_pool", "default_pool"]
@@ -125,7 +125,7 @@ def _compile(code: str, cache: OrderedDict[str, CodeType], cache_size: int) -> C
 
 def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int) -> tuple[int, bytes]:
     try:
-        msg = _loads(request)
+        msg = loads(request)
         code, args = msg["c"], msg["a"]
     except Exception as exc:
         return _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
@@ -154,27 +154,11 @@ def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int)
     except BaseException as exc:
         return _error(type(exc).__name__, _str(exc), _user_traceback(exc))
     try:
-        return _OK, _dumps(result)
+        return _OK, dumps(result)
     except Exception as exc:
         return _error("ResultNotSerialisable", f"main() returned a value that is not JSON-serialisable: {_str(exc)}")
 
 
-def _dumps(value: Any) -> bytes:
-    """orjson (fast), or msgspec for what orjson refuses only because an integer is
-    beyond 64 bits (JSON holds it; msgspec writes it). Anything else orjson refuses
-    (a set, an object) stays refused: msgspec would quietly write a set as a list."""
-    try:
-        return orjson.dumps(value)
-    except TypeError as exc:
-        if "64-bit" not in str(exc):
-            raise
-        return msgspec.json.encode(value)
-
-
-def _loads(data: bytes | memoryview) -> Any:
-    """msgspec, not orjson: orjson reads an integer beyond 64 bits as a float, silently
-    changing the value."""
-    return msgspec.json.decode(data)
 
 
 # what a worker process runs: argv = [sys.path as JSON, socket fd, parent pid, cache size]
@@ -441,7 +425,7 @@ class PythonPool:
         if timeout is not None and timeout <= 0:
             raise timeout_failure(timeout)
         try:
-            payload = _dumps({"c": code, "a": args})
+            payload = dumps({"c": code, "a": args})
         except TypeError as exc:
             raise ToolFailure("ArgsNotSerialisable", f"python tool args are not JSON-serialisable: {exc}") from None
         frame = _HDR.pack(len(payload)) + payload
@@ -463,7 +447,7 @@ class PythonPool:
         self._release(w)
         status = reply[0] if reply else -1
         if status == _OK:
-            return _loads(memoryview(reply)[1:])
+            return loads(memoryview(reply)[1:])
         if status == _ERR:
             err = orjson.loads(memoryview(reply)[1:])
             raise ToolFailure(str(err.get("type")), str(err.get("message")), traceback=err.get("traceback"))
