@@ -1,20 +1,74 @@
 """Values too large for one message, stored in the JetStream object store `blobs` and
 referenced by key: a loop's collection, its aggregated results, a large execution
-result. A message carries either the value or its key, never a truncated value."""
+result, a step's result, a command, a start payload. A message carries either the
+value or its key, never a truncated value.
+
+Keys are derived from what the value belongs to (execution, command) and a digest of
+its encoding, so a replay or a redelivery that produces the same value writes the same
+blob, and one that produces a different value (a tool run again) never overwrites the
+blob an earlier message in the log names.
+
+Past `max_value_bytes()` (64 MB, env `ACTORS_MAX_VALUE_BYTES`) a value is refused
+with `ValueTooLarge`, naming the step and field, instead of being stored.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError, ObjectDeletedError
 
-from actors.wire import encode
-from streams.layout import BLOB_BUCKET
+from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
+from streams.layout import BLOB_BUCKET, START_SUBJECT, cmd_subject
 
 # A value whose encoding is larger than this goes to the object store. Well under the
 # message limit, so the message around it (ids, counts, headers) always fits.
 INLINE_LIMIT = 256 * 1024
+# room for the envelope around a value when a whole message is measured against the
+# server's limit (ids, step names, headers)
+HEADROOM = 4096
+
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_VALUE_ENV = "ACTORS_MAX_VALUE_BYTES"
+
+# what a missing blob (expired, removed) is reported as
+BLOB_MISSING = (NotFoundError, ObjectDeletedError)
+
+
+class ValueTooLarge(ValueError):
+    """A value over the cap: the message names what it is (step and field)."""
+
+
+def max_value_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The largest value (encoded) that may be stored: `ACTORS_MAX_VALUE_BYTES`, else
+    64 MB. Read where a value is found to be over the message limit, which is rare; an
+    unusable setting falls back to the default rather than refusing every large value."""
+    raw = (os.environ if environ is None else environ).get(MAX_VALUE_ENV, "").strip()
+    try:
+        value = int(raw) if raw else MAX_VALUE_BYTES
+    except ValueError:
+        return MAX_VALUE_BYTES
+    return value if value >= 1 else MAX_VALUE_BYTES
+
+
+def blob_key(*parts: str, data: bytes) -> str:
+    """`<parts>/<digest of data>`: the same value for the same owner, the same key."""
+    return "/".join((*parts, hashlib.blake2b(data, digest_size=12).hexdigest()))
+
+
+def too_large(what: str, size: int, cap: int) -> str:
+    return f"{what} is {size:,} bytes, over the {cap:,}-byte cap on values ({MAX_VALUE_ENV})"
+
+
+async def put_blob(js: JetStreamContext, key: str, data: bytes) -> None:
+    store = await js.object_store(BLOB_BUCKET)
+    await store.put(key, data)
 
 
 async def offload(js: JetStreamContext, key: str, value: Any) -> str | None:
@@ -24,12 +78,174 @@ async def offload(js: JetStreamContext, key: str, value: Any) -> str | None:
     data = encode(value)
     if len(data) <= INLINE_LIMIT:
         return None
-    store = await js.object_store(BLOB_BUCKET)
-    await store.put(key, data)
+    await put_blob(js, key, data)
     return key
 
 
 async def get_blob(js: JetStreamContext, key: str) -> Any:
+    """The value stored under `key` (msgspec: integers of any size survive). Raises one
+    of `BLOB_MISSING` when it is gone."""
+    return msgspec.json.decode(await _read(js, key) or b"null")
+
+
+async def _read(js: JetStreamContext, key: str) -> bytes:
+    # into a buffer: without one, nats.py joins the chunks by `bytes +=`, quadratic in
+    # the value's size (a 60 MB value took 19 s end to end; see README, Big values)
     store = await js.object_store(BLOB_BUCKET)
-    res = await store.get(key)
-    return msgspec.json.decode(res.data or b"null")
+    buf = io.BytesIO()
+    await store.get(key, writeinto=buf)
+    return buf.getvalue()
+
+
+# --- results: tool actor (or a child execution) -> the execution or loop log ----------
+
+
+async def result_message(js: JetStreamContext, msg: CallDone | CallError, *, limit: int) -> bytes:
+    """`msg` encoded to fit in `limit` bytes: a result too large travels as a blob
+    (`result_ref`); one over the cap becomes a `ValueTooLarge` error of the step."""
+    data = encode(msg)
+    if len(data) <= limit or not isinstance(msg, CallDone):
+        return data
+    value = encode(msg.result)
+    cap = max_value_bytes()
+    if len(value) > cap:
+        error = ErrorInfo(type="ValueTooLarge", message=f"step '{msg.step}': {too_large('result', len(value), cap)}")
+        return encode(_as_error(msg, error))
+    key = blob_key(msg.execution_id, "result", msg.command_id, data=value)
+    await put_blob(js, key, value)
+    stub = msgspec.structs.replace(msg, result=None, result_ref=key)
+    return encode(stub)
+
+
+async def resolve_result(js: JetStreamContext, msg: CallDone) -> CallDone | CallError:
+    """A result that travelled as a blob, read back; a blob that is gone makes the
+    attempt fail with `ValueMissing` (a clear error, not an input retried for ever)."""
+    if msg.result_ref is None:
+        return msg
+    try:
+        msg.result = await get_blob(js, msg.result_ref)
+    except BLOB_MISSING:
+        return _as_error(msg, ErrorInfo(type="ValueMissing", message=(
+            f"step '{msg.step}': result blob {msg.result_ref} not found (expired or removed)")))
+    msg.result_ref = None
+    return msg
+
+
+def _as_error(msg: CallDone, error: ErrorInfo) -> CallError:
+    return CallError(execution_id=msg.execution_id, command_id=msg.command_id, step=msg.step, error=error,
+                     attempt_number=msg.attempt_number, started_at=msg.started_at, ended_at=msg.ended_at,
+                     worker=msg.worker, iteration_index=msg.iteration_index)
+
+
+async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int) -> bytes:
+    """A chunk's answer encoded to fit in `limit` bytes: each iteration whose result is
+    over its share of the message goes as a blob (over the cap: `ValueTooLarge`)."""
+    data = encode(done)
+    if len(data) <= limit:
+        return data
+    share, cap = limit // max(len(done.outcomes), 1), max_value_bytes()
+    for o in done.outcomes:
+        value = encode(o.result)
+        if len(value) <= share:
+            continue
+        o.result = None
+        if len(value) > cap:
+            o.error = ErrorInfo(type="ValueTooLarge", message=(
+                f"step '{done.step}' iteration {o.iteration_index}: {too_large('result', len(value), cap)}"))
+            continue
+        o.result_ref = blob_key(done.execution_id, "result", done.command_id, str(o.iteration_index), data=value)
+        await put_blob(js, o.result_ref, value)
+    return encode(done)
+
+
+async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
+    """Each iteration result of a chunk that travelled as a blob, read back; one that is
+    gone fails that iteration with `ValueMissing`."""
+    for o in done.outcomes:
+        if o.result_ref is None:
+            continue
+        try:
+            o.result = await get_blob(js, o.result_ref)
+        except BLOB_MISSING:
+            o.error = ErrorInfo(type="ValueMissing", message=(
+                f"step '{done.step}' iteration {o.iteration_index}: result blob {o.result_ref} not found"))
+        o.result_ref = None
+    return done
+
+
+# --- commands: engine or counter -> tool actors ---------------------------------------
+
+
+async def command_items(js: JetStreamContext, commands: list[Command], *, limit: int,
+                        sender: str = "engine") -> list[tuple[str, bytes, str]]:
+    """Publish items for `commands`: a command too large for a message goes as a stub
+    naming a blob with the whole command (`body_ref`, read back by the tool actor); one
+    over the cap is not sent: its step gets a `ValueTooLarge` result instead, as if a
+    tool actor had answered, so the log records why."""
+    items = []
+    for c in commands:
+        eid = c.execution_id
+        data = encode(c)
+        if len(data) > limit:
+            cap = max_value_bytes()
+            if len(data) > cap:
+                error = ErrorInfo(type="ValueTooLarge", message=(
+                    f"step '{c.step}' field args: {too_large('the command (args, element, sink scope)', len(data), cap)}"))
+                answer = CallError(execution_id=eid, command_id=c.command_id, step=c.step, error=error,
+                                   attempt_number=c.attempt_number, worker=sender, iteration_index=c.iteration_index)
+                items.append((c.reply_to, encode(answer), f"{eid}:res:{c.command_id}"))
+                continue
+            key = blob_key(eid, "command", c.command_id, data=data)
+            await put_blob(js, key, data)
+            data = encode(Command(execution_id=eid, command_id=c.command_id, step=c.step, kind=c.kind,
+                                  reply_to=c.reply_to, attempt_number=c.attempt_number, timeout=c.timeout,
+                                  iteration_index=c.iteration_index, body_ref=key))
+        items.append((cmd_subject(c.kind, eid, c.command_id), data, f"{eid}:cmd:{c.command_id}"))
+    return items
+
+
+async def resolve_command(js: JetStreamContext, cmd: Command) -> Command:
+    """The whole command a stub names. Raises one of `BLOB_MISSING` when it is gone."""
+    if cmd.body_ref is None:
+        return cmd
+    return command_decoder.decode(await _read(js, cmd.body_ref))
+
+
+# --- start payloads: client, starter, a parent's engine -> an execution ---------------
+
+
+async def start_payload(js: JetStreamContext, msg: StartMessage, execution_id: str, *, limit: int) -> StartMessage:
+    """`msg` with its payload moved to a blob (`payload_ref`) when the message would be
+    over `limit`. Raises `ValueTooLarge` past the cap."""
+    if msg.payload_ref is not None or len(encode(msg)) <= limit:
+        return msg
+    return msgspec.structs.replace(msg, payload={}, payload_ref=await payload_blob(js, msg.payload, execution_id))
+
+
+async def payload_blob(js: JetStreamContext, payload: dict[str, Any], execution_id: str) -> str:
+    """Store a start payload; its key. Raises `ValueTooLarge` past the cap."""
+    data = encode(payload)
+    cap = max_value_bytes()
+    if len(data) > cap:
+        raise ValueTooLarge(f"start of {execution_id}: {too_large('the payload', len(data), cap)}")
+    key = blob_key(execution_id, "payload", data=data)
+    await put_blob(js, key, data)
+    return key
+
+
+async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int) -> tuple[str, bytes, str]:
+    """The publish item for a child's start (engine or counter): its payload as a blob
+    when too large; past the cap no child is started and the parent's command is
+    answered with `ValueTooLarge` instead, so its step fails saying why."""
+    eid = s.execution_id or ""
+    try:
+        return START_SUBJECT, encode(await start_payload(js, s, eid, limit=limit)), eid
+    except ValueTooLarge as e:
+        parent = s.parent
+        if parent is None or not parent.reply_to or not parent.command_id or not parent.step:
+            raise  # not a child: whoever starts it hears of it
+        attempt = int(parent.command_id.rsplit("-", 1)[-1]) if "-" in parent.command_id else 1
+        error = ErrorInfo(type="ValueTooLarge", message=f"step '{parent.step}' field args: {e}")
+        answer = CallError(execution_id=parent.execution_id, command_id=parent.command_id, step=parent.step,
+                           error=error, attempt_number=attempt, worker="engine")
+        return parent.reply_to, encode(answer), f"{parent.execution_id}:res:{parent.command_id}"

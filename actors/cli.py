@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
 CLIENT_TIMEOUT = 10.0  # seconds a client command may take to reach NATS when --timeout is not given
@@ -46,8 +45,14 @@ class UsageError(Exception):
     pass
 
 
+def _json(obj: Any, *, indent: bool = False) -> str:
+    from actors.jsonvalues import dumps  # integers beyond 64 bits too
+
+    return dumps(obj, indent=indent, any_keys=True).decode()
+
+
 def _out(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    sys.stdout.write(_json(obj) + "\n")
     sys.stdout.flush()
 
 
@@ -281,7 +286,7 @@ def _detail(type_: str, data: dict[str, Any], width: int = 100) -> str:
     if type_ == "call.error" and "error" in keep:
         e = keep["error"]
         return f"{e.get('type')}: {str(e.get('message'))[:width]}"
-    text = orjson.dumps(keep, option=orjson.OPT_NON_STR_KEYS).decode()
+    text = _json(keep)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -363,7 +368,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print(f"{st.state} in {took * 1000:.1f} ms")
             if out["error"]:
                 print("error: " + _error_line(out["error"]))
-            print("result: " + orjson.dumps(out["result"], option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+            print("result: " + _json(out["result"], indent=True))
         return STATE_EXIT.get(st.state, EXIT_FAILED)
 
 
@@ -591,6 +596,7 @@ def _exit_code_for(e: Exception) -> int | None:
     """The exit code of an error that is the user's or NATS's, not a bug of ours."""
     import nats.errors
 
+    from actors.blobs import ValueTooLarge
     from actors.catalog import CatalogError
     from actors.client import InvalidExecutionId, TooLarge
     from actors.dial import NatsUnavailable
@@ -599,7 +605,7 @@ def _exit_code_for(e: Exception) -> int | None:
     from streams.server import ServerError
 
     if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError, InvalidExecutionId, TooLarge,
-                      HttpPortUnavailable)):
+                      HttpPortUnavailable, ValueTooLarge)):
         return EXIT_INVALID
     if isinstance(e, (NatsUnavailable, ServerError, nats.errors.Error)):
         return EXIT_NATS

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors import catalog
-from actors.blobs import get_blob
+from actors.blobs import get_blob, payload_blob, start_payload
 from actors.catalog import CatalogError, CatalogReader
 from actors.natsio import MSG_ID, log_time, stream_seq
 from actors.wire import (
@@ -181,9 +181,9 @@ class Client:
         existing execution changes nothing (see `start_execution` to find out)."""
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
         msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
-        data = encode(msg)
-        check_size(f"the start message of execution {eid} (its payload)", len(data), self.value_limit())
-        await self.js.publish(START_SUBJECT, data, headers={MSG_ID: eid})
+        # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
+        msg = await start_payload(self.js, msg, eid, limit=self.value_limit())
+        await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
         return eid
 
     async def start_execution(
@@ -209,9 +209,11 @@ class Client:
                 entry = None  # the execution starts and fails with PlaybookNotFound, as with `start`
             size = len(msgspec.json.encode(payload))
             source = len(msgspec.json.encode(entry.source)) if entry is not None else 0
-            check_size(f"the start record of execution {eid} (payload {size:,} bytes + playbook {playbook} "
-                       f"{source:,} bytes)", size + source, self.value_limit())
             msg = StartMessage(playbook=playbook, version=version, payload=payload, execution_id=eid)
+            if size + source > self.value_limit():
+                # the start record carries payload and playbook source: a payload that does
+                # not fit beside the source goes as a blob (past the cap: ValueTooLarge)
+                msg = msgspec.structs.replace(msg, payload={}, payload_ref=await payload_blob(self.js, payload, eid))
             ack = await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
             if not ack.duplicate:
                 return StartOutcome(eid)

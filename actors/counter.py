@@ -31,7 +31,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.blobs import get_blob, offload
+from actors.blobs import HEADROOM, command_items, get_blob, offload, resolve_chunk, resolve_result, start_item
 from actors.core.effects import CommandCancel, Timer, err
 from actors.core.loop import LoopOutput, LoopRun, fold_loop
 from actors.hosting import PartitionHost, engine_error, hand_back
@@ -49,7 +49,9 @@ from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.playbook.templates import DEFAULT_LIMITS, template_limits
 from actors.wire import (
+    CallDone,
     CancelRequest,
+    ChunkDone,
     Command,
     IteratorCompleted,
     IteratorFailed,
@@ -66,7 +68,6 @@ from streams.layout import (
     EXEC_STREAM,
     IN,
     LOOP_STREAM,
-    START_SUBJECT,
     Layout,
     cmd_subject,
     counter_consumer,
@@ -160,6 +161,10 @@ class LoopActor:
             step = await self._resolve(inp)
             if step is None:
                 return None
+        elif isinstance(inp, CallDone) and inp.result_ref is not None:  # an iteration's result too large: a blob
+            inp = await resolve_result(self.counter.js, inp)
+        elif isinstance(inp, ChunkDone):
+            inp = await resolve_chunk(self.counter.js, inp)
         spec = inp if isinstance(inp, LoopSpec) else self.state.spec
         limits = spec.limits if spec is not None else DEFAULT_LIMITS
 
@@ -194,6 +199,8 @@ class LoopActor:
         try:
             if spec.collection is None and spec.collection_ref:
                 spec.collection = await get_blob(self.counter.js, spec.collection_ref)
+            if spec.scope_ref is not None:
+                spec.scope = await get_blob(self.counter.js, spec.scope_ref)
             step = parsed_playbook(spec.playbook_source, spec.playbook_path).step(spec.step)
             if step.loop is None:
                 raise KeyError(f"step {spec.step!r} has no loop")
@@ -214,9 +221,9 @@ class LoopActor:
 
     async def publish(self, out: LoopOutput) -> None:
         js, eid = self.counter.js, self.execution_id
-        await publish_all(js, [
-            (cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in out.commands
-        ] + [(START_SUBJECT, encode(s), s.execution_id or "") for s in out.starts])
+        limit = self.counter.layout.max_msg_size - HEADROOM  # larger commands and payloads go as blobs
+        await publish_all(js, await command_items(js, out.commands, limit=limit, sender="counter")
+                          + [await start_item(js, s, limit=limit) for s in out.starts])
         await arm_timers(js, out.timers, prefix=self.prefix, id_prefix=f"{eid}:{self.loop_id}")
         await self._stop(out.cancels, out.child_cancels)
         if out.verdict is not None and self.state.spec is not None:

@@ -43,6 +43,7 @@ class StartMessage(_Wire, forbid_unknown_fields=True):
     payload: dict[str, Any] = field(default_factory=dict)
     execution_id: str | None = None
     parent: ParentRef | None = None
+    payload_ref: str | None = None  # a payload too large for the message: a blob (actors/blobs.py)
 
 
 # --- inputs: what the engine folds (subject class `in`) ------------------------------
@@ -77,6 +78,7 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     parent: ParentRef | None = None
     error: ErrorInfo | None = None  # set when the start could not be resolved
     limits: Limits = field(default_factory=Limits)
+    payload_ref: str | None = None  # the payload as a blob; the engine reads it back before folding
 
 
 class CallDone(_Wire, tag="call.done", tag_field="type"):
@@ -89,6 +91,7 @@ class CallDone(_Wire, tag="call.done", tag_field="type"):
     ended_at: float = 0.0
     worker: str = ""
     iteration_index: int | None = None  # set for one iteration of a loop
+    result_ref: str | None = None  # a result too large for a message: a blob, read back before folding
 
 
 class CallError(_Wire, tag="call.error", tag_field="type"):
@@ -111,6 +114,7 @@ class IterationOutcome(_Wire):
     error: ErrorInfo | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
+    result_ref: str | None = None  # a result that did not fit in the chunk's message: a blob
 
 
 class ChunkDone(_Wire, tag="chunk.done", tag_field="type"):
@@ -233,6 +237,7 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     collection: list[Any] | None = None
     collection_ref: str | None = None
     scope: dict[str, Any] = field(default_factory=dict)
+    scope_ref: str | None = None  # the scope as a blob, when the spec would not fit in a message
     reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
     parent_event_id: str | None = None
     limits: Limits = field(default_factory=Limits)  # the execution's, from its start record
@@ -298,6 +303,9 @@ class Command(_Wire, kw_only=True):
     iteration_index: int | None = None
     element: Any = None
     chunk: list[ChunkItem] | None = None
+    # a command too large for a message is sent as a stub naming a blob that holds all
+    # of it (args, element, chunk, sink); the tool actor reads it back
+    body_ref: str | None = None
 
 
 command_decoder = msgspec.json.Decoder(Command)

@@ -32,8 +32,9 @@ cancel. Keeping iterations out of EXEC is what keeps an execution's log the same
 for 10 iterations or 100,000. The counter appends one ``in.iterator.<loop_id>`` verdict
 to the execution's inputs when the loop ends.
 
-Object store ``blobs``: values too large for one message (a loop's collection, its
-aggregated results, a large execution result), referenced by key from the message.
+Object store ``blobs``: values too large for one message (a step result, a command, a start
+payload, a loop's collection, scope or aggregated results, a large execution result),
+referenced by key from the message (actors/blobs.py).
 """
 
 from __future__ import annotations

@@ -744,3 +744,14 @@ def test_python_pool_outlives_event_loops() -> None:
     assert first == second == pool.pids()[0]
     asyncio.run(pool.close())
     assert reaped(first)
+
+
+@pytest.mark.asyncio
+async def test_integers_beyond_64_bits_pass_exactly_through_python_and_http(pool_cleanup: None,
+                                                                          http_server: HttpServer) -> None:
+    # orjson refuses them on encode and reads them as floats: they must not be changed
+    assert await py("def main(n):\n    return {'n': n, 'up': n + 1}\n", {"n": 2**70}) == {"n": 2**70, "up": 2**70 + 1}
+    r = await http({"url": f"{http_server.base}/echo", "method": "post", "json": {"n": 2**70}})
+    assert r["data"]["json"] == {"n": 2**70} and isinstance(r["data"]["json"]["n"], int)
+    f = await failure(py("def main():\n    return [2**70, {1, 2}]\n"))  # a set is still not JSON data
+    assert f.type == "ResultNotSerialisable"

@@ -68,7 +68,10 @@ workflow:
     assert again.state == "COMPLETED"
 
 
-async def test_a_result_over_the_message_limit_fails_the_step_naming_it(system: System) -> None:
+async def test_a_result_over_the_value_cap_fails_the_step_naming_it(system: System,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # over the message limit a result travels as a blob (tests/test_big_values.py); over the cap it fails
+    monkeypatch.setenv("ACTORS_MAX_VALUE_BYTES", "1500000")
     eid, status = await system.run_yaml("""
 apiVersion: actors/v1
 kind: Playbook
@@ -79,7 +82,7 @@ workflow:
 """)
     assert status.state == "FAILED"
     err = of_type(await system.events(eid), "step.exit", "huge")[0].data["error"]
-    assert err["type"] == "ResultTooLarge" and "step 'huge'" in err["message"]
+    assert err["type"] == "ValueTooLarge" and "step 'huge'" in err["message"]
 
 
 async def test_cancel_stops_a_running_tool_and_nothing_new_is_issued(system: System) -> None:

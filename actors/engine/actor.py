@@ -31,7 +31,18 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from actors.blobs import get_blob, offload
+from actors.blobs import (
+    BLOB_MISSING,
+    HEADROOM,
+    blob_key,
+    command_items,
+    get_blob,
+    offload,
+    put_blob,
+    resolve_result,
+    result_message,
+    start_item,
+)
 from actors.core.decide import PLAYBOOK_FAILED, Output, execution_error, fold
 from actors.core.state import Execution
 from actors.hosting import PartitionHost, engine_error, hand_back
@@ -47,9 +58,11 @@ from actors.natsio import (
     stream_seq,
 )
 from actors.wire import (
+    CallDone,
     CancelRequest,
     DecisionRecord,
     EngineFault,
+    ErrorInfo,
     Event,
     IteratorCompleted,
     IteratorFailed,
@@ -66,10 +79,8 @@ from streams.layout import (
     IN,
     LC,
     LOOP_STREAM,
-    START_SUBJECT,
     Layout,
     class_of,
-    cmd_subject,
     engine_consumer,
     execution_of,
     type_of,
@@ -177,19 +188,40 @@ class ExecutionActor:
             return None
         if seq in self.skip:
             return None  # given up on (EngineFault): folding it failed, and would again
-        if isinstance(inp, IteratorCompleted) and inp.results is None and inp.results_ref:
-            try:
-                inp.results = await get_blob(self.engine.js, inp.results_ref)
-            except NotFoundError:
-                # the blob expired or was removed: the loop's results are gone, say so
-                inp = IteratorFailed(execution_id=inp.execution_id, loop_id=inp.loop_id, step=inp.step,
-                                     total=inp.total, succeeded=inp.succeeded, failed=inp.failed, errors=[{
-                                         "index": -1, "error": {"type": "ResultsMissing", "status": None,
-                                                                "message": f"blob {inp.results_ref} not found",
-                                                                "retryable": False, "traceback": None}}])
+        inp = await self._read_back(inp)
         state = self.state
         return await self.engine.fold_off_loop(
             self, functools.partial(fold, state, inp, seq=seq, at=at, reply_to=self.reply_to))
+
+    async def _read_back(self, inp: Any) -> Any:
+        """The input with the values it carries as blobs (too large for a message) read
+        back, live and in a replay alike. A blob that is gone becomes the input's error
+        (the step or the execution fails saying so), never an input retried for ever."""
+        js = self.engine.js
+        if isinstance(inp, CallDone) and inp.result_ref is not None:
+            return await resolve_result(js, inp)
+        if isinstance(inp, StartRecord) and inp.payload_ref is not None:
+            try:
+                payload = await get_blob(js, inp.payload_ref)
+            except BLOB_MISSING:
+                payload = None
+            if isinstance(payload, dict):
+                inp.payload, inp.payload_ref = payload, None
+            elif inp.error is None:
+                inp.error = ErrorInfo(type="ValueMissing", message=f"start payload blob {inp.payload_ref} not found "
+                                                                   "(expired or removed)")
+            return inp
+        if isinstance(inp, IteratorCompleted) and inp.results is None and inp.results_ref:
+            try:
+                inp.results = await get_blob(js, inp.results_ref)
+            except NotFoundError:
+                # the blob expired or was removed: the loop's results are gone, say so
+                return IteratorFailed(execution_id=inp.execution_id, loop_id=inp.loop_id, step=inp.step,
+                                      total=inp.total, succeeded=inp.succeeded, failed=inp.failed, errors=[{
+                                          "index": -1, "error": {"type": "ResultsMissing", "status": None,
+                                                                 "message": f"blob {inp.results_ref} not found",
+                                                                 "retryable": False, "traceback": None}}])
+        return inp
 
     async def publish(
         self, out: Output, *, seen_ev: bool = False, seen_lc: frozenset[str] = frozenset(),
@@ -205,9 +237,8 @@ class ExecutionActor:
             if results_seen is not None:
                 commands = [c for c in commands
                             if not await command_sent(self.engine.nc, c, results_seen, reply_stream=EXEC_STREAM)]
-            await publish_all(
-                js, [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in commands]
-            )
+            # a command too large for a message goes as a blob (over the cap: its step fails)
+            await publish_all(js, await command_items(js, commands, limit=self.engine.layout.max_msg_size - HEADROOM))
             await self._hand_over_loops(out.loops, replay=results_seen is not None)
             await arm_timers(js, [t for t in out.timers if t.timer_id not in timers_fired], prefix=self.prefix,
                              id_prefix=eid)
@@ -235,7 +266,13 @@ class ExecutionActor:
             ref = await offload(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
             if ref is not None:
                 spec.collection, spec.collection_ref = None, ref
-            items.append((subject, encode(spec), f"{eid}:loop:{spec.loop_id}"))
+            data = encode(spec)
+            if len(data) > layout.max_msg_size - HEADROOM:  # the values its templates read are large
+                scope = encode(spec.scope)
+                spec.scope, spec.scope_ref = {}, blob_key(eid, spec.loop_id, "scope", data=scope)
+                await put_blob(js, spec.scope_ref, scope)
+                data = encode(spec)
+            items.append((subject, data, f"{eid}:loop:{spec.loop_id}"))
         await publish_all(js, items)
 
     async def _offload_result(self, ev: Event) -> None:
@@ -252,10 +289,13 @@ class ExecutionActor:
         receiving side (start by execution id, results and cancels by state), so a
         replay may send them again."""
         js, layout = self.engine.js, self.engine.layout
-        items = [(START_SUBJECT, encode(s), s.execution_id or "") for s in out.starts]
-        if out.reply is not None:
+        limit = layout.max_msg_size - HEADROOM
+        items = []
+        for s in out.starts:
+            items.append(await start_item(js, s, limit=limit))
+        if out.reply is not None:  # a child's result to its parent: a blob when too large, like a tool's
             subject, msg = out.reply
-            items.append((subject, encode(msg), f"{msg.execution_id}:res:{msg.command_id}"))
+            items.append((subject, await result_message(js, msg, limit=limit), f"{msg.execution_id}:res:{msg.command_id}"))
         for child in out.child_cancels:
             req = CancelRequest(execution_id=child, reason=f"parent execution {self.execution_id} cancelled it")
             items.append((layout.exec_subject(child, IN, "cancel"), encode(req), f"{child}:cancel"))

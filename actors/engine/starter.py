@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 
+from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
 from actors.hosting import POISON_TRIES, is_transient
 from actors.limits import limits_from_env
@@ -115,13 +116,28 @@ class Starter:
             log.info("starter: execution %s already started; duplicate start ignored", eid)
             return
         record = StartRecord(execution_id=eid, playbook_path=start.playbook, playbook_version=start.version,
-                             payload=start.payload, parent=start.parent, limits=self.limits)
+                             payload=start.payload, payload_ref=start.payload_ref, parent=start.parent,
+                             limits=self.limits)
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
             record.playbook_source, record.playbook_version = entry.source, entry.version
         except CatalogError as e:
             record.error = ErrorInfo(type="PlaybookNotFound", message=str(e))
+        await self._payload_fits(record)
         await publish_all(self.js, [(subject, encode(record), f"{eid}:start")])  # re-sent through an election
+
+    async def _payload_fits(self, record: StartRecord) -> None:
+        """A payload that fits in its start message may not fit beside the playbook
+        source: it then goes to a blob the engine reads back (same key as the client
+        would use). Past the cap the execution starts failed, saying why."""
+        limit = self.layout.max_msg_size - HEADROOM
+        if record.payload_ref is not None or len(encode(record)) <= limit:
+            return
+        try:
+            record.payload_ref = await payload_blob(self.js, record.payload, record.execution_id)
+        except ValueTooLarge as e:
+            record.error = ErrorInfo(type="ValueTooLarge", message=str(e))
+        record.payload = {}
 
     async def _already_started(self, subject: str) -> bool:
         try:

@@ -156,6 +156,15 @@ _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same semantics, faster
 
+# Nodes that YAML aliases may add to a document when expanded (each use of an anchor
+# counts the whole anchored value again). The composed tree shares an anchored value
+# between its uses, but everything downstream (templates, encoding, the engine's
+# render of `args`) walks the expanded value: a 643-byte "billion laughs" (9 uses a
+# level, 8 levels) expands to 43 million nodes and held the engine for about 50 s.
+# 100,000 is far beyond what `<<: *defaults` and shared fragments need and costs
+# milliseconds to walk; a document's own nodes (written out) never count against it.
+MAX_ALIAS_NODES = 100_000
+
 
 class _Composed:
     def __init__(self) -> None:
@@ -185,14 +194,62 @@ def _compose(text: str) -> _Composed:
     try:
         root = loader.get_single_node()
         if root is not None:
+            _AliasBudget(MAX_ALIAS_NODES).count(root, root.start_mark.line + 1)
             out.data = _Builder(loader, out).build(root, ())
     except yaml.YAMLError as e:
         line, message = _yaml_message(e)
         out.problems.append(((), line, message))
         out.fatal = True
+    except _AliasesTooLarge as e:
+        out.problems.append(((), e.line, e.message))
+        out.fatal = True
     finally:
         loader.dispose()
     return out
+
+
+class _AliasBudget:
+    """Counts the nodes that alias uses add to a composed document, in document order,
+    and refuses it (a YAML error at the line of the use that goes over) past `limit`.
+    Linear in the document's own nodes: each node's expanded size is computed once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.added = 0
+        self.sizes: dict[int, int] = {}  # id(node) -> its expanded size, once walked
+        self.active: set[int] = set()  # nodes being walked (a recursive alias is the builder's error)
+
+    def count(self, node: yaml.Node, line: int) -> int:
+        key = id(node)
+        size = self.sizes.get(key)
+        if size is not None:  # met again: an alias use, which copies the whole value
+            self.added += size
+            if self.added > self.limit:
+                raise _AliasesTooLarge(line, (
+                    f"YAML aliases expand the document by more than {self.limit:,} nodes (an anchor used here "
+                    f"holds {size:,}); write the values out or nest fewer aliases"))
+            return size
+        if key in self.active or isinstance(node, yaml.ScalarNode):
+            return 1
+        self.active.add(key)
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                size += self.count(item, line if item.start_mark.line + 1 < line else item.start_mark.line + 1)
+        elif isinstance(node, yaml.MappingNode):
+            for knode, vnode in node.value:
+                kline = knode.start_mark.line + 1
+                size += self.count(knode, kline) + self.count(vnode, kline)
+        self.active.discard(key)
+        self.sizes[key] = size
+        return size
+
+
+class _AliasesTooLarge(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
 
 
 class _Builder:

@@ -31,6 +31,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DEFAULT_PREFIX
 
+from actors.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
 from actors.deadletters import answer_undeliverable
 from actors.limits import limits_from_env
 from actors.metrics import commands_in_flight, observe_step, step_outcome
@@ -63,7 +64,7 @@ from actors.wire import (
 from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, loop_key, result_batch_subject, tool_consumer
 
 log = logging.getLogger("actors.tools")
-RESULT_HEADROOM = 4096  # room for the envelope around a result
+RESULT_HEADROOM = HEADROOM  # room for the envelope around a result
 PULL_EXPIRES = 5.0  # seconds a pull request waits at the server for commands (as long as a fetch did)
 PULL_HEARTBEAT = 2.0  # the server's idle heartbeat while a pull request waits
 
@@ -329,6 +330,15 @@ class ToolActor:
             await answer_undeliverable(self.js, cmd, reason, worker=self.name)
             await msg.term()
             return
+        if cmd.body_ref is not None:  # too large for a message: the whole command is a blob
+            try:
+                cmd = await resolve_command(self.js, cmd)
+            except BLOB_MISSING:
+                missing = ErrorInfo(type="ValueMissing", message=f"step '{cmd.step}': command blob {cmd.body_ref} "
+                                                                 "not found (expired or removed)")
+                await self._reply(cmd, None, missing, time.time(), time.time())
+                await ack(msg)
+                return
         # a loop iteration's result may go out with others of its loop (see `_gather`)
         subject = result_batch_subject(cmd.reply_to) if cmd.iteration_index is not None and cmd.chunk is None \
             and self._batch_max > 1 else None
@@ -440,32 +450,23 @@ class ToolActor:
     async def _reply_chunk(self, cmd: Command, outcomes: list[IterationOutcome]) -> None:
         done = ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
                          attempt_number=cmd.attempt_number, outcomes=outcomes, worker=self.name)
-        payload = encode(done)
-        limit = self.layout.max_msg_size - RESULT_HEADROOM
-        if len(payload) > limit:
-            # too large together: the iterations with the largest results fail, each
-            # with a clear error, until the rest fits (never a truncated result)
-            share = limit // max(len(outcomes), 1)
-            for o in outcomes:
-                n = len(encode(o.result))
-                if n > share:
-                    o.result = None
-                    o.error = ErrorInfo(type="ResultTooLarge", message=(
-                        f"step '{cmd.step}' iteration {o.iteration_index}: result is {n} bytes, over this chunk's "
-                        f"{share}-byte share of the message limit (use a smaller chunk_size)"))
-            payload = encode(done)
+        # iterations whose results are too large together go as blobs, up to the cap
+        payload = await chunk_message(self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM)
         await self._publish_result(cmd, payload)
 
     async def _reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
                       attempt_number=cmd.attempt_number, started_at=started, ended_at=ended, worker=self.name,
                       iteration_index=cmd.iteration_index)
-        payload = encode(CallError(error=error, **common) if error else CallDone(result=result, **common))  # type: ignore[arg-type]
         limit = self.layout.max_msg_size - RESULT_HEADROOM
-        if len(payload) > limit:
+        # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
+        payload = await result_message(
+            self.js, CallError(error=error, **common) if error else CallDone(result=result, **common),  # type: ignore[arg-type]
+            limit=limit)
+        if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
             error = ErrorInfo(
                 type="ResultTooLarge",
-                message=f"step '{cmd.step}': result is {len(payload)} bytes, over the {limit}-byte message limit",
+                message=f"step '{cmd.step}': its answer is {len(payload)} bytes, over the {limit}-byte message limit",
             )
             payload = encode(CallError(error=error, **common))  # type: ignore[arg-type]
         await self._publish_result(cmd, payload)
@@ -497,7 +498,7 @@ class ToolActor:
         part = encode(entry)
         limit = self.layout.max_msg_size - RESULT_HEADROOM
         if len(part) > limit:
-            return False  # answered alone, as ResultTooLarge
+            return False  # answered alone, its result as a blob
         g = self._gathering.get(key)
         if g is not None and g.size + len(part) + 1 > limit:
             self._flush(g)

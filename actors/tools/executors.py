@@ -47,7 +47,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import orjson
+from actors.jsonvalues import dumps, loads
 
 if TYPE_CHECKING:
     import aiohttp
@@ -154,10 +154,10 @@ def _safe_str(exc: BaseException) -> str:
 
 
 def check_serialisable(result: Any) -> Any:
-    """`result` if orjson can encode it, else ToolFailure(ResultNotSerialisable)."""
+    """`result` if it is JSON data, else ToolFailure(ResultNotSerialisable)."""
     try:
-        orjson.dumps(result)
-    except (TypeError, orjson.JSONEncodeError) as exc:
+        dumps(result)
+    except TypeError as exc:
         raise ToolFailure("ResultNotSerialisable", f"tool result is not JSON-serialisable: {exc}") from None
     return result
 
@@ -288,8 +288,8 @@ def _mapping(value: Any, what: str) -> dict[str, Any] | None:
         if not value.strip():
             return None
         try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
+            value = loads(value)
+        except ValueError:
             raise ToolFailure("ToolConfigError", f"{what} must be a mapping, got the string {value[:80]!r}") from None
     if not isinstance(value, dict):
         raise ToolFailure("ToolConfigError", f"{what} must be a mapping, got {type(value).__name__}")
@@ -313,7 +313,7 @@ def _flag(value: Any, what: str, default: bool) -> bool:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+    return value if isinstance(value, str) else dumps(value).decode()
 
 
 # --- sleep ----------------------------------------------------------------------------
@@ -487,8 +487,8 @@ async def _run_http(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
     data: bytes | None = None
     if json_body is not None:
         try:
-            data = orjson.dumps(json_body)
-        except (TypeError, orjson.JSONEncodeError) as exc:
+            data = dumps(json_body)
+        except TypeError as exc:
             raise ToolFailure("ToolConfigError", f"http json body is not JSON-serialisable: {exc}") from None
         if not any(k.lower() == "content-type" for k in headers):
             headers["Content-Type"] = "application/json"
@@ -527,8 +527,8 @@ async def _run_http(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any
             payload = None
         else:
             try:
-                payload = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+                payload = loads(raw)
+            except ValueError:
                 payload = text
     result = {"status": status, "headers": rheaders, "data": payload}
     if status >= 400 and raise_for_status:

@@ -10,8 +10,8 @@ private socketpair (not stdin/stdout, so whatever the user's code prints cannot
 corrupt the protocol; its stdout/stderr are the parent's). Frames are a 4-byte
 big-endian length and a payload:
 
-- parent -> worker: orjson ``{"c": code, "a": args}``
-- worker -> parent: one status byte, then the orjson result (``_OK``), the orjson error
+- parent -> worker: JSON ``{"c": code, "a": args}`` (orjson, msgspec for integers beyond 64 bits)
+- worker -> parent: one status byte, then the JSON result (``_OK``), the JSON error
   ``{"type", "message", "traceback"}`` (``_ERR``), or the worker's pid once it is
   up (``_READY``, sent once, before anything else).
 
@@ -59,6 +59,7 @@ from typing import Any
 
 import orjson
 
+from actors.jsonvalues import dumps, loads
 from actors.tools.executors import CancelSignal, ToolFailure, cancelled_failure, timeout_failure
 
 __all__ = ["PythonPool", "available_cpus", "close_default_pool", "default_pool"]
@@ -124,7 +125,7 @@ def _compile(code: str, cache: OrderedDict[str, CodeType], cache_size: int) -> C
 
 def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int) -> tuple[int, bytes]:
     try:
-        msg = orjson.loads(request)
+        msg = loads(request)
         code, args = msg["c"], msg["a"]
     except Exception as exc:
         return _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
@@ -153,9 +154,11 @@ def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int)
     except BaseException as exc:
         return _error(type(exc).__name__, _str(exc), _user_traceback(exc))
     try:
-        return _OK, orjson.dumps(result)
+        return _OK, dumps(result)
     except Exception as exc:
         return _error("ResultNotSerialisable", f"main() returned a value that is not JSON-serialisable: {_str(exc)}")
+
+
 
 
 # what a worker process runs: argv = [sys.path as JSON, socket fd, parent pid, cache size]
@@ -422,8 +425,8 @@ class PythonPool:
         if timeout is not None and timeout <= 0:
             raise timeout_failure(timeout)
         try:
-            payload = orjson.dumps({"c": code, "a": args})
-        except (TypeError, orjson.JSONEncodeError) as exc:
+            payload = dumps({"c": code, "a": args})
+        except TypeError as exc:
             raise ToolFailure("ArgsNotSerialisable", f"python tool args are not JSON-serialisable: {exc}") from None
         frame = _HDR.pack(len(payload)) + payload
         loop = asyncio.get_running_loop()
@@ -444,7 +447,7 @@ class PythonPool:
         self._release(w)
         status = reply[0] if reply else -1
         if status == _OK:
-            return orjson.loads(memoryview(reply)[1:])
+            return loads(memoryview(reply)[1:])
         if status == _ERR:
             err = orjson.loads(memoryview(reply)[1:])
             raise ToolFailure(str(err.get("type")), str(err.get("message")), traceback=err.get("traceback"))
