@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.client import TooLarge
+from actors.blobs import ValueTooLarge
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsServer, free_port
 from tests.conftest import System, make_layout
@@ -33,13 +33,14 @@ workflow:
 """
 
 
-async def cli(*args: str, url: str = "", timeout: float = 40) -> tuple[int, str, str, float]:
+async def cli(*args: str, url: str = "", timeout: float = 40,
+              env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
     """Run actors-cli; (exit code, stdout, stderr, seconds it took)."""
     began = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *CLI, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         # the partitions of tests/conftest.make_layout: the CLI must address the same subjects
-        env={**os.environ, "NATS_URL": url, "ACTORS_PARTITIONS": str(make_layout().partitions)},
+        env={**os.environ, "NATS_URL": url, "ACTORS_PARTITIONS": str(make_layout().partitions), **(env or {})},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -129,24 +130,31 @@ async def test_cancel_waits_for_a_start_still_queued_and_says_when_it_cannot_tel
 
 
 @pytest.mark.asyncio
-async def test_a_payload_or_playbook_over_the_message_limit_is_refused_naming_it(system: System, tmp_path: Path) -> None:
+async def test_a_payload_over_the_cap_or_a_playbook_over_the_message_limit_is_refused_naming_it(
+        system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A payload over the message limit travels as a blob (tests/test_big_values.py);
+    one over the cap on values (ACTORS_MAX_VALUE_BYTES), and a playbook over the
+    message limit, are refused with one line before anything is sent."""
     big = tmp_path / "big.json"
     big.write_text(json.dumps({"name": "x" * 1_200_000}))
     url = system.server.url
     code, _, err, _ = await cli("register", "examples/hello.yaml", url=url)
     assert code == 0, err
-    code, _, err, _ = await cli("start", "examples/hello", "--payload", f"@{big}", url=url)
+    cap = {"ACTORS_MAX_VALUE_BYTES": "1000000"}
+    code, _, err, _ = await cli("start", "examples/hello", "--payload", f"@{big}", url=url, env=cap)
     line = one_line(err)
-    assert code == EXIT_INVALID and "start record" in line and "payload 1,200,0" in line and "bytes" in line
-    code, _, err, _ = await cli("run", "examples/hello.yaml", "--nats", url, "--payload", f"@{big}", url=url)
-    assert code == EXIT_INVALID and "payload 1,200,0" in one_line(err)
+    assert code == EXIT_INVALID and "payload is 1,200,0" in line and "1,000,000-byte cap" in line
+    code, _, err, _ = await cli("run", "examples/hello.yaml", "--nats", url, "--payload", f"@{big}", url=url,
+                                env=cap)
+    assert code == EXIT_INVALID and "payload is 1,200,0" in one_line(err)
     huge = tmp_path / "huge.yaml"
     huge.write_text((ROOT / "examples" / "hello.yaml").read_text() + "# " + "x" * 1_200_000 + "\n")
     code, _, err, _ = await cli("register", str(huge), url=url)
     line = one_line(err)
     assert code == EXIT_INVALID and "huge.yaml" in line and "the playbook is 1,201," in line
     assert (await system.nc.jsm().stream_info(START_STREAM)).state.messages == 0  # nothing was sent
-    with pytest.raises(TooLarge):  # the library refuses it too, before publishing
+    monkeypatch.setenv("ACTORS_MAX_VALUE_BYTES", "1000000")
+    with pytest.raises(ValueTooLarge):  # the library refuses it too, before publishing
         await system.client.start("examples/hello", payload={"name": "x" * 1_200_000})
 
 
