@@ -73,7 +73,7 @@ async def good_latency(client: Any, path: str) -> float:
     return time.perf_counter() - t
 
 
-async def run(ops: int, runs: int) -> dict[str, Any]:
+async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[str, Any]:
     from actors import hosting
     from actors.client import Client
     from actors.engine.starter import Starter
@@ -105,14 +105,20 @@ async def run(ops: int, runs: int) -> dict[str, Any]:
             assert isinstance(starter, Starter)
             starter.limits = Limits(template_ops=ops)
         modes = {
-            "inline": {"slice": 10**12, "yield_every": templates.YIELD_EVERY},
-            "thread": {"slice": templates.INLINE_TEMPLATE_OPS, "yield_every": 10**12},
-            "thread+yield": {"slice": templates.INLINE_TEMPLATE_OPS, "yield_every": templates.YIELD_EVERY},
+            "inline": {"slice": 10**12, "yield_every": templates.YIELD_EVERY, "pause": templates.YIELD_PAUSE},
+            "thread": {"slice": templates.INLINE_TEMPLATE_OPS, "yield_every": 10**12, "pause": 0.0},
+            "thread+yield": {"slice": templates.INLINE_TEMPLATE_OPS, "yield_every": templates.YIELD_EVERY,
+                             "pause": templates.YIELD_PAUSE},
         }
+        for every, pause in variants:
+            modes[f"thread+yield/{every}/{pause * 1e6:.0f}us"] = {
+                "slice": templates.INLINE_TEMPLATE_OPS, "yield_every": every, "pause": pause}
         default_slice, default_yield = hosting.INLINE_TEMPLATE_OPS, templates.YIELD_EVERY
+        default_pause = templates.YIELD_PAUSE
         for mode, how in modes.items():
             hosting.INLINE_TEMPLATE_OPS = how["slice"]  # type: ignore[misc]
             templates.YIELD_EVERY = how["yield_every"]  # type: ignore[misc]
+            templates.YIELD_PAUSE = how["pause"]  # type: ignore[misc]
             try:
                 t0 = time.perf_counter()
                 bad = await client.start(paths["runaway"])
@@ -135,6 +141,7 @@ async def run(ops: int, runs: int) -> dict[str, Any]:
             finally:
                 hosting.INLINE_TEMPLATE_OPS = default_slice  # type: ignore[misc]
                 templates.YIELD_EVERY = default_yield  # type: ignore[misc]
+                templates.YIELD_PAUSE = default_pause  # type: ignore[misc]
             print(f"{mode:13} {out[mode]}", file=sys.stderr)
     finally:
         await rt.stop()
@@ -157,6 +164,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=30_000_000, help="the runaway execution's operation budget")
     ap.add_argument("--runs", type=int, default=30, help="good executions for the baseline")
+    ap.add_argument("--variant", action="append", default=[], metavar="EVERY:PAUSE_US",
+                    help="also measure yielding every EVERY operations with a PAUSE_US sleep")
     args = ap.parse_args()
     try:
         import uvloop
@@ -164,7 +173,8 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    print(json.dumps(asyncio.run(run(args.ops, args.runs))))
+    variants = [(int(v.split(":")[0]), float(v.split(":")[1]) / 1e6) for v in args.variant]
+    print(json.dumps(asyncio.run(run(args.ops, args.runs, variants))))
 
 
 if __name__ == "__main__":

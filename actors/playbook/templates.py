@@ -62,6 +62,7 @@ _DIGITS = re.compile(r"\d+")
 
 DEFAULT_LIMITS = Limits()
 YIELD_EVERY = 2_000  # operations between two yields of the interpreter, off the event loop
+YIELD_PAUSE = 50e-6  # seconds each yield sleeps: long enough for the waiting loop thread to take over
 # operations a fold may spend rendering on the event loop (a few milliseconds) before its
 # actor moves to a worker thread: almost every template takes a few dozen
 INLINE_TEMPLATE_OPS = 50_000
@@ -123,7 +124,7 @@ class _Budget:
                                 "(template_ops)", limit="template_ops")
         if self.slice_stop is not None and self.used > self.slice_stop:
             raise SliceExhausted
-        time.sleep(0)  # off the event loop: let the loop's thread take the interpreter
+        time.sleep(YIELD_PAUSE)  # off the event loop: let the loop's thread take the interpreter
         self.stop = self._next_stop()
 
 
