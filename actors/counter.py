@@ -188,6 +188,10 @@ class LoopActor:
         reply_to = (spec.reply_to if spec is not None
                     else self.counter.layout.exec_subject(self.execution_id, IN, f"iterator.{self.loop_id}"))
         await self._send_verdict(reply_to, verdict)
+        # stop what this loop still runs (as far as its state knows: best effort)
+        flights = list(self.state.inflight.items())
+        await self._stop([CommandCancel(f.kind, cid) for cid, f in flights if f.child is None],
+                         [f.child for _, f in flights if f.child is not None])
         self.state.finished = True
         for m in batch:
             await ack(m)

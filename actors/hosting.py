@@ -33,6 +33,7 @@ import asyncio
 import itertools
 import logging
 import random
+import threading
 import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -66,6 +67,7 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     nats.errors.UnexpectedEOF, nats.errors.FlushTimeoutError, nats.errors.OutboundBufferLimitError,
     nats.errors.NoRespondersError, nats.errors.SlowConsumerError, nats.errors.AuthorizationError,
     NoStreamResponseError, ServiceUnavailableError, ServerError, PublishOutcomeUnknown,
+    MemoryError,  # the pod is short of memory now: not the input's fault, try again later
 )
 
 
@@ -96,8 +98,8 @@ A = TypeVar("A", bound=Hosted)
 T = TypeVar("T")
 
 
-def _polite(fold: Callable[[], T]) -> T:
-    with off_the_loop():
+def _polite(fold: Callable[[], T], halt: threading.Event) -> T:
+    with off_the_loop(halt):
         return fold()
 
 
@@ -124,6 +126,7 @@ class PartitionHost(Generic[K, A]):
         self._holds = itertools.count()
         self._beat: asyncio.Task[None] | None = None
         self._fold_pool: ThreadPoolExecutor | None = None
+        self._halt = threading.Event()  # set at stop: renders still running on the fold threads end
 
     def spawn(self, key: K) -> A:
         raise NotImplementedError
@@ -222,7 +225,8 @@ class PartitionHost(Generic[K, A]):
             await asyncio.gather(self._beat, return_exceptions=True)
             self._beat = None
         if self._fold_pool is not None:
-            self._fold_pool.shutdown(wait=False, cancel_futures=True)  # a render left ends within its budget
+            self._halt.set()  # a render still running stops at its next yield
+            self._fold_pool.shutdown(wait=False, cancel_futures=True)
             self._fold_pool = None
 
     async def handle_until_done(self, held: list[Msg], handle: Callable[[], Awaitable[None]], *,
@@ -305,7 +309,7 @@ class PartitionHost(Generic[K, A]):
                 return fold()
         if self._fold_pool is None:
             self._fold_pool = ThreadPoolExecutor(max_workers=FOLD_THREADS, thread_name_prefix=f"{self.role}-fold")
-        return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold)
+        return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold, self._halt)
 
     async def _keep_alive(self) -> None:
         """Every `ack_wait / 3`, tell the server that inputs held longer than that are

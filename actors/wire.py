@@ -279,6 +279,7 @@ class SinkCall(_Wire, kw_only=True):
     args: dict[str, Any] = field(default_factory=dict)
     scope: dict[str, Any] = field(default_factory=dict)
     element: str | None = None  # the loop element's name, bound per iteration
+    limits: Limits | None = None  # the execution's template bounds (from its start record)
 
 
 class ChunkItem(_Wire):

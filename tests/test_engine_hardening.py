@@ -122,10 +122,21 @@ def test_validate_does_not_build_a_huge_constant(tmp_path: Path) -> None:
     ("{% for i in range(100000) %}{{ (big|sort)[0] }}{% endfor %}", "template_ops"),
     ("{% for i in range(100000) %}{% if i in big %}{% endif %}{% endfor %}", "template_ops"),
     ("{% for i in big %}{% for j in big %}{% endfor %}{% endfor %}", "template_ops"),
+    # work one operator does at once is charged by size: big integers, comparisons, views
+    ("{% set x = 3**1000000 %}{{ x // 7 }}", "template_output"),
+    ("{% for i in range(20000) %}{% if big == big %}{% endif %}{% endfor %}", "template_ops"),
+    ("{% for i in range(20000) %}{% if -1 in lookup.values() %}{% endif %}{% endfor %}", "template_ops"),
+    ("{{ (big|batch(100)|list)|sum(start=[])|length }}", "template_ops"),
+    # a list of references to one big string is small until it is written out
+    ("{% set ns = namespace(l=[], s='x' * 999999) %}{% for i in range(999) %}{% set ns.l = ns.l + [ns.s] %}{% endfor %}"
+     "{{ ns.l|string|length }}", "template_output"),
+    ("{% set ns = namespace(l=[], s='x' * 999999) %}{% for i in range(999) %}{% set ns.l = ns.l + [ns.s] %}{% endfor %}"
+     "{{ ns.l }}", "template_output"),
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "template_ops"),
 ])
 def test_every_way_of_growing_work_or_output_meets_a_bound(source: str, limit: str) -> None:
     with pytest.raises(TemplateLimit) as caught:
-        render_value(source, {"big": list(range(100_000))}, where="args.v")
+        render_value(source, {"big": list(range(100_000)), "lookup": {i: i for i in range(100_000)}}, where="args.v")
     assert caught.value.limit == limit
     assert str(caught.value).startswith("args.v: ")
 
@@ -140,6 +151,33 @@ def test_lookups_and_pass_through_values_are_not_charged_by_size() -> None:
     assert render_value(source, scope).startswith("010000")
     assert render_value("{{ big }}", scope) is scope["big"]
     assert render_value("{{ [big, lookup] }}", scope)[0] is scope["big"]
+
+
+def test_the_outcome_does_not_depend_on_the_compile_cache_or_the_stack() -> None:
+    """A replay may find the template compiled already, or not, and may run at another
+    stack depth (inline, on a worker thread, inside a replay): it must end the same."""
+    heavy = ("{% set s = range(100000)|list|sort|sort|sort|sort|sort|sort %}"
+             "{% for i in range(100000) %}{% for j in range(50) %}{% endfor %}{% endfor %}{{ s|length }}")
+    outcomes = []
+    for _ in range(2):  # the second render finds the template in the cache
+        with pytest.raises(TemplateLimit):
+            render_value(heavy, {})
+        outcomes.append("limit")
+    deep = "{% macro f(n) %}{{ f(n - 1) if n else 0 }}{% endmacro %}{{ f(60) }}"
+
+    def at_depth(n: int) -> Any:
+        return render_value(deep, {}) if n == 0 else at_depth(n - 1)
+
+    assert at_depth(0) == at_depth(300) == "0"
+    nested: list[Any] = []
+    for _ in range(2000):
+        nested = [nested]
+    assert render_value("{{ r }}", {"r": nested}) is nested  # passed through, not copied
+
+
+def test_markup_becomes_a_plain_string() -> None:
+    assert render_value("{{ ['<a>'|safe, 1] }}", {}) == ["<a>", 1]
+    assert type(render_value("{{ '<a>'|safe }}", {})) is str
 
 
 def test_the_operation_count_is_deterministic() -> None:
@@ -342,3 +380,25 @@ async def test_a_restarted_engine_does_not_freeze_on_a_runaway_template(system: 
     assert (await failed_step_error(system, bad))["type"] == "TemplateLimit"
     exits = of_type(await system.events(bad), "step.exit", "a")
     assert len(exits) == 1  # decided once, whatever the restart
+
+
+@pytest.mark.asyncio
+async def test_a_sink_template_is_bounded_where_it_is_rendered(system: System) -> None:
+    """Sinks are rendered by the tool actor, with the execution's limits."""
+    set_limits(system, template_ops=100_000)
+    eid, status = await system.run_yaml(f"""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {{name: runaway_sink}}
+workflow:
+  - step: a
+    tool: {{kind: noop}}
+    args: {{x: 1}}
+    sink:
+      tool: {{kind: noop}}
+      args: {{v: "{RUNAWAY}"}}
+""")
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, eid)
+    assert error["type"] == "TemplateLimit" and "sink.args.v" in error["message"] and "100,000" in error["message"]
+    await good_run_completes(system)

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS, Step
-from actors.playbook.templates import TemplateError, names_read, render_value
+from actors.playbook.templates import TemplateError, current_limits, names_read, render_value
 from actors.wire import ErrorInfo, SinkCall, TimerFired
 
 
@@ -49,7 +49,7 @@ def sink_call(step: Step, scope: dict[str, Any], *, element: str | None = None) 
     tool = msgspec.to_builtins(step.sink.tool)
     wanted = _sink_names(step)
     return SinkCall(tool=tool, args=step.sink.args, element=element,
-                    scope={k: v for k, v in scope.items() if k in wanted})
+                    scope={k: v for k, v in scope.items() if k in wanted}, limits=current_limits())
 
 
 def _sink_names(step: Step) -> set[str]:

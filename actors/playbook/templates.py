@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import operator
 import re
 import threading
 import time
@@ -48,6 +49,7 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+import msgspec
 from jinja2 import meta, nodes
 from jinja2.nodes import EvalContext
 from jinja2.runtime import Context
@@ -94,6 +96,10 @@ class SliceExhausted(BaseException):
     """The inline slice of a fold ran out: fold this actor's inputs off the event loop."""
 
 
+class RenderHalted(BaseException):
+    """A render on a worker thread was told to stop (its pod is stopping)."""
+
+
 # --- the budget ----------------------------------------------------------------------
 
 
@@ -101,11 +107,14 @@ class _Budget:
     """Operations used by one render, and where the next check is due: past the
     budget, past the fold's inline slice, or (off the event loop) at the next yield."""
 
-    __slots__ = ("limits", "polite", "slice_stop", "stop", "used")
+    __slots__ = ("depth", "halt", "limits", "polite", "slice_stop", "stop", "used")
 
-    def __init__(self, limits: Limits, *, slice_stop: int | None = None, polite: bool = False) -> None:
+    def __init__(self, limits: Limits, *, slice_stop: int | None = None, polite: bool = False,
+                 halt: threading.Event | None = None) -> None:
         self.limits = limits
+        self.halt = halt
         self.used = 0
+        self.depth = 0  # macro calls in progress
         self.slice_stop = slice_stop
         self.polite = polite
         self.stop = self._next_stop()
@@ -124,6 +133,8 @@ class _Budget:
                                 "(template_ops)", limit="template_ops")
         if self.slice_stop is not None and self.used > self.slice_stop:
             raise SliceExhausted
+        if self.halt is not None and self.halt.is_set():
+            raise RenderHalted
         time.sleep(YIELD_PAUSE)  # off the event loop: let the loop's thread take the interpreter
         self.stop = self._next_stop()
 
@@ -134,6 +145,7 @@ class _ThreadState(threading.local):
         self.limits = DEFAULT_LIMITS  # what a render started now is bounded by
         self.slice_left: int | None = None  # inline operations left in this fold; None: no slice
         self.polite = False  # yield the interpreter now and then (a worker thread)
+        self.halt: threading.Event | None = None  # set: a render off the loop stops at its next yield
         self.depth = 0
 
 
@@ -171,14 +183,20 @@ def inline_slice(ops: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def off_the_loop() -> Iterator[None]:
-    """For a worker thread: no slice, and a long render yields the interpreter."""
-    previous = _state.polite, _state.slice_left
-    _state.polite, _state.slice_left = True, None
+def off_the_loop(halt: threading.Event | None = None) -> Iterator[None]:
+    """For a worker thread: no slice, and a long render yields the interpreter (and
+    stops with RenderHalted at a yield once `halt` is set)."""
+    previous = _state.polite, _state.slice_left, _state.halt
+    _state.polite, _state.slice_left, _state.halt = True, None, halt
     try:
         yield
     finally:
-        _state.polite, _state.slice_left = previous
+        _state.polite, _state.slice_left, _state.halt = previous
+
+
+def current_limits() -> Limits:
+    """The limits renders on this thread are bounded by now (set by `template_limits`)."""
+    return _state.limits
 
 
 def _begin_budget() -> _Budget | None:
@@ -189,7 +207,7 @@ def _begin_budget() -> _Budget | None:
     if st.depth > 1:
         return None
     outer = st.budget
-    st.budget = _Budget(st.limits, slice_stop=st.slice_left, polite=st.polite)
+    st.budget = _Budget(st.limits, slice_stop=st.slice_left, polite=st.polite, halt=st.halt)
     return outer
 
 
@@ -227,11 +245,62 @@ def _built(value: Any, *inputs: Any) -> Any:
 
 def _grown(value: Any) -> Any:
     """What an operator built (`+`, `*`, `%`, ...): bounded, and charged by its size."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > MAX_INT_BITS:
+            raise TemplateLimit(f"an integer of {value.bit_length():,} bits (more than {MAX_INT_BITS:,})",
+                                limit="template_output")
+        return value
     n = _size(value)
     if n > _cap():
         raise _too_big(f"a value of {n:,} elements")
     _tick(n)
     return value
+
+
+MAX_SOURCE = 65_536  # characters of one template: compiling is not charged, so it is bounded by size
+MAX_INT_BITS = 65_536  # about 20,000 digits: integers a template may build or compute with
+MAX_DEPTH = 64  # macro calls nested in one another
+
+
+def _deep_size(value: Any, what: str) -> int:
+    """The size of `value` once written out (characters of its strings and numbers, one
+    per other node), refused as soon as it passes the output bound: called before a
+    value is turned into text, which a list of the same big string a thousand times
+    over would make a gigabyte of. Iterative, and charged for what it walks."""
+    cap, total, walked = _cap(), 0, 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        walked += 1
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            total += 1 + len(v)
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            total += 1 + len(v)
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            total += v.bit_length() // 3 + 1
+        else:
+            total += 1
+        if total > cap:
+            raise _too_big(f"{what} of more than {total:,} characters")
+    _tick(walked)
+    return total
+
+
+def _int_cost(left: Any, right: Any, operator: str) -> None:
+    """Arithmetic on big integers is not one operation: charge it by the words it
+    multiplies, and refuse integers past MAX_INT_BITS."""
+    if not (isinstance(left, int) and isinstance(right, int)) or isinstance(left, bool) or isinstance(right, bool):
+        return
+    a, b = left.bit_length(), right.bit_length()
+    if max(a, b) > MAX_INT_BITS:
+        raise TemplateLimit(f"'{operator}' on an integer of {max(a, b):,} bits (more than {MAX_INT_BITS:,})",
+                            limit="template_output")
+    _tick(1 + (a // 64) * (b // 64) // 16)
 
 
 def _refuse_big_ints(values: Any, what: str) -> None:
@@ -261,12 +330,24 @@ class _Instrument(ast.NodeTransformer):
     def _env(attr: str) -> ast.expr:
         return ast.Attribute(value=ast.Name(id="environment", ctx=ast.Load()), attr=attr, ctx=ast.Load())
 
+    def _call(self, attr: str, *args: ast.expr) -> ast.Call:
+        return ast.Call(func=self._env(attr), args=list(args), keywords=[])
+
     def _ticked(self, node: Any) -> Any:
         self.generic_visit(node)
-        node.body.insert(0, ast.Expr(value=ast.Call(func=self._env("tick"), args=[], keywords=[])))
+        node.body.insert(0, ast.Expr(value=self._call("tick")))
         return node
 
-    visit_For = visit_AsyncFor = visit_While = visit_FunctionDef = visit_AsyncFunctionDef = _ticked
+    visit_For = visit_AsyncFor = visit_While = _ticked
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        """A function (a macro, a block, the template itself) counts one operation and
+        one level of depth while it runs: recursion is bounded by MAX_DEPTH, the same
+        on every thread, not by whatever stack the interpreter has left."""
+        self.generic_visit(node)
+        node.body = [ast.Expr(value=self._call("enter")),
+                     ast.Try(body=node.body, handlers=[], orelse=[], finalbody=[ast.Expr(value=self._call("leave"))])]
+        return node
 
     def visit_Call(self, node: ast.Call) -> Any:
         self.generic_visit(node)
@@ -275,11 +356,18 @@ class _Instrument(ast.NodeTransformer):
         return node
 
     def visit_Compare(self, node: ast.Compare) -> Any:
+        """`in` and comparisons walk what they compare: through the environment, which
+        charges them by size (chains, `a < b < c`, are left as they are)."""
         self.generic_visit(node)
-        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
-            call = ast.Call(func=self._env("contains"), args=[node.left, node.comparators[0]], keywords=[])
-            return ast.UnaryOp(op=ast.Not(), operand=call) if isinstance(node.ops[0], ast.NotIn) else call
-        return node
+        if len(node.ops) != 1:
+            return node
+        op = node.ops[0]
+        if isinstance(op, (ast.In, ast.NotIn)):
+            call = self._call("contains", node.left, node.comparators[0])
+            return ast.UnaryOp(op=ast.Not(), operand=call) if isinstance(op, ast.NotIn) else call
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            return node
+        return self._call("compare", ast.Constant(type(op).__name__), node.left, node.comparators[0])
 
 
 _SORTING_FILTERS = frozenset({"sort", "dictsort", "unique", "groupby"})
@@ -287,6 +375,9 @@ _SORTING_FILTERS = frozenset({"sort", "dictsort", "unique", "groupby"})
 _CONSTANT_FILTERS = frozenset({"length", "count", "first", "last", "default", "d", "attr", "abs", "int", "float",
                                "round", "bool", "safe", "random", "e", "escape", "capitalize"})
 SORT_WEIGHT = 8  # a sorting filter costs n log n: about 8 per element at the sizes a budget allows
+# filters that write a whole value out as text: its written size is checked first
+_STRINGIFYING_FILTERS = frozenset({"string", "tojson", "pprint", "format", "urlencode", "xmlattr", "indent",
+                                   "wordwrap", "center", "truncate", "title", "upper", "lower", "trim", "striptags"})
 
 
 def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
@@ -305,6 +396,16 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
             _bounded_replace(*values[:3])
         if name == "join" and values:
             _bounded_join(values[0], values[1] if len(values) > 1 else kwargs.get("d", ""))
+        if name in _STRINGIFYING_FILTERS and values:
+            _deep_size(values[0], f"filter '{name}'")
+        if name == "sum" and values:
+            start = values[2] if len(values) > 2 else kwargs.get("start", 0)
+            if isinstance(start, (list, tuple, str)) and isinstance(values[0], (list, tuple)):
+                # adding sequences copies the total so far at every item: quadratic
+                total = sum(_size(x) for x in values[0])
+                if total > _cap():
+                    raise _too_big(f"filter 'sum' building {total:,} elements")
+                _tick(len(values[0]) * total // 2)
         return _built(f(*args, **kwargs), *values)
 
     return filtered
@@ -323,6 +424,10 @@ def _bounded_join(items: Any, sep: Any) -> None:
             raise _too_big(f"a join of {total:,} characters")
 
 
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+    "GtE": operator.ge,
+}
 _STR_WIDTH_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
 
 
@@ -330,7 +435,10 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"+", "*", "**", "%", "//", "/", "-"})
 
     def __init__(self) -> None:
-        super().__init__(undefined=jinja2.StrictUndefined, autoescape=False, finalize=_json_output)
+        # optimized=False: Jinja evaluates no constant part at compile time, so all the
+        # work is done (and charged) at render time, the same whether the compiled
+        # template came from the cache or not
+        super().__init__(undefined=jinja2.StrictUndefined, autoescape=False, finalize=_json_output, optimized=False)
         self.tick = _tick  # read by the instrumented code: `environment.tick()`
         self.globals.pop("lipsum", None)  # unbounded text generation, and not data
         self.filters = {name: _charged_filter(name, f) for name, f in self.filters.items()}
@@ -340,7 +448,33 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         return compile(ast.fix_missing_locations(tree), filename, "exec")
 
     @staticmethod
+    def enter() -> None:
+        b = _state.budget
+        b.depth += 1
+        if b.depth > MAX_DEPTH:
+            b.depth = 0  # the error unwinds every level: leave() must not go negative meanwhile
+            raise TemplateLimit(f"macro calls nested more than {MAX_DEPTH} deep", limit="template_ops")
+        _tick()
+
+    @staticmethod
+    def leave() -> None:
+        b = _state.budget
+        b.depth = max(b.depth - 1, 0)
+
+    @staticmethod
+    def compare(op: str, left: Any, right: Any) -> Any:
+        if isinstance(left, (str, list, tuple, dict)) and isinstance(right, (str, list, tuple, dict)):
+            _tick(1 + min(len(left), len(right)))
+        else:
+            _int_cost(left, right, "compare")
+        return _COMPARE[op](left, right)
+
+    @staticmethod
     def bounded_str_join(seq: Any) -> str:
+        seq = list(seq)
+        for x in seq:
+            if not isinstance(x, str):
+                _deep_size(x, "'~'")
         parts = [str(x) for x in seq]
         total = sum(len(p) for p in parts)
         if total > _cap():
@@ -352,16 +486,22 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     @staticmethod
     def contains(item: Any, container: Any) -> bool:
-        _tick(len(container) if isinstance(container, (list, tuple, str)) else 1)  # a mapping or set looks up
+        # a mapping or set looks up; anything else (a list, a string, `d.values()`) walks
+        walks = not isinstance(container, (dict, set, frozenset)) and hasattr(container, "__len__")
+        _tick(1 + (len(container) if walks else 0))
         return item in container
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         cap = _cap()
+        if operator in ("*", "//", "%", "/", "+", "-"):
+            _int_cost(left, right, operator)
         if operator == "*":
             seq, n = (left, right) if isinstance(right, int) else (right, left)
             if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
                 if len(seq) * n > cap:
                     raise _too_big(f"'*' building {len(seq) * n:,} elements")
+                if n > 1 and not isinstance(seq, str) and _deep_size(seq, "'*'") * n > cap:
+                    raise _too_big(f"'*' building {n:,} copies of a value")
             elif isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > 8 * cap:
                 raise _too_big("'*' of two integers")
         elif operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
@@ -373,6 +513,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         elif operator == "%" and isinstance(left, str):
             _refuse_wide_format(left)
             _refuse_big_ints(right if isinstance(right, tuple) else (right,), "a '%' format")
+            _deep_size(right, "a '%' format")
         return _grown(super().call_binop(context, operator, left, right))
 
     def getattr(self, obj: Any, attribute: str) -> Any:
@@ -412,6 +553,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
         def bounded(*args: Any, **kwargs: Any) -> str:
             _refuse_big_ints([*args, *kwargs.values()], "str.format")  # a width given as an argument
+            _deep_size([args, kwargs], "str.format")
             return str(_built(wrapped(*args, **kwargs)))
 
         return bounded
@@ -424,37 +566,43 @@ class _NotData(Exception):
     pass
 
 
-def _as_data(value: Any, path: str = "") -> Any:
-    """`value` as JSON data (tuples become lists, Markup a str), or _NotData naming where
-    inside it something else sits. One operation per node; not bounded in size: a
-    result passed on from the scope (`{{ fetch.data }}`) may be as large as it is."""
-    if value is None or isinstance(value, (bool, int, float)):
-        _tick()
-        return value
-    if isinstance(value, str):
-        _tick()
-        return str(value) if isinstance(value, Markup) else value
-    if isinstance(value, (list, tuple)):
-        _tick()
-        return [_as_data(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        _tick()
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise _NotData(f"mapping key {k!r}{' at ' + path if path else ''} is not a string")
-            out[k] = _as_data(v, f"{path}.{k}" if path else k)
-        return out
-    what = "an undefined value" if isinstance(value, jinja2.Undefined) else f"a {type(value).__name__}"
-    raise _NotData(f"{what}{' at ' + path if path else ''} is not JSON data")
+def _as_data(value: Any) -> Any:
+    """`value` itself when it is JSON data (None, bool, number, str, list, tuple, or a
+    mapping with string keys, all the way down), else _NotData saying what sits where.
+    Iterative (no depth limit of the interpreter's), not charged and not copied: a
+    value passed on from the scope (`{{ fetch.data }}`) may be as large as it is."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    markup = False
+    while stack:
+        v, path = stack.pop()
+        if v is None or isinstance(v, (bool, int, float, str)):
+            markup = markup or isinstance(v, Markup)
+            continue
+        if isinstance(v, (list, tuple)):
+            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+            continue
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise _NotData(f"mapping key {k!r}{' at ' + path if path else ''} is not a string")
+                stack.append((x, f"{path}.{k}" if path else k))
+            continue
+        what = "an undefined value" if isinstance(v, jinja2.Undefined) else f"a {type(v).__name__}"
+        raise _NotData(f"{what}{' at ' + path if path else ''} is not JSON data")
+    # `|safe` and `|escape` make Markup, a str the wire encoder does not take as one
+    return msgspec.to_builtins(value, enc_hook=str) if markup else value
 
 
 def _json_output(value: Any) -> Any:
-    """`finalize`: every `{{ }}` of a string template prints JSON data only."""
+    """`finalize`: every `{{ }}` of a string template prints JSON data only, and no more
+    of it than the output bound (checked before Jinja turns it into text)."""
     try:
-        return _as_data(value)
+        _as_data(value)
     except _NotData as e:
         raise TemplateError(f"value {e}") from None
+    if not isinstance(value, str):
+        _deep_size(value, "a value printed")
+    return value
 
 
 # --- compiling and rendering ---------------------------------------------------------
@@ -468,6 +616,9 @@ def is_template(value: Any) -> bool:
 
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> tuple[bool, Callable[..., Any]]:
+    if len(source) > MAX_SOURCE:
+        raise TemplateLimit(f"template of {len(source):,} characters (more than {MAX_SOURCE:,})",
+                            limit="template_source")
     # compiling may evaluate constant parts: under a budget (the caller's, or its own)
     outer = _begin_budget()
     try:
@@ -567,6 +718,8 @@ def _render(value: Any, scope: Mapping[str, Any], where: str) -> Any:
                 from None
         except _NotData as e:
             raise TemplateError(f"template {_short(value)}: value {e}", where=where) from None
+        except MemoryError:
+            raise  # the machine's state, not the template's: the actor retries, it does not decide
         except jinja2.UndefinedError as e:
             raise TemplateError(f"undefined name in template {_short(value)}: {e.message}", where=where) from None
         except jinja2.TemplateError as e:

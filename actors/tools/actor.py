@@ -22,6 +22,7 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -149,7 +150,8 @@ class ToolActor:
         self.layout = layout
         self.kinds = kinds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.limits = limits_from_env()  # bounds the sinks' templates, rendered here
+        self.limits = limits_from_env()  # bounds the sinks' templates of commands that carry none
+        self._render_pool: ThreadPoolExecutor | None = None  # long sink renders, off the event loop
         self._kinds = {kind: _Kind(kind, max(1, concurrency_of(kind, concurrency))) for kind in kinds}
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, dict[str, asyncio.Event]] = {}  # execution -> command -> cancel
@@ -213,6 +215,9 @@ class ToolActor:
             await self._cancel_sub.unsubscribe()
         await close_default_pool()
         await close_http()
+        if self._render_pool is not None:
+            self._render_pool.shutdown(wait=False, cancel_futures=True)  # a render left ends within its budget
+            self._render_pool = None
 
     async def _on_cancel(self, msg: Msg) -> None:
         """`cancel.<execution>` stops all of an execution's commands running here,
@@ -421,7 +426,7 @@ class ToolActor:
             scope["iteration"] = {"index": index}
 
         def render() -> tuple[dict[str, Any], Any]:
-            with template_limits(self.limits):
+            with template_limits(sink.limits or self.limits):
                 tool = {k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
                         for k, v in sink.tool.items()}
                 return tool, render_value(sink.args, scope, where="sink.args")
@@ -435,7 +440,9 @@ class ToolActor:
                 with inline_slice(INLINE_TEMPLATE_OPS):
                     tool, args = render()
             except SliceExhausted:  # a long render: on a thread, so other commands go on meanwhile
-                tool, args = await asyncio.to_thread(render_off_the_loop)
+                if self._render_pool is None:
+                    self._render_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sink-render")
+                tool, args = await asyncio.get_running_loop().run_in_executor(self._render_pool, render_off_the_loop)
         except TemplateError as e:
             return ErrorInfo(type=e.kind, message=f"step '{cmd.step}' field {e}")
         kind = str(tool.get("kind"))
