@@ -83,10 +83,11 @@ async def ride_out(call: Callable[[], Awaitable[T]], *, budget: float) -> T:
         try:
             return await call()
         except TRANSIENT_REQUEST as e:
-            if loop.time() + pause > deadline:
+            left = deadline - loop.time()
+            if left <= 0:
                 raise
-            log.info("NATS request failed (%r); asking again in %.1fs", e, pause)
-        await asyncio.sleep(pause)
+            log.info("NATS request failed (%r); asking again in %.1fs", e, min(pause, left))
+        await asyncio.sleep(min(pause, left))  # the last try comes at the deadline
         pause = min(pause * 2, RETRY_MAX)
 
 
@@ -294,10 +295,11 @@ class Publisher:
             if error is None:
                 return [a for a in acks if a is not None]
             now = loop.time()
+            if now >= deadline:
+                raise error
+            pause = min(pause, deadline - now)  # the last try comes at the deadline, not a pause before it
             self._too_late(messages, [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon],
                            error)
-            if now + pause > deadline:
-                raise error
             self._note_refused(len(failed), error, now)
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed

@@ -7,6 +7,7 @@ when the cluster cannot take a start within --timeout the CLI says so in one lin
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from nats.aio.client import Client as NATS
 
 from actors import cli
 from actors.client import TERMINAL_EVENTS, Client
-from actors.runtime import connect, start_roles
-from streams.layout import EXEC_STREAM, START_STREAM, Layout
+from actors.dial import NatsUnavailable
+from actors.playbook.loader import load_playbook_file
+from actors.runtime import connect, serve, start_roles
+from streams.layout import EXEC_STREAM, START_STREAM, Layout, ensure
 from streams.server import NatsCluster
 from tests.conftest import wait_for
 from tests.test_cluster import leader_of
@@ -168,4 +171,60 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
     finally:
         await cnc.close()
         await runtime.stop()
+        await nc.close()
+
+
+async def test_serve_and_every_command_connect_with_a_node_of_the_cluster_down(
+        cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With one of the three listed nodes dead, a pod (`serve`) starts and runs
+    executions, and `register`, `start`, `status --watch`, `events` and `cancel` all
+    answer (exit 0): a node that refuses is skipped for the next one in the URL."""
+    nc = await connect(cluster.url, name="ride-setup")
+    await ensure(nc.jetstream(), Layout.from_env())  # R3 streams need all three nodes to be created
+    await nc.close()
+    cluster.kill(0)
+    stop = asyncio.Event()
+    pod = asyncio.create_task(serve(cluster.url, stop=stop, layout=Layout.from_env(), http_port=0))
+    try:
+        pb = tmp_path / "ridden.yaml"
+        pb.write_text(PLAYBOOK)
+        path = load_playbook_file(str(pb)).metadata.catalog_path
+        url = ("--nats", cluster.url)
+        assert await run_cli("register", str(pb), *url) == cli.EXIT_OK
+        assert await run_cli("start", path, "--execution-id", "node-down", *url) == cli.EXIT_OK
+        assert await run_cli("status", "node-down", "--watch", "--timeout", "60", *url) == cli.EXIT_OK  # COMPLETED
+        assert await run_cli("events", "node-down", *url) == cli.EXIT_OK
+        assert await run_cli("cancel", "node-down", *url) == cli.EXIT_OK  # already finished: nothing to do
+        assert "Traceback" not in capsys.readouterr().err
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(pod, 60) is True  # drained cleanly
+
+
+async def test_a_start_the_cluster_cannot_take_in_time_fails_in_one_line_naming_it(
+        cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two of three nodes dead: no stream can elect a leader. `actors-cli start` keeps
+    trying for its --timeout, then exits 5 with one line; `Client.start` raises
+    NatsUnavailable naming the execution, so the caller can send it again (same id)."""
+    nc = await connect(cluster.url, name="ride-setup")
+    layout = Layout.from_env()
+    await ensure(nc.jetstream(), layout)
+    await nc.close()
+    cluster.kill(1)
+    cluster.kill(2)
+    nc = await connect(cluster.urls[0], name="ride-survivor")
+    try:
+        began = time.monotonic()
+        code = await run_cli("start", "ridden", "--execution-id", "no-quorum", "--timeout", "3",
+                             "--nats", cluster.urls[0])
+        took = time.monotonic() - began
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_NATS and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert 3 <= took < 12, took  # tried for its timeout, then gave up
+        client = Client(nc, layout=layout, timeout=2)
+        began = time.monotonic()
+        with pytest.raises(NatsUnavailable, match="start of execution no-quorum was not done"):
+            await client.start("ridden", execution_id="no-quorum")
+        assert 2 <= time.monotonic() - began < 12
+    finally:
         await nc.close()
