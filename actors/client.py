@@ -11,7 +11,7 @@ seconds (default `dial.CLIENT_TIMEOUT`, which covers an election): publishes are
 again with the same Nats-Msg-Id (`natsio.Publisher.send`; a start's id is its
 execution id, so it runs once however often it is sent), reads are asked again
 (`natsio.ride_out`). Past the timeout a call raises `dial.NatsUnavailable`, one line
-that says what was not done."""
+that says what failed, or which publish is unconfirmed (sending it again is safe)."""
 
 from __future__ import annotations
 
@@ -180,11 +180,12 @@ class Client:
 
     async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (idempotent), asked again through an election or a reconnect; past
-        the timeout NatsUnavailable says that `what` was not done."""
+        the timeout NatsUnavailable says that `what` failed."""
         try:
             return await ride_out(call, budget=self.timeout)
         except TRANSIENT_REQUEST as e:
-            raise self._unavailable(what, e) from e
+            raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed "
+                                  f"({_why(e)})") from e
 
     async def _publish(self, what: str, subject: str, data: bytes, msg_id: str) -> PubAck:
         """A JetStream publish, sent again with the same Nats-Msg-Id until the stream
@@ -192,13 +193,10 @@ class Client:
         try:
             acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id})], budget=self.timeout)
         except PUBLISH_FAILED as e:
-            raise self._unavailable(what, e) from e
+            # a copy may have been stored with its PubAck lost: the same id makes a re-send harmless
+            raise NatsUnavailable(f"NATS did not confirm {what} within {self.timeout:g}s; it may or may not "
+                                  f"have been stored, and sending it again (same id) is safe ({_why(e)})") from e
         return acks[0]
-
-    def _unavailable(self, what: str, e: BaseException) -> NatsUnavailable:
-        why = " ".join(str(e).split()) or type(e).__name__
-        return NatsUnavailable(f"NATS did not answer within {self.timeout:g}s, so {what} was not done "
-                               f"(a stream electing a leader takes 5-10 s; last error: {why})")
 
     def value_limit(self) -> int:
         """Bytes a value (a playbook source, a payload) may take in one message: the
@@ -473,6 +471,10 @@ class Client:
                     return out
         finally:
             await sub.unsubscribe()
+
+
+def _why(e: BaseException) -> str:
+    return "last error: " + (" ".join(str(e).split()) or type(e).__name__)
 
 
 def _dead_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
