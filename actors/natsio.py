@@ -70,7 +70,6 @@ TRANSIENT_REQUEST: tuple[type[BaseException], ...] = (
 )
 
 
-
 async def ride_out(call: Callable[[], Awaitable[T]], *, budget: float) -> T:
     """`await call()`, called again after a pause doubling from RETRY_FIRST to RETRY_MAX
     while it fails transiently (`TRANSIENT_REQUEST`: an election, a reconnect), for at
