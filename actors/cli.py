@@ -15,8 +15,11 @@ A user error is one line on stderr, never a traceback.
 Every command that talks to NATS takes --nats URL (or NATS_URL; credentials go in the
 URL: nats://user:password@host:4222); `run` without one starts an embedded
 nats-server and every actor in this process. Client commands reach NATS within
---timeout seconds (default 10) or exit 5; `serve` instead waits for its server as
-long as it takes (a pod starts before its server is up).
+--timeout seconds (default 30) or exit 5; each request they make rides out a stream
+leader election or a reconnect (sent again, a start with the same execution id and
+Nats-Msg-Id) for up to --timeout, then exits 5. `serve` instead waits for its server
+as long as it takes (a pod starts before its server is up). Any node of a cluster
+listed in the URL will do: one that is down is skipped.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from typing import Any
 
 import msgspec
 
+from actors.dial import CLIENT_TIMEOUT
+
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
-CLIENT_TIMEOUT = 10.0  # seconds a client command may take to reach NATS when --timeout is not given
 STATE_EXIT = {"COMPLETED": EXIT_OK, "FAILED": EXIT_FAILED, "CANCELLED": EXIT_CANCELLED}
 
 
@@ -103,6 +107,7 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     actors in-process, stopped on exit."""
     from actors.client import Client
     from actors.dial import NatsUnavailable, connect_within, redact
+    from actors.natsio import ride_out
     from actors.runtime import connect, start_roles, tune_gc
     from streams.layout import Layout, ensure
     from streams.server import NatsServer
@@ -125,12 +130,14 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
             runtime = await start_roles(nc, layout=layout)
             tune_gc()
         else:
+            left = max(0.1, budget - (time.monotonic() - started))
             try:
-                async with asyncio.timeout(max(0.1, budget - (time.monotonic() - started))):
-                    await ensure(nc.jetstream(), layout)  # idempotent: works before any pod has started
+                async with asyncio.timeout(left):
+                    # idempotent: works before any pod has started; asked again through an election
+                    await ride_out(lambda: ensure(nc.jetstream(), layout), budget=left)
             except TimeoutError:
                 raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {budget:g}s") from None
-        yield Client(nc, layout=layout)
+        yield Client(nc, layout=layout, timeout=budget)
     finally:
         if runtime is not None:
             await runtime.stop()
@@ -601,13 +608,16 @@ def _exit_code_for(e: Exception) -> int | None:
     from actors.client import InvalidExecutionId, TooLarge
     from actors.dial import NatsUnavailable
     from actors.health import HttpPortUnavailable
+    from actors.natsio import PublishOutcomeUnknown
     from actors.playbook.loader import PlaybookInvalid
     from streams.server import ServerError
 
     if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError, InvalidExecutionId, TooLarge,
                       HttpPortUnavailable, ValueTooLarge)):
         return EXIT_INVALID
-    if isinstance(e, (NatsUnavailable, ServerError, nats.errors.Error)):
+    # a bare TimeoutError here is a NATS request or PubAck that never came (the commands
+    # that time out waiting for an execution catch theirs and exit 4)
+    if isinstance(e, (NatsUnavailable, ServerError, nats.errors.Error, PublishOutcomeUnknown, TimeoutError)):
         return EXIT_NATS
     return None
 
@@ -624,7 +634,7 @@ def _nats_reason(e: Exception) -> str:
     if isinstance(e, (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)):
         return ("NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
                 "or is a stream electing a leader?")
-    if isinstance(e, nats.errors.Error):  # after connecting: a request timed out, the connection closed
+    if isinstance(e, (nats.errors.Error, TimeoutError)):  # after connecting: a request timed out, the connection closed
         text = " ".join(str(e).split()) or type(e).__name__
         return f"NATS stopped answering: {text}"
     return " ".join(str(e).split())

@@ -4,26 +4,43 @@ playbooks, start and cancel executions, read status, read and follow logs.
 Execution ids are checked before they go into a subject or a key (`*`, `>` or `.`
 would address other executions). Starts are idempotent by id: the first start record
 is what runs; `start_execution` says whether an execution with the id already
-existed and what differs from the start that runs."""
+existed and what differs from the start that runs.
+
+Every call rides out a stream leader election and a reconnect for up to `timeout`
+seconds (default `dial.CLIENT_TIMEOUT`, which covers an election): publishes are sent
+again with the same Nats-Msg-Id (`natsio.Publisher.send`; a start's id is its
+execution id, so it runs once however often it is sent), reads are asked again
+(`natsio.ride_out`). Past the timeout a call raises `dial.NatsUnavailable`, one line
+that says what failed, or which publish is unconfirmed (sending it again is safe)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.js.api import PubAck
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors import catalog
 from actors.blobs import get_blob, payload_blob, start_payload
 from actors.catalog import CatalogError, CatalogReader
-from actors.natsio import MSG_ID, log_time, stream_seq
+from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
+from actors.natsio import (
+    MSG_ID,
+    TRANSIENT_REQUEST,
+    PublishOutcomeUnknown,
+    log_time,
+    publisher,
+    ride_out,
+    stream_seq,
+)
 from actors.wire import (
     CallDone,
     CallError,
@@ -70,6 +87,9 @@ _progress = msgspec.json.Decoder(LoopProgress)
 # value may use is the message limit minus this
 MESSAGE_HEADROOM = 16 * 1024
 START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
+T = TypeVar("T")
+# what a publish raises once its budget is spent: still refused, or still no PubAck
+PUBLISH_FAILED: tuple[type[BaseException], ...] = (*TRANSIENT_REQUEST, PublishOutcomeUnknown)
 
 
 class InvalidExecutionId(ValueError):
@@ -147,10 +167,36 @@ def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
 
 
 class Client:
-    def __init__(self, nc: NATS, *, layout: Layout) -> None:
+    """`timeout`: seconds each call keeps trying through an election or a reconnect
+    before it raises NatsUnavailable."""
+
+    def __init__(self, nc: NATS, *, layout: Layout, timeout: float = CLIENT_TIMEOUT) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.layout = layout
+        self.timeout = timeout
+        # a publish without a PubAck is re-sent only within the streams' duplicate window
+        publisher(nc).duplicate_window = layout.duplicate_window
+
+    async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()` (idempotent), asked again through an election or a reconnect; past
+        the timeout NatsUnavailable says that `what` failed."""
+        try:
+            return await ride_out(call, budget=self.timeout)
+        except TRANSIENT_REQUEST as e:
+            raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed "
+                                  f"({_why(e)})") from e
+
+    async def _publish(self, what: str, subject: str, data: bytes, msg_id: str) -> PubAck:
+        """A JetStream publish, sent again with the same Nats-Msg-Id until the stream
+        acks it or the timeout passes (then NatsUnavailable)."""
+        try:
+            acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id})], budget=self.timeout)
+        except PUBLISH_FAILED as e:
+            # a copy may have been stored with its PubAck lost: the same id makes a re-send harmless
+            raise NatsUnavailable(f"NATS did not confirm {what} within {self.timeout:g}s; it may or may not "
+                                  f"have been stored, and sending it again (same id) is safe ({_why(e)})") from e
+        return acks[0]
 
     def value_limit(self) -> int:
         """Bytes a value (a playbook source, a payload) may take in one message: the
@@ -162,7 +208,8 @@ class Client:
         p = Path(path)
         source = await asyncio.to_thread(p.read_text)
         check_size(f"{p}: the playbook", len(msgspec.json.encode(source)), self.value_limit())
-        return await catalog.register(self.js, source, file=str(p))
+        # registering the same source again returns the version it got: safe to ask again
+        return await self._ride(f"registering {p}", lambda: catalog.register(self.js, source, file=str(p)))
 
     @staticmethod
     def new_id() -> str:
@@ -182,8 +229,10 @@ class Client:
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
         msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
         # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
-        msg = await start_payload(self.js, msg, eid, limit=self.value_limit())
-        await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
+        limit = self.value_limit()
+        what = f"the start of execution {eid}"
+        msg = await self._ride(what, lambda: start_payload(self.js, msg, eid, limit=limit))
+        await self._publish(what, START_SUBJECT, encode(msg), eid)
         return eid
 
     async def start_execution(
@@ -201,10 +250,11 @@ class Client:
         A few round trips more than `start`: for people and scripts, not floods."""
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
         payload = payload or {}
-        running = await self._start_record(eid)
+        what = f"the start of execution {eid}"
+        running = await self._ride(what, lambda: self._start_record(eid))
         if running is None:
             try:
-                entry = await CatalogReader(self.js).resolve(playbook, version)
+                entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
             except CatalogError:
                 entry = None  # the execution starts and fails with PlaybookNotFound, as with `start`
             size = len(msgspec.json.encode(payload))
@@ -213,13 +263,15 @@ class Client:
             if size + source > self.value_limit():
                 # the start record carries payload and playbook source: a payload that does
                 # not fit beside the source goes as a blob (past the cap: ValueTooLarge)
-                msg = msgspec.structs.replace(msg, payload={}, payload_ref=await payload_blob(self.js, payload, eid))
-            ack = await self.js.publish(START_SUBJECT, encode(msg), headers={MSG_ID: eid})
+                ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid))
+                msg = msgspec.structs.replace(msg, payload={}, payload_ref=ref)
+            ack = await self._publish(what, START_SUBJECT, encode(msg), eid)
             if not ack.duplicate:
                 return StartOutcome(eid)
             # a start with this id is still queued (the server dropped ours as its
-            # duplicate): its record, once written, is what runs
-            running = await self._await_start_record(eid, record_wait)
+            # duplicate): its record, once written, is what runs. (A copy of ours whose
+            # PubAck an election lost also comes back a duplicate: then the record is ours.)
+            running = await self._ride(what, lambda: self._await_start_record(eid, record_wait))
             if running is None:
                 return StartOutcome(eid, existing=True, differs=None)
         differs = tuple(name for name, differ in (
@@ -256,6 +308,9 @@ class Client:
         write it; None when such messages were still queued after `timeout` seconds
         (no engine running, or a long queue): it cannot be told yet."""
         check_execution_id(execution_id)
+        return await self._ride(f"looking up execution {execution_id}", lambda: self._exists(execution_id, timeout))
+
+    async def _exists(self, execution_id: str, timeout: float) -> bool | None:
         if await self._start_record(execution_id) is not None:
             return True
         jsm = self.nc.jsm()
@@ -287,10 +342,15 @@ class Client:
 
     async def cancel(self, execution_id: str, reason: str = "") -> None:
         subject = self.layout.exec_subject(check_execution_id(execution_id), IN, "cancel")
-        await self.js.publish(subject, encode(CancelRequest(execution_id=execution_id, reason=reason)),
-                              headers={MSG_ID: f"{execution_id}:cancel"})
+        await self._publish(f"the cancel of execution {execution_id}", subject,
+                            encode(CancelRequest(execution_id=execution_id, reason=reason)), f"{execution_id}:cancel")
 
     async def status(self, execution_id: str) -> ExecutionStatus | None:
+        check_execution_id(execution_id)
+        return await self._ride(f"reading the status of execution {execution_id}",
+                                lambda: self._status_once(execution_id))
+
+    async def _status_once(self, execution_id: str) -> ExecutionStatus | None:
         kv = await self.js.key_value(STATUS_BUCKET)
         try:
             entry = await kv.get(check_execution_id(execution_id))
@@ -313,7 +373,7 @@ class Client:
                 return await asyncio.wait_for(self._watch_terminal(execution_id), min(left or WATCH_ROUND, WATCH_ROUND))
             except (TimeoutError, nats.errors.Error):
                 try:
-                    st = await self.status(execution_id)
+                    st = await self._status_once(execution_id)  # the watch's own rounds are the retries
                 except (TimeoutError, nats.errors.Error):
                     st = None
                 if st is not None and st.state in TERMINAL_STATES:
@@ -353,8 +413,9 @@ class Client:
     async def events(self, execution_id: str) -> list[LogItem]:
         """The whole log as it is now, in order, then this execution's dead letters."""
         prefix = self.layout.exec_prefix(check_execution_id(execution_id))
-        items = await self._read_all(EXEC_STREAM, f"{prefix}.>", log_items)
-        items += await self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", _dead_items)
+        what = f"reading the events of execution {execution_id}"
+        items = await self._ride(what, lambda: self._read_all(EXEC_STREAM, f"{prefix}.>", log_items))
+        items += await self._ride(what, lambda: self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", _dead_items))
         return items
 
     async def result(self, terminal: LogItem) -> Any:
@@ -362,7 +423,7 @@ class Client:
         store when it was too large to travel in the event."""
         ref = terminal.data.get("result_ref")
         if ref:
-            return await get_blob(self.js, ref)
+            return await self._ride(f"reading result {ref}", lambda: get_blob(self.js, ref))
         return terminal.data.get("result")
 
     async def iterations(self, execution_id: str) -> list[CallDone | CallError | ChunkDone]:
@@ -410,6 +471,10 @@ class Client:
                     return out
         finally:
             await sub.unsubscribe()
+
+
+def _why(e: BaseException) -> str:
+    return "last error: " + (" ".join(str(e).split()) or type(e).__name__)
 
 
 def _dead_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:

@@ -18,6 +18,13 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 log = logging.getLogger("actors.dial")
+# Seconds a client command (and `actors.client.Client`, per call) keeps trying when NATS
+# does not answer or refuses for a while. It covers a stream leader election: on the
+# 3-node loopback cluster (`python bench/election.py`) a stream named a new leader
+# 4.3-7.0 s after its leader was killed (10 runs) and took publishes again after
+# 5.1-10.1 s (15 runs, START and EXEC; the re-send pauses round that up by up to 2 s), so 30 s
+# is three of the slowest, with room for a reconnect.
+CLIENT_TIMEOUT = 30.0
 RECONNECT_WAIT = 0.5  # seconds between tries of the same server
 ATTEMPT_TIMEOUT = 2.0  # seconds one TCP connect + CONNECT/PING may take
 

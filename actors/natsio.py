@@ -10,14 +10,19 @@ import logging
 import math
 import re
 import time
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.errors import OutboundBufferLimitError
+from nats.errors import (
+    ConnectionReconnectingError,
+    NoRespondersError,
+    OutboundBufferLimitError,
+    StaleConnectionError,
+)
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
@@ -30,6 +35,7 @@ MSG_ID = "Nats-Msg-Id"
 SCHEDULE = "Nats-Schedule"
 SCHEDULE_TARGET = "Nats-Schedule-Target"
 log = logging.getLogger("actors")
+T = TypeVar("T")
 
 
 PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect can lose one)
@@ -56,7 +62,32 @@ RESEND_SHARE = 0.5
 TRANSIENT: tuple[type[BaseException], ...] = (
     NoStreamResponseError, ServiceUnavailableError, TimeoutError, OutboundBufferLimitError,
 )
+# What an idempotent request (a read, a KV get, a stream lookup) may also meet in an
+# election or a reconnect: nobody answering its subject yet, or the client between
+# two connections. Asked again, it can only get the same answer or a newer one.
+TRANSIENT_REQUEST: tuple[type[BaseException], ...] = (
+    *TRANSIENT, NoRespondersError, ConnectionReconnectingError, StaleConnectionError,
+)
 
+
+async def ride_out(call: Callable[[], Awaitable[T]], *, budget: float) -> T:
+    """`await call()`, called again after a pause doubling from RETRY_FIRST to RETRY_MAX
+    while it fails transiently (`TRANSIENT_REQUEST`: an election, a reconnect), for at
+    most `budget` seconds; then its last error is raised. Only for idempotent calls
+    (reads, or writes that recognise themselves, such as a catalog registration):
+    publishes go through `Publisher.send`, which keeps their Nats-Msg-Id."""
+    loop = asyncio.get_running_loop()
+    deadline, pause = loop.time() + budget, RETRY_FIRST
+    while True:
+        try:
+            return await call()
+        except TRANSIENT_REQUEST as e:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            log.info("NATS request failed (%r); asking again in %.1fs", e, min(pause, left))
+        await asyncio.sleep(min(pause, left))  # the last try comes at the deadline
+        pause = min(pause * 2, RETRY_MAX)
 
 
 class PublishOutcomeUnknown(Exception):
@@ -263,10 +294,11 @@ class Publisher:
             if error is None:
                 return [a for a in acks if a is not None]
             now = loop.time()
+            if now >= deadline:
+                raise error
+            pause = min(pause, deadline - now)  # the last try comes at the deadline, not a pause before it
             self._too_late(messages, [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon],
                            error)
-            if now + pause > deadline:
-                raise error
             self._note_refused(len(failed), error, now)
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed

@@ -19,7 +19,7 @@ from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import REGISTRY, ConsumerCollector, Family, consumers_for, resident_actors
-from actors.natsio import publisher
+from actors.natsio import publisher, ride_out
 from actors.ownership import Leases, pod_name
 from actors.projector import Projector
 from actors.tools.actor import ToolActor
@@ -27,6 +27,9 @@ from streams.layout import Layout, ensure
 
 log = logging.getLogger("actors")
 ROLES = ("engine", "counter", "tools", "projector")
+# seconds a starting pod asks again while its streams elect leaders (a node of the
+# cluster just died, or the cluster itself is starting): several elections
+ENSURE_BUDGET = 120.0
 
 
 class Actor(Protocol):
@@ -39,7 +42,7 @@ async def connect(url: str, *, name: str = "actors") -> NATS:
         log.warning("nats: %s", e)
 
     # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
-    # does not depend on one node being up
+    # does not depend on one node being up (one that refuses is skipped for the next)
     servers = [u.strip() for u in url.split(",") if u.strip()]
     return await nats.connect(
         servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=on_error
@@ -131,7 +134,7 @@ async def start_roles(
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
-    await ensure(nc.jetstream(), layout)
+    await ride_out(lambda: ensure(nc.jetstream(), layout), budget=ENSURE_BUDGET)
     # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)
     publisher(nc).duplicate_window = layout.duplicate_window
     pod = pod or pod_name()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.blobs import ValueTooLarge
+from actors.dial import CLIENT_TIMEOUT
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsServer, free_port
 from tests.conftest import System, make_layout
@@ -182,9 +183,9 @@ async def test_every_command_gives_up_on_an_unreachable_server_within_its_timeou
     url = f"nats://127.0.0.1:{free_port()}"  # nobody listens there
     runs = [cli(*args, "--timeout", "2", url=url) for args in CLIENT_COMMANDS]
     runs.append(cli("run", "examples/hello.yaml", "--nats", url, "--timeout", "2"))
-    runs.append(cli("status", "some-id", url=url))  # no --timeout: the default, 10 s
+    runs.append(cli("status", "some-id", url=url, timeout=CLIENT_TIMEOUT + 20))  # no --timeout: the default
     results = await asyncio.gather(*runs)
-    for (code, _, err, took), bound in zip(results, [2.0] * (len(runs) - 1) + [10.0], strict=True):
+    for (code, _, err, took), bound in zip(results, [2.0] * (len(runs) - 1) + [CLIENT_TIMEOUT], strict=True):
         line = one_line(err)
         assert code == EXIT_NATS and "cannot reach NATS" in line, err
         assert bound <= took < bound + 8, (line, took)  # tried for its timeout, then gave up
@@ -202,7 +203,7 @@ async def test_every_command_says_at_once_when_the_server_refuses_the_credential
             line = one_line(err)
             assert code == EXIT_NATS and "refused the credentials" in line, err
             assert "wrong" not in line + out  # never echo a password
-            assert took < 8  # no retrying: a wrong password stays wrong (the default timeout is 10 s)
+            assert took < 8  # no retrying: a wrong password stays wrong (the default timeout is 30 s)
         code, out, err, _ = await cli("register", "examples/hello.yaml", url=server.url)  # the right one works
         assert code == 0, err
     finally:
