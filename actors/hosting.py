@@ -18,8 +18,9 @@ loop) and goes on.
 
 A fold whose templates need more than their inline slice of operations raises
 `SliceExhausted` (actors/playbook/templates.py): the actor is rebuilt and folds from
-then on on a worker thread (`fold_off_loop`), so a runaway template never holds the
-event loop that every other execution's steps need.
+then on on a worker thread (`fold_off_loop`) whose renders run in a render process
+(actors/render_process.py), so a runaway template holds neither the event loop nor the
+interpreter lock that every other execution's steps need.
 
 Memory is bounded by `max_resident`, not by how many executions (or loops) are open: a
 flood of long-running executions would otherwise keep an actor each in memory for as
@@ -49,7 +50,14 @@ from nats.js.errors import NoStreamResponseError, ServerError, ServiceUnavailabl
 
 from actors.metrics import EVICTED_ACTORS
 from actors.natsio import PublishOutcomeUnknown
-from actors.playbook.templates import INLINE_TEMPLATE_OPS, SliceExhausted, inline_slice, off_the_loop
+from actors.playbook.templates import (
+    INLINE_TEMPLATE_OPS,
+    RenderHalted,
+    SliceExhausted,
+    inline_slice,
+    off_the_loop,
+)
+from actors.render_process import RenderProcesses
 from actors.wire import ErrorInfo
 from streams.layout import Layout, deliver_subject
 
@@ -98,8 +106,8 @@ A = TypeVar("A", bound=Hosted)
 T = TypeVar("T")
 
 
-def _polite(fold: Callable[[], T], halt: threading.Event) -> T:
-    with off_the_loop(halt):
+def _polite(fold: Callable[[], T], halt: threading.Event, renders: RenderProcesses) -> T:
+    with off_the_loop(halt, remote=renders.render):
         return fold()
 
 
@@ -127,6 +135,7 @@ class PartitionHost(Generic[K, A]):
         self._beat: asyncio.Task[None] | None = None
         self._fold_pool: ThreadPoolExecutor | None = None
         self._halt = threading.Event()  # set at stop: renders still running on the fold threads end
+        self._renders = RenderProcesses()  # where the fold threads render (started on first use)
 
     def spawn(self, key: K) -> A:
         raise NotImplementedError
@@ -226,6 +235,7 @@ class PartitionHost(Generic[K, A]):
             self._beat = None
         if self._fold_pool is not None:
             self._halt.set()  # a render still running stops at its next yield
+            self._renders.close()  # ... or at once, in its render process
             self._fold_pool.shutdown(wait=False, cancel_futures=True)
             self._fold_pool = None
 
@@ -260,6 +270,11 @@ class PartitionHost(Generic[K, A]):
                     actor.off_loop = True
                     reset()
                     continue
+                except RenderHalted:
+                    # the render process died (short of memory) or the pod stops: not an
+                    # outcome of the template, so nothing was decided; try again later
+                    failures += 1
+                    log.warning("%s: a render was cut short; will replay", what)
                 except Exception as e:
                     failures += 1
                     if not is_transient(e):
@@ -309,7 +324,8 @@ class PartitionHost(Generic[K, A]):
                 return fold()
         if self._fold_pool is None:
             self._fold_pool = ThreadPoolExecutor(max_workers=FOLD_THREADS, thread_name_prefix=f"{self.role}-fold")
-        return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold, self._halt)
+        return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold, self._halt,
+                                                                self._renders)
 
     async def _keep_alive(self) -> None:
         """Every `ack_wait / 3`, tell the server that inputs held longer than that are

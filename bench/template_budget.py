@@ -2,17 +2,22 @@
 
     python bench/template_budget.py [--ops 30000000] [--runs 30]
 
-One nats-server and every actor in this process (as `actors-cli run`/`dev` do). A good
-execution is a 3-step chain of `sleep 0` steps (each a full command round trip through a
-tool actor); its latency is start message to terminal status seen by the client.
+One nats-server; the actors in one pod process (`actors-cli serve --role all`, as in
+production); the client in this process. A good execution is a 3-step chain of `sleep 0`
+steps (each a full command round trip through a tool actor); its latency is start
+message to terminal status seen by the client.
 
-1. baseline: good executions one after another, nothing else running; p50 latency.
-2. for each way of evaluating the runaway template (the nested range loop of the issue,
-   under a budget of --ops operations), the same good executions while the runaway one
-   is still being evaluated, and the time from its start to its `TemplateLimit`:
+For each way of evaluating the runaway template (the nested range loop of the issue,
+under a budget of --ops operations), a fresh pod, and in it:
+1. baseline: good executions one after another, nothing else running; p50 latency;
+2. the same good executions while the runaway one is still being evaluated, and the
+   time from its start to its `TemplateLimit`. The ways:
    * `inline`: rendered on the event loop (the slice that moves it off is disabled);
-   * `thread`: moved to a worker thread, but never yielding the interpreter on its own;
-   * `thread+yield`: what the engine does (actors/playbook/templates.py).
+   * `thread`: moved to a fold thread and rendered there, never yielding the
+     interpreter on its own;
+   * `thread+yield`: the same, yielding the interpreter every YIELD_EVERY operations;
+   * `process`: what the engine does: the fold thread hands each render to a render
+     process at the lowest CPU priority (actors/render_process.py).
    Figure: p50 latency of good executions during the runaway / baseline p50 (target
    at most 1.5), and how many good executions completed meanwhile.
 3. calibration: seconds of CPU per million operations for the nested loop, rendered
@@ -73,79 +78,104 @@ async def good_latency(client: Any, path: str) -> float:
     return time.perf_counter() - t
 
 
+POD = """
+import sys
+from actors import hosting
+from actors.playbook import templates
+hosting.INLINE_TEMPLATE_OPS = int(sys.argv[1])
+templates.YIELD_EVERY = int(sys.argv[2])
+templates.YIELD_PAUSE = float(sys.argv[3])
+if sys.argv[4] == "thread":  # render on the fold thread itself, not in a render process
+    def polite(fold, halt, renders):
+        with templates.off_the_loop(halt):
+            return fold()
+    hosting._polite = polite
+from actors.cli import entrypoint
+sys.argv = ["actors-cli", "serve", "--role", "all", "--http-port", "0"]
+entrypoint()
+"""
+
+
+async def measure_mode(url: str, paths: dict[str, str], *, ops: int, runs: int, slice_ops: int, every: int,
+                       pause: float, where: str) -> dict[str, Any]:
+    """One pod process (every role, as `serve`), evaluating templates the given way; the
+    client in this process. Baseline first, then good executions while the runaway runs."""
+    import os
+    import signal
+
+    from actors.client import Client
+    from actors.runtime import connect
+    from streams.layout import Layout
+
+    env = {**os.environ, "NATS_URL": url, "ACTORS_TEMPLATE_OPS": str(ops), "PYTHONPATH": str(ROOT)}
+    pod = await asyncio.create_subprocess_exec(sys.executable, "-c", POD, str(slice_ops), str(every), str(pause),
+                                               where, env=env, stderr=asyncio.subprocess.DEVNULL)
+    nc = await connect(url, name="bench-client")
+    client = Client(nc, layout=Layout.from_env())
+    try:
+        for _ in range(5):  # warm up (and wait for the pod to take its partitions)
+            await good_latency(client, paths["good"])
+        baseline = [await good_latency(client, paths["good"]) for _ in range(runs)]
+        t0 = time.perf_counter()
+        bad = await client.start(paths["runaway"])
+        during: list[float] = []
+        done = asyncio.create_task(client.wait(bad, timeout=600))
+        while not done.done():
+            during.append(await good_latency(client, paths["good"]))
+        status = await done
+        took = time.perf_counter() - t0
+        assert status.state == "FAILED", status
+        # only the good runs that ended while the runaway one was still being evaluated
+        during = during[:-1] if len(during) > 1 else during
+        return {
+            "baseline_p50_ms": round(p50(baseline) * 1000, 3),
+            "good_during": len(during),
+            "p50_ms": round(p50(during) * 1000, 3),
+            "ratio_to_baseline": round(p50(during) / p50(baseline), 2) if during else None,
+            "runaway_to_template_limit_s": round(took, 2),
+        }
+    finally:
+        await nc.close()
+        pod.send_signal(signal.SIGTERM)
+        await pod.wait()
+
+
 async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[str, Any]:
     from actors import hosting
     from actors.client import Client
-    from actors.engine.starter import Starter
     from actors.playbook import templates
-    from actors.runtime import connect, start_roles, tune_gc
+    from actors.runtime import connect
     from actors.wire import Limits
-    from streams.layout import Layout
+    from streams.layout import Layout, ensure
     from streams.server import NatsServer
 
     server = await NatsServer.start()
-    nc = await connect(server.url, name="bench")
-    layout = Layout()
-    rt = await start_roles(nc, layout=layout)
-    tune_gc()
-    client = Client(nc, layout=layout)
     tmp = Path(tempfile.mkdtemp(prefix="template-budget-"))
     out: dict[str, Any] = {"bench": "template_budget", "ops_budget": ops}
     try:
+        nc = await connect(server.url, name="bench")
+        await ensure(nc.jetstream(), Layout.from_env())
+        client = Client(nc, layout=Layout.from_env())
         paths = {}
         for name, text in (("good", GOOD), ("runaway", RUNAWAY)):
             f = tmp / f"{name}.yaml"
             f.write_text(text)
             paths[name] = (await client.register(f)).path
-        for _ in range(5):  # warm up
-            await good_latency(client, paths["good"])
-        baseline = [await good_latency(client, paths["good"]) for _ in range(runs)]
-        out["baseline_p50_ms"] = round(p50(baseline) * 1000, 3)
-        for starter in rt.find(Starter):
-            assert isinstance(starter, Starter)
-            starter.limits = Limits(template_ops=ops)
+        await nc.close()
+        inline = hosting.INLINE_TEMPLATE_OPS
         modes = {
-            "inline": {"slice": 10**12, "yield_every": templates.YIELD_EVERY, "pause": templates.YIELD_PAUSE},
-            "thread": {"slice": templates.INLINE_TEMPLATE_OPS, "yield_every": 10**12, "pause": 0.0},
-            "thread+yield": {"slice": templates.INLINE_TEMPLATE_OPS, "yield_every": templates.YIELD_EVERY,
-                             "pause": templates.YIELD_PAUSE},
+            "inline": (10**12, templates.YIELD_EVERY, templates.YIELD_PAUSE, "thread"),
+            "thread": (inline, 10**12, 0.0, "thread"),
+            "thread+yield": (inline, templates.YIELD_EVERY, templates.YIELD_PAUSE, "thread"),
+            "process": (inline, templates.YIELD_EVERY, templates.YIELD_PAUSE, "process"),
         }
         for every, pause in variants:
-            modes[f"thread+yield/{every}/{pause * 1e6:.0f}us"] = {
-                "slice": templates.INLINE_TEMPLATE_OPS, "yield_every": every, "pause": pause}
-        default_slice, default_yield = hosting.INLINE_TEMPLATE_OPS, templates.YIELD_EVERY
-        default_pause = templates.YIELD_PAUSE
-        for mode, how in modes.items():
-            hosting.INLINE_TEMPLATE_OPS = how["slice"]  # type: ignore[misc]
-            templates.YIELD_EVERY = how["yield_every"]  # type: ignore[misc]
-            templates.YIELD_PAUSE = how["pause"]  # type: ignore[misc]
-            try:
-                t0 = time.perf_counter()
-                bad = await client.start(paths["runaway"])
-                during: list[float] = []
-                done = asyncio.create_task(client.wait(bad, timeout=300))
-                while not done.done():
-                    during.append(await good_latency(client, paths["good"]))
-                status = await done
-                took = time.perf_counter() - t0
-                assert status.state == "FAILED", status
-                # the last good run may have ended after the runaway one: count only
-                # those that ran entirely while it was being evaluated
-                during = during[:-1] if len(during) > 1 else during
-                out[mode] = {
-                    "good_during": len(during),
-                    "p50_ms": round(p50(during) * 1000, 3),
-                    "ratio_to_baseline": round(p50(during) / p50(baseline), 2) if during else None,
-                    "runaway_to_template_limit_s": round(took, 2),
-                }
-            finally:
-                hosting.INLINE_TEMPLATE_OPS = default_slice  # type: ignore[misc]
-                templates.YIELD_EVERY = default_yield  # type: ignore[misc]
-                templates.YIELD_PAUSE = default_pause  # type: ignore[misc]
+            modes[f"thread+yield/{every}/{pause * 1e6:.0f}us"] = (inline, every, pause, "thread")
+        for mode, (slice_ops, every, pause, where) in modes.items():
+            out[mode] = await measure_mode(server.url, paths, ops=ops, runs=runs, slice_ops=slice_ops, every=every,
+                                           pause=pause, where=where)
             print(f"{mode:13} {out[mode]}", file=sys.stderr)
     finally:
-        await rt.stop()
-        await nc.close()
         await server.stop()
     # calibration: the operations the nested loop spends per CPU second, rendered directly
     with templates.template_limits(Limits(template_ops=ops)):

@@ -29,9 +29,10 @@ dict's method.
 Keeping the event loop free. Renders run inline; the engine and counter shells give
 each fold a small slice of operations (`inline_slice`). A render that needs more raises
 `SliceExhausted` (a BaseException, so nothing in the pure core catches it); the shell
-then rebuilds that actor and folds its inputs on a worker thread, where a render that
-runs long yields the interpreter every `YIELD_EVERY` operations so that other
-executions' steps are not kept waiting (bench/template_budget.py measures it).
+then rebuilds that actor and folds its inputs on a worker thread (`off_the_loop`), which
+hands each render to a render process (actors/render_process.py) or, without one,
+renders itself and yields the interpreter every `YIELD_EVERY` operations
+(bench/template_budget.py measures both).
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class _ThreadState(threading.local):
         self.slice_left: int | None = None  # inline operations left in this fold; None: no slice
         self.polite = False  # yield the interpreter now and then (a worker thread)
         self.halt: threading.Event | None = None  # set: a render off the loop stops at its next yield
+        # renders elsewhere (actors/render_process.py): value, scope, where, limits -> value
+        self.remote: Callable[[Any, Mapping[str, Any], str, Limits], Any] | None = None
         self.depth = 0
 
 
@@ -183,15 +186,17 @@ def inline_slice(ops: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def off_the_loop(halt: threading.Event | None = None) -> Iterator[None]:
+def off_the_loop(halt: threading.Event | None = None,
+                 remote: Callable[[Any, Mapping[str, Any], str, Limits], Any] | None = None) -> Iterator[None]:
     """For a worker thread: no slice, and a long render yields the interpreter (and
-    stops with RenderHalted at a yield once `halt` is set)."""
-    previous = _state.polite, _state.slice_left, _state.halt
-    _state.polite, _state.slice_left, _state.halt = True, None, halt
+    stops with RenderHalted at a yield once `halt` is set); with `remote`, renders are
+    handed to it instead (a render process: the thread then waits without the lock)."""
+    previous = _state.polite, _state.slice_left, _state.halt, _state.remote
+    _state.polite, _state.slice_left, _state.halt, _state.remote = True, None, halt, remote
     try:
         yield
     finally:
-        _state.polite, _state.slice_left, _state.halt = previous
+        _state.polite, _state.slice_left, _state.halt, _state.remote = previous
 
 
 def current_limits() -> Limits:
@@ -694,6 +699,9 @@ def render_value(value: Any, scope: Mapping[str, Any], *, where: str = "") -> An
     one budget."""
     if isinstance(value, str) and not is_template(value):
         return value  # the common case: nothing to render, no budget to set up
+    remote = _state.remote
+    if remote is not None and not _state.depth:
+        return remote(value, scope, where, _state.limits)  # this thread renders in a process of its own
     outer = _begin_budget()
     try:
         return _render(value, scope, where)
