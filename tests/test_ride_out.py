@@ -117,6 +117,8 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
         async def worker(ids: list[str], start: Callable[[str], Awaitable[None]]) -> None:
             while ids:
                 await gate.wait()
+                if not ids:  # another worker took the last one while this one waited at the gate
+                    return
                 eid, began = ids.pop(0), time.monotonic()
                 await start(eid)
                 took[eid] = time.monotonic() - began
