@@ -46,7 +46,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.errors import NoStreamResponseError, ServerError, ServiceUnavailableError
+from nats.js.errors import BadRequestError, NoStreamResponseError, ServerError, ServiceUnavailableError
 
 from actors.metrics import EVICTED_ACTORS
 from actors.natsio import PublishOutcomeUnknown
@@ -79,8 +79,19 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 )
 
 
+# NATS errors that say the message itself is wrong: sending it again fails the same way
+DETERMINISTIC_NATS: tuple[type[BaseException], ...] = (
+    nats.errors.MaxPayloadError, nats.errors.BadSubjectError, nats.errors.BadHeaderError,
+    nats.errors.JsonParseError, BadRequestError,
+)
+
+
 def is_transient(e: BaseException) -> bool:
-    return isinstance(e, TRANSIENT)
+    """Any other error from NATS counts as transient: better an actor that waits out a
+    NATS error nobody listed than an execution failed for it."""
+    if isinstance(e, DETERMINISTIC_NATS):
+        return False
+    return isinstance(e, TRANSIENT) or isinstance(e, nats.errors.Error)
 
 
 def engine_error(e: BaseException, *, subject: str, seq: int, data: bytes) -> ErrorInfo:

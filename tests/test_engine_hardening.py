@@ -402,3 +402,21 @@ workflow:
     error = await failed_step_error(system, eid)
     assert error["type"] == "TemplateLimit" and "sink.args.v" in error["message"] and "100,000" in error["message"]
     await good_run_completes(system)
+
+
+def test_what_waiting_cures_is_told_from_what_it_does_not() -> None:
+    """Transient: retried with backoff for as long as it takes. Deterministic: given up
+    on after a few tries. An unlisted NATS error waits rather than failing executions."""
+    import nats.errors
+    import nats.js.errors
+
+    from actors.hosting import is_transient
+    from actors.natsio import PublishOutcomeUnknown
+
+    for e in (TimeoutError(), nats.errors.ConnectionClosedError(), nats.errors.NoRespondersError(),
+              nats.js.errors.ServiceUnavailableError(), nats.js.errors.APIError(), PublishOutcomeUnknown(),
+              MemoryError(), ConnectionResetError()):
+        assert is_transient(e), e
+    for e in (ZeroDivisionError(), KeyError("x"), RecursionError(), TypeError("not encodable"),
+              nats.errors.MaxPayloadError(), nats.js.errors.BadRequestError()):
+        assert not is_transient(e), e
