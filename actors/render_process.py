@@ -21,7 +21,14 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from actors.playbook.templates import RenderHalted, TemplateError, TemplateLimit, render_value, template_limits
+from actors.playbook.templates import (
+    RenderHalted,
+    TemplateError,
+    TemplateLimit,
+    names_read,
+    render_value,
+    template_limits,
+)
 from actors.wire import Limits
 
 _context = multiprocessing.get_context("spawn")  # no fork of a process running threads and an event loop
@@ -57,8 +64,11 @@ class RenderProcess:
         child.close()
 
     def render(self, value: Any, scope: Mapping[str, Any], where: str, limits: Limits) -> Any:
+        # only the names the templates read travel (an execution's scope holds every
+        # step's result); a template that reads an unknown name fails the same way there
+        wanted = names_read(value)
         try:
-            self.conn.send((value, dict(scope), where, limits))
+            self.conn.send((value, {k: v for k, v in scope.items() if k in wanted}, where, limits))
             ok, payload = self.conn.recv()
         except (EOFError, OSError):
             # killed: the pod stops (halt), or the process died (out of memory): either

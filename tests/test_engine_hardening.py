@@ -420,3 +420,31 @@ def test_what_waiting_cures_is_told_from_what_it_does_not() -> None:
     for e in (ZeroDivisionError(), KeyError("x"), RecursionError(), TypeError("not encodable"),
               nats.errors.MaxPayloadError(), nats.js.errors.BadRequestError()):
         assert not is_transient(e), e
+
+
+@pytest.mark.asyncio
+async def test_an_execution_moved_off_the_loop_goes_on_to_the_end(system: System) -> None:
+    """A template over the inline slice but within its budget moves the execution off
+    the event loop (its renders then run in a render process); every later step, its
+    results and its templates work as before."""
+    eid, status = await system.run_yaml("""
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: slow_but_fine}
+workflow:
+  - step: a
+    args: {v: "{% for i in range(300) %}{% for j in range(1000) %}{% endfor %}{% endfor %}{{ workload.n }}"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x, items): return x + '!' + str(len(items))"}
+    args: {x: "{{ a.v }}", items: "{{ workload['items'] }}"}
+    next: c
+  - step: c
+    args: {final: "{{ b }}", n: "{{ workload.items|length }}"}
+""", payload={"n": 7, "items": [1, 2, 3]})
+    assert status.state == "COMPLETED", status
+    exits = {e.step: e for e in of_type(await system.events(eid), "step.exit")}
+    assert exits["c"].data["status"] == "COMPLETED"
+    result = await system.client.result(of_type(await system.events(eid), "playbook.completed")[0])
+    assert result == {"c": {"final": "7!3", "n": 3}}
+    await good_run_completes(system)
