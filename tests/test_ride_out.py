@@ -114,12 +114,21 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
             if done == 4 * STARTS // 3:
                 two_thirds.set()
 
+        # client starts take a few ms, CLI ones far longer: the client's would all be done
+        # before the first kill. One start of each kind waits for START's leader to be
+        # killed and is sent then, so the election surely meets both kinds.
+        start_killed = asyncio.Event()
+        after_kill = {cli_ids[-2], py_ids[-2]}
+
         async def worker(ids: list[str], start: Callable[[str], Awaitable[None]]) -> None:
             while ids:
                 await gate.wait()
                 if not ids:  # another worker took the last one while this one waited at the gate
                     return
-                eid, began = ids.pop(0), time.monotonic()
+                eid = ids.pop(0)
+                if eid in after_kill:
+                    await start_killed.wait()
+                began = time.monotonic()
                 await start(eid)
                 took[eid] = time.monotonic() - began
                 progressed()
@@ -134,6 +143,7 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
             await third.wait()
             victim = await leader_of(nc, START_STREAM)
             cluster.kill(victim)
+            start_killed.set()
             seen = done
 
             async def moving_again() -> bool:  # START has a leader again: starts are taken
