@@ -47,7 +47,7 @@ from actors.natsio import (
 )
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
-from actors.playbook.templates import DEFAULT_LIMITS, template_limits
+from actors.playbook.templates import DEFAULT_LIMITS, call_with_limits
 from actors.wire import (
     CallDone,
     CancelRequest,
@@ -169,8 +169,8 @@ class LoopActor:
         limits = spec.limits if spec is not None else DEFAULT_LIMITS
 
         def fold() -> LoopOutput | None:
-            with template_limits(limits):
-                return fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix, step=step, into=into)
+            return call_with_limits(limits, lambda: fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix,
+                                                              step=step, into=into))
 
         return await self.counter.fold_off_loop(self, fold)
 

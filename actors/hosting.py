@@ -54,7 +54,7 @@ from actors.playbook.templates import (
     INLINE_TEMPLATE_OPS,
     RenderHalted,
     SliceExhausted,
-    inline_slice,
+    call_with_slice,
     off_the_loop,
 )
 from actors.render_process import RenderProcesses
@@ -331,8 +331,7 @@ class PartitionHost(Generic[K, A]):
         templates must not hold the threads the loop's default executor lends to DNS
         look-ups and the like)."""
         if not actor.off_loop:
-            with inline_slice(INLINE_TEMPLATE_OPS):
-                return fold()
+            return call_with_slice(INLINE_TEMPLATE_OPS, fold)
         if self._fold_pool is None:
             self._fold_pool = ThreadPoolExecutor(max_workers=FOLD_THREADS, thread_name_prefix=f"{self.role}-fold")
         return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold, self._halt,

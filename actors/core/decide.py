@@ -43,7 +43,7 @@ from actors.core.retry import match_retry
 from actors.core.state import Activation, Arrival, Execution, Pending
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
-from actors.playbook.templates import TemplateError, names_read, render_condition, render_value, template_limits
+from actors.playbook.templates import TemplateError, call_with_limits, names_read, render_condition, render_value
 from actors.wire import (
     CallDone,
     CallError,
@@ -133,8 +133,8 @@ class _Decision:
 
 def fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:
     # templates are bounded by the execution's limits, fixed in its start record
-    with template_limits(inp.limits if isinstance(inp, StartRecord) and ex.status == "PENDING" else ex.limits):
-        return _fold(ex, inp, seq=seq, at=at, reply_to=reply_to)
+    limits = inp.limits if isinstance(inp, StartRecord) and ex.status == "PENDING" else ex.limits
+    return call_with_limits(limits, lambda: _fold(ex, inp, seq=seq, at=at, reply_to=reply_to))
 
 
 def _fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:

@@ -47,7 +47,7 @@ import time
 import types
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
 import msgspec
@@ -63,6 +63,7 @@ _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.D
 _HAS_SYNTAX = ("{{", "{%", "{#")
 _DIGITS = re.compile(r"\d+")
 
+T = TypeVar("T")
 DEFAULT_LIMITS = Limits()
 YIELD_EVERY = 2_000  # operations between two yields of the interpreter, off the event loop
 YIELD_PAUSE = 50e-6  # seconds each yield sleeps: long enough for the waiting loop thread to take over
@@ -172,6 +173,27 @@ def template_limits(limits: Limits) -> Iterator[None]:
         yield
     finally:
         _state.limits = previous
+
+
+def call_with_limits(limits: Limits, fn: Callable[[], T]) -> T:
+    """`fn()` with renders bounded by `limits`: `template_limits` without a context
+    manager's cost, for the per-input path of the engine and the counter."""
+    st = _state
+    previous, st.limits = st.limits, limits
+    try:
+        return fn()
+    finally:
+        st.limits = previous
+
+
+def call_with_slice(ops: int, fn: Callable[[], T]) -> T:
+    """`fn()` with `ops` inline operations for its renders (`inline_slice`, cheaper)."""
+    st = _state
+    previous, st.slice_left = st.slice_left, ops
+    try:
+        return fn()
+    finally:
+        st.slice_left = previous
 
 
 @contextlib.contextmanager
