@@ -34,11 +34,9 @@ import asyncio
 import itertools
 import logging
 import random
-import threading
 import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
 
 import nats.errors
@@ -51,13 +49,10 @@ from nats.js.errors import BadRequestError, NoStreamResponseError, ServerError, 
 from actors.metrics import EVICTED_ACTORS
 from actors.natsio import PublishOutcomeUnknown
 from actors.playbook.templates import (
-    INLINE_TEMPLATE_OPS,
     RenderHalted,
     SliceExhausted,
-    call_with_slice,
-    off_the_loop,
 )
-from actors.render_process import RenderProcesses
+from actors.render_process import OffLoop
 from actors.wire import ErrorInfo
 from streams.layout import Layout, deliver_subject
 
@@ -117,11 +112,6 @@ A = TypeVar("A", bound=Hosted)
 T = TypeVar("T")
 
 
-def _polite(fold: Callable[[], T], halt: threading.Event, renders: RenderProcesses) -> T:
-    with off_the_loop(halt, remote=renders.render):
-        return fold()
-
-
 class PartitionHost(Generic[K, A]):
     def __init__(self, nc: NATS, *, layout: Layout, consumer: Callable[[int], str],
                  key_of: Callable[[str], K], partition_of: Callable[[K], int], retired_cache: int = 10_000,
@@ -144,9 +134,7 @@ class PartitionHost(Generic[K, A]):
         self._held: dict[int, tuple[list[Msg], float]] = {}  # inputs being handled -> since (loop time)
         self._holds = itertools.count()
         self._beat: asyncio.Task[None] | None = None
-        self._fold_pool: ThreadPoolExecutor | None = None
-        self._halt = threading.Event()  # set at stop: renders still running on the fold threads end
-        self._renders = RenderProcesses()  # where the fold threads render (started on first use)
+        self._off_loop = OffLoop(threads=FOLD_THREADS, name=f"{self.role}-fold")  # folds of actors moved off
 
     def spawn(self, key: K) -> A:
         raise NotImplementedError
@@ -244,11 +232,7 @@ class PartitionHost(Generic[K, A]):
             self._beat.cancel()
             await asyncio.gather(self._beat, return_exceptions=True)
             self._beat = None
-        if self._fold_pool is not None:
-            self._halt.set()  # a render still running stops at its next yield
-            self._renders.close()  # ... or at once, in its render process
-            self._fold_pool.shutdown(wait=False, cancel_futures=True)
-            self._fold_pool = None
+        self._off_loop.close()  # a render still running ends at once
 
     async def handle_until_done(self, held: list[Msg], handle: Callable[[], Awaitable[None]], *,
                                 reset: Callable[[], None], what: str, actor: Hosted,
@@ -327,15 +311,10 @@ class PartitionHost(Generic[K, A]):
 
     async def fold_off_loop(self, actor: Hosted, fold: Callable[[], T]) -> T:
         """Run a fold inline with its slice of template operations, or, for an actor
-        moved off the loop, on one of this host's fold threads (its own pool: runaway
-        templates must not hold the threads the loop's default executor lends to DNS
-        look-ups and the like)."""
+        moved off the loop, on one of this host's fold threads (actors/render_process.py)."""
         if not actor.off_loop:
-            return call_with_slice(INLINE_TEMPLATE_OPS, fold)
-        if self._fold_pool is None:
-            self._fold_pool = ThreadPoolExecutor(max_workers=FOLD_THREADS, thread_name_prefix=f"{self.role}-fold")
-        return await asyncio.get_running_loop().run_in_executor(self._fold_pool, _polite, fold, self._halt,
-                                                                self._renders)
+            return self._off_loop.inline(fold)
+        return await self._off_loop.off_loop(fold)
 
     async def _keep_alive(self) -> None:
         """Every `ack_wait / 3`, tell the server that inputs held longer than that are

@@ -13,24 +13,30 @@ scope's size). A pod that stops kills the processes, which ends a render at once
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.playbook.templates import (
+    INLINE_TEMPLATE_OPS,
     RenderHalted,
     TemplateError,
     TemplateLimit,
+    call_with_slice,
     names_read,
+    off_the_loop,
     render_value,
     template_limits,
 )
 from actors.wire import Limits
 
+T = TypeVar("T")
 _context = multiprocessing.get_context("spawn")  # no fork of a process running threads and an event loop
 
 
@@ -116,3 +122,38 @@ class RenderProcesses:
             procs, self._all = self._all, []
         for proc in procs:
             proc.close()
+
+
+class OffLoop:
+    """Where pure work that renders templates runs: inline, with a slice of
+    INLINE_TEMPLATE_OPS operations (past it: SliceExhausted), or off the event loop, on
+    one of `threads` threads of its own (not the loop's default executor, which lends
+    its threads to DNS look-ups and the like) whose renders go to render processes.
+    `close` ends what still runs: a render process is killed, a thread rendering
+    itself stops at its next yield."""
+
+    def __init__(self, *, threads: int, name: str) -> None:
+        self._threads, self._name = threads, name
+        self._pool: ThreadPoolExecutor | None = None
+        self._halt = threading.Event()
+        self._renders = RenderProcesses()
+
+    @staticmethod
+    def inline(fn: Callable[[], T]) -> T:
+        return call_with_slice(INLINE_TEMPLATE_OPS, fn)
+
+    async def off_loop(self, fn: Callable[[], T]) -> T:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix=self._name)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn)
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        with off_the_loop(self._halt, remote=self._renders.render):
+            return fn()
+
+    def close(self) -> None:
+        self._halt.set()
+        self._renders.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -80,16 +80,16 @@ async def good_latency(client: Any, path: str) -> float:
 
 POD = """
 import sys
-from actors import hosting
+from actors import render_process
 from actors.playbook import templates
-hosting.INLINE_TEMPLATE_OPS = int(sys.argv[1])
+render_process.INLINE_TEMPLATE_OPS = int(sys.argv[1])
 templates.YIELD_EVERY = int(sys.argv[2])
 templates.YIELD_PAUSE = float(sys.argv[3])
 if sys.argv[4] == "thread":  # render on the fold thread itself, not in a render process
-    def polite(fold, halt, renders):
-        with templates.off_the_loop(halt):
-            return fold()
-    hosting._polite = polite
+    def run(self, fn):
+        with templates.off_the_loop(self._halt):
+            return fn()
+    render_process.OffLoop._run = run
 from actors.cli import entrypoint
 sys.argv = ["actors-cli", "serve", "--role", "all", "--http-port", "0"]
 entrypoint()
@@ -141,7 +141,7 @@ async def measure_mode(url: str, paths: dict[str, str], *, ops: int, runs: int, 
 
 
 async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[str, Any]:
-    from actors import hosting
+    from actors import render_process
     from actors.client import Client
     from actors.playbook import templates
     from actors.runtime import connect
@@ -162,7 +162,7 @@ async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[st
             f.write_text(text)
             paths[name] = (await client.register(f)).path
         await nc.close()
-        inline = hosting.INLINE_TEMPLATE_OPS
+        inline = render_process.INLINE_TEMPLATE_OPS
         modes = {
             "inline": (10**12, templates.YIELD_EVERY, templates.YIELD_PAUSE, "thread"),
             "thread": (inline, 10**12, 0.0, "thread"),

@@ -22,7 +22,6 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -39,14 +38,12 @@ from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher, send
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import (
-    INLINE_TEMPLATE_OPS,
     SliceExhausted,
     TemplateError,
-    inline_slice,
-    off_the_loop,
     render_value,
     template_limits,
 )
+from actors.render_process import OffLoop
 from actors.tools.executors import CancelSignal, ToolFailure, close_http, run_tool
 from actors.tools.pyrunner import close_default_pool, default_pool
 from actors.wire import (
@@ -151,7 +148,7 @@ class ToolActor:
         self.kinds = kinds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.limits = limits_from_env()  # bounds the sinks' templates of commands that carry none
-        self._render_pool: ThreadPoolExecutor | None = None  # long sink renders, off the event loop
+        self._off_loop = OffLoop(threads=2, name="sink-render")  # long sink renders
         self._kinds = {kind: _Kind(kind, max(1, concurrency_of(kind, concurrency))) for kind in kinds}
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, dict[str, asyncio.Event]] = {}  # execution -> command -> cancel
@@ -215,9 +212,7 @@ class ToolActor:
             await self._cancel_sub.unsubscribe()
         await close_default_pool()
         await close_http()
-        if self._render_pool is not None:
-            self._render_pool.shutdown(wait=False, cancel_futures=True)  # a render left ends within its budget
-            self._render_pool = None
+        self._off_loop.close()  # a sink render still running ends at once
 
     async def _on_cancel(self, msg: Msg) -> None:
         """`cancel.<execution>` stops all of an execution's commands running here,
@@ -431,18 +426,11 @@ class ToolActor:
                         for k, v in sink.tool.items()}
                 return tool, render_value(sink.args, scope, where="sink.args")
 
-        def render_off_the_loop() -> tuple[dict[str, Any], Any]:
-            with off_the_loop():
-                return render()
-
         try:
             try:
-                with inline_slice(INLINE_TEMPLATE_OPS):
-                    tool, args = render()
-            except SliceExhausted:  # a long render: on a thread, so other commands go on meanwhile
-                if self._render_pool is None:
-                    self._render_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sink-render")
-                tool, args = await asyncio.get_running_loop().run_in_executor(self._render_pool, render_off_the_loop)
+                tool, args = self._off_loop.inline(render)
+            except SliceExhausted:  # a long render: off the loop, so other commands go on meanwhile
+                tool, args = await self._off_loop.off_loop(render)
         except TemplateError as e:
             return ErrorInfo(type=e.kind, message=f"step '{cmd.step}' field {e}")
         kind = str(tool.get("kind"))
