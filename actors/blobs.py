@@ -25,6 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectDeletedError
 
 from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
+from streams.ids import attempt_of, command_msg_id, result_id, start_id
 from streams.layout import BLOB_BUCKET, START_SUBJECT, cmd_subject
 
 # A value whose encoding is larger than this goes to the object store. Well under the
@@ -193,14 +194,14 @@ async def command_items(js: JetStreamContext, commands: list[Command], *, limit:
                     f"step '{c.step}' field args: {too_large('the command (args, element, sink scope)', len(data), cap)}"))
                 answer = CallError(execution_id=eid, command_id=c.command_id, step=c.step, error=error,
                                    attempt_number=c.attempt_number, worker=sender, iteration_index=c.iteration_index)
-                items.append((c.reply_to, encode(answer), f"{eid}:res:{c.command_id}"))
+                items.append((c.reply_to, encode(answer), result_id(eid, c.command_id)))
                 continue
             key = blob_key(eid, "command", c.command_id, data=data)
             await put_blob(js, key, data)
             data = encode(Command(execution_id=eid, command_id=c.command_id, step=c.step, kind=c.kind,
                                   reply_to=c.reply_to, attempt_number=c.attempt_number, timeout=c.timeout,
                                   iteration_index=c.iteration_index, body_ref=key))
-        items.append((cmd_subject(c.kind, eid, c.command_id), data, f"{eid}:cmd:{c.command_id}"))
+        items.append((cmd_subject(c.kind, eid, c.command_id), data, command_msg_id(eid, c.command_id)))
     return items
 
 
@@ -239,13 +240,13 @@ async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int) -> tu
     answered with `ValueTooLarge` instead, so its step fails saying why."""
     eid = s.execution_id or ""
     try:
-        return START_SUBJECT, encode(await start_payload(js, s, eid, limit=limit)), eid
+        return START_SUBJECT, encode(await start_payload(js, s, eid, limit=limit)), start_id(eid)
     except ValueTooLarge as e:
         parent = s.parent
         if parent is None or not parent.reply_to or not parent.command_id or not parent.step:
             raise  # not a child: whoever starts it hears of it
-        attempt = int(parent.command_id.rsplit("-", 1)[-1]) if "-" in parent.command_id else 1
+        attempt = attempt_of(parent.command_id)
         error = ErrorInfo(type="ValueTooLarge", message=f"step '{parent.step}' field args: {e}")
         answer = CallError(execution_id=parent.execution_id, command_id=parent.command_id, step=parent.step,
                            error=error, attempt_number=attempt, worker="engine")
-        return parent.reply_to, encode(answer), f"{parent.execution_id}:res:{parent.command_id}"
+        return parent.reply_to, encode(answer), result_id(parent.execution_id, parent.command_id)

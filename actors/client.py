@@ -62,6 +62,7 @@ from actors.wire import (
     loop_input_decoder,
     status_decoder,
 )
+from streams.ids import cancel_id, start_id
 from streams.layout import (
     DLQ_STREAM,
     EV,
@@ -232,7 +233,7 @@ class Client:
         limit = self.value_limit()
         what = f"the start of execution {eid}"
         msg = await self._ride(what, lambda: start_payload(self.js, msg, eid, limit=limit))
-        await self._publish(what, START_SUBJECT, encode(msg), eid)
+        await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
         return eid
 
     async def start_execution(
@@ -265,7 +266,7 @@ class Client:
                 # not fit beside the source goes as a blob (past the cap: ValueTooLarge)
                 ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid))
                 msg = msgspec.structs.replace(msg, payload={}, payload_ref=ref)
-            ack = await self._publish(what, START_SUBJECT, encode(msg), eid)
+            ack = await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
             if not ack.duplicate:
                 return StartOutcome(eid)
             # a start with this id is still queued (the server dropped ours as its
@@ -282,7 +283,7 @@ class Client:
         return StartOutcome(eid, existing=True, differs=differs, running=running)
 
     async def _start_record(self, execution_id: str) -> StartRecord | None:
-        subject = self.layout.exec_subject(execution_id, IN, "start")
+        subject = self.layout.execution(execution_id).start
         try:
             msg = await self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
         except NotFoundError:
@@ -291,7 +292,7 @@ class Client:
         return record if isinstance(record, StartRecord) else None
 
     async def _await_start_record(self, execution_id: str, timeout: float) -> StartRecord | None:
-        subject = self.layout.exec_subject(execution_id, IN, "start")
+        subject = self.layout.execution(execution_id).start
         sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
         try:
             msg = await sub.next_msg(timeout=timeout)
@@ -321,7 +322,7 @@ class Client:
         # or until every message queued now has been handled (a work queue drops a
         # message when acked: the first sequence then moves past the last one seen now)
         upto = queued.last_seq
-        subject = self.layout.exec_subject(execution_id, IN, "start")
+        subject = self.layout.execution(execution_id).start
         sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -341,9 +342,9 @@ class Client:
             await sub.unsubscribe()
 
     async def cancel(self, execution_id: str, reason: str = "") -> None:
-        subject = self.layout.exec_subject(check_execution_id(execution_id), IN, "cancel")
+        subject = self.layout.execution(check_execution_id(execution_id)).cancel
         await self._publish(f"the cancel of execution {execution_id}", subject,
-                            encode(CancelRequest(execution_id=execution_id, reason=reason)), f"{execution_id}:cancel")
+                            encode(CancelRequest(execution_id=execution_id, reason=reason)), cancel_id(execution_id))
 
     async def status(self, execution_id: str) -> ExecutionStatus | None:
         check_execution_id(execution_id)

@@ -21,39 +21,29 @@ keeps a replay after hours from duplicating anything.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.blobs import HEADROOM, command_items, get_blob, offload, resolve_chunk, resolve_result, start_item
-from actors.core.effects import CommandCancel, Timer, err
-from actors.core.loop import LoopOutput, LoopRun, fold_loop
-from actors.hosting import PartitionHost, engine_error, hand_back
-from actors.natsio import (
-    ack,
-    arm_timers,
-    dead_letter,
-    has_message,
-    log_time,
-    publish_all,
-    stop_commands,
-    stream_seq,
-)
+from actors.blobs import get_blob, resolve_chunk, resolve_result
+from actors.core.effects import CommandCancel, Effects, Timer, err
+from actors.core.loop import LoopRun, fold_loop
+from actors.hosting import PartitionHost, engine_error
+from actors.logactor import LogActor, LogEntry
+from actors.natsio import ack, dead_letter, has_message
+from actors.outbox import Outbox
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.playbook.templates import DEFAULT_LIMITS, call_with_limits
 from actors.wire import (
     CallDone,
-    CancelRequest,
     ChunkDone,
     Command,
-    IteratorCompleted,
+    ErrorInfo,
     IteratorFailed,
     LoopInput,
     LoopProgress,
@@ -63,96 +53,55 @@ from actors.wire import (
     encode,
     loop_input_decoder,
 )
-from streams.layout import (
-    CMD_STREAM,
-    EXEC_STREAM,
-    IN,
-    LOOP_STREAM,
-    Layout,
+from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, Layout, counter_consumer
+from streams.subjects import (
+    SPEC,
+    LoopSubjects,
+    answered_command,
     cmd_subject,
-    counter_consumer,
+    is_result_batch,
     loop_key,
     loop_type,
     progress_subject,
 )
 
 log = logging.getLogger("actors.counter")
-REPLAY_IDLE_TIMEOUT = 10.0
 BATCH = 4096  # most inputs folded before one publish round
 PROGRESS_EVERY = 0.25  # seconds between progress messages of one loop
 
 
-class LoopActor:
+class LoopActor(LogActor):
+    source = "counter"
+    stream = LOOP_STREAM
+    max_batch = BATCH
+
     def __init__(self, counter: Counter, execution_id: str, loop_id: str) -> None:
+        subjects = LoopSubjects.of(execution_id, loop_id, counter.layout.partitions)
+        super().__init__(counter, (execution_id, loop_id), execution_id,
+                         Outbox(counter.nc, counter.js, counter.layout, execution_id=execution_id, subjects=subjects,
+                                loop_id=loop_id, sender="counter"))
         self.counter = counter
-        self.execution_id = execution_id
         self.loop_id = loop_id
-        self.key = (execution_id, loop_id)
-        self.prefix = counter.layout.loop_prefix(execution_id, loop_id)
-        self.reply_prefix = f"{self.prefix}.{IN}.res"
+        self.subjects = subjects
         self.state = LoopRun(execution_id=execution_id, loop_id=loop_id)
-        self.last_seq = 0
-        self.hydrated = False
-        self.replayed = False  # set once a failure made this actor rebuild itself from the log
-        self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
-        self.task: asyncio.Task[None] | None = None
-        self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
-        self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
         self._progress_at = 0.0
 
-    async def run(self) -> None:
-        while True:
-            batch = [await self.mailbox.get()]
-            while not self.mailbox.empty() and len(batch) < BATCH:
-                batch.append(self.mailbox.get_nowait())
-            self.busy = True
-            try:
-                await self.counter.handle_until_done(batch, functools.partial(self.handle, batch), reset=self.reset,
-                                                     what=f"loop {self.execution_id}/{self.loop_id}", actor=self,
-                                                     give_up=functools.partial(self.give_up, batch))
-            except asyncio.CancelledError:
-                await hand_back(batch, self.mailbox)  # the partition's next owner replays it
-                raise
-            finally:
-                self.busy = False
-            if self.state.finished and self.mailbox.empty():
-                self.counter.retire(self.key, self)
-                return
+    @property
+    def finished(self) -> bool:
+        return self.state.finished
 
-    def reset(self) -> None:
-        """After a failure: the state may be ahead of the log, rebuild it by replay."""
-        self.hydrated = False
-        self.replayed = True
+    def opens_log(self, subject: str) -> bool:
+        return loop_type(subject) == SPEC
 
     async def handle(self, batch: list[Msg]) -> None:
-        if not self.hydrated:
-            first = batch[0]
-            if not self.replayed and first.metadata.num_delivered == 1 and loop_type(first.subject) == "spec":
-                self.hydrated = True  # the spec, first delivery: nothing precedes it
-            else:
-                await self.rehydrate()
-        total = LoopOutput()
-        for msg in batch:
-            seq = stream_seq(msg)
-            if seq <= self.last_seq:
-                continue
-            await self.fold_message(msg.subject, msg.data, seq, log_time(msg), into=total)
-        if total:
-            await self.publish(total)
+        await super().handle(batch)
         self._progress()
-        for m in batch:
-            await ack(m)  # queued on the connection, not a round trip: no task per ack
 
-    async def fold_message(self, subject: str, data: bytes, seq: int, at: float,
-                           into: LoopOutput | None = None) -> LoopOutput | None:
-        """Fold one input; its outputs are returned, or added to `into`."""
-        self.last_seq = seq
-        try:
-            inp: LoopInput = loop_input_decoder.decode(data)
-        except msgspec.DecodeError as e:
-            if self.hydrated:
-                await dead_letter(self.counter.js, source="counter", reason=f"undecodable loop input on {subject}: {e}",
-                                  subject=subject, data=data, execution_id=self.execution_id)
+    async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
+        """Fold one input; its effects are returned, or added to `into`."""
+        self.last_seq = entry.seq
+        inp: LoopInput | None = await self.decode(loop_input_decoder, entry)
+        if inp is None:
             return None
         step: Step | None = None
         if isinstance(inp, LoopSpec):
@@ -167,9 +116,10 @@ class LoopActor:
             inp = await resolve_chunk(self.counter.js, inp)
         spec = inp if isinstance(inp, LoopSpec) else self.state.spec
         limits = spec.limits if spec is not None else DEFAULT_LIMITS
+        folded: LoopInput = inp
 
-        def fold() -> LoopOutput | None:
-            return call_with_limits(limits, lambda: fold_loop(self.state, inp, at=at, reply_prefix=self.reply_prefix,
+        def fold() -> Effects:
+            return call_with_limits(limits, lambda: fold_loop(self.state, folded, at=entry.at, subjects=self.subjects,
                                                               step=step, into=into))
 
         return await self.counter.fold_off_loop(self, fold)
@@ -180,18 +130,16 @@ class LoopActor:
         failure), the inputs are acked and the actor stops. A later replay of the loop
         fails the same way and sends the same verdict, which the engine counts once."""
         first = batch[0]
-        info = engine_error(error, subject=first.subject, seq=stream_seq(first), data=first.data)
+        info = engine_error(error, subject=first.subject, seq=int(first.metadata.sequence.stream), data=first.data)
         spec = self.state.spec
         verdict = IteratorFailed(execution_id=self.execution_id, loop_id=self.loop_id,
                                  step=spec.step if spec is not None else "", total=self.state.total,
                                  succeeded=0, failed=1, errors=[{"index": -1, "error": err(info)}])
-        reply_to = (spec.reply_to if spec is not None
-                    else self.counter.layout.exec_subject(self.execution_id, IN, f"iterator.{self.loop_id}"))
-        await self._send_verdict(reply_to, verdict)
         # stop what this loop still runs (as far as its state knows: best effort)
         flights = list(self.state.inflight.items())
-        await self._stop([CommandCancel(f.kind, cid) for cid, f in flights if f.child is None],
-                         [f.child for _, f in flights if f.child is not None])
+        await self.publish(Effects(
+            verdict=verdict, cancels=[CommandCancel(f.kind, cid) for cid, f in flights if f.child is None],
+            child_cancels=[f.child for _, f in flights if f.child is not None]))
         self.state.finished = True
         for m in batch:
             await ack(m)
@@ -211,44 +159,14 @@ class LoopActor:
             return step
         except (PlaybookInvalid, KeyError, NotFoundError) as e:
             reason = f"loop {spec.loop_id} of step '{spec.step}' cannot run: {e}"
-            await dead_letter(self.counter.js, source="counter", reason=reason, subject=f"{self.prefix}.{IN}.spec",
+            await dead_letter(self.counter.js, source="counter", reason=reason, subject=self.subjects.spec,
                               data=encode(spec), execution_id=self.execution_id)
+            invalid = ErrorInfo(type="LoopSpecInvalid", message=reason)
             verdict = IteratorFailed(execution_id=spec.execution_id, loop_id=spec.loop_id, step=spec.step, total=0,
-                                     succeeded=0, failed=1, errors=[{"index": -1, "error": {
-                                         "type": "LoopSpecInvalid", "message": reason, "retryable": False,
-                                         "status": None, "traceback": None}}])
-            await self._send_verdict(spec.reply_to, verdict)
+                                     succeeded=0, failed=1, errors=[{"index": -1, "error": err(invalid)}])
+            await self.outbox.send_verdict(verdict)
             self.state.finished = True
             return None
-
-    # --- output ----------------------------------------------------------------------
-
-    async def publish(self, out: LoopOutput) -> None:
-        js, eid = self.counter.js, self.execution_id
-        limit = self.counter.layout.max_msg_size - HEADROOM  # larger commands and payloads go as blobs
-        await publish_all(js, await command_items(js, out.commands, limit=limit, sender="counter")
-                          + [await start_item(js, s, limit=limit) for s in out.starts])
-        await arm_timers(js, out.timers, prefix=self.prefix, id_prefix=f"{eid}:{self.loop_id}")
-        await self._stop(out.cancels, out.child_cancels)
-        if out.verdict is not None and self.state.spec is not None:
-            await self._send_verdict(self.state.spec.reply_to, out.verdict)
-
-    async def _send_verdict(self, subject: str, verdict: IteratorCompleted | IteratorFailed) -> None:
-        if verdict.results is not None:
-            ref = await offload(self.counter.js, f"{self.execution_id}/{self.loop_id}/results", verdict.results)
-            if ref is not None:
-                verdict.results, verdict.results_ref = None, ref
-        await publish_all(self.counter.js, [(subject, encode(verdict), f"{self.execution_id}:iterator:{self.loop_id}")])
-
-    async def _stop(self, cancels: list[CommandCancel], children: list[str]) -> None:
-        layout = self.counter.layout
-        await publish_all(self.counter.js, [
-            (layout.exec_subject(child, IN, "cancel"),
-             encode(CancelRequest(execution_id=child, reason=f"loop {self.loop_id} of {self.execution_id} stopped")),
-             f"{child}:cancel")
-            for child in children
-        ])
-        await stop_commands(self.counter.nc, self.execution_id, cancels)
 
     def _progress(self) -> None:
         """Best effort, rate-limited, never stored: for people watching, not decisions."""
@@ -263,34 +181,9 @@ class LoopActor:
 
     # --- replay ----------------------------------------------------------------------
 
-    async def _read_log(self, subject: str, after: int = 0) -> list[tuple[str, bytes, int, float]]:
-        """The loop log's messages on `subject` (a filter), from sequence `after` + 1 on."""
-        js = self.counter.js
-        config = None if not after else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                                       opt_start_seq=after + 1)
-        sub = await js.subscribe(subject, stream=LOOP_STREAM, ordered_consumer=True, pending_msgs_limit=-1,
-                                 config=config)
-        inputs: list[tuple[str, bytes, int, float]] = []
-        try:
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
-                except TimeoutError:
-                    if inputs or (await sub.consumer_info()).num_pending:
-                        # stalled part way (the stream lost its leader): folding part of
-                        # the log would build a state behind it; fail and replay again
-                        raise
-                    break  # an empty log (the spec purged or expired)
-                inputs.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-                if msg.metadata.num_pending == 0:
-                    break
-        finally:
-            await sub.unsubscribe()
-        return inputs
-
     async def _answered_after(self, seq: int) -> set[str]:
         """Command ids answered in the loop's log after sequence `seq`."""
-        results = f"{self.prefix}.{IN}.res.>"
+        results = self.subjects.results_filter
         try:
             last = await self.counter.nc.jsm().get_last_msg(LOOP_STREAM, results, direct=True)
         except NotFoundError:
@@ -298,24 +191,24 @@ class LoopActor:
         if (last.seq or 0) <= seq:
             return set()
         answered: set[str] = set()
-        for subject, data, _, _ in await self._read_log(results, after=seq):
-            answered |= _answers(subject, data)
+        for entry in await self.read_log(results, after=seq):
+            answered |= _answers(entry)
         return answered
 
     async def rehydrate(self) -> None:
-        inputs = await self._read_log(f"{self.prefix}.{IN}.>")
+        inputs = await self.read_log(self.subjects.inputs)
         answered: set[str] = set()
-        for subject, data, _, _ in inputs:
-            answered |= _answers(subject, data)
+        for entry in inputs:
+            answered |= _answers(entry)
         self.state = LoopRun(execution_id=self.execution_id, loop_id=self.loop_id)
         self.last_seq = 0
         commands: dict[str, Command] = {}
         starts: dict[str, StartMessage] = {}
         timers: dict[str, Timer] = {}
-        stopped = LoopOutput()
+        stopped = Effects()
         verdict = None
-        for subject, data, seq, at in inputs:
-            out = await self.fold_message(subject, data, seq, at)
+        for entry in inputs:
+            out = await self.fold_input(entry)
             if not out:
                 continue
             commands.update((c.command_id, c) for c in out.commands)
@@ -326,7 +219,7 @@ class LoopActor:
             verdict = out.verdict or verdict
         self.hydrated = True
         run = self.state
-        missing = LoopOutput()
+        missing = Effects()
         # A command in flight was sent if it is still queued in CMD or answered in the log:
         # a tool acks a command (dropping it from CMD) only once its result is stored. The
         # log is read again after looking in CMD, so an answer stored meanwhile (alone or
@@ -354,16 +247,17 @@ class LoopActor:
                  len(inputs), run.done, run.total, len(missing.commands))
 
 
-def _answers(subject: str, data: bytes) -> set[str]:
+def _answers(entry: LogEntry) -> set[str]:
     """The command ids a loop log message answers (a result, or a batch of them)."""
-    kind = loop_type(subject)
-    if not kind.startswith("res."):
+    kind = loop_type(entry.subject)
+    command_id = answered_command(kind)
+    if command_id is not None:
+        return {command_id}
+    if not is_result_batch(kind):
         return set()
-    if kind != "res.batch":
-        return {kind.split(".", 1)[1]}
     try:
-        inp = loop_input_decoder.decode(data)
-    except msgspec.DecodeError:
+        inp = loop_input_decoder.decode(entry.data)
+    except msgspec.DecodeError:  # it answers nothing (the fold dead-letters it)
         return set()
     return {r.command_id for r in inp.results} if isinstance(inp, ResultBatch) else set()
 

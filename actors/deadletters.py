@@ -26,6 +26,7 @@ from nats.js.errors import NotFoundError
 
 from actors.natsio import dead_letter, dead_letter_id, publish_all
 from actors.wire import CallError, Command, ErrorInfo, command_decoder, encode
+from streams.ids import result_id
 from streams.layout import CMD_STREAM, execution_of
 
 log = logging.getLogger("actors.deadletters")
@@ -42,7 +43,7 @@ async def answer_undeliverable(js: JetStreamContext, cmd: Command, reason: str, 
                        worker=worker)
     # a result: the fold counts one per command, and an advisory never comes again, so
     # this is re-sent for as long as it takes rather than given up past the window
-    await publish_all(js, [(cmd.reply_to, encode(answer), f"{cmd.execution_id}:res:{cmd.command_id}")],
+    await publish_all(js, [(cmd.reply_to, encode(answer), result_id(cmd.execution_id, cmd.command_id))],
                       readers_deduplicate=True)
 
 

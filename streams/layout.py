@@ -41,11 +41,38 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError
+
+# subjects are spelled in streams/subjects.py; these names are re-exported for the
+# modules that read them with the layout
+from streams.subjects import (
+    EV,
+    IN,
+    LC,
+    LIFECYCLE_FILTER,
+    SCH,
+    START_SUBJECT,
+    ExecSubjects,
+    LoopSubjects,
+    class_of,
+    cmd_filter,
+    cmd_subject,
+    counter_filter,
+    deliver_subject,
+    dlq_subject,
+    engine_filter,
+    execution_of,
+    loop_class,
+    loop_key,
+    loop_type,
+    partition_of,
+    progress_subject,
+    result_batch_subject,
+    type_of,
+)
 
 EXEC_STREAM = "EXEC"
 CMD_STREAM = "CMD"
@@ -57,10 +84,8 @@ STATUS_BUCKET = "status"
 CATALOG_BUCKET = "catalog"
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
-START_SUBJECT = "start"
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
-IN, EV, LC, SCH = "in", "ev", "lc", "sch"
 # kinds run by tool actors (one durable consumer each); `playbook` runs in the engine
 TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 
@@ -106,7 +131,15 @@ class Layout:
     # --- subjects ----------------------------------------------------------------
 
     def partition_of(self, execution_id: str) -> int:
-        return zlib.crc32(execution_id.encode()) % self.partitions
+        return partition_of(execution_id, self.partitions)
+
+    def execution(self, execution_id: str) -> ExecSubjects:
+        """The subjects of an execution's log."""
+        return ExecSubjects.of(execution_id, self.partitions)
+
+    def loop(self, execution_id: str, loop_id: str) -> LoopSubjects:
+        """The subjects of a loop's log."""
+        return LoopSubjects.of(execution_id, loop_id, self.partitions)
 
     def exec_prefix(self, execution_id: str) -> str:
         return f"exec.{self.partition_of(execution_id)}.{execution_id}"
@@ -122,86 +155,42 @@ class Layout:
         return f"{self.loop_prefix(execution_id, loop_id)}.{cls}.{type_}"
 
 
-def loop_key(subject: str) -> tuple[str, str]:
-    """loop.<p>.<id>.<loop>.<class>.<type...> -> (<id>, <loop>)"""
-    parts = subject.split(".", 5)
-    return parts[2], parts[3]
 
 
-def result_batch_subject(reply_to: str) -> str | None:
-    """Where a tool actor may put a loop iteration's result together with others of
-    the same loop: ``loop.<p>.<id>.<loop>.in.res.batch`` for a command answered on
-    ``loop.<p>.<id>.<loop>.in.res.<command_id>``; None for any other reply subject."""
-    prefix, _, _ = reply_to.rpartition(".")
-    if not reply_to.startswith("loop.") or not prefix.endswith(f".{IN}.res") or prefix.count(".") != 5:
-        return None
-    return f"{prefix}.batch"
 
 
-def loop_class(subject: str) -> str:
-    return subject.split(".", 5)[4]
 
 
-def loop_type(subject: str) -> str:
-    return subject.split(".", 5)[5]
 
 
-def progress_subject(execution_id: str) -> str:
-    """Core NATS (not stored): loop progress for people watching, never for decisions."""
-    return f"progress.{execution_id}"
 
 
 def counter_consumer(partition: int) -> str:
     return f"counter-p{partition}"
 
 
-def counter_filter(partition: int) -> str:
-    return f"loop.{partition}.*.*.{IN}.>"
 
 
-def execution_of(subject: str) -> str:
-    """exec.<p>.<id>.<class>.<type...> -> <id>"""
-    return subject.split(".", 3)[2]
 
 
-def class_of(subject: str) -> str:
-    return subject.split(".", 4)[3]
 
 
-def type_of(subject: str) -> str:
-    return subject.split(".", 4)[4]
 
 
-def cmd_subject(kind: str, execution_id: str, command_id: str) -> str:
-    """One subject per command, so a replay can ask the work queue whether a command is
-    still there (queued or running) with a direct get, instead of re-sending it."""
-    return f"cmd.{kind}.{execution_id}.{command_id}"
 
 
-def cmd_filter(kind: str) -> str:
-    return f"cmd.{kind}.>"
-
-
-def dlq_subject(source: str) -> str:
-    return f"dlq.{source}"
 
 
 def engine_consumer(partition: int) -> str:
     return f"engine-p{partition}"
 
 
-def engine_filter(partition: int) -> str:
-    return f"exec.{partition}.*.{IN}.>"
 
 
-def deliver_subject(consumer: str) -> str:
-    """Push consumers deliver here; actors subscribe with queue group = consumer name,
-    so several pods may share one consumer (issue 6 narrows that to one owner)."""
-    return f"_deliver.{consumer}"
 
 
 PROJECTOR_CONSUMER = "projector"
-PROJECTOR_FILTER = f"exec.*.*.{LC}.>"
+PROJECTOR_FILTER = LIFECYCLE_FILTER
 STARTER_CONSUMER = "starter"
 
 
@@ -353,3 +342,47 @@ async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str,
                 replicas=layout.replicas,
                 storage=api.StorageType.FILE,
             )
+
+
+__all__ = [
+    "BLOB_BUCKET",
+    "CATALOG_BUCKET",
+    "CMD_STREAM",
+    "DLQ_STREAM",
+    "EV",
+    "EXECUTION_ID",
+    "EXEC_STREAM",
+    "IN",
+    "LC",
+    "LOOP_STREAM",
+    "OWNERS_BUCKET",
+    "PROJECTOR_CONSUMER",
+    "PROJECTOR_FILTER",
+    "SCH",
+    "STARTER_CONSUMER",
+    "START_STREAM",
+    "START_SUBJECT",
+    "STATUS_BUCKET",
+    "TOOL_KINDS",
+    "Layout",
+    "class_of",
+    "cmd_filter",
+    "cmd_subject",
+    "consumer_configs",
+    "counter_consumer",
+    "counter_filter",
+    "deliver_subject",
+    "dlq_subject",
+    "engine_consumer",
+    "engine_filter",
+    "ensure",
+    "execution_of",
+    "loop_class",
+    "loop_key",
+    "loop_type",
+    "progress_subject",
+    "result_batch_subject",
+    "stream_configs",
+    "tool_consumer",
+    "type_of",
+]

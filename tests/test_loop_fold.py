@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.core.loop import LoopOutput, LoopRun, fold_loop, tolerated
+from actors.core.effects import Effects
+from actors.core.loop import LoopRun, fold_loop, tolerated
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.model import Loop
 from actors.wire import (
@@ -26,6 +27,7 @@ from actors.wire import (
     LoopSpec,
     ResultBatch,
 )
+from streams.subjects import LoopSubjects
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,6 +41,9 @@ workflow:
     args: {v: "{{ x }}"}
     loop: {collection: [], element: x, mode: %s, concurrency: %d, chunk_size: %d, tolerated_failures: %d}
 """
+
+
+SUBJECTS = LoopSubjects("loop.0.e1.0-1")
 
 
 def spec_for(n: int, source: str) -> LoopSpec:
@@ -68,7 +73,7 @@ def entry(res: CallDone | CallError) -> IterationResult:
 
 
 def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[int], seed: int, batching: bool = False
-          ) -> tuple[list[LoopInput], list[LoopOutput], LoopRun]:
+          ) -> tuple[list[LoopInput], list[Effects], LoopRun]:
     """Run a loop to its end, answering commands in a random order and delivering some
     answers twice; with `batching`, answers often go out several at a time in one
     `result.batch` (and a batch may repeat answers delivered before, alone or in
@@ -79,7 +84,7 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
     run = LoopRun(execution_id="e1", loop_id="0-1")
     spec = spec_for(n, source)
     log: list[LoopInput] = [spec]
-    outs = [fold_loop(run, spec, at=0.0, reply_prefix="loop.0.e1.0-1.in.res", step=step)]
+    outs = [fold_loop(run, spec, at=0.0, subjects=SUBJECTS, step=step)]
     open_: list[Command] = list(outs[0].commands)
     delivered: list[LoopInput] = []
     answered: list[IterationResult] = []  # every single answer given so far, as a batch entry
@@ -107,7 +112,7 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
                     answered.append(entry(inp))
             delivered.append(inp)
         log.append(inp)
-        out = fold_loop(run, inp, at=float(len(log)), reply_prefix="loop.0.e1.0-1.in.res")
+        out = fold_loop(run, inp, at=float(len(log)), subjects=SUBJECTS)
         outs.append(out)
         open_ += out.commands
         assert len(run.inflight) <= (1 if mode == "sequential" else concurrency)
@@ -146,7 +151,7 @@ def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurre
     source = SOURCE % (mode, concurrency, chunk, tol)
     again = LoopRun(execution_id="e1", loop_id="0-1")
     step = parsed_playbook(source, "fold").step("each")
-    replayed = [fold_loop(again, inp, at=0.0 if i == 0 else float(i + 1), reply_prefix="loop.0.e1.0-1.in.res",
+    replayed = [fold_loop(again, inp, at=0.0 if i == 0 else float(i + 1), subjects=SUBJECTS,
                           step=step if i == 0 else None) for i, inp in enumerate(log)]
     assert [[c.command_id for c in o.commands] for o in replayed] == [[c.command_id for c in o.commands] for o in outs]
     assert [o.verdict for o in replayed] == [o.verdict for o in outs]

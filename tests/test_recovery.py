@@ -79,17 +79,19 @@ async def test_crash_between_command_and_decision_record_is_repaired_by_replay(
     real_publish = ExecutionActor.publish
     crashed: list[int] = []
 
-    async def flaky_publish(self: ExecutionActor, out, **kw):  # type: ignore[no-untyped-def]
+    async def flaky_publish(self: ExecutionActor, out):  # type: ignore[no-untyped-def]
         if not crashed and any(c.step == "s2" for c in out.commands):
             crashed.append(out.cause)
             from actors.natsio import publish_all
             from actors.wire import encode
+            from streams.ids import command_msg_id
             from streams.layout import cmd_subject
 
-            await publish_all(self.engine.js, [(cmd_subject(c.kind, c.execution_id, c.command_id), encode(c), f"{self.execution_id}:cmd:{c.command_id}") for c in out.commands])
+            await publish_all(self.engine.js, [(cmd_subject(c.kind, c.execution_id, c.command_id), encode(c),
+                                                command_msg_id(self.execution_id, c.command_id)) for c in out.commands])
             await asyncio.sleep(0.2)  # past the duplicate window: the replay must not re-send the command
             raise ConnectionError("simulated crash after the command, before the decision record")
-        await real_publish(self, out, **kw)
+        await real_publish(self, out)
 
     monkeypatch.setattr(ExecutionActor, "publish", flaky_publish)
     entry = await system.client.register(pb)

@@ -17,17 +17,19 @@ from typing import Any
 
 import pytest
 
-from actors.core.decide import ROUTING_SLICE, Output, fold
+from actors.core.decide import ROUTING_SLICE, fold
+from actors.core.effects import Effects
 from actors.core.state import Execution
 from actors.playbook.loader import PlaybookInvalid, load_playbook, parsed_playbook
 from actors.wire import CallDone, CallError, CancelRequest, ErrorInfo, Limits, StartRecord
+from streams.subjects import ExecSubjects
 from tests.conftest import System, of_type
 from tests.test_cli import cli
 
 pytestmark = [pytest.mark.timeout(120)]
 
 HEAD = "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: %s}\n"
-REPLY = "exec.0.e.in.result"
+SUBJECTS = ExecSubjects("exec.0.e")
 GOOD = HEAD % "good" + """workflow:
   - step: work
     tool: {kind: python, code: "def main(n): return n * 2"}
@@ -48,13 +50,13 @@ class Driver:
     def __init__(self, source: str, *, limits: Limits | None = None) -> None:
         self.ex = Execution(execution_id="e")
         self.seq = 0
-        self.outputs: list[Output] = []
+        self.outputs: list[Effects] = []
         self.queue: list[Any] = []
         self.feed(StartRecord(execution_id="e", playbook_path="p", playbook_source=source, limits=limits or Limits()))
 
-    def feed(self, inp: Any) -> Output:
+    def feed(self, inp: Any) -> Effects:
         self.seq += 1
-        out = fold(self.ex, inp, seq=self.seq, at=float(self.seq), reply_to=REPLY)
+        out = fold(self.ex, inp, seq=self.seq, at=float(self.seq), subjects=SUBJECTS)
         self.outputs.append(out)
         self.queue += [t.fire for t in out.timers]
         self.queue += [CallDone(execution_id="e", command_id=c.command_id, step=c.step, result={"n": 1},

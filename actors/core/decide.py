@@ -28,14 +28,13 @@ Semantics (shared/DSL.md, seeds 000 and 001):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result, size
-from actors.core.effects import CommandCancel, Timer, child_execution_id, render_tool, sink_call
+from actors.core.effects import CommandCancel, Effects, Timer, render_tool, sink_call
 from actors.core.effects import err as _err
 from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
@@ -62,6 +61,8 @@ from actors.wire import (
     StartRecord,
     TimerFired,
 )
+from streams.ids import attempt_of, child_execution_id, step_command_id
+from streams.subjects import ExecSubjects
 
 # Lifecycle event types: the only events that decide an execution's status.
 PLAYBOOK_INITIALIZED = "playbook.initialized"
@@ -87,34 +88,13 @@ ROUTING_SLICE = 1000
 RESUME_TIMER = "resume"
 
 
-@dataclass(slots=True)
-class Output:
-    cause: int
-    at: float
-    events: list[Event] = field(default_factory=list)
-    lifecycle: list[Event] = field(default_factory=list)
-    commands: list[Command] = field(default_factory=list)
-    timers: list[Timer] = field(default_factory=list)
-    cancels: list[CommandCancel] = field(default_factory=list)
-    starts: list[StartMessage] = field(default_factory=list)  # child executions to start
-    loops: list[LoopSpec] = field(default_factory=list)  # loops handed to the counter
-    loop_cancels: list[LoopCancel] = field(default_factory=list)
-    child_cancels: list[str] = field(default_factory=list)  # child executions to cancel
-    # the parent's result subject and the message for it, when a child execution ends
-    reply: tuple[str, CallDone | CallError] | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.events or self.lifecycle or self.commands or self.timers or self.cancels
-                    or self.starts or self.child_cancels or self.reply or self.loops or self.loop_cancels)
-
-
 class _Decision:
     """Builder for one decision's output; holds the cause and log time."""
 
-    def __init__(self, ex: Execution, reply_to: str, seq: int, at: float) -> None:
+    def __init__(self, ex: Execution, subjects: ExecSubjects, seq: int, at: float) -> None:
         self.ex = ex
-        self.reply_to = reply_to
-        self.out = Output(cause=seq, at=at)
+        self.subjects = subjects  # the execution's log: where its commands' results go
+        self.out = Effects(cause=seq, at=at)
 
     def event(self, type_: str, step: str | None = None, **data: Any) -> None:
         self.out.events.append(
@@ -131,14 +111,14 @@ class _Decision:
         self.ex.pending.extend(reversed(work))
 
 
-def fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:
+def fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubjects) -> Effects:
     # templates are bounded by the execution's limits, fixed in its start record
     limits = inp.limits if isinstance(inp, StartRecord) and ex.status == "PENDING" else ex.limits
-    return call_with_limits(limits, lambda: _fold(ex, inp, seq=seq, at=at, reply_to=reply_to))
+    return call_with_limits(limits, lambda: _fold(ex, inp, seq=seq, at=at, subjects=subjects))
 
 
-def _fold(ex: Execution, inp: Input, *, seq: int, at: float, reply_to: str) -> Output:
-    d = _Decision(ex, reply_to, seq, at)
+def _fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubjects) -> Effects:
+    d = _Decision(ex, subjects, seq, at)
     ex.inputs_folded += 1
     if isinstance(inp, StartRecord):
         _start(d, inp)
@@ -312,13 +292,13 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
     if act.next_args is not None:
         args = deep_merge(args, act.next_args)
     parent = act.command_id
-    command_id = f"{act.id}-{act.attempt}"  # a subject token: no dots
+    command_id = step_command_id(act.id, act.attempt)
     act.command_id = command_id
     ex.by_command[command_id] = act.id
     kind = str(tool.pop("kind"))
     act.kind = kind
     link = {"parent_event_id": parent} if act.attempt > 1 else {}
-    reply_to = f"{d.reply_to}.{command_id}"
+    reply_to = d.subjects.result(command_id)
     if isinstance(step.tool, PlaybookTool):
         child = child_execution_id(ex.execution_id, command_id)
         act.child = child
@@ -372,7 +352,7 @@ def _start_loop(d: _Decision, act: Activation, step: Step, loop: Loop) -> None:
                     f" ({str(collection)[:80]!r})"))
         return
     parent = act.command_id
-    loop_id = f"{act.id}-{act.attempt}"  # a subject token: no dots
+    loop_id = step_command_id(act.id, act.attempt)  # the loop stands for the step's command
     act.command_id = loop_id
     act.kind = "loop"
     ex.by_command[loop_id] = act.id
@@ -390,7 +370,7 @@ def _start_loop(d: _Decision, act: Activation, step: Step, loop: Loop) -> None:
         execution_id=ex.execution_id, loop_id=loop_id, step=step.step, playbook_path=ex.playbook_path,
         playbook_source=ex.playbook_source, collection=collection,
         scope={k: v for k, v in scope.items() if k in wanted},
-        reply_to=f"{d.reply_to.rsplit('.', 1)[0]}.iterator.{loop_id}", parent_event_id=parent, limits=ex.limits,
+        reply_to=d.subjects.iterator(loop_id), parent_event_id=parent, limits=ex.limits,
     ))
 
 
@@ -907,7 +887,7 @@ def _reply_to_parent(d: _Decision, *, result: Any, error: ErrorInfo | None) -> N
     parent = d.ex.parent
     if parent is None or not parent.reply_to or not parent.command_id or not parent.step:
         return
-    attempt = int(parent.command_id.rsplit("-", 1)[-1]) if "-" in parent.command_id else 1
+    attempt = attempt_of(parent.command_id)
     worker = f"execution:{d.ex.execution_id}"
     msg: CallDone | CallError
     if error is not None:

@@ -1,17 +1,30 @@
 """What the pure cores (the engine's decide, the counter's loop) ask their shells to
-do, and the small pure helpers both use to build it. No I/O here."""
+do (`Effects`: one type for both, turned into messages by actors/outbox.py), and the
+small pure helpers both use to build it. No I/O here."""
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS, Step
 from actors.playbook.templates import TemplateError, current_limits, names_read, render_value
-from actors.wire import ErrorInfo, SinkCall, TimerFired
+from actors.wire import (
+    CallDone,
+    CallError,
+    Command,
+    ErrorInfo,
+    Event,
+    IteratorCompleted,
+    IteratorFailed,
+    LoopCancel,
+    LoopSpec,
+    SinkCall,
+    StartMessage,
+    TimerFired,
+)
 
 
 @dataclass(slots=True)
@@ -31,6 +44,35 @@ class CommandCancel:
 
     kind: str
     command_id: str
+
+
+@dataclass(slots=True)
+class Effects:
+    """What one decision (the engine's, for one input) or one batch of decisions (the
+    counter's) asks for. The shell publishes it in this order (actors/outbox.py):
+    commands, child starts, loops handed over, timers, the parent's result, cancels,
+    the verdict, then the decision record and lifecycle events, so a record in the log
+    proves that what it decided was sent."""
+
+    cause: int = 0  # the input's stream sequence (engine): names the decision record
+    at: float = 0.0  # the input's log time
+    events: list[Event] = field(default_factory=list)  # the decision record (engine)
+    lifecycle: list[Event] = field(default_factory=list)  # execution status (engine)
+    commands: list[Command] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
+    cancels: list[CommandCancel] = field(default_factory=list)
+    starts: list[StartMessage] = field(default_factory=list)  # child executions to start
+    loops: list[LoopSpec] = field(default_factory=list)  # loops handed to the counter (engine)
+    loop_cancels: list[LoopCancel] = field(default_factory=list)
+    child_cancels: list[str] = field(default_factory=list)  # child executions to cancel
+    # the parent's result subject and the message for it, when a child execution ends
+    reply: tuple[str, CallDone | CallError] | None = None
+    verdict: IteratorCompleted | IteratorFailed | None = None  # a loop's end (counter)
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.lifecycle or self.commands or self.timers or self.cancels
+                    or self.starts or self.child_cancels or self.reply or self.loops or self.loop_cancels
+                    or self.verdict)
 
 
 def render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
@@ -57,11 +99,6 @@ def _sink_names(step: Step) -> set[str]:
     raw = msgspec.to_builtins(step.sink.tool)
     fields = {k: v for k, v in raw.items() if k not in UNRENDERED_TOOL_FIELDS}
     return names_read(fields) | names_read(step.sink.args)
-
-
-def child_execution_id(execution_id: str, command_id: str) -> str:
-    """Deterministic, so a replay or a second engine starts the same child, never two."""
-    return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()
 
 
 def err(e: ErrorInfo) -> dict[str, Any]:

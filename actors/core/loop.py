@@ -34,7 +34,7 @@ from jinja2 import nodes
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result
-from actors.core.effects import CommandCancel, Timer, child_execution_id, err, render_tool, sink_call, template_error
+from actors.core.effects import CommandCancel, Effects, Timer, err, render_tool, sink_call, template_error
 from actors.core.retry import match_retry
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS, Collect, Loop, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, is_template, names_read, render_value
@@ -56,6 +56,8 @@ from actors.wire import (
     StartMessage,
     TimerFired,
 )
+from streams.ids import child_execution_id, iteration_command_id
+from streams.subjects import LoopSubjects
 
 MAX_ERRORS_KEPT = 20  # failures listed in the verdict; the counts cover the rest
 
@@ -87,19 +89,6 @@ class InFlight:
     attempt: int
     kind: str
     child: str | None = None
-
-
-@dataclass(slots=True)
-class LoopOutput:
-    commands: list[Command] = field(default_factory=list)
-    starts: list[StartMessage] = field(default_factory=list)  # `tool: playbook`: a child per iteration
-    timers: list[Timer] = field(default_factory=list)
-    cancels: list[CommandCancel] = field(default_factory=list)
-    child_cancels: list[str] = field(default_factory=list)
-    verdict: IteratorCompleted | IteratorFailed | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.commands or self.starts or self.timers or self.cancels or self.child_cancels or self.verdict)
 
 
 @dataclass(slots=True)
@@ -136,22 +125,22 @@ class LoopRun:
 
 
 class _Fold:
-    __slots__ = ("at", "out", "reply_prefix", "run")
+    __slots__ = ("at", "out", "run", "subjects")
 
-    def __init__(self, run: LoopRun, at: float, reply_prefix: str, out: LoopOutput | None) -> None:
+    def __init__(self, run: LoopRun, at: float, subjects: LoopSubjects, out: Effects | None) -> None:
         self.run = run
         self.at = at
-        self.reply_prefix = reply_prefix  # loop.<p>.<id>.<loop>.in.res
-        self.out = LoopOutput() if out is None else out
+        self.subjects = subjects  # the loop's log: where its iterations' results go
+        self.out = Effects() if out is None else out
 
 
-def fold_loop(run: LoopRun, inp: LoopInput, *, at: float, reply_prefix: str, step: Step | None = None,
-              into: LoopOutput | None = None) -> LoopOutput:
+def fold_loop(run: LoopRun, inp: LoopInput, *, at: float, subjects: LoopSubjects, step: Step | None = None,
+              into: Effects | None = None) -> Effects:
     """Fold one input of the loop's log. For the spec, the shell passes the parsed
     `step` (parsing is cached outside; the core stays free of I/O either way).
     `into`: add the outputs to this one (a batch of inputs folded one after the other
     yields the outputs of each, in order) and return it."""
-    f = _Fold(run, at, reply_prefix, into)
+    f = _Fold(run, at, subjects, into)
     if isinstance(inp, LoopSpec):
         if run.spec is None and step is not None and step.loop is not None:
             _begin(f, inp, step, step.loop)
@@ -347,8 +336,8 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
     kind = str(tool.pop("kind"))
     first = items[0].iteration_index
     attempt = run.retrying[first].attempt if first in run.retrying else 1
-    command_id = f"{run.loop_id}{'c' if chunk else 'x'}{first}-{attempt}"
-    reply_to = f"{f.reply_prefix}.{command_id}"
+    command_id = iteration_command_id(run.loop_id, first, attempt, chunk=chunk)
+    reply_to = f.subjects.result(command_id)
     flight = InFlight(indices=[it.iteration_index for it in items], attempt=attempt, kind=kind)
     run.inflight[command_id] = flight
     if isinstance(step.tool, PlaybookTool):

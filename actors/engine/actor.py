@@ -2,7 +2,8 @@
 
 An `Engine` owns a set of partitions. Each partition is a durable push consumer on
 `exec.<p>.*.in.>` (inputs only). Messages are dispatched by execution id to an
-`ExecutionActor`, which processes its inputs one at a time:
+`ExecutionActor` (a log actor: actors/logactor.py), which processes its inputs one at
+a time:
 
     input -> fold(state, input) -> publish commands -> publish decision record and
     lifecycle events -> ack input
@@ -12,18 +13,18 @@ published, so a replay never needs to guess. The input is acked last: if the
 process dies anywhere before, the input is redelivered and the new actor rebuilds
 its state by replaying the execution's subject.
 
-Replay (rehydrate): read the execution's whole subject with an ordered consumer,
-fold every input again (same outputs, by determinism), and publish only the outputs
-whose decision record or lifecycle event is missing from the log. Recognising them by
-cause (the input's stream sequence) rather than relying on the server's duplicate
-window is what keeps a replay after hours from duplicating anything.
+Replay (rehydrate): read the execution's whole subject, fold every input again (same
+outputs, by determinism), and publish only the outputs whose decision record or
+lifecycle event is missing from the log. Recognising them by cause (the input's
+stream sequence) rather than relying on the server's duplicate window is what keeps a
+replay after hours from duplicating anything.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -31,169 +32,110 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from actors.blobs import (
-    BLOB_MISSING,
-    HEADROOM,
-    blob_key,
-    command_items,
-    get_blob,
-    offload,
-    put_blob,
-    resolve_result,
-    result_message,
-    start_item,
-)
-from actors.core.decide import PLAYBOOK_FAILED, Output, execution_error, fold
+from actors.blobs import BLOB_MISSING, get_blob, resolve_result
+from actors.core.decide import PLAYBOOK_FAILED, execution_error, fold
+from actors.core.effects import Effects, err
 from actors.core.state import Execution
-from actors.hosting import PartitionHost, engine_error, hand_back
-from actors.natsio import (
-    ack,
-    arm_timers,
-    command_sent,
-    dead_letter,
-    has_message,
-    log_time,
-    publish_all,
-    stop_commands,
-    stream_seq,
-)
+from actors.hosting import PartitionHost, engine_error
+from actors.logactor import LogActor, LogEntry
+from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
+from actors.outbox import Outbox
 from actors.wire import (
     CallDone,
-    CancelRequest,
-    DecisionRecord,
     EngineFault,
     ErrorInfo,
     Event,
+    Input,
     IteratorCompleted,
     IteratorFailed,
-    LoopSpec,
     StartRecord,
     decision_decoder,
     encode,
     event_decoder,
     input_decoder,
 )
-from streams.layout import (
-    EV,
-    EXEC_STREAM,
-    IN,
-    LC,
-    LOOP_STREAM,
-    Layout,
-    class_of,
-    engine_consumer,
-    execution_of,
-    type_of,
-)
+from streams import ids
+from streams.layout import EXEC_STREAM, LOOP_STREAM, Layout, engine_consumer
+from streams.subjects import EV, FAULT, IN, LC, RESULT, START, TIMER, ExecSubjects, class_of, execution_of, type_of
 
 log = logging.getLogger("actors.engine")
 fault_decoder = msgspec.json.Decoder(EngineFault)
-REPLAY_IDLE_TIMEOUT = 10.0
 
 
-class ExecutionActor:
+@dataclass(slots=True)
+class Recorded:
+    """What a replay finds already in an execution's log, beside its inputs."""
+
+    decisions: set[int] = field(default_factory=set)  # causes whose decision record is stored
+    lifecycle: set[str] = field(default_factory=set)  # lifecycle event types stored
+    results: set[str] = field(default_factory=set)  # command ids answered
+    fired: set[str] = field(default_factory=set)  # timers that fired
+
+
+class ExecutionActor(LogActor):
+    source = "engine"
+    stream = EXEC_STREAM
+
     def __init__(self, engine: Engine, execution_id: str) -> None:
+        subjects = ExecSubjects.of(execution_id, engine.layout.partitions)
+        super().__init__(engine, execution_id, execution_id,
+                         Outbox(engine.nc, engine.js, engine.layout, execution_id=execution_id, subjects=subjects,
+                                sender="engine"))
         self.engine = engine
-        self.execution_id = execution_id
-        self.prefix = engine.layout.exec_prefix(execution_id)
-        self.reply_to = f"{self.prefix}.{IN}.result"
+        self.subjects = subjects
         self.state = Execution(execution_id=execution_id)
-        self.last_seq = 0
-        self.hydrated = False
-        self.replayed = False  # set once a failure made this actor rebuild itself from the log
-        self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
-        self.task: asyncio.Task[None] | None = None
-        self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
-        self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
         self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
 
-    # --- live ------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.state.terminal
 
-    async def run(self) -> None:
-        while True:
-            msg = await self.mailbox.get()
-            self.busy = True
-            try:
-                await self.engine.handle_until_done([msg], functools.partial(self.handle, msg), reset=self.reset,
-                                                    what=f"execution {self.execution_id} ({msg.subject})", actor=self,
-                                                    give_up=functools.partial(self.give_up, msg))
-            except asyncio.CancelledError:
-                await hand_back([msg], self.mailbox)  # the partition's next owner replays it
-                raise
-            finally:
-                self.busy = False
-            if self.state.terminal and self.mailbox.empty():
-                self.engine.retire(self.execution_id, self)
-                return
+    def opens_log(self, subject: str) -> bool:
+        return type_of(subject) == START
 
-    def reset(self) -> None:
-        """After a failure: the state may be ahead of the log (folded, not all
-        published), rebuild it by replay."""
-        self.hydrated = False
-        self.replayed = True
-
-    async def give_up(self, msg: Msg, error: Exception, level: int) -> bool:
-        """Handling `msg` failed deterministically, again and again. The first time, an
-        `EngineFault` naming it goes to the execution's inputs: the replay that follows
-        skips `msg` and folds the fault, which fails the execution with the error. If
-        even that fails, the execution's end is written straight to its lifecycle and
-        the actor stops: no execution stays RUNNING because of an engine bug."""
+    async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
+        """Handling the input failed deterministically, again and again. The first time,
+        an `EngineFault` naming it goes to the execution's inputs: the replay that
+        follows skips the input and folds the fault, which fails the execution with the
+        error. If even that fails, the execution's end is written straight to its
+        lifecycle and the actor stops: no execution stays RUNNING because of an engine
+        bug."""
+        msg = batch[0]
         seq = stream_seq(msg)
         info = engine_error(error, subject=msg.subject, seq=seq, data=msg.data)
         eid, js = self.execution_id, self.engine.js
         if level == 1:
             fault = EngineFault(execution_id=eid, input_seq=seq, input_subject=msg.subject, error=info)
-            await publish_all(js, [(f"{self.prefix}.{IN}.fault", encode(fault), f"{eid}:fault:{seq}")])
+            await publish_all(js, [(self.subjects.fault, encode(fault), ids.fault_id(eid, seq))])
             self.skip.add(seq)
             return False
         ended = Event(type=PLAYBOOK_FAILED, execution_id=eid, at=log_time(msg), cause=seq,
                       data={"playbook": self.state.playbook_path, "started_at": self.state.started_at,
                             "ended_at": log_time(msg),
                             "error": execution_error(info, step=None, failed_steps=list(self.state.failed_steps))})
-        await publish_all(js, [(f"{self.prefix}.{LC}.{PLAYBOOK_FAILED}", encode(ended), f"{eid}:lc:{PLAYBOOK_FAILED}")])
+        await self.outbox.record(Effects(cause=seq, lifecycle=[ended]))
         self.state.status = "FAILED"
         await ack(msg)
         return True
 
-    async def handle(self, msg: Msg) -> None:
-        seq = stream_seq(msg)
-        if not self.hydrated:
-            first_start = not self.replayed and msg.metadata.num_delivered == 1 and type_of(msg.subject) == "start"
-            if first_start:
-                self.hydrated = True  # a first delivery of a start record: nothing precedes it
-            else:
-                await self.rehydrate()
-        if seq > self.last_seq:
-            out = await self.fold_message(msg.subject, msg.data, seq, log_time(msg))
-            if out:
-                await self.publish(out)
-        await ack(msg)
-
-    async def fold_message(self, subject: str, data: bytes, seq: int, at: float) -> Output | None:
-        self.last_seq = seq
-        try:
-            inp = input_decoder.decode(data)
-        except msgspec.DecodeError as e:
-            if self.hydrated:
-                await dead_letter(
-                    self.engine.js,
-                    source="engine",
-                    reason=f"undecodable input on {subject}: {e}",
-                    subject=subject,
-                    data=data,
-                    execution_id=self.execution_id,
-                )
+    async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
+        self.last_seq = entry.seq
+        inp = await self.decode(input_decoder, entry)
+        if inp is None:
             return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
-        if seq in self.skip:
+        if entry.seq in self.skip:
             return None  # given up on (EngineFault): folding it failed, and would again
         inp = await self._read_back(inp)
         state = self.state
-        return await self.engine.fold_off_loop(
-            self, functools.partial(fold, state, inp, seq=seq, at=at, reply_to=self.reply_to))
+        fx = await self.engine.fold_off_loop(
+            self, functools.partial(fold, state, inp, seq=entry.seq, at=entry.at, subjects=self.subjects))
+        if into is not None:
+            _merge(into, fx)
+        return fx
 
-    async def _read_back(self, inp: Any) -> Any:
+    async def _read_back(self, inp: Input) -> Input:
         """The input with the values it carries as blobs (too large for a message) read
         back, live and in a replay alike. A blob that is gone becomes the input's error
         (the step or the execution fails saying so), never an input retried for ever."""
@@ -216,143 +158,75 @@ class ExecutionActor:
                 inp.results = await get_blob(js, inp.results_ref)
             except NotFoundError:
                 # the blob expired or was removed: the loop's results are gone, say so
+                missing = ErrorInfo(type="ResultsMissing", message=f"blob {inp.results_ref} not found")
                 return IteratorFailed(execution_id=inp.execution_id, loop_id=inp.loop_id, step=inp.step,
-                                      total=inp.total, succeeded=inp.succeeded, failed=inp.failed, errors=[{
-                                          "index": -1, "error": {"type": "ResultsMissing", "status": None,
-                                                                 "message": f"blob {inp.results_ref} not found",
-                                                                 "retryable": False, "traceback": None}}])
+                                      total=inp.total, succeeded=inp.succeeded, failed=inp.failed,
+                                      errors=[{"index": -1, "error": err(missing)}])
         return inp
-
-    async def publish(
-        self, out: Output, *, seen_ev: bool = False, seen_lc: frozenset[str] = frozenset(),
-        results_seen: frozenset[str] | None = None, timers_fired: frozenset[str] = frozenset(),
-    ) -> None:
-        """Publish a decision's outputs: commands and timers, then its record, then
-        lifecycle events. In a replay, `seen_*` say what the log already holds,
-        `results_seen` the commands whose results it holds and `timers_fired` the timers
-        that fired; only the rest is sent."""
-        js, eid = self.engine.js, self.execution_id
-        if not seen_ev:
-            commands = out.commands
-            if results_seen is not None:
-                commands = [c for c in commands
-                            if not await command_sent(self.engine.nc, c, results_seen, reply_stream=EXEC_STREAM)]
-            # a command too large for a message goes as a blob (over the cap: its step fails)
-            await publish_all(js, await command_items(js, commands, limit=self.engine.layout.max_msg_size - HEADROOM))
-            await self._hand_over_loops(out.loops, replay=results_seen is not None)
-            await arm_timers(js, [t for t in out.timers if t.timer_id not in timers_fired], prefix=self.prefix,
-                             id_prefix=eid)
-            await self._signal(out)
-        items = []
-        if out.events and not seen_ev:
-            record = DecisionRecord(cause=out.cause, events=out.events)
-            items.append((f"{self.prefix}.{EV}.decision", encode(record), f"{eid}:ev:{out.cause}"))
-        for ev in out.lifecycle:
-            if ev.type not in seen_lc:
-                await self._offload_result(ev)
-                items.append((f"{self.prefix}.{LC}.{ev.type}", encode(ev), f"{eid}:lc:{ev.type}"))
-        await publish_all(js, items)
-
-    async def _hand_over_loops(self, loops: list[LoopSpec], *, replay: bool) -> None:
-        """Each loop goes to the counter as one spec on the loop's own log; a large
-        collection or scope travels as a blob. In a replay, a spec already in the
-        loop's log is not sent again."""
-        js, eid, layout = self.engine.js, self.execution_id, self.engine.layout
-        items = []
-        for spec in loops:
-            subject = layout.loop_subject(eid, spec.loop_id, IN, "spec")
-            if replay and await has_message(self.engine.nc, LOOP_STREAM, subject):
-                continue
-            ref = await offload(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
-            if ref is not None:
-                spec.collection, spec.collection_ref = None, ref
-            data = encode(spec)
-            if len(data) > layout.max_msg_size - HEADROOM:  # the values its templates read are large
-                scope = encode(spec.scope)
-                spec.scope, spec.scope_ref = {}, blob_key(eid, spec.loop_id, "scope", data=scope)
-                await put_blob(js, spec.scope_ref, scope)
-                data = encode(spec)
-            items.append((subject, data, f"{eid}:loop:{spec.loop_id}"))
-        await publish_all(js, items)
-
-    async def _offload_result(self, ev: Event) -> None:
-        """An execution result too large for its lifecycle event goes to a blob; the
-        event names it (`result_ref`) and the client reads it from there."""
-        result = ev.data.get("result")
-        ref = await offload(self.engine.js, f"{self.execution_id}/result", result) if result is not None else None
-        if ref is not None:
-            ev.data = {**ev.data, "result": None, "result_ref": ref}
-
-    async def _signal(self, out: Output) -> None:
-        """What a decision tells other executions and tool actors: children to start or
-        cancel, the parent's result, commands to stop. Each is idempotent on the
-        receiving side (start by execution id, results and cancels by state), so a
-        replay may send them again."""
-        js, layout = self.engine.js, self.engine.layout
-        limit = layout.max_msg_size - HEADROOM
-        items = []
-        for s in out.starts:
-            items.append(await start_item(js, s, limit=limit))
-        if out.reply is not None:  # a child's result to its parent: a blob when too large, like a tool's
-            subject, msg = out.reply
-            items.append((subject, await result_message(js, msg, limit=limit), f"{msg.execution_id}:res:{msg.command_id}"))
-        for child in out.child_cancels:
-            req = CancelRequest(execution_id=child, reason=f"parent execution {self.execution_id} cancelled it")
-            items.append((layout.exec_subject(child, IN, "cancel"), encode(req), f"{child}:cancel"))
-        for lc in out.loop_cancels:
-            items.append((layout.loop_subject(self.execution_id, lc.loop_id, IN, "cancel"), encode(lc),
-                          f"{self.execution_id}:loopcancel:{lc.loop_id}"))
-        await publish_all(js, items)
-        await stop_commands(self.engine.nc, self.execution_id, out.cancels)
 
     # --- replay ----------------------------------------------------------------------
 
     async def rehydrate(self) -> None:
-        js = self.engine.js
-        sub = await js.subscribe(
-            f"{self.prefix}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1
-        )
-        inputs: list[tuple[str, bytes, int, float]] = []
-        results: set[str] = set()
-        fired: set[str] = set()
+        inputs: list[LogEntry] = []
+        seen = Recorded()
         recorded: dict[tuple[int, int], dict[str, Any]] = {}
-        seen_ev: set[int] = set()
-        seen_lc: set[str] = set()
-        try:
-            while True:
-                msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
-                cls = class_of(msg.subject)
-                if cls == IN:
-                    inputs.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-                    kind = type_of(msg.subject)
-                    if kind.startswith("result."):
-                        results.add(kind.split(".", 1)[1])
-                    elif kind.startswith("timer."):
-                        fired.add(kind.split(".", 1)[1])
-                    elif kind == "fault":
-                        self.skip.add(fault_decoder.decode(msg.data).input_seq)
-                elif cls == EV:
-                    record = decision_decoder.decode(msg.data)
-                    seen_ev.add(record.cause)
-                    for ev in record.events:
-                        if ev.type == "step.failure_decided":
-                            recorded[(int(ev.data["activation"]), int(ev.data["attempt_number"]))] = ev.data
-                elif cls == LC:
-                    seen_lc.add(event_decoder.decode(msg.data).type)
-                if msg.metadata.num_pending == 0:
-                    break
-        finally:
-            await sub.unsubscribe()
+        for entry in await self.read_log(self.subjects.log):
+            cls = class_of(entry.subject)
+            if cls == IN:
+                inputs.append(entry)
+                kind = type_of(entry.subject)
+                if kind.startswith(f"{RESULT}."):
+                    seen.results.add(kind.split(".", 1)[1])
+                elif kind.startswith(f"{TIMER}."):
+                    seen.fired.add(kind.split(".", 1)[1])
+                elif kind == FAULT:
+                    self.skip.add(fault_decoder.decode(entry.data).input_seq)
+            elif cls == EV:
+                record = decision_decoder.decode(entry.data)
+                seen.decisions.add(record.cause)
+                for ev in record.events:
+                    if ev.type == "step.failure_decided":
+                        recorded[(int(ev.data["activation"]), int(ev.data["attempt_number"]))] = ev.data
+            elif cls == LC:
+                seen.lifecycle.add(event_decoder.decode(entry.data).type)
         self.state = Execution(execution_id=self.execution_id, recorded=recorded)
         self.last_seq = 0
-        frozen_lc, frozen_results, frozen_fired = frozenset(seen_lc), frozenset(results), frozenset(fired)
-        for subject, data, seq, at in inputs:
-            out = await self.fold_message(subject, data, seq, at)
-            if out:
-                await self.publish(out, seen_ev=out.cause in seen_ev, seen_lc=frozen_lc,
-                                   results_seen=frozen_results, timers_fired=frozen_fired)
+        for entry in inputs:
+            fx = await self.fold_input(entry)
+            if fx:
+                await self.publish(await self._missing(fx, seen))
         self.hydrated = True
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
+
+    async def _missing(self, fx: Effects, seen: Recorded) -> Effects:
+        """What of a replayed decision the log lacks. A stored decision record proves
+        that everything it decided was sent before it: only lifecycle events it lacks
+        remain. Otherwise: commands neither answered nor still queued, loops not handed
+        over, timers that have not fired, and every signal (idempotent downstream)."""
+        lifecycle = [ev for ev in fx.lifecycle if ev.type not in seen.lifecycle]
+        if fx.cause in seen.decisions:
+            return Effects(cause=fx.cause, at=fx.at, lifecycle=lifecycle)
+        nc = self.engine.nc
+        missing = Effects(cause=fx.cause, at=fx.at, events=fx.events, lifecycle=lifecycle, starts=fx.starts,
+                          cancels=fx.cancels, loop_cancels=fx.loop_cancels, child_cancels=fx.child_cancels,
+                          reply=fx.reply)
+        missing.commands = [c for c in fx.commands
+                            if not await command_sent(nc, c, seen.results, reply_stream=EXEC_STREAM)]
+        missing.loops = [s for s in fx.loops
+                         if not await has_message(nc, LOOP_STREAM, self.outbox.loop_subjects(s.loop_id).spec)]
+        missing.timers = [t for t in fx.timers if t.timer_id not in seen.fired]
+        return missing
+
+
+def _merge(into: Effects, fx: Effects) -> None:
+    """One input's effects added to a batch's (the engine folds one input a batch:
+    `into` is empty and takes the input's cause)."""
+    if not into:
+        into.cause, into.at = fx.cause, fx.at
+    for name in ("events", "lifecycle", "commands", "timers", "cancels", "starts", "loops", "loop_cancels",
+                 "child_cancels"):
+        getattr(into, name).extend(getattr(fx, name))
+    into.reply = fx.reply or into.reply
 
 
 class Engine(PartitionHost[str, ExecutionActor]):

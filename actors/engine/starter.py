@@ -28,7 +28,8 @@ from actors.limits import limits_from_env
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
 from actors.overlap import Overlap
 from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
-from streams.layout import EXEC_STREAM, EXECUTION_ID, IN, STARTER_CONSUMER, Layout, deliver_subject
+from streams.ids import start_record_id
+from streams.layout import EXEC_STREAM, EXECUTION_ID, STARTER_CONSUMER, Layout, deliver_subject
 
 log = logging.getLogger("actors.starter")
 _start_decoder = msgspec.json.Decoder(StartMessage)
@@ -111,7 +112,7 @@ class Starter:
             await self._start(eid, start)
 
     async def _start(self, eid: str, start: StartMessage) -> None:
-        subject = self.layout.exec_subject(eid, IN, "start")
+        subject = self.layout.execution(eid).start
         if await self._already_started(subject):
             log.info("starter: execution %s already started; duplicate start ignored", eid)
             return
@@ -124,7 +125,7 @@ class Starter:
         except CatalogError as e:
             record.error = ErrorInfo(type="PlaybookNotFound", message=str(e))
         await self._payload_fits(record)
-        await publish_all(self.js, [(subject, encode(record), f"{eid}:start")])  # re-sent through an election
+        await publish_all(self.js, [(subject, encode(record), start_record_id(eid))])  # re-sent through an election
 
     async def _payload_fits(self, record: StartRecord) -> None:
         """A payload that fits in its start message may not fit beside the playbook

@@ -1,0 +1,168 @@
+"""Effects into messages: the one place that turns what a decision asks for
+(actors/core/effects.py `Effects`) into subjects, payloads and message ids, and
+publishes them, for the engine and the counter alike.
+
+Order (`send`): commands and child starts, loops handed over, timers, the parent's
+result, cancels of children and loops, commands stopped, a loop's verdict, then the
+decision record and lifecycle events. Each step waits for its PubAcks before the
+next: a decision record in the log proves that everything it decided was stored, so
+a replay that finds the record sends nothing of that decision again.
+
+Values too large for a message (commands, child payloads, loop collections and scopes,
+results) go as blobs (actors/blobs.py), named from the message.
+"""
+
+from __future__ import annotations
+
+import time
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from actors.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, start_item
+from actors.core.effects import CommandCancel, Effects, Timer
+from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
+from actors.wire import CancelRequest, DecisionRecord, Event, IteratorCompleted, IteratorFailed, LoopSpec, encode
+from streams import ids
+from streams.layout import Layout
+from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject
+
+TIMER_DUE_SLACK = 0.05  # a timer due within this is delivered at once, not scheduled
+
+
+class Outbox:
+    """Publishes the effects of one log (an execution's or a loop's)."""
+
+    def __init__(self, nc: NATS, js: JetStreamContext, layout: Layout, *, execution_id: str,
+                 subjects: ExecSubjects | LoopSubjects, loop_id: str | None = None, sender: str) -> None:
+        self.nc = nc
+        self.js = js
+        self.layout = layout
+        self.execution_id = execution_id
+        self.subjects = subjects
+        self.loop_id = loop_id
+        self.sender = sender  # who answers a command it could not send (`worker` of that answer)
+        self.timer_owner = ids.timer_owner(execution_id, loop_id)
+        self.limit = layout.max_msg_size - HEADROOM  # larger values go as blobs
+
+    async def send(self, fx: Effects) -> None:
+        js = self.js
+        starts = [await start_item(js, s, limit=self.limit) for s in fx.starts]
+        await publish_all(js, await command_items(js, fx.commands, limit=self.limit, sender=self.sender) + starts)
+        await self.hand_over_loops(fx.loops)
+        await self.arm(fx.timers)
+        await publish_all(js, await self.signals(fx))
+        await self.stop(fx.cancels)
+        if fx.verdict is not None:
+            await self.send_verdict(fx.verdict)
+        await self.record(fx)
+
+    async def hand_over_loops(self, loops: list[LoopSpec]) -> None:
+        """Each loop goes to the counter as one spec on the loop's own log; a large
+        collection or scope travels as a blob."""
+        js, eid = self.js, self.execution_id
+        items = []
+        for spec in loops:
+            ref = await offload(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
+            if ref is not None:
+                spec.collection, spec.collection_ref = None, ref
+            data = encode(spec)
+            if len(data) > self.limit:  # the values its templates read are large
+                scope = encode(spec.scope)
+                spec.scope, spec.scope_ref = {}, blob_key(eid, spec.loop_id, "scope", data=scope)
+                await put_blob(js, spec.scope_ref, scope)
+                data = encode(spec)
+            items.append((self.loop_subjects(spec.loop_id).spec, data, ids.loop_spec_id(eid, spec.loop_id)))
+        await publish_all(js, items)
+
+    def loop_subjects(self, loop_id: str) -> LoopSubjects:
+        return LoopSubjects.of(self.execution_id, loop_id, self.layout.partitions)
+
+    async def arm(self, timers: list[Timer]) -> None:
+        """Store each timer in the log as a scheduled message (`sch`): the server
+        delivers it to `in.timer.<id>` when due, whatever happened to the process that
+        armed it. Re-arming is idempotent (one schedule per subject); a timer already
+        due (a replay after an outage) is delivered at once."""
+        if not timers:
+            return
+        now, subjects, owner = time.time(), self.subjects, self.timer_owner
+        later = [t for t in timers if t.due > now + TIMER_DUE_SLACK]
+        due = [t for t in timers if t.due <= now + TIMER_DUE_SLACK]
+        await publish_all(
+            self.js,
+            [(subjects.schedule(t.timer_id), encode(t.fire), ids.schedule_id(owner, t.timer_id)) for t in later],
+            headers=[{SCHEDULE: schedule_at(t.due), SCHEDULE_TARGET: subjects.timer(t.timer_id)} for t in later],
+        )
+        await publish_all(
+            self.js, [(subjects.timer(t.timer_id), encode(t.fire), ids.timer_id_msg(owner, t.timer_id)) for t in due])
+
+    async def signals(self, fx: Effects) -> list[tuple[str, bytes, str]]:
+        """What a decision tells other logs: the parent's result, children and loops to
+        cancel. Each is idempotent on the receiving side (results and cancels by
+        state), so a replay may send them again."""
+        items = []
+        if fx.reply is not None:  # a child's result to its parent: a blob when too large, like a tool's
+            subject, msg = fx.reply
+            items.append((subject, await result_message(self.js, msg, limit=self.limit),
+                          ids.result_id(msg.execution_id, msg.command_id)))
+        why = (f"loop {self.loop_id} of {self.execution_id} stopped" if self.loop_id is not None
+               else f"parent execution {self.execution_id} cancelled it")
+        for child in fx.child_cancels:
+            items.append(cancel_request(self.layout, child, why))
+        for lc in fx.loop_cancels:
+            items.append((self.loop_subjects(lc.loop_id).cancel, encode(lc),
+                          ids.loop_cancel_id(self.execution_id, lc.loop_id)))
+        return items
+
+    async def stop(self, cancels: list[CommandCancel]) -> None:
+        """Tell the tool actors to stop each command: the one running it stops it, and
+        one that takes it from the queue later answers `Cancelled` without running it
+        (tool actors remember recent cancels).
+
+        Commands are never purged from the work queue: a filtered purge of CMD while
+        some of its messages are pending on a consumer whose client has died leaves
+        other messages in the stream that the consumer never delivers again
+        (nats-server; found by tests/test_chaos.py, the same class as nats-server issue
+        #7680). A cancelled command that does run anyway (a tool pod that started after
+        the cancel) has its result ignored: it answers a command no longer in flight."""
+        for c in cancels:
+            await self.nc.publish(cancel_subject(self.execution_id, c.command_id), b"")
+
+    async def send_verdict(self, verdict: IteratorCompleted | IteratorFailed) -> None:
+        """A loop's end, into its execution's inputs (`in.iterator.<loop_id>`, where the
+        engine's spec said: `LoopSpec.reply_to`); aggregated results too large for the
+        message go as a blob."""
+        assert self.loop_id is not None
+        if verdict.results is not None:
+            ref = await offload(self.js, f"{self.execution_id}/{self.loop_id}/results", verdict.results)
+            if ref is not None:
+                verdict.results, verdict.results_ref = None, ref
+        subject = ExecSubjects.of(self.execution_id, self.layout.partitions).iterator(self.loop_id)
+        await publish_all(self.js, [(subject, encode(verdict), ids.verdict_id(self.execution_id, self.loop_id))])
+
+    async def record(self, fx: Effects) -> None:
+        """The decision record, then lifecycle events (an execution result too large
+        for its event goes as a blob the event names: `result_ref`)."""
+        if not isinstance(self.subjects, ExecSubjects):
+            return
+        eid, subjects = self.execution_id, self.subjects
+        items = []
+        if fx.events:
+            items.append((subjects.decision, encode(DecisionRecord(cause=fx.cause, events=fx.events)),
+                          ids.decision_id(eid, fx.cause)))
+        for ev in fx.lifecycle:
+            await self._offload_result(ev)
+            items.append((subjects.lifecycle(ev.type), encode(ev), ids.lifecycle_id(eid, ev.type)))
+        await publish_all(self.js, items)
+
+    async def _offload_result(self, ev: Event) -> None:
+        result = ev.data.get("result")
+        ref = await offload(self.js, f"{self.execution_id}/result", result) if result is not None else None
+        if ref is not None:
+            ev.data = {**ev.data, "result": None, "result_ref": ref}
+
+
+def cancel_request(layout: Layout, execution_id: str, reason: str) -> tuple[str, bytes, str]:
+    """The publish item that asks an execution to cancel (a parent, a loop, a user)."""
+    req = CancelRequest(execution_id=execution_id, reason=reason)
+    return ExecSubjects.of(execution_id, layout.partitions).cancel, encode(req), ids.cancel_id(execution_id)

@@ -1,0 +1,123 @@
+"""Every id that de-duplication depends on, built in one place (pure).
+
+Message ids (`Nats-Msg-Id`): every publish carries one derived from what it is, never
+from a clock or a counter, so a replay after a crash (or a second actor doing the same
+work) sends the same id and the stream keeps one copy within its duplicate window.
+Where a message must be recognised beyond the window, the actors look for it in the
+log instead (by cause or by subject); the ids here still keep a quick re-send single.
+
+Writers that must agree use the same builder: a tool actor, the dead-letter watcher
+and the engine (a child execution answering its parent) all answer a command, and
+only one answer may land, so all three call `result_id`.
+
+Command, child execution and timer ids are tokens of subjects: no dots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+# --- message ids ------------------------------------------------------------------------
+
+
+def start_id(execution_id: str) -> str:
+    """A start message on `start`: one execution per id."""
+    return execution_id
+
+
+def start_record_id(execution_id: str) -> str:
+    """The starter's start record in the execution's log."""
+    return f"{execution_id}:start"
+
+
+def command_msg_id(execution_id: str, command_id: str) -> str:
+    return f"{execution_id}:cmd:{command_id}"
+
+
+def result_id(execution_id: str, command_id: str) -> str:
+    """The one answer to a command (`call.done`/`call.error`/`chunk.done`), whoever sends it."""
+    return f"{execution_id}:res:{command_id}"
+
+
+def result_batch_id(execution_id: str, loop_id: str, digest: str) -> str:
+    """Several iteration answers of one loop in one message: `digest` names its entries."""
+    return f"{execution_id}:res:{loop_id}:{digest}"
+
+
+def decision_id(execution_id: str, cause: int) -> str:
+    """The decision record of the input at stream sequence `cause`."""
+    return f"{execution_id}:ev:{cause}"
+
+
+def lifecycle_id(execution_id: str, event_type: str) -> str:
+    """A lifecycle event happens once per execution."""
+    return f"{execution_id}:lc:{event_type}"
+
+
+def fault_id(execution_id: str, input_seq: int) -> str:
+    """The engine gave up on the input at `input_seq`."""
+    return f"{execution_id}:fault:{input_seq}"
+
+
+def cancel_id(execution_id: str) -> str:
+    """A cancel request: an execution is cancelled once, whoever asks."""
+    return f"{execution_id}:cancel"
+
+
+def loop_spec_id(execution_id: str, loop_id: str) -> str:
+    return f"{execution_id}:loop:{loop_id}"
+
+
+def loop_cancel_id(execution_id: str, loop_id: str) -> str:
+    return f"{execution_id}:loopcancel:{loop_id}"
+
+
+def verdict_id(execution_id: str, loop_id: str) -> str:
+    """The counter's verdict on a loop, in the execution's inputs."""
+    return f"{execution_id}:iterator:{loop_id}"
+
+
+def timer_owner(execution_id: str, loop_id: str | None = None) -> str:
+    """Whose timers: an execution's (retry delays, routing resumes) or a loop's."""
+    return execution_id if loop_id is None else f"{execution_id}:{loop_id}"
+
+
+def schedule_id(owner: str, timer_id: str) -> str:
+    """A durable timer's schedule (`sch`)."""
+    return f"{owner}:sch:{timer_id}"
+
+
+def timer_id_msg(owner: str, timer_id: str) -> str:
+    """A timer already due, delivered at once instead of scheduled."""
+    return f"{owner}:timer:{timer_id}"
+
+
+def dead_letter_id(source: str, stream: str, seq: int) -> str:
+    """The dead letter for message `seq` of `stream`: whoever gives up on it (the actor
+    on its last delivery, the max-deliveries watcher after it), and however often, one
+    letter is kept."""
+    return f"dlq:{source}:{stream}:{seq}"
+
+
+# --- ids inside subjects ----------------------------------------------------------------
+
+
+def step_command_id(activation: int, attempt: int) -> str:
+    """The command of one attempt of one step activation."""
+    return f"{activation}-{attempt}"
+
+
+def iteration_command_id(loop_id: str, first_index: int, attempt: int, *, chunk: bool) -> str:
+    """The command of one attempt of one loop iteration (or of a chunk starting there)."""
+    return f"{loop_id}{'c' if chunk else 'x'}{first_index}-{attempt}"
+
+
+def attempt_of(command_id: str) -> int:
+    """The attempt a command id names (both kinds end in `-<attempt>`)."""
+    return int(command_id.rsplit("-", 1)[-1]) if "-" in command_id else 1
+
+
+def child_execution_id(execution_id: str, command_id: str) -> str:
+    """A child execution (`tool: playbook`): deterministic, so a replay or a second
+    engine starts the same child, never two."""
+    return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()

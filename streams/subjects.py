@@ -1,0 +1,249 @@
+"""Every subject, built and parsed in one place (pure: no NATS import, so the pure
+core may use it too). streams/layout.py says which stream holds which subjects and
+why; this module only spells them.
+
+    exec.<partition>.<execution_id>.<class>.<type...>            stream EXEC
+    loop.<partition>.<execution_id>.<loop_id>.<class>.<type...>  stream LOOP
+    cmd.<kind>.<execution_id>.<command_id>                       stream CMD
+    start                                                        stream START
+    dlq.<source>.<execution_id or _>                             stream DLQ
+    cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
+    progress.<execution_id>                                      core NATS: loop progress
+
+Classes: ``in`` inputs an actor folds, ``ev`` decision records, ``lc`` lifecycle
+events, ``sch`` durable timers (the server fires them into ``in.timer.<id>``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+IN, EV, LC, SCH = "in", "ev", "lc", "sch"
+START_SUBJECT = "start"
+
+# input types (the last tokens of an `in` subject)
+START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
+LOOP_RESULT, DECISION = "res", "decision"
+
+
+def partition_of(execution_id: str, partitions: int) -> int:
+    return zlib.crc32(execution_id.encode()) % partitions
+
+
+# --- an execution's log (EXEC) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExecSubjects:
+    """The subjects of one execution's log."""
+
+    prefix: str  # exec.<p>.<execution_id>
+
+    @classmethod
+    def of(cls, execution_id: str, partitions: int) -> ExecSubjects:
+        return cls(f"exec.{partition_of(execution_id, partitions)}.{execution_id}")
+
+    @property
+    def log(self) -> str:
+        """Everything the execution's log holds (a filter)."""
+        return f"{self.prefix}.>"
+
+    def input(self, type_: str) -> str:
+        return f"{self.prefix}.{IN}.{type_}"
+
+    @property
+    def start(self) -> str:
+        return self.input(START)
+
+    @property
+    def results(self) -> str:
+        """The prefix of command results: `<results>.<command_id>`."""
+        return self.input(RESULT)
+
+    def result(self, command_id: str) -> str:
+        return f"{self.results}.{command_id}"
+
+    def iterator(self, loop_id: str) -> str:
+        """Where the counter puts a loop's verdict."""
+        return self.input(f"{ITERATOR}.{loop_id}")
+
+    @property
+    def fault(self) -> str:
+        return self.input(FAULT)
+
+    @property
+    def cancel(self) -> str:
+        return self.input(CANCEL)
+
+    @property
+    def decision(self) -> str:
+        return f"{self.prefix}.{EV}.{DECISION}"
+
+    def lifecycle(self, event_type: str) -> str:
+        return f"{self.prefix}.{LC}.{event_type}"
+
+    def schedule(self, timer_id: str) -> str:
+        return f"{self.prefix}.{SCH}.{timer_id}"
+
+    def timer(self, timer_id: str) -> str:
+        return self.input(f"{TIMER}.{timer_id}")
+
+
+def execution_of(subject: str) -> str:
+    """exec.<p>.<id>.<class>.<type...> -> <id>"""
+    return subject.split(".", 3)[2]
+
+
+def class_of(subject: str) -> str:
+    return subject.split(".", 4)[3]
+
+
+def type_of(subject: str) -> str:
+    return subject.split(".", 4)[4]
+
+
+def engine_filter(partition: int) -> str:
+    return f"exec.{partition}.*.{IN}.>"
+
+
+LIFECYCLE_FILTER = f"exec.*.*.{LC}.>"
+
+
+# --- a loop's log (LOOP) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSubjects:
+    """The subjects of one loop's log."""
+
+    prefix: str  # loop.<p>.<execution_id>.<loop_id>
+
+    @classmethod
+    def of(cls, execution_id: str, loop_id: str, partitions: int) -> LoopSubjects:
+        return cls(f"loop.{partition_of(execution_id, partitions)}.{execution_id}.{loop_id}")
+
+    @property
+    def inputs(self) -> str:
+        """Every input of the loop (a filter)."""
+        return f"{self.prefix}.{IN}.>"
+
+    def input(self, type_: str) -> str:
+        return f"{self.prefix}.{IN}.{type_}"
+
+    @property
+    def spec(self) -> str:
+        return self.input(SPEC)
+
+    @property
+    def cancel(self) -> str:
+        return self.input(CANCEL)
+
+    @property
+    def results(self) -> str:
+        """The prefix of iteration results: `<results>.<command_id>` (and `.batch`)."""
+        return self.input(LOOP_RESULT)
+
+    def result(self, command_id: str) -> str:
+        return f"{self.results}.{command_id}"
+
+    @property
+    def results_filter(self) -> str:
+        return f"{self.results}.>"
+
+    def schedule(self, timer_id: str) -> str:
+        return f"{self.prefix}.{SCH}.{timer_id}"
+
+    def timer(self, timer_id: str) -> str:
+        return self.input(f"{TIMER}.{timer_id}")
+
+
+def loop_key(subject: str) -> tuple[str, str]:
+    """loop.<p>.<id>.<loop>.<class>.<type...> -> (<id>, <loop>)"""
+    parts = subject.split(".", 5)
+    return parts[2], parts[3]
+
+
+def loop_class(subject: str) -> str:
+    return subject.split(".", 5)[4]
+
+
+def loop_type(subject: str) -> str:
+    return subject.split(".", 5)[5]
+
+
+def answered_command(loop_input_type: str) -> str | None:
+    """The command a loop input answers, from its type (`res.<command_id>`); None for
+    a batch (`res.batch`: read its entries) and for anything else."""
+    if not loop_input_type.startswith(f"{LOOP_RESULT}.") or loop_input_type == f"{LOOP_RESULT}.batch":
+        return None
+    return loop_input_type.split(".", 1)[1]
+
+
+def is_result_batch(loop_input_type: str) -> bool:
+    return loop_input_type == f"{LOOP_RESULT}.batch"
+
+
+def result_batch_subject(reply_to: str) -> str | None:
+    """Where a tool actor may put a loop iteration's result together with others of
+    the same loop: ``loop.<p>.<id>.<loop>.in.res.batch`` for a command answered on
+    ``loop.<p>.<id>.<loop>.in.res.<command_id>``; None for any other reply subject."""
+    prefix, _, _ = reply_to.rpartition(".")
+    if not reply_to.startswith("loop.") or not prefix.endswith(f".{IN}.{LOOP_RESULT}") or prefix.count(".") != 5:
+        return None
+    return f"{prefix}.batch"
+
+
+def counter_filter(partition: int) -> str:
+    return f"loop.{partition}.*.*.{IN}.>"
+
+
+# --- commands, starts, dead letters, core NATS signals ---------------------------------
+
+
+def cmd_subject(kind: str, execution_id: str, command_id: str) -> str:
+    """One subject per command, so a replay can ask the work queue whether a command is
+    still there (queued or running) with a direct get, instead of re-sending it."""
+    return f"cmd.{kind}.{execution_id}.{command_id}"
+
+
+def cmd_filter(kind: str) -> str:
+    return f"cmd.{kind}.>"
+
+
+def dlq_subject(source: str) -> str:
+    return f"dlq.{source}"
+
+
+def dead_letter_subject(source: str, execution_id: str | None = None) -> str:
+    """Dead letters, keyed by execution so `events ID` finds them with a filter."""
+    return f"{dlq_subject(source)}.{execution_id or '_'}"
+
+
+def dlq_filter(*, source: str = "*", execution_id: str | None = None) -> str:
+    return f"dlq.{source}.{execution_id}" if execution_id is not None else f"dlq.{source}.>"
+
+
+CANCEL_FILTER = "cancel.>"
+
+
+def cancel_subject(execution_id: str, command_id: str | None = None) -> str:
+    """Core NATS: tool actors stop an execution's commands (or one of them)."""
+    return f"cancel.{execution_id}" if command_id is None else f"cancel.{execution_id}.{command_id}"
+
+
+def cancel_target(subject: str) -> tuple[str, str | None]:
+    """cancel.<execution>[.<command>] -> (execution, command or None)"""
+    parts = subject.split(".", 2)
+    return parts[1], (parts[2] if len(parts) > 2 else None)
+
+
+def progress_subject(execution_id: str) -> str:
+    """Core NATS (not stored): loop progress for people watching, never for decisions."""
+    return f"progress.{execution_id}"
+
+
+def deliver_subject(consumer: str) -> str:
+    """Push consumers deliver here; actors subscribe with queue group = consumer name,
+    so several pods may share one consumer (leases narrow that to one owner)."""
+    return f"_deliver.{consumer}"
