@@ -13,6 +13,7 @@ from actors.core.state import Execution
 from actors.natsio import log_time, stream_seq
 from actors.wire import decision_decoder, event_decoder, input_decoder
 from streams.layout import EXEC_STREAM, IN, class_of
+from streams.subjects import ExecSubjects
 from tests.conftest import System, of_type
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -72,7 +73,7 @@ async def _raw_log(system: System, eid: str) -> list[Any]:
         await sub.unsubscribe()
 
 
-def _replay(eid: str, reply_to: str, log: list[Any], *, with_recorded: bool) -> dict[int, list[Any]]:
+def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: bool) -> dict[int, list[Any]]:
     recorded = {}
     if with_recorded:
         for subject, data, _, _ in log:
@@ -84,7 +85,7 @@ def _replay(eid: str, reply_to: str, log: list[Any], *, with_recorded: bool) -> 
     decisions = {}
     for subject, data, seq, at in log:
         if class_of(subject) == IN:
-            out = fold(ex, input_decoder.decode(data), seq=seq, at=at, reply_to=reply_to)
+            out = fold(ex, input_decoder.decode(data), seq=seq, at=at, subjects=subjects)
             if out.events or out.lifecycle:
                 decisions[seq] = [msgspec.to_builtins(e) for e in out.events + out.lifecycle]
     return decisions
@@ -111,12 +112,12 @@ async def test_replaying_the_log_reproduces_every_decision_exactly(system: Syste
     assert status.state in ("COMPLETED", "FAILED")
     await system.engine_idle()
     log = await _raw_log(system, eid)
-    reply_to = f"{system.layout.exec_prefix(eid)}.in.result"
+    subjects = system.layout.execution(eid)
     recorded = _recorded(log)
     assert recorded, "nothing recorded"
     # the engine's way (recorded failure decisions read back) and pure re-evaluation agree
-    assert _replay(eid, reply_to, log, with_recorded=True) == recorded
-    assert _replay(eid, reply_to, log, with_recorded=False) == recorded
+    assert _replay(eid, subjects, log, with_recorded=True) == recorded
+    assert _replay(eid, subjects, log, with_recorded=False) == recorded
 
 
 @pytest.mark.asyncio
@@ -149,14 +150,14 @@ workflow:
     tool: {kind: python, code: "def main(): pass"}
     on_error: [{decision: none}]
 """
-    reply = "exec.0.e.in.result"
+    subjects = ExecSubjects("exec.0.e")
     err = ErrorInfo(type="ValueError", message="x")
 
     def run(recorded: dict[Any, Any]) -> tuple[str, list[str]]:
         ex = Execution(execution_id="e", recorded=recorded)
-        fold(ex, StartRecord(execution_id="e", playbook_path="recorded", playbook_source=source), seq=1, at=1.0, reply_to=reply)
+        fold(ex, StartRecord(execution_id="e", playbook_path="recorded", playbook_source=source), seq=1, at=1.0, subjects=subjects)
         out = fold(ex, CallError(execution_id="e", command_id="0-1", step="a", error=err, attempt_number=1),
-                   seq=2, at=2.0, reply_to=reply)
+                   seq=2, at=2.0, subjects=subjects)
         return ex.status, [e.type for e in out.lifecycle]
 
     assert run({}) == ("FAILED", ["workflow.failed", "playbook.failed"])
