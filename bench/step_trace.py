@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import step_latency as sl
 
 import actors.engine.actor as engine_mod
+import actors.outbox as outbox_mod
 import actors.tools.actor as tools_mod
 from actors.client import Client
 from actors.natsio import stream_seq
@@ -50,20 +51,20 @@ def install() -> None:
             stamps["recv"][stream_seq(msg)] = time.time()
         await on_msg(self, msg)
 
-    fold_message = ExecutionActor.fold_message
+    fold_input = ExecutionActor.fold_input
 
-    async def _fold_message(self: Any, subject: str, data: bytes, seq: int, at: float) -> Any:
-        stamps["handle"][seq] = time.time()
-        out = await fold_message(self, subject, data, seq, at)
-        stamps["folded"][seq] = time.time()
+    async def _fold_input(self: Any, entry: Any, into: Any = None) -> Any:
+        stamps["handle"][entry.seq] = time.time()
+        out = await fold_input(self, entry, into)
+        stamps["folded"][entry.seq] = time.time()
         return out
 
-    publish_all = getattr(engine_mod, "publish_all")  # noqa: B009
+    publish_all = getattr(outbox_mod, "publish_all")  # noqa: B009
 
     async def _publish_all(js: Any, items: list[tuple[str, bytes, str]], **kw: Any) -> Any:
         acks = await publish_all(js, items, **kw)
         if items:
-            # ExecutionActor.publish calls publish_all twice: commands, then records
+            # the outbox calls publish_all for commands, ..., then records
             msg_id = items[0][2]
             kind = "cmd_acked" if ":cmd:" in msg_id else "dec_acked"
             cause = current_cause.get(msg_id.split(":", 1)[0])
@@ -74,15 +75,16 @@ def install() -> None:
     current_cause: dict[str, int] = {}
     publish = ExecutionActor.publish
 
-    async def _publish(self: Any, out: Any, **kw: Any) -> None:
+    async def _publish(self: Any, out: Any) -> None:
         current_cause[self.execution_id] = out.cause
-        await publish(self, out, **kw)
+        await publish(self, out)
 
     handle = ExecutionActor.handle
 
-    async def _handle(self: Any, msg: Any) -> None:
-        await handle(self, msg)
-        stamps["acked"][stream_seq(msg)] = time.time()
+    async def _handle(self: Any, batch: Any) -> None:
+        await handle(self, batch)
+        for msg in batch:
+            stamps["acked"][stream_seq(msg)] = time.time()
 
     tool_handle = ToolActor._handle
 
@@ -98,9 +100,9 @@ def install() -> None:
         stamps["result_acked"][cmd.command_id + ":" + cmd.execution_id] = time.time()
 
     Engine._on_msg = _on_msg  # type: ignore[method-assign]
-    ExecutionActor.fold_message = _fold_message  # type: ignore[method-assign]
-    setattr(engine_mod, "publish_all", _publish_all)  # noqa: B010
-    ExecutionActor.publish = _publish  # type: ignore[method-assign]
+    ExecutionActor.fold_input = _fold_input  # type: ignore[method-assign]
+    setattr(outbox_mod, "publish_all", _publish_all)  # noqa: B010
+    ExecutionActor.publish = _publish  # type: ignore[method-assign,assignment]
     ExecutionActor.handle = _handle  # type: ignore[method-assign]
     ToolActor._handle = _tool_handle  # type: ignore[method-assign]
     ToolActor._reply = _reply  # type: ignore[method-assign]

@@ -35,9 +35,11 @@ import step_latency as sl
 
 import actors.core.decide as decide
 import actors.engine.actor as engine_mod
+import actors.outbox as outbox_mod
 from actors.natsio import MSG_ID, publish_all
 from actors.wire import DecisionRecord, encode
-from streams.layout import EV, LC, cmd_subject
+from streams import ids
+from streams.layout import cmd_subject
 
 
 def cache_playbook() -> None:
@@ -48,33 +50,34 @@ def cache_playbook() -> None:
 def one_publish() -> None:
     orig = engine_mod.ExecutionActor.publish
 
-    async def publish(self: Any, out: Any, **kw: Any) -> None:
-        if any(kw.values()) or getattr(out, "timers", None) or getattr(out, "starts", None):
-            return await orig(self, out, **kw)  # replays and anything unusual: unchanged
-        eid = self.execution_id
-        items = [(cmd_subject(c.kind, eid, c.command_id), encode(c), f"{eid}:cmd:{c.command_id}") for c in out.commands]
+    async def publish(self: Any, out: Any) -> None:
+        if not self.hydrated or out.timers or out.starts or out.loops or out.reply or out.cancels:
+            return await orig(self, out)  # replays and anything unusual: unchanged
+        eid, subjects = self.execution_id, self.subjects
+        items = [(cmd_subject(c.kind, eid, c.command_id), encode(c), ids.command_msg_id(eid, c.command_id))
+                 for c in out.commands]
         if out.events:
             record = encode(DecisionRecord(cause=out.cause, events=out.events))
-            items.append((f"{self.prefix}.{EV}.decision", record, f"{eid}:ev:{out.cause}"))
-        items += [(f"{self.prefix}.{LC}.{ev.type}", encode(ev), f"{eid}:lc:{ev.type}") for ev in out.lifecycle]
+            items.append((subjects.decision, record, ids.decision_id(eid, out.cause)))
+        items += [(subjects.lifecycle(ev.type), encode(ev), ids.lifecycle_id(eid, ev.type)) for ev in out.lifecycle]
         await publish_all(self.engine.js, items)
 
-    engine_mod.ExecutionActor.publish = publish  # type: ignore[method-assign]
+    engine_mod.ExecutionActor.publish = publish  # type: ignore[method-assign,assignment]
 
 
 def no_decision_record() -> None:
     orig = engine_mod.ExecutionActor.publish
 
-    async def publish(self: Any, out: Any, **kw: Any) -> None:
+    async def publish(self: Any, out: Any) -> None:
         if out.commands and not out.lifecycle:
             out.events = []
-        await orig(self, out, **kw)
+        await orig(self, out)
 
-    engine_mod.ExecutionActor.publish = publish  # type: ignore[method-assign]
+    engine_mod.ExecutionActor.publish = publish  # type: ignore[method-assign,assignment]
 
 
 def request_publish() -> None:
-    orig = getattr(engine_mod, "publish_all")  # noqa: B009
+    orig = getattr(outbox_mod, "publish_all")  # noqa: B009
 
     async def publish_all_(js: Any, items: list[tuple[str, bytes, str]], **kw: Any) -> Any:
         if len(items) == 1 and not kw:
@@ -82,7 +85,7 @@ def request_publish() -> None:
             return [await js.publish(subject, payload, headers={MSG_ID: msg_id})]
         return await orig(js, items, **kw)
 
-    setattr(engine_mod, "publish_all", publish_all_)  # noqa: B010
+    setattr(outbox_mod, "publish_all", publish_all_)  # noqa: B010
 
 
 def tools_subprocess() -> None:
