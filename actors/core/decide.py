@@ -199,7 +199,8 @@ def _start(d: _Decision, rec: StartRecord) -> None:
         _fail_execution(d, err)
         return
     try:
-        ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path)
+        # the retry ceiling of the record, not of this pod: every pod replays the log alike
+        ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path, ex.limits.max_attempts)
     except PlaybookInvalid as e:
         _fail_execution(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return

@@ -139,7 +139,6 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
     return filtered
 
 
-
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
     "GtE": operator.ge,
@@ -253,7 +252,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         if isinstance(owner, str):
             if name in _STR_WIDTH_METHODS:
                 refuse_big_ints([*args, *kwargs.values()], f"str.{name}")
-                if name == "expandtabs" and args and isinstance(args[0], int) and owner.count("\t") * args[0] > output_cap():
+                if (name == "expandtabs" and args and isinstance(args[0], int)
+                        and owner.count("\t") * args[0] > output_cap()):
                     raise too_big("str.expandtabs")
             elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
                 bounded_replace(owner, args[0], args[1])
