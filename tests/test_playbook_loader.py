@@ -609,8 +609,10 @@ def _refs(node: Any) -> set[str]:
 def _examples() -> list[Any]:
     docs = [yaml.safe_load((EXAMPLES / "hello.yaml").read_text())]
     for body in (
-        "workflow:\n  - step: a\n    tool: python\n    retry: 3\n    next: [b, c]\n    on_failure: b\n  - step: b\n  - step: c\n",
-        "workflow:\n  - step: a\n    retry: {max_attempts: 2}\n    next: [{when: '{{ result }}', then: b}, {else: [b]}]\n"
+        "workflow:\n  - step: a\n    tool: python\n    retry: 3\n    next: [b, c]\n    on_failure: b\n"
+        "  - step: b\n  - step: c\n",
+        "workflow:\n  - step: a\n    retry: {max_attempts: 2}\n"
+        "    next: [{when: '{{ result }}', then: b}, {else: [b]}]\n"
         "    on_failure: [{step: b, when: '{{ error }}'}, b]\n  - step: b\n"
         "    loop: {collection: [1], element: x, tolerated_failures: '5%'}\n",
     ):
