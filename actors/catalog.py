@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from actors.limits import limits_from_env
 from actors.playbook.loader import load_playbook
 from actors.wire import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
@@ -34,7 +35,8 @@ def _key(path: str, suffix: str) -> str:
 
 
 async def register(js: JetStreamContext, source: str, *, file: str = "<string>") -> CatalogEntry:
-    pb = load_playbook(source, file=file)  # raises PlaybookInvalid with every error
+    # raises PlaybookInvalid with every error; retries bounded as the pod's starter will bound them
+    pb = load_playbook(source, file=file, max_attempts=limits_from_env().max_attempts)
     path = pb.metadata.catalog_path
     kv = await js.key_value(CATALOG_BUCKET)
     for _ in range(20):  # optimistic concurrency on `latest`

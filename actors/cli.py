@@ -150,12 +150,13 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from actors.limits import limits_from_env
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
     bad = 0
     for f in args.files:
         try:
-            pb = load_playbook_file(f)
+            pb = load_playbook_file(f, max_attempts=limits_from_env().max_attempts)
             if not args.json:
                 print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
             else:
@@ -322,12 +323,13 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    from actors.limits import limits_from_env
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
     try:
-        pb = load_playbook_file(args.file)
+        pb = load_playbook_file(args.file, max_attempts=limits_from_env().max_attempts)
         for extra in args.register or []:
-            load_playbook_file(extra)
+            load_playbook_file(extra, max_attempts=limits_from_env().max_attempts)
     except PlaybookInvalid as e:
         for x in e.errors:
             _err(str(x))

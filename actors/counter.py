@@ -153,7 +153,7 @@ class LoopActor(LogActor):
                 spec.collection = await get_blob(self.counter.js, spec.collection_ref)
             if spec.scope_ref is not None:
                 spec.scope = await get_blob(self.counter.js, spec.scope_ref)
-            step = parsed_playbook(spec.playbook_source, spec.playbook_path).step(spec.step)
+            step = parsed_playbook(spec.playbook_source, spec.playbook_path, spec.limits.max_attempts).step(spec.step)
             if step.loop is None:
                 raise KeyError(f"step {spec.step!r} has no loop")
             return step

@@ -81,10 +81,10 @@ async def good_latency(client: Any, path: str) -> float:
 POD = """
 import sys
 from actors import render_process
-from actors.playbook import templates
+from actors.playbook import budget, templates
 render_process.INLINE_TEMPLATE_OPS = int(sys.argv[1])
-templates.YIELD_EVERY = int(sys.argv[2])
-templates.YIELD_PAUSE = float(sys.argv[3])
+budget.YIELD_EVERY = int(sys.argv[2])
+budget.YIELD_PAUSE = float(sys.argv[3])
 if sys.argv[4] == "thread":  # render on the fold thread itself, not in a render process
     def run(self, fn):
         with templates.off_the_loop(self._halt):
@@ -143,7 +143,7 @@ async def measure_mode(url: str, paths: dict[str, str], *, ops: int, runs: int, 
 async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[str, Any]:
     from actors import render_process
     from actors.client import Client
-    from actors.playbook import templates
+    from actors.playbook import budget, templates
     from actors.runtime import connect
     from actors.wire import Limits
     from streams.layout import Layout, ensure
@@ -164,10 +164,10 @@ async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[st
         await nc.close()
         inline = render_process.INLINE_TEMPLATE_OPS
         modes = {
-            "inline": (10**12, templates.YIELD_EVERY, templates.YIELD_PAUSE, "thread"),
+            "inline": (10**12, budget.YIELD_EVERY, budget.YIELD_PAUSE, "thread"),
             "thread": (inline, 10**12, 0.0, "thread"),
-            "thread+yield": (inline, templates.YIELD_EVERY, templates.YIELD_PAUSE, "thread"),
-            "process": (inline, templates.YIELD_EVERY, templates.YIELD_PAUSE, "process"),
+            "thread+yield": (inline, budget.YIELD_EVERY, budget.YIELD_PAUSE, "thread"),
+            "process": (inline, budget.YIELD_EVERY, budget.YIELD_PAUSE, "process"),
         }
         for every, pause in variants:
             modes[f"thread+yield/{every}/{pause * 1e6:.0f}us"] = (inline, every, pause, "thread")

@@ -183,16 +183,16 @@ def test_markup_becomes_a_plain_string() -> None:
 def test_the_operation_count_is_deterministic() -> None:
     """The budget is counted, not timed: the same template and scope stop at the same
     point however loaded the machine is, so a replay decides the same."""
-    from actors.playbook import templates
+    from actors.playbook import budget
 
     used = []
     for _ in range(3):
-        outer = templates._begin_budget()
+        outer = budget.begin_budget()
         try:
             render_value("{% for i in range(1000) %}{{ i|string }}{% endfor %}", {})
-            used.append(templates._state.budget.used)
+            used.append(budget.thread_state.budget.used)
         finally:
-            templates._end_budget(outer)
+            budget.end_budget(outer)
     assert len(set(used)) == 1 and used[0] > 1000
 
 

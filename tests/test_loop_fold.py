@@ -23,6 +23,7 @@ from actors.wire import (
     ErrorInfo,
     IterationOutcome,
     IterationResult,
+    Limits,
     LoopInput,
     LoopSpec,
     ResultBatch,
@@ -80,7 +81,7 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
     another batch). Return the log (inputs in order) and every output."""
     rng = random.Random(seed)
     source = SOURCE % (mode, concurrency, chunk, tol)
-    step = parsed_playbook(source, "fold").step("each")
+    step = parsed_playbook(source, "fold", Limits().max_attempts).step("each")
     run = LoopRun(execution_id="e1", loop_id="0-1")
     spec = spec_for(n, source)
     log: list[LoopInput] = [spec]
@@ -150,7 +151,7 @@ def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurre
     # a replay of the same log decides exactly the same
     source = SOURCE % (mode, concurrency, chunk, tol)
     again = LoopRun(execution_id="e1", loop_id="0-1")
-    step = parsed_playbook(source, "fold").step("each")
+    step = parsed_playbook(source, "fold", Limits().max_attempts).step("each")
     replayed = [fold_loop(again, inp, at=0.0 if i == 0 else float(i + 1), subjects=SUBJECTS,
                           step=step if i == 0 else None) for i, inp in enumerate(log)]
     assert [[c.command_id for c in o.commands] for o in replayed] == [[c.command_id for c in o.commands] for o in outs]

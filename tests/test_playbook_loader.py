@@ -11,11 +11,12 @@ import msgspec
 import pytest
 import yaml
 
+from actors.core.decide import fold
+from actors.core.state import Execution
+from actors.playbook.errors import PlaybookError
 from actors.playbook.loader import (
-    DEFAULT_RETRY_WHEN,
     IMPLICIT_END_DESC,
     MAX_ATTEMPTS_CEILING,
-    PlaybookError,
     PlaybookInvalid,
     load_playbook,
     load_playbook_file,
@@ -32,6 +33,9 @@ from actors.playbook.model import (
     RetryRule,
 )
 from actors.playbook.schema import playbook_schema
+from actors.playbook.shorthands import DEFAULT_RETRY_WHEN
+from actors.wire import Limits, StartRecord
+from streams.subjects import ExecSubjects
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -43,13 +47,13 @@ metadata: {name: t}
 """
 
 
-def load(body: str, head: str = HEAD) -> Playbook:
-    return load_playbook(head + body, file="t.yaml")
+def load(body: str, head: str = HEAD, *, max_attempts: int = MAX_ATTEMPTS_CEILING) -> Playbook:
+    return load_playbook(head + body, file="t.yaml", max_attempts=max_attempts)
 
 
-def errors(text: str, *, head: str = HEAD) -> list[PlaybookError]:
+def errors(text: str, *, head: str = HEAD, max_attempts: int = MAX_ATTEMPTS_CEILING) -> list[PlaybookError]:
     with pytest.raises(PlaybookInvalid) as info:
-        load_playbook(head + text, file="t.yaml")
+        load_playbook(head + text, file="t.yaml", max_attempts=max_attempts)
     assert info.value.errors, "PlaybookInvalid without errors"
     return info.value.errors
 
@@ -457,18 +461,55 @@ def test_plain_string_condition_is_an_error() -> None:
 
 
 def test_retry_max_attempts_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert MAX_ATTEMPTS_CEILING == 1000
+    assert MAX_ATTEMPTS_CEILING == 1000 == Limits().max_attempts
     errs = errors("workflow:\n  - step: a\n    retry: 1001\n")
     e = one(errs, step="a", field="retry")
     assert "1001" in e.message and "1000" in e.message and e.line == 6
     errs = errors("workflow:\n  - step: a\n    retry: {max_attempts: 2000}\n")
     assert one(errs, step="a", field="retry.max_attempts").line == 6
-    monkeypatch.setenv("ACTORS_MAX_ATTEMPTS_CEILING", "5000")
-    assert load("workflow:\n  - step: a\n    retry: 2000\n").step("a").retry == [
+    assert load("workflow:\n  - step: a\n    retry: 2000\n", max_attempts=5000).step("a").retry == [
         RetryRule(then=RetryPolicy(max_attempts=2000), when=DEFAULT_RETRY_WHEN)
     ]
+    assert "ceiling 2" in one(errors("workflow:\n  - step: a\n    retry: 3\n", max_attempts=2), field="retry").message
+    # the ceiling is the caller's: the process's environment has no say
     monkeypatch.setenv("ACTORS_MAX_ATTEMPTS_CEILING", "2")
-    assert "ceiling 2" in one(errors("workflow:\n  - step: a\n    retry: 3\n"), field="retry").message
+    assert load("workflow:\n  - step: a\n    retry: 3\n").step("a").retry is not None
+    monkeypatch.setenv("ACTORS_MAX_ATTEMPTS_CEILING", "5000")
+    assert one(errors("workflow:\n  - step: a\n    retry: 2000\n"), field="retry").line == 6
+
+
+def _start_fold(source: str, limits: Limits) -> tuple[str, list[Any], list[Any], list[Any]]:
+    """The engine's fold of a start record alone: the state it leaves and what it decides."""
+    ex = Execution(execution_id="e")
+    record = StartRecord(execution_id="e", playbook_path="p.yaml", playbook_source=source, limits=limits)
+    out = fold(ex, record, seq=1, at=1.0, subjects=ExecSubjects("exec.0.e"))
+    return (ex.status, [msgspec.to_builtins(e) for e in out.lifecycle + out.events],
+            [msgspec.to_builtins(c) for c in out.commands], [t.timer_id for t in out.timers])
+
+
+@pytest.mark.parametrize("env", [None, "2", "5000"])
+def test_the_fold_parses_by_the_records_max_attempts_whatever_the_env_says(
+        monkeypatch: pytest.MonkeyPatch, env: str | None) -> None:
+    """A start record fixes the ceiling its execution was started with: a pod with another
+    ACTORS_MAX_ATTEMPTS_CEILING replays the log the same way."""
+    source = HEAD + """workflow:
+  - step: flaky
+    tool: {kind: python, code: "def main(): return 1"}
+    retry: 1500
+"""
+    if env is not None:
+        monkeypatch.setenv("ACTORS_MAX_ATTEMPTS_CEILING", env)
+    else:
+        monkeypatch.delenv("ACTORS_MAX_ATTEMPTS_CEILING", raising=False)
+    started = _start_fold(source, Limits(max_attempts=2000))
+    assert started[0] == "RUNNING" and len(started[2]) == 1
+    assert started == _start_fold(source, Limits(max_attempts=2000))
+    refused = _start_fold(source, Limits())  # started by a pod whose ceiling was the default, 1000
+    assert refused[0] == "FAILED" and not refused[2]
+    assert "max_attempts 1500 is above the ceiling 1000" in json.dumps(refused[1])
+    monkeypatch.setenv("ACTORS_MAX_ATTEMPTS_CEILING", "1")
+    assert _start_fold(source, Limits(max_attempts=2000)) == started
+    assert _start_fold(source, Limits()) == refused
 
 
 def test_type_errors_name_the_field() -> None:
@@ -569,8 +610,10 @@ def _refs(node: Any) -> set[str]:
 def _examples() -> list[Any]:
     docs = [yaml.safe_load((EXAMPLES / "hello.yaml").read_text())]
     for body in (
-        "workflow:\n  - step: a\n    tool: python\n    retry: 3\n    next: [b, c]\n    on_failure: b\n  - step: b\n  - step: c\n",
-        "workflow:\n  - step: a\n    retry: {max_attempts: 2}\n    next: [{when: '{{ result }}', then: b}, {else: [b]}]\n"
+        "workflow:\n  - step: a\n    tool: python\n    retry: 3\n    next: [b, c]\n    on_failure: b\n"
+        "  - step: b\n  - step: c\n",
+        "workflow:\n  - step: a\n    retry: {max_attempts: 2}\n"
+        "    next: [{when: '{{ result }}', then: b}, {else: [b]}]\n"
         "    on_failure: [{step: b, when: '{{ error }}'}, b]\n  - step: b\n"
         "    loop: {collection: [1], element: x, tolerated_failures: '5%'}\n",
     ):

@@ -34,7 +34,7 @@ import msgspec
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result, size
-from actors.core.effects import CommandCancel, Effects, Timer, render_tool, sink_call
+from actors.core.effects import CommandCancel, Effects, Timer
 from actors.core.effects import err as _err
 from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
@@ -43,6 +43,7 @@ from actors.core.state import Activation, Arrival, Execution, Pending
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, call_with_limits, names_read, render_condition, render_value
+from actors.playbook.tool_render import render_tool, sink_call
 from actors.wire import (
     CallDone,
     CallError,
@@ -179,7 +180,8 @@ def _start(d: _Decision, rec: StartRecord) -> None:
         _fail_execution(d, err)
         return
     try:
-        ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path)
+        # the retry ceiling of the record, not of this pod: every pod replays the log alike
+        ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path, ex.limits.max_attempts)
     except PlaybookInvalid as e:
         _fail_execution(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return
