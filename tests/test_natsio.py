@@ -1,4 +1,4 @@
-"""natsio.send writes what Client.publish would: same subject, reply, headers and
+"""natsio.fast.send writes what Client.publish would: same subject, reply, headers and
 payload on the wire; anything unusual goes through Client.publish (and its errors).
 Publisher.send re-sends a publish whose PubAck was lost only while the stream would
 drop the copy."""
@@ -13,8 +13,8 @@ import nats.errors
 import pytest
 from nats.js.api import StreamConfig
 
-from actors import natsio
-from actors.natsio import ack, send
+from actors.natsio import publishing
+from actors.natsio.fast import ack, send
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
@@ -84,7 +84,7 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
     try:
         js = nc.jetstream()
         await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
-        real_send, lost = natsio.send, []
+        real_send, lost = send, []
 
         async def lose_first_puback(nc: Any, subject: str, payload: bytes = b"", reply: str = "",
                                     headers: dict[str, str] | None = None) -> None:
@@ -93,14 +93,14 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
                 reply = "_INBOX.nobody.listens"
             await real_send(nc, subject, payload, reply=reply, headers=headers)
 
-        monkeypatch.setattr(natsio, "send", lose_first_puback)
-        pub = natsio.Publisher(nc, timeout=0.3, duplicate_window=window)
-        message = ("lost.a", b"x", {natsio.MSG_ID: "a-1"})
+        monkeypatch.setattr(publishing, "send", lose_first_puback)  # what Publisher.publish calls
+        pub = publishing.Publisher(nc, timeout=0.3, duplicate_window=window)
+        message = ("lost.a", b"x", {publishing.MSG_ID: "a-1"})
         if window > 1:
             (ack,) = await pub.send([message])
             assert ack.duplicate and ack.seq == 1
         else:
-            with pytest.raises(natsio.PublishOutcomeUnknown, match=r"lost\.a"):
+            with pytest.raises(publishing.PublishOutcomeUnknown, match=r"lost\.a"):
                 await pub.send([message])
         assert lost, "the fault was not injected"
         assert (await js.stream_info("LOST")).state.messages == 1
