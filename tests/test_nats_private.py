@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any
 
 import nats
 import nats.errors
@@ -22,22 +21,9 @@ from actors.natsio.fast import ack, send
 from actors.natsio.publishing import MSG_ID, publish_all, publisher
 from streams.server import NatsServer
 from tests.conftest import wait_for
+from tests.test_natsio import received
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
-
-
-async def _inbox(nc: NATS, subject: str, n: int) -> tuple[asyncio.Event, list[Any]]:
-    got: list[Any] = []
-    done = asyncio.Event()
-
-    async def cb(msg: Any) -> None:
-        got.append(msg)
-        if len(got) == n:
-            done.set()
-
-    await nc.subscribe(subject, cb=cb)
-    await nc.flush()
-    return done, got
 
 
 async def test_client_internals_exist_with_their_types(nats_server: NatsServer) -> None:
@@ -83,7 +69,8 @@ async def test_the_flusher_is_kicked_once_per_batch(nats_server: NatsServer) -> 
     behind it needs none; both reach the server."""
     nc = await nats.connect(nats_server.url)
     try:
-        done, got = await _inbox(nc, "kick.>", 2)
+        done, got = await received(nc, 2, "kick.>")
+        await nc.flush()  # the subscription's own kick is served: the buffer is idle
         kick = private.buffer_publish(nc, b"PUB kick.a 1\r\na\r\n", 1)
         assert kick is not None
         await kick  # queues the kick; the flusher has not run yet
@@ -98,7 +85,7 @@ async def test_past_the_pending_limit_the_flush_is_forced(nats_server: NatsServe
     nc = await nats.connect(nats_server.url, pending_size=64)
     try:
         assert nc._max_pending_size == 64
-        done, got = await _inbox(nc, "big.>", 1)
+        done, got = await received(nc, 1, "big.>")
         await send(nc, "big.a", b"x" * 100)
         await asyncio.wait_for(done.wait(), 10)
         assert got[0].data == b"x" * 100

@@ -20,7 +20,8 @@ from streams.server import NatsServer
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
 
-async def _received(nc: Any, n: int) -> tuple[Any, list[Any]]:
+async def received(nc: Any, n: int, subject: str = "t.>") -> tuple[asyncio.Event, list[Any]]:
+    """(an event set once `n` messages on `subject` came, the messages so far)."""
     got: list[Any] = []
     done = asyncio.Event()
 
@@ -29,7 +30,7 @@ async def _received(nc: Any, n: int) -> tuple[Any, list[Any]]:
         if len(got) == n:
             done.set()
 
-    await nc.subscribe("t.>", cb=cb)
+    await nc.subscribe(subject, cb=cb)
     return done, got
 
 
@@ -40,9 +41,10 @@ async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
             dict(subject="t.a", payload=b"plain"),
             dict(subject="t.b", payload=b"with reply", reply="r.1"),
             dict(subject="t.c", payload=b"", reply="r.2", headers={"Nats-Msg-Id": "e1:cmd:0-1x3-1"}),
-            dict(subject="t.d", payload=b'{"x": 1}', headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"}),
+            dict(subject="t.d", payload=b'{"x": 1}',
+                 headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"}),
         ]
-        done, got = await _received(nc, 2 * len(cases))
+        done, got = await received(nc, 2 * len(cases))
         for c in cases:
             await nc.publish(c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
             await send(nc, c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
@@ -60,7 +62,7 @@ async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
 async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServer) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        done, got = await _received(nc, 1)
+        done, got = await received(nc, 1)
         sub = await nc.subscribe("q.in")
         await nc.publish("q.in", b"job", reply="t.ack")
         msg = await sub.next_msg(timeout=5)
