@@ -28,7 +28,7 @@ RULES = [
     ("python pool IPC, parent side (pyrunner)", r"pyrunner\.py"),
     ("fold/decide, excluding templates", r"core/decide\.py|core/state\.py|core/backoff\.py"),
     ("asyncio tasks, queues, futures", r"asyncio/(tasks|queues|mixins|locks|futures)\.py"),
-    ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio\.py|wire\.py"),
+    ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio/\w+\.py|wire\.py"),
     ("tool actor code (decode, encode, keep-alive task)", r"tools/actor\.py|tools/executors\.py"),
     ("projector, status KV, Client.wait", r"projector\.py|nats/js/kv\.py|Client\.wait"),
     ("starter, catalog", r"starter\.py|catalog\.py"),

@@ -1,4 +1,4 @@
-"""natsio.send writes what Client.publish would: same subject, reply, headers and
+"""natsio.fast.send writes what Client.publish would: same subject, reply, headers and
 payload on the wire; anything unusual goes through Client.publish (and its errors).
 Publisher.send re-sends a publish whose PubAck was lost only while the stream would
 drop the copy."""
@@ -13,14 +13,15 @@ import nats.errors
 import pytest
 from nats.js.api import StreamConfig
 
-from actors import natsio
-from actors.natsio import ack, send
+from actors.natsio import publishing
+from actors.natsio.fast import ack, send
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
 
-async def _received(nc: Any, n: int) -> tuple[Any, list[Any]]:
+async def received(nc: Any, n: int, subject: str = "t.>") -> tuple[asyncio.Event, list[Any]]:
+    """(an event set once `n` messages on `subject` came, the messages so far)."""
     got: list[Any] = []
     done = asyncio.Event()
 
@@ -29,7 +30,7 @@ async def _received(nc: Any, n: int) -> tuple[Any, list[Any]]:
         if len(got) == n:
             done.set()
 
-    await nc.subscribe("t.>", cb=cb)
+    await nc.subscribe(subject, cb=cb)
     return done, got
 
 
@@ -40,9 +41,10 @@ async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
             dict(subject="t.a", payload=b"plain"),
             dict(subject="t.b", payload=b"with reply", reply="r.1"),
             dict(subject="t.c", payload=b"", reply="r.2", headers={"Nats-Msg-Id": "e1:cmd:0-1x3-1"}),
-            dict(subject="t.d", payload=b'{"x": 1}', headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"}),
+            dict(subject="t.d", payload=b'{"x": 1}',
+                 headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"}),
         ]
-        done, got = await _received(nc, 2 * len(cases))
+        done, got = await received(nc, 2 * len(cases))
         for c in cases:
             await nc.publish(c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
             await send(nc, c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
@@ -60,7 +62,7 @@ async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
 async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServer) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        done, got = await _received(nc, 1)
+        done, got = await received(nc, 1)
         sub = await nc.subscribe("q.in")
         await nc.publish("q.in", b"job", reply="t.ack")
         msg = await sub.next_msg(timeout=5)
@@ -84,7 +86,7 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
     try:
         js = nc.jetstream()
         await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
-        real_send, lost = natsio.send, []
+        real_send, lost = send, []
 
         async def lose_first_puback(nc: Any, subject: str, payload: bytes = b"", reply: str = "",
                                     headers: dict[str, str] | None = None) -> None:
@@ -93,14 +95,14 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
                 reply = "_INBOX.nobody.listens"
             await real_send(nc, subject, payload, reply=reply, headers=headers)
 
-        monkeypatch.setattr(natsio, "send", lose_first_puback)
-        pub = natsio.Publisher(nc, timeout=0.3, duplicate_window=window)
-        message = ("lost.a", b"x", {natsio.MSG_ID: "a-1"})
+        monkeypatch.setattr(publishing, "send", lose_first_puback)  # what Publisher.publish calls
+        pub = publishing.Publisher(nc, timeout=0.3, duplicate_window=window)
+        message = ("lost.a", b"x", {publishing.MSG_ID: "a-1"})
         if window > 1:
             (ack,) = await pub.send([message])
             assert ack.duplicate and ack.seq == 1
         else:
-            with pytest.raises(natsio.PublishOutcomeUnknown, match=r"lost\.a"):
+            with pytest.raises(publishing.PublishOutcomeUnknown, match=r"lost\.a"):
                 await pub.send([message])
         assert lost, "the fault was not injected"
         assert (await js.stream_info("LOST")).state.messages == 1

@@ -171,7 +171,7 @@ async def test_a_lost_puback_past_the_duplicate_window_doubles_no_event(
             reply = "_INBOX.nobody.listens"  # stored, and its PubAck goes nowhere
         await real_send(nc, subject, payload, reply=reply, headers=headers)
 
-    monkeypatch.setattr(natsio, "send", lose_one_puback)
+    monkeypatch.setattr(natsio.publishing, "send", lose_one_puback)
     natsio.publisher(system.nc).timeout = 0.5  # no PubAck: TimeoutError after 0.5-1 s, past the window
     eid, status = await system.run_yaml("""
 apiVersion: actors/v1

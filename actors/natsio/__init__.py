@@ -1,0 +1,46 @@
+"""Small NATS helpers shared by every actor: publish with a deterministic message id,
+dead-lettering, message metadata. One module per idea:
+
+* `fast`: `send` and `ack`, a publish without nats-py's per-message overhead
+* `publishing`: a connection's `Publisher` (PubAcks, re-sends) and `publish_all`
+* `puback`: a PubAck reply read into a PubAck or the error it stands for
+* `transient`: what a passing failure is, and `ride_out` for idempotent requests
+* `deadletter`: parking a message an actor cannot handle
+* `metadata`: a message's stream sequence, deliveries and log time
+* `replay`: is an output already in the streams (`has_message`, `command_sent`)
+* `outputs`: timers and command stops of the engine and the counter
+* `private`: every use of a private name of nats-py
+
+The names below are what the rest of the tree imports from `actors.natsio`."""
+
+from actors.natsio.deadletter import dead_letter, dead_letter_id
+from actors.natsio.fast import ack, send
+from actors.natsio.metadata import log_time, num_delivered, stream_seq
+from actors.natsio.outputs import SCHEDULE, SCHEDULE_TARGET, arm_timers, schedule_at, stop_commands
+from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
+from actors.natsio.replay import command_sent, has_message
+from actors.natsio.transient import TRANSIENT_REQUEST, ride_out
+
+__all__ = [
+    "MSG_ID",
+    "SCHEDULE",
+    "SCHEDULE_TARGET",
+    "TRANSIENT_REQUEST",
+    "PublishOutcomeUnknown",
+    "Publisher",
+    "ack",
+    "arm_timers",
+    "command_sent",
+    "dead_letter",
+    "dead_letter_id",
+    "has_message",
+    "log_time",
+    "num_delivered",
+    "publish_all",
+    "publisher",
+    "ride_out",
+    "schedule_at",
+    "send",
+    "stop_commands",
+    "stream_seq",
+]

@@ -1,0 +1,106 @@
+"""Every use of a private name of nats-py, in one place.
+
+The rest of the tree reads and writes nats-py objects only through their public API
+and the functions here. Each private name below is used for speed on the hot path
+(a publish or an ack per message) or because nats-py has no public way to do it;
+`tests/test_nats_private.py` fails when an installed nats-py changes any of them, and
+`pyproject.toml` pins nats-py to the versions that test passed with.
+
+`Client` (nats.aio.client), read and written as `Client._send_publish`,
+`_send_command` and `publish` do, to append a PUB/HPUB without `Client.publish`'s
+per-message overhead (`fast.send`):
+* `_status` (int): exactly CONNECTED. The public `is_connected` is also true while
+  draining, when `publish` refuses; anything but CONNECTED goes through `publish`.
+* `_max_payload` (int): the server's limit, read without the `max_payload` property
+  call; a larger payload goes through `publish`, which raises MaxPayloadError.
+* `_pending` (list of bytes) and `_pending_data_size` (int): the outgoing buffer and
+  its size, which the flusher writes to the socket and empties.
+* `_max_pending_size` (int): past it a publish forces a flush (the client's own limit).
+* `_flush_queue` (asyncio.Queue or None before connect) and `_flush_pending` (coroutine
+  method): kicking the flusher task when no kick is queued yet, as `_send_publish` does.
+
+`Msg` (nats.aio.msg), for an ack sent by `fast.send` instead of `Msg.ack`:
+* `_ackd` (bool): read, so that a second ack raises as `Msg.ack` does; set after the
+  ack (no public setter).
+* `_client` (the Client, or None): the connection the message came on.
+
+`JetStreamContext` (nats.js.client):
+* `_nc` (the Client): the connection under a context. `publish_all(js, ...)` takes a
+  context (its callers hold one) and publishes through the connection's Publisher.
+
+Our own attribute on a `Client` (it has no `__slots__`): `_actors_publisher`, the
+connection's Publisher (`connection_publisher`): a publisher belongs to its connection
+and goes away with it, with no module-level table keyed by `id(nc)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+T = TypeVar("T")
+
+CLIENT_ATTRS = ("_pending", "_pending_data_size", "_flush_queue", "_flush_pending", "_max_pending_size",
+                "_max_payload", "_status", "stats")
+# False when this nats-py lacks what `buffer_publish` touches: every publish then goes
+# through `Client.publish` (slower, still correct). The test asserts it is True.
+DIRECT_WRITE = all(hasattr(NATS(), a) for a in CLIENT_ATTRS)
+_CONNECTED = NATS.CONNECTED
+_PUBLISHER_ATTR = "_actors_publisher"
+
+
+def can_write_directly(nc: NATS, payload_size: int) -> bool:
+    """May a PUB of `payload_size` bytes be appended to `nc`'s buffer now: connected
+    (not connecting, reconnecting, draining or closed) and within the server's limit?"""
+    return DIRECT_WRITE and nc._status == _CONNECTED and payload_size <= nc._max_payload
+
+
+def buffer_publish(nc: NATS, command: bytes, payload_size: int) -> Coroutine[Any, Any, Any] | None:
+    """Append a complete PUB/HPUB `command` to `nc`'s outgoing buffer and count it, as
+    `Client._send_publish` does. Returns the flush the caller must await (a forced one
+    past the client's pending limit, else a kick of the flusher when none is queued),
+    or None: returned, not awaited here, to spare a coroutine per message."""
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += payload_size
+    nc._pending.append(command)
+    nc._pending_data_size += len(command)
+    if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
+        return nc._flush_pending(force_flush=True)
+    if nc._flush_queue is not None and nc._flush_queue.empty():
+        return nc._flush_pending()
+    return None
+
+
+def ack_connection(msg: Msg) -> NATS | None:
+    """The connection on which `msg` may be acked by a plain publish to its reply
+    subject, or None when `msg.ack()` must handle it (already acked, no reply subject,
+    no connection): it raises what it always raised."""
+    if msg._ackd or not msg.reply:
+        return None
+    return msg._client
+
+
+def mark_acked(msg: Msg) -> None:
+    """Record that `msg` was acked, as `Msg.ack` does after sending."""
+    msg._ackd = True
+
+
+def connection_of(js: JetStreamContext) -> NATS:
+    """The connection a JetStream context publishes on."""
+    nc: NATS = js._nc
+    return nc
+
+
+def connection_publisher(nc: NATS, make: Callable[[NATS], T]) -> T:
+    """The publisher kept on `nc` for its lifetime, made by `make(nc)` on first use:
+    one per connection, gone with it."""
+    kept: T | None = getattr(nc, _PUBLISHER_ATTR, None)
+    if kept is None:
+        kept = make(nc)
+        setattr(nc, _PUBLISHER_ATTR, kept)
+    return kept

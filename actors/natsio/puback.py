@@ -1,0 +1,41 @@
+"""Reading the server's answer to a JetStream publish: a PubAck, or the error it stands
+for. msgspec decodes it straight into a Struct (nats-py parses JSON into a dict, then a
+dataclass), once per publish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js.api import PubAck
+from nats.js.errors import APIError, NoStreamResponseError
+
+
+class _Ack(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    domain: str | None = None
+    duplicate: bool | None = None
+    error: dict[str, Any] | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(_Ack)
+
+
+def puback_outcome(msg: Msg) -> PubAck | Exception:
+    """The PubAck in `msg`, or the exception it means: NoStreamResponseError for a 503
+    (no stream leader: an election), the matching APIError subclass for an error the
+    stream answered, msgspec.DecodeError for a reply that is not a PubAck."""
+    if msg.headers and msg.headers.get("Status") == "503":
+        return NoStreamResponseError()
+    try:
+        ack = _ack_decoder.decode(msg.data)
+    except msgspec.DecodeError as e:
+        return e
+    if ack.error is not None:
+        try:
+            APIError.from_error(ack.error)  # raises the matching subclass
+        except APIError as e:
+            return e
+    return PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)

@@ -1,0 +1,154 @@
+"""The nats-py internals that actors/natsio/private.py uses are still there, of the
+types it expects, and still behave as it expects, against a real nats-server: a
+buffered publish reaches the stream without a flush, the flusher is kicked once per
+batch and forced past the pending limit, an ack marks the message acked and a second
+ack sends nothing, and the publisher kept on a connection is that connection's own.
+When an upgrade of nats-py breaks one of these, this fails before the actors do."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js.api import ConsumerConfig, StreamConfig
+
+from actors.natsio import private
+from actors.natsio.fast import ack, send
+from actors.natsio.publishing import MSG_ID, publish_all, publisher
+from streams.server import NatsServer
+from tests.conftest import wait_for
+from tests.test_natsio import received
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def test_client_internals_exist_with_their_types(nats_server: NatsServer) -> None:
+    assert private.DIRECT_WRITE, "a private name of Client is gone: every publish takes the slow path"
+    nc = await nats.connect(nats_server.url)
+    try:
+        assert type(nc._status) is int and nc._status == NATS.CONNECTED
+        assert type(nc._max_payload) is int and nc._max_payload == nc.max_payload > 0
+        assert type(nc._pending) is list
+        assert type(nc._pending_data_size) is int
+        assert type(nc._max_pending_size) is int and nc._max_pending_size > 0
+        assert isinstance(nc._flush_queue, asyncio.Queue)
+        assert inspect.iscoroutinefunction(nc._flush_pending)
+        assert {"out_msgs", "out_bytes", "reconnects"} <= set(nc.stats)
+        assert private.can_write_directly(nc, nc._max_payload)
+        assert not private.can_write_directly(nc, nc._max_payload + 1)
+        assert private.connection_of(nc.jetstream()) is nc
+    finally:
+        await nc.close()
+    assert nc._status == NATS.CLOSED and not private.can_write_directly(nc, 0)
+
+
+async def test_a_buffered_publish_is_stored_without_a_flush(nats_server: NatsServer) -> None:
+    """What `fast.send` appends to the buffer is counted, flushed by the client's own
+    flusher (nobody calls flush) and stored by the stream with its headers."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="FAST", subjects=["fast.>"]))
+        out_msgs, out_bytes = nc.stats["out_msgs"], nc.stats["out_bytes"]
+        (puback,) = await publish_all(js, [("fast.a", b"payload", "fast-1")])
+        assert nc.stats["out_msgs"] >= out_msgs + 1 and nc.stats["out_bytes"] >= out_bytes + len(b"payload")
+        stored = await js.get_msg("FAST", puback.seq)
+        assert (stored.subject, stored.data) == ("fast.a", b"payload")
+        assert stored.headers is not None and stored.headers[MSG_ID] == "fast-1"
+        assert nc._pending == [] and nc._pending_data_size == 0  # the flusher emptied what we appended
+    finally:
+        await nc.close()
+
+
+async def test_the_flusher_is_kicked_once_per_batch(nats_server: NatsServer) -> None:
+    """The first command into an idle buffer returns the flusher's kick; one queued
+    behind it needs none; both reach the server."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        done, got = await received(nc, 2, "kick.>")
+        await nc.flush()  # the subscription's own kick is served: the buffer is idle
+        kick = private.buffer_publish(nc, b"PUB kick.a 1\r\na\r\n", 1)
+        assert kick is not None
+        await kick  # queues the kick; the flusher has not run yet
+        assert private.buffer_publish(nc, b"PUB kick.b 1\r\nb\r\n", 1) is None
+        await asyncio.wait_for(done.wait(), 10)
+        assert [(m.subject, m.data) for m in got] == [("kick.a", b"a"), ("kick.b", b"b")]
+    finally:
+        await nc.close()
+
+
+async def test_past_the_pending_limit_the_flush_is_forced(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url, pending_size=64)
+    try:
+        assert nc._max_pending_size == 64
+        done, got = await received(nc, 1, "big.>")
+        await send(nc, "big.a", b"x" * 100)
+        await asyncio.wait_for(done.wait(), 10)
+        assert got[0].data == b"x" * 100
+        assert nc._pending_data_size == 0  # flushed before send returned
+    finally:
+        await nc.close()
+
+
+async def test_what_may_not_be_buffered_goes_through_client_publish(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        with pytest.raises(nats.errors.MaxPayloadError):
+            await send(nc, "t.big", b"x" * (nc._max_payload + 1))
+    finally:
+        await nc.close()
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await send(nc, "t.closed", b"x")
+
+
+async def test_an_ack_marks_the_message_and_a_second_ack_sends_nothing(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="WORK", subjects=["work.>"]))
+        await js.publish("work.a", b"job")
+        sub = await js.pull_subscribe("work.>", durable="w", config=ConsumerConfig(ack_wait=30))
+        (msg,) = await sub.fetch(1, timeout=5)
+        assert msg._ackd is False and msg._client is nc
+        assert private.ack_connection(msg) is nc
+        await ack(msg)
+        assert msg._ackd is True and msg.is_acked
+        assert private.ack_connection(msg) is None
+
+        async def acked() -> bool:
+            return (await js.consumer_info("WORK", "w")).num_ack_pending == 0
+
+        await wait_for(acked)
+        sent = nc.stats["out_msgs"]
+        with pytest.raises(nats.errors.MsgAlreadyAckdError):
+            await ack(msg)
+        assert nc.stats["out_msgs"] == sent
+        core = await nc.subscribe("plain")
+        await nc.publish("plain", b"no reply")
+        plain = await core.next_msg(timeout=5)
+        assert private.ack_connection(plain) is None
+        with pytest.raises(nats.errors.NotJSMessageError):
+            await ack(plain)  # as msg.ack() raises
+    finally:
+        await nc.close()
+
+
+async def test_a_connection_keeps_its_own_publisher(nats_server: NatsServer) -> None:
+    a = await nats.connect(nats_server.url)
+    b = await nats.connect(nats_server.url)
+    try:
+        assert publisher(a) is publisher(a) and publisher(a).nc is a
+        assert publisher(b) is not publisher(a) and publisher(b).nc is b
+        js = a.jetstream()
+        await js.add_stream(StreamConfig(name="OWN", subjects=["own.>"]))
+        kept = publisher(a)
+        await publish_all(js, [("own.a", b"x", "own-1")])
+        assert publisher(private.connection_of(js)) is kept
+        assert kept._sub is not None  # publish_all went through the connection's publisher
+    finally:
+        await a.close()
+        await b.close()
