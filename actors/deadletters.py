@@ -24,9 +24,9 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.natsio import dead_letter, dead_letter_id, publish_all
+from actors.natsio import dead_letter, publish_all
 from actors.wire import CallError, Command, ErrorInfo, command_decoder, encode
-from streams.ids import result_id
+from streams.ids import dead_letter_id, result_id
 from streams.layout import CMD_STREAM, execution_of
 
 log = logging.getLogger("actors.deadletters")

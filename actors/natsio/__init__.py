@@ -8,17 +8,17 @@ dead-lettering, message metadata. One module per idea:
 * `deadletter`: parking a message an actor cannot handle
 * `metadata`: a message's stream sequence, deliveries and log time
 * `replay`: is an output already in the streams (`has_message`, `command_sent`)
-* `outputs`: timers and command stops of the engine and the counter
+* `schedules`: the headers of a durable timer (a scheduled message)
 * `private`: every use of a private name of nats-py
 
 The names below are what the rest of the tree imports from `actors.natsio`."""
 
-from actors.natsio.deadletter import dead_letter, dead_letter_id
+from actors.natsio.deadletter import dead_letter
 from actors.natsio.fast import ack, send
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
-from actors.natsio.outputs import SCHEDULE, SCHEDULE_TARGET, arm_timers, schedule_at, stop_commands
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
 from actors.natsio.replay import command_sent, has_message
+from actors.natsio.schedules import SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.natsio.transient import TRANSIENT_REQUEST, ride_out
 
 __all__ = [
@@ -29,10 +29,8 @@ __all__ = [
     "PublishOutcomeUnknown",
     "Publisher",
     "ack",
-    "arm_timers",
     "command_sent",
     "dead_letter",
-    "dead_letter_id",
     "has_message",
     "log_time",
     "num_delivered",
@@ -41,6 +39,5 @@ __all__ = [
     "ride_out",
     "schedule_at",
     "send",
-    "stop_commands",
     "stream_seq",
 ]

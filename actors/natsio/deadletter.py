@@ -11,7 +11,8 @@ from nats.js import JetStreamContext
 from actors.natsio.metadata import stream_seq
 from actors.natsio.publishing import publish_all
 from actors.wire import DeadLetter, encode
-from streams.layout import dlq_subject
+from streams.ids import dead_letter_id
+from streams.subjects import dead_letter_subject
 
 log = logging.getLogger("actors")
 
@@ -44,18 +45,10 @@ async def dead_letter(
         execution_id=execution_id,
         headers=headers,
     )
-    token = execution_id or "_"
     log.warning("dead letter from %s (%s): %s", source, subject, reason)
     # keyed by execution so `events ID` finds them with a subject filter
-    to = f"{dlq_subject(source)}.{token}"
+    to = dead_letter_subject(source, execution_id)
     if msg_id is None:
         await js.publish(to, encode(letter))
     else:
         await publish_all(js, [(to, encode(letter), msg_id)])
-
-
-def dead_letter_id(source: str, stream: str, seq: int) -> str:
-    """The message id of the dead letter for message `seq` of `stream`: whoever gives up
-    on it (the actor on its last delivery, the max-deliveries watcher after it), and
-    however often, one letter is kept."""
-    return f"dlq:{source}:{stream}:{seq}"

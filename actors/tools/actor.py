@@ -229,7 +229,7 @@ class ToolActor:
 
     def _was_cancelled(self, cmd: Command) -> bool:
         """A cancel for this command (or its execution) came before the command did:
-        cancelled commands stay queued (see natsio.stop_commands)."""
+        cancelled commands stay queued (see actors/outbox.py `Outbox.stop`)."""
         return cmd.execution_id in self._cancelled or f"{cmd.execution_id}.{cmd.command_id}" in self._cancelled
 
     # --- pulling commands ---------------------------------------------------------------

@@ -1,0 +1,15 @@
+"""Durable timers' headers: a timer is stored in the log as a scheduled message
+(actors/outbox.py arms them), which the server delivers when due."""
+
+from __future__ import annotations
+
+import datetime
+
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TARGET = "Nats-Schedule-Target"
+
+
+def schedule_at(epoch: float) -> str:
+    """The `Nats-Schedule` value for a one-shot timer (millisecond precision, UTC)."""
+    stamp = datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="milliseconds")
+    return "@at " + stamp.replace("+00:00", "Z")
