@@ -1,0 +1,91 @@
+"""The `shell` kind: ``command`` run by ``/bin/sh -c`` in its own session/process group
+(killed whole on timeout or cancel), the step's args exported as ``ARG_<NAME>``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from typing import Any
+
+from actors.tools import fields
+from actors.tools.failures import ToolFailure, result_json
+from actors.tools.limits import limited, wait_quietly
+from actors.tools.resources import ToolResources
+
+__all__ = ["run_shell"]
+
+_EXCERPT = 200
+
+
+async def run_shell(
+    tool: dict[str, Any], args: dict[str, Any], limit: float | None, cancel: asyncio.Event | None,
+    resources: ToolResources,
+) -> bytes:
+    """``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``."""
+    return result_json(await limited(_shell(tool, args), limit, cancel))
+
+
+_ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _arg_env_name(name: str) -> str:
+    return "ARG_" + _ENV_NAME.sub("_", str(name)).upper()
+
+
+async def _shell(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    command = tool.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ToolFailure("ToolConfigError", "shell tool needs a `command`")
+    env = dict(os.environ)
+    for k, v in args.items():
+        env[_arg_env_name(k)] = "" if v is None else fields.text(v)
+    extra = fields.mapping(tool.get("env"), "shell env")
+    if extra:
+        for k, v in extra.items():
+            env[str(k)] = "" if v is None else str(v)
+    cwd = tool.get("cwd")
+    if cwd is not None and not isinstance(cwd, (str, os.PathLike)):
+        raise ToolFailure("ToolConfigError", f"shell cwd must be a path, got {cwd!r}")
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=cwd or None,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise ToolFailure("ToolConfigError", f"cannot start shell command: {exc}") from None
+    try:
+        out, err = await proc.communicate()
+    except BaseException:
+        # timeout / cancel / anything: kill the whole process group, then reap sh
+        _killpg(proc.pid)
+        await asyncio.shield(wait_quietly(proc.wait()))
+        raise
+    code = proc.returncode if proc.returncode is not None else -1
+    stderr = err.decode("utf-8", errors="replace")
+    result: dict[str, Any] = {"stdout": out.decode("utf-8", errors="replace"), "stderr": stderr, "exit_code": code}
+    if code != 0:
+        tail = stderr.strip()[-_EXCERPT:]
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        msg = f"shell command {how}" + (f": {tail}" if tail else "")
+        raise ToolFailure("ShellError", msg, data=result)
+    return result
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+

@@ -1,0 +1,366 @@
+"""The pool of python worker processes: spawning them lazily up to its size, handing one
+to each call, killing and replacing one on timeout, cancel or crash, closing them all.
+
+Timeouts and cancel: the worker's process group gets SIGKILL, the process is reaped,
+a replacement is started, and ``ToolFailure(Timeout, retryable)`` / ``Cancelled`` is
+raised; a worker that dies is reported (``WorkerCrashed``) and replaced. `close()` kills
+and reaps every worker. The time a cold worker takes to boot (interpreter start and
+imports, ~60 ms, bounded by ``start_timeout``) is not charged to the call's timeout;
+waiting for a free worker is. Cancelling the calling task kills the worker too and lets
+`CancelledError` propagate.
+
+A pool is used from one event loop at a time (any loop: it keeps no loop-bound state
+between calls). It is owned by a tool actor's `ToolResources`, not by the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from typing import Any
+
+import orjson
+
+from actors.jsonvalues import dumps, loads
+from actors.tools.cpus import available_cpus
+from actors.tools.failures import ToolFailure, cancelled_failure, timeout_failure
+from actors.tools.pyprocess import Stop, WorkerProcess, bounded, describe_end, reap, wait_reaped
+from actors.tools.pyworker import ERR, HDR, OK, READY
+
+__all__ = ["PythonPool"]
+
+
+class PythonPool:
+    """A pool of worker processes running python tool code (see the module docstring).
+
+    Workers start lazily as calls need them, up to `size`; `await start()` warms all.
+    """
+
+    def __init__(
+        self,
+        *,
+        size: int | None = None,
+        start_timeout: float = 60.0,
+        code_cache_size: int = 256,
+        python: str | None = None,
+    ) -> None:
+        """`size`: most workers at once (default: the CPUs this process may use, see
+        `available_cpus`); `start_timeout`: seconds a
+        worker may take to boot; `code_cache_size`: compiled snippets kept per worker;
+        `python`: the interpreter to run workers with (default: ``sys.executable``)."""
+        self.size = max(1, size if size is not None else available_cpus())
+        self.start_timeout = start_timeout
+        self._python = python or sys.executable
+        self._cache_size = max(1, code_cache_size)
+        self._workers: set[WorkerProcess] = set()  # live: idle, busy or starting
+        self._reaping: dict[asyncio.Future[int | None], subprocess.Popen[bytes]] = {}
+        self._idle: deque[WorkerProcess] = deque()
+        self._waiters: deque[asyncio.Future[WorkerProcess]] = deque()
+        self._closed = False
+
+    # --- introspection ----------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def pids(self) -> list[int]:
+        """Pids of the live worker processes."""
+        return [w.pid for w in self._workers if not w.dead]
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start all `size` workers and wait until each is ready."""
+        if self._closed:
+            raise cancelled_failure("python worker pool closed")
+        loop = asyncio.get_running_loop()
+        ws = [w for w in self._idle if not w.ready]
+        for w in ws:
+            self._idle.remove(w)
+        try:
+            while len(self._workers) < self.size:
+                ws.append(self._spawn())
+            for w in ws:
+                w.loop = loop
+                await self._await_ready(w, loop, None)
+        finally:
+            for w in ws:
+                if not w.dead:
+                    self._release(w)
+
+    async def close(self) -> None:
+        """Stop every worker (SIGKILL to its process group) and reap them all."""
+        self._closed = True
+        while self._waiters:
+            f = self._waiters.popleft()
+            if not f.done() and not f.get_loop().is_closed():
+                f.set_exception(cancelled_failure("python worker pool closed"))
+        self._idle.clear()
+        procs = [w.proc for w in self._workers]
+        for w in list(self._workers):
+            self._kill(w)
+        loop = asyncio.get_running_loop()
+        mine = {f for f in self._reaping if f.get_loop() is loop}
+        if mine:
+            await asyncio.wait(mine, timeout=5.0)
+        # belt and braces: anything not reaped yet (or being reaped by a closed loop)
+        for proc in procs + list(self._reaping.values()):
+            if proc.returncode is None:
+                wait_reaped(proc, 1.0)
+
+    # --- calls ------------------------------------------------------------------------
+
+    async def run(
+        self,
+        code: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> Any:
+        """Run `code`'s ``main(**args)`` in a worker; its result, or ToolFailure."""
+        return loads(await self.run_json(code, args, timeout=timeout, cancel=cancel))
+
+    async def run_json(
+        self,
+        code: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> bytes:
+        """Run `code`'s ``main(**args)`` in a worker; its result as the JSON text the
+        worker wrote (it checked the result is JSON data), or ToolFailure."""
+        if self._closed:
+            raise cancelled_failure("python worker pool closed")
+        if cancel is not None and cancel.is_set():
+            raise cancelled_failure()
+        if timeout is not None and timeout <= 0:
+            raise timeout_failure(timeout)
+        try:
+            payload = dumps({"c": code, "a": args})
+        except TypeError as exc:
+            raise ToolFailure("ArgsNotSerialisable", f"python tool args are not JSON-serialisable: {exc}") from None
+        frame = HDR.pack(len(payload)) + payload
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        w, deadline = await self._acquire(loop, deadline, timeout, cancel)
+        try:
+            reply = await w.exchange(loop, frame, deadline, cancel)
+        except Stop as stop:
+            raise await self._fail(w, stop, timeout) from None
+        except Exception as exc:  # not expected: the worker's state is unknown, drop it
+            self._kill(w)
+            self._replace()
+            raise ToolFailure("WorkerCrashed", f"python worker channel failed: {type(exc).__name__}: {exc}") from exc
+        except BaseException:  # the caller was cancelled: stop the work, then propagate
+            self._kill(w)
+            self._replace()
+            raise
+        self._release(w)
+        status = reply[0] if reply else -1
+        if status == OK:
+            return reply[1:]
+        if status == ERR:
+            err = orjson.loads(memoryview(reply)[1:])
+            raise ToolFailure(str(err.get("type")), str(err.get("message")), traceback=err.get("traceback"))
+        raise ToolFailure("WorkerCrashed", f"python worker sent an unexpected frame (status {status})")
+
+    # --- internals --------------------------------------------------------------------
+
+    def _spawn(self) -> WorkerProcess:
+        w = WorkerProcess(self._python, self._cache_size)
+        w.handlers = (functools.partial(self._on_data, w), functools.partial(self._on_exit, w))
+        self._workers.add(w)
+        return w
+
+    def _on_data(self, w: WorkerProcess) -> None:
+        """The worker's socket is readable: the current call's reply, its READY frame
+        (kept in the buffer if no call waits for it yet), or its end."""
+        fut = w.waiter
+        try:
+            eof = w.fill()
+        except OSError:
+            eof = True
+        if fut is not None and not fut.done():
+            got = w.take()
+            if got is not None:
+                fut.set_result(got)
+            elif eof:
+                fut.set_exception(Stop("crash"))
+        if eof:
+            w.unwatch()  # an EOF stays readable
+            if fut is None:
+                self._lost(w)
+
+    def _on_exit(self, w: WorkerProcess) -> None:
+        """The worker's process has exited (its pidfd is readable)."""
+        fut = w.waiter
+        try:
+            got = w.poll()  # a reply written just before dying still counts
+        except (EOFError, OSError):
+            got = None
+        w.unwatch()  # an exited pidfd stays readable
+        if fut is None:
+            self._lost(w)
+        elif not fut.done():
+            if got is not None:
+                fut.set_result(got)
+            else:
+                fut.set_exception(Stop("crash"))
+
+    def _lost(self, w: WorkerProcess) -> None:
+        """A worker died while idle: reap it, start its replacement."""
+        if not w.dead:
+            self._kill(w)
+            self._replace()
+
+    def _replace(self) -> None:
+        """Start a replacement for a killed worker (so the next call finds one warm)."""
+        if self._closed or len(self._workers) >= self.size:
+            return
+        try:
+            w = self._spawn()
+        except Exception:
+            return
+        self._release(w)
+
+    def _release(self, w: WorkerProcess) -> None:
+        w.loop = None
+        if self._closed or w.dead:
+            self._kill(w)
+            return
+        while self._waiters:
+            f = self._waiters.popleft()
+            if not f.done() and not f.get_loop().is_closed():
+                w.loop = f.get_loop()
+                f.set_result(w)
+                return
+        self._idle.append(w)
+
+    def _reclaim_stuck(self) -> bool:
+        """Workers held by calls whose event loop is gone are killed; True if any."""
+        stuck = [w for w in self._workers if w.loop is not None and w.loop.is_closed()]
+        for w in stuck:
+            w.active = False
+            self._kill(w)
+        return bool(stuck)
+
+    async def _acquire(
+        self, loop: asyncio.AbstractEventLoop, deadline: float | None, limit: float | None, cancel: asyncio.Event | None
+    ) -> tuple[WorkerProcess, float | None]:
+        while True:
+            if self._closed:
+                raise cancelled_failure("python worker pool closed")
+            w: WorkerProcess | None = None
+            while self._idle:
+                cand = self._idle.popleft()
+                if cand.dead or cand.proc.poll() is not None:
+                    self._kill(cand)
+                    continue
+                w = cand
+                break
+            if w is None:
+                if len(self._workers) >= self.size and self._reclaim_stuck():
+                    continue
+                if len(self._workers) < self.size:
+                    try:
+                        w = self._spawn()
+                    except Exception as exc:
+                        raise ToolFailure("WorkerCrashed", f"cannot start a python worker: {exc}") from None
+                else:
+                    fut: asyncio.Future[WorkerProcess] = loop.create_future()
+                    self._waiters.append(fut)
+                    try:
+                        await bounded(fut, loop, deadline, cancel)
+                    except BaseException as exc:
+                        # still queued unless `_release` or `close` took it
+                        try:
+                            self._waiters.remove(fut)
+                        except ValueError:
+                            pass
+                        if isinstance(exc, Stop):
+                            if exc.reason == "cancel":
+                                raise cancelled_failure() from None
+                            raise timeout_failure(limit) from None
+                        if fut.done() and not fut.cancelled() and fut.exception() is None:
+                            self._release(fut.result())
+                        raise
+                    w = fut.result()  # `_release` took `fut` off the queue before setting it
+            w.loop = loop
+            if not w.ready:
+                t0 = loop.time()
+                await self._await_ready(w, loop, cancel)
+                if deadline is not None:
+                    deadline += loop.time() - t0  # a cold boot is not the user's time
+            return w, deadline
+
+    async def _await_ready(self, w: WorkerProcess, loop: asyncio.AbstractEventLoop, cancel: asyncio.Event | None) -> None:
+        try:
+            frame = await w.exchange(loop, None, loop.time() + self.start_timeout, cancel)
+        except Stop as stop:
+            if stop.reason == "cancel":  # the worker is fine: it goes on booting for the next call
+                self._release(w)
+                raise cancelled_failure() from None
+            reap = self._kill(w)
+            if reap is not None:
+                await asyncio.wait({reap}, timeout=5.0)
+            what = "did not start in time" if stop.reason == "timeout" else f"died while starting ({describe_end(w)})"
+            raise ToolFailure("WorkerCrashed", f"python worker {what}", retryable=True) from None
+        except asyncio.CancelledError:
+            self._release(w)
+            raise
+        except BaseException:
+            self._kill(w)
+            raise
+        if not frame or frame[0] != READY:
+            self._kill(w)
+            raise ToolFailure("WorkerCrashed", "python worker sent an unexpected first frame")
+        w.ready = True
+
+    async def _fail(self, w: WorkerProcess, stop: Stop, limit: float | None) -> ToolFailure:
+        """Kill and reap `w`, start its replacement; the failure to raise."""
+        reap = self._kill(w)
+        self._replace()
+        if reap is not None:
+            await asyncio.wait({reap}, timeout=5.0)
+        if self._closed:
+            return cancelled_failure("python worker pool closed")
+        if stop.reason == "timeout":
+            return timeout_failure(limit)
+        if stop.reason == "cancel":
+            return cancelled_failure()
+        return ToolFailure("WorkerCrashed", f"python worker died while running the code ({describe_end(w)})")
+
+    def _kill(self, w: WorkerProcess) -> asyncio.Future[int | None] | None:
+        """SIGKILL the worker's process group; return a future set once it is reaped."""
+        if w.dead:
+            return w.reaped
+        w.dead = True
+        self._workers.discard(w)
+        try:
+            self._idle.remove(w)
+        except ValueError:
+            pass
+        if w.proc.returncode is None:  # not reaped: its pid and group id are still ours
+            try:
+                os.killpg(w.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                w.proc.kill()
+            except OSError:
+                pass
+        w.reaped = r = reap(w)
+        if not w.active:
+            w.release_fds()
+        if r is not None and not r.done():
+            self._reaping[r] = w.proc
+            r.add_done_callback(lambda f: self._reaping.pop(f, None))
+        return r

@@ -1,0 +1,314 @@
+"""One python worker process seen from the pool: its process, socket and pidfd, the
+frames read from it, one exchange (send a request, wait for the reply, never blocking the
+loop), and its reaping.
+
+A worker is launched with `subprocess` rather than `multiprocessing`'s spawn context
+because spawn re-runs the parent's ``__main__`` module in every worker: slow, full of
+side effects, and fatal for a script without an ``if __name__ == "__main__"`` guard.
+It is a fresh interpreter (spawn semantics, never a ``fork`` of the asyncio parent), in
+its own session/process group, and gets the parent's ``sys.path``. The parent waits with
+``loop.add_reader`` on the socket and on a pidfd of the process (Linux): the loop is
+never blocked, and a worker that dies (``os._exit``, segfault, OOM kill) is noticed at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from actors.tools.failures import CancelSignal
+from actors.tools.pyworker import BOOT, HDR, RECV
+
+__all__ = ["Stop", "WorkerProcess", "bounded", "describe_end", "reap", "wait_reaped"]
+
+
+class Stop(Exception):
+    """Internal: why waiting on a worker ended early."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason  # "timeout" | "cancel" | "crash"
+
+
+class WorkerProcess:
+    __slots__ = ("active", "buf", "dead", "exitfd", "handlers", "loop", "pid", "proc", "rbuf", "ready", "reaped",
+                 "sock", "waiter", "watched")
+
+    def __init__(self, python: str, cache_size: int) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        try:
+            fd = child_sock.fileno()
+            proc = subprocess.Popen(
+                [python, "-c", BOOT, orjson.dumps(sys.path).decode(), str(fd), str(os.getpid()), str(cache_size)],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(fd,),
+                close_fds=True,
+                start_new_session=True,  # own process group: a kill takes the user's subprocesses too
+            )
+        except BaseException:
+            parent_sock.close()
+            raise
+        finally:
+            child_sock.close()
+        parent_sock.setblocking(False)
+        self.proc = proc
+        self.sock = parent_sock
+        self.pid: int = proc.pid
+        # readable once the process has exited (no pidfd: the socket's EOF tells us)
+        self.exitfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self.exitfd = os.pidfd_open(proc.pid)
+            except OSError:
+                pass
+        self.ready = False
+        self.buf = bytearray()
+        self.rbuf: bytearray | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # set while a call holds it
+        self.active = False  # a call is exchanging frames with it
+        self.dead = False
+        self.reaped: asyncio.Future[int | None] | None = None
+        # the socket and the pidfd stay registered with the loop that last used the
+        # worker (`watched`), for its whole life, not per call: `handlers` (data, exit)
+        # resolve `waiter`, the current call's future, or notice a worker dying idle
+        self.watched: asyncio.AbstractEventLoop | None = None
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.handlers: tuple[Callable[[], None], Callable[[], None]] | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Register the socket and the pidfd with `loop` (moved from another loop)."""
+        if self.watched is loop:
+            return
+        self.unwatch()
+        assert self.handlers is not None
+        on_data, on_exit = self.handlers
+        loop.add_reader(self.sock.fileno(), on_data)
+        if self.exitfd is not None:
+            loop.add_reader(self.exitfd, on_exit)
+        self.watched = loop
+
+    def unwatch(self) -> None:
+        loop, self.watched = self.watched, None
+        if loop is None or loop.is_closed():
+            return  # a closed loop's registrations are gone with it
+        loop.remove_reader(self.sock.fileno())
+        if self.exitfd is not None:
+            loop.remove_reader(self.exitfd)
+
+    def release_fds(self) -> None:
+        """Close the parent's ends (only when no call is using them)."""
+        self.unwatch()
+        _close_quietly(self.sock)
+        if self.exitfd is not None:
+            try:
+                os.close(self.exitfd)
+            except OSError:
+                pass
+            self.exitfd = None
+
+    def fill(self) -> bool:
+        """Read what is available into the buffer (through one reused receive buffer, not
+        a fresh 256 KiB one per read); True at EOF."""
+        rbuf = self.rbuf
+        if rbuf is None:
+            rbuf = self.rbuf = bytearray(RECV)
+        while True:
+            try:
+                n = self.sock.recv_into(rbuf)
+            except (BlockingIOError, InterruptedError):
+                return False
+            if not n:
+                return True
+            self.buf += memoryview(rbuf)[:n]
+            if n < RECV:
+                return False
+
+    def poll(self) -> bytes | None:
+        """Read what is available; return one complete frame or None. EOFError at EOF."""
+        eof = self.fill()
+        frame = self.take()
+        if frame is None and eof:
+            raise EOFError("python worker closed its socket")
+        return frame
+
+    def take(self) -> bytes | None:
+        """One complete frame from the buffer, or None."""
+        buf = self.buf
+        if len(buf) < 4:
+            return None
+        n = HDR.unpack_from(buf)[0]
+        if len(buf) < 4 + n:
+            return None
+        frame = bytes(buf[4 : 4 + n])
+        del buf[: 4 + n]
+        return frame
+
+
+    async def exchange(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        frame: bytes | None,
+        deadline: float | None,
+        cancel: asyncio.Event | None,
+    ) -> bytes:
+        """Send `frame` (if any) and wait for the worker's next frame, never blocking the loop."""
+        fut: asyncio.Future[bytes] = loop.create_future()
+        sock = self.sock
+        fd = sock.fileno()
+        pending = memoryview(frame) if frame is not None else None
+
+        def on_writable() -> None:
+            nonlocal pending
+            if fut.done() or pending is None:
+                loop.remove_writer(fd)
+                return
+            try:
+                n = sock.send(pending)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                loop.remove_writer(fd)
+                fut.set_exception(Stop("crash"))
+                return
+            pending = pending[n:] if n < len(pending) else None
+            if pending is None:
+                loop.remove_writer(fd)
+
+        self.active = True
+        self.waiter = fut
+        writing = False
+        try:
+            self.watch(loop)
+            if frame is None:  # waiting for READY, which may have been read already
+                early = self.take()
+                if early is not None:
+                    fut.set_result(early)
+            if pending is not None:
+                try:
+                    n = sock.send(pending)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                except OSError:
+                    n = -1
+                if n < 0:
+                    if self.handlers is not None:
+                        self.handlers[1]()  # as if it had exited: its last reply, or a crash
+                elif n < len(pending):
+                    pending = pending[n:]
+                    writing = True
+                    loop.add_writer(fd, on_writable)
+            got: bytes = await bounded(fut, loop, deadline, cancel)
+            return got
+        finally:
+            self.active = False
+            self.waiter = None
+            if writing and not loop.is_closed():
+                loop.remove_writer(fd)
+            if self.dead:
+                self.release_fds()
+
+
+async def bounded(
+    fut: asyncio.Future[Any], loop: asyncio.AbstractEventLoop, deadline: float | None, cancel: asyncio.Event | None
+) -> Any:
+    """Await `fut`; at `deadline` or when `cancel` is set it fails with Stop."""
+    if fut.done():
+        return fut.result()
+    timer: asyncio.TimerHandle | None = None
+    watcher: asyncio.Task[Any] | None = None
+    on_cancel: Callable[[], None] | None = None
+
+    def expire(reason: str) -> None:
+        if not fut.done():
+            fut.set_exception(Stop(reason))
+
+    if deadline is not None:
+        timer = loop.call_at(deadline, expire, "timeout")
+    if isinstance(cancel, CancelSignal):  # a callback, not a task per call
+        if cancel.is_set():
+            expire("cancel")
+        else:
+            on_cancel = functools.partial(expire, "cancel")
+            cancel.add_callback(on_cancel)
+    elif cancel is not None:
+        watcher = loop.create_task(cancel.wait())
+        watcher.add_done_callback(lambda t: None if t.cancelled() else expire("cancel"))
+    try:
+        return await fut
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if on_cancel is not None and isinstance(cancel, CancelSignal):
+            cancel.remove_callback(on_cancel)
+        if watcher is not None:
+            watcher.cancel()
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def describe_end(w: WorkerProcess) -> str:
+    """How a dead worker ended: "exit code 1", "killed by SIGSEGV"."""
+    code: int | None = None
+    r = w.reaped
+    if r is not None and r.done() and not r.cancelled():
+        code = r.result()
+    if code is None:
+        code = w.proc.returncode
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def wait_reaped(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def reap(w: WorkerProcess) -> asyncio.Future[int | None] | None:
+    """Reap `w`'s process once it has exited, without blocking the loop. Watches a dup
+    of its pidfd, because a running call may have the pidfd itself registered."""
+    proc = w.proc
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        wait_reaped(proc, 5.0)
+        return None
+    fut: asyncio.Future[int | None] = loop.create_future()
+    if proc.returncode is not None:
+        fut.set_result(proc.returncode)
+        return fut
+    if w.exitfd is None:
+        return asyncio.ensure_future(loop.run_in_executor(None, wait_reaped, proc, 5.0))
+    fd = os.dup(w.exitfd)
+
+    def done() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        code = wait_reaped(proc, 1.0)
+        if not fut.done():
+            fut.set_result(code)
+
+    loop.add_reader(fd, done)
+    return fut
