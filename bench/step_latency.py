@@ -61,7 +61,7 @@ from nats.js import api
 from actors.client import Client
 from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
-from actors.tools.pyrunner import default_pool
+from actors.tools.actor import ToolActor
 from actors.wire import decision_decoder
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import NatsServer, find_binary
@@ -413,7 +413,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             chains_done += 1
 
         profiler = cProfile.Profile() if args.cprofile else None
-        eng_meter = Meter(server.proc.pid, nc, default_pool().pids)
+        assert runtime is not None
+        tools = next(a for a in runtime.actors if isinstance(a, ToolActor))
+        eng_meter = Meter(server.proc.pid, nc, tools.resources.python_pool().pids)
         step_lat, walls, bd = await engine_runs(
             client, nc, layout, entry.path, entry.version, steps=args.steps, runs=args.runs, profiler=profiler,
             meter=eng_meter, before_each=raw_chain,

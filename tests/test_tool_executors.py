@@ -1,5 +1,5 @@
-"""Tool executors (actors/tools/executors.py) and the python worker pool
-(actors/tools/pyrunner.py): results, failures as ToolFailure, real kills on timeout and
+"""Tool executors (actors/tools/executors.py, actors/tools/kinds/) and the python worker pool
+(actors/tools/pypool.py and its worker): results, failures as ToolFailure, real kills on timeout and
 cancel, no zombies. No NATS here."""
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from actors.tools.executors import CancelSignal, ToolFailure, close_http, run_tool
-from actors.tools.pyrunner import PythonPool, available_cpus, close_default_pool, default_pool
+from actors.jsonvalues import loads
+from actors.tools import executors
+from actors.tools.cpus import available_cpus
+from actors.tools.failures import CancelSignal, ToolFailure
+from actors.tools.pypool import PythonPool
+from actors.tools.resources import ToolResources
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -30,11 +34,25 @@ pytestmark = [pytest.mark.timeout(30)]
 # --- helpers --------------------------------------------------------------------------
 
 
+_current: ToolResources | None = None  # the running test's, for the helpers below
+
+
 @pytest_asyncio.fixture
-async def pool_cleanup() -> AsyncIterator[None]:
-    """Close the process-wide python pool after the test (its workers reaped)."""
-    yield
-    await close_default_pool()
+async def resources() -> AsyncIterator[ToolResources]:
+    """The pool and session of this test's tool calls, closed after it (its workers reaped)."""
+    global _current
+    _current = res = ToolResources()
+    try:
+        yield res
+    finally:
+        _current = None
+        await res.close()
+
+
+async def run_tool(kind: str, tool: dict[str, Any], args: Any, **kw: Any) -> Any:
+    """The executor, with the test's resources; its result (JSON text) decoded."""
+    assert _current is not None, "the test needs the `resources` fixture"
+    return loads(await executors.run_tool(kind, tool, args, resources=_current, **kw))
 
 
 async def py(code: str, args: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -94,19 +112,19 @@ def listener() -> tuple[socket.socket, int]:
 
 
 @pytest.mark.asyncio
-async def test_noop_returns_args() -> None:
+async def test_noop_returns_args(resources: ToolResources) -> None:
     args = {"a": 1, "b": [1, 2], "c": {"d": None}}
     assert await run_tool("noop", {"kind": "noop"}, args, timeout=None) == args
 
 
 @pytest.mark.asyncio
-async def test_noop_non_serialisable_args() -> None:
+async def test_noop_non_serialisable_args(resources: ToolResources) -> None:
     f = await failure(run_tool("noop", {}, {"s": {1, 2}}, timeout=None))
     assert f.type == "ResultNotSerialisable"
 
 
 @pytest.mark.asyncio
-async def test_unknown_and_playbook_kinds() -> None:
+async def test_unknown_and_playbook_kinds(resources: ToolResources) -> None:
     f = await failure(run_tool("ftp", {"kind": "ftp"}, {}, timeout=1))
     assert f.type == "ToolConfigError" and not f.retryable
     f = await failure(run_tool("playbook", {"kind": "playbook", "path": "x"}, {}, timeout=1))
@@ -116,7 +134,7 @@ async def test_unknown_and_playbook_kinds() -> None:
 
 
 @pytest.mark.asyncio
-async def test_sleep_tool() -> None:
+async def test_sleep_tool(resources: ToolResources) -> None:
     assert await run_tool("sleep", {"kind": "sleep", "seconds": 0.01}, {}, timeout=5) == {"slept": 0.01}
     # args win over the tool field
     assert await run_tool("sleep", {"kind": "sleep", "seconds": 10}, {"seconds": 0.02}, timeout=5) == {"slept": 0.02}
@@ -124,7 +142,7 @@ async def test_sleep_tool() -> None:
 
 
 @pytest.mark.asyncio
-async def test_sleep_timeout_and_cancel() -> None:
+async def test_sleep_timeout_and_cancel(resources: ToolResources) -> None:
     t0 = time.monotonic()
     f = await failure(run_tool("sleep", {"seconds": 30}, {}, timeout=0.1))
     assert f.type == "Timeout" and f.retryable
@@ -138,7 +156,7 @@ async def test_sleep_timeout_and_cancel() -> None:
 
 
 @pytest.mark.asyncio
-async def test_bad_field_is_tool_failure() -> None:
+async def test_bad_field_is_tool_failure(resources: ToolResources) -> None:
     f = await failure(run_tool("sleep", {"seconds": "soon"}, {}, timeout=1))
     assert f.type == "ToolConfigError"
 
@@ -147,7 +165,7 @@ async def test_bad_field_is_tool_failure() -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_returns_value(pool_cleanup: None) -> None:
+async def test_python_returns_value(resources: ToolResources) -> None:
     code = "import math\ndef main(x, y=2):\n    return {'sum': x + y, 'sqrt': math.sqrt(x), 'list': (1, 2)}\n"
     assert await py(code, {"x": 16}) == {"sum": 18, "sqrt": 4.0, "list": [1, 2]}
     # the same code again (cached compile), other args
@@ -155,19 +173,19 @@ async def test_python_returns_value(pool_cleanup: None) -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_fresh_namespace_each_call(pool_cleanup: None) -> None:
+async def test_python_fresh_namespace_each_call(resources: ToolResources) -> None:
     code = "count = 0\ndef main():\n    global count\n    count += 1\n    return count\n"
     assert [await py(code) for _ in range(3)] == [1, 1, 1]
 
 
 @pytest.mark.asyncio
-async def test_python_async_main(pool_cleanup: None) -> None:
+async def test_python_async_main(resources: ToolResources) -> None:
     code = "import asyncio\nasync def main(n):\n    await asyncio.sleep(0)\n    return n * 2\n"
     assert await py(code, {"n": 21}) == 42
 
 
 @pytest.mark.asyncio
-async def test_python_exception(pool_cleanup: None) -> None:
+async def test_python_exception(resources: ToolResources) -> None:
     code = "def helper(v):\n    raise ValueError(f'bad value {v}')\n\ndef main(v):\n    return helper(v)\n"
     f = await failure(py(code, {"v": 7}))
     assert f.type == "ValueError"
@@ -178,19 +196,19 @@ async def test_python_exception(pool_cleanup: None) -> None:
     assert "raise ValueError(f'bad value {v}')" in f.traceback  # the user's source line
     assert "line 2, in helper" in f.traceback
     assert "ValueError: bad value 7" in f.traceback
-    assert "pyrunner" not in f.traceback  # the worker's own frames are trimmed
+    assert "pyworker" not in f.traceback  # the worker's own frames are trimmed
     assert f.to_error()["traceback"] == f.traceback
 
 
 @pytest.mark.asyncio
-async def test_python_system_exit_is_a_failure_not_a_crash(pool_cleanup: None) -> None:
+async def test_python_system_exit_is_a_failure_not_a_crash(resources: ToolResources) -> None:
     f = await failure(py("import sys\ndef main():\n    sys.exit(3)\n"))
     assert f.type == "SystemExit" and f.message == "3"
     assert await py("def main():\n    return 'alive'\n") == "alive"
 
 
 @pytest.mark.asyncio
-async def test_python_missing_main(pool_cleanup: None) -> None:
+async def test_python_missing_main(resources: ToolResources) -> None:
     f = await failure(py("x = 1\n"))
     assert f.type == "ToolConfigError"
     f = await failure(py("main = 3\n"))
@@ -200,7 +218,7 @@ async def test_python_missing_main(pool_cleanup: None) -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_syntax_error(pool_cleanup: None) -> None:
+async def test_python_syntax_error(resources: ToolResources) -> None:
     f = await failure(py("def main():\n    return (1 +\n\nx = = 2\n"))
     assert f.type == "SyntaxError"
     assert "line 2" in f.message or "line 4" in f.message
@@ -210,13 +228,13 @@ async def test_python_syntax_error(pool_cleanup: None) -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_error_at_import_time(pool_cleanup: None) -> None:
+async def test_python_error_at_import_time(resources: ToolResources) -> None:
     f = await failure(py("import no_such_module_xyz\ndef main():\n    return 1\n"))
     assert f.type == "ModuleNotFoundError"
 
 
 @pytest.mark.asyncio
-async def test_python_bad_args(pool_cleanup: None) -> None:
+async def test_python_bad_args(resources: ToolResources) -> None:
     f = await failure(py("def main(a):\n    return a\n", {"b": 1}))
     assert f.type == "TypeError"
     f = await failure(py("def main(**a):\n    return 1\n", {"s": {1, 2}}))
@@ -224,7 +242,7 @@ async def test_python_bad_args(pool_cleanup: None) -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_non_serialisable_result(pool_cleanup: None) -> None:
+async def test_python_non_serialisable_result(resources: ToolResources) -> None:
     f = await failure(py("def main():\n    return {1, 2, 3}\n"))
     assert f.type == "ResultNotSerialisable"
     f = await failure(py("def main():\n    return object()\n"))
@@ -233,7 +251,7 @@ async def test_python_non_serialisable_result(pool_cleanup: None) -> None:
 
 
 @pytest.mark.asyncio
-async def test_python_prints_do_not_corrupt_the_channel(pool_cleanup: None) -> None:
+async def test_python_prints_do_not_corrupt_the_channel(resources: ToolResources) -> None:
     code = (
         "import sys, os\n"
         "def main():\n"
@@ -247,14 +265,14 @@ async def test_python_prints_do_not_corrupt_the_channel(pool_cleanup: None) -> N
 
 
 @pytest.mark.asyncio
-async def test_python_big_args_and_result(pool_cleanup: None) -> None:
+async def test_python_big_args_and_result(resources: ToolResources) -> None:
     blob = "y" * 3_000_000
     assert await py("def main(s):\n    return s + s\n", {"s": blob}) == blob + blob
 
 
 @pytest.mark.asyncio
-async def test_python_infinite_loop_timeout_kills_worker(pool_cleanup: None) -> None:
-    pool = default_pool()
+async def test_python_infinite_loop_timeout_kills_worker(resources: ToolResources) -> None:
+    pool = resources.python_pool()
     await pool.start()
     before = set(pool.pids())
     t0 = time.monotonic()
@@ -311,7 +329,7 @@ async def test_python_worker_crash_is_reported_and_replaced() -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("signal_type", [asyncio.Event, CancelSignal])
-async def test_python_cancel_stops_a_running_call(pool_cleanup: None, signal_type: type[asyncio.Event]) -> None:
+async def test_python_cancel_stops_a_running_call(resources: ToolResources, signal_type: type[asyncio.Event]) -> None:
     server, port = listener()
     code = (
         "import socket, time\n"
@@ -323,13 +341,13 @@ async def test_python_cancel_stops_a_running_call(pool_cleanup: None, signal_typ
     try:
         task = asyncio.create_task(py(code, {"port": port}, timeout=None, cancel=cancel))
         await asyncio.wait_for(accept_one(server), 10)  # the code is running now
-        pids = set(default_pool().pids())
+        pids = set(resources.python_pool().pids())
         t0 = time.monotonic()
         cancel.set()
         f = await failure(task)
         assert f.type == "Cancelled" and not f.retryable
         assert time.monotonic() - t0 < 3
-        assert all(reaped(pid) for pid in pids - set(default_pool().pids()))
+        assert all(reaped(pid) for pid in pids - set(resources.python_pool().pids()))
         assert await py("def main():\n    return 'next'\n") == "next"
         # already set: refused at once
         f = await failure(py("def main():\n    return 1\n", cancel=cancel))
@@ -475,11 +493,11 @@ async def test_python_pool_close_stops_a_running_call() -> None:
 
 
 @pytest.mark.asyncio
-async def test_default_pool_close_leaves_no_zombies() -> None:
+async def test_resources_close_leaves_no_zombies(resources: ToolResources) -> None:
     assert await py("def main():\n    return 1\n") == 1
-    pids = default_pool().pids()
+    pids = resources.python_pool().pids()
     assert pids
-    await close_default_pool()
+    await resources.close()
     assert all(reaped(pid) for pid in pids)
 
 
@@ -487,13 +505,13 @@ async def test_default_pool_close_leaves_no_zombies() -> None:
 
 
 @pytest.mark.asyncio
-async def test_shell_success() -> None:
+async def test_shell_success(resources: ToolResources) -> None:
     r = await run_tool("shell", {"kind": "shell", "command": "echo hello; echo warn >&2"}, {}, timeout=10)
     assert r == {"stdout": "hello\n", "stderr": "warn\n", "exit_code": 0}
 
 
 @pytest.mark.asyncio
-async def test_shell_non_zero_exit() -> None:
+async def test_shell_non_zero_exit(resources: ToolResources) -> None:
     f = await failure(run_tool("shell", {"command": "echo out; echo 'it broke' >&2; exit 3"}, {}, timeout=10))
     assert f.type == "ShellError" and not f.retryable
     assert "3" in f.message and "it broke" in f.message
@@ -501,7 +519,7 @@ async def test_shell_non_zero_exit() -> None:
 
 
 @pytest.mark.asyncio
-async def test_shell_env_args_and_cwd(tmp_path: Path) -> None:
+async def test_shell_env_args_and_cwd(tmp_path: Path, resources: ToolResources) -> None:
     tool = {
         "command": 'printf "%s|%s|%s|%s|%s" "$GREETING" "$NUM" "$ARG_NAME" "$ARG_ITEMS" "$(pwd)"',
         "env": {"GREETING": "hi", "NUM": 5},
@@ -515,7 +533,7 @@ async def test_shell_env_args_and_cwd(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_shell_timeout_kills_the_process_group(tmp_path: Path) -> None:
+async def test_shell_timeout_kills_the_process_group(tmp_path: Path, resources: ToolResources) -> None:
     pidfile = tmp_path / "sleep.pid"
     t0 = time.monotonic()
     f = await failure(run_tool("shell", {"command": f"sleep 30 & echo $! > {pidfile}; wait"}, {}, timeout=0.5))
@@ -525,7 +543,7 @@ async def test_shell_timeout_kills_the_process_group(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_shell_cancel(tmp_path: Path) -> None:
+async def test_shell_cancel(tmp_path: Path, resources: ToolResources) -> None:
     server, port = listener()
     cancel = asyncio.Event()
     pidfile = tmp_path / "sh.pid"
@@ -542,7 +560,7 @@ async def test_shell_cancel(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_shell_bad_cwd() -> None:
+async def test_shell_bad_cwd(resources: ToolResources) -> None:
     f = await failure(run_tool("shell", {"command": "true", "cwd": "/no/such/dir"}, {}, timeout=5))
     assert f.type == "ToolConfigError"
 
@@ -558,7 +576,7 @@ class HttpServer:
 
 
 @pytest_asyncio.fixture
-async def http_server() -> AsyncIterator[HttpServer]:
+async def http_server(resources: ToolResources) -> AsyncIterator[HttpServer]:
     srv = HttpServer()
 
     async def echo(request: web.Request) -> web.Response:
@@ -602,7 +620,7 @@ async def http_server() -> AsyncIterator[HttpServer]:
     try:
         yield srv
     finally:
-        await close_http()
+        await resources.close()
         await runner.cleanup()
 
 
@@ -698,39 +716,31 @@ async def test_http_cancel(http_server: HttpServer) -> None:
 
 
 @pytest.mark.asyncio
-async def test_http_connection_refused() -> None:
+async def test_http_connection_refused(resources: ToolResources) -> None:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    try:
-        f = await failure(http({"url": f"http://127.0.0.1:{port}/x"}))
-        assert f.type == "ConnectionError" and f.retryable
-    finally:
-        await close_http()
+    f = await failure(http({"url": f"http://127.0.0.1:{port}/x"}))
+    assert f.type == "ConnectionError" and f.retryable
 
 
 @pytest.mark.asyncio
-async def test_http_bad_fields() -> None:
-    try:
-        f = await failure(http({"url": ""}))
-        assert f.type == "ToolConfigError"
-        f = await failure(http({"url": "not a url"}))
-        assert isinstance(f, ToolFailure)
-        f = await failure(http({"url": "http://127.0.0.1:1/", "headers": "nope"}))
-        assert f.type == "ToolConfigError"
-    finally:
-        await close_http()
+async def test_http_bad_fields(resources: ToolResources) -> None:
+    f = await failure(http({"url": ""}))
+    assert f.type == "ToolConfigError"
+    f = await failure(http({"url": "not a url"}))
+    assert isinstance(f, ToolFailure)
+    f = await failure(http({"url": "http://127.0.0.1:1/", "headers": "nope"}))
+    assert f.type == "ToolConfigError"
 
 
 @pytest.mark.asyncio
-async def test_http_one_session_per_loop(http_server: HttpServer) -> None:
-    from actors.tools import executors
-
+async def test_http_one_session_per_resources(http_server: HttpServer, resources: ToolResources) -> None:
     await http({"url": f"{http_server.base}/text"})
-    s1 = executors._session()
+    s1 = resources.http_session()
     await http({"url": f"{http_server.base}/text"})
-    assert executors._session() is s1
+    assert resources.http_session() is s1
     assert isinstance(s1, aiohttp.ClientSession)
 
 
@@ -747,7 +757,7 @@ def test_python_pool_outlives_event_loops() -> None:
 
 
 @pytest.mark.asyncio
-async def test_integers_beyond_64_bits_pass_exactly_through_python_and_http(pool_cleanup: None,
+async def test_integers_beyond_64_bits_pass_exactly_through_python_and_http(resources: ToolResources,
                                                                           http_server: HttpServer) -> None:
     # orjson refuses them on encode and reads them as floats: they must not be changed
     assert await py("def main(n):\n    return {'n': n, 'up': n + 1}\n", {"n": 2**70}) == {"n": 2**70, "up": 2**70 + 1}

@@ -1,0 +1,223 @@
+"""Running one command: decode it (or dead-letter it), read its blob back, run the tool and
+its sink, answer (`call.done`/`call.error`, a chunk's `chunk.done`, or a loop iteration's
+entry in a batch) and ack it once the answer is stored.
+
+A command that cannot be decoded, or that has been delivered `max_deliver` times (its
+tool keeps killing the pod), is dead-lettered and, where it names an execution, answered
+with a `call.error`, so the execution sees the failure instead of waiting forever. A
+tool's result is JSON text encoded once (by its executor) and goes into the answer as it
+is (`msgspec.Raw`); a sink gets it decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from actors.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
+from actors.deadletters import answer_undeliverable
+from actors.jsonvalues import loads
+from actors.metrics import commands_in_flight, observe_step, step_outcome
+from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher
+from actors.playbook.model import UNRENDERED_TOOL_FIELDS
+from actors.playbook.templates import SliceExhausted, TemplateError, render_value, template_limits
+from actors.render_process import OffLoop
+from actors.tools.batching import ResultBatcher
+from actors.tools.cancels import Cancels
+from actors.tools.executors import run_tool
+from actors.tools.failures import ToolFailure
+from actors.tools.resources import ToolResources
+from actors.wire import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    Command,
+    ErrorInfo,
+    IterationOutcome,
+    Limits,
+    SinkCall,
+    command_decoder,
+    encode,
+)
+from streams.layout import Layout, result_batch_subject
+
+__all__ = ["RESULT_HEADROOM", "CommandRunner"]
+
+RESULT_HEADROOM = HEADROOM  # room for the envelope around a result
+
+
+class CommandRunner:
+    """Runs the commands one tool actor takes (see the module docstring)."""
+
+    def __init__(self, nc: NATS, js: JetStreamContext, *, layout: Layout, name: str, limits: Limits,
+                 off_loop: OffLoop, resources: ToolResources, cancels: Cancels, held: dict[str, Msg],
+                 batch_max: int, batch_window: float) -> None:
+        """`limits` bound the sinks' templates of commands that carry none; `off_loop`
+        renders long sinks; `held`: commands kept alive until acked; `batch_max`,
+        `batch_window`: how loop results are gathered (`ResultBatcher`)."""
+        self.nc = nc
+        self.js = js
+        self.layout = layout
+        self.name = name
+        self.limits = limits
+        self.off_loop = off_loop
+        self.resources = resources
+        self.cancels = cancels
+        self.held = held
+        self.batcher = ResultBatcher(nc, limit=layout.max_msg_size - RESULT_HEADROOM, batch_max=batch_max,
+                                     window=batch_window, worker=name, answer_alone=self.reply, held=held)
+
+    async def command(self, msg: Msg) -> None:
+        try:
+            cmd = command_decoder.decode(msg.data)
+        except msgspec.DecodeError as e:
+            await dead_letter(self.js, source="tools", reason=f"undecodable command: {e}", msg=msg)
+            await msg.term()
+            return
+        delivered = num_delivered(msg)
+        if delivered >= self.layout.max_deliver:
+            reason = f"delivered {delivered} times without a result; giving up"
+            await dead_letter(self.js, source="tools", reason=reason, msg=msg, execution_id=cmd.execution_id)
+            await answer_undeliverable(self.js, cmd, reason, worker=self.name)
+            await msg.term()
+            return
+        if cmd.body_ref is not None:  # too large for a message: the whole command is a blob
+            try:
+                cmd = await resolve_command(self.js, cmd)
+            except BLOB_MISSING:
+                missing = ErrorInfo(type="ValueMissing", message=f"step '{cmd.step}': command blob {cmd.body_ref} "
+                                                                 "not found (expired or removed)")
+                await self.reply(cmd, None, missing, time.time(), time.time())
+                await ack(msg)
+                return
+        # a loop iteration's result may go out with others of its loop (see actors/tools/batching.py)
+        subject = result_batch_subject(cmd.reply_to) if cmd.iteration_index is not None and cmd.chunk is None \
+            and self.batcher.batch_max > 1 else None
+        key = f"{subject} {cmd.step}" if subject is not None else ""
+        if key:
+            self.batcher.started(key)
+        cancel = self.cancels.begin(cmd)
+        held = msg.reply
+        self.held[held] = msg
+        handed_over = False
+        commands_in_flight(cmd.kind, 1)
+        try:
+            started = time.time()
+            try:
+                if cmd.chunk is not None:
+                    outcomes = []
+                    for item in cmd.chunk:
+                        t0 = time.time()
+                        result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
+                        outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result,
+                                                         error=error, started_at=t0, ended_at=time.time()))
+                else:
+                    result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
+            finally:
+                commands_in_flight(cmd.kind, -1)
+                self.cancels.end(cmd)
+                if key:
+                    self.batcher.finished(key)
+            if cmd.chunk is not None:
+                failed = next((o.error for o in outcomes if o.error is not None), None)
+            else:
+                failed = error
+            observe_step(cmd.kind, step_outcome(failed.type if failed else None), time.time() - started)
+            # the result is stored (PubAck) before the command is acked: a command that
+            # was ever acked has its result in the log, which replay relies on
+            if cmd.chunk is not None:
+                await self._reply_chunk(cmd, outcomes)
+            elif subject is not None and self.batcher.gather(subject, key, cmd, msg, result, error, started,
+                                                             time.time()):
+                handed_over = True  # acked once its batch is stored (still kept alive until then)
+                return
+            else:
+                await self.reply(cmd, result, error, started, time.time())
+        finally:
+            if not handed_over:
+                del self.held[held]
+        await ack(msg)
+
+    async def _run(self, cmd: Command, args: dict[str, Any], element: Any, index: int | None,
+                   cancel: asyncio.Event) -> tuple[msgspec.Raw | None, ErrorInfo | None]:
+        """The tool, then its sink (same command: a failed sink fails the attempt)."""
+        if cancel.is_set():
+            return None, ErrorInfo(type="Cancelled", message=f"step '{cmd.step}': cancelled")
+        try:
+            result = await run_tool(cmd.kind, {"kind": cmd.kind, **cmd.tool}, args, timeout=cmd.timeout,
+                                    cancel=cancel, resources=self.resources)
+        except ToolFailure as f:
+            return None, ErrorInfo(**f.to_error())
+        if cmd.sink is not None:
+            error = await self._sink(cmd, cmd.sink, loads(result), element, index, cancel)
+            if error is not None:
+                return None, error
+        return msgspec.Raw(result), None
+
+    async def _sink(self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None,
+                    cancel: asyncio.Event) -> ErrorInfo | None:
+        scope = {**sink.scope, "result": result, "response": result, "error": None, "attempt": cmd.attempt_number}
+        if sink.element is not None:
+            scope[sink.element] = element
+            scope["iteration"] = {"index": index}
+
+        def render() -> tuple[dict[str, Any], Any]:
+            with template_limits(sink.limits or self.limits):
+                tool = {k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
+                        for k, v in sink.tool.items()}
+                return tool, render_value(sink.args, scope, where="sink.args")
+
+        try:
+            try:
+                tool, args = self.off_loop.inline(render)
+            except SliceExhausted:  # a long render: off the loop, so other commands go on meanwhile
+                tool, args = await self.off_loop.off_loop(render)
+        except TemplateError as e:
+            return ErrorInfo(type=e.kind, message=f"step '{cmd.step}' field {e}")
+        kind = str(tool.get("kind"))
+        try:
+            await run_tool(kind, tool, args, timeout=cmd.timeout, cancel=cancel, resources=self.resources)
+        except ToolFailure as f:
+            info = ErrorInfo(**f.to_error())
+            info.message = f"step '{cmd.step}' sink ({kind}) failed: {info.message}"
+            return info
+        return None
+
+    async def _reply_chunk(self, cmd: Command, outcomes: list[IterationOutcome]) -> None:
+        done = ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
+                         attempt_number=cmd.attempt_number, outcomes=outcomes, worker=self.name)
+        # iterations whose results are too large together go as blobs, up to the cap
+        payload = await chunk_message(self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM)
+        await self._publish_result(cmd, payload)
+
+    async def reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
+        """Answer `cmd` alone: its `call.done` or `call.error`."""
+        common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
+                      attempt_number=cmd.attempt_number, started_at=started, ended_at=ended, worker=self.name,
+                      iteration_index=cmd.iteration_index)
+        limit = self.layout.max_msg_size - RESULT_HEADROOM
+        # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
+        payload = await result_message(
+            self.js, CallError(error=error, **common) if error else CallDone(result=result, **common),  # type: ignore[arg-type]
+            limit=limit)
+        if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
+            error = ErrorInfo(
+                type="ResultTooLarge",
+                message=f"step '{cmd.step}': its answer is {len(payload)} bytes, over the {limit}-byte message limit",
+            )
+            payload = encode(CallError(error=error, **common))  # type: ignore[arg-type]
+        await self._publish_result(cmd, payload)
+
+    async def _publish_result(self, cmd: Command, payload: bytes) -> None:
+        """Wait for the PubAck (pipelined with every other command's result). A result
+        refused while the log's stream elects a leader is sent again, not dropped:
+        dropping it would leave the command unacked, to run again after ack_wait and
+        count towards max_deliver."""
+        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})],
+                                     readers_deduplicate=True)
