@@ -25,11 +25,17 @@ RULES = [
     ("nats-py receive path (read loop, parser, dispatch, PubAck JSON)",
      r"_read_loop|Parser\.parse|_process_msg|_process_headers|_build_message|_parse_header_lines|_wait_for_msgs|"
      r"next_msg|_handle_async_reply|from_response|json/|nats/js/api\.py|Subscription"),
-    ("python pool IPC, parent side (pyrunner)", r"pyrunner\.py"),
+    ("python pool IPC, parent side (pypool, pyprocess)", r"tools/pypool\.py|tools/pyprocess\.py"),
     ("fold/decide, excluding templates", r"core/decide\.py|core/state\.py|core/backoff\.py"),
     ("asyncio tasks, queues, futures", r"asyncio/(tasks|queues|mixins|locks|futures)\.py"),
+<<<<<<< HEAD
     ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio/\w+\.py|wire\.py"),
     ("tool actor code (decode, encode, keep-alive task)", r"tools/actor\.py|tools/executors\.py"),
+=======
+    ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio\.py|wire\.py"),
+    ("tool actor code (decode, encode, keep-alive task)",
+     r"tools/(actor|pull|running|batching|cancels|executors|failures|kinds/\w+)\.py"),
+>>>>>>> 0269cd4 (Moved lines under 120 characters; bench/spy_categories.py names the new tool modules)
     ("projector, status KV, Client.wait", r"projector\.py|nats/js/kv\.py|Client\.wait"),
     ("starter, catalog", r"starter\.py|catalog\.py"),
     ("uvloop internals (no Python frame above)", r"^Runner\.run|^run \(uvloop"),

@@ -301,7 +301,9 @@ class PythonPool:
                     deadline += loop.time() - t0  # a cold boot is not the user's time
             return w, deadline
 
-    async def _await_ready(self, w: WorkerProcess, loop: asyncio.AbstractEventLoop, cancel: asyncio.Event | None) -> None:
+    async def _await_ready(
+        self, w: WorkerProcess, loop: asyncio.AbstractEventLoop, cancel: asyncio.Event | None
+    ) -> None:
         try:
             frame = await w.exchange(loop, None, loop.time() + self.start_timeout, cancel)
         except Stop as stop:

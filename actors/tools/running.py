@@ -203,9 +203,9 @@ class CommandRunner:
                       iteration_index=cmd.iteration_index)
         limit = self.layout.max_msg_size - RESULT_HEADROOM
         # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
-        payload = await result_message(
-            self.js, CallError(error=error, **common) if error else CallDone(result=result, **common),  # type: ignore[arg-type]
-            limit=limit)
+        answer: CallDone | CallError = (CallError(error=error, **common) if error  # type: ignore[arg-type]
+                                        else CallDone(result=result, **common))  # type: ignore[arg-type]
+        payload = await result_message(self.js, answer, limit=limit)
         if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
             error = ErrorInfo(
                 type="ResultTooLarge",
