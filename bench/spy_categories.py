@@ -28,14 +28,9 @@ RULES = [
     ("python pool IPC, parent side (pypool, pyprocess)", r"tools/pypool\.py|tools/pyprocess\.py"),
     ("fold/decide, excluding templates", r"core/decide\.py|core/state\.py|core/backoff\.py"),
     ("asyncio tasks, queues, futures", r"asyncio/(tasks|queues|mixins|locks|futures)\.py"),
-<<<<<<< HEAD
     ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio/\w+\.py|wire\.py"),
-    ("tool actor code (decode, encode, keep-alive task)", r"tools/actor\.py|tools/executors\.py"),
-=======
-    ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio\.py|wire\.py"),
     ("tool actor code (decode, encode, keep-alive task)",
      r"tools/(actor|pull|running|batching|cancels|executors|failures|kinds/\w+)\.py"),
->>>>>>> 0269cd4 (Moved lines under 120 characters; bench/spy_categories.py names the new tool modules)
     ("projector, status KV, Client.wait", r"projector\.py|nats/js/kv\.py|Client\.wait"),
     ("starter, catalog", r"starter\.py|catalog\.py"),
     ("uvloop internals (no Python frame above)", r"^Runner\.run|^run \(uvloop"),
