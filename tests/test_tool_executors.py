@@ -462,6 +462,17 @@ def test_pool_size_follows_the_cpus_this_process_may_use() -> None:
     assert PythonPool().size == n
 
 
+def test_python_workers_sizes_the_actors_pool() -> None:
+    """`ToolActor(python_workers=...)` (from ACTORS_PYTHON_WORKERS) sizes the pool it owns."""
+    from nats.aio.client import Client
+
+    from actors.tools.actor import ToolActor
+    from streams.layout import Layout
+
+    assert ToolActor(Client(), layout=Layout(), python_workers=3).resources.python_pool().size == 3
+    assert ToolActor(Client(), layout=Layout()).resources.python_pool().size == available_cpus()
+
+
 @pytest.mark.asyncio
 async def test_python_pool_close_leaves_no_zombies() -> None:
     pool = PythonPool(size=2)

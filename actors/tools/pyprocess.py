@@ -41,6 +41,8 @@ class Stop(Exception):
 
 
 class WorkerProcess:
+    """One worker: its process, the parent's end of its socket, its pidfd, what was read."""
+
     __slots__ = ("active", "buf", "dead", "exitfd", "handlers", "loop", "pid", "proc", "rbuf", "ready", "reaped",
                  "sock", "waiter", "watched")
 
