@@ -144,7 +144,7 @@ class IterationResult(_Wire):
 class ResultBatch(_Wire, tag="result.batch", tag_field="type"):
     """Answers to several iteration commands of one loop, in one message: a tool actor
     gathers the results that end close together (loop results only; see
-    actors/tools/actor.py). Each entry counts as the `call.done`/`call.error` of its
+    actors/tools/batching.py). Each entry counts as the `call.done`/`call.error` of its
     command; an entry whose command is not in flight changes nothing."""
 
     execution_id: str

@@ -35,6 +35,7 @@ import actors.outbox as outbox_mod
 import actors.tools.actor as tools_mod
 from actors.client import Client
 from actors.natsio import stream_seq
+from actors.tools.running import CommandRunner
 from streams.layout import IN, class_of
 
 # stamps[(execution_id, point)][key] = time.time(); key = input seq (engine) or command id (tool)
@@ -93,7 +94,7 @@ def install() -> None:
         stamps["tool_got"][f"{cid}:{eid}"] = time.time()
         await tool_handle(self, msg)
 
-    reply = ToolActor._reply
+    reply = CommandRunner.reply
 
     async def _reply(self: Any, cmd: Any, result: Any, error: Any, started: float, ended: float) -> None:
         await reply(self, cmd, result, error, started, ended)
@@ -105,7 +106,7 @@ def install() -> None:
     ExecutionActor.publish = _publish  # type: ignore[method-assign,assignment]
     ExecutionActor.handle = _handle  # type: ignore[method-assign]
     ToolActor._handle = _tool_handle  # type: ignore[method-assign]
-    ToolActor._reply = _reply  # type: ignore[method-assign]
+    CommandRunner.reply = _reply  # type: ignore[method-assign]
 
 
 def main() -> int:
