@@ -32,6 +32,7 @@ from actors.tools.pull import KindPull, wake_now_and_then
 from actors.tools.resources import ToolResources
 from actors.tools.running import CommandRunner
 from streams.layout import TOOL_KINDS, Layout
+from streams.subjects import CANCEL_FILTER
 
 __all__ = ["DEFAULT_CONCURRENCY", "KIND_CONCURRENCY", "ToolActor", "concurrency_of"]
 
@@ -102,7 +103,7 @@ class ToolActor:
         self._loop = self._batcher.loop = asyncio.get_running_loop()
         if "python" in self.kinds:
             await self.resources.python_pool().start()  # warm workers now, not on the first step
-        self._cancel_sub = await self.nc.subscribe("cancel.>", cb=self._on_cancel)
+        self._cancel_sub = await self.nc.subscribe(CANCEL_FILTER, cb=self._on_cancel)
         for k in self._pulls.values():
             await k.subscribe()
             self._loops.append(asyncio.create_task(k.run(self._stopping), name=f"tools:{k.kind}"))

@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 
 from actors.natsio import MSG_ID, ack, publisher
 from actors.wire import Command, ErrorInfo, IterationResult, ResultBatchOut, encode
+from streams.ids import result_batch_id
 from streams.layout import loop_key
 
 __all__ = ["RESULT_BATCH_MAX", "RESULT_BATCH_WINDOW", "ResultBatcher"]
@@ -177,7 +178,7 @@ class ResultBatcher:
                 payload = encode(ResultBatchOut(execution_id=eid, loop_id=loop_id, step=first.step, results=g.parts,
                                                 worker=self.worker))
                 # re-sent through an election (same message id), like a single result
-                await publisher(self.nc).send([(g.subject, payload, {MSG_ID: f"{eid}:res:{loop_id}:{digest}"})],
+                await publisher(self.nc).send([(g.subject, payload, {MSG_ID: result_batch_id(eid, loop_id, digest)})],
                                               readers_deduplicate=True)
         except Exception as e:
             # unacked: the commands come back after ack_wait (here or on another pod)

@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 from actors.tools.failures import CancelSignal
 from actors.wire import Command
+from streams.subjects import cancel_target
 
 __all__ = ["CANCELS_REMEMBERED", "Cancels"]
 
@@ -23,8 +24,7 @@ class Cancels:
 
     def on_cancel(self, subject: str) -> None:
         """A `cancel.<execution>[.<command>]` message arrived."""
-        _, _, rest = subject.partition(".")
-        eid, _, command_id = rest.partition(".")
+        eid, command_id = cancel_target(subject)
         self._cancelled[f"{eid}.{command_id}" if command_id else eid] = None
         if len(self._cancelled) > CANCELS_REMEMBERED:
             self._cancelled.popitem(last=False)

@@ -45,6 +45,7 @@ from actors.wire import (
     command_decoder,
     encode,
 )
+from streams.ids import result_id
 from streams.layout import Layout, result_batch_subject
 
 __all__ = ["RESULT_HEADROOM", "CommandRunner"]
@@ -219,5 +220,5 @@ class CommandRunner:
         refused while the log's stream elects a leader is sent again, not dropped:
         dropping it would leave the command unacked, to run again after ack_wait and
         count towards max_deliver."""
-        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: f"{cmd.execution_id}:res:{cmd.command_id}"})],
+        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})],
                                      readers_deduplicate=True)
