@@ -19,9 +19,9 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter
-from actors.overlap import Overlap
 from actors.wire import Event, ExecutionStatus, encode, event_decoder, status_decoder
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
 
@@ -63,7 +63,7 @@ def project(current: ExecutionStatus | None, ev: Event) -> ExecutionStatus | Non
     return new
 
 
-# Lifecycle events applied at once (actors/overlap.py), those of one execution in turn
+# Lifecycle events applied at once (actors/keyed_limiter.py), those of one execution in turn
 EVENTS_IN_FLIGHT = 64
 KNOWN_STATUSES = 10_000  # statuses (and their KV revisions) remembered, most recent
 
@@ -81,7 +81,7 @@ class Projector:
         self.js = nc.jetstream()
         self._kv: KeyValue | None = None
         self._sub: Subscription | None = None
-        self._overlap = Overlap(limit=in_flight, what="projector")
+        self._limiter = KeyedLimiter(limit=in_flight, what="projector")
         self._known: OrderedDict[str, tuple[ExecutionStatus, int]] = OrderedDict()
 
     async def start(self) -> None:
@@ -94,12 +94,12 @@ class Projector:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
-        await self._overlap.drain()
+        await self._limiter.drain()
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
             return  # a status message, or stopping: unacked, it goes to another projector
-        await self._overlap.submit(functools.partial(self._handle, msg), key=execution_of(msg.subject))
+        await self._limiter.submit(functools.partial(self._handle, msg), key=execution_of(msg.subject))
 
     async def _handle(self, msg: Msg) -> None:
         try:

@@ -24,9 +24,9 @@ from nats.js.errors import NotFoundError
 from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
 from actors.hosting import POISON_TRIES, is_transient
+from actors.keyed_limiter import KeyedLimiter
 from actors.limits import limits_from_env
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
-from actors.overlap import Overlap
 from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
 from streams.ids import start_record_id
 from streams.layout import EXEC_STREAM, EXECUTION_ID, STARTER_CONSUMER, Layout, deliver_subject
@@ -36,7 +36,7 @@ _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
 
 
-# Start messages handled at once (actors/overlap.py): each costs a few round trips and
+# Start messages handled at once (actors/keyed_limiter.py): each costs a few round trips and
 # starts of different executions do not depend on each other. Starts of one execution
 # id take turns: the second must see the first's record, not race it past the
 # duplicate window.
@@ -52,7 +52,7 @@ class Starter:
         self.layout = layout
         self.catalog = CatalogReader(self.js)
         self._sub: Subscription | None = None
-        self._overlap = Overlap(limit=in_flight, what="starter")
+        self._limiter = KeyedLimiter(limit=in_flight, what="starter")
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
@@ -64,12 +64,12 @@ class Starter:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
-        await self._overlap.drain()
+        await self._limiter.drain()
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
             return  # a status message, or stopping: unacked, it comes back to a starter
-        await self._overlap.submit(functools.partial(self._handle_one, msg))
+        await self._limiter.submit(functools.partial(self._handle_one, msg))
 
     async def _handle_one(self, msg: Msg) -> None:
         try:
@@ -108,7 +108,7 @@ class Starter:
                 msg=msg,
             )
             return
-        async with self._overlap.turn(eid):
+        async with self._limiter.turn(eid):
             await self._start(eid, start)
 
     async def _start(self, eid: str, start: StartMessage) -> None:

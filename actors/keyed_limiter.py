@@ -3,7 +3,7 @@
 A nats-py subscription runs its callback for one message at a time. Actors whose
 messages each cost a few round trips (the starter: is it started, which playbook, a
 PubAck; the projector: a compare-and-set) and rarely depend on each other would spend
-almost all their time waiting. `Overlap` runs up to `limit` at once; the callback
+almost all their time waiting. `KeyedLimiter` runs up to `limit` at once; the callback
 waits for a free slot, so a flood stays in the stream (the consumer's
 max_ack_pending), not in memory. Work on one key (an execution) takes turns, in
 arrival order: asyncio.Lock wakes its waiters first come, first served, and each task
@@ -20,7 +20,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 log = logging.getLogger("actors")
 
 
-class Overlap:
+class KeyedLimiter:
+    """Runs up to `limit` pieces of work at once; those of one key in turn."""
+
     def __init__(self, *, limit: int, what: str) -> None:
         self._slots = asyncio.Semaphore(limit)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -49,7 +51,7 @@ class Overlap:
 
     @contextlib.asynccontextmanager
     async def turn(self, key: str) -> AsyncIterator[None]:
-        """Exclusive use of `key` among this Overlap's work."""
+        """Exclusive use of `key` among this limiter's work."""
         lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
         self._turns[key] = (lock, users + 1)
         try:
