@@ -389,15 +389,29 @@ def replay(run: Run, *, read_back: bool = True) -> bool:
     without, the rules are evaluated again (and must decide the same)."""
     decided = run.events("step.failure_decided") if read_back else []
     recorded = {(i.data["activation"], i.data["attempt_number"]): i.data for i in decided}
-    ex = Execution(execution_id=run.execution_id, recorded=recorded)
-    again = [_plain(fold(ex, inp, seq=seq, at=at, reply_to=_reply_to(run.execution_id))) for inp, seq, at in run.inputs]
-    if again != run.outputs:
+    if refold(run.execution_id, run.inputs, recorded=recorded) != run.outputs:
         return False
     for loop_id, log in run.loops.items():
         state = LoopRun(execution_id=run.execution_id, loop_id=loop_id)
         if [_plain(_counter_fold(state, inp, at)) for inp, at, _ in log] != [first for _, _, first in log]:
             return False
     return True
+
+
+def refold(execution_id: str, inputs: Iterable[tuple[Any, int, float]], *, reply_to: str | None = None,
+           recorded: dict[tuple[int, int], dict[str, Any]] | None = None) -> list[Any]:
+    """Fold an execution's inputs (each with its stream sequence and log time) into
+    fresh state, as a replaying engine does, with `recorded` failure decisions read
+    back; each decision's outputs as plain data (see `decisions`)."""
+    ex = Execution(execution_id=execution_id, recorded=dict(recorded or {}))
+    reply_to = reply_to or _reply_to(execution_id)
+    return [_plain(fold(ex, inp, seq=seq, at=at, reply_to=reply_to)) for inp, seq, at in inputs]
+
+
+def decisions(output: Any) -> list[dict[str, Any]]:
+    """The events one decision (an item of `refold`) writes to the log: its decision
+    record's events, then its lifecycle events, as plain data."""
+    return [*output["events"], *output["lifecycle"]]
 
 
 def _counter_fold(state: LoopRun, inp: Any, at: float) -> LoopOutput:

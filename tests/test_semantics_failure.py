@@ -75,7 +75,7 @@ def test_retry_decision_retries_now_with_new_args() -> None:
     def divide(call: Call) -> float:
         if call.args["d"] == 0:
             raise Fail("ZeroDivisionError", "division by zero")
-        return 10 / call.args["d"]
+        return 10 / float(call.args["d"])
 
     run = Harness({"divide": divide}).run(HEAD % "retry_args" + f"""
   - step: divide
