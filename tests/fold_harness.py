@@ -152,11 +152,12 @@ def _plain(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
-def _item(cls: str, value: Any, seq: int, at: float) -> Item:
-    raw = _plain(value)
+def _item(cls: str, raw: dict[str, Any], seq: int, at: float) -> Item:
+    """A log entry from an input or an event, as plain data."""
     if cls == "in":
+        raw = dict(raw)
         return Item(cls, raw.pop("type"), raw.get("step"), raw, at, seq)
-    return Item(cls, raw["type"], raw.get("step"), raw.get("data", {}), raw["at"], raw["cause"])
+    return Item(cls, raw["type"], raw.get("step"), dict(raw.get("data", {})), raw["at"], raw["cause"])
 
 
 class Harness:
@@ -241,11 +242,12 @@ class Harness:
         run = self.runs.setdefault(eid, Run(eid))
         ex = self._states.setdefault(eid, Execution(execution_id=eid))
         out = fold(ex, inp, seq=seq, at=at, reply_to=_reply_to(eid))
+        plain = _plain(out)
         run.inputs.append((inp, seq, at))
-        run.outputs.append(_plain(out))
-        run.items.append(_item("in", inp, seq, at))
-        run.items += [_item("ev", e, seq, at) for e in out.events]
-        run.items += [_item("lc", e, seq, at) for e in out.lifecycle]
+        run.outputs.append(plain)
+        run.items.append(_item("in", _plain(inp), seq, at))
+        run.items += [_item("ev", e, seq, at) for e in plain["events"]]
+        run.items += [_item("lc", e, seq, at) for e in plain["lifecycle"]]
         self._effects(("exec", eid), run, out)
 
     def _fold_loop(self, eid: str, loop_id: str, inp: Any, at: float) -> None:
@@ -258,10 +260,7 @@ class Harness:
     # --- what the shells do with a decision ---------------------------------------------
 
     def _effects(self, here: tuple[str, ...], run: Run, out: Output) -> None:
-        self._commands(here, run, out.commands)
-        self._arm(here, out.timers)
-        self._stop(run, out.cancels)
-        self._start_children(run, out.starts)
+        self._work(here, run, out)
         for spec in out.loops:
             self._deliver(("loop", run.execution_id, spec.loop_id), spec)
         for lc in out.loop_cancels:
@@ -273,14 +272,19 @@ class Harness:
             self._deliver(_target_of(subject), msg)
 
     def _loop_effects(self, here: tuple[str, ...], run: Run, out: LoopOutput) -> None:
-        self._commands(here, run, out.commands)
-        self._arm(here, out.timers)
-        self._stop(run, out.cancels)
-        self._start_children(run, out.starts)
+        self._work(here, run, out)
         for child in out.child_cancels:
             self.cancel(child, f"loop {here[2]} of {run.execution_id} stopped")
         if out.verdict is not None:
             self._deliver(("exec", run.execution_id), out.verdict)
+
+    def _work(self, here: tuple[str, ...], run: Run, out: Output | LoopOutput) -> None:
+        """What engine and counter alike ask for: commands run, timers armed, commands
+        stopped, children started."""
+        self._commands(here, run, out.commands)
+        self._arm(here, out.timers)
+        self._stop(run, out.cancels)
+        self._start_children(run, out.starts)
 
     def _arm(self, here: tuple[str, ...], timers: Iterable[Timer]) -> None:
         for t in timers:
@@ -306,8 +310,8 @@ class Harness:
             error = None if source is not None else ErrorInfo(type="PlaybookNotFound",
                                                               message=f"playbook {s.playbook!r} is not registered")
             self._deliver(("exec", s.execution_id), StartRecord(
-                execution_id=s.execution_id, playbook_path=s.playbook, playbook_source=source, payload=s.payload,
-                parent=s.parent, error=error, limits=self.limits))
+                execution_id=s.execution_id, playbook_path=s.playbook, playbook_version=s.version,
+                playbook_source=source, payload=s.payload, parent=s.parent, error=error, limits=self.limits))
 
     # --- tool actors ----------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fold_harness import PENDING, Call, Fail, Harness, Run, replay
+from tests.fold_harness import PENDING, Call, Fail, Harness, Run, decisions, refold, replay
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -140,29 +140,43 @@ def test_handled_failure_does_not_fail_the_playbook() -> None:
     assert wf["failed_steps_count"] == 0 and wf["handled_failures"] == ["a"]
 
 
-def test_abort_cancels_every_other_branch_and_fails_the_workflow() -> None:
-    """Seed 000's parallel failure path: 2b fails critically, 2a is cancelled, end joins."""
-    h = Harness({"step2a": PENDING, "step2b": BAD})
+def test_abort_stops_every_other_branch_whatever_it_waits_on() -> None:
+    """`decision: abort` cancels every other live branch: a running command, a retry
+    waiting on its timer, a running loop and a running child; each branch reaches
+    `end`, which fails the workflow."""
+    tools = {"running": PENDING, "waiting": Fail("Boom", "retry me"), "critical": BAD, "fan": PENDING, "nap": PENDING}
+    h = Harness(tools, playbooks={"sleepy": HEAD % "sleepy" + f"  - step: nap\n    tool: {PY}\n"})
     run = h.run(HEAD % "abort" + f"""
   - step: start
-    next: [step2a, step2b]
-  - step: step2a
-    tool: {{kind: sleep, seconds: 30}}
-    next: after_2a
-  - step: after_2a
-  - step: step2b
+    next: [running, waiting, critical, fan, child]
+  - step: running
+    tool: {PY}
+    next: after_running
+  - step: after_running
+  - step: waiting
+    tool: {PY}
+    retry: {{max_attempts: 3, backoff: fixed, initial_delay: 5}}
+  - step: fan
+    tool: {PY}
+    loop: {{collection: [1, 2, 3], element: x, concurrency: 2}}
+  - step: child
+    tool: {{kind: playbook, path: sleepy}}
+  - step: critical
     tool: {PY}
     on_error: [{{decision: abort}}]
 """)
-    assert run.status == "FAILED"
-    [sleep] = [c for c in run.calls if c.step == "step2a"]
-    assert run.cancelled == [sleep.command_id] and not h.running()  # the running sleep was told to stop
-    assert run.events("command.cancelled", "step2a")
-    assert run.events("step.exit", "step2a")[0].data["status"] == "CANCELLED"
-    assert run.events("step.exit", "step2b")[0].data["aborted"] is True
-    assert "after_2a" not in run.entered() and run.entered().count("end") == 1
+    assert run.status == "FAILED" and not h.running()
+    others = ("running", "waiting", "fan", "child")
+    assert {(s, st) for s, st in run.exits() if s in others} == {(s, "CANCELLED") for s in others}
+    assert {i.step for i in run.events("command.cancelled")} == {"running", "fan", "child"}
+    assert run.events("step.exit", "critical")[0].data["aborted"] is True
+    assert run.events("retry.scheduled", "waiting") and run.events("timer.fired")  # it waited; the timer came...
+    assert [c.attempt for c in run.calls if c.step == "waiting"] == [1]  # ...disarmed: no second attempt
+    assert len([c for c in run.calls if c.step == "fan"]) == 2  # the loop released nothing more
+    assert h.runs[run.children[0]].status == "CANCELLED"
+    assert "after_running" not in run.entered() and run.entered().count("end") == 1
     wf = run.events("workflow.failed")[0].data
-    assert wf["failed_steps"] == ["step2b"] and wf["cancelled_steps"] == ["step2a"]
+    assert wf["failed_steps"] == ["critical"] and sorted(wf["cancelled_steps"]) == sorted(others)
     assert replay(run)
 
 
@@ -286,8 +300,10 @@ def test_a_recorded_failure_decision_is_read_back_not_evaluated_again() -> None:
     assert run.status == "FAILED"
     assert replay(run)
     [decision] = run.events("step.failure_decided", "a")
-    decision.data.update(decision="ignore", result=7)  # the log says otherwise: the replay must follow it
-    assert not replay(run)
+    other = {**decision.data, "decision": "ignore", "result": 7}  # a log that says otherwise: the replay follows it
+    key = (decision.data["activation"], decision.data["attempt_number"])
+    last = decisions(refold(run.execution_id, run.inputs, recorded={key: other})[-1])
+    assert [e["type"] for e in last][-2:] == ["workflow.completed", "playbook.completed"]
     assert replay(run, read_back=False)  # evaluated again, the rules decide as the first time
 
 
@@ -299,10 +315,12 @@ CHILD = HEAD % "child" + f"""
     args: {{value: "{{{{ work }}}}"}}
 """
 PARENT = HEAD % "parent" + """
-  - step: call_child
-    tool: {kind: playbook, path: lib/child}
-    args: {n: 4, fail: "{{ workload.fail }}"}
-    on_failure: fallback
+  - step: delegate
+    tool: {kind: playbook, path: lib/child, version: 2}
+    args: {n: "{{ workload.n }}", fail: "{{ workload.fail }}"}
+    on_failure:
+      - when: "{{ error.type == 'ChildFailed' }}"
+        step: fallback
   - step: fallback
     args: {reason: "{{ failure.error.message }}"}
 """
@@ -316,22 +334,23 @@ def child_work(call: Call) -> int:
 
 def test_a_child_playbook_result_and_status_are_inherited() -> None:
     h = Harness({"work": child_work}, playbooks={"lib/child": CHILD})
-    run = h.run(PARENT, {"fail": False})
-    assert run.status == "COMPLETED" and run.result == {"call_child": {"value": 40}}
+    run = h.run(PARENT, {"n": 4, "fail": False})
+    assert run.status == "COMPLETED" and run.result == {"delegate": {"value": 40}}
     [child_id] = run.children
-    assert run.events("command.issued", "call_child")[0].data["child_execution_id"] == child_id
+    assert run.events("command.issued", "delegate")[0].data["child_execution_id"] == child_id
     child = h.runs[child_id]
     assert child.status == "COMPLETED"
     init = child.events("playbook.initialized")[0].data
-    assert init["parent_execution_id"] == run.execution_id and init["parent_step"] == "call_child"
+    assert init["parent_execution_id"] == run.execution_id and init["parent_step"] == "delegate"
+    assert init["version"] == 2 and h.runs[child_id].calls[0].args == {"n": 4, "fail": False}  # args: its payload
     assert replay(run) and replay(child)
 
 
 def test_a_failed_child_fails_the_parent_step_naming_its_root_cause() -> None:
     h = Harness({"work": child_work}, playbooks={"lib/child": CHILD})
-    run = h.run(PARENT, {"fail": True})
+    run = h.run(PARENT, {"n": 4, "fail": True})
     assert run.status == "COMPLETED"  # the child failed; the parent remediated
-    failed = run.events("step.exit", "call_child")[0].data
+    failed = run.events("step.exit", "delegate")[0].data
     assert failed["status"] == "FAILED" and failed["error"]["type"] == "ChildFailed"
     # the child's error names its root cause (its first unhandled failure), not a list of steps
     assert "failed at step 'work': ValueError: child broke" in run.result["fallback"]["reason"]

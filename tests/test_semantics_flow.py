@@ -224,3 +224,12 @@ def test_an_end_that_fails_alone_is_the_root_cause() -> None:
     assert run.error is not None
     assert run.error["type"] == "TemplateError" and run.error["step"] == "end" and run.error["failed_steps"] == ["end"]
     assert "no_such_key" in run.error["message"]
+
+
+def test_replay_notices_a_decision_that_differs() -> None:
+    """The determinism check can fail: a run whose log does not fold to what it recorded."""
+    run = Harness({"only": 42}).run(HEAD % "tampered" + f"workflow:\n  - step: only\n    tool: {PY}\n")
+    assert replay(run)
+    other = Harness({"only": 43}).run(HEAD % "tampered" + f"workflow:\n  - step: only\n    tool: {PY}\n")
+    run.inputs[-1] = other.inputs[-1]  # a different result than the one the decisions were made on
+    assert not replay(run)
