@@ -13,7 +13,7 @@ from actors.natsio import log_time, stream_seq
 from actors.wire import decision_decoder, event_decoder, input_decoder
 from streams.layout import EXEC_STREAM, IN, class_of
 from tests.conftest import System, of_type
-from tests.fold_harness import decisions, refold
+from tests.harness import decisions, refold
 
 pytestmark = [pytest.mark.timeout(60)]
 

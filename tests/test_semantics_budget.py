@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from actors.wire import Limits
-from tests.fold_harness import PENDING, Fail, Harness, replay
+from tests.harness import PENDING, Fail, Harness, replay
 
 pytestmark = [pytest.mark.timeout(60)]
 

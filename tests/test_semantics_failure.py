@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fold_harness import PENDING, Call, Fail, Harness, Run, decisions, refold, replay
+from tests.harness import PENDING, Call, Fail, Harness, Run, decisions, refold, replay
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from actors.core.decide import ROUTING_SLICE
-from tests.fold_harness import PENDING, Fail, Harness, replay
+from tests.harness import PENDING, Fail, Harness, replay
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fold_harness import PENDING, Call, Fail, Harness, replay
+from tests.harness import PENDING, Call, Fail, Harness, replay
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fold_harness import Call, Fail, Harness, Run, replay
+from tests.harness import Call, Fail, Harness, Run, replay
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -1,42 +1,17 @@
-"""A pure harness for the engine's semantics: synthetic inputs in, decisions out.
-
-Like a workflow replayer, it drives the pure cores the way their shells do, with no
-NATS, no I/O and no sleeps: the engine's `fold` (actors/core/decide.py, as
-actors/engine/actor.py calls it) and the counter's `fold_loop` (actors/core/loop.py,
-as actors/counter.py calls it). The harness plays every other part itself:
-* the log: each input gets a stream sequence and a log time from a synthetic clock,
-  which moves only when a durable timer is due (then it jumps to the timer's `due`);
-* tool actors: a command is answered by the test's tool function (`Call` in, a result
-  out, or `Fail` raised, or `PENDING`: the command runs until it is cancelled, then it
-  answers `Cancelled` as a stopped tool does), a chunk answered item by item;
-* the counter: a loop handed over becomes a `LoopRun` folded by `fold_loop`, its
-  verdict fed back to the execution;
-* the starter: `tool: playbook` starts a child execution from the harness's catalog,
-  and the child's end goes back to the parent's command; cancels are delivered.
-
-Every touch of the core's API is in this module; tests see a stable view (`Run`:
-status, result, error, the log as plain `Item`s, the tool calls made), so a change of
-the core's types changes this file, not the tests. `replay(run)` folds a run's
-recorded inputs again into fresh state and says whether every decision came out the
-same (the determinism property), for any run.
-"""
+"""The harness's driver: it plays the log, the tool actors, the counter's shell and
+the starter around the pure folds (tests/harness/folds.py), with a synthetic clock."""
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
-from actors.core.decide import Output, fold
+from actors.core.decide import Output
 from actors.core.effects import CommandCancel, Timer
-from actors.core.loop import LoopOutput, LoopRun, fold_loop
+from actors.core.loop import LoopOutput, LoopRun
 from actors.core.state import Execution
-from actors.playbook.loader import parsed_playbook
-from actors.playbook.templates import call_with_limits
 from actors.wire import (
     CallDone,
     CallError,
@@ -46,126 +21,20 @@ from actors.wire import (
     ErrorInfo,
     IterationOutcome,
     Limits,
-    LoopSpec,
     StartMessage,
     StartRecord,
 )
+from tests.harness.folds import counter_fold, engine_fold, plain, target_of
+from tests.harness.view import PENDING, Call, Fail, Run, Tool, item_of
 
 START_TIME = 1_000.0  # the synthetic clock's first reading (log time, epoch seconds)
-PENDING = object()  # a tool function's answer for "still running": no result until cancelled
-TERMINAL_EVENTS = {"playbook.completed": "COMPLETED", "playbook.failed": "FAILED", "execution.cancelled": "CANCELLED"}
-
-
-class Fail(Exception):
-    """Raised by a tool function: the attempt fails with this error."""
-
-    def __init__(self, type_: str, message: str = "", *, retryable: bool = False, status: int | None = None) -> None:
-        super().__init__(message)
-        self.error = ErrorInfo(type=type_, message=message or type_, retryable=retryable, status=status)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One run of a tool, as a tool actor would see it (one item of a chunk, one
-    iteration, or a plain step's attempt)."""
-
-    execution_id: str
-    step: str
-    kind: str
-    tool: dict[str, Any]
-    args: dict[str, Any]
-    attempt: int
-    command_id: str
-    iteration: int | None = None
-    element: Any = None
-    timeout: float | None = None
-    chunked: bool = False
-
-
-Tool = Callable[[Call], Any]
-
-
-@dataclass(frozen=True)
-class Item:
-    """One entry of an execution's log: an input (`cls` "in"), an event of a decision
-    record ("ev") or a lifecycle event ("lc"); `data` is plain JSON-like data."""
-
-    cls: str
-    type: str
-    step: str | None
-    data: dict[str, Any]
-    at: float
-    seq: int
-
-
-@dataclass
-class Run:
-    """What happened to one execution: its log and the tool calls made for it."""
-
-    execution_id: str
-    items: list[Item] = field(default_factory=list)
-    calls: list[Call] = field(default_factory=list)
-    cancelled: list[str] = field(default_factory=list)  # command ids the engine or counter stopped
-    children: list[str] = field(default_factory=list)  # child execution ids, in start order
-    # for replay: the inputs folded, in order, with their sequence and log time
-    inputs: list[tuple[Any, int, float]] = field(default_factory=list, repr=False)
-    outputs: list[Any] = field(default_factory=list, repr=False)  # plain data of each decision
-    loops: dict[str, list[tuple[Any, float, Any]]] = field(default_factory=dict, repr=False)
-
-    def events(self, type_: str | None = None, step: str | None = None) -> list[Item]:
-        return [i for i in self.items if (type_ is None or i.type == type_) and (step is None or i.step == step)]
-
-    def lifecycle(self) -> list[str]:
-        return [i.type for i in self.items if i.cls == "lc"]
-
-    def exits(self) -> list[tuple[str | None, str]]:
-        """(step, status) of every `step.exit`, in order."""
-        return [(i.step, i.data["status"]) for i in self.events("step.exit")]
-
-    def entered(self) -> list[str | None]:
-        return [i.step for i in self.events("step.enter")]
-
-    def ended(self) -> Item | None:
-        """The lifecycle event that ended the execution, if it ended."""
-        ends = [i for i in self.items if i.cls == "lc" and i.type in TERMINAL_EVENTS]
-        return ends[-1] if ends else None
-
-    @property
-    def status(self) -> str:
-        end = self.ended()
-        if end is None:
-            return "RUNNING" if self.items else "PENDING"
-        return TERMINAL_EVENTS[end.type]
-
-    @property
-    def result(self) -> Any:
-        end = self.ended()
-        return end.data.get("result") if end is not None else None
-
-    @property
-    def error(self) -> dict[str, Any] | None:
-        end = self.ended()
-        return end.data.get("error") if end is not None and end.type == "playbook.failed" else None
-
-
-def _plain(value: Any) -> Any:
-    return msgspec.to_builtins(value)
-
-
-def _item(cls: str, raw: dict[str, Any], seq: int, at: float) -> Item:
-    """A log entry from an input or an event, as plain data."""
-    if cls == "in":
-        raw = dict(raw)
-        return Item(cls, raw.pop("type"), raw.get("step"), raw, at, seq)
-    return Item(cls, raw["type"], raw.get("step"), dict(raw.get("data", {})), raw["at"], raw["cause"])
 
 
 class Harness:
     """Runs executions to quiescence on the pure cores. `tools` answers commands: one
     function for every call, or a mapping step -> function, constant result, `Fail`
     (every attempt fails so) or PENDING; a step it does not name answers like `noop`
-    (its args). `playbooks`: the catalog
-    `tool: playbook` resolves paths in."""
+    (its args). `playbooks`: the catalog `tool: playbook` resolves paths in."""
 
     def __init__(self, tools: Tool | dict[str, Any] | None = None, *, playbooks: dict[str, str] | None = None,
                  limits: Limits | None = None) -> None:
@@ -241,20 +110,20 @@ class Harness:
     def _fold_execution(self, eid: str, inp: Any, seq: int, at: float) -> None:
         run = self.runs.setdefault(eid, Run(eid))
         ex = self._states.setdefault(eid, Execution(execution_id=eid))
-        out = fold(ex, inp, seq=seq, at=at, reply_to=_reply_to(eid))
-        plain = _plain(out)
+        out = engine_fold(ex, inp, seq, at)
+        decided = plain(out)
         run.inputs.append((inp, seq, at))
-        run.outputs.append(plain)
-        run.items.append(_item("in", _plain(inp), seq, at))
-        run.items += [_item("ev", e, seq, at) for e in plain["events"]]
-        run.items += [_item("lc", e, seq, at) for e in plain["lifecycle"]]
+        run.outputs.append(decided)
+        run.items.append(item_of("in", plain(inp), seq, at))
+        run.items += [item_of("ev", e, seq, at) for e in decided["events"]]
+        run.items += [item_of("lc", e, seq, at) for e in decided["lifecycle"]]
         self._effects(("exec", eid), run, out)
 
     def _fold_loop(self, eid: str, loop_id: str, inp: Any, at: float) -> None:
         run = self.runs[eid]
         state = self._loops.setdefault((eid, loop_id), LoopRun(execution_id=eid, loop_id=loop_id))
-        out = _counter_fold(state, inp, at)
-        run.loops.setdefault(loop_id, []).append((inp, at, _plain(out)))
+        out = counter_fold(state, inp, at)
+        run.loops.setdefault(loop_id, []).append((inp, at, plain(out)))
         self._loop_effects(("loop", eid, loop_id), run, out)
 
     # --- what the shells do with a decision ---------------------------------------------
@@ -269,7 +138,7 @@ class Harness:
             self.cancel(child, f"parent execution {run.execution_id} cancelled it")
         if out.reply is not None:
             subject, msg = out.reply
-            self._deliver(_target_of(subject), msg)
+            self._deliver(target_of(subject), msg)
 
     def _loop_effects(self, here: tuple[str, ...], run: Run, out: LoopOutput) -> None:
         self._work(here, run, out)
@@ -324,7 +193,7 @@ class Harness:
                     run.calls.append(call)
                     result, error = self._outcome(self._tool_for(call))
                     outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result,
-                                                     error=error.error if error else None))
+                                                     error=error_info(error) if error else None))
                 self._deliver(here, ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id,
                                               step=cmd.step, attempt_number=cmd.attempt_number, outcomes=outcomes))
                 continue
@@ -361,68 +230,10 @@ class Harness:
     def _reply(cmd: Command, call: Call, result: Any, error: Fail | None) -> CallDone | CallError:
         if error is not None:
             return CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                             error=error.error, attempt_number=cmd.attempt_number, iteration_index=call.iteration)
+                             error=error_info(error), attempt_number=cmd.attempt_number, iteration_index=call.iteration)
         return CallDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step, result=result,
                         attempt_number=cmd.attempt_number, iteration_index=call.iteration)
 
 
-# --- subjects: only the harness reads them (the cores put them in reply_to) ------------
-
-
-def _reply_to(eid: str) -> str:
-    return f"exec.0.{eid}.in.result"
-
-
-def _loop_reply(eid: str, loop_id: str) -> str:
-    return f"loop.0.{eid}.{loop_id}.in.res"
-
-
-def _target_of(subject: str) -> tuple[str, ...]:
-    """Where a reply subject leads: an execution's inputs or a loop's."""
-    parts = subject.split(".")
-    return ("exec", parts[2]) if parts[0] == "exec" else ("loop", parts[2], parts[3])
-
-
-# --- replay --------------------------------------------------------------------------
-
-
-def replay(run: Run, *, read_back: bool = True) -> bool:
-    """Fold `run`'s recorded inputs again, into fresh state, as a replaying engine (and
-    counter) would: True when every decision is the same as the first time. With
-    `read_back`, failure decisions are read back from the log as the engine does;
-    without, the rules are evaluated again (and must decide the same)."""
-    decided = run.events("step.failure_decided") if read_back else []
-    recorded = {(i.data["activation"], i.data["attempt_number"]): i.data for i in decided}
-    if refold(run.execution_id, run.inputs, recorded=recorded) != run.outputs:
-        return False
-    for loop_id, log in run.loops.items():
-        state = LoopRun(execution_id=run.execution_id, loop_id=loop_id)
-        if [_plain(_counter_fold(state, inp, at)) for inp, at, _ in log] != [first for _, _, first in log]:
-            return False
-    return True
-
-
-def refold(execution_id: str, inputs: Iterable[tuple[Any, int, float]], *, reply_to: str | None = None,
-           recorded: dict[tuple[int, int], dict[str, Any]] | None = None) -> list[Any]:
-    """Fold an execution's inputs (each with its stream sequence and log time) into
-    fresh state, as a replaying engine does, with `recorded` failure decisions read
-    back; each decision's outputs as plain data (see `decisions`)."""
-    ex = Execution(execution_id=execution_id, recorded=dict(recorded or {}))
-    reply_to = reply_to or _reply_to(execution_id)
-    return [_plain(fold(ex, inp, seq=seq, at=at, reply_to=reply_to)) for inp, seq, at in inputs]
-
-
-def decisions(output: Any) -> list[dict[str, Any]]:
-    """The events one decision (an item of `refold`) writes to the log: its decision
-    record's events, then its lifecycle events, as plain data."""
-    return [*output["events"], *output["lifecycle"]]
-
-
-def _counter_fold(state: LoopRun, inp: Any, at: float) -> LoopOutput:
-    """Fold one input of a loop's log as the counter does: the spec with its parsed
-    step, every input under the execution's template limits."""
-    step = parsed_playbook(inp.playbook_source, inp.playbook_path).step(inp.step) if isinstance(inp, LoopSpec) else None
-    spec = inp if isinstance(inp, LoopSpec) else state.spec
-    assert spec is not None, "a loop's log starts with its spec"
-    reply_prefix = _loop_reply(state.execution_id, state.loop_id)
-    return call_with_limits(spec.limits, lambda: fold_loop(state, inp, at=at, reply_prefix=reply_prefix, step=step))
+def error_info(fail: Fail) -> ErrorInfo:
+    return ErrorInfo(type=fail.type, message=fail.message, retryable=fail.retryable, status=fail.status)
