@@ -287,3 +287,43 @@ workflow:
     assert run.status == "CANCELLED"
     # the three in flight were stopped, nothing more was released
     assert len(run.calls) == 3 and len(run.cancelled) == 3 and not h.running()
+
+
+def test_a_chunk_counts_each_item_on_its_own() -> None:
+    run = Harness(lambda c: Fail("Boom", f"item {c.iteration}") if c.iteration == 7 else c.iteration).run(
+        HEAD % "chunkfail" + f"""
+workflow:
+  - step: each
+    tool: {PY}
+    loop: {{collection: "{{{{ range(10) | list }}}}", element: n, mode: chunked, chunk_size: 4, tolerated_failures: 1}}
+""")
+    assert run.status == "COMPLETED"
+    assert run.result == {"each": [0, 1, 2, 3, 4, 5, 6, None, 8, 9]}
+    [verdict] = run.events("iterator.completed")
+    assert (verdict.data["succeeded"], verdict.data["failed"]) == (9, 1)
+    assert verdict.data["errors"] == [{"index": 7, "error": {"type": "Boom", "message": "item 7", "retryable": False,
+                                                             "status": None, "traceback": None}}]
+
+
+def test_pagination_works_per_iteration() -> None:
+    def pages(call: Call) -> dict[str, object]:
+        page, last = int(call.args["page"]), int(call.element)
+        return {"items": [f"{last}:{page}"], "more": page < last}
+
+    run = Harness(pages).run(HEAD % "perpage" + f"""
+workflow:
+  - step: each
+    tool: {PY}
+    args: {{page: 1}}
+    loop: {{collection: [1, 3, 2], element: pages}}
+    retry:
+      - when: "{{{{ result is not none and result.more }}}}"
+        then:
+          max_attempts: 10
+          next_call: {{args: {{page: "{{{{ result.items | length + attempt }}}}"}}}}
+          collect: {{strategy: append, path: items}}
+""")
+    assert run.status == "COMPLETED"
+    assert [r["items"] for r in run.result["each"]] == [["1:1"], ["3:1", "3:2", "3:3"], ["2:1", "2:2"]]
+    assert sorted((c.element, c.attempt) for c in run.calls) == [(1, 1), (2, 1), (2, 2), (3, 1), (3, 2), (3, 3)]
+    assert replay(run)
