@@ -62,7 +62,8 @@ workflow:
 @pytest.mark.parametrize(("own", "pod", "budget"), [(30, 20, 20), (20, 30, 20), (None, 25, 25)])
 def test_the_smaller_of_playbook_and_pod_budget_holds(own: int | None, pod: int, budget: int) -> None:
     limits = f"limits: {{max_steps: {own}}}\n" if own else ""
-    run = Harness(limits=Limits(max_activations=pod)).run(HEAD % "cycle" + limits + "workflow:\n  - step: a\n    next: a\n")
+    source = HEAD % "cycle" + limits + "workflow:\n  - step: a\n    next: a\n"
+    run = Harness(limits=Limits(max_activations=pod)).run(source)
     assert run.status == "FAILED" and run.error is not None
     assert len(run.entered()) == budget + 1
     assert f"{budget} steps" in run.error["message"]

@@ -132,7 +132,8 @@ def test_retry_later_without_a_delay_waits_a_minute() -> None:
 
 
 def test_handled_failure_does_not_fail_the_playbook() -> None:
-    run = Harness({"a": BAD}).run(HEAD % "handled" + f"  - step: a\n    tool: {PY}\n    on_error: [{{decision: handled}}]\n")
+    source = HEAD % "handled" + f"  - step: a\n    tool: {PY}\n    on_error: [{{decision: handled}}]\n"
+    run = Harness({"a": BAD}).run(source)
     assert run.status == "COMPLETED"
     exit_ = run.events("step.exit", "a")[0].data
     assert exit_["status"] == "FAILED" and exit_["handled"] is True
@@ -296,7 +297,8 @@ def test_a_template_that_cannot_render_fails_its_step_naming_the_field() -> None
 def test_a_recorded_failure_decision_is_read_back_not_evaluated_again() -> None:
     """Even if the rules would now decide otherwise, a replay follows the decision the
     log recorded (seed 004's hook could decide differently on replay)."""
-    run = Harness({"a": BAD}).run(HEAD % "recorded" + f"  - step: a\n    tool: {PY}\n    on_error: [{{decision: none}}]\n")
+    source = HEAD % "recorded" + f"  - step: a\n    tool: {PY}\n    on_error: [{{decision: none}}]\n"
+    run = Harness({"a": BAD}).run(source)
     assert run.status == "FAILED"
     assert replay(run)
     [decision] = run.events("step.failure_decided", "a")

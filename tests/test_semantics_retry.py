@@ -121,8 +121,9 @@ def test_a_when_that_cannot_render_fails_the_step_naming_the_rule() -> None:
 
 
 def test_timeouts_are_retryable_and_exhaust_with_fixed_delays() -> None:
-    run = Harness({"call": Fail("Timeout", "no answer after 0.3s", retryable=True)}).run(http("slow", """      - when: "{{ error is not none and error.type == 'Timeout' }}"
-        then: {max_attempts: 2, backoff: fixed, initial_delay: 0.1}"""))
+    on_timeout = """      - when: "{{ error is not none and error.type == 'Timeout' }}"
+        then: {max_attempts: 2, backoff: fixed, initial_delay: 0.1}"""
+    run = Harness({"call": Fail("Timeout", "no answer after 0.3s", retryable=True)}).run(http("slow", on_timeout))
     assert run.status == "FAILED" and len(run.calls) == 2
     assert [s.data["delay"] for s in run.events("retry.scheduled")] == [0.1]
     [exhausted] = run.events("retry.exhausted", "call")
