@@ -1,5 +1,6 @@
-"""Engine decisions are a pure function of the log: replaying it reproduces every
-recorded decision exactly and adds nothing."""
+"""Engine decisions are a pure function of the log: replaying a real log reproduces every
+recorded decision exactly and adds nothing. (Any harness run checks the same property
+on synthetic inputs: `tests.fold_harness.replay`.)"""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.core.decide import fold
-from actors.core.state import Execution
 from actors.natsio import log_time, stream_seq
 from actors.wire import decision_decoder, event_decoder, input_decoder
 from streams.layout import EXEC_STREAM, IN, class_of
 from streams.subjects import ExecSubjects
 from tests.conftest import System, of_type
+from tests.harness import decisions, refold
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -81,14 +81,9 @@ def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: 
                 for ev in decision_decoder.decode(data).events:
                     if ev.type == "step.failure_decided":
                         recorded[(ev.data["activation"], ev.data["attempt_number"])] = ev.data
-    ex = Execution(execution_id=eid, recorded=recorded)
-    decisions = {}
-    for subject, data, seq, at in log:
-        if class_of(subject) == IN:
-            out = fold(ex, input_decoder.decode(data), seq=seq, at=at, subjects=subjects)
-            if out.events or out.lifecycle:
-                decisions[seq] = [msgspec.to_builtins(e) for e in out.events + out.lifecycle]
-    return decisions
+    inputs = [(input_decoder.decode(data), seq, at) for subject, data, seq, at in log if class_of(subject) == IN]
+    outputs = refold(eid, inputs, subjects=subjects, recorded=recorded)
+    return {seq: decisions(out) for (_, seq, _), out in zip(inputs, outputs, strict=True) if decisions(out)}
 
 
 def _recorded(log: list[Any]) -> dict[int, list[Any]]:
@@ -135,32 +130,3 @@ async def test_a_new_engine_replaying_a_finished_execution_adds_nothing(system: 
     assert [class_of(s) for s, *_ in added] == ["in"]  # only the cancel request itself
     assert after[: len(before)] == before
     assert not of_type(await system.events(eid), "execution.cancelled")
-
-
-def test_a_recorded_failure_decision_is_read_back_not_evaluated_again() -> None:
-    """Pure core: even if the rules would now decide otherwise, the replay follows the
-    decision the log recorded (seed 004's hook could decide differently on replay)."""
-    from actors.wire import CallError, ErrorInfo, StartRecord
-
-    source = """apiVersion: actors/v1
-kind: Playbook
-metadata: {name: recorded}
-workflow:
-  - step: a
-    tool: {kind: python, code: "def main(): pass"}
-    on_error: [{decision: none}]
-"""
-    subjects = ExecSubjects("exec.0.e")
-    err = ErrorInfo(type="ValueError", message="x")
-
-    def run(recorded: dict[Any, Any]) -> tuple[str, list[str]]:
-        ex = Execution(execution_id="e", recorded=recorded)
-        fold(ex, StartRecord(execution_id="e", playbook_path="recorded", playbook_source=source), seq=1, at=1.0, subjects=subjects)
-        out = fold(ex, CallError(execution_id="e", command_id="0-1", step="a", error=err, attempt_number=1),
-                   seq=2, at=2.0, subjects=subjects)
-        return ex.status, [e.type for e in out.lifecycle]
-
-    assert run({}) == ("FAILED", ["workflow.failed", "playbook.failed"])
-    recorded = {(0, 1): {"activation": 0, "attempt_number": 1, "decision": "ignore", "result": 7, "rule": "on_error[0]",
-                         "error": {"type": "ValueError"}}}
-    assert run(recorded) == ("COMPLETED", ["workflow.completed", "playbook.completed"])

@@ -1,4 +1,6 @@
-"""Retries: every attempt is a command through the log; delays are durable timers."""
+"""Retries end to end: every attempt is a command through the log; delays are durable
+timers that outlive every actor process; real HTTP. The retry rules themselves are on
+the pure fold harness (tests/test_semantics_retry.py)."""
 
 from __future__ import annotations
 
@@ -123,16 +125,6 @@ async def test_503_twice_then_200_retries_on_durable_timers(system: System, api:
     assert result["status"] == 200 and result["data"] == {"ok": True, "calls": 3}
 
 
-async def test_an_error_no_rule_matches_fails_at_once(system: System, api: Api) -> None:
-    eid, status = await system.run_yaml(http_playbook("missing", f"{api.url}/missing", ON_RETRYABLE))
-    assert status.state == "FAILED"
-    assert api.calls["missing"] == 1
-    items = await system.events(eid)
-    assert not of_type(items, "retry.scheduled")
-    err = of_type(items, "step.exit", "call")[0].data["error"]
-    assert err["type"] == "HTTPError" and err["status"] == 404 and err["retryable"] is False
-
-
 PAGINATE = """      - when: "{{ result is not none and result.data.paging.hasMore }}"
         then:
           max_attempts: %d
@@ -157,39 +149,6 @@ async def test_pagination_collects_every_page_in_order_with_append(system: Syste
     assert not of_type(items, "timer.fired") and not of_type(items, "retry.due")  # no delay: no timer
 
 
-async def test_pagination_with_merge(system: System, api: Api) -> None:
-    eid, status = await system.run_yaml(
-        http_playbook("merge", f"{api.url}/pages", PAGINATE % (100, "merge", "data.extra"), ", params: {total: 3}")
-        + "    args: {page: 1}\n"
-    )
-    assert status.state == "COMPLETED"
-    result = of_type(await system.events(eid), "playbook.completed")[0].data["result"]["call"]
-    assert result["data"]["extra"] == {"page1": 1, "page2": 2, "page3": 3}
-
-
-async def test_max_attempts_bounds_a_never_ending_has_more(system: System, api: Api) -> None:
-    eid, status = await system.run_yaml(
-        http_playbook("endless", f"{api.url}/pages", PAGINATE % (4, "append", "data.data"), ", params: {total: 1000000}")
-        + "    args: {page: 1}\n"
-    )
-    assert status.state == "COMPLETED"
-    assert api.calls["pages"] == 4
-    items = await system.events(eid)
-    done = of_type(items, "retry_sequence.completed", "call")[0].data
-    assert done["total_attempts"] == 4 and done["bounded"] is True
-    assert len(of_type(items, "playbook.completed")[0].data["result"]["call"]["data"]["data"]) == 12
-
-
-async def test_a_when_that_cannot_render_fails_the_step_naming_the_rule(system: System, api: Api) -> None:
-    eid, status = await system.run_yaml(http_playbook("bad_rule", f"{api.url}/flaky", """      - when: "{{ error.retryable }}"
-        then: {max_attempts: 3}"""))
-    # the first attempt fails with 503 (error is set) -> retried; the third succeeds and
-    # `error` is none: `none.retryable` cannot render -> the step fails naming the rule
-    assert status.state == "FAILED"
-    err = of_type(await system.events(eid), "step.exit", "call")[0].data["error"]
-    assert err["type"] == "TemplateError" and "retry[0].when" in err["message"]
-
-
 async def test_timeouts_are_retryable_and_exhaust(system: System, api: Api) -> None:
     eid, status = await system.run_yaml(f"""
 apiVersion: actors/v1
@@ -209,31 +168,6 @@ workflow:
     exhausted = of_type(items, "retry.exhausted", "call")
     assert len(exhausted) == 1 and exhausted[0].data["attempts"] == 2
     assert of_type(items, "step.exit", "call")[0].data["error"]["type"] == "Timeout"
-
-
-async def test_retry_shorthand_retries_any_error(system: System, tmp_path: Path) -> None:
-    marker = tmp_path / "n"
-    eid, status = await system.run_yaml(f"""
-apiVersion: actors/v1
-kind: Playbook
-metadata: {{name: shorthand}}
-workflow:
-  - step: twice
-    retry: {{max_attempts: 3, initial_delay: 0.1}}
-    tool:
-      kind: python
-      code: |
-        import os
-        def main(f):
-            n = int(open(f).read()) + 1 if os.path.exists(f) else 1
-            open(f, "w").write(str(n))
-            if n < 2:
-                raise RuntimeError("first time fails")
-            return n
-    args: {{f: "{marker}"}}
-""")
-    assert status.state == "COMPLETED"
-    assert of_type(await system.events(eid), "playbook.completed")[0].data["result"] == {"twice": 2}
 
 
 async def _serve(url: str) -> asyncio.subprocess.Process:
