@@ -40,9 +40,10 @@ from typing import Any
 import msgspec
 
 from actors.dial import CLIENT_TIMEOUT
+from actors.events import ActivationStatus, EventType, ExecState
 
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
-STATE_EXIT = {"COMPLETED": EXIT_OK, "FAILED": EXIT_FAILED, "CANCELLED": EXIT_CANCELLED}
+STATE_EXIT = {ExecState.COMPLETED: EXIT_OK, ExecState.FAILED: EXIT_FAILED, ExecState.CANCELLED: EXIT_CANCELLED}
 
 
 class UsageError(Exception):
@@ -247,7 +248,7 @@ def _error_line(error: dict[str, Any]) -> str:
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    from actors.client import TERMINAL_STATES
+    from actors.events import TERMINAL_STATES
 
     _execution_id(args.execution_id)
     started = time.monotonic()
@@ -299,7 +300,7 @@ def _detail(type_: str, data: dict[str, Any], width: int = 100) -> str:
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
-    from actors.client import TERMINAL_STATES
+    from actors.events import TERMINAL_STATES
 
     eid = _execution_id(args.execution_id)
     async with _connection(args) as client:
@@ -414,18 +415,18 @@ async def _progress(client: Any, eid: str) -> None:
 async def _follow(client: Any, eid: str, *, quiet: bool) -> Any:
     """Print a line per finished step while the execution runs; return its terminal
     lifecycle event."""
-    from actors.client import TERMINAL_EVENTS
+    from actors.events import TERMINAL_EVENTS
 
     entered: dict[int, float] = {}
     t0: float | None = None
     async for item in client.follow(eid):
         t0 = item.at if t0 is None else t0
-        if item.type == "step.enter":
+        if item.type == EventType.STEP_ENTER:
             entered[item.data.get("activation", -1)] = item.at
-        elif item.type == "step.exit" and not quiet:
+        elif item.type == EventType.STEP_EXIT and not quiet:
             began = entered.get(item.data.get("activation", -1), item.at)
             status = item.data.get("status", "")
-            mark = "ok " if status == "COMPLETED" else "ERR"
+            mark = "ok " if status == ActivationStatus.COMPLETED else "ERR"
             why = ""
             if item.data.get("error"):
                 why = f"  {item.data['error'].get('type')}: {str(item.data['error'].get('message'))[:120]}"

@@ -32,6 +32,7 @@ from actors import catalog
 from actors.blobs import get_blob, payload_blob, start_payload
 from actors.catalog import CatalogError, CatalogReader
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
+from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, decision_decoder, event_decoder
 from actors.natsio import (
     MSG_ID,
     TRANSIENT_REQUEST,
@@ -55,9 +56,7 @@ from actors.wire import (
     ResultBatch,
     StartMessage,
     StartRecord,
-    decision_decoder,
     encode,
-    event_decoder,
     input_decoder,
     loop_input_decoder,
     status_decoder,
@@ -79,8 +78,6 @@ from streams.layout import (
     progress_subject,
 )
 
-TERMINAL_EVENTS = frozenset({"playbook.completed", "playbook.failed", "execution.cancelled"})
-TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _dead = msgspec.json.Decoder(DeadLetter)
 _progress = msgspec.json.Decoder(LoopProgress)
@@ -133,7 +130,8 @@ class StartOutcome:
 
 @dataclass(slots=True)
 class LogItem:
-    """One entry of an execution's history as users see it."""
+    """One entry of an execution's history as users see it: an input, an event, or a
+    dead letter, its data as plain JSON values (what `actors-cli events --json` prints)."""
 
     seq: int
     at: float
@@ -153,10 +151,10 @@ def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
     try:
         if cls == EV:
             rec = decision_decoder.decode(data)
-            return [LogItem(seq, ev.at, EV, ev.type, ev.step, ev.data) for ev in rec.events]
+            return [LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events]
         if cls == LC:
             ev = event_decoder.decode(data)
-            return [LogItem(seq, ev.at, LC, ev.type, ev.step, ev.data)]
+            return [LogItem(seq, ev.at, LC, str(ev.type), ev.step, msgspec.to_builtins(ev.data))]
         inp = input_decoder.decode(data)
         raw = msgspec.to_builtins(inp)
         type_ = raw.pop("type")

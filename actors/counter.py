@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, resolve_chunk, resolve_result
-from actors.core.effects import CommandCancel, Effects, Timer, err
+from actors.core.effects import CommandCancel, Effects, Timer, error_view
 from actors.core.loop import LoopRun, fold_loop
 from actors.hosting import PartitionHost, engine_error
 from actors.logactor import LogActor, LogEntry
@@ -134,7 +134,7 @@ class LoopActor(LogActor):
         spec = self.state.spec
         verdict = IteratorFailed(execution_id=self.execution_id, loop_id=self.loop_id,
                                  step=spec.step if spec is not None else "", total=self.state.total,
-                                 succeeded=0, failed=1, errors=[{"index": -1, "error": err(info)}])
+                                 succeeded=0, failed=1, errors=[{"index": -1, "error": error_view(info)}])
         # stop what this loop still runs (as far as its state knows: best effort)
         flights = list(self.state.inflight.items())
         await self.publish(Effects(
@@ -163,7 +163,7 @@ class LoopActor(LogActor):
                               data=encode(spec), execution_id=self.execution_id)
             invalid = ErrorInfo(type="LoopSpecInvalid", message=reason)
             verdict = IteratorFailed(execution_id=spec.execution_id, loop_id=spec.loop_id, step=spec.step, total=0,
-                                     succeeded=0, failed=1, errors=[{"index": -1, "error": err(invalid)}])
+                                     succeeded=0, failed=1, errors=[{"index": -1, "error": error_view(invalid)}])
             await self.outbox.send_verdict(verdict)
             self.state.finished = True
             return None

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from actors.events import TERMINAL_STATES, ExecState
 from streams.layout import (
     CMD_STREAM,
     EXEC_STREAM,
@@ -266,8 +267,7 @@ EXECUTIONS_FINISHED = REGISTRY.counter(
     "actors_executions_finished_total",
     "Executions whose status this pod's projector moved to a terminal state, by state.", ("state",),
 )
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
-for _state in TERMINAL:
+for _state in TERMINAL_STATES:
     EXECUTIONS_FINISHED.inc(0, state=_state)
 LIFECYCLE_EVENTS = REGISTRY.counter(
     "actors_lifecycle_events_total", "Lifecycle events this pod's projector applied, by event type.", ("type",)
@@ -328,9 +328,9 @@ def observe_lifecycle(*, execution_id: str, event_type: str, state: str, changed
     compare-and-set, so exactly one apply sees the change."""
     if changed:
         LIFECYCLE_EVENTS.inc(type=event_type)
-        if state == "RUNNING":
+        if state == ExecState.RUNNING:
             EXECUTIONS_STARTED.inc()
-        elif state in TERMINAL:
+        elif state in TERMINAL_STATES:
             EXECUTIONS_FINISHED.inc(state=state)
     if lifecycle_log.isEnabledFor(logging.INFO):
         lifecycle_log.info(orjson.dumps({

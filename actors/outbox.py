@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import time
 
+from msgspec import UNSET
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from actors.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, start_item
 from actors.core.effects import CommandCancel, Effects, Timer
+from actors.events import PlaybookCompletedData, PlaybookFailedData
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
 from actors.wire import CancelRequest, DecisionRecord, Event, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids
@@ -156,10 +158,12 @@ class Outbox:
         await publish_all(self.js, items)
 
     async def _offload_result(self, ev: Event) -> None:
-        result = ev.data.get("result")
-        ref = await offload(self.js, f"{self.execution_id}/result", result) if result is not None else None
+        data = ev.data
+        if not isinstance(data, (PlaybookCompletedData, PlaybookFailedData)) or data.result is None or data.result is UNSET:
+            return
+        ref = await offload(self.js, f"{self.execution_id}/result", data.result)
         if ref is not None:
-            ev.data = {**ev.data, "result": None, "result_ref": ref}
+            data.result, data.result_ref = None, ref
 
 
 def cancel_request(layout: Layout, execution_id: str, reason: str) -> tuple[str, bytes, str]:

@@ -19,47 +19,62 @@ from nats.aio.subscription import Subscription
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from actors.events import (
+    TERMINAL_EVENTS,
+    AnyEvent,
+    EventType,
+    ExecState,
+    ExecutionCancelledData,
+    PlaybookCompletedData,
+    PlaybookFailedData,
+    PlaybookInitializedData,
+    event_decoder,
+)
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter
-from actors.wire import Event, ExecutionStatus, encode, event_decoder, status_decoder
+from actors.wire import ExecutionStatus, encode, status_decoder
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
 
 log = logging.getLogger("actors.projector")
 
-RANK = {"PENDING": 0, "RUNNING": 1, "COMPLETED": 2, "FAILED": 2, "CANCELLED": 2}
-TRANSITIONS = {
-    "playbook.initialized": "RUNNING",
-    "workflow.initialized": "RUNNING",
-    "playbook.completed": "COMPLETED",
-    "playbook.failed": "FAILED",
-    "execution.cancelled": "CANCELLED",
+RANK = {ExecState.PENDING: 0, ExecState.RUNNING: 1, ExecState.COMPLETED: 2, ExecState.FAILED: 2,
+        ExecState.CANCELLED: 2}
+TRANSITIONS: dict[str, ExecState] = {
+    EventType.PLAYBOOK_INITIALIZED: ExecState.RUNNING,
+    EventType.WORKFLOW_INITIALIZED: ExecState.RUNNING,
+    **TERMINAL_EVENTS,
     # workflow.completed/failed inform the playbook lifecycle; they do not close it
 }
+# the lifecycle data that names the playbook and when the execution started
+_WITH_PLAYBOOK = (PlaybookInitializedData, PlaybookCompletedData, PlaybookFailedData, ExecutionCancelledData)
 
 
-def project(current: ExecutionStatus | None, ev: Event) -> ExecutionStatus | None:
-    """Pure: the next status, or None when the event changes nothing."""
+def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | None:
+    """Pure: the next status, or None when the event changes nothing (an event of a
+    type this projector does not know among them)."""
     target = TRANSITIONS.get(ev.type)
     if target is None:
         return None
-    cur = current or ExecutionStatus(execution_id=ev.execution_id, state="PENDING")
+    cur = current or ExecutionStatus(execution_id=ev.execution_id, state=ExecState.PENDING)
     if RANK[cur.state] == 2 or RANK[target] < RANK[cur.state]:
         return None  # terminal is final; states never move back
     if current is not None and target == cur.state:
         return None
     new = msgspec.structs.replace(cur, state=target)
     data = ev.data
-    if new.playbook is None and isinstance(data.get("playbook"), str):
-        new.playbook = data["playbook"]
+    started = None
+    if isinstance(data, _WITH_PLAYBOOK):
+        if new.playbook is None:
+            new.playbook = data.playbook
+        started = data.started_at
     if new.started_at is None:
-        started = data.get("started_at")
-        new.started_at = float(started) if isinstance(started, (int, float)) else ev.at
+        new.started_at = float(started) if started is not None else ev.at
     if RANK[target] == 2:
         new.ended_at = ev.at
         new.terminal_event = ev.type
-        if target == "FAILED" and isinstance(data.get("error"), dict):
-            new.error = data["error"]
+        if isinstance(data, PlaybookFailedData):
+            new.error = data.error
     return new
 
 
@@ -116,7 +131,7 @@ class Projector:
             return
         await msg.ack()
 
-    async def apply(self, ev: Event) -> None:
+    async def apply(self, ev: AnyEvent) -> None:
         assert self._kv is not None
         kv, eid = self._kv, ev.execution_id
         known = self._known.pop(eid, None)
@@ -133,7 +148,7 @@ class Projector:
                     current, revision = None, None
             new = project(current, ev)
             if new is None:
-                state = current.state if current else "PENDING"
+                state = current.state if current else ExecState.PENDING
                 observe_lifecycle(execution_id=eid, event_type=ev.type, state=state, changed=False)
                 if current is not None and revision is not None:
                     self._remember(eid, current, revision)

@@ -11,6 +11,14 @@ from typing import Any
 import msgspec
 from msgspec import Struct, field
 
+# Events (class `ev` and `lc`) are typed in actors/events.py; these names stay importable
+# from here for the modules that read them with the other wire types.
+from actors.events import DecisionRecord as DecisionRecord
+from actors.events import Event as Event
+from actors.events import ExecState
+from actors.events import decision_decoder as decision_decoder
+from actors.events import event_decoder as event_decoder
+
 
 class _Wire(Struct, omit_defaults=True):
     pass
@@ -312,36 +320,12 @@ class Command(_Wire, kw_only=True):
 command_decoder = msgspec.json.Decoder(Command)
 
 
-# --- engine output: decision records (class `ev`) and lifecycle events (class `lc`) ---
-
-
-class Event(_Wire):
-    """One event of an execution's history. `at` is the log time of the input that
-    caused it (so a replay reproduces it); `cause` that input's stream sequence."""
-
-    type: str
-    execution_id: str
-    at: float
-    cause: int
-    step: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-class DecisionRecord(_Wire):
-    cause: int
-    events: list[Event] = field(default_factory=list)
-
-
-decision_decoder = msgspec.json.Decoder(DecisionRecord)
-event_decoder = msgspec.json.Decoder(Event)
-
-
 # --- status projection (KV `status`) ---------------------------------------------------
 
 
 class ExecutionStatus(_Wire):
     execution_id: str
-    state: str  # PENDING | RUNNING | COMPLETED | FAILED | CANCELLED
+    state: ExecState
     playbook: str | None = None
     started_at: float | None = None
     ended_at: float | None = None

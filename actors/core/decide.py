@@ -31,15 +31,44 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UnsetType
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result, size
-from actors.core.effects import CommandCancel, Effects, Timer
-from actors.core.effects import err as _err
+from actors.core.effects import CommandCancel, Effects, Timer, error_view
 from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
 from actors.core.retry import match_retry
 from actors.core.state import Activation, Arrival, Execution, Pending
+from actors.events import (
+    ActivationStatus,
+    ArrivalStatus,
+    BudgetExceededData,
+    CommandCancelledData,
+    CommandIssuedData,
+    EngineFaultData,
+    EventData,
+    ExecState,
+    ExecutionCancelledData,
+    FailureDecidedData,
+    FailureRoute,
+    IteratorCompletedData,
+    IteratorStartedData,
+    PlaybookCompletedData,
+    PlaybookFailedData,
+    PlaybookInitializedData,
+    RetryDueData,
+    RetryExhaustedData,
+    RetryScheduledData,
+    RetrySequenceCompletedData,
+    RoutingPausedData,
+    StepEnterData,
+    StepExitData,
+    WorkflowCompletedData,
+    WorkflowFailedData,
+    WorkflowInitializedData,
+    make_event,
+)
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, OnErrorRule, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, call_with_limits, names_read, render_condition, render_value
@@ -51,7 +80,6 @@ from actors.wire import (
     Command,
     EngineFault,
     ErrorInfo,
-    Event,
     Input,
     IteratorCompleted,
     IteratorFailed,
@@ -64,15 +92,6 @@ from actors.wire import (
 )
 from streams.ids import attempt_of, child_execution_id, step_command_id
 from streams.subjects import ExecSubjects
-
-# Lifecycle event types: the only events that decide an execution's status.
-PLAYBOOK_INITIALIZED = "playbook.initialized"
-WORKFLOW_INITIALIZED = "workflow.initialized"
-WORKFLOW_COMPLETED = "workflow.completed"
-WORKFLOW_FAILED = "workflow.failed"
-PLAYBOOK_COMPLETED = "playbook.completed"
-PLAYBOOK_FAILED = "playbook.failed"
-EXECUTION_CANCELLED = "execution.cancelled"
 
 ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
 
@@ -97,15 +116,15 @@ class _Decision:
         self.subjects = subjects  # the execution's log: where its commands' results go
         self.out = Effects(cause=seq, at=at)
 
-    def event(self, type_: str, step: str | None = None, **data: Any) -> None:
-        self.out.events.append(
-            Event(type=type_, execution_id=self.ex.execution_id, at=self.out.at, cause=self.out.cause, step=step, data=data)
-        )
+    def event(self, step: str | None, data: EventData) -> None:
+        """An event for the decision record (its type follows from `data`'s)."""
+        self.out.events.append(make_event(data, execution_id=self.ex.execution_id, at=self.out.at,
+                                          cause=self.out.cause, step=step))
 
-    def lifecycle(self, type_: str, **data: Any) -> None:
-        self.out.lifecycle.append(
-            Event(type=type_, execution_id=self.ex.execution_id, at=self.out.at, cause=self.out.cause, data=data)
-        )
+    def lifecycle(self, data: EventData) -> None:
+        """A lifecycle event: only these move the execution's status."""
+        self.out.lifecycle.append(make_event(data, execution_id=self.ex.execution_id, at=self.out.at,
+                                             cause=self.out.cause))
 
     def later(self, *work: Pending) -> None:
         """Routing to do once the current step is decided, in the order given."""
@@ -114,7 +133,7 @@ class _Decision:
 
 def fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubjects) -> Effects:
     # templates are bounded by the execution's limits, fixed in its start record
-    limits = inp.limits if isinstance(inp, StartRecord) and ex.status == "PENDING" else ex.limits
+    limits = inp.limits if isinstance(inp, StartRecord) and ex.status == ExecState.PENDING else ex.limits
     return call_with_limits(limits, lambda: _fold(ex, inp, seq=seq, at=at, subjects=subjects))
 
 
@@ -150,7 +169,7 @@ def _route_pending(d: _Decision) -> None:
             return
         if begun == ROUTING_SLICE:
             timer_id = f"{RESUME_TIMER}-{d.out.cause}"
-            d.event("routing.paused", timer_id=timer_id, pending=len(ex.pending))
+            d.event(None, RoutingPausedData(timer_id=timer_id, pending=len(ex.pending)))
             d.out.timers.append(Timer(timer_id, d.out.at, TimerFired(execution_id=ex.execution_id, timer_id=timer_id,
                                                                       due=d.out.at)))
             return
@@ -158,7 +177,7 @@ def _route_pending(d: _Decision) -> None:
         act = ex.activations[act_id]
         if what == "settle":
             _maybe_end(d, act)
-        elif act.status == "RUNNING":  # not cancelled meanwhile (an abort in a sibling branch)
+        elif act.status == ActivationStatus.RUNNING:  # not cancelled meanwhile (an abort in a sibling branch)
             begun += 1
             _run(d, act)
 
@@ -168,7 +187,7 @@ def _route_pending(d: _Decision) -> None:
 
 def _start(d: _Decision, rec: StartRecord) -> None:
     ex = d.ex
-    if ex.status != "PENDING":
+    if ex.status != ExecState.PENDING:
         return  # a second start record for the same id: the first one won
     ex.playbook_path = rec.playbook_path
     ex.playbook_source = rec.playbook_source or ""
@@ -176,34 +195,33 @@ def _start(d: _Decision, rec: StartRecord) -> None:
     ex.parent = rec.parent
     ex.limits = rec.limits
     if rec.error is not None or rec.playbook_source is None:
-        err = rec.error or ErrorInfo(type="StartError", message="start record carries no playbook")
-        _fail_execution(d, err)
+        _fail_at_start(d, rec.error or ErrorInfo(type="StartError", message="start record carries no playbook"))
         return
     try:
         # the retry ceiling of the record, not of this pod: every pod replays the log alike
         ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path, ex.limits.max_attempts)
     except PlaybookInvalid as e:
-        _fail_execution(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
+        _fail_at_start(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return
     ex.workload = deep_merge(ex.playbook.workload, rec.payload)
-    ex.status = "RUNNING"
-    meta: dict[str, Any] = {"playbook": ex.playbook_path, "version": rec.playbook_version, "started_at": d.out.at}
+    ex.status = ExecState.RUNNING
+    initialized = PlaybookInitializedData(playbook=ex.playbook_path, version=rec.playbook_version, started_at=d.out.at)
     if rec.parent is not None:
-        meta["parent_execution_id"] = rec.parent.execution_id
-        meta["parent_step"] = rec.parent.step
-    d.lifecycle(PLAYBOOK_INITIALIZED, **meta)
-    d.lifecycle(WORKFLOW_INITIALIZED, entry=ex.playbook.entry)
+        initialized.parent_execution_id = rec.parent.execution_id
+        initialized.parent_step = rec.parent.step
+    d.lifecycle(initialized)
+    d.lifecycle(WorkflowInitializedData(entry=ex.playbook.entry))
     _enter(d, ex.playbook.entry, from_activation=None)
 
 
-def _fail_execution(d: _Decision, err: ErrorInfo) -> None:
+def _fail_at_start(d: _Decision, error: ErrorInfo) -> None:
     """The execution cannot run at all (bad start): it fails at once, visibly."""
     ex = d.ex
-    ex.status = "FAILED"
-    d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at,
-                error=execution_error(err, step=None, failed_steps=[]))
+    ex.status = ExecState.FAILED
+    d.lifecycle(PlaybookFailedData(playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at,
+                                   error=execution_error(error, step=None, failed_steps=[])))
     _reply_to_parent(d, result=None, error=ErrorInfo(type="ChildFailed", message=f"child execution {ex.execution_id} "
-                                                     f"did not start: {err.message}"))
+                                                     f"did not start: {error.message}"))
 
 
 def _engine_fault(d: _Decision, fault: EngineFault) -> None:
@@ -212,14 +230,14 @@ def _engine_fault(d: _Decision, fault: EngineFault) -> None:
     ex = d.ex
     if ex.terminal:
         return
-    d.event("engine.fault", None, input_seq=fault.input_seq, input_subject=fault.input_subject,
-            error=_err(fault.error))
+    d.event(None, EngineFaultData(input_seq=fault.input_seq, input_subject=fault.input_subject,
+                                  error=error_view(fault.error)))
     for act_id in list(ex.live):
         _cancel_activation(d, ex.activations[act_id], reason=f"engine error: {fault.error.message[:200]}",
                            to_end=False)
-    ex.status = "FAILED"
-    d.lifecycle(PLAYBOOK_FAILED, playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at,
-                error=execution_error(fault.error, step=None, failed_steps=list(ex.failed_steps)))
+    ex.status = ExecState.FAILED
+    d.lifecycle(PlaybookFailedData(playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at,
+                                   error=execution_error(fault.error, step=None, failed_steps=list(ex.failed_steps))))
     _reply_to_parent(d, result=None, error=ErrorInfo(
         type="ChildFailed", message=f"child execution {ex.execution_id} failed: {fault.error.message}"))
 
@@ -241,11 +259,13 @@ def _activate(d: _Decision, step_name: str, *, from_activation: int | None,
     ex.activations[act.id] = act
     if step_name == END:
         ex.end_activation = act.id
-        d.event("step.enter", step_name, activation=act.id, arrivals=[a.step for a in ex.arrivals])
+        d.event(step_name, StepEnterData(activation=act.id, arrivals=[a.step for a in ex.arrivals]))
     else:
         ex.live[act.id] = None
-        extra = {"remediates": failure["step"]} if failure else {}
-        d.event("step.enter", step_name, activation=act.id, from_activation=from_activation, **extra)
+        entered = StepEnterData(activation=act.id, from_activation=from_activation)
+        if failure:
+            entered.remediates = failure["step"]
+        d.event(step_name, entered)
     return act
 
 
@@ -270,7 +290,7 @@ def _dispatch(d: _Decision, act: Activation, step: Step) -> None:
             # no args, no scope to build (it copies every result so far)
             args = render_value(step.args, d.ex.scope(act), where="args") if step.args else {}
         except TemplateError as e:
-            _failure(d, act, step, _template_error(step.step, e))
+            _apply_failure_rules(d, act, step, _template_error(step.step, e))
             return
         _step_completed(d, act, step, args)
         return
@@ -289,7 +309,7 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
         args = render_value(step.args, scope, where="args")
         tool = render_tool(step, scope)
     except TemplateError as e:
-        _failure(d, act, step, _template_error(step.step, e))
+        _apply_failure_rules(d, act, step, _template_error(step.step, e))
         return
     if act.next_args is not None:
         args = deep_merge(args, act.next_args)
@@ -299,7 +319,7 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
     ex.by_command[command_id] = act.id
     kind = str(tool.pop("kind"))
     act.kind = kind
-    link = {"parent_event_id": parent} if act.attempt > 1 else {}
+    issued = CommandIssuedData(activation=act.id, command_id=command_id, kind=kind, attempt_number=act.attempt)
     reply_to = d.subjects.result(command_id)
     if isinstance(step.tool, PlaybookTool):
         child = child_execution_id(ex.execution_id, command_id)
@@ -312,8 +332,10 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
             execution_id=child,
             parent=ParentRef(execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
         ))
-        d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind,
-                attempt_number=act.attempt, child_execution_id=child, **link)
+        issued.child_execution_id = child
+        if act.attempt > 1:
+            issued.parent_event_id = parent
+        d.event(step.step, issued)
         return
     d.out.commands.append(
         Command(
@@ -329,8 +351,9 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
             sink=sink_call(step, scope),
         )
     )
-    d.event("command.issued", step.step, activation=act.id, command_id=command_id, kind=kind,
-            attempt_number=act.attempt, **link)
+    if act.attempt > 1:
+        issued.parent_event_id = parent
+    d.event(step.step, issued)
 
 
 # --- loops ---------------------------------------------------------------------------
@@ -345,10 +368,10 @@ def _start_loop(d: _Decision, act: Activation, step: Step, loop: Loop) -> None:
     try:
         collection = render_value(loop.collection, scope, where="loop.collection")
     except TemplateError as e:
-        _failure(d, act, step, _template_error(step.step, e))
+        _apply_failure_rules(d, act, step, _template_error(step.step, e))
         return
     if not isinstance(collection, list):
-        _failure(d, act, step, ErrorInfo(
+        _apply_failure_rules(d, act, step, ErrorInfo(
             type="LoopCollectionInvalid",
             message=f"step '{step.step}' field loop.collection: must render to a list, got {type(collection).__name__}"
                     f" ({str(collection)[:80]!r})"))
@@ -358,13 +381,16 @@ def _start_loop(d: _Decision, act: Activation, step: Step, loop: Loop) -> None:
     act.command_id = loop_id
     act.kind = "loop"
     ex.by_command[loop_id] = act.id
-    link = {"parent_event_id": parent} if act.attempt > 1 else {}
-    d.event("iterator.started", step.step, activation=act.id, loop_id=loop_id, size=len(collection), mode=loop.mode,
-            element=loop.element, concurrency=1 if loop.mode == "sequential" else loop.concurrency,
-            chunk_size=loop.chunk_size if loop.mode == "chunked" else None,
-            tolerated_failures=loop.tolerated_failures, attempt_number=act.attempt, **link)
+    started = IteratorStartedData(
+        activation=act.id, loop_id=loop_id, size=len(collection), mode=loop.mode, element=loop.element,
+        concurrency=1 if loop.mode == "sequential" else loop.concurrency,
+        chunk_size=loop.chunk_size if loop.mode == "chunked" else None,
+        tolerated_failures=loop.tolerated_failures, attempt_number=act.attempt)
+    if act.attempt > 1:
+        started.parent_event_id = parent
+    d.event(step.step, started)
     if not collection:
-        d.event("iterator.completed", step.step, activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0)
+        d.event(step.step, IteratorCompletedData(activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0))
         _step_completed(d, act, step, [])
         return
     wanted = _loop_names(step)
@@ -395,7 +421,7 @@ def _iterator_end(d: _Decision, res: IteratorCompleted | IteratorFailed) -> None
     assert ex.playbook is not None
     act_id = ex.by_command.get(res.loop_id)
     act = ex.activations.get(act_id) if act_id is not None else None
-    if act is None or act.status != "RUNNING" or act.command_id != res.loop_id:
+    if act is None or act.status != ActivationStatus.RUNNING or act.command_id != res.loop_id:
         return  # a verdict delivered twice, or for a loop since cancelled
     step = ex.playbook.step(act.step)
     if isinstance(res, IteratorCompleted):
@@ -405,7 +431,7 @@ def _iterator_end(d: _Decision, res: IteratorCompleted | IteratorFailed) -> None
     detail = f"; first: iteration {first['index']}: {first['error']['type']}: {first['error']['message'][:300]}" if first else ""
     error = ErrorInfo(type="LoopFailed", message=f"step '{step.step}': {res.failed} of {res.total} iterations failed, "
                                                  f"more than the {res.tolerated} tolerated{detail}")
-    _failure(d, act, step, error)
+    _apply_failure_rules(d, act, step, error)
 
 
 def _call_result(d: _Decision, res: CallDone | CallError) -> None:
@@ -415,7 +441,7 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
     if act_id is None:
         return
     act = ex.activations[act_id]
-    if act.status != "RUNNING" or act.command_id != res.command_id:
+    if act.status != ActivationStatus.RUNNING or act.command_id != res.command_id:
         return  # a duplicate delivery, or a result for a superseded or cancelled attempt
     step = ex.playbook.step(act.step)
     if act_id == ex.end_activation:
@@ -431,7 +457,7 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
     if isinstance(res, CallDone):
         _step_completed(d, act, step, _collected_result(act, res.result))
     else:
-        _failure(d, act, step, res.error, summarised=True)
+        _apply_failure_rules(d, act, step, res.error, summarised=True)
 
 
 # --- retry ---------------------------------------------------------------------------
@@ -444,14 +470,14 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
     assert step.retry is not None
     ok = isinstance(res, CallDone)
     result = res.result if isinstance(res, CallDone) else None
-    error = _err(res.error) if isinstance(res, CallError) else None
+    error = error_view(res.error) if isinstance(res, CallError) else None
     scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=error, attempt=act.attempt)
     try:
         verdict = match_retry(step.retry, scope, ok=ok, attempt=act.attempt,
                               unit=unit_random(d.ex.execution_id, act.id, act.attempt))
     except TemplateError as e:
-        _step_failed(d, act, _template_error(step.step, e))
+        _fail_step(d, act, _template_error(step.step, e))
         return True
     if verdict is not None:
         policy = verdict.policy
@@ -464,14 +490,15 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
                 # a continuation (pagination, polling) that hit its bound: the step
                 # completes with what it gathered, and says so
                 final = _collected_result(act, result, already=True)
-                d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
-                        collected_size=size(act.collected), bounded=True, rule=verdict.rule)
+                d.event(step.step, RetrySequenceCompletedData(
+                    activation=act.id, total_attempts=act.attempt, collected_size=size(act.collected), bounded=True,
+                    rule=verdict.rule))
                 _step_completed(d, act, step, final)
             else:
                 assert isinstance(res, CallError)
-                d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
-                        max_attempts=policy.max_attempts, error=error, rule=verdict.rule)
-                _failure(d, act, step, res.error, exhausted=True, summarised=True)
+                d.event(step.step, RetryExhaustedData(activation=act.id, attempts=act.attempt,
+                                                      max_attempts=policy.max_attempts, error=error, rule=verdict.rule))
+                _apply_failure_rules(d, act, step, res.error, exhausted=True, summarised=True)
             return True
         if verdict.next_args is not None:
             act.next_args = verdict.next_args
@@ -479,18 +506,18 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
         return True
     if ok and act.collect is not None:
         final = _collected_result(act, result)
-        d.event("retry_sequence.completed", step.step, activation=act.id, total_attempts=act.attempt,
-                collected_size=size(act.collected), bounded=False)
+        d.event(step.step, RetrySequenceCompletedData(activation=act.id, total_attempts=act.attempt,
+                                                      collected_size=size(act.collected), bounded=False))
         _step_completed(d, act, step, final)
         return True
     return False
 
 
-def _next_attempt(d: _Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str) -> None:
+def _next_attempt(d: _Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str | None) -> None:
     act.attempt += 1
     due = d.out.at + delay
-    d.event("retry.scheduled", step.step, activation=act.id, attempt_number=act.attempt, delay=delay, due=due,
-            reason=reason, rule=rule, parent_event_id=act.command_id)
+    d.event(step.step, RetryScheduledData(activation=act.id, attempt_number=act.attempt, delay=delay, due=due,
+                                          reason=reason, rule=rule, parent_event_id=act.command_id))
     if delay <= 0:
         _issue(d, act, step)
         return
@@ -506,11 +533,11 @@ def _timer_fired(d: _Decision, fired: TimerFired) -> None:
         return  # routing goes on where the last decision paused it (_route_pending)
     head = fired.timer_id.split("-", 1)[0]
     act = ex.activations.get(int(head)) if head.isdigit() else None
-    if act is None or act.status != "RUNNING" or act.timer_id != fired.timer_id:
+    if act is None or act.status != ActivationStatus.RUNNING or act.timer_id != fired.timer_id:
         return  # a timer for an attempt that no longer waits (fired twice, or cancelled)
     act.timer_id = None
-    d.event("retry.due", act.step, activation=act.id, timer_id=fired.timer_id, due=fired.due,
-            late_ms=round((d.out.at - fired.due) * 1000, 3))
+    d.event(act.step, RetryDueData(activation=act.id, timer_id=fired.timer_id, due=fired.due,
+                                   late_ms=round((d.out.at - fired.due) * 1000, 3)))
     _issue(d, act, ex.playbook.step(act.step))
 
 
@@ -527,8 +554,8 @@ def _collected_result(act: Activation, result: Any, *, already: bool = False) ->
 # --- failure: on_error decisions, on_failure edges --------------------------------------
 
 
-def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False,
-             summarised: bool = False) -> None:
+def _apply_failure_rules(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False,
+                         summarised: bool = False) -> None:
     """A step failed for good (no retry rule takes it any more). Its `on_error` rules say
     what the failure means; with the default meaning, its `on_failure` edges may route
     it to remediation; otherwise it goes to `end` unhandled. `summarised`: a tool's
@@ -539,38 +566,43 @@ def _failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exh
         decided = _decide_on_error(d, act, step, error)
         if decided is None:
             return  # the rules themselves failed; the step failed naming the rule
-        decision = decided["decision"]
+        decision = decided.decision
         if decision == "ignore":
-            _step_completed(d, act, step, decided.get("result"), ignored_error=_err(error))
+            result = None if isinstance(decided.result, UnsetType) else decided.result
+            _step_completed(d, act, step, result, ignored_error=error_view(error))
             return
         if decision in ("retry", "retry_later"):
             if act.attempt >= d.ex.limits.max_attempts:
-                d.event("retry.exhausted", step.step, activation=act.id, attempts=act.attempt,
-                        max_attempts=d.ex.limits.max_attempts, error=_err(error), rule=decided["rule"])
+                d.event(step.step, RetryExhaustedData(activation=act.id, attempts=act.attempt,
+                                                      max_attempts=d.ex.limits.max_attempts, error=error_view(error),
+                                                      rule=decided.rule))
             else:
-                if decided.get("args") is not None:
-                    act.next_args = decided["args"]
-                delay = float(decided.get("delay") or 0.0) if decision == "retry_later" else 0.0
-                _next_attempt(d, act, step, delay=delay, reason=f"on_error:{decision}", rule=decided["rule"])
+                if not isinstance(decided.args, UnsetType) and decided.args is not None:
+                    act.next_args = decided.args
+                delay = 0.0
+                if decision == "retry_later" and not isinstance(decided.delay, UnsetType):
+                    delay = float(decided.delay or 0.0)
+                _next_attempt(d, act, step, delay=delay, reason=f"on_error:{decision}", rule=decided.rule)
                 return
         elif decision == "cancel":
-            act.status = "CANCELLED"
-            d.event("step.exit", step.step, activation=act.id, status="CANCELLED", error=_err(error), routed_to_end=True)
-            _leave(d, act, [END], status="CANCELLED")
+            act.status = ActivationStatus.CANCELLED
+            d.event(step.step, StepExitData(activation=act.id, status=ActivationStatus.CANCELLED,
+                                            error=error_view(error), routed_to_end=True))
+            _leave(d, act, [END], status=ArrivalStatus.CANCELLED)
             return
         elif decision == "handled":
-            _step_failed(d, act, error, handled=True)
+            _fail_step(d, act, error, handled=True)
             return
         elif decision == "abort":
             _abort(d, act, step, error)
             return
     if step.on_failure:
-        _route_failure(d, act, step, error, exhausted=exhausted)
+        _remediate(d, act, step, error, exhausted=exhausted)
         return
-    _step_failed(d, act, error)
+    _fail_step(d, act, error)
 
 
-def _decide_on_error(d: _Decision, act: Activation, step: Step, error: ErrorInfo) -> dict[str, Any] | None:
+def _decide_on_error(d: _Decision, act: Activation, step: Step, error: ErrorInfo) -> FailureDecidedData | None:
     """The first matching on_error rule's decision, rendered, recorded as
     `step.failure_decided`. In a replay the recorded decision is read back, never
     evaluated again."""
@@ -578,76 +610,76 @@ def _decide_on_error(d: _Decision, act: Activation, step: Step, error: ErrorInfo
     key = (act.id, act.attempt)
     recorded = d.ex.recorded.get(key)
     if recorded is not None:
-        d.event("step.failure_decided", step.step, **recorded)
+        d.event(step.step, recorded)
         return recorded
     scope = d.ex.scope(act)
-    scope.update(result=None, response=None, error=_err(error), attempt=act.attempt)
+    scope.update(result=None, response=None, error=error_view(error), attempt=act.attempt)
     chosen: tuple[int, OnErrorRule] | None = None
     try:
         for i, rule in enumerate(step.on_error):
             if render_condition(rule.when, scope, where=f"on_error[{i}].when"):
                 chosen = (i, rule)
                 break
-        decided: dict[str, Any] = {"activation": act.id, "attempt_number": act.attempt, "error": _err(error)}
-        if chosen is None:
-            decided.update(decision="none", rule=None)
-        else:
+        decided = FailureDecidedData(activation=act.id, attempt_number=act.attempt, error=error_view(error),
+                                     decision="none", rule=None)
+        if chosen is not None:
             i, rule = chosen
-            decided.update(decision=rule.decision, rule=f"on_error[{i}]")
+            decided.decision, decided.rule = rule.decision, f"on_error[{i}]"
             if rule.decision == "ignore":
-                decided["result"] = render_value(rule.result, scope, where=f"on_error[{i}].result")
+                decided.result = render_value(rule.result, scope, where=f"on_error[{i}].result")
             if rule.args is not None:
-                decided["args"] = render_value(rule.args, scope, where=f"on_error[{i}].args")
+                decided.args = render_value(rule.args, scope, where=f"on_error[{i}].args")
             if rule.decision == "retry_later":
-                decided["delay"] = rule.delay if rule.delay is not None else ON_ERROR_RETRY_DELAY
+                decided.delay = rule.delay if rule.delay is not None else ON_ERROR_RETRY_DELAY
     except TemplateError as e:
-        _step_failed(d, act, _template_error(step.step, e))
+        _fail_step(d, act, _template_error(step.step, e))
         return None
-    d.event("step.failure_decided", step.step, **decided)
+    d.event(step.step, decided)
     return decided
 
 
-def _route_failure(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool) -> None:
+def _remediate(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool) -> None:
     """Take the first matching on_failure edge (in declared order) to its remediation
     step; the failure is then handled. The remediation step gets `failure` in scope."""
     assert step.on_failure is not None
     ex = d.ex
     if ex.aborted:
-        _step_failed(d, act, error, route={"attempted": False, "status": "skipped_terminal"})
+        _fail_step(d, act, error, route=FailureRoute(attempted=False, status="skipped_terminal"))
         return
     scope = ex.scope(act)
-    scope.update(result=None, response=None, error=_err(error), attempt=act.attempt)
-    target = edge = None
+    scope.update(result=None, response=None, error=error_view(error), attempt=act.attempt)
+    target: str | None = None
+    edge = ""  # the on_failure edge taken, named once a target is found
     try:
         for i, e in enumerate(step.on_failure):
             if render_condition(e.when, scope, where=f"on_failure[{i}].when"):
                 target, edge = e.step, f"on_failure[{i}]"
                 break
     except TemplateError as te:
-        _step_failed(d, act, _template_error(step.step, te))
+        _fail_step(d, act, _template_error(step.step, te))
         return
     if target is None:
-        _step_failed(d, act, error, route={"attempted": True, "status": "no_route", "target": None})
+        _fail_step(d, act, error, route=FailureRoute(attempted=True, status="no_route", target=None))
         return
     summary = {"attempts": act.attempt, "max_attempts": act.max_attempts, "exhausted": exhausted,
                "errors": act.errors[-10:]}
-    content = failure_content(error=_err(error), attempt=act.attempt, max_attempts=act.max_attempts,
+    content = failure_content(error=error_view(error), attempt=act.attempt, max_attempts=act.max_attempts,
                               retry_summary=summary)
     text, truncation = build_envelope(
         execution_id=ex.execution_id, target_step=target, source_step=step.step, source_activation=act.id,
         source_attempt=act.attempt, created_at=d.out.at, content=content,
     )
-    failure = {"step": step.step, "attempt": act.attempt, "max_attempts": act.max_attempts, "error": _err(error),
+    failure = {"step": step.step, "attempt": act.attempt, "max_attempts": act.max_attempts, "error": error_view(error),
                "retry_summary": summary, "envelope": text, "truncation": truncation, "untrusted_data": True}
     if not _within_budget(d, act, target):
         # the remediation cannot start: the step's failure stays unhandled
-        _step_failed(d, act, error, route={"attempted": True, "status": "step_budget_exceeded", "target": target,
-                                           "edge": edge})
+        _fail_step(d, act, error, route=FailureRoute(attempted=True, status="step_budget_exceeded", target=target,
+                                                     edge=edge))
         return
-    act.status = "FAILED"
-    route = {"attempted": True, "status": "selected", "target": target, "edge": edge}
-    d.event("step.exit", step.step, activation=act.id, status="FAILED", error=_err(error), handled=True,
-            failure_route=route)
+    act.status = ActivationStatus.FAILED
+    route = FailureRoute(attempted=True, status="selected", target=target, edge=edge)
+    d.event(step.step, StepExitData(activation=act.id, status=ActivationStatus.FAILED, error=error_view(error),
+                                    handled=True, failure_route=route))
     ex.live.pop(act.id, None)
     new = _activate(d, target, from_activation=act.id, failure=failure)
     d.later(("begin", new.id), ("settle", act.id))
@@ -666,7 +698,7 @@ def _abort(d: _Decision, act: Activation, step: Step, error: ErrorInfo) -> None:
     `end`, which then evaluates the workflow as FAILED."""
     d.ex.aborted = True
     _cancel_live(d, reason=f"aborted by step '{step.step}'", keep=act.id)
-    _step_failed(d, act, error, aborted=True)
+    _fail_step(d, act, error, aborted=True)
 
 
 def _cancel_live(d: _Decision, *, reason: str, keep: int) -> None:
@@ -678,8 +710,8 @@ def _cancel_live(d: _Decision, *, reason: str, keep: int) -> None:
 
 def _cancel_activation(d: _Decision, act: Activation, *, reason: str, to_end: bool = True) -> None:
     ex = d.ex
-    if act.status == "RUNNING" and act.command_id is not None and act.timer_id is None:
-        d.event("command.cancelled", act.step, activation=act.id, command_id=act.command_id, reason=reason)
+    if act.status == ActivationStatus.RUNNING and act.command_id is not None and act.timer_id is None:
+        d.event(act.step, CommandCancelledData(activation=act.id, command_id=act.command_id, reason=reason))
         if act.kind == "loop":
             d.out.loop_cancels.append(LoopCancel(execution_id=ex.execution_id, loop_id=act.command_id, reason=reason))
         elif act.child is not None:
@@ -687,27 +719,22 @@ def _cancel_activation(d: _Decision, act: Activation, *, reason: str, to_end: bo
         elif act.kind is not None:
             d.out.cancels.append(CommandCancel(act.kind, act.command_id))
     act.timer_id = None
-    act.status = "CANCELLED"
+    act.status = ActivationStatus.CANCELLED
     ex.live.pop(act.id, None)
     if to_end:
-        d.event("step.exit", act.step, activation=act.id, status="CANCELLED", reason=reason, routed_to_end=True)
-        ex.arrivals.append(Arrival(step=act.step, status="CANCELLED", routed_to_end=True))
+        d.event(act.step, StepExitData(activation=act.id, status=ActivationStatus.CANCELLED, reason=reason,
+                                       routed_to_end=True))
+        ex.arrivals.append(Arrival(step=act.step, status=ArrivalStatus.CANCELLED, routed_to_end=True))
 
 
 def _cancel(d: _Decision, req: CancelRequest) -> None:
     ex = d.ex
-    running = [a.command_id for a in ex.activations.values() if a.status == "RUNNING" and a.command_id]
+    running = [a.command_id for a in ex.activations.values() if a.status == ActivationStatus.RUNNING and a.command_id]
     for act_id in list(ex.live):
         _cancel_activation(d, ex.activations[act_id], reason=req.reason or "execution cancelled", to_end=False)
-    ex.status = "CANCELLED"
-    d.lifecycle(
-        EXECUTION_CANCELLED,
-        playbook=ex.playbook_path,
-        started_at=ex.started_at,
-        ended_at=d.out.at,
-        reason=req.reason,
-        running_commands=running,
-    )
+    ex.status = ExecState.CANCELLED
+    d.lifecycle(ExecutionCancelledData(playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at,
+                                       reason=req.reason, running_commands=running))
     _reply_to_parent(d, result=None, error=ErrorInfo(type="ChildCancelled",
                                                      message=f"child execution {ex.execution_id} was cancelled: {req.reason}"))
 
@@ -723,17 +750,19 @@ def _step_completed(d: _Decision, act: Activation, step: Step, result: Any,
     try:
         targets = _route(d.ex, act, step, result)
     except TemplateError as e:
-        err = _template_error(step.step, e, field="next")
+        routing_error = _template_error(step.step, e, field="next")
         if ignored_error is None:
-            _failure(d, act, step, err)
+            _apply_failure_rules(d, act, step, routing_error)
         else:
-            _step_failed(d, act, err)
+            _fail_step(d, act, routing_error)
         return
-    act.status = "COMPLETED"
+    act.status = ActivationStatus.COMPLETED
     d.ex.results[step.step] = result
-    extra = {"ignored_error": ignored_error} if ignored_error is not None else {}
-    d.event("step.exit", step.step, activation=act.id, status="COMPLETED", next=targets, **extra)
-    _leave(d, act, targets, status="COMPLETED")
+    completed = StepExitData(activation=act.id, status=ActivationStatus.COMPLETED, next=targets)
+    if ignored_error is not None:
+        completed.ignored_error = ignored_error
+    d.event(step.step, completed)
+    _leave(d, act, targets, status=ArrivalStatus.COMPLETED)
 
 
 def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]:
@@ -751,27 +780,27 @@ def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]
     return [END]  # no rule matched: the branch converges at end
 
 
-def _step_failed(d: _Decision, act: Activation, error: ErrorInfo, *, handled: bool = False, aborted: bool = False,
-                 route: dict[str, Any] | None = None) -> None:
+def _fail_step(d: _Decision, act: Activation, error: ErrorInfo, *, handled: bool = False, aborted: bool = False,
+              route: FailureRoute | None = None) -> None:
     """The step ends FAILED and its branch goes to `end`; unless handled, the failure
     fails the workflow when `end` evaluates it."""
     ex = d.ex
-    act.status = "FAILED"
+    act.status = ActivationStatus.FAILED
     if not handled:
         _unhandled(ex, act.step, error)
-    extra: dict[str, Any] = {}
+    failed = StepExitData(activation=act.id, status=ActivationStatus.FAILED, error=error_view(error),
+                          routed_to_end=True, original_failed_step=act.step)
     if handled:
-        extra["handled"] = True
+        failed.handled = True
     if aborted:
-        extra["aborted"] = True
+        failed.aborted = True
     if route is not None:
-        extra["failure_route"] = route
-    d.event("step.exit", act.step, activation=act.id, status="FAILED", error=_err(error), routed_to_end=True,
-            original_failed_step=act.step, **extra)
-    _leave(d, act, [END], status="HANDLED" if handled else "FAILED")
+        failed.failure_route = route
+    d.event(act.step, failed)
+    _leave(d, act, [END], status=ArrivalStatus.HANDLED if handled else ArrivalStatus.FAILED)
 
 
-def _leave(d: _Decision, act: Activation, targets: list[str], *, status: str) -> None:
+def _leave(d: _Decision, act: Activation, targets: list[str], *, status: ArrivalStatus) -> None:
     """The branch token of `act` moves on: into new activations, or to `end`. The new
     activations start after this decision's current step (see ROUTING_SLICE), then
     `end` is considered."""
@@ -780,7 +809,7 @@ def _leave(d: _Decision, act: Activation, targets: list[str], *, status: str) ->
     fresh = []
     for target in targets:
         if target == END:
-            ex.arrivals.append(Arrival(step=act.step, status=status, routed_to_end=status != "COMPLETED"))
+            ex.arrivals.append(Arrival(step=act.step, status=status, routed_to_end=status != ArrivalStatus.COMPLETED))
         elif _within_budget(d, act, target):
             fresh.append(_activate(d, target, from_activation=act.id))
     d.later(*(("begin", new.id) for new in fresh), ("settle", act.id))
@@ -800,11 +829,11 @@ def _within_budget(d: _Decision, source: Activation, target: str) -> bool:
                       message=f"the execution has entered {budget} steps, its budget: step '{target}' (routed from "
                               f"'{source.step}') is not entered (budget: the smaller of the playbook's "
                               f"limits.max_steps and the pod's ACTORS_MAX_STEPS)")
-    d.event("step.budget_exceeded", target, from_activation=source.id, budget=budget, error=_err(error))
+    d.event(target, BudgetExceededData(from_activation=source.id, budget=budget, error=error_view(error)))
     ex.aborted = True
     _cancel_live(d, reason=f"step budget of {budget} exceeded", keep=source.id)
     _unhandled(ex, target, error)
-    ex.arrivals.append(Arrival(step=target, status="FAILED", routed_to_end=True))
+    ex.arrivals.append(Arrival(step=target, status=ArrivalStatus.FAILED, routed_to_end=True))
     return False
 
 
@@ -844,42 +873,41 @@ def _run_end(d: _Decision, act: Activation, step: Step) -> None:
 def _finish(d: _Decision, act: Activation, *, result: Any, end_error: ErrorInfo | None) -> None:
     ex = d.ex
     ex.live.pop(act.id, None)
-    act.status = "FAILED" if end_error else "COMPLETED"
+    act.status = ActivationStatus.FAILED if end_error else ActivationStatus.COMPLETED
     if end_error is None:
         ex.results[END] = result
-    d.event("step.exit", END, activation=act.id, status=act.status, **({"error": _err(end_error)} if end_error else {}))
+    exited = StepExitData(activation=act.id, status=act.status)
+    if end_error:
+        exited.error = error_view(end_error)
+    d.event(END, exited)
     failed = list(ex.failed_steps) + ([END] if end_error else [])
-    meta = {
-        "evaluated_by_end_step": True,
-        "total_steps": len({a.step for a in ex.activations.values()}),
-        "failed_steps_count": len(failed),
-        "handled_failures": [a.step for a in ex.arrivals if a.status == "HANDLED"],
-        "cancelled_steps": [a.step for a in ex.arrivals if a.status == "CANCELLED"],
-    }
+    total_steps = len({a.step for a in ex.activations.values()})
+    handled_failures = [a.step for a in ex.arrivals if a.status == ArrivalStatus.HANDLED]
+    cancelled_steps = [a.step for a in ex.arrivals if a.status == ArrivalStatus.CANCELLED]
     if failed:
-        ex.status = "FAILED"
+        ex.status = ExecState.FAILED
         root_step, root = ex.root_failure or (END, end_error)
         assert root is not None
-        d.lifecycle(WORKFLOW_FAILED, failed_steps=failed, **meta)
-        d.lifecycle(
-            PLAYBOOK_FAILED,
-            playbook=ex.playbook_path,
-            started_at=ex.started_at,
-            ended_at=d.out.at,
-            error=execution_error(root, step=root_step, failed_steps=failed),
-            failed_steps=failed,
-            result=result,
-            **meta,
-        )
+        d.lifecycle(WorkflowFailedData(
+            failed_steps=failed, evaluated_by_end_step=True, total_steps=total_steps, failed_steps_count=len(failed),
+            handled_failures=handled_failures, cancelled_steps=cancelled_steps))
+        d.lifecycle(PlaybookFailedData(
+            playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at,
+            error=execution_error(root, step=root_step, failed_steps=failed), failed_steps=failed, result=result,
+            evaluated_by_end_step=True, total_steps=total_steps, failed_steps_count=len(failed),
+            handled_failures=handled_failures, cancelled_steps=cancelled_steps))
         _reply_to_parent(d, result=None, error=ErrorInfo(
             type="ChildFailed",
             message=f"child execution {ex.execution_id} failed at step '{root_step}': {root.type}: {root.message}"))
     else:
-        ex.status = "COMPLETED"
-        d.lifecycle(WORKFLOW_COMPLETED, **meta)
-        d.lifecycle(
-            PLAYBOOK_COMPLETED, playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at, result=result, **meta
-        )
+        ex.status = ExecState.COMPLETED
+        d.lifecycle(WorkflowCompletedData(
+            evaluated_by_end_step=True, total_steps=total_steps, failed_steps_count=len(failed),
+            handled_failures=handled_failures, cancelled_steps=cancelled_steps))
+        d.lifecycle(PlaybookCompletedData(
+            playbook=ex.playbook_path, started_at=ex.started_at, ended_at=d.out.at, result=result,
+            evaluated_by_end_step=True, total_steps=total_steps, failed_steps_count=len(failed),
+            handled_failures=handled_failures, cancelled_steps=cancelled_steps))
         _reply_to_parent(d, result=result, error=None)
 
 

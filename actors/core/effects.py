@@ -71,7 +71,7 @@ class Effects:
                     or self.verdict)
 
 
-def err(e: ErrorInfo) -> dict[str, Any]:
+def error_view(e: ErrorInfo) -> dict[str, Any]:
     """The error as templates and events see it: every field present, so a rule can
     read `error.status` or `error.retryable` whatever the error was."""
     return {"type": e.type, "message": e.message, "retryable": e.retryable, "status": e.status, "traceback": e.traceback}

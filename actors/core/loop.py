@@ -28,7 +28,7 @@ from typing import Any
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result
-from actors.core.effects import CommandCancel, Effects, Timer, err, template_error
+from actors.core.effects import CommandCancel, Effects, Timer, error_view, template_error
 from actors.core.retry import match_retry
 from actors.playbook.model import Collect, Loop, PlaybookTool, Step
 from actors.playbook.precompiled import IterationTemplates
@@ -314,7 +314,7 @@ def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo
     if step.retry:
         ok = error is None
         scope = _scope(run, index)
-        scope.update(result=result, response=result, error=err(error) if error else None, attempt=attempt)
+        scope.update(result=result, response=result, error=error_view(error) if error else None, attempt=attempt)
         try:
             verdict = match_retry(step.retry, scope, ok=ok, attempt=attempt,
                                   unit=unit_random(run.execution_id, run.loop_id, index, attempt))
@@ -369,7 +369,7 @@ def _counted(f: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None
         return
     run.failed += 1
     if len(run.errors) < MAX_ERRORS_KEPT:
-        run.errors.append({"index": index, "error": err(error)})
+        run.errors.append({"index": index, "error": error_view(error)})
     if run.failed > run.tolerated:
         # fail fast: more failures than tolerated decide the loop; what is still
         # running is stopped and nothing new is released

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from actors.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
 from actors.playbook.model import Collect, Playbook
 from actors.wire import ErrorInfo, Limits, ParentRef
 
-ExecState = Literal["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
-TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 # Routing work a decision has yet to do (actors/core/decide.py): start an activation,
 # or see whether the branch that just left was the last one before `end`
 Pending = tuple[Literal["begin", "settle"], int]
@@ -26,7 +25,7 @@ class Activation:
 
     id: int
     step: str
-    status: Literal["RUNNING", "COMPLETED", "FAILED", "CANCELLED"] = "RUNNING"
+    status: ActivationStatus = ActivationStatus.RUNNING
     attempt: int = 1
     command_id: str | None = None
     from_activation: int | None = None
@@ -46,7 +45,7 @@ class Arrival:
     """A branch that reached `end`."""
 
     step: str
-    status: str  # COMPLETED | FAILED | HANDLED | CANCELLED
+    status: ArrivalStatus
     routed_to_end: bool = False
 
 
@@ -57,7 +56,7 @@ class Execution:
     playbook_path: str = ""
     playbook_source: str = ""  # handed to the counter with each loop
     workload: dict[str, Any] = field(default_factory=dict)
-    status: ExecState = "PENDING"
+    status: ExecState = ExecState.PENDING
     started_at: float | None = None
     results: dict[str, Any] = field(default_factory=dict)  # by step name, latest visit
     activations: dict[int, Activation] = field(default_factory=dict)
@@ -74,14 +73,14 @@ class Execution:
     limits: Limits = field(default_factory=Limits)  # from the start record: what bounds this execution
     # failure decisions read back from the log during a replay: (activation, attempt) ->
     # the recorded `step.failure_decided` data; a recorded decision is never re-evaluated
-    recorded: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    recorded: dict[tuple[int, int], FailureDecidedData] = field(default_factory=dict)
     # routing not done yet, last to be done first; carried over to the next decision
     # only when one decision reached its share of routing (decide.ROUTING_SLICE)
     pending: list[Pending] = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in TERMINAL_STATES
 
     @property
     def step_budget(self) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -33,9 +32,10 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.blobs import BLOB_MISSING, get_blob, resolve_result
-from actors.core.decide import PLAYBOOK_FAILED, execution_error, fold
-from actors.core.effects import Effects, err
+from actors.core.decide import execution_error, fold
+from actors.core.effects import Effects, error_view
 from actors.core.state import Execution
+from actors.events import ExecState, FailureDecidedData, FailureDecidedEvent, PlaybookFailedData, make_event
 from actors.hosting import PartitionHost, engine_error
 from actors.logactor import LogActor, LogEntry
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
@@ -44,7 +44,6 @@ from actors.wire import (
     CallDone,
     EngineFault,
     ErrorInfo,
-    Event,
     Input,
     IteratorCompleted,
     IteratorFailed,
@@ -109,12 +108,12 @@ class ExecutionActor(LogActor):
             await publish_all(js, [(self.subjects.fault, encode(fault), ids.fault_id(eid, seq))])
             self.skip.add(seq)
             return False
-        ended = Event(type=PLAYBOOK_FAILED, execution_id=eid, at=log_time(msg), cause=seq,
-                      data={"playbook": self.state.playbook_path, "started_at": self.state.started_at,
-                            "ended_at": log_time(msg),
-                            "error": execution_error(info, step=None, failed_steps=list(self.state.failed_steps))})
+        ended = make_event(PlaybookFailedData(
+            playbook=self.state.playbook_path, started_at=self.state.started_at, ended_at=log_time(msg),
+            error=execution_error(info, step=None, failed_steps=list(self.state.failed_steps))),
+            execution_id=eid, at=log_time(msg), cause=seq)
         await self.outbox.record(Effects(cause=seq, lifecycle=[ended]))
-        self.state.status = "FAILED"
+        self.state.status = ExecState.FAILED
         await ack(msg)
         return True
 
@@ -161,7 +160,7 @@ class ExecutionActor(LogActor):
                 missing = ErrorInfo(type="ResultsMissing", message=f"blob {inp.results_ref} not found")
                 return IteratorFailed(execution_id=inp.execution_id, loop_id=inp.loop_id, step=inp.step,
                                       total=inp.total, succeeded=inp.succeeded, failed=inp.failed,
-                                      errors=[{"index": -1, "error": err(missing)}])
+                                      errors=[{"index": -1, "error": error_view(missing)}])
         return inp
 
     # --- replay ----------------------------------------------------------------------
@@ -169,7 +168,7 @@ class ExecutionActor(LogActor):
     async def rehydrate(self) -> None:
         inputs: list[LogEntry] = []
         seen = Recorded()
-        recorded: dict[tuple[int, int], dict[str, Any]] = {}
+        recorded: dict[tuple[int, int], FailureDecidedData] = {}
         for entry in await self.read_log(self.subjects.log):
             cls = class_of(entry.subject)
             if cls == IN:
@@ -185,8 +184,8 @@ class ExecutionActor(LogActor):
                 record = decision_decoder.decode(entry.data)
                 seen.decisions.add(record.cause)
                 for ev in record.events:
-                    if ev.type == "step.failure_decided":
-                        recorded[(int(ev.data["activation"]), int(ev.data["attempt_number"]))] = ev.data
+                    if isinstance(ev, FailureDecidedEvent):
+                        recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
             elif cls == LC:
                 seen.lifecycle.add(event_decoder.decode(entry.data).type)
         self.state = Execution(execution_id=self.execution_id, recorded=recorded)

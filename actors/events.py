@@ -1,0 +1,502 @@
+"""An execution's events and states: every name a reader may compare, in one place.
+
+The engine (actors/core/decide.py) writes these events: decision records (class `ev`)
+and lifecycle events (class `lc`); the projector, the client, the CLI and the engine's
+own replay read them. Each event type is a tagged msgspec Struct whose `data` is typed
+field by field. On the wire an event is
+`{"type", "execution_id", "at", "cause", "step", "data": {...}}`, as it was when `data`
+was a plain dict: a log written before these types decodes into them.
+
+Inside `data` a key is present exactly when the engine always wrote it (null included);
+a key written only sometimes is `UNSET` when absent, so it is omitted as it always was.
+
+An event type this code does not know (written by a newer engine) decodes as
+`UnknownEvent`, its data kept as a dict: readers that only display show it, readers
+that decide ignore it. An event of a known type that does not fit its Struct is an
+error, as any malformed record is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType, field
+
+# --- states ----------------------------------------------------------------------------
+
+
+class ExecState(StrEnum):
+    """An execution's state, as the status projection (KV `status`) and the engine hold it."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+# a tuple, not a set: metrics list the terminal states in this order
+TERMINAL_STATES: tuple[ExecState, ...] = (ExecState.COMPLETED, ExecState.FAILED, ExecState.CANCELLED)
+
+
+class ActivationStatus(StrEnum):
+    """One visit of a step (an activation): running, or how it ended (`step.exit` status)."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class ArrivalStatus(StrEnum):
+    """How a branch reached `end`: HANDLED is a failure an on_error or on_failure rule took."""
+
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    HANDLED = "HANDLED"
+    CANCELLED = "CANCELLED"
+
+
+# --- event types -----------------------------------------------------------------------
+
+
+class EventType(StrEnum):
+    # decision records
+    STEP_ENTER = "step.enter"
+    STEP_EXIT = "step.exit"
+    COMMAND_ISSUED = "command.issued"
+    COMMAND_CANCELLED = "command.cancelled"
+    ITERATOR_STARTED = "iterator.started"
+    ITERATOR_COMPLETED = "iterator.completed"
+    RETRY_SCHEDULED = "retry.scheduled"
+    RETRY_DUE = "retry.due"
+    RETRY_EXHAUSTED = "retry.exhausted"
+    RETRY_SEQUENCE_COMPLETED = "retry_sequence.completed"
+    FAILURE_DECIDED = "step.failure_decided"
+    BUDGET_EXCEEDED = "step.budget_exceeded"
+    ROUTING_PAUSED = "routing.paused"
+    ENGINE_FAULT = "engine.fault"
+    # lifecycle events: the only events that decide an execution's status
+    PLAYBOOK_INITIALIZED = "playbook.initialized"
+    WORKFLOW_INITIALIZED = "workflow.initialized"
+    WORKFLOW_COMPLETED = "workflow.completed"
+    WORKFLOW_FAILED = "workflow.failed"
+    PLAYBOOK_COMPLETED = "playbook.completed"
+    PLAYBOOK_FAILED = "playbook.failed"
+    EXECUTION_CANCELLED = "execution.cancelled"
+
+
+# the lifecycle events that end an execution, and the state each one ends it in
+TERMINAL_EVENTS: dict[str, ExecState] = {
+    EventType.PLAYBOOK_COMPLETED: ExecState.COMPLETED,
+    EventType.PLAYBOOK_FAILED: ExecState.FAILED,
+    EventType.EXECUTION_CANCELLED: ExecState.CANCELLED,
+}
+
+# An error as templates and events see it (actors/core/effects.py `error_view`): every
+# ErrorInfo field present. A dict, because templates read it as one.
+ErrorView = dict[str, Any]
+
+
+# --- data of each event type -------------------------------------------------------------
+
+
+class _Data(Struct, kw_only=True):
+    """No omit_defaults: a key the engine always wrote stays on the wire even when null;
+    a key it wrote only sometimes is typed `... | UnsetType` and omitted while UNSET."""
+
+
+class StepEnterData(_Data):
+    activation: int
+    arrivals: list[str] | UnsetType = UNSET  # entering `end`: the steps of the branches that reached it
+    from_activation: int | UnsetType | None = UNSET  # any other step: the activation it was routed from
+    remediates: str | UnsetType = UNSET  # a remediation step: the step whose failure it handles
+
+
+class FailureRoute(_Data):
+    """Where a failed step's on_failure edges took it, on its `step.exit`."""
+
+    attempted: bool
+    status: str  # selected | no_route | skipped_terminal | step_budget_exceeded
+    target: str | UnsetType | None = UNSET
+    edge: str | UnsetType = UNSET
+
+
+class StepExitData(_Data):
+    activation: int
+    status: ActivationStatus
+    reason: str | UnsetType = UNSET
+    next: list[str] | UnsetType = UNSET
+    ignored_error: ErrorView | UnsetType = UNSET
+    error: ErrorView | UnsetType = UNSET
+    routed_to_end: bool | UnsetType = UNSET
+    original_failed_step: str | UnsetType = UNSET
+    handled: bool | UnsetType = UNSET
+    aborted: bool | UnsetType = UNSET
+    failure_route: FailureRoute | UnsetType = UNSET
+
+
+class CommandIssuedData(_Data):
+    activation: int
+    command_id: str
+    kind: str
+    attempt_number: int
+    child_execution_id: str | UnsetType = UNSET  # `tool: playbook`
+    parent_event_id: str | UnsetType | None = UNSET  # a later attempt: the command it follows
+
+
+class CommandCancelledData(_Data):
+    activation: int
+    command_id: str
+    reason: str
+
+
+class IteratorStartedData(_Data):
+    activation: int
+    loop_id: str
+    size: int
+    mode: str
+    element: str
+    concurrency: int
+    chunk_size: int | None
+    tolerated_failures: int | str
+    attempt_number: int
+    parent_event_id: str | UnsetType | None = UNSET
+
+
+class IteratorCompletedData(_Data):
+    """Written by the engine itself only for an empty collection (the counter's verdicts
+    are inputs, actors/wire.py)."""
+
+    activation: int
+    loop_id: str
+    total: int
+    succeeded: int
+    failed: int
+
+
+class RetryScheduledData(_Data):
+    activation: int
+    attempt_number: int
+    delay: float
+    due: float
+    reason: str
+    rule: str | None
+    parent_event_id: str | None
+
+
+class RetryDueData(_Data):
+    activation: int
+    timer_id: str
+    due: float
+    late_ms: float
+
+
+class RetryExhaustedData(_Data):
+    activation: int
+    attempts: int
+    max_attempts: int | None
+    error: ErrorView | None
+    rule: str | None
+
+
+class RetrySequenceCompletedData(_Data):
+    activation: int
+    total_attempts: int
+    collected_size: int
+    bounded: bool
+    rule: str | UnsetType = UNSET  # bounded: the rule whose bound it hit
+
+
+class FailureDecidedData(_Data):
+    """The on_error decision for one failed attempt. Recorded once, and read back in a
+    replay (`Execution.recorded`) instead of being evaluated again."""
+
+    activation: int
+    attempt_number: int
+    error: ErrorView
+    decision: str  # none | ignore | retry | retry_later | cancel | handled | abort
+    rule: str | None
+    result: Any | UnsetType = UNSET  # ignore: the step's result
+    args: Any | UnsetType = UNSET  # retry: args over the next attempt's
+    delay: float | UnsetType = UNSET  # retry_later
+
+
+class BudgetExceededData(_Data):
+    from_activation: int
+    budget: int
+    error: ErrorView
+
+
+class RoutingPausedData(_Data):
+    timer_id: str
+    pending: int
+
+
+class EngineFaultData(_Data):
+    input_seq: int
+    input_subject: str
+    error: ErrorView
+
+
+class PlaybookInitializedData(_Data):
+    playbook: str
+    version: int | None
+    started_at: float
+    parent_execution_id: str | UnsetType = UNSET
+    parent_step: str | UnsetType | None = UNSET
+
+
+class WorkflowInitializedData(_Data):
+    entry: str
+
+
+class WorkflowCompletedData(_Data):
+    evaluated_by_end_step: bool
+    total_steps: int
+    failed_steps_count: int
+    handled_failures: list[str]
+    cancelled_steps: list[str]
+
+
+class WorkflowFailedData(_Data):
+    failed_steps: list[str]
+    evaluated_by_end_step: bool
+    total_steps: int
+    failed_steps_count: int
+    handled_failures: list[str]
+    cancelled_steps: list[str]
+
+
+class PlaybookCompletedData(_Data):
+    playbook: str
+    started_at: float | None
+    ended_at: float
+    result: Any
+    evaluated_by_end_step: bool
+    total_steps: int
+    failed_steps_count: int
+    handled_failures: list[str]
+    cancelled_steps: list[str]
+    result_ref: str | UnsetType = UNSET  # a result too large for the event: a blob (result is then null)
+
+
+class PlaybookFailedData(_Data):
+    """A failed execution. Evaluated by `end`, it carries the summary fields too; an
+    execution that could not start or that the engine gave up on carries just its error."""
+
+    playbook: str
+    started_at: float | None
+    ended_at: float
+    error: dict[str, Any]  # decide.execution_error: the root cause and every failed step
+    failed_steps: list[str] | UnsetType = UNSET
+    result: Any | UnsetType = UNSET
+    evaluated_by_end_step: bool | UnsetType = UNSET
+    total_steps: int | UnsetType = UNSET
+    failed_steps_count: int | UnsetType = UNSET
+    handled_failures: list[str] | UnsetType = UNSET
+    cancelled_steps: list[str] | UnsetType = UNSET
+    result_ref: str | UnsetType = UNSET
+
+
+class ExecutionCancelledData(_Data):
+    playbook: str
+    started_at: float | None
+    ended_at: float
+    reason: str
+    running_commands: list[str]
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+class _Event(Struct, omit_defaults=True, tag_field="type"):
+    """One event of an execution's history. `at` is the log time of the input that
+    caused it (so a replay reproduces it); `cause` that input's stream sequence."""
+
+    execution_id: str
+    at: float
+    cause: int
+    step: str | None = None
+
+    @property
+    def type(self) -> EventType:
+        return EventType(str(self.__struct_config__.tag))
+
+
+# `data` is keyword-only so it follows `step` on the wire, as it always did
+class StepEnterEvent(_Event, tag=EventType.STEP_ENTER.value, kw_only=True):
+    data: StepEnterData
+
+
+class StepExitEvent(_Event, tag=EventType.STEP_EXIT.value, kw_only=True):
+    data: StepExitData
+
+
+class CommandIssuedEvent(_Event, tag=EventType.COMMAND_ISSUED.value, kw_only=True):
+    data: CommandIssuedData
+
+
+class CommandCancelledEvent(_Event, tag=EventType.COMMAND_CANCELLED.value, kw_only=True):
+    data: CommandCancelledData
+
+
+class IteratorStartedEvent(_Event, tag=EventType.ITERATOR_STARTED.value, kw_only=True):
+    data: IteratorStartedData
+
+
+class IteratorCompletedEvent(_Event, tag=EventType.ITERATOR_COMPLETED.value, kw_only=True):
+    data: IteratorCompletedData
+
+
+class RetryScheduledEvent(_Event, tag=EventType.RETRY_SCHEDULED.value, kw_only=True):
+    data: RetryScheduledData
+
+
+class RetryDueEvent(_Event, tag=EventType.RETRY_DUE.value, kw_only=True):
+    data: RetryDueData
+
+
+class RetryExhaustedEvent(_Event, tag=EventType.RETRY_EXHAUSTED.value, kw_only=True):
+    data: RetryExhaustedData
+
+
+class RetrySequenceCompletedEvent(_Event, tag=EventType.RETRY_SEQUENCE_COMPLETED.value, kw_only=True):
+    data: RetrySequenceCompletedData
+
+
+class FailureDecidedEvent(_Event, tag=EventType.FAILURE_DECIDED.value, kw_only=True):
+    data: FailureDecidedData
+
+
+class BudgetExceededEvent(_Event, tag=EventType.BUDGET_EXCEEDED.value, kw_only=True):
+    data: BudgetExceededData
+
+
+class RoutingPausedEvent(_Event, tag=EventType.ROUTING_PAUSED.value, kw_only=True):
+    data: RoutingPausedData
+
+
+class EngineFaultEvent(_Event, tag=EventType.ENGINE_FAULT.value, kw_only=True):
+    data: EngineFaultData
+
+
+class PlaybookInitializedEvent(_Event, tag=EventType.PLAYBOOK_INITIALIZED.value, kw_only=True):
+    data: PlaybookInitializedData
+
+
+class WorkflowInitializedEvent(_Event, tag=EventType.WORKFLOW_INITIALIZED.value, kw_only=True):
+    data: WorkflowInitializedData
+
+
+class WorkflowCompletedEvent(_Event, tag=EventType.WORKFLOW_COMPLETED.value, kw_only=True):
+    data: WorkflowCompletedData
+
+
+class WorkflowFailedEvent(_Event, tag=EventType.WORKFLOW_FAILED.value, kw_only=True):
+    data: WorkflowFailedData
+
+
+class PlaybookCompletedEvent(_Event, tag=EventType.PLAYBOOK_COMPLETED.value, kw_only=True):
+    data: PlaybookCompletedData
+
+
+class PlaybookFailedEvent(_Event, tag=EventType.PLAYBOOK_FAILED.value, kw_only=True):
+    data: PlaybookFailedData
+
+
+class ExecutionCancelledEvent(_Event, tag=EventType.EXECUTION_CANCELLED.value, kw_only=True):
+    data: ExecutionCancelledData
+
+
+Event = (StepEnterEvent | StepExitEvent | CommandIssuedEvent | CommandCancelledEvent | IteratorStartedEvent
+         | IteratorCompletedEvent | RetryScheduledEvent | RetryDueEvent | RetryExhaustedEvent
+         | RetrySequenceCompletedEvent | FailureDecidedEvent | BudgetExceededEvent | RoutingPausedEvent
+         | EngineFaultEvent | PlaybookInitializedEvent | WorkflowInitializedEvent | WorkflowCompletedEvent
+         | WorkflowFailedEvent | PlaybookCompletedEvent | PlaybookFailedEvent | ExecutionCancelledEvent)
+EventData = (StepEnterData | StepExitData | CommandIssuedData | CommandCancelledData | IteratorStartedData
+             | IteratorCompletedData | RetryScheduledData | RetryDueData | RetryExhaustedData
+             | RetrySequenceCompletedData | FailureDecidedData | BudgetExceededData | RoutingPausedData
+             | EngineFaultData | PlaybookInitializedData | WorkflowInitializedData | WorkflowCompletedData
+             | WorkflowFailedData | PlaybookCompletedData | PlaybookFailedData | ExecutionCancelledData)
+
+# which event a data Struct belongs to, read off the event types themselves
+EVENT_OF: dict[type[EventData], type[Event]] = {msgspec.structs.fields(cls)[-1].type: cls for cls in Event.__args__}
+
+
+def make_event(data: EventData, *, execution_id: str, at: float, cause: int, step: str | None = None) -> Event:
+    """The event that carries `data` (its type follows from the data's)."""
+    return EVENT_OF[type(data)](execution_id=execution_id, at=at, cause=cause, step=step, data=data)  # type: ignore[arg-type]
+
+
+class UnknownEvent(Struct, omit_defaults=True):
+    """An event of a type this code does not know (a newer writer's): kept as it came,
+    encoded back the same."""
+
+    type: str
+    execution_id: str
+    at: float
+    cause: int
+    step: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+AnyEvent = Event | UnknownEvent
+KNOWN_TYPES: frozenset[str] = frozenset(EventType)
+
+
+class DecisionRecord(Struct, omit_defaults=True):
+    """The events of one decision, written as one message (class `ev`)."""
+
+    cause: int
+    events: Sequence[AnyEvent] = field(default_factory=list)
+
+
+class _TypedDecision(Struct):
+    cause: int
+    events: list[Event] = field(default_factory=list)
+
+
+class _RawDecision(Struct):
+    cause: int
+    events: list[msgspec.Raw] = field(default_factory=list)
+
+
+class EventDecoder:
+    """Decodes one event; an unknown type becomes an `UnknownEvent` (see the module)."""
+
+    def __init__(self) -> None:
+        self._typed: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+        self._any = msgspec.json.Decoder(UnknownEvent)
+
+    def decode(self, data: bytes | msgspec.Raw) -> AnyEvent:
+        try:
+            return self._typed.decode(data)
+        except msgspec.ValidationError:
+            ev = self._any.decode(data)
+            if ev.type in KNOWN_TYPES:
+                raise  # a known type that does not fit: a malformed record, not a newer one
+            return ev
+
+
+class DecisionDecoder:
+    """Decodes a decision record, each event as `EventDecoder` does."""
+
+    def __init__(self) -> None:
+        self._typed = msgspec.json.Decoder(_TypedDecision)
+        self._raw = msgspec.json.Decoder(_RawDecision)
+
+    def decode(self, data: bytes) -> DecisionRecord:
+        try:
+            rec = self._typed.decode(data)
+            return DecisionRecord(cause=rec.cause, events=rec.events)
+        except msgspec.ValidationError:
+            raw = self._raw.decode(data)
+            return DecisionRecord(cause=raw.cause, events=[event_decoder.decode(e) for e in raw.events])
+
+
+event_decoder = EventDecoder()
+decision_decoder = DecisionDecoder()
