@@ -9,8 +9,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from actors.events import FailureDecidedEvent, decision_decoder, event_decoder
 from actors.natsio import log_time, stream_seq
-from actors.wire import decision_decoder, event_decoder, input_decoder
+from actors.wire import input_decoder
 from streams.layout import EXEC_STREAM, IN, class_of
 from streams.subjects import ExecSubjects
 from tests.conftest import System, of_type
@@ -79,8 +80,8 @@ def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: 
         for subject, data, _, _ in log:
             if class_of(subject) == "ev":
                 for ev in decision_decoder.decode(data).events:
-                    if ev.type == "step.failure_decided":
-                        recorded[(ev.data["activation"], ev.data["attempt_number"])] = ev.data
+                    if isinstance(ev, FailureDecidedEvent):
+                        recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
     inputs = [(input_decoder.decode(data), seq, at) for subject, data, seq, at in log if class_of(subject) == IN]
     outputs = refold(eid, inputs, subjects=subjects, recorded=recorded)
     return {seq: decisions(out) for (_, seq, _), out in zip(inputs, outputs, strict=True) if decisions(out)}

@@ -15,6 +15,7 @@ from actors.core.decide import fold
 from actors.core.effects import Effects
 from actors.core.loop import LoopRun, fold_loop
 from actors.core.state import Execution
+from actors.events import FailureDecidedData
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.templates import call_with_limits
 from actors.wire import LoopSpec
@@ -58,7 +59,8 @@ def replay(run: Run, *, read_back: bool = True) -> bool:
     `read_back`, failure decisions are read back from the log as the engine does;
     without, the rules are evaluated again (and must decide the same)."""
     decided = run.events("step.failure_decided") if read_back else []
-    recorded = {(i.data["activation"], i.data["attempt_number"]): i.data for i in decided}
+    recorded = {(i.data["activation"], i.data["attempt_number"]): msgspec.convert(i.data, FailureDecidedData)
+                for i in decided}
     if refold(run.execution_id, run.inputs, recorded=recorded) != run.outputs:
         return False
     for loop_id, log in run.loops.items():
@@ -69,7 +71,7 @@ def replay(run: Run, *, read_back: bool = True) -> bool:
 
 
 def refold(execution_id: str, inputs: Iterable[tuple[Any, int, float]], *, subjects: ExecSubjects | None = None,
-           recorded: dict[tuple[int, int], dict[str, Any]] | None = None) -> list[Any]:
+           recorded: dict[tuple[int, int], FailureDecidedData] | None = None) -> list[Any]:
     """Fold an execution's inputs (each with its stream sequence and log time) into
     fresh state, as a replaying engine does, with `recorded` failure decisions read
     back; each decision's outputs as plain data (see `decisions`)."""
