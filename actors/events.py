@@ -10,10 +10,11 @@ was a plain dict: a log written before these types decodes into them.
 Inside `data` a key is present exactly when the engine always wrote it (null included);
 a key written only sometimes is `UNSET` when absent, so it is omitted as it always was.
 
-An event type this code does not know (written by a newer engine) decodes as
-`UnknownEvent`, its data kept as a dict: readers that only display show it, readers
-that decide ignore it. An event of a known type that does not fit its Struct is an
-error, as any malformed record is.
+An event this code cannot read as one of its types decodes as `UnknownEvent`, its
+data kept as a dict: a type it does not know (written by a newer engine), or data that
+does not fit the type (a record forged by hand). Readers that only display show it as
+it came; readers that decide look only at the typed events (the projector, by type
+name, as it always did). A record that is not an event at all is an error.
 """
 
 from __future__ import annotations
@@ -433,8 +434,8 @@ def make_event(data: EventData, *, execution_id: str, at: float, cause: int, ste
 
 
 class UnknownEvent(Struct, omit_defaults=True):
-    """An event of a type this code does not know (a newer writer's): kept as it came,
-    encoded back the same."""
+    """An event this code cannot read as one of its types (see the module): kept as it
+    came, encoded back the same."""
 
     type: str
     execution_id: str
@@ -445,7 +446,6 @@ class UnknownEvent(Struct, omit_defaults=True):
 
 
 AnyEvent = Event | UnknownEvent
-KNOWN_TYPES: frozenset[str] = frozenset(EventType)
 
 
 class DecisionRecord(Struct, omit_defaults=True):
@@ -466,7 +466,7 @@ class _RawDecision(Struct):
 
 
 class EventDecoder:
-    """Decodes one event; an unknown type becomes an `UnknownEvent` (see the module)."""
+    """Decodes one event; one that does not fit any type becomes an `UnknownEvent`."""
 
     def __init__(self) -> None:
         self._typed: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
@@ -476,10 +476,7 @@ class EventDecoder:
         try:
             return self._typed.decode(data)
         except msgspec.ValidationError:
-            ev = self._any.decode(data)
-            if ev.type in KNOWN_TYPES:
-                raise  # a known type that does not fit: a malformed record, not a newer one
-            return ev
+            return self._any.decode(data)
 
 
 class DecisionDecoder:

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from actors.events import (
+    AnyEvent,
+    DecisionRecord,
+    PlaybookCompletedData,
+    PlaybookFailedData,
+    PlaybookInitializedData,
+    UnknownEvent,
+    WorkflowInitializedData,
+    make_event,
+)
 from actors.projector import Projector
-from actors.wire import CallDone, DecisionRecord, Event, encode
+from actors.wire import CallDone, encode
 from streams.layout import STATUS_BUCKET
 from tests.conftest import System, of_type
 
@@ -53,9 +63,9 @@ async def test_lower_layer_events_on_the_last_step_never_complete_an_execution(s
     prefix = system.layout.exec_prefix(eid)
     # forge what a confused worker or heuristic might emit for the last visible step and for end
     forged = DecisionRecord(cause=10**9, events=[
-        Event(type="step.exit", execution_id=eid, at=0, cause=10**9, step="end", data={"status": "COMPLETED"}),
-        Event(type="command.completed", execution_id=eid, at=0, cause=10**9, step="last"),
-        Event(type="batch.completed", execution_id=eid, at=0, cause=10**9, data={"pending_count": 0}),
+        UnknownEvent(type="step.exit", execution_id=eid, at=0, cause=10**9, step="end", data={"status": "COMPLETED"}),
+        UnknownEvent(type="command.completed", execution_id=eid, at=0, cause=10**9, step="last"),
+        UnknownEvent(type="batch.completed", execution_id=eid, at=0, cause=10**9, data={"pending_count": 0}),
     ])
     await system.nc.jetstream().publish(f"{prefix}.ev.decision", encode(forged))
     await system.nc.jetstream().publish(
@@ -113,13 +123,18 @@ async def test_a_projector_with_a_stale_status_in_memory_never_moves_a_status_ba
     a, b = Projector(system.nc), Projector(system.nc)
     a._kv = b._kv = kv  # driven directly, in a chosen order: no subscription
 
-    def event(type_: str, at: float) -> Event:
-        return Event(type=type_, execution_id="stale-1", at=at, cause=1, data={"playbook": "p"})
+    def event(data: PlaybookInitializedData | PlaybookCompletedData | WorkflowInitializedData | PlaybookFailedData,
+              at: float) -> AnyEvent:
+        return make_event(data, execution_id="stale-1", at=at, cause=1)
 
-    await a.apply(event("playbook.initialized", 1.0))  # a remembers RUNNING
-    await b.apply(event("playbook.completed", 2.0))  # b reads RUNNING, writes COMPLETED
-    await a.apply(event("workflow.initialized", 2.5))  # no move forward from a's RUNNING: nothing to write
-    await a.apply(event("playbook.failed", 3.0))  # a's revision is stale: read again, terminal stays
+    completed = PlaybookCompletedData(playbook="p", started_at=1.0, ended_at=2.0, result=None,
+                                      evaluated_by_end_step=True, total_steps=1, failed_steps_count=0,
+                                      handled_failures=[], cancelled_steps=[])
+    failed = PlaybookFailedData(playbook="p", started_at=1.0, ended_at=3.0, error={"type": "E", "message": "m"})
+    await a.apply(event(PlaybookInitializedData(playbook="p", version=None, started_at=1.0), 1.0))  # a: RUNNING
+    await b.apply(event(completed, 2.0))  # b reads RUNNING, writes COMPLETED
+    await a.apply(event(WorkflowInitializedData(entry="a"), 2.5))  # no move forward from a's RUNNING: nothing to write
+    await a.apply(event(failed, 3.0))  # a's revision is stale: read again, terminal stays
     status = await system.client.status("stale-1")
     assert status is not None
     assert (status.state, status.terminal_event, status.ended_at) == ("COMPLETED", "playbook.completed", 2.0)
