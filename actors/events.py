@@ -430,7 +430,8 @@ EVENT_OF: dict[type[EventData], type[Event]] = {msgspec.structs.fields(cls)[-1].
 
 def make_event(data: EventData, *, execution_id: str, at: float, cause: int, step: str | None = None) -> Event:
     """The event that carries `data` (its type follows from the data's)."""
-    return EVENT_OF[type(data)](execution_id=execution_id, at=at, cause=cause, step=step, data=data)  # type: ignore[arg-type]
+    kind = EVENT_OF[type(data)]
+    return kind(execution_id=execution_id, at=at, cause=cause, step=step, data=data)  # type: ignore[arg-type]
 
 
 class UnknownEvent(Struct, omit_defaults=True):

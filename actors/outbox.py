@@ -159,7 +159,9 @@ class Outbox:
 
     async def _offload_result(self, ev: Event) -> None:
         data = ev.data
-        if not isinstance(data, (PlaybookCompletedData, PlaybookFailedData)) or data.result is None or data.result is UNSET:
+        if not isinstance(data, (PlaybookCompletedData, PlaybookFailedData)):
+            return
+        if data.result is None or data.result is UNSET:
             return
         ref = await offload(self.js, f"{self.execution_id}/result", data.result)
         if ref is not None:

@@ -59,7 +59,8 @@ CANCELLED = (
     b'{"type":"execution.cancelled","execution_id":"e","at":1002.0,"cause":2,"data":{"playbook":"pb","'
     b'started_at":1001.0,"ended_at":1002.0,"reason":"stop it","running_commands":["0-1"]}}'
 )
-NEWER_TYPE = b'{"type":"step.paused","execution_id":"e","at":7.0,"cause":7,"step":"a","data":{"activation":3,"why":"x"}}'
+NEWER_TYPE = (b'{"type":"step.paused","execution_id":"e","at":7.0,"cause":7,"step":"a",'
+              b'"data":{"activation":3,"why":"x"}}')
 
 
 @pytest.mark.parametrize("record", [ABORT_DECISION, RETRY_LATER_DECISION])

@@ -215,7 +215,7 @@ def _start(d: _Decision, rec: StartRecord) -> None:
 
 
 def _fail_at_start(d: _Decision, error: ErrorInfo) -> None:
-    """The execution cannot run at all (bad start): it fails at once, visibly."""
+    """Fail the execution before its first step: the start record or its playbook is bad."""
     ex = d.ex
     ex.status = ExecState.FAILED
     d.lifecycle(PlaybookFailedData(playbook=ex.playbook_path, started_at=d.out.at, ended_at=d.out.at,
@@ -556,10 +556,12 @@ def _collected_result(act: Activation, result: Any, *, already: bool = False) ->
 
 def _apply_failure_rules(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False,
                          summarised: bool = False) -> None:
-    """A step failed for good (no retry rule takes it any more). Its `on_error` rules say
-    what the failure means; with the default meaning, its `on_failure` edges may route
-    it to remediation; otherwise it goes to `end` unhandled. `summarised`: a tool's
-    error, already in the retry summary when its result arrived."""
+    """A step failed for good: its on_error rules, then its on_failure edges, say what follows.
+
+    No retry rule takes the failure any more. The `on_error` rules say what it means;
+    with the default meaning, the `on_failure` edges may route it to remediation
+    (`_remediate`); otherwise the step fails unhandled (`_fail_step`). `summarised`: a
+    tool's error, already in the retry summary when its result arrived."""
     if not summarised:
         act.errors.append(_summary_line(act.attempt, error))
     if step.on_error:
@@ -639,8 +641,10 @@ def _decide_on_error(d: _Decision, act: Activation, step: Step, error: ErrorInfo
 
 
 def _remediate(d: _Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool) -> None:
-    """Take the first matching on_failure edge (in declared order) to its remediation
-    step; the failure is then handled. The remediation step gets `failure` in scope."""
+    """Route a failed step to its remediation step: the first on_failure edge that matches.
+
+    Edges are tried in declared order; the failure is then handled, and the remediation
+    step gets `failure` in scope. No edge that matches: the step fails unhandled."""
     assert step.on_failure is not None
     ex = d.ex
     if ex.aborted:
@@ -782,8 +786,9 @@ def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]
 
 def _fail_step(d: _Decision, act: Activation, error: ErrorInfo, *, handled: bool = False, aborted: bool = False,
               route: FailureRoute | None = None) -> None:
-    """The step ends FAILED and its branch goes to `end`; unless handled, the failure
-    fails the workflow when `end` evaluates it."""
+    """End the step FAILED and send its branch to `end`, consulting no further rule.
+
+    Unless handled, the failure fails the workflow when `end` evaluates it."""
     ex = d.ex
     act.status = ActivationStatus.FAILED
     if not handled:
