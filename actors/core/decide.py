@@ -320,6 +320,8 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
     kind = str(tool.pop("kind"))
     act.kind = kind
     issued = CommandIssuedData(activation=act.id, command_id=command_id, kind=kind, attempt_number=act.attempt)
+    if act.attempt > 1:
+        issued.parent_event_id = parent
     reply_to = d.subjects.result(command_id)
     if isinstance(step.tool, PlaybookTool):
         child = child_execution_id(ex.execution_id, command_id)
@@ -333,8 +335,6 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
             parent=ParentRef(execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
         ))
         issued.child_execution_id = child
-        if act.attempt > 1:
-            issued.parent_event_id = parent
         d.event(step.step, issued)
         return
     d.out.commands.append(
@@ -351,8 +351,6 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
             sink=sink_call(step, scope),
         )
     )
-    if act.attempt > 1:
-        issued.parent_event_id = parent
     d.event(step.step, issued)
 
 
