@@ -87,10 +87,11 @@ from nats.js import api
 
 from actors.client import Client
 from actors.engine.actor import Engine
+from actors.events import CommandIssuedEvent, RetryDueEvent, RetryScheduledEvent, decision_decoder, event_decoder
 from actors.natsio import MSG_ID, SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.runtime import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
-from actors.wire import StartMessage, decision_decoder, encode, event_decoder, input_decoder
+from actors.wire import StartMessage, encode, input_decoder
 from streams.layout import (
     CMD_STREAM,
     EV,
@@ -234,12 +235,12 @@ async def read_exec_log(nc: NATS, n_expected: int) -> tuple[dict[str, ExecTrace]
             cls = class_of(msg.subject)
             if cls == EV:
                 for ev in decision_decoder.decode(msg.data).events:
-                    if ev.type == "retry.scheduled":
-                        tr.due = float(ev.data["due"])
+                    if isinstance(ev, RetryScheduledEvent):
+                        tr.due = ev.data.due
                         tr.scheduled_stored = stored
-                    elif ev.type == "retry.due":
-                        tr.due_events.append((stored, float(ev.data["late_ms"])))
-                    elif ev.type == "command.issued" and ev.data.get("attempt_number") == 2:
+                    elif isinstance(ev, RetryDueEvent):
+                        tr.due_events.append((stored, ev.data.late_ms))
+                    elif isinstance(ev, CommandIssuedEvent) and ev.data.attempt_number == 2:
                         tr.attempt2_issued += 1
             elif cls == IN:
                 kind = type_of(msg.subject)
