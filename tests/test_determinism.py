@@ -81,7 +81,7 @@ def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: 
             if class_of(subject) == "ev":
                 for ev in decision_decoder.decode(data).events:
                     if isinstance(ev, FailureDecidedEvent):
-                        recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
+                        recorded[(ev.data.activation, ev.data.attempt_number)] = msgspec.to_builtins(ev.data)
     inputs = [(input_decoder.decode(data), seq, at) for subject, data, seq, at in log if class_of(subject) == IN]
     outputs = refold(eid, inputs, subjects=subjects, recorded=recorded)
     return {seq: decisions(out) for (_, seq, _), out in zip(inputs, outputs, strict=True) if decisions(out)}

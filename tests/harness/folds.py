@@ -59,8 +59,7 @@ def replay(run: Run, *, read_back: bool = True) -> bool:
     `read_back`, failure decisions are read back from the log as the engine does;
     without, the rules are evaluated again (and must decide the same)."""
     decided = run.events("step.failure_decided") if read_back else []
-    recorded = {(i.data["activation"], i.data["attempt_number"]): msgspec.convert(i.data, FailureDecidedData)
-                for i in decided}
+    recorded = {(i.data["activation"], i.data["attempt_number"]): i.data for i in decided}
     if refold(run.execution_id, run.inputs, recorded=recorded) != run.outputs:
         return False
     for loop_id, log in run.loops.items():
@@ -71,11 +70,12 @@ def replay(run: Run, *, read_back: bool = True) -> bool:
 
 
 def refold(execution_id: str, inputs: Iterable[tuple[Any, int, float]], *, subjects: ExecSubjects | None = None,
-           recorded: dict[tuple[int, int], FailureDecidedData] | None = None) -> list[Any]:
+           recorded: dict[tuple[int, int], dict[str, Any]] | None = None) -> list[Any]:
     """Fold an execution's inputs (each with its stream sequence and log time) into
     fresh state, as a replaying engine does, with `recorded` failure decisions read
     back; each decision's outputs as plain data (see `decisions`)."""
-    ex = Execution(execution_id=execution_id, recorded=dict(recorded or {}))
+    read_back = {key: msgspec.convert(data, FailureDecidedData) for key, data in (recorded or {}).items()}
+    ex = Execution(execution_id=execution_id, recorded=read_back)
     subjects = subjects or exec_subjects(execution_id)
     return [plain(fold(ex, inp, seq=seq, at=at, subjects=subjects)) for inp, seq, at in inputs]
 
