@@ -22,9 +22,9 @@ from nats.js import JetStreamContext
 
 from actors.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, start_item
 from actors.core.effects import CommandCancel, Effects, Timer
-from actors.events import PlaybookCompletedData, PlaybookFailedData
+from actors.events import DecisionRecord, Event, PlaybookCompletedData, PlaybookFailedData
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
-from actors.wire import CancelRequest, DecisionRecord, Event, IteratorCompleted, IteratorFailed, LoopSpec, encode
+from actors.wire import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids
 from streams.layout import Layout
 from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject

@@ -11,13 +11,8 @@ from typing import Any
 import msgspec
 from msgspec import Struct, field
 
-# Events (class `ev` and `lc`) are typed in actors/events.py; these names stay importable
-# from here for the modules that read them with the other wire types.
-from actors.events import DecisionRecord as DecisionRecord
-from actors.events import Event as Event
+# events (classes `ev` and `lc`) and execution states are typed in actors/events.py
 from actors.events import ExecState
-from actors.events import decision_decoder as decision_decoder
-from actors.events import event_decoder as event_decoder
 
 
 class _Wire(Struct, omit_defaults=True):

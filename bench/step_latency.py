@@ -59,10 +59,10 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
 from actors.client import Client
+from actors.events import decision_decoder
 from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
-from actors.wire import decision_decoder
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import NatsServer, find_binary
 

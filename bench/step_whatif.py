@@ -36,8 +36,9 @@ import step_latency as sl
 import actors.core.decide as decide
 import actors.engine.actor as engine_mod
 import actors.outbox as outbox_mod
+from actors.events import DecisionRecord
 from actors.natsio import MSG_ID, publish_all
-from actors.wire import DecisionRecord, encode
+from actors.wire import encode
 from streams import ids
 from streams.layout import cmd_subject
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.events import Event
 from actors.playbook.templates import TemplateError
 from actors.wire import (
     CallDone,
     CallError,
     Command,
     ErrorInfo,
-    Event,
     IteratorCompleted,
     IteratorFailed,
     LoopCancel,

@@ -35,7 +35,15 @@ from actors.blobs import BLOB_MISSING, get_blob, resolve_result
 from actors.core.decide import execution_error, fold
 from actors.core.effects import Effects, error_view
 from actors.core.state import Execution
-from actors.events import ExecState, FailureDecidedData, FailureDecidedEvent, PlaybookFailedData, make_event
+from actors.events import (
+    ExecState,
+    FailureDecidedData,
+    FailureDecidedEvent,
+    PlaybookFailedData,
+    decision_decoder,
+    event_decoder,
+    make_event,
+)
 from actors.hosting import PartitionHost, engine_error
 from actors.logactor import LogActor, LogEntry
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
@@ -48,9 +56,7 @@ from actors.wire import (
     IteratorCompleted,
     IteratorFailed,
     StartRecord,
-    decision_decoder,
     encode,
-    event_decoder,
     input_decoder,
 )
 from streams import ids
