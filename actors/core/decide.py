@@ -35,7 +35,7 @@ from msgspec import UnsetType
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result, size
-from actors.core.effects import CommandCancel, Effects, Timer, error_view
+from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view
 from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
 from actors.core.retry import match_retry
@@ -85,8 +85,6 @@ from actors.wire import (
     IteratorFailed,
     LoopCancel,
     LoopSpec,
-    ParentRef,
-    StartMessage,
     StartRecord,
     TimerFired,
 )
@@ -324,17 +322,10 @@ def _issue(d: _Decision, act: Activation, step: Step) -> None:
         issued.parent_event_id = parent
     reply_to = d.subjects.result(command_id)
     if isinstance(step.tool, PlaybookTool):
-        child = child_execution_id(ex.execution_id, command_id)
-        act.child = child
-        version = tool.get("version")
-        d.out.starts.append(StartMessage(
-            playbook=str(tool.get("path")),
-            version=int(version) if version not in (None, "") else None,
-            payload=args,
-            execution_id=child,
-            parent=ParentRef(execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
-        ))
-        issued.child_execution_id = child
+        start = child_start(tool, args, execution_id=ex.execution_id, step=step.step, command_id=command_id,
+                            reply_to=reply_to)
+        d.out.starts.append(start)
+        act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
         d.event(step.step, issued)
         return
     d.out.commands.append(

@@ -18,9 +18,11 @@ from actors.wire import (
     IteratorFailed,
     LoopCancel,
     LoopSpec,
+    ParentRef,
     StartMessage,
     TimerFired,
 )
+from streams.ids import child_execution_id
 
 
 @dataclass(slots=True)
@@ -69,6 +71,21 @@ class Effects:
         return bool(self.events or self.lifecycle or self.commands or self.timers or self.cancels
                     or self.starts or self.child_cancels or self.reply or self.loops or self.loop_cancels
                     or self.verdict)
+
+
+def child_start(tool: dict[str, Any], payload: dict[str, Any], *, execution_id: str, step: str, command_id: str,
+                reply_to: str) -> StartMessage:
+    """The start of the child execution a `tool: playbook` command stands for (a step's
+    attempt, or a loop's iteration): its id follows from the command's, so a replay
+    starts the same child, and its end comes back to `reply_to` as the command's result."""
+    version = tool.get("version")
+    return StartMessage(
+        playbook=str(tool.get("path")),
+        version=int(version) if version not in (None, "") else None,
+        payload=payload,
+        execution_id=child_execution_id(execution_id, command_id),
+        parent=ParentRef(execution_id=execution_id, step=step, command_id=command_id, reply_to=reply_to),
+    )
 
 
 def error_view(e: ErrorInfo) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from actors.core.backoff import unit_random
 from actors.core.collect import collect, collected_result
-from actors.core.effects import CommandCancel, Effects, Timer, error_view, template_error
+from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view, template_error
 from actors.core.retry import match_retry
 from actors.playbook.model import Collect, Loop, PlaybookTool, Step
 from actors.playbook.precompiled import IterationTemplates
@@ -46,9 +46,7 @@ from actors.wire import (
     LoopCancel,
     LoopInput,
     LoopSpec,
-    ParentRef,
     ResultBatch,
-    StartMessage,
     TimerFired,
 )
 from streams.ids import child_execution_id, iteration_command_id
@@ -229,15 +227,10 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
     if isinstance(step.tool, PlaybookTool):
         # nested playbooks: each iteration starts a child execution, whose end comes
         # back as this command's result
+        start = child_start(tool, items[0].args, execution_id=run.execution_id, step=step.step,
+                            command_id=command_id, reply_to=reply_to)
+        f.out.starts.append(start)
         flight.child = child_execution_id(run.execution_id, command_id)
-        version = tool.get("version")
-        f.out.starts.append(StartMessage(
-            playbook=str(tool.get("path")),
-            version=int(version) if version not in (None, "") else None,
-            payload=items[0].args,
-            execution_id=flight.child,
-            parent=ParentRef(execution_id=run.execution_id, step=step.step, command_id=command_id, reply_to=reply_to),
-        ))
         return
     if not chunk:
         item = items[0]
