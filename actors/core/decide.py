@@ -34,11 +34,11 @@ import msgspec
 from msgspec import UnsetType
 
 from actors.core.backoff import unit_random
-from actors.core.collect import collect, collected_result, size
+from actors.core.collect import size
 from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view
 from actors.core.effects import template_error as _template_error
 from actors.core.envelope import build_envelope, failure_content
-from actors.core.retry import match_retry
+from actors.core.retry import after_attempt
 from actors.core.state import Activation, Arrival, Execution, Pending
 from actors.events import (
     ActivationStatus,
@@ -444,7 +444,7 @@ def _call_result(d: _Decision, res: CallDone | CallError) -> None:
     if step.retry and _retry(d, act, step, res):
         return
     if isinstance(res, CallDone):
-        _step_completed(d, act, step, _collected_result(act, res.result))
+        _step_completed(d, act, step, act.gathered.final(res.result, add=True))
     else:
         _apply_failure_rules(d, act, step, res.error, summarised=True)
 
@@ -463,43 +463,32 @@ def _retry(d: _Decision, act: Activation, step: Step, res: CallDone | CallError)
     scope = d.ex.scope(act)
     scope.update(result=result, response=result, error=error, attempt=act.attempt)
     try:
-        verdict = match_retry(step.retry, scope, ok=ok, attempt=act.attempt,
+        after = after_attempt(step.retry, scope, ok=ok, attempt=act.attempt, result=result, gathered=act.gathered,
                               unit=unit_random(d.ex.execution_id, act.id, act.attempt))
     except TemplateError as e:
         _fail_step(d, act, _template_error(step.step, e))
         return True
+    verdict = after.verdict
     if verdict is not None:
-        policy = verdict.policy
-        act.max_attempts = policy.max_attempts
-        if ok and policy.collect is not None:
-            act.collect = policy.collect
-            act.collected = collect(act.collected, result, policy.collect.strategy, policy.collect.path)
-        if verdict.last:
-            if ok:
-                # a continuation (pagination, polling) that hit its bound: the step
-                # completes with what it gathered, and says so
-                final = _collected_result(act, result, already=True)
-                d.event(step.step, RetrySequenceCompletedData(
-                    activation=act.id, total_attempts=act.attempt, collected_size=size(act.collected), bounded=True,
-                    rule=verdict.rule))
-                _step_completed(d, act, step, final)
-            else:
-                assert isinstance(res, CallError)
-                d.event(step.step, RetryExhaustedData(activation=act.id, attempts=act.attempt,
-                                                      max_attempts=policy.max_attempts, error=error, rule=verdict.rule))
-                _apply_failure_rules(d, act, step, res.error, exhausted=True, summarised=True)
-            return True
+        act.max_attempts = verdict.policy.max_attempts
+    if after.what == "again":
+        assert verdict is not None
         if verdict.next_args is not None:
             act.next_args = verdict.next_args
         _next_attempt(d, act, step, delay=verdict.delay, reason="success" if ok else "error", rule=verdict.rule)
-        return True
-    if ok and act.collect is not None:
-        final = _collected_result(act, result)
-        d.event(step.step, RetrySequenceCompletedData(activation=act.id, total_attempts=act.attempt,
-                                                      collected_size=size(act.collected), bounded=False))
-        _step_completed(d, act, step, final)
-        return True
-    return False
+    elif after.what == "completed":
+        # a collecting sequence ends: at its rule's bound (`bounded`), or when no rule
+        # asks for another attempt; the step completes with what it gathered, and says so
+        d.event(step.step, RetrySequenceCompletedData(
+            activation=act.id, total_attempts=act.attempt, collected_size=size(act.gathered.value),
+            bounded=verdict is not None, rule=verdict.rule if verdict is not None else msgspec.UNSET))
+        _step_completed(d, act, step, after.result)
+    elif after.what == "exhausted":
+        assert isinstance(res, CallError) and verdict is not None
+        d.event(step.step, RetryExhaustedData(activation=act.id, attempts=act.attempt,
+                                              max_attempts=verdict.policy.max_attempts, error=error, rule=verdict.rule))
+        _apply_failure_rules(d, act, step, res.error, exhausted=True, summarised=True)
+    return after.what != "no_rule"
 
 
 def _next_attempt(d: _Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str | None) -> None:
@@ -528,16 +517,6 @@ def _timer_fired(d: _Decision, fired: TimerFired) -> None:
     d.event(act.step, RetryDueData(activation=act.id, timer_id=fired.timer_id, due=fired.due,
                                    late_ms=round((d.out.at - fired.due) * 1000, 3)))
     _issue(d, act, ex.playbook.step(act.step))
-
-
-def _collected_result(act: Activation, result: Any, *, already: bool = False) -> Any:
-    """The step's result when a retry rule collected: the last attempt's result with the
-    value at `path` replaced by the accumulation (the whole accumulation without path)."""
-    if act.collect is None:
-        return result
-    if not already:
-        act.collected = collect(act.collected, result, act.collect.strategy, act.collect.path)
-    return collected_result(act.collected, result, act.collect.path)
 
 
 # --- failure: on_error decisions, on_failure edges --------------------------------------

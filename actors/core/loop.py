@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.backoff import unit_random
-from actors.core.collect import collect, collected_result
 from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view, template_error
-from actors.core.retry import match_retry
-from actors.playbook.model import Collect, Loop, PlaybookTool, Step
+from actors.core.retry import Gathered, after_attempt
+from actors.playbook.model import Loop, PlaybookTool, Step
 from actors.playbook.precompiled import IterationTemplates
 from actors.playbook.templates import TemplateError
 from actors.wire import (
@@ -70,8 +69,7 @@ class Retrying:
 
     attempt: int = 1
     next_args: dict[str, Any] | None = None
-    collect: Collect | None = None
-    collected: Any = None
+    gathered: Gathered = field(default_factory=Gathered)
 
 
 @dataclass(slots=True)
@@ -304,52 +302,38 @@ def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo
     if run.counted[index]:
         return
     state = run.retrying.get(index)
-    if step.retry:
-        ok = error is None
-        scope = _scope(run, index)
-        scope.update(result=result, response=result, error=error_view(error) if error else None, attempt=attempt)
-        try:
-            verdict = match_retry(step.retry, scope, ok=ok, attempt=attempt,
-                                  unit=unit_random(run.execution_id, run.loop_id, index, attempt))
-        except TemplateError as e:
-            _counted(f, index, None, template_error(step.step, e))
-            return
-        if verdict is not None:
-            if ok and verdict.policy.collect is not None:
-                state = run.retrying.setdefault(index, Retrying(attempt=attempt))
-                state.collect = verdict.policy.collect
-                state.collected = collect(state.collected, result, state.collect.strategy, state.collect.path)
-            if not verdict.last:
-                state = run.retrying.setdefault(index, Retrying(attempt=attempt))
-                state.attempt = attempt + 1
-                if verdict.next_args is not None:
-                    state.next_args = verdict.next_args
-                if verdict.delay <= 0:
-                    run.ready.append(index)
-                else:
-                    timer_id = f"{index}-{state.attempt}"
-                    due = f.at + verdict.delay
-                    run.waiting[timer_id] = index
-                    f.out.timers.append(Timer(timer_id, due, TimerFired(
-                        execution_id=run.execution_id, timer_id=timer_id, due=due)))
-                return
-            if ok:
-                _counted(f, index, _collected(state, result, already=True), None)
-                return
-            _counted(f, index, None, error)
-            return
-    if error is None:
-        _counted(f, index, _collected(state, result, already=False), None)
-    else:
-        _counted(f, index, None, error)
-
-
-def _collected(state: Retrying | None, result: Any, *, already: bool) -> Any:
-    if state is None or state.collect is None:
-        return result
-    if not already:
-        state.collected = collect(state.collected, result, state.collect.strategy, state.collect.path)
-    return collected_result(state.collected, result, state.collect.path)
+    if not step.retry:
+        _counted(f, index, result, error)
+        return
+    ok = error is None
+    scope = _scope(run, index)
+    scope.update(result=result, response=result, error=error_view(error) if error else None, attempt=attempt)
+    gathered = state.gathered if state is not None else Gathered()
+    try:
+        after = after_attempt(step.retry, scope, ok=ok, attempt=attempt, result=result, gathered=gathered,
+                              unit=unit_random(run.execution_id, run.loop_id, index, attempt))
+    except TemplateError as e:
+        _counted(f, index, None, template_error(step.step, e))
+        return
+    if after.what == "completed":
+        _counted(f, index, after.result, None)
+    elif after.what == "again":
+        assert after.verdict is not None
+        if state is None:  # most iterations never get here: their state is a few integers
+            state = run.retrying[index] = Retrying(gathered=gathered)
+        state.attempt = attempt + 1
+        if after.verdict.next_args is not None:
+            state.next_args = after.verdict.next_args
+        if after.verdict.delay <= 0:
+            run.ready.append(index)
+        else:
+            timer_id = f"{index}-{state.attempt}"
+            due = f.at + after.verdict.delay
+            run.waiting[timer_id] = index
+            f.out.timers.append(Timer(timer_id, due, TimerFired(execution_id=run.execution_id, timer_id=timer_id,
+                                                                 due=due)))
+    else:  # exhausted, or no rule for this attempt
+        _counted(f, index, gathered.final(result, add=True) if ok else None, error)
 
 
 def _counted(f: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from actors.core.retry import Gathered
 from actors.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
-from actors.playbook.model import Collect, Playbook
+from actors.playbook.model import Playbook
 from actors.wire import ErrorInfo, Limits, ParentRef
 
 # Routing work a decision has yet to do (actors/core/decide.py): start an activation,
@@ -31,8 +32,7 @@ class Activation:
     from_activation: int | None = None
     timer_id: str | None = None  # a retry waiting on a durable timer
     next_args: dict[str, Any] | None = None  # next_call args for the next attempt
-    collect: Collect | None = None  # how retries accumulate results, once a rule collected
-    collected: Any = None
+    gathered: Gathered = field(default_factory=Gathered)  # what a collecting retry rule gathered
     kind: str | None = None  # tool kind of the command in flight
     child: str | None = None  # child execution id, for `tool: playbook`
     max_attempts: int | None = None  # from the retry rule that last matched
