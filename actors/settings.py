@@ -85,7 +85,7 @@ class Settings:
 
     # --- this pod ---
     max_value_bytes: int = _setting(
-        64 * 1024 * 1024, "ACTORS_MAX_VALUE_BYTES", "bytes of one value (result, args, payload) stored as a blob; "
+        Layout.max_value_bytes, "ACTORS_MAX_VALUE_BYTES", "bytes of one value (result, args, payload) stored as a blob; "
         "past it the step fails `ValueTooLarge`, the CLI exits 3")
     python_workers: int | None = _setting(
         None, "ACTORS_PYTHON_WORKERS", "worker processes of the python tool. Unset: the CPUs this pod may use "
@@ -128,7 +128,7 @@ class Settings:
         """The streams' layout these settings describe (the rest of `Layout` keeps its defaults)."""
         return Layout(partitions=self.partitions, replicas=self.replicas, duplicate_window=self.duplicate_window,
                       ack_wait=self.ack_wait, lease_ttl=self.lease_ttl, engine_max_resident=self.engine_max_resident,
-                      counter_max_resident=self.counter_max_resident)
+                      counter_max_resident=self.counter_max_resident, max_value_bytes=self.max_value_bytes)
 
     @property
     def limits(self) -> Limits:

@@ -110,6 +110,9 @@ class Layout:
     # that, idle ones are evicted and rebuilt by replay when their next input comes
     engine_max_resident: int = 50_000
     counter_max_resident: int = 10_000
+    # a value (result, args, payload) whose encoding is over this is refused, not
+    # stored as a blob (actors/blobs.py); clients and actors of a deployment agree on it
+    max_value_bytes: int = 64 * 1024 * 1024
     extra: dict[str, str] = field(default_factory=dict)
 
     # --- subjects ----------------------------------------------------------------
