@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ from actors.wire import Limits
 from streams.layout import Layout
 
 _LIMITS = Limits()
+# a pod's name is a key in the `owners` bucket: no `.`, `*`, `>` or spaces
+_KEY_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 class SettingsInvalid(ValueError):
@@ -45,7 +48,10 @@ class Settings:
     """A pod's settings. Each field below names its environment variable, its flag
     (where `actors-cli` has one), its default and what it bounds; the same text makes
     the README's table (`markdown_table`). Built once (`from_env`, then `with_flags`)
-    and passed down from `Runtime`: nothing reads the environment later."""
+    and passed down from `Runtime`: nothing reads the environment later.
+
+    Fields (environment variable, flag, default, what it bounds):
+    """
 
     # --- where, and how the deployment is laid out (every pod of it must agree) ---
     nats_url: str | None = _setting(
@@ -139,6 +145,8 @@ class Settings:
 
 def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     kind = str(f.type)
+    if f.name == "pod_name" and not _KEY_SAFE.match(raw):
+        raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
     if "str" in kind:
         return raw
     number: int | float
@@ -157,14 +165,35 @@ def limits_from_env(environ: Mapping[str, str] | None = None) -> Limits:
     return Settings.from_env(environ).limits
 
 
+def _default(f: dataclasses.Field[Any]) -> str:
+    value = f.default
+    if value is None:
+        return "unset"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return f"{value:,}" if isinstance(value, int) and value >= 10_000 else str(value)
+
+
 def markdown_table() -> str:
     """The README's settings table: variable, flag, default, meaning."""
     rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
-        default = "unset" if f.default is None else f"`{f.default!r}`".replace("'", "")
         flag = f"`{f.metadata['flag']}`" if f.metadata["flag"] else ""
-        rows.append(f"| `{f.metadata['env']}` | {flag} | {default} | {f.metadata['meaning']} |")
+        rows.append(f"| `{f.metadata['env']}` | {flag} | {_default(f)} | {f.metadata['meaning']} |")
     return "\n".join(rows)
+
+
+def _field_docs() -> str:
+    lines = []
+    for f in dataclasses.fields(Settings):
+        flag = f", {f.metadata['flag']}" if f.metadata["flag"] else ""
+        lines.append(f"    {f.name} ({f.metadata['env']}{flag}; default {_default(f)}): {f.metadata['meaning']}")
+    return "\n".join(lines) + "\n"
+
+
+# the per-field list in `help(Settings)` is written from the fields themselves, so the
+# docstring, the README's table and the parser cannot disagree
+Settings.__doc__ = (Settings.__doc__ or "") + _field_docs()
 
 
 if __name__ == "__main__":
