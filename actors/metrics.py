@@ -12,8 +12,8 @@ here is async, and `Registry.render` awaits them all before the library writes t
 text. Everything runs on the event loop.
 
 Multiprocess mode is not needed: no process that records a metric forks. The python
-pool's workers and the render processes are started with `subprocess` (a fresh
-interpreter) and record nothing; every `observe_*` runs in the pod's own process.
+pool's workers (`subprocess`) and the render processes (multiprocessing's spawn) are
+fresh interpreters that record nothing; every `observe_*` runs in the pod's process.
 
 Module-level helpers are what actors call: `observe_step` and `commands_in_flight`
 (tool actors), `observe_lifecycle` (the projector), `EVICTED_ACTORS` (hosting).
