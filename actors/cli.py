@@ -157,13 +157,13 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from actors.limits import limits_from_env
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
+    ceiling = _settings(args).max_attempts_ceiling
     bad = 0
     for f in args.files:
         try:
-            pb = load_playbook_file(f, max_attempts=limits_from_env().max_attempts)
+            pb = load_playbook_file(f, max_attempts=ceiling)
             if not args.json:
                 print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
             else:
@@ -330,13 +330,13 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from actors.limits import limits_from_env
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
+    ceiling = _settings(args).max_attempts_ceiling
     try:
-        pb = load_playbook_file(args.file, max_attempts=limits_from_env().max_attempts)
+        pb = load_playbook_file(args.file, max_attempts=ceiling)
         for extra in args.register or []:
-            load_playbook_file(extra, max_attempts=limits_from_env().max_attempts)
+            load_playbook_file(extra, max_attempts=ceiling)
     except PlaybookInvalid as e:
         for x in e.errors:
             _err(str(x))
