@@ -250,7 +250,8 @@ def pod_registry() -> Registry:
 def resident_actors(counts: Iterable[tuple[str, int]]) -> Metric:
     """`actors_resident{role}` from (role, actors in memory) pairs, counted at scrape
     time by the runtime (`Runtime.collect`): nothing to keep in step on the hot path."""
-    return gauge_family("actors_resident", "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
+    return gauge_family("actors_resident",
+                        "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
                         ("role",), (((role,), n) for role, n in counts))
 
 

@@ -52,8 +52,9 @@ async def connect(url: str, *, name: str = "actors") -> NATS:
 
 
 class Runtime:
-    """A set of running actors on one connection, the settings they were started with,
-    and the metrics registry that reports them (one per runtime)."""
+    """A set of running actors on one connection, the settings they were started with
+    (a `layout` given to `start_roles` wins over theirs), and the metrics registry that
+    reports them (one per runtime)."""
 
     def __init__(self, nc: NATS, actors: list[Actor], *, settings: Settings, registry: Registry | None = None) -> None:
         self.nc = nc
@@ -157,7 +158,8 @@ async def start_roles(
     if "projector" in roles:
         actors.append(Projector(nc))
     if "tools" in roles:
-        actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency, python_workers=settings.python_workers))
+        actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency,
+                                python_workers=settings.python_workers))
     hosts: list[Counter | Engine] = []
     if "counter" in roles:
         hosts.append(Counter(nc, layout=layout))

@@ -91,8 +91,8 @@ class Settings:
 
     # --- this pod ---
     max_value_bytes: int = _setting(
-        Layout.max_value_bytes, "ACTORS_MAX_VALUE_BYTES", "bytes of one value (result, args, payload) stored as a blob; "
-        "past it the step fails `ValueTooLarge`, the CLI exits 3")
+        Layout.max_value_bytes, "ACTORS_MAX_VALUE_BYTES", "bytes of one value (result, args, payload) stored as a "
+        "blob; past it the step fails `ValueTooLarge`, the CLI exits 3")
     python_workers: int | None = _setting(
         None, "ACTORS_PYTHON_WORKERS", "worker processes of the python tool. Unset: the CPUs this pod may use "
         "(affinity and cgroup quota)")
