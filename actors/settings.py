@@ -27,7 +27,7 @@ from typing import Any
 from actors.wire import Limits
 from streams.layout import Layout
 
-_LIMITS = Limits()
+_LIMITS, _LAYOUT = Limits(), Layout()  # their defaults are these settings' defaults
 # a pod's name is a key in the `owners` bucket: no `.`, `*`, `>` or spaces
 _KEY_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -58,22 +58,31 @@ class Settings:
         None, "NATS_URL", "NATS server(s), comma-separated; credentials in the URL. Unset: `run` starts its own "
         "server, other commands refuse to start", flag="--nats", minimum=None)
     partitions: int = _setting(
-        8, "ACTORS_PARTITIONS", "partitions of the EXEC and LOOP subjects; fixed for the life of a deployment "
-        "(part of every execution's subject)")
-    replicas: int = _setting(1, "ACTORS_REPLICAS", "replicas of every stream and bucket (3 on a 3-node cluster)")
+        _LAYOUT.partitions, "ACTORS_PARTITIONS",
+        "partitions of the EXEC and LOOP subjects; fixed for the life of a deployment (part of every execution's "
+        "subject)")
+    replicas: int = _setting(
+        _LAYOUT.replicas, "ACTORS_REPLICAS", "replicas of every stream and bucket (3 on a 3-node cluster)")
     duplicate_window: float = _setting(
-        120.0, "ACTORS_DUPLICATE_WINDOW", "seconds the streams drop a message whose `Nats-Msg-Id` they saw; "
-        "how long a publish without a PubAck may be re-sent as is", minimum=0.001)
+        _LAYOUT.duplicate_window, "ACTORS_DUPLICATE_WINDOW",
+        "seconds the streams drop a message whose `Nats-Msg-Id` they saw; how long a publish without a PubAck may "
+        "be re-sent as is", minimum=0.001)
     ack_wait: float = _setting(
-        30.0, "ACTORS_ACK_WAIT", "seconds before an unacknowledged message is delivered again", minimum=0.001)
-    lease_ttl: float = _setting(
-        10.0, "ACTORS_LEASE_TTL", "seconds after a dead pod's last renewal before others take its partitions",
+        _LAYOUT.ack_wait, "ACTORS_ACK_WAIT", "seconds before an unacknowledged message is delivered again",
         minimum=0.001)
+    lease_ttl: float = _setting(
+        _LAYOUT.lease_ttl, "ACTORS_LEASE_TTL",
+        "seconds after a dead pod's last renewal before others take its partitions", minimum=0.001)
     engine_max_resident: int = _setting(
-        50_000, "ACTORS_ENGINE_MAX_RESIDENT", "execution actors an engine pod keeps in memory; idle ones beyond "
-        "are evicted and rebuilt by replay")
+        _LAYOUT.engine_max_resident, "ACTORS_ENGINE_MAX_RESIDENT",
+        "execution actors an engine pod keeps in memory; idle ones beyond are evicted and rebuilt by replay")
     counter_max_resident: int = _setting(
-        10_000, "ACTORS_COUNTER_MAX_RESIDENT", "loop actors a counter pod keeps in memory (as above)")
+        _LAYOUT.counter_max_resident, "ACTORS_COUNTER_MAX_RESIDENT",
+        "loop actors a counter pod keeps in memory (as above)")
+    max_value_bytes: int = _setting(
+        _LAYOUT.max_value_bytes, "ACTORS_MAX_VALUE_BYTES",
+        "bytes of one value (result, args, payload) stored as a blob; past it the step fails `ValueTooLarge`, the "
+        "CLI exits 3")
 
     # --- limits the starter fixes in each new execution's start record ---
     template_ops: int = _setting(
@@ -90,9 +99,6 @@ class Settings:
         "(`retry.exhausted`)")
 
     # --- this pod ---
-    max_value_bytes: int = _setting(
-        Layout.max_value_bytes, "ACTORS_MAX_VALUE_BYTES", "bytes of one value (result, args, payload) stored as a "
-        "blob; past it the step fails `ValueTooLarge`, the CLI exits 3")
     python_workers: int | None = _setting(
         None, "ACTORS_PYTHON_WORKERS", "worker processes of the python tool. Unset: the CPUs this pod may use "
         "(affinity and cgroup quota)")
