@@ -159,7 +159,7 @@ async def start_roles(
         actors.append(Projector(nc))
     if "tools" in roles:
         actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency,
-                                python_workers=settings.python_workers))
+                                python_workers=settings.python_workers, limits=settings.limits))
     hosts: list[Counter | Engine] = []
     if "counter" in roles:
         hosts.append(Counter(nc, layout=layout))
