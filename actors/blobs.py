@@ -8,16 +8,15 @@ its encoding, so a replay or a redelivery that produces the same value writes th
 blob, and one that produces a different value (a tool run again) never overwrites the
 blob an earlier message in the log names.
 
-Past `max_value_bytes()` (64 MB, env `ACTORS_MAX_VALUE_BYTES`) a value is refused
-with `ValueTooLarge`, naming the step and field, instead of being stored.
+Past the cap on values (`cap`: `Layout.max_value_bytes`, 64 MB, env
+`ACTORS_MAX_VALUE_BYTES` read by `actors.settings`) a value is refused with
+`ValueTooLarge`, naming the step and field, instead of being stored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -35,7 +34,6 @@ INLINE_LIMIT = 256 * 1024
 # server's limit (ids, step names, headers)
 HEADROOM = 4096
 
-MAX_VALUE_BYTES = 64 * 1024 * 1024
 MAX_VALUE_ENV = "ACTORS_MAX_VALUE_BYTES"
 
 # what a missing blob (expired, removed) is reported as
@@ -44,18 +42,6 @@ BLOB_MISSING = (NotFoundError, ObjectDeletedError)
 
 class ValueTooLarge(ValueError):
     """A value over the cap: the message names what it is (step and field)."""
-
-
-def max_value_bytes(environ: Mapping[str, str] | None = None) -> int:
-    """The largest value (encoded) that may be stored: `ACTORS_MAX_VALUE_BYTES`, else
-    64 MB. Read where a value is found to be over the message limit, which is rare; an
-    unusable setting falls back to the default rather than refusing every large value."""
-    raw = (os.environ if environ is None else environ).get(MAX_VALUE_ENV, "").strip()
-    try:
-        value = int(raw) if raw else MAX_VALUE_BYTES
-    except ValueError:
-        return MAX_VALUE_BYTES
-    return value if value >= 1 else MAX_VALUE_BYTES
 
 
 def blob_key(*parts: str, data: bytes) -> str:
@@ -101,14 +87,13 @@ async def _read(js: JetStreamContext, key: str) -> bytes:
 # --- results: tool actor (or a child execution) -> the execution or loop log ----------
 
 
-async def result_message(js: JetStreamContext, msg: CallDone | CallError, *, limit: int) -> bytes:
+async def result_message(js: JetStreamContext, msg: CallDone | CallError, *, limit: int, cap: int) -> bytes:
     """`msg` encoded to fit in `limit` bytes: a result too large travels as a blob
     (`result_ref`); one over the cap becomes a `ValueTooLarge` error of the step."""
     data = encode(msg)
     if len(data) <= limit or not isinstance(msg, CallDone):
         return data
     value = encode(msg.result)
-    cap = max_value_bytes()
     if len(value) > cap:
         error = ErrorInfo(type="ValueTooLarge", message=f"step '{msg.step}': {too_large('result', len(value), cap)}")
         return encode(_as_error(msg, error))
@@ -138,13 +123,13 @@ def _as_error(msg: CallDone, error: ErrorInfo) -> CallError:
                      worker=msg.worker, iteration_index=msg.iteration_index)
 
 
-async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int) -> bytes:
+async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int, cap: int) -> bytes:
     """A chunk's answer encoded to fit in `limit` bytes: each iteration whose result is
     over its share of the message goes as a blob (over the cap: `ValueTooLarge`)."""
     data = encode(done)
     if len(data) <= limit:
         return data
-    share, cap = limit // max(len(done.outcomes), 1), max_value_bytes()
+    share = limit // max(len(done.outcomes), 1)
     for o in done.outcomes:
         value = encode(o.result)
         if len(value) <= share:
@@ -177,7 +162,7 @@ async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
 # --- commands: engine or counter -> tool actors ---------------------------------------
 
 
-async def command_items(js: JetStreamContext, commands: list[Command], *, limit: int,
+async def command_items(js: JetStreamContext, commands: list[Command], *, limit: int, cap: int,
                         sender: str = "engine") -> list[tuple[str, bytes, str]]:
     """Publish items for `commands`: a command too large for a message goes as a stub
     naming a blob with the whole command (`body_ref`, read back by the tool actor); one
@@ -188,7 +173,6 @@ async def command_items(js: JetStreamContext, commands: list[Command], *, limit:
         eid = c.execution_id
         data = encode(c)
         if len(data) > limit:
-            cap = max_value_bytes()
             if len(data) > cap:
                 error = ErrorInfo(type="ValueTooLarge", message=(
                     f"step '{c.step}' field args: {too_large('the command (args, element, sink scope)', len(data), cap)}"))
@@ -215,18 +199,19 @@ async def resolve_command(js: JetStreamContext, cmd: Command) -> Command:
 # --- start payloads: client, starter, a parent's engine -> an execution ---------------
 
 
-async def start_payload(js: JetStreamContext, msg: StartMessage, execution_id: str, *, limit: int) -> StartMessage:
+async def start_payload(js: JetStreamContext, msg: StartMessage, execution_id: str, *, limit: int,
+                        cap: int) -> StartMessage:
     """`msg` with its payload moved to a blob (`payload_ref`) when the message would be
     over `limit`. Raises `ValueTooLarge` past the cap."""
     if msg.payload_ref is not None or len(encode(msg)) <= limit:
         return msg
-    return msgspec.structs.replace(msg, payload={}, payload_ref=await payload_blob(js, msg.payload, execution_id))
+    ref = await payload_blob(js, msg.payload, execution_id, cap=cap)
+    return msgspec.structs.replace(msg, payload={}, payload_ref=ref)
 
 
-async def payload_blob(js: JetStreamContext, payload: dict[str, Any], execution_id: str) -> str:
+async def payload_blob(js: JetStreamContext, payload: dict[str, Any], execution_id: str, *, cap: int) -> str:
     """Store a start payload; its key. Raises `ValueTooLarge` past the cap."""
     data = encode(payload)
-    cap = max_value_bytes()
     if len(data) > cap:
         raise ValueTooLarge(f"start of {execution_id}: {too_large('the payload', len(data), cap)}")
     key = blob_key(execution_id, "payload", data=data)
@@ -234,13 +219,13 @@ async def payload_blob(js: JetStreamContext, payload: dict[str, Any], execution_
     return key
 
 
-async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int) -> tuple[str, bytes, str]:
+async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int, cap: int) -> tuple[str, bytes, str]:
     """The publish item for a child's start (engine or counter): its payload as a blob
     when too large; past the cap no child is started and the parent's command is
     answered with `ValueTooLarge` instead, so its step fails saying why."""
     eid = s.execution_id or ""
     try:
-        return START_SUBJECT, encode(await start_payload(js, s, eid, limit=limit)), start_id(eid)
+        return START_SUBJECT, encode(await start_payload(js, s, eid, limit=limit, cap=cap)), start_id(eid)
     except ValueTooLarge as e:
         parent = s.parent
         if parent is None or not parent.reply_to or not parent.command_id or not parent.step:

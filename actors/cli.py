@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -41,6 +40,7 @@ import msgspec
 
 from actors.dial import CLIENT_TIMEOUT
 from actors.events import ActivationStatus, EventType, ExecState
+from actors.settings import Settings, SettingsInvalid
 
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
 STATE_EXIT = {ExecState.COMPLETED: EXIT_OK, ExecState.FAILED: EXIT_FAILED, ExecState.CANCELLED: EXIT_CANCELLED}
@@ -75,18 +75,23 @@ def _ts(t: float | None) -> str:
 def _payload(raw: str | None) -> dict[str, Any]:
     if raw is None:
         return {}
-    text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
+    from actors.jsonvalues import loads  # integers beyond 64 bits too
+
+    text = Path(raw[1:]).read_bytes() if raw.startswith("@") else raw
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
+        value = loads(text)
+    except msgspec.DecodeError as e:
         raise UsageError(f"--payload: not JSON ({e})") from None
     if not isinstance(value, dict):
         raise UsageError("--payload: must be a JSON object")
     return value
 
 
-def _url(args: argparse.Namespace) -> str | None:
-    return getattr(args, "nats", None) or os.environ.get("NATS_URL") or None
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings of this command: the environment, with the flags it was given over it."""
+    return Settings.from_env(os.environ).with_flags(
+        nats_url=getattr(args, "nats", None) or None, http_host=getattr(args, "http_host", None),
+        http_port=getattr(args, "http_port", None), drain_timeout=getattr(args, "drain_timeout", None))
 
 
 def _timeout(args: argparse.Namespace) -> float:
@@ -110,11 +115,12 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     from actors.dial import NatsUnavailable, connect_within, redact
     from actors.natsio import ride_out
     from actors.runtime import connect, start_roles, tune_gc
-    from streams.layout import Layout, ensure
+    from streams.layout import ensure
     from streams.server import NatsServer
 
-    layout = Layout.from_env()
-    url = _url(args)
+    settings = _settings(args)
+    layout = settings.layout
+    url = settings.nats_url
     server = None
     runtime = None
     if url is None:
@@ -128,7 +134,7 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
     nc = await connect(url, name="actors-cli") if server is not None else await connect_within(url, timeout=budget)
     try:
         if server is not None:
-            runtime = await start_roles(nc, layout=layout)
+            runtime = await start_roles(nc, settings=settings)
             tune_gc()
         else:
             left = max(0.1, budget - (time.monotonic() - started))
@@ -151,13 +157,13 @@ async def _connection(args: argparse.Namespace, *, embedded: bool = False) -> As
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from actors.limits import limits_from_env
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
+    ceiling = _settings(args).max_attempts_ceiling
     bad = 0
     for f in args.files:
         try:
-            pb = load_playbook_file(f, max_attempts=limits_from_env().max_attempts)
+            pb = load_playbook_file(f, max_attempts=ceiling)
             if not args.json:
                 print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
             else:
@@ -178,7 +184,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from actors.playbook.schema import playbook_schema
 
-    print(json.dumps(playbook_schema(), indent=2))
+    print(_json(playbook_schema(), indent=True))
     return EXIT_OK
 
 
@@ -324,13 +330,13 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from actors.limits import limits_from_env
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
+    ceiling = _settings(args).max_attempts_ceiling
     try:
-        pb = load_playbook_file(args.file, max_attempts=limits_from_env().max_attempts)
+        pb = load_playbook_file(args.file, max_attempts=ceiling)
         for extra in args.register or []:
-            load_playbook_file(extra, max_attempts=limits_from_env().max_attempts)
+            load_playbook_file(extra, max_attempts=ceiling)
     except PlaybookInvalid as e:
         for x in e.errors:
             _err(str(x))
@@ -440,12 +446,12 @@ async def _follow(client: Any, eid: str, *, quiet: bool) -> Any:
 
 async def cmd_dev(args: argparse.Namespace) -> int:
     from actors.runtime import connect, start_roles, tune_gc
-    from streams.layout import Layout
     from streams.server import NatsServer
 
+    settings = _settings(args)
     server = await NatsServer.start(port=args.port, store_dir=args.store)
     nc = await connect(server.url, name="actors-dev")
-    rt = await start_roles(nc, layout=Layout.from_env())
+    rt = await start_roles(nc, settings=settings)
     tune_gc()
     print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)
     print(f"  export NATS_URL={server.url}", flush=True)
@@ -461,21 +467,18 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 async def cmd_serve(args: argparse.Namespace) -> int:
     from actors.metrics import log_lifecycle_as_json
     from actors.runtime import ROLES, serve
-    from streams.layout import Layout
 
     # first of all: a SIGTERM that comes while the pod is still starting must not be
     # lost (as PID 1 in a container, an unhandled SIGTERM is ignored, not fatal)
     stop = _stop_on_signal()
-    url = _url(args)
-    if url is None:
+    settings = _settings(args)
+    if settings.nats_url is None:
         raise UsageError("serve needs --nats URL or NATS_URL")
-    if args.http_port < 0 or args.drain_timeout < 0:
+    if settings.http_port < 0 or settings.drain_timeout < 0:
         raise UsageError("--http-port and --drain-timeout must not be negative")
     roles = ROLES if args.role == "all" else (args.role,)
     log_lifecycle_as_json(sys.stderr)
-    clean = await serve(url, stop=stop, layout=Layout.from_env(), roles=roles, http_host=args.http_host,
-                        http_port=args.http_port, drain_timeout=args.drain_timeout,
-                        shutdown_timeout=args.drain_timeout + 20)
+    clean = await serve(settings, stop=stop, roles=roles)
     return EXIT_OK if clean else EXIT_FAILED
 
 
@@ -523,11 +526,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
     sp.add_argument("--role", choices=["engine", "counter", "tools", "projector", "all"], default="all")
-    sp.add_argument("--http-port", type=int, default=8080,
-                    help="port for /healthz, /readyz and /metrics; 0: no HTTP server (default 8080)")
-    sp.add_argument("--http-host", default="0.0.0.0", help="address the HTTP server binds (default 0.0.0.0)")
-    sp.add_argument("--drain-timeout", type=float, default=10.0,
-                    help="seconds running tool commands get to finish after SIGTERM (default 10)")
+    # defaults None: unset flags leave the environment's settings (actors/settings.py) as they are
+    sp.add_argument("--http-port", type=int,
+                    help="port for /healthz, /readyz and /metrics; 0: no HTTP server (default $ACTORS_HTTP_PORT, "
+                         "else 8080)")
+    sp.add_argument("--http-host", help="address the HTTP server binds (default $ACTORS_HTTP_HOST, else 0.0.0.0)")
+    sp.add_argument("--drain-timeout", type=float,
+                    help="seconds running tool commands get to finish after SIGTERM (default $ACTORS_DRAIN_TIMEOUT, "
+                         "else 10)")
 
     def with_timeout(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("--timeout", type=float, default=None,
@@ -616,7 +622,7 @@ def _exit_code_for(e: Exception) -> int | None:
     from streams.server import ServerError
 
     if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError, InvalidExecutionId, TooLarge,
-                      HttpPortUnavailable, ValueTooLarge)):
+                      HttpPortUnavailable, ValueTooLarge, SettingsInvalid)):
         return EXIT_INVALID
     # a bare TimeoutError here is a NATS request or PubAck that never came (the commands
     # that time out waiting for an execution catch theirs and exit 4)

@@ -230,7 +230,8 @@ class Client:
         # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
         limit = self.value_limit()
         what = f"the start of execution {eid}"
-        msg = await self._ride(what, lambda: start_payload(self.js, msg, eid, limit=limit))
+        msg = await self._ride(what, lambda: start_payload(self.js, msg, eid, limit=limit,
+                                                                  cap=self.layout.max_value_bytes))
         await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
         return eid
 
@@ -262,7 +263,8 @@ class Client:
             if size + source > self.value_limit():
                 # the start record carries payload and playbook source: a payload that does
                 # not fit beside the source goes as a blob (past the cap: ValueTooLarge)
-                ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid))
+                cap = self.layout.max_value_bytes
+                ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid, cap=cap))
                 msg = msgspec.structs.replace(msg, payload={}, payload_ref=ref)
             ack = await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
             if not ack.duplicate:

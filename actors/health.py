@@ -4,7 +4,8 @@
   NATS, or a NATS outage would have Kubernetes restart every pod at once.
 * ``GET /readyz``: readiness. 200 once connected to NATS with the roles started; 503
   while starting, while NATS is unreachable, and from SIGTERM on (draining).
-* ``GET /metrics``: the Prometheus text format 0.0.4 (see `actors.metrics`).
+* ``GET /metrics``: the Prometheus text format 0.0.4, written by prometheus-client
+  (see `actors.metrics`).
 
 The server starts before NATS is dialled, so liveness holds while a pod waits for
 its server, and stops last, so probes keep answering while a pod drains.
@@ -16,8 +17,9 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.core import Metric
 
-from actors.metrics import Family, Registry, Sample
+from actors.metrics import Registry, gauge_family
 
 log = logging.getLogger("actors.health")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -43,14 +45,13 @@ class PodState:
             return False, "NATS not connected"
         return True, "ready"
 
-    async def collect(self) -> list[Family]:
+    async def collect(self) -> list[Metric]:
         ok, _ = self.readiness()
         connected = self.nc is not None and bool(self.nc.is_connected)
         return [
-            Family("actors_ready", "gauge", "1 when this pod reports ready on /readyz.",
-                   [Sample("actors_ready", (), 1 if ok else 0)]),
-            Family("actors_nats_connected", "gauge", "1 while this pod's NATS connection is up.",
-                   [Sample("actors_nats_connected", (), 1 if connected else 0)]),
+            gauge_family("actors_ready", "1 when this pod reports ready on /readyz.", (), [((), 1 if ok else 0)]),
+            gauge_family("actors_nats_connected", "1 while this pod's NATS connection is up.", (),
+                         [((), 1 if connected else 0)]),
         ]
 
 

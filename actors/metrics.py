@@ -1,27 +1,38 @@
-"""A pod's metrics, in the Prometheus text exposition format (0.0.4).
+"""A pod's metrics, served in the Prometheus text format by prometheus-client.
 
-Written by hand rather than with prometheus_client: the one collector that matters,
-consumer lag, is an async request to JetStream made at scrape time, which a
-synchronous client-library collector cannot await; and three metric types with
-labels are a page of code. Everything runs on the event loop, so nothing here locks.
+Each `Registry` wraps a `prometheus_client.CollectorRegistry` of its own (never the
+library's global one), so several runtimes in one process (tests, benches) never
+clash. The metrics actors record as they run (steps, lifecycle, evictions) are one set
+per process, included in every registry (`pod_registry`); collectors that read a
+runtime's state are added to that runtime's registry only.
+
+The one collector that matters, consumer lag, is an async request to JetStream made at
+scrape time, which a synchronous client-library collector cannot await: a `Collector`
+here is async, and `Registry.render` awaits them all before the library writes the
+text. Everything runs on the event loop.
+
+Multiprocess mode is not needed: no process that records a metric forks. The python
+pool's workers (`subprocess`) and the render processes (multiprocessing's spawn) are
+fresh interpreters that record nothing; every `observe_*` runs in the pod's process.
 
 Module-level helpers are what actors call: `observe_step` and `commands_in_flight`
-(tool actors), `observe_lifecycle` (the projector). `ConsumerCollector` reports the
-JetStream consumers a pod's roles read; `health.py` serves `REGISTRY.render()`.
+(tool actors), `observe_lifecycle` (the projector), `EVICTED_ACTORS` (hosting).
+`ConsumerCollector` reports the JetStream consumers a pod's roles read; `health.py`
+serves `Registry.render()`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-import math
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from actors.events import TERMINAL_STATES, ExecState
 from streams.layout import (
@@ -37,155 +48,125 @@ from streams.layout import (
     tool_consumer,
 )
 
-Labels = tuple[tuple[str, str], ...]
+# `<name>_created` series would double every counter and histogram for a timestamp no
+# dashboard or alert here reads, and were never exported
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: Labels
-    value: float
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    type: str  # counter | gauge | histogram
-    help: str
-    samples: list[Sample] = field(default_factory=list)
+LabelKey = Any  # a child of a labelled metric, resolved once by `key()` for hot paths
 
 
 class Collector(Protocol):
-    async def collect(self) -> list[Family]: ...
+    async def collect(self) -> list[Metric]: ...
 
 
-class _Metric:
-    type = "untyped"
+_Lib = TypeVar("_Lib", prometheus_client.Counter, prometheus_client.Gauge, prometheus_client.Histogram)
 
-    def __init__(self, name: str, help: str, labels: Sequence[str]) -> None:
-        self.name = name
-        self.help = help
-        self.labelnames = tuple(labels)
 
-    def key(self, **labels: str) -> tuple[str, ...]:
+class _Metric(Generic[_Lib]):
+    """A prometheus-client metric with the label API actors use: labels by keyword,
+    or resolved once (`key`) and reused on hot paths (`*_key`)."""
+
+    def __init__(self, lib: _Lib, name: str, labelnames: Sequence[str]) -> None:
+        self.lib: _Lib = lib
+        self.name = name  # as given: the library drops a counter's `_total` from its own
+        self.labelnames = tuple(labelnames)
+
+    def key(self, **labels: str) -> LabelKey:
         """A label set resolved once, for the `*_key` methods on hot paths."""
-        return self._key(labels)
-
-    def _key(self, labels: dict[str, str]) -> tuple[str, ...]:
         if set(labels) != set(self.labelnames):
             raise ValueError(f"{self.name}: labels are {self.labelnames}, got {tuple(labels)}")
-        return tuple(str(labels[n]) for n in self.labelnames)
-
-    def _labels(self, key: tuple[str, ...]) -> Labels:
-        return tuple(zip(self.labelnames, key, strict=True))
-
-    def family(self) -> Family:
-        raise NotImplementedError
-
-
-class _Valued(_Metric):
-    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help, labels)
-        # an unlabelled series exists (at 0) from the start, so rate() has a first point
-        self._values: dict[tuple[str, ...], float] = {} if self.labelnames else {(): 0.0}
+        return self.lib.labels(**labels) if self.labelnames else self.lib
 
     def value(self, **labels: str) -> float:
-        return self._values.get(self._key(labels), 0.0)
+        """The current value of one series (0 if it does not exist yet)."""
+        wanted = {k: str(v) for k, v in labels.items()}
+        for family in self.lib.collect():
+            for s in family.samples:
+                if s.name == self.name and s.labels == wanted:
+                    return float(s.value)
+        return 0.0
 
-    def family(self) -> Family:
-        return Family(self.name, self.type, self.help,
-                      [Sample(self.name, self._labels(k), v) for k, v in sorted(self._values.items())])
 
-
-class Counter(_Valued):
-    type = "counter"
-
+class Counter(_Metric[prometheus_client.Counter]):
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        self.inc_key(self._key(labels), amount)
+        self.inc_key(self.key(**labels), amount)
 
-    def inc_key(self, key: tuple[str, ...], amount: float = 1.0) -> None:
-        if amount < 0:
-            raise ValueError(f"{self.name}: a counter only goes up")
-        self._values[key] = self._values.get(key, 0.0) + amount
+    def inc_key(self, key: LabelKey, amount: float = 1.0) -> None:
+        key.inc(amount)  # the library refuses a negative amount: a counter only goes up
 
 
-class Gauge(_Valued):
-    type = "gauge"
-
+class Gauge(_Metric[prometheus_client.Gauge]):
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        self.inc_key(self._key(labels), amount)
+        self.inc_key(self.key(**labels), amount)
 
-    def inc_key(self, key: tuple[str, ...], amount: float) -> None:
-        self._values[key] = self._values.get(key, 0.0) + amount
+    def inc_key(self, key: LabelKey, amount: float) -> None:
+        key.inc(amount)
 
     def set(self, value: float, **labels: str) -> None:
-        self._values[self._key(labels)] = value
+        self.key(**labels).set(value)
 
 
-
-class Histogram(_Metric):
-    type = "histogram"
-
-    def __init__(self, name: str, help: str, labels: Sequence[str] = (), *, buckets: Sequence[float]) -> None:
-        super().__init__(name, help, labels)
-        if "le" in self.labelnames:
-            raise ValueError("`le` is reserved for histogram buckets")
-        self.buckets = tuple(sorted(b for b in buckets if not math.isinf(b)))
-        # per label set: a count per bucket (not cumulative), then +Inf; sum
-        self._counts: dict[tuple[str, ...], list[int]] = {}
-        self._sums: dict[tuple[str, ...], float] = {}
-
+class Histogram(_Metric[prometheus_client.Histogram]):
     def observe(self, value: float, **labels: str) -> None:
-        self.observe_key(self._key(labels), value)
+        self.observe_key(self.key(**labels), value)
 
-    def observe_key(self, key: tuple[str, ...], value: float) -> None:
-        counts = self._counts.get(key)
-        if counts is None:
-            counts = self._counts[key] = [0] * (len(self.buckets) + 1)
-        counts[bisect.bisect_left(self.buckets, value)] += 1  # the first bucket with value <= bound
-        self._sums[key] = self._sums.get(key, 0.0) + value
+    def observe_key(self, key: LabelKey, value: float) -> None:
+        key.observe(value)
 
-    def count(self, **labels: str) -> int:
-        return sum(self._counts.get(self._key(labels), []))
 
-    def family(self) -> Family:
-        samples: list[Sample] = []
-        for key, counts in sorted(self._counts.items()):
-            base = self._labels(key)
-            running = 0
-            for bound, n in zip((*self.buckets, math.inf), counts, strict=True):
-                running += n
-                samples.append(Sample(f"{self.name}_bucket", (*base, ("le", _le(bound))), running))
-            samples.append(Sample(f"{self.name}_sum", base, self._sums[key]))
-            samples.append(Sample(f"{self.name}_count", base, running))
-        return Family(self.name, self.type, self.help, samples)
+def counter(name: str, help: str, labels: Sequence[str] = ()) -> Counter:
+    """A counter registered nowhere yet (a `Registry` includes it)."""
+    return Counter(prometheus_client.Counter(name, help, labels, registry=None), name, labels)
+
+
+def gauge(name: str, help: str, labels: Sequence[str] = ()) -> Gauge:
+    return Gauge(prometheus_client.Gauge(name, help, labels, registry=None), name, labels)
+
+
+def histogram(name: str, help: str, labels: Sequence[str] = (), *, buckets: Sequence[float]) -> Histogram:
+    return Histogram(prometheus_client.Histogram(name, help, labels, registry=None, buckets=buckets), name, labels)
+
+
+class _Gathered:
+    """A prometheus-client collector yielding what the async collectors returned just
+    before the text is written (set and read with no await between)."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 class Registry:
     def __init__(self) -> None:
-        self._metrics: dict[str, _Metric] = {}
+        self.lib = CollectorRegistry(auto_describe=True)
+        self._metrics: dict[str, _Metric[Any]] = {}
         self._collectors: list[Collector] = []
+        self._gathered = _Gathered()
+        self.lib.register(self._gathered)
         self.scrape_errors = 0
 
-    def _add(self, metric: _Metric) -> Any:
+    def include(self, metric: _Metric[Any]) -> Any:
         existing = self._metrics.get(metric.name)
         if existing is not None:
             if type(existing) is not type(metric) or existing.labelnames != metric.labelnames:
                 raise ValueError(f"metric {metric.name} already registered differently")
             return existing
+        self.lib.register(metric.lib)
         self._metrics[metric.name] = metric
         return metric
 
     def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
-        c: Counter = self._add(Counter(name, help, labels))
+        c: Counter = self.include(counter(name, help, labels))
         return c
 
     def gauge(self, name: str, help: str, labels: Sequence[str] = ()) -> Gauge:
-        g: Gauge = self._add(Gauge(name, help, labels))
+        g: Gauge = self.include(gauge(name, help, labels))
         return g
 
     def histogram(self, name: str, help: str, labels: Sequence[str] = (), *, buckets: Sequence[float]) -> Histogram:
-        h: Histogram = self._add(Histogram(name, help, labels, buckets=buckets))
+        h: Histogram = self.include(histogram(name, help, labels, buckets=buckets))
         return h
 
     def add_collector(self, collector: Collector) -> None:
@@ -196,7 +177,7 @@ class Registry:
             self._collectors.remove(collector)
 
     async def render(self) -> str:
-        families = [m.family() for m in self._metrics.values()]
+        families: list[Metric] = []
         for c in list(self._collectors):
             try:
                 families.extend(await c.collect())
@@ -205,96 +186,81 @@ class Registry:
                 # other metrics) down with it
                 self.scrape_errors += 1
                 logging.getLogger("actors.metrics").exception("collector %s failed", type(c).__name__)
-        return exposition(families)
+        self._gathered.families = families
+        try:
+            return generate_latest(self.lib).decode()
+        finally:
+            self._gathered.families = []
 
 
-# --- text format ----------------------------------------------------------------------
-
-
-def _num(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if v == int(v) and abs(v) < 2**53:
-        return str(int(v))
-    return repr(float(v))
-
-
-def _le(bound: float) -> str:
-    """Bucket bounds as floats ("1.0", not "1"), as client libraries write them and
-    Prometheus 3 normalises them: one series per bucket, whatever wrote it."""
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-def _label_value(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def exposition(families: Iterable[Family]) -> str:
-    lines: list[str] = []
-    for f in families:
-        help_text = f.help.replace("\\", "\\\\").replace("\n", "\\n")
-        lines.append(f"# HELP {f.name} {help_text}")
-        lines.append(f"# TYPE {f.name} {f.type}")
-        for s in f.samples:
-            labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in s.labels)
-            lines.append(f"{s.name}{{{labels}}} {_num(s.value)}" if labels else f"{s.name} {_num(s.value)}")
-    return "\n".join(lines) + "\n"
+def gauge_family(name: str, help: str, labels: Sequence[str], values: Iterable[tuple[Sequence[str], float]]) -> Metric:
+    """A gauge read at scrape time: (label values, value) pairs."""
+    family = GaugeMetricFamily(name, help, labels=labels)
+    for label_values, value in values:
+        family.add_metric(label_values, value)
+    return family
 
 
 # --- this process's metrics -------------------------------------------------------------
 
-REGISTRY = Registry()
-
 # steps range from a noop (sub-millisecond) to long python or http calls
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-STEP_SECONDS = REGISTRY.histogram(
+STEP_SECONDS = histogram(
     "actors_step_seconds", "Time a tool actor in this pod spent running a command, by tool kind and outcome.",
     ("kind", "outcome"), buckets=STEP_BUCKETS,
 )
-COMMANDS_IN_FLIGHT = REGISTRY.gauge(
+COMMANDS_IN_FLIGHT = gauge(
     "actors_commands_in_flight", "Commands a tool actor in this pod is running now, by tool kind.", ("kind",)
 )
 for _kind in TOOL_KINDS:
     COMMANDS_IN_FLIGHT.set(0, kind=_kind)  # every series exists from the start: no gaps on dashboards
 
-EXECUTIONS_STARTED = REGISTRY.counter(
+EXECUTIONS_STARTED = counter(
     "actors_executions_started_total", "Executions whose status this pod's projector moved to RUNNING."
 )
-EXECUTIONS_FINISHED = REGISTRY.counter(
+EXECUTIONS_FINISHED = counter(
     "actors_executions_finished_total",
     "Executions whose status this pod's projector moved to a terminal state, by state.", ("state",),
 )
 for _state in TERMINAL_STATES:
     EXECUTIONS_FINISHED.inc(0, state=_state)
-LIFECYCLE_EVENTS = REGISTRY.counter(
+LIFECYCLE_EVENTS = counter(
     "actors_lifecycle_events_total", "Lifecycle events this pod's projector applied, by event type.", ("type",)
 )
 
-EVICTED_ACTORS = REGISTRY.counter(
+EVICTED_ACTORS = counter(
     "actors_evicted_total",
     "Idle actors this pod dropped from memory to stay within its bound (rebuilt by replay on their next input).",
     ("role",),
 )
 
+PROCESS_METRICS = (STEP_SECONDS, COMMANDS_IN_FLIGHT, EXECUTIONS_STARTED, EXECUTIONS_FINISHED, LIFECYCLE_EVENTS,
+                   EVICTED_ACTORS)
 
 
-def resident_actors(counts: Iterable[tuple[str, int]]) -> Family:
+def pod_registry() -> Registry:
+    """A registry of its own for one pod (runtime), holding this process's metrics."""
+    registry = Registry()
+    for metric in PROCESS_METRICS:
+        registry.include(metric)
+    return registry
+
+
+def resident_actors(counts: Iterable[tuple[str, int]]) -> Metric:
     """`actors_resident{role}` from (role, actors in memory) pairs, counted at scrape
     time by the runtime (`Runtime.collect`): nothing to keep in step on the hot path."""
-    name = "actors_resident"
-    return Family(name, "gauge", "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
-                  [Sample(name, (("role", role),), n) for role, n in counts])
+    return gauge_family("actors_resident",
+                        "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
+                        ("role",), (((role,), n) for role, n in counts))
 
 
 lifecycle_log = logging.getLogger("actors.lifecycle")
 
 
 # label sets resolved once: these two run for every command a tool actor runs
-_step_keys: dict[tuple[str, str], tuple[str, ...]] = {}
-_flight_keys: dict[str, tuple[str, ...]] = {}
+_step_keys: dict[tuple[str, str], LabelKey] = {}
+_flight_keys: dict[str, LabelKey] = {}
 
 
 def observe_step(kind: str, outcome: str, seconds: float) -> None:
@@ -382,6 +348,7 @@ class ConsumerCollector:
         ("actors_consumer_redelivered_messages", "num_redelivered",
          "Messages delivered more than once and not yet acknowledged."),
     )
+    LABELS = ("stream", "consumer")
 
     def __init__(self, nc: Any, consumers: Sequence[tuple[str, str]], *, timeout: float = 2.0) -> None:
         self.nc = nc
@@ -395,15 +362,13 @@ class ConsumerCollector:
             logging.getLogger("actors.metrics").warning("consumer info %s/%s: %r", stream, consumer, e)
             return None
 
-    async def collect(self) -> list[Family]:
+    async def collect(self) -> list[Metric]:
         infos = await asyncio.gather(*(self._info(s, c) for s, c in self.consumers))
-        families = {name: Family(name, "gauge", help) for name, _, help in self.FIELDS}
-        up = Family("actors_consumer_up", "gauge", "1 if JetStream answered for the consumer at this scrape, else 0.")
-        for (stream, consumer), info in zip(self.consumers, infos, strict=True):
-            labels: Labels = (("stream", stream), ("consumer", consumer))
-            up.samples.append(Sample(up.name, labels, 0 if info is None else 1))
-            if info is None:
-                continue
-            for name, attr, _ in self.FIELDS:
-                families[name].samples.append(Sample(name, labels, float(getattr(info, attr) or 0)))
-        return [*families.values(), up]
+        answered = [(labels, info) for labels, info in zip(self.consumers, infos, strict=True) if info is not None]
+        families = [gauge_family(name, help, self.LABELS,
+                                 ((labels, float(getattr(info, attr) or 0)) for labels, info in answered))
+                    for name, attr, help in self.FIELDS]
+        up = gauge_family("actors_consumer_up", "1 if JetStream answered for the consumer at this scrape, else 0.",
+                          self.LABELS, ((labels, 0 if info is None else 1)
+                                        for labels, info in zip(self.consumers, infos, strict=True)))
+        return [*families, up]

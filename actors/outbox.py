@@ -46,11 +46,13 @@ class Outbox:
         self.sender = sender  # who answers a command it could not send (`worker` of that answer)
         self.timer_owner = ids.timer_owner(execution_id, loop_id)
         self.limit = layout.max_msg_size - HEADROOM  # larger values go as blobs
+        self.cap = layout.max_value_bytes  # larger ones are refused (`ValueTooLarge`)
 
     async def send(self, fx: Effects) -> None:
         js = self.js
-        starts = [await start_item(js, s, limit=self.limit) for s in fx.starts]
-        await publish_all(js, await command_items(js, fx.commands, limit=self.limit, sender=self.sender) + starts)
+        starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
+        await publish_all(js, await command_items(js, fx.commands, limit=self.limit, cap=self.cap, sender=self.sender)
+                          + starts)
         await self.hand_over_loops(fx.loops)
         await self.arm(fx.timers)
         await publish_all(js, await self.signals(fx))
@@ -105,7 +107,7 @@ class Outbox:
         items = []
         if fx.reply is not None:  # a child's result to its parent: a blob when too large, like a tool's
             subject, msg = fx.reply
-            items.append((subject, await result_message(self.js, msg, limit=self.limit),
+            items.append((subject, await result_message(self.js, msg, limit=self.limit, cap=self.cap),
                           ids.result_id(msg.execution_id, msg.command_id)))
         why = (f"loop {self.loop_id} of {self.execution_id} stopped" if self.loop_id is not None
                else f"parent execution {self.execution_id} cancelled it")

@@ -12,16 +12,18 @@ from typing import Protocol
 
 import nats
 from nats.aio.client import Client as NATS
+from prometheus_client.core import Metric
 
 from actors.counter import Counter
 from actors.deadletters import MaxDeliveriesWatcher
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
-from actors.metrics import REGISTRY, ConsumerCollector, Family, consumers_for, resident_actors
+from actors.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
 from actors.natsio import publisher, ride_out
 from actors.ownership import Leases, pod_name
 from actors.projector import Projector
+from actors.settings import Settings
 from actors.tools.actor import ToolActor
 from streams.layout import Layout, ensure
 
@@ -50,11 +52,15 @@ async def connect(url: str, *, name: str = "actors") -> NATS:
 
 
 class Runtime:
-    """A set of running actors on one connection."""
+    """A set of running actors on one connection, the settings they were started with
+    (a `layout` given to `start_roles` wins over theirs), and the metrics registry that
+    reports them (one per runtime)."""
 
-    def __init__(self, nc: NATS, actors: list[Actor]) -> None:
+    def __init__(self, nc: NATS, actors: list[Actor], *, settings: Settings, registry: Registry | None = None) -> None:
         self.nc = nc
         self.actors = actors
+        self.settings = settings
+        self.registry = registry if registry is not None else pod_registry()
 
     def find(self, kind: type) -> list[Actor]:
         return [a for a in self.actors if isinstance(a, kind)]
@@ -75,7 +81,7 @@ class Runtime:
             except Exception:
                 log.exception("stopping %s", type(a).__name__)
 
-    async def collect(self) -> list[Family]:
+    async def collect(self) -> list[Metric]:
         """Metrics read from the actors at each scrape (a `metrics.Collector`)."""
         return [resident_actors((a.role, len(a.actors)) for a in self.actors if isinstance(a, (Engine, Counter)))]
 
@@ -114,10 +120,12 @@ def tune_gc() -> None:
 async def start_roles(
     nc: NATS,
     *,
-    layout: Layout,
+    layout: Layout | None = None,
     roles: Iterable[str] = ROLES,
     tool_concurrency: int | Mapping[str, int] | None = None,  # None: per-kind defaults (actors/tools/actor.py)
     pod: str | None = None,
+    settings: Settings | None = None,
+    registry: Registry | None = None,
 ) -> Runtime:
     """Start `roles` on `nc`. Engine and counter consume only the partitions whose
     leases they hold in the `owners` bucket (actors/ownership.py), rebalanced as pods
@@ -129,7 +137,14 @@ async def start_roles(
     first balance, before this returns: `run` waits for no TTL.
 
     `pod`: the member name in `owners` (default: host, pid and a per-process sequence
-    number, so that two runtimes in one process are two members)."""
+    number, so that two runtimes in one process are two members).
+
+    `settings`: default `Settings.from_env()`; `layout`, `tool_concurrency` and `pod`,
+    when given, win over it (tests and benches set them directly). `registry`: the
+    metrics registry the runtime reports to (default: a new one)."""
+    settings = settings if settings is not None else Settings.from_env()
+    layout = layout if layout is not None else settings.layout
+    tool_concurrency = tool_concurrency if tool_concurrency is not None else settings.tool_concurrency
     roles = list(roles)
     unknown = set(roles) - set(ROLES)
     if unknown:
@@ -137,13 +152,14 @@ async def start_roles(
     await ride_out(lambda: ensure(nc.jetstream(), layout), budget=ENSURE_BUDGET)
     # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)
     publisher(nc).duplicate_window = layout.duplicate_window
-    pod = pod or pod_name()
+    pod = pod or settings.pod_name or pod_name()
     # every pod watches for messages the server gave up on (one queue group: each once)
     actors: list[Actor] = [MaxDeliveriesWatcher(nc)]
     if "projector" in roles:
         actors.append(Projector(nc))
     if "tools" in roles:
-        actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency))
+        actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency,
+                                python_workers=settings.python_workers, limits=settings.limits))
     hosts: list[Counter | Engine] = []
     if "counter" in roles:
         hosts.append(Counter(nc, layout=layout))
@@ -155,16 +171,18 @@ async def start_roles(
         actors += [host, Leases(nc, role=host.role, partitions=layout.partitions, ttl=layout.lease_ttl, pod=pod,
                                 on_gain=host.gain, on_lose=host.lose)]
     if "engine" in roles:
-        actors.append(Starter(nc, layout=layout))
+        actors.append(Starter(nc, layout=layout, limits=settings.limits))
     for a in actors:
         await a.start()
-    return Runtime(nc, actors)
+    return Runtime(nc, actors, settings=settings, registry=registry)
 
 
 @asynccontextmanager
-async def running(url: str, *, layout: Layout | None = None, roles: Iterable[str] = ROLES) -> AsyncIterator[Runtime]:
-    nc = await connect(url)
-    rt = await start_roles(nc, layout=layout or Layout.from_env(), roles=roles)
+async def running(settings: Settings, *, roles: Iterable[str] = ROLES) -> AsyncIterator[Runtime]:
+    if settings.nats_url is None:
+        raise ValueError("running() needs settings with a nats_url")
+    nc = await connect(settings.nats_url)
+    rt = await start_roles(nc, settings=settings, roles=roles)
     try:
         yield rt
     finally:
@@ -177,39 +195,41 @@ async def wait_forever() -> None:
 
 
 async def serve(
-    url: str,
+    settings: Settings,
     *,
     stop: asyncio.Event,
-    layout: Layout,
     roles: Sequence[str] = ROLES,
-    http_host: str = "0.0.0.0",
-    http_port: int = 8080,
-    drain_timeout: float = 10.0,
-    shutdown_timeout: float = 30.0,
+    shutdown_timeout: float | None = None,
 ) -> bool:
     """Run a pod until `stop` is set, then drain: readiness goes 503, the roles stop
-    (tool actors get `drain_timeout` to finish; unacked work is redelivered), the
-    connection closes, the HTTP server stops last. `http_port=0`: no HTTP server.
+    (tool actors get `settings.drain_timeout` to finish; unacked work is redelivered),
+    the connection closes, the HTTP server stops last. `settings.http_port=0`: no HTTP
+    server.
 
-    Returns False when shutting down took longer than `shutdown_timeout` (the caller
-    then exits non-zero; JetStream redelivers whatever was in hand, so nothing is lost)."""
+    Returns False when shutting down took longer than `shutdown_timeout` (default: the
+    drain timeout and 20 s; the caller then exits non-zero; JetStream redelivers
+    whatever was in hand, so nothing is lost)."""
+    if settings.nats_url is None:
+        raise ValueError("serve() needs settings with a nats_url")
     state = PodState()
-    http = HealthServer(state=state, registry=REGISTRY, host=http_host, port=http_port) if http_port else None
+    registry = pod_registry()
+    registry.add_collector(state)
+    http = (HealthServer(state=state, registry=registry, host=settings.http_host, port=settings.http_port)
+            if settings.http_port else None)
     if http is not None:
         await http.start()  # before NATS: liveness answers while the pod waits for its server
-    REGISTRY.add_collector(state)
     try:
-        nc = await _connect_until(stop, url, name=f"actors-{'+'.join(roles)}")
+        nc = await _connect_until(stop, settings.nats_url, name=f"actors-{'+'.join(roles)}")
         if nc is None:
             log.info("stopped before NATS answered")
             return True
         try:
-            return await _run_roles(nc, stop=stop, state=state, layout=layout, roles=roles,
-                                    drain_timeout=drain_timeout, shutdown_timeout=shutdown_timeout)
+            return await _run_roles(nc, stop=stop, state=state, settings=settings, registry=registry, roles=roles,
+                                    shutdown_timeout=settings.drain_timeout + 20 if shutdown_timeout is None
+                                    else shutdown_timeout)
         finally:
             await nc.close()
     finally:
-        REGISTRY.remove_collector(state)
         if http is not None:
             await http.stop()
 
@@ -231,16 +251,16 @@ async def _connect_until(stop: asyncio.Event, url: str, *, name: str) -> NATS | 
 
 
 async def _run_roles(
-    nc: NATS, *, stop: asyncio.Event, state: PodState, layout: Layout, roles: Sequence[str],
-    drain_timeout: float, shutdown_timeout: float,
+    nc: NATS, *, stop: asyncio.Event, state: PodState, settings: Settings, registry: Registry, roles: Sequence[str],
+    shutdown_timeout: float,
 ) -> bool:
     # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a
     # half-started actor could not be stopped); `stop.wait()` then returns at once
-    rt = await start_roles(nc, layout=layout, roles=roles)
+    rt = await start_roles(nc, settings=settings, roles=roles, registry=registry)
     tune_gc()
     collector = ConsumerCollector(nc, rt.consumers())
-    REGISTRY.add_collector(collector)
-    REGISTRY.add_collector(rt)
+    registry.add_collector(collector)
+    registry.add_collector(rt)
     clean = False
     try:
         state.ready(nc)
@@ -250,10 +270,10 @@ async def _run_roles(
         state.draining = True  # /readyz answers 503 from here on
         try:
             async with asyncio.timeout(shutdown_timeout):
-                await rt.stop(drain_timeout=drain_timeout)
+                await rt.stop(drain_timeout=settings.drain_timeout)
             clean = True
         except TimeoutError:
             log.error("roles did not stop within %.0fs; exiting anyway", shutdown_timeout)
-        REGISTRY.remove_collector(collector)
-        REGISTRY.remove_collector(rt)
+        registry.remove_collector(collector)
+        registry.remove_collector(rt)
     return clean

@@ -105,13 +105,13 @@ async def measure_mode(url: str, paths: dict[str, str], *, ops: int, runs: int, 
 
     from actors.client import Client
     from actors.runtime import connect
-    from streams.layout import Layout
+    from actors.settings import Settings
 
     env = {**os.environ, "NATS_URL": url, "ACTORS_TEMPLATE_OPS": str(ops), "PYTHONPATH": str(ROOT)}
     pod = await asyncio.create_subprocess_exec(sys.executable, "-c", POD, str(slice_ops), str(every), str(pause),
                                                where, env=env, stderr=asyncio.subprocess.DEVNULL)
     nc = await connect(url, name="bench-client")
-    client = Client(nc, layout=Layout.from_env())
+    client = Client(nc, layout=Settings.from_env().layout)
     try:
         for _ in range(5):  # warm up (and wait for the pod to take its partitions)
             await good_latency(client, paths["good"])
@@ -145,8 +145,9 @@ async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[st
     from actors.client import Client
     from actors.playbook import budget, templates
     from actors.runtime import connect
+    from actors.settings import Settings
     from actors.wire import Limits
-    from streams.layout import Layout, ensure
+    from streams.layout import ensure
     from streams.server import NatsServer
 
     server = await NatsServer.start()
@@ -154,8 +155,8 @@ async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[st
     out: dict[str, Any] = {"bench": "template_budget", "ops_budget": ops}
     try:
         nc = await connect(server.url, name="bench")
-        await ensure(nc.jetstream(), Layout.from_env())
-        client = Client(nc, layout=Layout.from_env())
+        await ensure(nc.jetstream(), Settings.from_env().layout)
+        client = Client(nc, layout=Settings.from_env().layout)
         paths = {}
         for name, text in (("good", GOOD), ("runaway", RUNAWAY)):
             f = tmp / f"{name}.yaml"

@@ -39,7 +39,6 @@ referenced by key from the message (actors/blobs.py).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -93,7 +92,8 @@ TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 @dataclass(frozen=True, kw_only=True)
 class Layout:
     """Deployment-wide settings. Partition count is fixed for the life of a deployment
-    (it is part of every execution's subject)."""
+    (it is part of every execution's subject). Built from a pod's environment by
+    `actors.settings.Settings.layout`."""
 
     partitions: int = 8
     replicas: int = 1
@@ -110,23 +110,10 @@ class Layout:
     # that, idle ones are evicted and rebuilt by replay when their next input comes
     engine_max_resident: int = 50_000
     counter_max_resident: int = 10_000
+    # a value (result, args, payload) whose encoding is over this is refused, not
+    # stored as a blob (actors/blobs.py); clients and actors of a deployment agree on it
+    max_value_bytes: int = 64 * 1024 * 1024
     extra: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_env(cls) -> Layout:
-        def num(name: str, default: float) -> float:
-            raw = os.environ.get(name)
-            return float(raw) if raw else default
-
-        return cls(
-            partitions=int(num("ACTORS_PARTITIONS", 8)),
-            replicas=int(num("ACTORS_REPLICAS", 1)),
-            duplicate_window=num("ACTORS_DUPLICATE_WINDOW", 120.0),
-            ack_wait=num("ACTORS_ACK_WAIT", 30.0),
-            lease_ttl=num("ACTORS_LEASE_TTL", 10.0),
-            engine_max_resident=int(num("ACTORS_ENGINE_MAX_RESIDENT", 50_000)),
-            counter_max_resident=int(num("ACTORS_COUNTER_MAX_RESIDENT", 10_000)),
-        )
 
     # --- subjects ----------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import json
 import os
 import shutil
 import signal
@@ -21,6 +20,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import msgspec
 
 
 class ServerError(RuntimeError):
@@ -33,6 +34,15 @@ class ServerError(RuntimeError):
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class _Ports(msgspec.Struct):
+    """What nats-server writes to its `--ports_file_dir` (only the part read here)."""
+
+    nats: list[str]
+
+
+_PORTS = msgspec.json.Decoder(_Ports)
 
 
 def _parent_death_hook() -> Callable[[], None] | None:
@@ -153,9 +163,8 @@ class NatsServer:
             files = list(ports_dir.glob("*.ports"))  # noqa: ASYNC240 - a tiny local dir
             if files:
                 try:
-                    info = json.loads(files[0].read_text())
-                    return str(info["nats"][0])
-                except (ValueError, KeyError, IndexError):
+                    return _PORTS.decode(files[0].read_bytes()).nats[0]
+                except (msgspec.DecodeError, IndexError):
                     pass  # written but not complete yet
             await asyncio.sleep(0.005)
         proc.kill()
@@ -264,6 +273,3 @@ class NatsCluster:
                 await node.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
-
-def env_url() -> str | None:
-    return os.environ.get("NATS_URL") or None

@@ -25,7 +25,7 @@ def free_port() -> int:
 
 
 def layout_env(layout: Layout) -> dict[str, str]:
-    """The environment that makes a pod's Layout.from_env() equal `layout`."""
+    """The environment that makes a pod's `Settings.from_env().layout` equal `layout`."""
     return {
         "ACTORS_PARTITIONS": str(layout.partitions),
         "ACTORS_REPLICAS": str(layout.replicas),

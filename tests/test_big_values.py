@@ -110,9 +110,8 @@ workflow:
 
 
 @pytest.mark.asyncio
-async def test_values_over_the_cap_fail_the_step_naming_it_while_others_complete(
-        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTORS_MAX_VALUE_BYTES", "1500000")  # every actor here reads it when a value is large
+@pytest.mark.layout(max_value_bytes=1_500_000)  # the cap of every actor here (ACTORS_MAX_VALUE_BYTES in a pod)
+async def test_values_over_the_cap_fail_the_step_naming_it_while_others_complete(system: System) -> None:
     too_big_result = system.start_yaml("""
 apiVersion: actors/v1
 kind: Playbook

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.blobs import ValueTooLarge
+from actors.client import Client
 from actors.dial import CLIENT_TIMEOUT
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsServer, free_port
@@ -132,7 +133,7 @@ async def test_cancel_waits_for_a_start_still_queued_and_says_when_it_cannot_tel
 
 @pytest.mark.asyncio
 async def test_a_payload_over_the_cap_or_a_playbook_over_the_message_limit_is_refused_naming_it(
-        system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        system: System, tmp_path: Path) -> None:
     """A payload over the message limit travels as a blob (tests/test_big_values.py);
     one over the cap on values (ACTORS_MAX_VALUE_BYTES), and a playbook over the
     message limit, are refused with one line before anything is sent."""
@@ -154,9 +155,9 @@ async def test_a_payload_over_the_cap_or_a_playbook_over_the_message_limit_is_re
     line = one_line(err)
     assert code == EXIT_INVALID and "huge.yaml" in line and "the playbook is 1,201," in line
     assert (await system.nc.jsm().stream_info(START_STREAM)).state.messages == 0  # nothing was sent
-    monkeypatch.setenv("ACTORS_MAX_VALUE_BYTES", "1000000")
+    capped = Client(system.nc, layout=make_layout(max_value_bytes=1_000_000))
     with pytest.raises(ValueTooLarge):  # the library refuses it too, before publishing
-        await system.client.start("examples/hello", payload={"name": "x" * 1_200_000})
+        await capped.start("examples/hello", payload={"name": "x" * 1_200_000})
 
 
 @pytest.mark.asyncio

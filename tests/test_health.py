@@ -5,16 +5,17 @@ back unfinished."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.client import Client
 from actors.runtime import connect, serve, start_roles
+from actors.settings import Settings
 from streams.layout import CMD_STREAM, Layout, tool_consumer
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES
@@ -92,7 +93,7 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
     finally:
         await pod.kill()  # if it is still running
 
-    lines = [json.loads(ln) for ln in pod.log.read_text().splitlines() if ln.startswith("{")]
+    lines = [orjson.loads(ln) for ln in pod.log.read_text().splitlines() if ln.startswith("{")]
     mine = [ln for ln in lines if ln.get("logger") == "actors.lifecycle" and ln["execution_id"] == "health-1"]
     assert {"type": "playbook.completed", "state": "COMPLETED"}.items() <= mine[-1].items(), mine
     assert any(ln["type"] == "playbook.initialized" and ln["state"] == "RUNNING" for ln in mine)
@@ -103,11 +104,12 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
 async def test_drain_reports_not_ready_lets_the_running_command_finish_and_loses_nothing(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    layout = Layout(partitions=PARTITIONS, ack_wait=5.0)
     port = free_port()
+    settings = Settings(nats_url=nats_server.url, partitions=PARTITIONS, ack_wait=5.0, http_host="127.0.0.1",
+                        http_port=port, drain_timeout=10)
+    layout = settings.layout
     stop = asyncio.Event()
-    pod = asyncio.create_task(serve(nats_server.url, stop=stop, layout=layout, http_host="127.0.0.1",
-                                    http_port=port, drain_timeout=10, shutdown_timeout=20))
+    pod = asyncio.create_task(serve(settings, stop=stop, shutdown_timeout=20))
     nc = await connect(nats_server.url, name="test")
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:

@@ -1,4 +1,5 @@
-"""The metrics registry's text format, and consumer lag read from a real JetStream."""
+"""The metrics registry's text format (prometheus-client's), one registry per runtime, and
+consumer lag read from a real JetStream."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import math
 from typing import Any
 
 import pytest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.metrics import ConsumerCollector, Family, Registry, consumers_for
+from actors.metrics import EVICTED_ACTORS, ConsumerCollector, Registry, consumers_for, pod_registry
 from actors.runtime import connect
 from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, START_STREAM, Layout, ensure, tool_consumer
 from streams.server import NatsServer
@@ -57,7 +59,7 @@ async def test_text_format_parses_with_escaping_and_cumulative_buckets() -> None
 @pytest.mark.asyncio
 async def test_a_failing_collector_does_not_break_the_scrape() -> None:
     class Broken:
-        async def collect(self) -> list[Family]:
+        async def collect(self) -> list[Metric]:
             raise RuntimeError("boom")
 
     reg = Registry()
@@ -65,6 +67,32 @@ async def test_a_failing_collector_does_not_break_the_scrape() -> None:
     reg.add_collector(Broken())
     assert parsed(await reg.render())[("t_up", ())] == 1
     assert reg.scrape_errors == 1
+
+
+@pytest.mark.asyncio
+async def test_each_pod_registry_has_the_process_metrics_and_only_its_own_collectors() -> None:
+    class Resident:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        async def collect(self) -> list[Metric]:
+            from actors.metrics import resident_actors
+
+            return [resident_actors([("engine", self.n)])]
+
+    one, two = pod_registry(), pod_registry()  # two runtimes in one process: no clash
+    one.add_collector(Resident(3))
+    two.add_collector(Resident(5))
+    before = EVICTED_ACTORS.value(role="engine")
+    EVICTED_ACTORS.inc(2, role="engine")
+    first, second = parsed(await one.render()), parsed(await two.render())
+    assert first[("actors_resident", (("role", "engine"),))] == 3
+    assert second[("actors_resident", (("role", "engine"),))] == 5
+    for values in (first, second):  # what actors record is the process's, in both
+        assert values[("actors_evicted_total", (("role", "engine"),))] == before + 2
+        assert values[("actors_commands_in_flight", (("kind", "python"),))] == 0
+        assert values[("actors_executions_finished_total", (("state", "FAILED"),))] >= 0
+        assert not any(name.endswith("_created") for name, _ in values)  # never exported before
 
 
 def test_consumers_for_each_role() -> None:

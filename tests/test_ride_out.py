@@ -20,7 +20,8 @@ from actors.client import TERMINAL_EVENTS, Client
 from actors.dial import NatsUnavailable
 from actors.playbook.loader import load_playbook_file
 from actors.runtime import connect, serve, start_roles
-from streams.layout import EXEC_STREAM, START_STREAM, Layout, ensure
+from actors.settings import Settings
+from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsCluster
 from tests.conftest import wait_for
 from tests.test_cluster import leader_of
@@ -89,7 +90,7 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
     connect, `ensure`, `Client.start_execution` and the mapping of errors to exit codes
     are the code a user's `actors-cli start` runs; only Python's start-up (about 1 s of
     CPU per process, 100 s in all on this 2-core machine) is left out."""
-    layout = Layout.from_env()
+    layout = Settings.from_env().layout
     nc = await connect(cluster.url, name="ride-actors")
     runtime = await start_roles(nc, layout=layout)
     cnc = await connect(cluster.url, name="ride-client")
@@ -197,11 +198,11 @@ async def test_serve_and_every_command_connect_with_a_node_of_the_cluster_down(
     executions, and `register`, `start`, `status --watch`, `events` and `cancel` all
     answer (exit 0): a node that refuses is skipped for the next one in the URL."""
     nc = await connect(cluster.url, name="ride-setup")
-    await ensure(nc.jetstream(), Layout.from_env())  # R3 streams need all three nodes to be created
+    await ensure(nc.jetstream(), Settings.from_env().layout)  # R3 streams need all three nodes to be created
     await nc.close()
     cluster.kill(0)
     stop = asyncio.Event()
-    pod = asyncio.create_task(serve(cluster.url, stop=stop, layout=Layout.from_env(), http_port=0))
+    pod = asyncio.create_task(serve(Settings.from_env().with_flags(nats_url=cluster.url, http_port=0), stop=stop))
     try:
         pb = tmp_path / "ridden.yaml"
         pb.write_text(PLAYBOOK)
@@ -224,7 +225,7 @@ async def test_a_start_the_cluster_cannot_take_in_time_fails_in_one_line_naming_
     trying for its --timeout, then exits 5 with one line; `Client.start` raises
     NatsUnavailable naming the execution, so the caller can send it again (same id)."""
     nc = await connect(cluster.url, name="ride-setup")
-    layout = Layout.from_env()
+    layout = Settings.from_env().layout
     await ensure(nc.jetstream(), layout)
     await nc.close()
     cluster.kill(1)

@@ -68,10 +68,9 @@ workflow:
     assert again.state == "COMPLETED"
 
 
-async def test_a_result_over_the_value_cap_fails_the_step_naming_it(system: System,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.layout(max_value_bytes=1_500_000)
+async def test_a_result_over_the_value_cap_fails_the_step_naming_it(system: System) -> None:
     # over the message limit a result travels as a blob (tests/test_big_values.py); over the cap it fails
-    monkeypatch.setenv("ACTORS_MAX_VALUE_BYTES", "1500000")
     eid, status = await system.run_yaml("""
 apiVersion: actors/v1
 kind: Playbook

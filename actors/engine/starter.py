@@ -135,7 +135,8 @@ class Starter:
         if record.payload_ref is not None or len(encode(record)) <= limit:
             return
         try:
-            record.payload_ref = await payload_blob(self.js, record.payload, record.execution_id)
+            record.payload_ref = await payload_blob(self.js, record.payload, record.execution_id,
+                                                    cap=self.layout.max_value_bytes)
         except ValueTooLarge as e:
             record.error = ErrorInfo(type="ValueTooLarge", message=str(e))
         record.payload = {}

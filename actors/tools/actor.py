@@ -31,6 +31,7 @@ from actors.tools.cancels import Cancels
 from actors.tools.pull import KindPull, wake_now_and_then
 from actors.tools.resources import ToolResources
 from actors.tools.running import CommandRunner
+from actors.wire import Limits
 from streams.layout import TOOL_KINDS, Layout
 from streams.subjects import CANCEL_FILTER
 
@@ -68,18 +69,21 @@ class ToolActor:
         result_batch_max: int = RESULT_BATCH_MAX,
         result_batch_window: float = RESULT_BATCH_WINDOW,
         python_workers: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         """`concurrency`: commands in flight per kind, one number for every kind or a
         mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`).
         `result_batch_max`/`result_batch_window`: how loop iteration results are gathered
         into one message (1 sends each alone). `python_workers`: size of the actor's python
-        worker pool (None: the CPUs this process may use)."""
+        worker pool (None: the CPUs this process may use). `limits`: the pod's (`Settings.limits`;
+        None: read from the environment)."""
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
         self.kinds = kinds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.limits = limits_from_env()  # bounds the sinks' templates of commands that carry none
+        # bounds the sinks' templates of commands that carry none
+        self.limits = limits if limits is not None else limits_from_env()
         # the pool and the session are made on first use and closed by `stop`
         self.resources = ToolResources(python_workers=python_workers)
         self._off_loop = OffLoop(threads=2, name="sink-render")  # long sink renders

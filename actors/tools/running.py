@@ -194,7 +194,8 @@ class CommandRunner:
         done = ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
                          attempt_number=cmd.attempt_number, outcomes=outcomes, worker=self.name)
         # iterations whose results are too large together go as blobs, up to the cap
-        payload = await chunk_message(self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM)
+        payload = await chunk_message(self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM,
+                                      cap=self.layout.max_value_bytes)
         await self._publish_result(cmd, payload)
 
     async def reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
@@ -206,7 +207,7 @@ class CommandRunner:
         # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
         answer: CallDone | CallError = (CallError(error=error, **common) if error  # type: ignore[arg-type]
                                         else CallDone(result=result, **common))  # type: ignore[arg-type]
-        payload = await result_message(self.js, answer, limit=limit)
+        payload = await result_message(self.js, answer, limit=limit, cap=self.layout.max_value_bytes)
         if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
             error = ErrorInfo(
                 type="ResultTooLarge",

@@ -1,0 +1,206 @@
+"""Every setting of a pod, in one object read once at start-up.
+
+`Settings.from_env(environ)` reads the environment; `with_flags` lays the CLI's flags
+over it (a flag given wins). `Runtime` owns the result and hands each part to what
+needs it: the stream layout (`streams.layout.Layout`, which stays free of `actors/`),
+the limits the starter fixes in each new execution's start record (`wire.Limits`), the
+cap on values (`actors/blobs.py`), the tool actors' pool and concurrency, the pod's
+name and its HTTP port. No other module reads the environment.
+
+Limits that feed an engine decision are not pod settings at run time: the starter
+copies them into the start record, and every pod replays a log by its record, whatever
+its own environment says. A value that cannot be used is refused at start-up in one
+line naming the variable, never silently replaced by a default.
+
+`python -m actors.settings` prints the README's settings table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.wire import Limits
+from streams.layout import Layout
+
+_LIMITS, _LAYOUT = Limits(), Layout()  # their defaults are these settings' defaults
+# a pod's name is a key in the `owners` bucket: no `.`, `*`, `>` or spaces
+_KEY_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class SettingsInvalid(ValueError):
+    """A setting that cannot be used: the message is one line naming the variable."""
+
+
+def _setting(default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1) -> Any:
+    """A field of `Settings`: its default, its environment variable, its CLI flag
+    (if any), the smallest value allowed (None: any) and what it bounds."""
+    return dataclasses.field(default=default, metadata={"env": env, "flag": flag, "meaning": meaning,
+                                                          "minimum": minimum})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """A pod's settings. Each field below names its environment variable, its flag
+    (where `actors-cli` has one), its default and what it bounds; the same text makes
+    the README's table (`markdown_table`). Built once (`from_env`, then `with_flags`)
+    and passed down from `Runtime`: nothing reads the environment later.
+
+    Fields (environment variable, flag, default, what it bounds):
+    """
+
+    # --- where, and how the deployment is laid out (every pod of it must agree) ---
+    nats_url: str | None = _setting(
+        None, "NATS_URL", "NATS server(s), comma-separated; credentials in the URL. Unset: `run` starts its own "
+        "server, other commands refuse to start", flag="--nats", minimum=None)
+    partitions: int = _setting(
+        _LAYOUT.partitions, "ACTORS_PARTITIONS",
+        "partitions of the EXEC and LOOP subjects; fixed for the life of a deployment (part of every execution's "
+        "subject)")
+    replicas: int = _setting(
+        _LAYOUT.replicas, "ACTORS_REPLICAS", "replicas of every stream and bucket (3 on a 3-node cluster)")
+    duplicate_window: float = _setting(
+        _LAYOUT.duplicate_window, "ACTORS_DUPLICATE_WINDOW",
+        "seconds the streams drop a message whose `Nats-Msg-Id` they saw; how long a publish without a PubAck may "
+        "be re-sent as is", minimum=0.001)
+    ack_wait: float = _setting(
+        _LAYOUT.ack_wait, "ACTORS_ACK_WAIT", "seconds before an unacknowledged message is delivered again",
+        minimum=0.001)
+    lease_ttl: float = _setting(
+        _LAYOUT.lease_ttl, "ACTORS_LEASE_TTL",
+        "seconds after a dead pod's last renewal before others take its partitions", minimum=0.001)
+    engine_max_resident: int = _setting(
+        _LAYOUT.engine_max_resident, "ACTORS_ENGINE_MAX_RESIDENT",
+        "execution actors an engine pod keeps in memory; idle ones beyond are evicted and rebuilt by replay")
+    counter_max_resident: int = _setting(
+        _LAYOUT.counter_max_resident, "ACTORS_COUNTER_MAX_RESIDENT",
+        "loop actors a counter pod keeps in memory (as above)")
+    max_value_bytes: int = _setting(
+        _LAYOUT.max_value_bytes, "ACTORS_MAX_VALUE_BYTES",
+        "bytes of one value (result, args, payload) stored as a blob; past it the step fails `ValueTooLarge`, the "
+        "CLI exits 3")
+
+    # --- limits the starter fixes in each new execution's start record ---
+    template_ops: int = _setting(
+        _LIMITS.template_ops, "ACTORS_TEMPLATE_OPS", "operations one template render may take (step fails "
+        "`TemplateLimit`)")
+    template_output: int = _setting(
+        _LIMITS.template_output, "ACTORS_TEMPLATE_OUTPUT", "characters of any string, list or mapping a template "
+        "builds (step fails `TemplateLimit`)")
+    max_steps: int = _setting(
+        _LIMITS.max_activations, "ACTORS_MAX_STEPS", "steps (activations) one execution may enter; a playbook may "
+        "set less (execution fails `StepBudgetExceeded`)")
+    max_attempts_ceiling: int = _setting(
+        _LIMITS.max_attempts, "ACTORS_MAX_ATTEMPTS_CEILING", "attempts of one step, whatever its retry rules ask "
+        "(`retry.exhausted`)")
+
+    # --- this pod ---
+    python_workers: int | None = _setting(
+        None, "ACTORS_PYTHON_WORKERS", "worker processes of the python tool. Unset: the CPUs this pod may use "
+        "(affinity and cgroup quota)")
+    tool_concurrency: int | None = _setting(
+        None, "ACTORS_TOOL_CONCURRENCY", "commands in flight per tool kind. Unset: per-kind defaults (64; "
+        "sleep 512, noop 256)")
+    pod_name: str | None = _setting(
+        None, "ACTORS_POD_NAME", "this pod's member name in the `owners` bucket. Unset: host, process id and a "
+        "sequence number", minimum=None)
+    http_host: str = _setting(
+        "0.0.0.0", "ACTORS_HTTP_HOST", "address `serve` binds for /healthz, /readyz and /metrics", flag="--http-host",
+        minimum=None)
+    http_port: int = _setting(
+        8080, "ACTORS_HTTP_PORT", "port of `serve`'s /healthz, /readyz and /metrics; 0: no HTTP server",
+        flag="--http-port", minimum=0)
+    drain_timeout: float = _setting(
+        10.0, "ACTORS_DRAIN_TIMEOUT", "seconds running tool commands get to finish after SIGTERM; the rest is "
+        "redelivered elsewhere", flag="--drain-timeout", minimum=0)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from `environ` (default: this process's environment). An unset or
+        empty variable keeps the default; one that cannot be used raises
+        `SettingsInvalid` naming it."""
+        env = os.environ if environ is None else environ
+        given: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f.metadata["env"], "").strip()
+            if raw:
+                given[f.name] = _parse(f, raw, f.metadata["env"])
+        return cls(**given)
+
+    def with_flags(self, **flags: Any) -> Settings:
+        """These settings with the flags that were given (not None) laid over them."""
+        return dataclasses.replace(self, **{name: value for name, value in flags.items() if value is not None})
+
+    @property
+    def layout(self) -> Layout:
+        """The streams' layout these settings describe (the rest of `Layout` keeps its defaults)."""
+        return Layout(partitions=self.partitions, replicas=self.replicas, duplicate_window=self.duplicate_window,
+                      ack_wait=self.ack_wait, lease_ttl=self.lease_ttl, engine_max_resident=self.engine_max_resident,
+                      counter_max_resident=self.counter_max_resident, max_value_bytes=self.max_value_bytes)
+
+    @property
+    def limits(self) -> Limits:
+        """What the starter fixes in every start record it writes."""
+        return Limits(template_ops=self.template_ops, template_output=self.template_output,
+                      max_activations=self.max_steps, max_attempts=self.max_attempts_ceiling)
+
+
+def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
+    kind = str(f.type)
+    if f.name == "pod_name" and not _KEY_SAFE.match(raw):
+        raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
+    if "str" in kind:
+        return raw
+    number: int | float
+    try:
+        number = float(raw) if kind == "float" else int(raw)
+    except ValueError:
+        raise SettingsInvalid(f"{var}={raw!r}: not {'a number' if kind == 'float' else 'a whole number'}") from None
+    minimum = f.metadata["minimum"]
+    if minimum is not None and not number >= minimum:  # `not >=`: NaN is refused too
+        raise SettingsInvalid(f"{var}={raw!r}: must be at least {minimum:g}")
+    return number
+
+
+def limits_from_env(environ: Mapping[str, str] | None = None) -> Limits:
+    """The limits part of `Settings.from_env(environ)`."""
+    return Settings.from_env(environ).limits
+
+
+def _default(f: dataclasses.Field[Any]) -> str:
+    value = f.default
+    if value is None:
+        return "unset"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return f"{value:,}" if isinstance(value, int) and value >= 10_000 else str(value)
+
+
+def markdown_table() -> str:
+    """The README's settings table: variable, flag, default, meaning."""
+    rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(Settings):
+        flag = f"`{f.metadata['flag']}`" if f.metadata["flag"] else ""
+        rows.append(f"| `{f.metadata['env']}` | {flag} | {_default(f)} | {f.metadata['meaning']} |")
+    return "\n".join(rows)
+
+
+def _field_docs() -> str:
+    lines = []
+    for f in dataclasses.fields(Settings):
+        flag = f", {f.metadata['flag']}" if f.metadata["flag"] else ""
+        lines.append(f"    {f.name} ({f.metadata['env']}{flag}; default {_default(f)}): {f.metadata['meaning']}")
+    return "\n".join(lines) + "\n"
+
+
+# the per-field list in `help(Settings)` is written from the fields themselves, so the
+# docstring, the README's table and the parser cannot disagree
+Settings.__doc__ = (Settings.__doc__ or "") + _field_docs()
+
+
+if __name__ == "__main__":
+    print(markdown_table())
