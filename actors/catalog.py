@@ -16,8 +16,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from actors.limits import limits_from_env
 from actors.playbook.loader import load_playbook
+from actors.settings import limits_from_env
 from actors.wire import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
 

@@ -25,8 +25,8 @@ from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
 from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
-from actors.limits import limits_from_env
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
+from actors.settings import limits_from_env
 from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
 from streams.ids import start_record_id
 from streams.layout import EXEC_STREAM, EXECUTION_ID, STARTER_CONSUMER, Layout, deliver_subject

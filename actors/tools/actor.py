@@ -24,8 +24,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from actors.limits import limits_from_env
 from actors.render_process import OffLoop
+from actors.settings import limits_from_env
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
 from actors.tools.pull import KindPull, wake_now_and_then
