@@ -111,16 +111,29 @@ async def resolve_result(js: JetStreamContext, msg: CallDone) -> CallDone | Call
     try:
         msg.result = await get_blob(js, msg.result_ref)
     except BLOB_MISSING:
-        return _as_error(msg, ErrorInfo(type="ValueMissing", message=(
-            f"step '{msg.step}': result blob {msg.result_ref} not found (expired or removed)")))
+        return _as_error(
+            msg,
+            ErrorInfo(
+                type="ValueMissing",
+                message=(f"step '{msg.step}': result blob {msg.result_ref} not found (expired or removed)"),
+            ),
+        )
     msg.result_ref = None
     return msg
 
 
 def _as_error(msg: CallDone, error: ErrorInfo) -> CallError:
-    return CallError(execution_id=msg.execution_id, command_id=msg.command_id, step=msg.step, error=error,
-                     attempt_number=msg.attempt_number, started_at=msg.started_at, ended_at=msg.ended_at,
-                     worker=msg.worker, iteration_index=msg.iteration_index)
+    return CallError(
+        execution_id=msg.execution_id,
+        command_id=msg.command_id,
+        step=msg.step,
+        error=error,
+        attempt_number=msg.attempt_number,
+        started_at=msg.started_at,
+        ended_at=msg.ended_at,
+        worker=msg.worker,
+        iteration_index=msg.iteration_index,
+    )
 
 
 async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int, cap: int) -> bytes:
@@ -136,8 +149,10 @@ async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int, ca
             continue
         o.result = None
         if len(value) > cap:
-            o.error = ErrorInfo(type="ValueTooLarge", message=(
-                f"step '{done.step}' iteration {o.iteration_index}: {too_large('result', len(value), cap)}"))
+            o.error = ErrorInfo(
+                type="ValueTooLarge",
+                message=(f"step '{done.step}' iteration {o.iteration_index}: {too_large('result', len(value), cap)}"),
+            )
             continue
         o.result_ref = blob_key(done.execution_id, "result", done.command_id, str(o.iteration_index), data=value)
         await put_blob(js, o.result_ref, value)
@@ -153,8 +168,10 @@ async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
         try:
             o.result = await get_blob(js, o.result_ref)
         except BLOB_MISSING:
-            o.error = ErrorInfo(type="ValueMissing", message=(
-                f"step '{done.step}' iteration {o.iteration_index}: result blob {o.result_ref} not found"))
+            o.error = ErrorInfo(
+                type="ValueMissing",
+                message=(f"step '{done.step}' iteration {o.iteration_index}: result blob {o.result_ref} not found"),
+            )
         o.result_ref = None
     return done
 
@@ -162,8 +179,9 @@ async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
 # --- commands: engine or counter -> tool actors ---------------------------------------
 
 
-async def command_items(js: JetStreamContext, commands: list[Command], *, limit: int, cap: int,
-                        sender: str = "engine") -> list[tuple[str, bytes, str]]:
+async def command_items(
+    js: JetStreamContext, commands: list[Command], *, limit: int, cap: int, sender: str = "engine"
+) -> list[tuple[str, bytes, str]]:
     """Publish items for `commands`: a command too large for a message goes as a stub
     naming a blob with the whole command (`body_ref`, read back by the tool actor); one
     over the cap is not sent: its step gets a `ValueTooLarge` result instead, as if a
@@ -174,17 +192,39 @@ async def command_items(js: JetStreamContext, commands: list[Command], *, limit:
         data = encode(c)
         if len(data) > limit:
             if len(data) > cap:
-                error = ErrorInfo(type="ValueTooLarge", message=(
-                    f"step '{c.step}' field args: {too_large('the command (args, element, sink scope)', len(data), cap)}"))
-                answer = CallError(execution_id=eid, command_id=c.command_id, step=c.step, error=error,
-                                   attempt_number=c.attempt_number, worker=sender, iteration_index=c.iteration_index)
+                error = ErrorInfo(
+                    type="ValueTooLarge",
+                    message=(
+                        f"step '{c.step}' field args: "
+                        f"{too_large('the command (args, element, sink scope)', len(data), cap)}"
+                    ),
+                )
+                answer = CallError(
+                    execution_id=eid,
+                    command_id=c.command_id,
+                    step=c.step,
+                    error=error,
+                    attempt_number=c.attempt_number,
+                    worker=sender,
+                    iteration_index=c.iteration_index,
+                )
                 items.append((c.reply_to, encode(answer), result_id(eid, c.command_id)))
                 continue
             key = blob_key(eid, "command", c.command_id, data=data)
             await put_blob(js, key, data)
-            data = encode(Command(execution_id=eid, command_id=c.command_id, step=c.step, kind=c.kind,
-                                  reply_to=c.reply_to, attempt_number=c.attempt_number, timeout=c.timeout,
-                                  iteration_index=c.iteration_index, body_ref=key))
+            data = encode(
+                Command(
+                    execution_id=eid,
+                    command_id=c.command_id,
+                    step=c.step,
+                    kind=c.kind,
+                    reply_to=c.reply_to,
+                    attempt_number=c.attempt_number,
+                    timeout=c.timeout,
+                    iteration_index=c.iteration_index,
+                    body_ref=key,
+                )
+            )
         items.append((cmd_subject(c.kind, eid, c.command_id), data, command_msg_id(eid, c.command_id)))
     return items
 
@@ -199,8 +239,9 @@ async def resolve_command(js: JetStreamContext, cmd: Command) -> Command:
 # --- start payloads: client, starter, a parent's engine -> an execution ---------------
 
 
-async def start_payload(js: JetStreamContext, msg: StartMessage, execution_id: str, *, limit: int,
-                        cap: int) -> StartMessage:
+async def start_payload(
+    js: JetStreamContext, msg: StartMessage, execution_id: str, *, limit: int, cap: int
+) -> StartMessage:
     """`msg` with its payload moved to a blob (`payload_ref`) when the message would be
     over `limit`. Raises `ValueTooLarge` past the cap."""
     if msg.payload_ref is not None or len(encode(msg)) <= limit:
@@ -232,6 +273,12 @@ async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int, cap: 
             raise  # not a child: whoever starts it hears of it
         attempt = attempt_of(parent.command_id)
         error = ErrorInfo(type="ValueTooLarge", message=f"step '{parent.step}' field args: {e}")
-        answer = CallError(execution_id=parent.execution_id, command_id=parent.command_id, step=parent.step,
-                           error=error, attempt_number=attempt, worker="engine")
+        answer = CallError(
+            execution_id=parent.execution_id,
+            command_id=parent.command_id,
+            step=parent.step,
+            error=error,
+            attempt_number=attempt,
+            worker="engine",
+        )
         return parent.reply_to, encode(answer), result_id(parent.execution_id, parent.command_id)

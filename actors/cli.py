@@ -90,8 +90,11 @@ def _payload(raw: str | None) -> dict[str, Any]:
 def _settings(args: argparse.Namespace) -> Settings:
     """The settings of this command: the environment, with the flags it was given over it."""
     return Settings.from_env(os.environ).with_flags(
-        nats_url=getattr(args, "nats", None) or None, http_host=getattr(args, "http_host", None),
-        http_port=getattr(args, "http_port", None), drain_timeout=getattr(args, "drain_timeout", None))
+        nats_url=getattr(args, "nats", None) or None,
+        http_host=getattr(args, "http_host", None),
+        http_port=getattr(args, "http_port", None),
+        drain_timeout=getattr(args, "drain_timeout", None),
+    )
 
 
 def _timeout(args: argparse.Namespace) -> float:
@@ -202,12 +205,18 @@ async def cmd_register(args: argparse.Namespace) -> int:
 async def cmd_start(args: argparse.Namespace) -> int:
     eid, payload = _execution_id(args.execution_id), _payload(args.payload)
     async with _connection(args) as client:
-        outcome = await client.start_execution(args.path, payload=payload, version=args.version, execution_id=eid,
-                                               record_wait=_timeout(args))
+        outcome = await client.start_execution(
+            args.path, payload=payload, version=args.version, execution_id=eid, record_wait=_timeout(args)
+        )
     _warn_if_existing(outcome)
     if args.json:
-        _out({"execution_id": outcome.execution_id, "existing": outcome.existing,
-              "differs": None if outcome.differs is None else list(outcome.differs)})
+        _out(
+            {
+                "execution_id": outcome.execution_id,
+                "existing": outcome.existing,
+                "differs": None if outcome.differs is None else list(outcome.differs),
+            }
+        )
     else:
         print(outcome.execution_id)
     return EXIT_OK
@@ -223,11 +232,15 @@ def _warn_if_existing(outcome: Any) -> None:
     if outcome.differs is None:
         how = "its start record could not be read yet, so whether this start differs is unknown"
     elif outcome.differs:
-        how = (f"{' and '.join(outcome.differs)} {'differ' if len(outcome.differs) > 1 else 'differs'} from this "
-               "start's; the first start is what runs")
+        how = (
+            f"{' and '.join(outcome.differs)} {'differ' if len(outcome.differs) > 1 else 'differs'} from this "
+            "start's; the first start is what runs"
+        )
     else:
         how = "this start asked for the same"
-    _err(f"actors-cli: warning: execution {outcome.execution_id} already exists{what}; this start changed nothing: {how}")
+    _err(
+        f"actors-cli: warning: execution {outcome.execution_id} already exists{what}; this start changed nothing: {how}"
+    )
 
 
 def _status_row(st: Any) -> dict[str, Any]:
@@ -292,7 +305,10 @@ async def cmd_events(args: argparse.Namespace) -> int:
             print(f"{'seq':>6}  {'+ms':>9}  {'class':5}  {'type':24}  {'step':16}  detail")
             for it in items:
                 detail = _detail(it.type, it.data)
-                print(f"{it.seq:>6}  {(it.at - t0) * 1000:>9.1f}  {it.cls:5}  {it.type:24}  {(it.step or ''):16}  {detail}")
+                print(
+                    f"{it.seq:>6}  {(it.at - t0) * 1000:>9.1f}  {it.cls:5} "
+                    f" {it.type:24}  {(it.step or ''):16}  {detail}"
+                )
     return EXIT_OK
 
 
@@ -314,8 +330,10 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         # that does not exist (it would sit there, and start one if the id came later)
         found = await client.exists(args.execution_id, timeout=_timeout(args))
         if found is None:
-            _err(f"actors-cli: cannot tell yet whether execution {eid} exists: start messages queued before it were "
-                 f"still waiting after {_timeout(args):g}s (is an engine running?); nothing cancelled")
+            _err(
+                f"actors-cli: cannot tell yet whether execution {eid} exists: start messages queued before it were "
+                f"still waiting after {_timeout(args):g}s (is an engine running?); nothing cancelled"
+            )
             return EXIT_TIMEOUT
         if not found:
             _err(f"actors-cli: no execution {eid}: nothing to cancel")
@@ -353,8 +371,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         eid = eid or client.new_id()
         bar = None if args.json else asyncio.create_task(_progress(client, eid))
         try:
-            outcome = await client.start_execution(entry.path, version=entry.version, payload=payload,
-                                                   execution_id=eid)
+            outcome = await client.start_execution(entry.path, version=entry.version, payload=payload, execution_id=eid)
         except BaseException:
             await _stop_task(bar)  # or it dies with the connection and logs a traceback
             raise
@@ -366,17 +383,32 @@ async def cmd_run(args: argparse.Namespace) -> int:
             st = await client.wait(eid, timeout=10)
         except TimeoutError:
             if args.json:
-                _out({"execution_id": eid, "state": "TIMEOUT", "result": None,
-                      "error": {"type": "Timeout", "message": f"not finished after {args.timeout}s"},
-                      "started_at": None, "ended_at": None, "existing": outcome.existing})
+                _out(
+                    {
+                        "execution_id": eid,
+                        "state": "TIMEOUT",
+                        "result": None,
+                        "error": {"type": "Timeout", "message": f"not finished after {args.timeout}s"},
+                        "started_at": None,
+                        "ended_at": None,
+                        "existing": outcome.existing,
+                    }
+                )
             else:
                 _err(f"execution {eid}: not finished after {args.timeout}s")
             return EXIT_TIMEOUT
         finally:
             await _stop_task(bar)
         data = terminal.data
-        out = {"execution_id": eid, "state": st.state, "result": await client.result(terminal), "error": data.get("error"),
-               "started_at": st.started_at, "ended_at": st.ended_at, "existing": outcome.existing}
+        out = {
+            "execution_id": eid,
+            "state": st.state,
+            "result": await client.result(terminal),
+            "error": data.get("error"),
+            "started_at": st.started_at,
+            "ended_at": st.ended_at,
+            "existing": outcome.existing,
+        }
         if args.json:
             _out(out)
         else:
@@ -409,8 +441,10 @@ async def _progress(client: Any, eid: str) -> None:
         rate = (p.done - d0) / (p.at - t0) if p.at > t0 else 0.0
         width = 30
         filled = int(width * p.done / p.total) if p.total else width
-        line = (f"  {p.step:20} [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
-                f"  {rate:,.0f} it/s  {p.in_flight} in flight" + (f"  {p.failed} failed" if p.failed else ""))
+        line = (
+            f"  {p.step:20} [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
+            f"  {rate:,.0f} it/s  {p.in_flight} in flight" + (f"  {p.failed} failed" if p.failed else "")
+        )
         if tty:
             sys.stderr.write("\r" + line + ("\n" if finished else ""))
         else:
@@ -438,7 +472,11 @@ async def _follow(client: Any, eid: str, *, quiet: bool) -> Any:
                 why = f"  {item.data['error'].get('type')}: {str(item.data['error'].get('message'))[:120]}"
             nxt = item.data.get("next")
             route = f" -> {', '.join(nxt)}" if nxt else ""
-            print(f"  [{(item.at - t0) * 1000:8.1f} ms] {mark} {item.step:20} {(item.at - began) * 1000:7.1f} ms{route}{why}", flush=True)
+            print(
+                f"  [{(item.at - t0) * 1000:8.1f} ms] {mark} {item.step:20} "
+                f"{(item.at - began) * 1000:7.1f} ms{route}{why}",
+                flush=True,
+            )
         elif item.type in TERMINAL_EVENTS:
             return item
     raise RuntimeError("log ended without a terminal event")
@@ -500,9 +538,13 @@ async def _until_signal() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     doc = __doc__ or ""
-    exit_codes = doc[doc.index("Exit codes:"):doc.index("A user error")] if "Exit codes:" in doc else None
-    p = argparse.ArgumentParser(prog="actors-cli", description="Run YAML playbooks on NATS JetStream.",
-                                epilog=exit_codes, formatter_class=argparse.RawDescriptionHelpFormatter)
+    exit_codes = doc[doc.index("Exit codes:") : doc.index("A user error")] if "Exit codes:" in doc else None
+    p = argparse.ArgumentParser(
+        prog="actors-cli",
+        description="Run YAML playbooks on NATS JetStream.",
+        epilog=exit_codes,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -516,9 +558,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--execution-id")
     sp.add_argument("--register", action="append", help="also register this playbook (sub-playbooks)")
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("--timeout", type=float, default=None,
-                    help="seconds the execution may take (exit 4 past it); with --nats also the bound on reaching "
-                         f"NATS (default {CLIENT_TIMEOUT:g}; exit 5)")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds the execution may take (exit 4 past it); with --nats also the bound on reaching "
+        f"NATS (default {CLIENT_TIMEOUT:g}; exit 5)",
+    )
 
     sp = sub.add_parser("dev", help="embedded NATS plus every actor, in the foreground")
     sp.add_argument("--port", type=int, default=4222)
@@ -527,17 +573,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
     sp.add_argument("--role", choices=["engine", "counter", "tools", "projector", "all"], default="all")
     # defaults None: unset flags leave the environment's settings (actors/settings.py) as they are
-    sp.add_argument("--http-port", type=int,
-                    help="port for /healthz, /readyz and /metrics; 0: no HTTP server (default $ACTORS_HTTP_PORT, "
-                         "else 8080)")
+    sp.add_argument(
+        "--http-port",
+        type=int,
+        help="port for /healthz, /readyz and /metrics; 0: no HTTP server (default $ACTORS_HTTP_PORT, else 8080)",
+    )
     sp.add_argument("--http-host", help="address the HTTP server binds (default $ACTORS_HTTP_HOST, else 0.0.0.0)")
-    sp.add_argument("--drain-timeout", type=float,
-                    help="seconds running tool commands get to finish after SIGTERM (default $ACTORS_DRAIN_TIMEOUT, "
-                         "else 10)")
+    sp.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds running tool commands get to finish after SIGTERM (default $ACTORS_DRAIN_TIMEOUT, else 10)",
+    )
 
     def with_timeout(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--timeout", type=float, default=None,
-                        help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}); exit 5 past it")
+        sp.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}); exit 5 past it",
+        )
         return sp
 
     sp = with_timeout(with_nats(sub.add_parser("register", help="register playbooks in the catalog")))
@@ -549,15 +603,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--payload")
     sp.add_argument("--version", type=int)
     sp.add_argument("--execution-id")
-    sp.add_argument("--json", action="store_true",
-                    help='{"execution_id", "existing", "differs"}: existing is true when the id was started before')
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help='{"execution_id", "existing", "differs"}: existing is true when the id was started before',
+    )
 
     sp = with_nats(sub.add_parser("status", help="an execution's status"))
     sp.add_argument("execution_id")
     sp.add_argument("--watch", action="store_true", help="wait until it is terminal")
-    sp.add_argument("--timeout", type=float,
-                    help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}; exit 5) and, with --watch, to wait "
-                         "for the end (default: for ever; exit 4)")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}; exit 5) and, with --watch, to wait "
+        "for the end (default: for ever; exit 4)",
+    )
     sp.add_argument("--json", action="store_true")
 
     sp = with_timeout(with_nats(sub.add_parser("events", help="an execution's whole log, in order")))
@@ -577,8 +637,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ASYNC = {
-    "run": cmd_run, "dev": cmd_dev, "serve": cmd_serve, "register": cmd_register, "start": cmd_start,
-    "status": cmd_status, "events": cmd_events, "cancel": cmd_cancel,
+    "run": cmd_run,
+    "dev": cmd_dev,
+    "serve": cmd_serve,
+    "register": cmd_register,
+    "start": cmd_start,
+    "status": cmd_status,
+    "events": cmd_events,
+    "cancel": cmd_cancel,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 
@@ -589,8 +655,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_INVALID if e.code else EXIT_OK
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         if args.command in SYNC:
             return SYNC[args.command](args)
@@ -621,8 +690,19 @@ def _exit_code_for(e: Exception) -> int | None:
     from actors.playbook.loader import PlaybookInvalid
     from streams.server import ServerError
 
-    if isinstance(e, (CatalogError, PlaybookInvalid, FileNotFoundError, InvalidExecutionId, TooLarge,
-                      HttpPortUnavailable, ValueTooLarge, SettingsInvalid)):
+    if isinstance(
+        e,
+        (
+            CatalogError,
+            PlaybookInvalid,
+            FileNotFoundError,
+            InvalidExecutionId,
+            TooLarge,
+            HttpPortUnavailable,
+            ValueTooLarge,
+            SettingsInvalid,
+        ),
+    ):
         return EXIT_INVALID
     # a bare TimeoutError here is a NATS request or PubAck that never came (the commands
     # that time out waiting for an execution catch theirs and exit 4)
@@ -641,8 +721,10 @@ def _nats_reason(e: Exception) -> str:
     if isinstance(e, ServerError):
         return e.summary
     if isinstance(e, (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)):
-        return ("NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
-                "or is a stream electing a leader?")
+        return (
+            "NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
+            "or is a stream electing a leader?"
+        )
     if isinstance(e, (nats.errors.Error, TimeoutError)):  # after connecting: a request timed out, the connection closed
         text = " ".join(str(e).split()) or type(e).__name__
         return f"NATS stopped answering: {text}"

@@ -110,8 +110,10 @@ def check_size(what: str, size: int, limit: int) -> None:
     """The one place that decides whether a value fits in a message: raise TooLarge
     naming `what` when `size` (encoded bytes) is over `limit`."""
     if size > limit:
-        raise TooLarge(f"{what} is {size:,} bytes encoded, over the {limit:,} bytes a NATS message may carry "
-                       "here (the server's max_payload and the streams' max_msg_size, less an envelope)")
+        raise TooLarge(
+            f"{what} is {size:,} bytes encoded, over the {limit:,} bytes a NATS message may carry "
+            "here (the server's max_payload and the streams' max_msg_size, less an envelope)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,14 @@ class LogItem:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "at": self.at, "class": self.cls, "type": self.type, "step": self.step, "data": self.data}
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "class": self.cls,
+            "type": self.type,
+            "step": self.step,
+            "data": self.data,
+        }
 
 
 def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
@@ -183,8 +192,7 @@ class Client:
         try:
             return await ride_out(call, budget=self.timeout)
         except TRANSIENT_REQUEST as e:
-            raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed "
-                                  f"({_why(e)})") from e
+            raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
 
     async def _publish(self, what: str, subject: str, data: bytes, msg_id: str) -> PubAck:
         """A JetStream publish, sent again with the same Nats-Msg-Id until the stream
@@ -193,8 +201,10 @@ class Client:
             acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id})], budget=self.timeout)
         except PUBLISH_FAILED as e:
             # a copy may have been stored with its PubAck lost: the same id makes a re-send harmless
-            raise NatsUnavailable(f"NATS did not confirm {what} within {self.timeout:g}s; it may or may not "
-                                  f"have been stored, and sending it again (same id) is safe ({_why(e)})") from e
+            raise NatsUnavailable(
+                f"NATS did not confirm {what} within {self.timeout:g}s; it may or may not "
+                f"have been stored, and sending it again (same id) is safe ({_why(e)})"
+            ) from e
         return acks[0]
 
     def value_limit(self) -> int:
@@ -230,8 +240,9 @@ class Client:
         # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
         limit = self.value_limit()
         what = f"the start of execution {eid}"
-        msg = await self._ride(what, lambda: start_payload(self.js, msg, eid, limit=limit,
-                                                                  cap=self.layout.max_value_bytes))
+        msg = await self._ride(
+            what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
+        )
         await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
         return eid
 
@@ -275,11 +286,15 @@ class Client:
             running = await self._ride(what, lambda: self._await_start_record(eid, record_wait))
             if running is None:
                 return StartOutcome(eid, existing=True, differs=None)
-        differs = tuple(name for name, differ in (
-            ("playbook", running.playbook_path != playbook),
-            ("version", version is not None and running.playbook_version != version),
-            ("payload", running.payload != payload),
-        ) if differ)
+        differs = tuple(
+            name
+            for name, differ in (
+                ("playbook", running.playbook_path != playbook),
+                ("version", version is not None and running.playbook_version != version),
+                ("payload", running.payload != payload),
+            )
+            if differ
+        )
         return StartOutcome(eid, existing=True, differs=differs, running=running)
 
     async def _start_record(self, execution_id: str) -> StartRecord | None:
@@ -343,13 +358,18 @@ class Client:
 
     async def cancel(self, execution_id: str, reason: str = "") -> None:
         subject = self.layout.execution(check_execution_id(execution_id)).cancel
-        await self._publish(f"the cancel of execution {execution_id}", subject,
-                            encode(CancelRequest(execution_id=execution_id, reason=reason)), cancel_id(execution_id))
+        await self._publish(
+            f"the cancel of execution {execution_id}",
+            subject,
+            encode(CancelRequest(execution_id=execution_id, reason=reason)),
+            cancel_id(execution_id),
+        )
 
     async def status(self, execution_id: str) -> ExecutionStatus | None:
         check_execution_id(execution_id)
-        return await self._ride(f"reading the status of execution {execution_id}",
-                                lambda: self._status_once(execution_id))
+        return await self._ride(
+            f"reading the status of execution {execution_id}", lambda: self._status_once(execution_id)
+        )
 
     async def _status_once(self, execution_id: str) -> ExecutionStatus | None:
         kv = await self.js.key_value(STATUS_BUCKET)
@@ -481,16 +501,32 @@ def _why(e: BaseException) -> str:
 def _dead_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
     try:
         d = _dead.decode(data)
-        return [LogItem(seq, at, "dlq", f"dead_letter.{d.source}", None, {"reason": d.reason, "subject": d.subject, "data": d.data})]
+        return [
+            LogItem(
+                seq,
+                at,
+                "dlq",
+                f"dead_letter.{d.source}",
+                None,
+                {"reason": d.reason, "subject": d.subject, "data": d.data},
+            )
+        ]
     except msgspec.DecodeError as e:
         return [LogItem(seq, at, "dlq", "undecodable", None, {"error": str(e)})]
 
 
 def _single(batch: ResultBatch, r: IterationResult) -> CallDone | CallError:
     """One entry of a result batch as the message it stands for."""
-    common: dict[str, Any] = dict(execution_id=batch.execution_id, command_id=r.command_id, step=batch.step,
-                                  attempt_number=r.attempt_number, started_at=r.started_at, ended_at=r.ended_at,
-                                  worker=batch.worker, iteration_index=r.iteration_index)
+    common: dict[str, Any] = dict(
+        execution_id=batch.execution_id,
+        command_id=r.command_id,
+        step=batch.step,
+        attempt_number=r.attempt_number,
+        started_at=r.started_at,
+        ended_at=r.ended_at,
+        worker=batch.worker,
+        iteration_index=r.iteration_index,
+    )
     if r.error is not None:
         return CallError(error=r.error, **common)
     return CallDone(result=r.result, **common)

@@ -77,9 +77,20 @@ class LoopActor(LogActor):
 
     def __init__(self, counter: Counter, execution_id: str, loop_id: str) -> None:
         subjects = LoopSubjects.of(execution_id, loop_id, counter.layout.partitions)
-        super().__init__(counter, (execution_id, loop_id), execution_id,
-                         Outbox(counter.nc, counter.js, counter.layout, execution_id=execution_id, subjects=subjects,
-                                loop_id=loop_id, sender="counter"))
+        super().__init__(
+            counter,
+            (execution_id, loop_id),
+            execution_id,
+            Outbox(
+                counter.nc,
+                counter.js,
+                counter.layout,
+                execution_id=execution_id,
+                subjects=subjects,
+                loop_id=loop_id,
+                sender="counter",
+            ),
+        )
         self.counter = counter
         self.loop_id = loop_id
         self.subjects = subjects
@@ -119,8 +130,9 @@ class LoopActor(LogActor):
         folded: LoopInput = inp
 
         def fold() -> Effects:
-            return call_with_limits(limits, lambda: fold_loop(self.state, folded, at=entry.at, subjects=self.subjects,
-                                                              step=step, into=into))
+            return call_with_limits(
+                limits, lambda: fold_loop(self.state, folded, at=entry.at, subjects=self.subjects, step=step, into=into)
+            )
 
         return await self.counter.fold_off_loop(self, fold)
 
@@ -132,14 +144,24 @@ class LoopActor(LogActor):
         first = batch[0]
         info = engine_error(error, subject=first.subject, seq=int(first.metadata.sequence.stream), data=first.data)
         spec = self.state.spec
-        verdict = IteratorFailed(execution_id=self.execution_id, loop_id=self.loop_id,
-                                 step=spec.step if spec is not None else "", total=self.state.total,
-                                 succeeded=0, failed=1, errors=[{"index": -1, "error": error_view(info)}])
+        verdict = IteratorFailed(
+            execution_id=self.execution_id,
+            loop_id=self.loop_id,
+            step=spec.step if spec is not None else "",
+            total=self.state.total,
+            succeeded=0,
+            failed=1,
+            errors=[{"index": -1, "error": error_view(info)}],
+        )
         # stop what this loop still runs (as far as its state knows: best effort)
         flights = list(self.state.inflight.items())
-        await self.publish(Effects(
-            verdict=verdict, cancels=[CommandCancel(f.kind, cid) for cid, f in flights if f.child is None],
-            child_cancels=[f.child for _, f in flights if f.child is not None]))
+        await self.publish(
+            Effects(
+                verdict=verdict,
+                cancels=[CommandCancel(f.kind, cid) for cid, f in flights if f.child is None],
+                child_cancels=[f.child for _, f in flights if f.child is not None],
+            )
+        )
         self.state.finished = True
         for m in batch:
             await ack(m)
@@ -159,11 +181,24 @@ class LoopActor(LogActor):
             return step
         except (PlaybookInvalid, KeyError, NotFoundError) as e:
             reason = f"loop {spec.loop_id} of step '{spec.step}' cannot run: {e}"
-            await dead_letter(self.counter.js, source="counter", reason=reason, subject=self.subjects.spec,
-                              data=encode(spec), execution_id=self.execution_id)
+            await dead_letter(
+                self.counter.js,
+                source="counter",
+                reason=reason,
+                subject=self.subjects.spec,
+                data=encode(spec),
+                execution_id=self.execution_id,
+            )
             invalid = ErrorInfo(type="LoopSpecInvalid", message=reason)
-            verdict = IteratorFailed(execution_id=spec.execution_id, loop_id=spec.loop_id, step=spec.step, total=0,
-                                     succeeded=0, failed=1, errors=[{"index": -1, "error": error_view(invalid)}])
+            verdict = IteratorFailed(
+                execution_id=spec.execution_id,
+                loop_id=spec.loop_id,
+                step=spec.step,
+                total=0,
+                succeeded=0,
+                failed=1,
+                errors=[{"index": -1, "error": error_view(invalid)}],
+            )
             await self.outbox.send_verdict(verdict)
             self.state.finished = True
             return None
@@ -174,8 +209,16 @@ class LoopActor(LogActor):
         if run.spec is None or (now - self._progress_at < PROGRESS_EVERY and not run.finished):
             return
         self._progress_at = now
-        p = LoopProgress(execution_id=self.execution_id, loop_id=self.loop_id, step=run.spec.step, total=run.total,
-                         done=run.done, failed=run.failed, in_flight=len(run.inflight), at=time.time())
+        p = LoopProgress(
+            execution_id=self.execution_id,
+            loop_id=self.loop_id,
+            step=run.spec.step,
+            total=run.total,
+            done=run.done,
+            failed=run.failed,
+            in_flight=len(run.inflight),
+            at=time.time(),
+        )
         task = asyncio.ensure_future(self.counter.nc.publish(progress_subject(self.execution_id), encode(p)))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
@@ -227,8 +270,13 @@ class LoopActor(LogActor):
         unsure: list[Command] = []
         for command_id in run.inflight:
             cmd = commands.get(command_id)
-            if cmd is not None and command_id not in answered and not await has_message(
-                    self.counter.nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)):
+            if (
+                cmd is not None
+                and command_id not in answered
+                and not await has_message(
+                    self.counter.nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)
+                )
+            ):
                 unsure.append(cmd)
             if command_id in starts:
                 missing.starts.append(starts[command_id])  # idempotent: one execution per id
@@ -238,13 +286,23 @@ class LoopActor(LogActor):
         missing.timers = [timers[t] for t in run.waiting if t in timers]
         if run.finished:
             missing.cancels, missing.child_cancels = stopped.cancels, stopped.child_cancels
-            if (verdict is not None and run.spec is not None
-                    and not await has_message(self.counter.nc, EXEC_STREAM, run.spec.reply_to)):
+            if (
+                verdict is not None
+                and run.spec is not None
+                and not await has_message(self.counter.nc, EXEC_STREAM, run.spec.reply_to)
+            ):
                 missing.verdict = verdict
         if missing:
             await self.publish(missing)
-        log.info("loop %s/%s: replayed %d inputs (%d/%d counted, %d re-sent)", self.execution_id, self.loop_id,
-                 len(inputs), run.done, run.total, len(missing.commands))
+        log.info(
+            "loop %s/%s: replayed %d inputs (%d/%d counted, %d re-sent)",
+            self.execution_id,
+            self.loop_id,
+            len(inputs),
+            run.done,
+            run.total,
+            len(missing.commands),
+        )
 
 
 def _answers(entry: LogEntry) -> set[str]:
@@ -267,9 +325,16 @@ class Counter(PartitionHost[tuple[str, str], LoopActor]):
     execution's)."""
 
     def __init__(self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000) -> None:
-        super().__init__(nc, layout=layout, consumer=counter_consumer, key_of=loop_key,
-                         partition_of=lambda key: layout.partition_of(key[0]), retired_cache=retired_cache,
-                         max_resident=layout.counter_max_resident, role="counter")
+        super().__init__(
+            nc,
+            layout=layout,
+            consumer=counter_consumer,
+            key_of=loop_key,
+            partition_of=lambda key: layout.partition_of(key[0]),
+            retired_cache=retired_cache,
+            max_resident=layout.counter_max_resident,
+            role="counter",
+        )
 
     def spawn(self, key: tuple[str, str]) -> LoopActor:
         return LoopActor(self, *key)

@@ -38,13 +38,20 @@ async def answer_undeliverable(js: JetStreamContext, cmd: Command, reason: str, 
     """Answer a command no tool will run with a `call.error` (`DeliveryExhausted`), under
     the message id a tool's answer would have: whoever answers first, one answer is kept."""
     error = ErrorInfo(type="DeliveryExhausted", message=f"step '{cmd.step}': command {reason}")
-    answer = CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                       attempt_number=cmd.attempt_number, iteration_index=cmd.iteration_index, error=error,
-                       worker=worker)
+    answer = CallError(
+        execution_id=cmd.execution_id,
+        command_id=cmd.command_id,
+        step=cmd.step,
+        attempt_number=cmd.attempt_number,
+        iteration_index=cmd.iteration_index,
+        error=error,
+        worker=worker,
+    )
     # a result: the fold counts one per command, and an advisory never comes again, so
     # this is re-sent for as long as it takes rather than given up past the window
-    await publish_all(js, [(cmd.reply_to, encode(answer), result_id(cmd.execution_id, cmd.command_id))],
-                      readers_deduplicate=True)
+    await publish_all(
+        js, [(cmd.reply_to, encode(answer), result_id(cmd.execution_id, cmd.command_id))], readers_deduplicate=True
+    )
 
 
 class MaxDeliveries(msgspec.Struct):
@@ -86,8 +93,10 @@ class MaxDeliveriesWatcher:
             return  # acked or removed meanwhile: nothing was lost
         subject, data = stored.subject or "", stored.data or b""
         source = adv.consumer.split("-")[0]  # engine-p3 -> engine, tools-python -> tools
-        reason = (f"delivered {adv.deliveries} times to consumer {adv.consumer} without being handled; "
-                  f"the server will not deliver it again")
+        reason = (
+            f"delivered {adv.deliveries} times to consumer {adv.consumer} without being handled; "
+            f"the server will not deliver it again"
+        )
         eid = None
         cmd = None
         if adv.stream == CMD_STREAM:
@@ -98,9 +107,15 @@ class MaxDeliveriesWatcher:
                 pass
         elif subject.startswith(("exec.", "loop.")):
             eid = execution_of(subject)
-        await dead_letter(self.js, source=source, reason=reason, subject=subject, data=data, execution_id=eid,
-                          msg_id=dead_letter_id(source, adv.stream, adv.stream_seq))
+        await dead_letter(
+            self.js,
+            source=source,
+            reason=reason,
+            subject=subject,
+            data=data,
+            execution_id=eid,
+            msg_id=dead_letter_id(source, adv.stream, adv.stream_seq),
+        )
         if cmd is not None:
             await answer_undeliverable(self.js, cmd, reason, worker="max-deliveries")
         log.warning("dead letter: %s seq %d (%s)", adv.stream, adv.stream_seq, reason)
-

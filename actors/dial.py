@@ -66,11 +66,14 @@ async def connect_within(url: str, *, timeout: float, name: str = "actors-cli") 
             refused.set_result(e)
 
     # nats-py annotates these two as int; it takes fractions of a second
-    options: dict[str, Any] = {"reconnect_time_wait": RECONNECT_WAIT,
-                               "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout))}
+    options: dict[str, Any] = {
+        "reconnect_time_wait": RECONNECT_WAIT,
+        "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout)),
+    }
     nc = NATS()
     connecting: asyncio.Future[Any] = asyncio.ensure_future(
-        nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **options))
+        nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **options)
+    )
     try:
         await asyncio.wait((connecting, refused), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -86,8 +89,10 @@ async def connect_within(url: str, *, timeout: float, name: str = "actors-cli") 
         pass
     where = redact(url)
     if refused.done():
-        raise NatsUnavailable(f"NATS at {where} refused the credentials ({_one_line(refused.result())}): "
-                              "check the user and password in the URL")
+        raise NatsUnavailable(
+            f"NATS at {where} refused the credentials ({_one_line(refused.result())}): "
+            "check the user and password in the URL"
+        )
     if connecting.done() and not connecting.cancelled() and connecting.exception() is not None:
         last[:] = [connecting.exception() or RuntimeError("connect failed")]
     why = f": {_one_line(last[0])}" if last else ""

@@ -413,16 +413,52 @@ class ExecutionCancelledEvent(_Event, tag=EventType.EXECUTION_CANCELLED.value, k
     data: ExecutionCancelledData
 
 
-Event = (StepEnterEvent | StepExitEvent | CommandIssuedEvent | CommandCancelledEvent | IteratorStartedEvent
-         | IteratorCompletedEvent | RetryScheduledEvent | RetryDueEvent | RetryExhaustedEvent
-         | RetrySequenceCompletedEvent | FailureDecidedEvent | BudgetExceededEvent | RoutingPausedEvent
-         | EngineFaultEvent | PlaybookInitializedEvent | WorkflowInitializedEvent | WorkflowCompletedEvent
-         | WorkflowFailedEvent | PlaybookCompletedEvent | PlaybookFailedEvent | ExecutionCancelledEvent)
-EventData = (StepEnterData | StepExitData | CommandIssuedData | CommandCancelledData | IteratorStartedData
-             | IteratorCompletedData | RetryScheduledData | RetryDueData | RetryExhaustedData
-             | RetrySequenceCompletedData | FailureDecidedData | BudgetExceededData | RoutingPausedData
-             | EngineFaultData | PlaybookInitializedData | WorkflowInitializedData | WorkflowCompletedData
-             | WorkflowFailedData | PlaybookCompletedData | PlaybookFailedData | ExecutionCancelledData)
+Event = (
+    StepEnterEvent
+    | StepExitEvent
+    | CommandIssuedEvent
+    | CommandCancelledEvent
+    | IteratorStartedEvent
+    | IteratorCompletedEvent
+    | RetryScheduledEvent
+    | RetryDueEvent
+    | RetryExhaustedEvent
+    | RetrySequenceCompletedEvent
+    | FailureDecidedEvent
+    | BudgetExceededEvent
+    | RoutingPausedEvent
+    | EngineFaultEvent
+    | PlaybookInitializedEvent
+    | WorkflowInitializedEvent
+    | WorkflowCompletedEvent
+    | WorkflowFailedEvent
+    | PlaybookCompletedEvent
+    | PlaybookFailedEvent
+    | ExecutionCancelledEvent
+)
+EventData = (
+    StepEnterData
+    | StepExitData
+    | CommandIssuedData
+    | CommandCancelledData
+    | IteratorStartedData
+    | IteratorCompletedData
+    | RetryScheduledData
+    | RetryDueData
+    | RetryExhaustedData
+    | RetrySequenceCompletedData
+    | FailureDecidedData
+    | BudgetExceededData
+    | RoutingPausedData
+    | EngineFaultData
+    | PlaybookInitializedData
+    | WorkflowInitializedData
+    | WorkflowCompletedData
+    | WorkflowFailedData
+    | PlaybookCompletedData
+    | PlaybookFailedData
+    | ExecutionCancelledData
+)
 
 # which event a data Struct belongs to, read off the event types themselves
 EVENT_OF: dict[type[EventData], type[Event]] = {msgspec.structs.fields(cls)[-1].type: cls for cls in Event.__args__}

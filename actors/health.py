@@ -50,8 +50,9 @@ class PodState:
         connected = self.nc is not None and bool(self.nc.is_connected)
         return [
             gauge_family("actors_ready", "1 when this pod reports ready on /readyz.", (), [((), 1 if ok else 0)]),
-            gauge_family("actors_nats_connected", "1 while this pod's NATS connection is up.", (),
-                         [((), 1 if connected else 0)]),
+            gauge_family(
+                "actors_nats_connected", "1 while this pod's NATS connection is up.", (), [((), 1 if connected else 0)]
+            ),
         ]
 
 
@@ -86,8 +87,10 @@ class HealthServer:
         except OSError as e:
             await self._runner.cleanup()
             self._runner = None
-            raise HttpPortUnavailable(f"cannot listen on {self.host}:{self.port} for /healthz, /readyz and "
-                                      f"/metrics: {e.strerror or e} (choose another --http-port, or 0 for none)") from None
+            raise HttpPortUnavailable(
+                f"cannot listen on {self.host}:{self.port} for /healthz, /readyz and "
+                f"/metrics: {e.strerror or e} (choose another --http-port, or 0 for none)"
+            ) from None
         bound = self._runner.addresses[0][1] if self._runner.addresses else self.port
         self.port = int(bound)
         log.info("health and metrics on http://%s:%d", self.host, self.port)

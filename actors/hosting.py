@@ -65,19 +65,33 @@ POISON_TRIES = 3  # deterministic failures in a row before an actor gives up on 
 # What waiting cures: the server unreachable, reconnecting, electing a stream leader, a
 # PubAck lost. (nats-py's TimeoutError is an OSError.)
 TRANSIENT: tuple[type[BaseException], ...] = (
-    OSError, nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
-    nats.errors.ConnectionReconnectingError, nats.errors.NoServersError, nats.errors.StaleConnectionError,
-    nats.errors.UnexpectedEOF, nats.errors.FlushTimeoutError, nats.errors.OutboundBufferLimitError,
-    nats.errors.NoRespondersError, nats.errors.SlowConsumerError, nats.errors.AuthorizationError,
-    NoStreamResponseError, ServiceUnavailableError, ServerError, PublishOutcomeUnknown,
+    OSError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.NoServersError,
+    nats.errors.StaleConnectionError,
+    nats.errors.UnexpectedEOF,
+    nats.errors.FlushTimeoutError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.NoRespondersError,
+    nats.errors.SlowConsumerError,
+    nats.errors.AuthorizationError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+    ServerError,
+    PublishOutcomeUnknown,
     MemoryError,  # the pod is short of memory now: not the input's fault, try again later
 )
 
 
 # NATS errors that say the message itself is wrong: sending it again fails the same way
 DETERMINISTIC_NATS: tuple[type[BaseException], ...] = (
-    nats.errors.MaxPayloadError, nats.errors.BadSubjectError, nats.errors.BadHeaderError,
-    nats.errors.JsonParseError, BadRequestError,
+    nats.errors.MaxPayloadError,
+    nats.errors.BadSubjectError,
+    nats.errors.BadHeaderError,
+    nats.errors.JsonParseError,
+    BadRequestError,
 )
 
 
@@ -94,8 +108,11 @@ def engine_error(e: BaseException, *, subject: str, seq: int, data: bytes) -> Er
     that caused it (its subject, stream position and the start of its content)."""
     head = data[:500].decode("utf-8", "replace") + (" ..." if len(data) > 500 else "")
     tb = "".join(traceback.format_exception(e))
-    return ErrorInfo(type="EngineError", message=f"{type(e).__name__}: {str(e)[:1000]} (input {subject}, stream seq "
-                                                 f"{seq}: {head})", traceback=tb[-4000:])
+    return ErrorInfo(
+        type="EngineError",
+        message=f"{type(e).__name__}: {str(e)[:1000]} (input {subject}, stream seq {seq}: {head})",
+        traceback=tb[-4000:],
+    )
 
 
 class Hosted(Protocol):
@@ -113,9 +130,18 @@ T = TypeVar("T")
 
 
 class PartitionHost(Generic[K, A]):
-    def __init__(self, nc: NATS, *, layout: Layout, consumer: Callable[[int], str],
-                 key_of: Callable[[str], K], partition_of: Callable[[K], int], retired_cache: int = 10_000,
-                 max_resident: int = 50_000, role: str = "") -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        layout: Layout,
+        consumer: Callable[[int], str],
+        key_of: Callable[[str], K],
+        partition_of: Callable[[K], int],
+        retired_cache: int = 10_000,
+        max_resident: int = 50_000,
+        role: str = "",
+    ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
@@ -155,8 +181,9 @@ class PartitionHost(Generic[K, A]):
         if self._beat is None:
             self._beat = asyncio.create_task(self._keep_alive(), name=f"{type(self).__name__}:keep-alive")
         name = self._consumer(partition)
-        self._subs[partition] = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg,
-                                                        pending_msgs_limit=-1)
+        self._subs[partition] = await self.nc.subscribe(
+            deliver_subject(name), queue=name, cb=self._on_msg, pending_msgs_limit=-1
+        )
 
     async def lose(self, partition: int) -> None:
         """Stop taking `partition`'s inputs and hand back what its actors hold: the
@@ -234,9 +261,16 @@ class PartitionHost(Generic[K, A]):
             self._beat = None
         self._off_loop.close()  # a render still running ends at once
 
-    async def handle_until_done(self, held: list[Msg], handle: Callable[[], Awaitable[None]], *,
-                                reset: Callable[[], None], what: str, actor: Hosted,
-                                give_up: Callable[[Exception, int], Awaitable[bool]]) -> None:
+    async def handle_until_done(
+        self,
+        held: list[Msg],
+        handle: Callable[[], Awaitable[None]],
+        *,
+        reset: Callable[[], None],
+        what: str,
+        actor: Hosted,
+        give_up: Callable[[Exception, int], Awaitable[bool]],
+    ) -> None:
         """Run an actor's `handle` (which acks `held` last) until it succeeds. After a
         failure the actor's state may be ahead of the log (folded, not all published),
         so `reset` makes the next try rebuild it by replay. Meanwhile `held` is kept
@@ -274,10 +308,17 @@ class PartitionHost(Generic[K, A]):
                     failures += 1
                     if not is_transient(e):
                         poisoned += 1
-                        log.warning("%s: deterministic failure %d of %d: %r", what, poisoned, POISON_TRIES, e,
-                                    exc_info=poisoned == 1)
-                        if poisoned % POISON_TRIES == 0 and await self._give_up(give_up, e, poisoned // POISON_TRIES,
-                                                                                what):
+                        log.warning(
+                            "%s: deterministic failure %d of %d: %r",
+                            what,
+                            poisoned,
+                            POISON_TRIES,
+                            e,
+                            exc_info=poisoned == 1,
+                        )
+                        if poisoned % POISON_TRIES == 0 and await self._give_up(
+                            give_up, e, poisoned // POISON_TRIES, what
+                        ):
                             return
                         reset()
                         if poisoned % POISON_TRIES == 0:
@@ -298,10 +339,12 @@ class PartitionHost(Generic[K, A]):
             del self._held[token]
 
     @staticmethod
-    async def _give_up(give_up: Callable[[Exception, int], Awaitable[bool]], e: Exception, level: int,
-                       what: str) -> bool:
-        log.error("%s: giving up on its input after %d deterministic failures (level %d): %r", what,
-                  POISON_TRIES, level, e)
+    async def _give_up(
+        give_up: Callable[[Exception, int], Awaitable[bool]], e: Exception, level: int, what: str
+    ) -> bool:
+        log.error(
+            "%s: giving up on its input after %d deterministic failures (level %d): %r", what, POISON_TRIES, level, e
+        )
         try:
             return await give_up(e, level)
         except Exception as again:  # NATS away while recording it: the next round tries again

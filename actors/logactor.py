@@ -106,9 +106,13 @@ class LogActor:
             self.busy = True
             try:
                 await self.host.handle_until_done(
-                    batch, functools.partial(self.handle, batch), reset=self.reset, actor=self,
+                    batch,
+                    functools.partial(self.handle, batch),
+                    reset=self.reset,
+                    actor=self,
                     what=f"{self.source} {self.key} ({batch[0].subject})",
-                    give_up=functools.partial(self.give_up, batch))
+                    give_up=functools.partial(self.give_up, batch),
+                )
             except asyncio.CancelledError:
                 await hand_back(batch, self.mailbox)  # the partition's next owner replays it
                 raise
@@ -152,9 +156,14 @@ class LogActor:
         except msgspec.DecodeError as e:
             if self.hydrated:
                 await dead_letter(
-                    self.host.js, source=self.source, reason=f"undecodable input on {entry.subject}: {e}",
-                    subject=entry.subject, data=entry.data, execution_id=self.execution_id,
-                    msg_id=ids.dead_letter_id(self.source, self.stream, entry.seq))
+                    self.host.js,
+                    source=self.source,
+                    reason=f"undecodable input on {entry.subject}: {e}",
+                    subject=entry.subject,
+                    data=entry.data,
+                    execution_id=self.execution_id,
+                    msg_id=ids.dead_letter_id(self.source, self.stream, entry.seq),
+                )
             return None
 
     # --- replay ----------------------------------------------------------------------
@@ -163,10 +172,14 @@ class LogActor:
         """The log's messages on `subject` (a filter), from sequence `after` + 1 on. An
         empty log (expired, purged) is empty; one that stops part way raises
         `LogStalled`."""
-        config = None if not after else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                                       opt_start_seq=after + 1)
-        sub = await self.host.js.subscribe(subject, stream=self.stream, ordered_consumer=True,
-                                           pending_msgs_limit=-1, config=config)
+        config = (
+            None
+            if not after
+            else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
+        )
+        sub = await self.host.js.subscribe(
+            subject, stream=self.stream, ordered_consumer=True, pending_msgs_limit=-1, config=config
+        )
         entries: list[LogEntry] = []
         try:
             while True:
@@ -174,8 +187,9 @@ class LogActor:
                     msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
                 except TimeoutError:
                     if entries or (await sub.consumer_info()).num_pending:
-                        raise LogStalled(f"{self.source} {self.key}: the log stalled after {len(entries)} "
-                                         f"messages") from None
+                        raise LogStalled(
+                            f"{self.source} {self.key}: the log stalled after {len(entries)} messages"
+                        ) from None
                     break
                 entries.append(LogEntry(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
                 if msg.metadata.num_pending == 0:

@@ -207,8 +207,10 @@ def gauge_family(name: str, help: str, labels: Sequence[str], values: Iterable[t
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 STEP_SECONDS = histogram(
-    "actors_step_seconds", "Time a tool actor in this pod spent running a command, by tool kind and outcome.",
-    ("kind", "outcome"), buckets=STEP_BUCKETS,
+    "actors_step_seconds",
+    "Time a tool actor in this pod spent running a command, by tool kind and outcome.",
+    ("kind", "outcome"),
+    buckets=STEP_BUCKETS,
 )
 COMMANDS_IN_FLIGHT = gauge(
     "actors_commands_in_flight", "Commands a tool actor in this pod is running now, by tool kind.", ("kind",)
@@ -221,7 +223,8 @@ EXECUTIONS_STARTED = counter(
 )
 EXECUTIONS_FINISHED = counter(
     "actors_executions_finished_total",
-    "Executions whose status this pod's projector moved to a terminal state, by state.", ("state",),
+    "Executions whose status this pod's projector moved to a terminal state, by state.",
+    ("state",),
 )
 for _state in TERMINAL_STATES:
     EXECUTIONS_FINISHED.inc(0, state=_state)
@@ -235,8 +238,14 @@ EVICTED_ACTORS = counter(
     ("role",),
 )
 
-PROCESS_METRICS = (STEP_SECONDS, COMMANDS_IN_FLIGHT, EXECUTIONS_STARTED, EXECUTIONS_FINISHED, LIFECYCLE_EVENTS,
-                   EVICTED_ACTORS)
+PROCESS_METRICS = (
+    STEP_SECONDS,
+    COMMANDS_IN_FLIGHT,
+    EXECUTIONS_STARTED,
+    EXECUTIONS_FINISHED,
+    LIFECYCLE_EVENTS,
+    EVICTED_ACTORS,
+)
 
 
 def pod_registry() -> Registry:
@@ -250,9 +259,12 @@ def pod_registry() -> Registry:
 def resident_actors(counts: Iterable[tuple[str, int]]) -> Metric:
     """`actors_resident{role}` from (role, actors in memory) pairs, counted at scrape
     time by the runtime (`Runtime.collect`): nothing to keep in step on the hot path."""
-    return gauge_family("actors_resident",
-                        "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
-                        ("role",), (((role,), n) for role, n in counts))
+    return gauge_family(
+        "actors_resident",
+        "Execution (engine) or loop (counter) actors this pod holds in memory, by role.",
+        ("role",),
+        (((role,), n) for role, n in counts),
+    )
 
 
 lifecycle_log = logging.getLogger("actors.lifecycle")
@@ -299,10 +311,18 @@ def observe_lifecycle(*, execution_id: str, event_type: str, state: str, changed
         elif state in TERMINAL_STATES:
             EXECUTIONS_FINISHED.inc(state=state)
     if lifecycle_log.isEnabledFor(logging.INFO):
-        lifecycle_log.info(orjson.dumps({
-            "ts": round(time.time(), 3), "logger": "actors.lifecycle", "execution_id": execution_id,
-            "type": event_type, "state": state, "changed": changed,
-        }).decode())
+        lifecycle_log.info(
+            orjson.dumps(
+                {
+                    "ts": round(time.time(), 3),
+                    "logger": "actors.lifecycle",
+                    "execution_id": execution_id,
+                    "type": event_type,
+                    "state": state,
+                    "changed": changed,
+                }
+            ).decode()
+        )
 
 
 def log_lifecycle_as_json(stream: Any) -> None:
@@ -341,12 +361,17 @@ class ConsumerCollector:
     consumer's, shared by every pod that reads it: aggregate with max(), not sum()."""
 
     FIELDS = (
-        ("actors_consumer_pending_messages", "num_pending",
-         "Messages matching the consumer's filter not yet delivered (consumer lag)."),
-        ("actors_consumer_ack_pending_messages", "num_ack_pending",
-         "Messages delivered and not yet acknowledged."),
-        ("actors_consumer_redelivered_messages", "num_redelivered",
-         "Messages delivered more than once and not yet acknowledged."),
+        (
+            "actors_consumer_pending_messages",
+            "num_pending",
+            "Messages matching the consumer's filter not yet delivered (consumer lag).",
+        ),
+        ("actors_consumer_ack_pending_messages", "num_ack_pending", "Messages delivered and not yet acknowledged."),
+        (
+            "actors_consumer_redelivered_messages",
+            "num_redelivered",
+            "Messages delivered more than once and not yet acknowledged.",
+        ),
     )
     LABELS = ("stream", "consumer")
 
@@ -365,10 +390,16 @@ class ConsumerCollector:
     async def collect(self) -> list[Metric]:
         infos = await asyncio.gather(*(self._info(s, c) for s, c in self.consumers))
         answered = [(labels, info) for labels, info in zip(self.consumers, infos, strict=True) if info is not None]
-        families = [gauge_family(name, help, self.LABELS,
-                                 ((labels, float(getattr(info, attr) or 0)) for labels, info in answered))
-                    for name, attr, help in self.FIELDS]
-        up = gauge_family("actors_consumer_up", "1 if JetStream answered for the consumer at this scrape, else 0.",
-                          self.LABELS, ((labels, 0 if info is None else 1)
-                                        for labels, info in zip(self.consumers, infos, strict=True)))
+        families = [
+            gauge_family(
+                name, help, self.LABELS, ((labels, float(getattr(info, attr) or 0)) for labels, info in answered)
+            )
+            for name, attr, help in self.FIELDS
+        ]
+        up = gauge_family(
+            "actors_consumer_up",
+            "1 if JetStream answered for the consumer at this scrape, else 0.",
+            self.LABELS,
+            ((labels, 0 if info is None else 1) for labels, info in zip(self.consumers, infos, strict=True)),
+        )
         return [*families, up]

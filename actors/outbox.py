@@ -35,8 +35,17 @@ TIMER_DUE_SLACK = 0.05  # a timer due within this is delivered at once, not sche
 class Outbox:
     """Publishes the effects of one log (an execution's or a loop's)."""
 
-    def __init__(self, nc: NATS, js: JetStreamContext, layout: Layout, *, execution_id: str,
-                 subjects: ExecSubjects | LoopSubjects, loop_id: str | None = None, sender: str) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        js: JetStreamContext,
+        layout: Layout,
+        *,
+        execution_id: str,
+        subjects: ExecSubjects | LoopSubjects,
+        loop_id: str | None = None,
+        sender: str,
+    ) -> None:
         self.nc = nc
         self.js = js
         self.layout = layout
@@ -51,8 +60,9 @@ class Outbox:
     async def send(self, fx: Effects) -> None:
         js = self.js
         starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
-        await publish_all(js, await command_items(js, fx.commands, limit=self.limit, cap=self.cap, sender=self.sender)
-                          + starts)
+        await publish_all(
+            js, await command_items(js, fx.commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
+        )
         await self.hand_over_loops(fx.loops)
         await self.arm(fx.timers)
         await publish_all(js, await self.signals(fx))
@@ -98,7 +108,8 @@ class Outbox:
             headers=[{SCHEDULE: schedule_at(t.due), SCHEDULE_TARGET: subjects.timer(t.timer_id)} for t in later],
         )
         await publish_all(
-            self.js, [(subjects.timer(t.timer_id), encode(t.fire), ids.timer_id_msg(owner, t.timer_id)) for t in due])
+            self.js, [(subjects.timer(t.timer_id), encode(t.fire), ids.timer_id_msg(owner, t.timer_id)) for t in due]
+        )
 
     async def signals(self, fx: Effects) -> list[tuple[str, bytes, str]]:
         """What a decision tells other logs: the parent's result, children and loops to
@@ -107,15 +118,24 @@ class Outbox:
         items = []
         if fx.reply is not None:  # a child's result to its parent: a blob when too large, like a tool's
             subject, msg = fx.reply
-            items.append((subject, await result_message(self.js, msg, limit=self.limit, cap=self.cap),
-                          ids.result_id(msg.execution_id, msg.command_id)))
-        why = (f"loop {self.loop_id} of {self.execution_id} stopped" if self.loop_id is not None
-               else f"parent execution {self.execution_id} cancelled it")
+            items.append(
+                (
+                    subject,
+                    await result_message(self.js, msg, limit=self.limit, cap=self.cap),
+                    ids.result_id(msg.execution_id, msg.command_id),
+                )
+            )
+        why = (
+            f"loop {self.loop_id} of {self.execution_id} stopped"
+            if self.loop_id is not None
+            else f"parent execution {self.execution_id} cancelled it"
+        )
         for child in fx.child_cancels:
             items.append(cancel_request(self.layout, child, why))
         for lc in fx.loop_cancels:
-            items.append((self.loop_subjects(lc.loop_id).cancel, encode(lc),
-                          ids.loop_cancel_id(self.execution_id, lc.loop_id)))
+            items.append(
+                (self.loop_subjects(lc.loop_id).cancel, encode(lc), ids.loop_cancel_id(self.execution_id, lc.loop_id))
+            )
         return items
 
     async def stop(self, cancels: list[CommandCancel]) -> None:
@@ -152,8 +172,13 @@ class Outbox:
         eid, subjects = self.execution_id, self.subjects
         items = []
         if fx.events:
-            items.append((subjects.decision, encode(DecisionRecord(cause=fx.cause, events=fx.events)),
-                          ids.decision_id(eid, fx.cause)))
+            items.append(
+                (
+                    subjects.decision,
+                    encode(DecisionRecord(cause=fx.cause, events=fx.events)),
+                    ids.decision_id(eid, fx.cause),
+                )
+            )
         for ev in fx.lifecycle:
             await self._offload_result(ev)
             items.append((subjects.lifecycle(ev.type), encode(ev), ids.lifecycle_id(eid, ev.type)))

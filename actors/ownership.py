@@ -48,8 +48,17 @@ def pod_name() -> str:
 
 
 class Leases:
-    def __init__(self, nc: NATS, *, role: str, partitions: int, ttl: float, on_gain: Callback, on_lose: Callback,
-                 pod: str | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        role: str,
+        partitions: int,
+        ttl: float,
+        on_gain: Callback,
+        on_lose: Callback,
+        pod: str | None = None,
+    ) -> None:
         self.nc = nc
         self.role = role
         self.partitions = partitions
@@ -153,7 +162,7 @@ class Leases:
                 keys = []
             else:
                 raise
-        return sorted(k[len(prefix):] for k in keys if k.startswith(prefix))
+        return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
 
     async def _release(self, p: int) -> None:
         rev = self.held.pop(p, None)

@@ -38,8 +38,7 @@ from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, e
 
 log = logging.getLogger("actors.projector")
 
-RANK = {ExecState.PENDING: 0, ExecState.RUNNING: 1, ExecState.COMPLETED: 2, ExecState.FAILED: 2,
-        ExecState.CANCELLED: 2}
+RANK = {ExecState.PENDING: 0, ExecState.RUNNING: 1, ExecState.COMPLETED: 2, ExecState.FAILED: 2, ExecState.CANCELLED: 2}
 TRANSITIONS: dict[str, ExecState] = {
     EventType.PLAYBOOK_INITIALIZED: ExecState.RUNNING,
     EventType.WORKFLOW_INITIALIZED: ExecState.RUNNING,
@@ -120,8 +119,13 @@ class Projector:
         try:
             ev = event_decoder.decode(msg.data)
         except msgspec.DecodeError as e:
-            await dead_letter(self.js, source="projector", reason=f"undecodable lifecycle event: {e}", msg=msg,
-                              execution_id=execution_of(msg.subject))
+            await dead_letter(
+                self.js,
+                source="projector",
+                reason=f"undecodable lifecycle event: {e}",
+                msg=msg,
+                execution_id=execution_of(msg.subject),
+            )
             await msg.ack()
             return
         try:

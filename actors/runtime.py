@@ -46,9 +46,7 @@ async def connect(url: str, *, name: str = "actors") -> NATS:
     # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
     # does not depend on one node being up (one that refuses is skipped for the next)
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    return await nats.connect(
-        servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=on_error
-    )
+    return await nats.connect(servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=on_error)
 
 
 class Runtime:
@@ -158,8 +156,15 @@ async def start_roles(
     if "projector" in roles:
         actors.append(Projector(nc))
     if "tools" in roles:
-        actors.append(ToolActor(nc, layout=layout, concurrency=tool_concurrency,
-                                python_workers=settings.python_workers, limits=settings.limits))
+        actors.append(
+            ToolActor(
+                nc,
+                layout=layout,
+                concurrency=tool_concurrency,
+                python_workers=settings.python_workers,
+                limits=settings.limits,
+            )
+        )
     hosts: list[Counter | Engine] = []
     if "counter" in roles:
         hosts.append(Counter(nc, layout=layout))
@@ -168,8 +173,18 @@ async def start_roles(
     for host in hosts:
         # the leases start after their host and stop before it: a partition is gained
         # by a running host, and handed back (host.lose) while the host still runs
-        actors += [host, Leases(nc, role=host.role, partitions=layout.partitions, ttl=layout.lease_ttl, pod=pod,
-                                on_gain=host.gain, on_lose=host.lose)]
+        actors += [
+            host,
+            Leases(
+                nc,
+                role=host.role,
+                partitions=layout.partitions,
+                ttl=layout.lease_ttl,
+                pod=pod,
+                on_gain=host.gain,
+                on_lose=host.lose,
+            ),
+        ]
     if "engine" in roles:
         actors.append(Starter(nc, layout=layout, limits=settings.limits))
     for a in actors:
@@ -214,8 +229,11 @@ async def serve(
     state = PodState()
     registry = pod_registry()
     registry.add_collector(state)
-    http = (HealthServer(state=state, registry=registry, host=settings.http_host, port=settings.http_port)
-            if settings.http_port else None)
+    http = (
+        HealthServer(state=state, registry=registry, host=settings.http_host, port=settings.http_port)
+        if settings.http_port
+        else None
+    )
     if http is not None:
         await http.start()  # before NATS: liveness answers while the pod waits for its server
     try:
@@ -224,9 +242,15 @@ async def serve(
             log.info("stopped before NATS answered")
             return True
         try:
-            return await _run_roles(nc, stop=stop, state=state, settings=settings, registry=registry, roles=roles,
-                                    shutdown_timeout=settings.drain_timeout + 20 if shutdown_timeout is None
-                                    else shutdown_timeout)
+            return await _run_roles(
+                nc,
+                stop=stop,
+                state=state,
+                settings=settings,
+                registry=registry,
+                roles=roles,
+                shutdown_timeout=settings.drain_timeout + 20 if shutdown_timeout is None else shutdown_timeout,
+            )
         finally:
             await nc.close()
     finally:
@@ -251,7 +275,13 @@ async def _connect_until(stop: asyncio.Event, url: str, *, name: str) -> NATS | 
 
 
 async def _run_roles(
-    nc: NATS, *, stop: asyncio.Event, state: PodState, settings: Settings, registry: Registry, roles: Sequence[str],
+    nc: NATS,
+    *,
+    stop: asyncio.Event,
+    state: PodState,
+    settings: Settings,
+    registry: Registry,
+    roles: Sequence[str],
     shutdown_timeout: float,
 ) -> bool:
     # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a

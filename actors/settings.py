@@ -39,8 +39,9 @@ class SettingsInvalid(ValueError):
 def _setting(default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1) -> Any:
     """A field of `Settings`: its default, its environment variable, its CLI flag
     (if any), the smallest value allowed (None: any) and what it bounds."""
-    return dataclasses.field(default=default, metadata={"env": env, "flag": flag, "meaning": meaning,
-                                                          "minimum": minimum})
+    return dataclasses.field(
+        default=default, metadata={"env": env, "flag": flag, "meaning": meaning, "minimum": minimum}
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,68 +56,118 @@ class Settings:
 
     # --- where, and how the deployment is laid out (every pod of it must agree) ---
     nats_url: str | None = _setting(
-        None, "NATS_URL", "NATS server(s), comma-separated; credentials in the URL. Unset: `run` starts its own "
-        "server, other commands refuse to start", flag="--nats", minimum=None)
+        None,
+        "NATS_URL",
+        "NATS server(s), comma-separated; credentials in the URL. Unset: `run` starts its own "
+        "server, other commands refuse to start",
+        flag="--nats",
+        minimum=None,
+    )
     partitions: int = _setting(
-        _LAYOUT.partitions, "ACTORS_PARTITIONS",
+        _LAYOUT.partitions,
+        "ACTORS_PARTITIONS",
         "partitions of the EXEC and LOOP subjects; fixed for the life of a deployment (part of every execution's "
-        "subject)")
+        "subject)",
+    )
     replicas: int = _setting(
-        _LAYOUT.replicas, "ACTORS_REPLICAS", "replicas of every stream and bucket (3 on a 3-node cluster)")
+        _LAYOUT.replicas, "ACTORS_REPLICAS", "replicas of every stream and bucket (3 on a 3-node cluster)"
+    )
     duplicate_window: float = _setting(
-        _LAYOUT.duplicate_window, "ACTORS_DUPLICATE_WINDOW",
+        _LAYOUT.duplicate_window,
+        "ACTORS_DUPLICATE_WINDOW",
         "seconds the streams drop a message whose `Nats-Msg-Id` they saw; how long a publish without a PubAck may "
-        "be re-sent as is", minimum=0.001)
+        "be re-sent as is",
+        minimum=0.001,
+    )
     ack_wait: float = _setting(
-        _LAYOUT.ack_wait, "ACTORS_ACK_WAIT", "seconds before an unacknowledged message is delivered again",
-        minimum=0.001)
+        _LAYOUT.ack_wait,
+        "ACTORS_ACK_WAIT",
+        "seconds before an unacknowledged message is delivered again",
+        minimum=0.001,
+    )
     lease_ttl: float = _setting(
-        _LAYOUT.lease_ttl, "ACTORS_LEASE_TTL",
-        "seconds after a dead pod's last renewal before others take its partitions", minimum=0.001)
+        _LAYOUT.lease_ttl,
+        "ACTORS_LEASE_TTL",
+        "seconds after a dead pod's last renewal before others take its partitions",
+        minimum=0.001,
+    )
     engine_max_resident: int = _setting(
-        _LAYOUT.engine_max_resident, "ACTORS_ENGINE_MAX_RESIDENT",
-        "execution actors an engine pod keeps in memory; idle ones beyond are evicted and rebuilt by replay")
+        _LAYOUT.engine_max_resident,
+        "ACTORS_ENGINE_MAX_RESIDENT",
+        "execution actors an engine pod keeps in memory; idle ones beyond are evicted and rebuilt by replay",
+    )
     counter_max_resident: int = _setting(
-        _LAYOUT.counter_max_resident, "ACTORS_COUNTER_MAX_RESIDENT",
-        "loop actors a counter pod keeps in memory (as above)")
+        _LAYOUT.counter_max_resident,
+        "ACTORS_COUNTER_MAX_RESIDENT",
+        "loop actors a counter pod keeps in memory (as above)",
+    )
     max_value_bytes: int = _setting(
-        _LAYOUT.max_value_bytes, "ACTORS_MAX_VALUE_BYTES",
+        _LAYOUT.max_value_bytes,
+        "ACTORS_MAX_VALUE_BYTES",
         "bytes of one value (result, args, payload) stored as a blob; past it the step fails `ValueTooLarge`, the "
-        "CLI exits 3")
+        "CLI exits 3",
+    )
 
     # --- limits the starter fixes in each new execution's start record ---
     template_ops: int = _setting(
-        _LIMITS.template_ops, "ACTORS_TEMPLATE_OPS", "operations one template render may take (step fails "
-        "`TemplateLimit`)")
+        _LIMITS.template_ops,
+        "ACTORS_TEMPLATE_OPS",
+        "operations one template render may take (step fails `TemplateLimit`)",
+    )
     template_output: int = _setting(
-        _LIMITS.template_output, "ACTORS_TEMPLATE_OUTPUT", "characters of any string, list or mapping a template "
-        "builds (step fails `TemplateLimit`)")
+        _LIMITS.template_output,
+        "ACTORS_TEMPLATE_OUTPUT",
+        "characters of any string, list or mapping a template builds (step fails `TemplateLimit`)",
+    )
     max_steps: int = _setting(
-        _LIMITS.max_activations, "ACTORS_MAX_STEPS", "steps (activations) one execution may enter; a playbook may "
-        "set less (execution fails `StepBudgetExceeded`)")
+        _LIMITS.max_activations,
+        "ACTORS_MAX_STEPS",
+        "steps (activations) one execution may enter; a playbook may set less (execution fails `StepBudgetExceeded`)",
+    )
     max_attempts_ceiling: int = _setting(
-        _LIMITS.max_attempts, "ACTORS_MAX_ATTEMPTS_CEILING", "attempts of one step, whatever its retry rules ask "
-        "(`retry.exhausted`)")
+        _LIMITS.max_attempts,
+        "ACTORS_MAX_ATTEMPTS_CEILING",
+        "attempts of one step, whatever its retry rules ask (`retry.exhausted`)",
+    )
 
     # --- this pod ---
     python_workers: int | None = _setting(
-        None, "ACTORS_PYTHON_WORKERS", "worker processes of the python tool. Unset: the CPUs this pod may use "
-        "(affinity and cgroup quota)")
+        None,
+        "ACTORS_PYTHON_WORKERS",
+        "worker processes of the python tool. Unset: the CPUs this pod may use (affinity and cgroup quota)",
+    )
     tool_concurrency: int | None = _setting(
-        None, "ACTORS_TOOL_CONCURRENCY", "commands in flight per tool kind. Unset: per-kind defaults (64; "
-        "sleep 512, noop 256)")
+        None,
+        "ACTORS_TOOL_CONCURRENCY",
+        "commands in flight per tool kind. Unset: per-kind defaults (64; sleep 512, noop 256)",
+    )
     pod_name: str | None = _setting(
-        None, "ACTORS_POD_NAME", "this pod's member name in the `owners` bucket. Unset: host, process id and a "
-        "sequence number", minimum=None)
+        None,
+        "ACTORS_POD_NAME",
+        "this pod's member name in the `owners` bucket. Unset: host, process id and a sequence number",
+        minimum=None,
+    )
     http_host: str = _setting(
-        "0.0.0.0", "ACTORS_HTTP_HOST", "address `serve` binds for /healthz, /readyz and /metrics", flag="--http-host",
-        minimum=None)
+        "0.0.0.0",
+        "ACTORS_HTTP_HOST",
+        "address `serve` binds for /healthz, /readyz and /metrics",
+        flag="--http-host",
+        minimum=None,
+    )
     http_port: int = _setting(
-        8080, "ACTORS_HTTP_PORT", "port of `serve`'s /healthz, /readyz and /metrics; 0: no HTTP server",
-        flag="--http-port", minimum=0)
+        8080,
+        "ACTORS_HTTP_PORT",
+        "port of `serve`'s /healthz, /readyz and /metrics; 0: no HTTP server",
+        flag="--http-port",
+        minimum=0,
+    )
     drain_timeout: float = _setting(
-        10.0, "ACTORS_DRAIN_TIMEOUT", "seconds running tool commands get to finish after SIGTERM; the rest is "
-        "redelivered elsewhere", flag="--drain-timeout", minimum=0)
+        10.0,
+        "ACTORS_DRAIN_TIMEOUT",
+        "seconds running tool commands get to finish after SIGTERM; the rest is redelivered elsewhere",
+        flag="--drain-timeout",
+        minimum=0,
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -138,15 +189,26 @@ class Settings:
     @property
     def layout(self) -> Layout:
         """The streams' layout these settings describe (the rest of `Layout` keeps its defaults)."""
-        return Layout(partitions=self.partitions, replicas=self.replicas, duplicate_window=self.duplicate_window,
-                      ack_wait=self.ack_wait, lease_ttl=self.lease_ttl, engine_max_resident=self.engine_max_resident,
-                      counter_max_resident=self.counter_max_resident, max_value_bytes=self.max_value_bytes)
+        return Layout(
+            partitions=self.partitions,
+            replicas=self.replicas,
+            duplicate_window=self.duplicate_window,
+            ack_wait=self.ack_wait,
+            lease_ttl=self.lease_ttl,
+            engine_max_resident=self.engine_max_resident,
+            counter_max_resident=self.counter_max_resident,
+            max_value_bytes=self.max_value_bytes,
+        )
 
     @property
     def limits(self) -> Limits:
         """What the starter fixes in every start record it writes."""
-        return Limits(template_ops=self.template_ops, template_output=self.template_output,
-                      max_activations=self.max_steps, max_attempts=self.max_attempts_ceiling)
+        return Limits(
+            template_ops=self.template_ops,
+            template_output=self.template_output,
+            max_activations=self.max_steps,
+            max_attempts=self.max_attempts_ceiling,
+        )
 
 
 def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:

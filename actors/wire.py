@@ -219,8 +219,9 @@ class EngineFault(_Wire, tag="engine.fault", tag_field="type"):
     error: ErrorInfo
 
 
-Input = (StartRecord | CallDone | CallError | CancelRequest | TimerFired | IteratorCompleted | IteratorFailed
-         | EngineFault)
+Input = (
+    StartRecord | CallDone | CallError | CancelRequest | TimerFired | IteratorCompleted | IteratorFailed | EngineFault
+)
 input_decoder = msgspec.json.Decoder(Input)
 
 

@@ -95,9 +95,17 @@ async def main() -> None:
     finally:
         await cluster.stop()
     writable = [r["writable"] for r in runs]
-    print(json.dumps({"stream": args.stream, "runs": runs, "writable_max": max(writable),
-                      "writable_median": statistics.median(writable),
-                      "elected_max": max(r["elected"] for r in runs)}))
+    print(
+        json.dumps(
+            {
+                "stream": args.stream,
+                "runs": runs,
+                "writable_max": max(writable),
+                "writable_median": statistics.median(writable),
+                "elected_max": max(r["elected"] for r in runs),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

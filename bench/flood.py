@@ -82,16 +82,25 @@ async def flood(url: str, n: int, cap: int) -> dict[str, Any]:
     base = rss_mb()
     t0 = time.perf_counter()
     for start in range(0, n, CHUNK):
-        await asyncio.gather(*(client.start(entry.path, version=entry.version)
-                               for _ in range(start, min(n, start + CHUNK))))
+        await asyncio.gather(
+            *(client.start(entry.path, version=entry.version) for _ in range(start, min(n, start + CHUNK)))
+        )
     published = time.perf_counter() - t0
     await absorbed.wait()
     wall = time.perf_counter() - t0
     await watch.unsubscribe()
     assert (await nc.jsm().stream_info(CMD_STREAM)).state.messages == n  # each command stored once
-    out = {"cap": cap, "starts_s": n / wall, "publish_s": published, "absorbed_s": wall,
-           "rss_growth_kb_per_execution": (rss_mb() - base) * 1024 / n, "rss_before_mb": base,
-           "rss_peak_mb": peak_rss_mb(), "resident": len(engine.actors), "evicted": engine.evicted}
+    out = {
+        "cap": cap,
+        "starts_s": n / wall,
+        "publish_s": published,
+        "absorbed_s": wall,
+        "rss_growth_kb_per_execution": (rss_mb() - base) * 1024 / n,
+        "rss_before_mb": base,
+        "rss_peak_mb": peak_rss_mb(),
+        "resident": len(engine.actors),
+        "evicted": engine.evicted,
+    }
     await rt.stop()
     await nc.close()
     return out
@@ -124,17 +133,19 @@ def main() -> int:
         server = asyncio.run(serve())  # a fresh store each: the previous flood's commands stay queued
         try:
             base = child(["--child", "raw", "--url", server.url, "--n", str(a.n)], script=__file__)
-            r = child(["--child", "flood", "--url", server.url, "--n", str(a.n), "--cap", str(cap)],
-                      script=__file__)
+            r = child(["--child", "flood", "--url", server.url, "--n", str(a.n), "--cap", str(cap)], script=__file__)
         finally:
             asyncio.run(server.stop())
         row = {"n": a.n, **r, **base, "ratio_vs_raw_roundtrip": r["starts_s"] / base["raw_roundtrip_msgs_s"]}
         rows.append(row)
-        print(f"cap {cap:>6}  {r['starts_s']:>7,.0f} starts/s  ratio {row['ratio_vs_raw_roundtrip']:.2f} of raw "
-              f"round trips ({base['raw_roundtrip_msgs_s']:,.0f}/s)  "
-              f"{r['rss_growth_kb_per_execution']:5.1f} KB per open execution  "
-              f"resident {r['resident']:,}  evicted {r['evicted']:,}  "
-              f"rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB", flush=True)
+        print(
+            f"cap {cap:>6}  {r['starts_s']:>7,.0f} starts/s  ratio {row['ratio_vs_raw_roundtrip']:.2f} of raw "
+            f"round trips ({base['raw_roundtrip_msgs_s']:,.0f}/s)  "
+            f"{r['rss_growth_kb_per_execution']:5.1f} KB per open execution  "
+            f"resident {r['resident']:,}  evicted {r['evicted']:,}  "
+            f"rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",
+            flush=True,
+        )
     print(json.dumps({"bench": "flood", "python": platform.python_version(), "cores": _cores(), "rows": rows}))
     return 0
 

@@ -13,8 +13,8 @@ this order, each in a fresh child process (so peak RSS is that run's own):
    Also a plain publish-then-consume of N messages (one stream, pipelined publishes,
    then a push consumer with acks) as a second, simpler baseline. Both print msgs/s.
 2. loop: every actor in the child (engine, counter, tools, projector, as
-   ``actors-cli run`` does, with the pod's GC settings: ``tune_gc``); a playbook with one loop step of N iterations in ``async``
-   mode (``tool`` noop or python ``def main(i): return i``), then a step reading
+   ``actors-cli run`` does, with the pod's GC settings: ``tune_gc``); a playbook with one loop
+   step of N iterations in ``async`` mode (``tool`` noop or python ``def main(i): return i``), then a step reading
    ``{{ fan | length }}``. Wall time is ``Client.start`` -> terminal status in KV;
    iterations/s = N / wall. It reports the CPU time the child spent per iteration
    (``cpu_us_per_iteration``: every actor runs in that one process, so this is what an
@@ -67,14 +67,24 @@ async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
     js = nc.jetstream()
     tag = f"{n}x{int(time.time() * 1000) % 10**8}"
     cmd_stream, res_stream = f"RAWC{tag}", f"RAWR{tag}"
-    await js.add_stream(api.StreamConfig(name=cmd_stream, subjects=[f"rawc{tag}.>"],
-                                         retention=api.RetentionPolicy.WORK_QUEUE))
+    await js.add_stream(
+        api.StreamConfig(name=cmd_stream, subjects=[f"rawc{tag}.>"], retention=api.RetentionPolicy.WORK_QUEUE)
+    )
     await js.add_stream(api.StreamConfig(name=res_stream, subjects=[f"rawr{tag}.>"]))
-    await js.add_consumer(cmd_stream, api.ConsumerConfig(durable_name="w", ack_policy=api.AckPolicy.EXPLICIT,
-                                                         max_ack_pending=concurrency * 2))
-    await js.add_consumer(res_stream, api.ConsumerConfig(
-        durable_name="c", deliver_subject=f"_rawdeliver{tag}", deliver_group="c", ack_policy=api.AckPolicy.EXPLICIT,
-        max_ack_pending=concurrency * 4))
+    await js.add_consumer(
+        cmd_stream,
+        api.ConsumerConfig(durable_name="w", ack_policy=api.AckPolicy.EXPLICIT, max_ack_pending=concurrency * 2),
+    )
+    await js.add_consumer(
+        res_stream,
+        api.ConsumerConfig(
+            durable_name="c",
+            deliver_subject=f"_rawdeliver{tag}",
+            deliver_group="c",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            max_ack_pending=concurrency * 4,
+        ),
+    )
     done = asyncio.Event()
     state = {"sent": 0, "got": 0}
 
@@ -102,8 +112,9 @@ async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
                 continue
 
             async def one(m: Any) -> None:
-                await js.publish(f"rawr{tag}.{m.subject.rsplit('.', 1)[1]}", m.data,
-                                 headers={"Nats-Msg-Id": f"r{m.subject}"})
+                await js.publish(
+                    f"rawr{tag}.{m.subject.rsplit('.', 1)[1]}", m.data, headers={"Nats-Msg-Id": f"r{m.subject}"}
+                )
                 await m.ack()
 
             await asyncio.gather(*(one(m) for m in msgs))
@@ -121,8 +132,10 @@ async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
     await js.add_stream(api.StreamConfig(name=ps, subjects=[f"rawp{tag}.>"]))
     t0 = time.perf_counter()
     for start in range(0, n, 1000):
-        futs = [await js.publish_async(f"rawp{tag}.{i}", b'{"i": %d}' % i, headers={"Nats-Msg-Id": f"p{i}"})
-                for i in range(start, min(n, start + 1000))]
+        futs = [
+            await js.publish_async(f"rawp{tag}.{i}", b'{"i": %d}' % i, headers={"Nats-Msg-Id": f"p{i}"})
+            for i in range(start, min(n, start + 1000))
+        ]
         await asyncio.gather(*futs)
     got = asyncio.Event()
     count = {"n": 0}
@@ -133,8 +146,16 @@ async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
         if count["n"] == n:
             got.set()
 
-    await js.add_consumer(ps, api.ConsumerConfig(durable_name="p", deliver_subject=f"_rawp{tag}", deliver_group="p",
-                                                 ack_policy=api.AckPolicy.EXPLICIT, max_ack_pending=concurrency * 4))
+    await js.add_consumer(
+        ps,
+        api.ConsumerConfig(
+            durable_name="p",
+            deliver_subject=f"_rawp{tag}",
+            deliver_group="p",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            max_ack_pending=concurrency * 4,
+        ),
+    )
     sub = await nc.subscribe(f"_rawp{tag}", queue="p", cb=on_msg, pending_msgs_limit=-1)
     await got.wait()
     pubsub = n / (time.perf_counter() - t0)
@@ -191,9 +212,14 @@ async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
     assert status.state == "COMPLETED" and result == {"count": {"n": n}}, (status, result)
     await rt.stop()
     await nc.close()
-    return {"wall_s": wall, "iterations_s": n / wall, "cpu_us_per_iteration": cpu / n * 1e6,
-            "log_events": len(items), "rss_before_mb": base,
-            "rss_peak_mb": peak_rss_mb()}
+    return {
+        "wall_s": wall,
+        "iterations_s": n / wall,
+        "cpu_us_per_iteration": cpu / n * 1e6,
+        "log_events": len(items),
+        "rss_before_mb": base,
+        "rss_peak_mb": peak_rss_mb(),
+    }
 
 
 # --- parent ----------------------------------------------------------------------------
@@ -237,22 +263,50 @@ def main() -> int:
         for n in [int(x) for x in a.sizes.split(",")]:
             base = child(["--child", "raw", "--url", server.url, "--n", str(n), "--concurrency", str(a.concurrency)])
             for tool in a.tools.split(","):
-                r = child(["--child", "loop", "--url", server.url, "--n", str(n), "--tool", tool,
-                           "--concurrency", str(a.concurrency)])
-                row = {"n": n, "tool": tool, **r, **base,
-                       "ratio_vs_raw_roundtrip": r["iterations_s"] / base["raw_roundtrip_msgs_s"],
-                       "ratio_vs_raw_pubsub": r["iterations_s"] / base["raw_pubsub_msgs_s"]}
+                r = child(
+                    [
+                        "--child",
+                        "loop",
+                        "--url",
+                        server.url,
+                        "--n",
+                        str(n),
+                        "--tool",
+                        tool,
+                        "--concurrency",
+                        str(a.concurrency),
+                    ]
+                )
+                row = {
+                    "n": n,
+                    "tool": tool,
+                    **r,
+                    **base,
+                    "ratio_vs_raw_roundtrip": r["iterations_s"] / base["raw_roundtrip_msgs_s"],
+                    "ratio_vs_raw_pubsub": r["iterations_s"] / base["raw_pubsub_msgs_s"],
+                }
                 rows.append(row)
-                print(f"{n:>7} {tool:6}  {r['iterations_s']:>8,.0f} it/s  wall {r['wall_s']:6.2f} s  "
-                      f"cpu {r['cpu_us_per_iteration']:4.0f} us/it  "
-                      f"raw rt {base['raw_roundtrip_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_roundtrip']:.2f}  "
-                      f"raw pub+sub {base['raw_pubsub_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_pubsub']:.2f}  "
-                      f"log events {r['log_events']}  rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",
-                      flush=True)
+                print(
+                    f"{n:>7} {tool:6}  {r['iterations_s']:>8,.0f} it/s  wall {r['wall_s']:6.2f} s  "
+                    f"cpu {r['cpu_us_per_iteration']:4.0f} us/it  "
+                    f"raw rt {base['raw_roundtrip_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_roundtrip']:.2f}  "
+                    f"raw pub+sub {base['raw_pubsub_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_pubsub']:.2f}  "
+                    f"log events {r['log_events']}  rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",
+                    flush=True,
+                )
     finally:
         asyncio.run(server.stop())
-    print(json.dumps({"bench": "loop_fanout", "python": platform.python_version(), "cores": _cores(),
-                      "concurrency": a.concurrency, "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "bench": "loop_fanout",
+                "python": platform.python_version(),
+                "cores": _cores(),
+                "concurrency": a.concurrency,
+                "rows": rows,
+            }
+        )
+    )
     return 0
 
 

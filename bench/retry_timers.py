@@ -26,8 +26,8 @@ What it does (everything in this process on uvloop, against its own nats-server)
    (``start_roles``); N starts are published concurrently; once all N attempt-1
    commands wait in the CMD work queue, a ``noop`` tool actor starts (concurrency n by
    default, and the layout's ``tool_max_ack_pending`` raised to match, so it takes them
-   all in one fetch) and drains them in a burst. ``spread_s`` (max due - min due) and ``max_due_in_1s`` (most dues in any
-   one-second window) say how well that worked. D defaults to 5 s + 1 s per 400
+   all in one fetch) and drains them in a burst. ``spread_s`` (max due - min due) and
+   ``max_due_in_1s`` (most dues in any one-second window) say how well that worked. D defaults to 5 s + 1 s per 400
    executions so that every timer is armed before the first one is due; ``armed_late``
    counts the timers whose ``retry.scheduled`` record was stored less than 50 ms
    before due (those the engine delivers itself, without the server's scheduler).
@@ -129,8 +129,12 @@ def ms(seconds: float) -> float:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"p50": ms(pct(values, 50)), "p99": ms(pct(values, 99)), "max": ms(max(values) if values else math.nan),
-            "min": ms(min(values) if values else math.nan)}
+    return {
+        "p50": ms(pct(values, 50)),
+        "p99": ms(pct(values, 99)),
+        "max": ms(max(values) if values else math.nan),
+        "min": ms(min(values) if values else math.nan),
+    }
 
 
 def densest_second(times: list[float]) -> int:
@@ -287,8 +291,10 @@ async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable
             pb = Path(tmp) / "retry_timers.yaml"
             pb.write_text(playbook_yaml(delay))
             entry = await client.register(pb)
-        tsubs = [await nc.subscribe(f"exec.*.*.lc.{t}", cb=on_terminal)
-                 for t in ("playbook.completed", "playbook.failed", "execution.cancelled")]
+        tsubs = [
+            await nc.subscribe(f"exec.*.*.lc.{t}", cb=on_terminal)
+            for t in ("playbook.completed", "playbook.failed", "execution.cancelled")
+        ]
         js, jsm = nc.jetstream(), nc.jsm()
 
         t0 = time.time()
@@ -305,8 +311,10 @@ async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable
 
         await wait_until(queued, timeout=args.timeout, what=f"{n} attempt-1 commands in CMD")
         t_queued = time.time()
-        say(f"{n} starts published in {t_published - t0:.2f} s; all attempt-1 commands queued after "
-            f"{t_queued - t0:.2f} s; starting the noop tool actor")
+        say(
+            f"{n} starts published in {t_published - t0:.2f} s; all attempt-1 commands queued after "
+            f"{t_queued - t0:.2f} s; starting the noop tool actor"
+        )
         tools = ToolActor(nc, layout=layout, kinds=("noop",), concurrency=args.tool_concurrency)
         await tools.start()
         t_tools = time.time()
@@ -410,21 +418,32 @@ async def raw_run(server: NatsServer, offsets: list[float], args: argparse.Names
             got.set()
 
     try:
-        await js.add_stream(api.StreamConfig(
-            name=RAW_STREAM, subjects=["rawsch.>"], storage=api.StorageType.FILE, num_replicas=1,
-            retention=api.RetentionPolicy.LIMITS, allow_msg_schedules=True, allow_direct=True,
-        ))
-        sub = await js.subscribe("rawsch.in.>", stream=RAW_STREAM, ordered_consumer=True, cb=on_msg,
-                                 pending_msgs_limit=-1)
+        await js.add_stream(
+            api.StreamConfig(
+                name=RAW_STREAM,
+                subjects=["rawsch.>"],
+                storage=api.StorageType.FILE,
+                num_replicas=1,
+                retention=api.RetentionPolicy.LIMITS,
+                allow_msg_schedules=True,
+                allow_direct=True,
+            )
+        )
+        sub = await js.subscribe(
+            "rawsch.in.>", stream=RAW_STREAM, ordered_consumer=True, cb=on_msg, pending_msgs_limit=-1
+        )
         # publishing N schedules takes a moment: start the first due well after that
         base = math.ceil((time.time() + args.raw_lead) * 1000) / 1000
         dues = [round(base + off, 3) for off in offsets]  # millisecond aligned, as @at is
         futs = []
         for i, due in enumerate(dues):
-            futs.append(await js.publish_async(
-                f"rawsch.sch.{i}", b'{"i": %d}' % i,
-                headers={MSG_ID: f"raw:{i}", SCHEDULE: schedule_at(due), SCHEDULE_TARGET: f"rawsch.in.{i}"},
-            ))
+            futs.append(
+                await js.publish_async(
+                    f"rawsch.sch.{i}",
+                    b'{"i": %d}' % i,
+                    headers={MSG_ID: f"raw:{i}", SCHEDULE: schedule_at(due), SCHEDULE_TARGET: f"rawsch.in.{i}"},
+                )
+            )
         await asyncio.gather(*futs)
         published_last = time.time()
         with contextlib.suppress(TimeoutError):
@@ -505,23 +524,42 @@ async def main_async(args: argparse.Namespace, logs: CountingHandler) -> dict[st
         "delay_s": args.delay,
         "spread_s": eng["spread_s"],
         "max_due_in_1s": eng["max_due_in_1s"],
-        "engine_late_p50_ms": el["p50"], "engine_late_p99_ms": el["p99"], "engine_late_max_ms": el["max"],
+        "engine_late_p50_ms": el["p50"],
+        "engine_late_p99_ms": el["p99"],
+        "engine_late_max_ms": el["max"],
         "engine_late_min_ms": el["min"],
-        "engine_act_p50_ms": ea["p50"], "engine_act_p99_ms": ea["p99"], "engine_act_max_ms": ea["max"],
-        "engine_e2e_p50_ms": ee["p50"], "engine_e2e_p99_ms": ee["p99"], "engine_e2e_max_ms": ee["max"],
-        "raw_late_p50_ms": rl["p50"], "raw_late_p99_ms": rl["p99"], "raw_late_max_ms": rl["max"],
+        "engine_act_p50_ms": ea["p50"],
+        "engine_act_p99_ms": ea["p99"],
+        "engine_act_max_ms": ea["max"],
+        "engine_e2e_p50_ms": ee["p50"],
+        "engine_e2e_p99_ms": ee["p99"],
+        "engine_e2e_max_ms": ee["max"],
+        "raw_late_p50_ms": rl["p50"],
+        "raw_late_p99_ms": rl["p99"],
+        "raw_late_max_ms": rl["max"],
         "raw_late_min_ms": rl["min"],
-        "raw_recv_p50_ms": rr["p50"], "raw_recv_p99_ms": rr["p99"], "raw_recv_max_ms": rr["max"],
-        "ratio_late_p50": ratio(el["p50"], rl["p50"]), "ratio_late_p99": ratio(el["p99"], rl["p99"]),
-        "fired_once": eng["fired_once"], "fired_zero": eng["fired_zero"], "fired_more": eng["fired_more"],
-        "attempt2_once": eng["attempt2_once"], "attempt2_zero": eng["attempt2_zero"],
+        "raw_recv_p50_ms": rr["p50"],
+        "raw_recv_p99_ms": rr["p99"],
+        "raw_recv_max_ms": rr["max"],
+        "ratio_late_p50": ratio(el["p50"], rl["p50"]),
+        "ratio_late_p99": ratio(el["p99"], rl["p99"]),
+        "fired_once": eng["fired_once"],
+        "fired_zero": eng["fired_zero"],
+        "fired_more": eng["fired_more"],
+        "attempt2_once": eng["attempt2_once"],
+        "attempt2_zero": eng["attempt2_zero"],
         "attempt2_more": eng["attempt2_more"],
-        "completed": eng["completed"], "failed": eng["failed"], "executions_seen": eng["executions_seen"],
-        "armed_late": eng["armed_late"], "direct_fires": eng["direct_fires"],
+        "completed": eng["completed"],
+        "failed": eng["failed"],
+        "executions_seen": eng["executions_seen"],
+        "armed_late": eng["armed_late"],
+        "direct_fires": eng["direct_fires"],
         "first_due_after_last_armed_s": eng["first_due_after_last_armed_s"],
         "late_ms_view_max_diff": eng["late_ms_view_max_diff"],
         "sch_left": eng["sch_left"],
-        "raw_fired_once": raw["fired_once"], "raw_fired_zero": raw["fired_zero"], "raw_fired_more": raw["fired_more"],
+        "raw_fired_once": raw["fired_once"],
+        "raw_fired_zero": raw["fired_zero"],
+        "raw_fired_more": raw["fired_more"],
         "raw_sch_left": raw["sch_left"],
         "raw_first_due_after_last_published_s": raw["first_due_after_last_published_s"],
         "fired_headers": eng["fired_headers"],
@@ -537,10 +575,14 @@ async def main_async(args: argparse.Namespace, logs: CountingHandler) -> dict[st
         "python": platform.python_version(),
         "nats_server": nats_server_version(),
     }
-    say(f"{args.n} retries, fixed delay {args.delay} s, nats-server {result['nats_server']}, "
-        f"python {result['python']}, uvloop")
-    say(f"dues: spread {result['spread_s']} s, at most {result['max_due_in_1s']} in one second; first due "
-        f"{result['first_due_after_last_armed_s']} s after the last timer was armed ({result['armed_late']} armed late)")
+    say(
+        f"{args.n} retries, fixed delay {args.delay} s, nats-server {result['nats_server']}, "
+        f"python {result['python']}, uvloop"
+    )
+    say(
+        f"dues: spread {result['spread_s']} s, at most {result['max_due_in_1s']} in one second; first due "
+        f"{result['first_due_after_last_armed_s']} s after the last timer was armed ({result['armed_late']} armed late)"
+    )
     say(f"{'ms after due':40}{'p50':>10}{'p99':>10}{'max':>10}")
     for name, s in (
         ("engine: timer.fired stored", el),
@@ -551,14 +593,21 @@ async def main_async(args: argparse.Namespace, logs: CountingHandler) -> dict[st
     ):
         say(f"{name:40}{s['p50']:>10.1f}{s['p99']:>10.1f}{s['max']:>10.1f}")
     say(f"{'ratio engine/raw (stored)':40}{result['ratio_late_p50']:>10.2f}{result['ratio_late_p99']:>10.2f}")
-    say(f"timers fired exactly once {result['fired_once']}, never {result['fired_zero']}, more than once "
+    say(
+        f"timers fired exactly once {result['fired_once']}, never {result['fired_zero']}, more than once "
         f"{result['fired_more']}; attempt 2 issued once {result['attempt2_once']}, never {result['attempt2_zero']}, "
-        f"twice+ {result['attempt2_more']}; COMPLETED {result['completed']}/{args.n}, failed {result['failed']}")
-    say(f"raw: fired once {result['raw_fired_once']}, never {result['raw_fired_zero']}, more "
-        f"{result['raw_fired_more']}; schedules left in stream: engine {result['sch_left']}, raw {result['raw_sch_left']}")
-    say(f"actors process max RSS {result['actors_proc_max_rss_mb']} MB (all actors, at the end; after --settle "
+        f"twice+ {result['attempt2_more']}; COMPLETED {result['completed']}/{args.n}, failed {result['failed']}"
+    )
+    say(
+        f"raw: fired once {result['raw_fired_once']}, never {result['raw_fired_zero']}, more "
+        f"{result['raw_fired_more']}; schedules left in stream: "
+        f"engine {result['sch_left']}, raw {result['raw_sch_left']}"
+    )
+    say(
+        f"actors process max RSS {result['actors_proc_max_rss_mb']} MB (all actors, at the end; after --settle "
         f"{result['engine_actors_left']} execution actors left), nats-server max RSS {result['server_rss_mb']} MB; "
-        f"actor log warnings {logs.count}, server log warnings/errors {srv_problems}; wall {result['wall_s']} s")
+        f"actor log warnings {logs.count}, server log warnings/errors {srv_problems}; wall {result['wall_s']} s"
+    )
     for line in logs.first + srv_first:
         say(f"  log: {line}")
     return result
@@ -586,10 +635,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=5000, help="concurrent executions, one retry timer each")
     parser.add_argument("--delay", type=float, default=None, help="retry delay D in s (default 5 + n/400)")
-    parser.add_argument("--tool-concurrency", type=int, default=None,
-                        help="noop tool actor concurrency (default n: attempt 1 is drained in one fetch)")
+    parser.add_argument(
+        "--tool-concurrency",
+        type=int,
+        default=None,
+        help="noop tool actor concurrency (default n: attempt 1 is drained in one fetch)",
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="s to wait after the end for late duplicates")
-    parser.add_argument("--raw-lead", type=float, default=None, help="s from now to the first raw due (default 3 + n/2000)")
+    parser.add_argument(
+        "--raw-lead", type=float, default=None, help="s from now to the first raw due (default 3 + n/2000)"
+    )
     parser.add_argument("--raw-wait", type=float, default=30.0, help="s to wait for raw targets after the last due")
     parser.add_argument("--timeout", type=float, default=300.0, help="bound on the whole run, s")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")

@@ -299,8 +299,10 @@ class Cluster:
         self.nc = await connect(self.server.url, name="bench-scale")
         await ensure(self.nc.jetstream(), self.layout)  # before the pods race to create it
         for role, n in counts.items():
-            self.pods[role] = [await PodProcess.start(role, url=self.server.url, layout=self.layout, logs=self.logs,
-                                                      name=f"{role}{i}") for i in range(n)]
+            self.pods[role] = [
+                await PodProcess.start(role, url=self.server.url, layout=self.layout, logs=self.logs, name=f"{role}{i}")
+                for i in range(n)
+            ]
         await asyncio.gather(*(p.ready() for group in self.pods.values() for p in group))
         return self.nc
 
@@ -332,8 +334,19 @@ async def raw_baseline(server: NatsServer, n: int, concurrency: int) -> dict[str
     t0, m0, s0, c0 = time.perf_counter(), machine_busy_s(), cpu_s(server.proc.pid), children_cpu_s()
     url = server.url
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bench" / "loop_fanout.py"), "--child", "raw", "--url", url, "--n", str(n),
-        "--concurrency", str(concurrency), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        sys.executable,
+        str(ROOT / "bench" / "loop_fanout.py"),
+        "--child",
+        "raw",
+        "--url",
+        url,
+        "--n",
+        str(n),
+        "--concurrency",
+        str(concurrency),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         out, err = await proc.communicate()
     except BaseException:
@@ -408,21 +421,28 @@ async def _throughput(cluster: Cluster, engines: int, a: argparse.Namespace) -> 
     per_pod = {name: cpu1[name] - cpu0[name] for name in cpu0}
     cpu = by_role(per_pod)
     return {
-        "engine_pods": engines, "executions": a.executions, "steps_per_execution": a.steps,
+        "engine_pods": engines,
+        "executions": a.executions,
+        "steps_per_execution": a.steps,
         "step_tool": a.step_tool,
-        "wall_s": wall, "starts_s": t_started - t0,
-        "status_lag_s": t_status - t_end, "executions_s_status": a.executions / (t_status - t0),
-        "executions_s": a.executions / wall, "steps_s": a.executions * a.steps / wall,
+        "wall_s": wall,
+        "starts_s": t_started - t0,
+        "status_lag_s": t_status - t_end,
+        "executions_s_status": a.executions / (t_status - t0),
+        "executions_s": a.executions / wall,
+        "steps_s": a.executions * a.steps / wall,
         **raw,
         "ratio_steps_vs_raw_roundtrip": a.executions * a.steps / wall / raw["raw_roundtrip_msgs_s"],
         "ratio_steps_vs_raw_pubsub": a.executions * a.steps / wall / raw["raw_pubsub_msgs_s"],
-        "cpu_s": cpu, "cpu_cores_busy": round(sum(cpu.values()) / wall, 2),
+        "cpu_s": cpu,
+        "cpu_cores_busy": round(sum(cpu.values()) / wall, 2),
         # the machine is shared: CPU others used meanwhile (a figure much above 0 means
         # the row was measured on fewer free cores than the others)
         "other_cores_busy": round((per_pod["machine"] - sum(cpu.values())) / wall, 2),
         "engine_pod_cpu_s": [round(v, 3) for k, v in per_pod.items() if k.startswith("engine")],
         "partitions_per_engine_pod": sorted(Counter(held.values()).values()),
-        "terminal_states": dict(states), "duplicate_terminal_events": watch.duplicate_terminals,
+        "terminal_states": dict(states),
+        "duplicate_terminal_events": watch.duplicate_terminals,
         "redelivered": await redeliveries(nc, layout),
         "log_issues": log_issues(cluster.pods),
     }
@@ -482,10 +502,17 @@ async def _recovery(cluster: Cluster, a: argparse.Namespace) -> dict[str, Any]:
     done_aff = [watch.terminal[e][0] - t_kill for e in affected]
     done_oth = [watch.terminal[e][0] - t_kill for e in others]
     return {
-        "engine_pods": 3, "executions": a.executions, "steps": a.recovery_steps, "sleep_s": a.sleep,
-        "lease_ttl_s": a.lease_ttl, "ack_wait_s": a.ack_wait, "lease_period_s": a.lease_ttl / 4,
-        "started_to_kill_s": t_kill - t0, "killed_partitions": lost,
-        "in_flight_at_kill": len(in_flight), "affected": len(affected),
+        "engine_pods": 3,
+        "executions": a.executions,
+        "steps": a.recovery_steps,
+        "sleep_s": a.sleep,
+        "lease_ttl_s": a.lease_ttl,
+        "ack_wait_s": a.ack_wait,
+        "lease_period_s": a.lease_ttl / 4,
+        "started_to_kill_s": t_kill - t0,
+        "killed_partitions": lost,
+        "in_flight_at_kill": len(in_flight),
+        "affected": len(affected),
         "takeover_s": takeover_s,
         "progress_min_s": progress[0] if progress else None,
         "progress_p50_s": statistics.median(progress) if progress else None,
@@ -518,36 +545,48 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         for i, n in enumerate(int(x) for x in a.pods.split(",") if x.strip()):
             r = await throughput(n, a, logs / f"{i + 1}-engines{n}")
             rows.append(r)
-            print(f"{n} engine pod(s): {r['executions_s']:7.1f} executions/s  {r['steps_s']:7.1f} steps/s  "
-                  f"wall {r['wall_s']:5.2f} s  status lag {r['status_lag_s']:5.2f} s  raw rt {r['raw_roundtrip_msgs_s']:7.0f}/s  "
-                  f"ratio {r['ratio_steps_vs_raw_roundtrip']:.3f}  raw pub+sub {r['raw_pubsub_msgs_s']:7.0f}/s  "
-                  f"ratio {r['ratio_steps_vs_raw_pubsub']:.3f} (others {r['raw_other_cores_busy']})  cores busy {r['cpu_cores_busy']} (others {r['other_cores_busy']})  "
-                  f"cpu {r['cpu_s']}  {r['terminal_states']}  issues {len(r['log_issues'])} "
-                  f"(at stop {len(r['log_issues_at_stop'])})", flush=True)
+            print(
+                f"{n} engine pod(s): {r['executions_s']:7.1f} executions/s  {r['steps_s']:7.1f} steps/s  "
+                f"wall {r['wall_s']:5.2f} s  status lag {r['status_lag_s']:5.2f} "
+                f"s  raw rt {r['raw_roundtrip_msgs_s']:7.0f}/s  "
+                f"ratio {r['ratio_steps_vs_raw_roundtrip']:.3f}  raw pub+sub {r['raw_pubsub_msgs_s']:7.0f}/s  "
+                f"ratio {r['ratio_steps_vs_raw_pubsub']:.3f} (others {r['raw_other_cores_busy']}) "
+                f" cores busy {r['cpu_cores_busy']} (others {r['other_cores_busy']})  "
+                f"cpu {r['cpu_s']}  {r['terminal_states']}  issues {len(r['log_issues'])} "
+                f"(at stop {len(r['log_issues_at_stop'])})",
+                flush=True,
+            )
         if not a.skip_recovery:
             rec = await recovery(a, logs)
-            print(f"recovery: kill at {rec['started_to_kill_s']:.2f} s, {rec['affected']} of "
-                  f"{rec['in_flight_at_kill']} in flight affected; takeover {rec['takeover_s']:.2f} s, progress "
-                  f"min/p50/max {fmt(rec['progress_min_s'])}/{fmt(rec['progress_p50_s'])}/"
-                  f"{fmt(rec['progress_max_s'])} s, all complete {rec['complete_all_s']:.2f} s "
-                  f"(others {fmt(rec['complete_others_s'])} s)  {rec['terminal_states']}  "
-                  f"issues {len(rec['log_issues'])} (at stop {len(rec['log_issues_at_stop'])})", flush=True)
+            print(
+                f"recovery: kill at {rec['started_to_kill_s']:.2f} s, {rec['affected']} of "
+                f"{rec['in_flight_at_kill']} in flight affected; takeover {rec['takeover_s']:.2f} s, progress "
+                f"min/p50/max {fmt(rec['progress_min_s'])}/{fmt(rec['progress_p50_s'])}/"
+                f"{fmt(rec['progress_max_s'])} s, all complete {rec['complete_all_s']:.2f} s "
+                f"(others {fmt(rec['complete_others_s'])} s)  {rec['terminal_states']}  "
+                f"issues {len(rec['log_issues'])} (at stop {len(rec['log_issues_at_stop'])})",
+                flush=True,
+            )
     ones = [r for r in rows if r["engine_pods"] == 1]
     base = statistics.median(r["executions_s"] for r in ones) if ones else None
     base_ratio = statistics.median(r["ratio_steps_vs_raw_roundtrip"] for r in ones) if ones else None
     print()
-    print("| engine pods | executions/s | steps/s | wall s | steps/s ÷ raw round trips/s | steps/s ÷ raw pub+consume/s "
-          "| speedup vs 1 pod | speedup (normalised) | cores busy (ours / others) | status lag s |")
+    print(
+        "| engine pods | executions/s | steps/s | wall s | steps/s ÷ raw round trips/s | steps/s ÷ raw pub+consume/s "
+        "| speedup vs 1 pod | speedup (normalised) | cores busy (ours / others) | status lag s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if base is not None and base_ratio is not None:  # against the median of the 1-pod rows
             r["speedup_vs_1"] = r["executions_s"] / base
             r["speedup_vs_1_normalised"] = r["ratio_steps_vs_raw_roundtrip"] / base_ratio
         busy = max(r["other_cores_busy"], r["raw_other_cores_busy"]) > DISTURBED
-        print(f"| {r['engine_pods']}{' *' if busy else ''} | {r['executions_s']:.1f} | {r['steps_s']:.0f} "
-              f"| {r['wall_s']:.2f} | {r['ratio_steps_vs_raw_roundtrip']:.3f} | {r['ratio_steps_vs_raw_pubsub']:.3f} "
-              f"| {fmt(r.get('speedup_vs_1'))} | {fmt(r.get('speedup_vs_1_normalised'))} "
-              f"| {r['cpu_cores_busy']} / {r['other_cores_busy']} | {r['status_lag_s']:.2f} |")
+        print(
+            f"| {r['engine_pods']}{' *' if busy else ''} | {r['executions_s']:.1f} | {r['steps_s']:.0f} "
+            f"| {r['wall_s']:.2f} | {r['ratio_steps_vs_raw_roundtrip']:.3f} | {r['ratio_steps_vs_raw_pubsub']:.3f} "
+            f"| {fmt(r.get('speedup_vs_1'))} | {fmt(r.get('speedup_vs_1_normalised'))} "
+            f"| {r['cpu_cores_busy']} / {r['other_cores_busy']} | {r['status_lag_s']:.2f} |"
+        )
     if any(max(r["other_cores_busy"], r["raw_other_cores_busy"]) > DISTURBED for r in rows):
         print(f"* other processes used more than {DISTURBED} of a core during the row or its baseline")
     summary: dict[str, dict[str, float]] = {}
@@ -564,32 +603,54 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             summary[str(n)]["speedup_vs_1_normalised"] = summary[str(n)]["ratio_steps_vs_raw_roundtrip"] / base_ratio
     if len(summary) < len(rows):
         print()
-        print("| engine pods | rows | median executions/s | median steps/s | median ratio vs raw round trips "
-              "| speedup vs 1 pod | speedup (normalised) |")
+        print(
+            "| engine pods | rows | median executions/s | median steps/s | median ratio vs raw round trips "
+            "| speedup vs 1 pod | speedup (normalised) |"
+        )
         print("|---|---|---|---|---|---|---|")
         for key, m in summary.items():
-            print(f"| {key} | {m['rows']:.0f} | {m['executions_s']:.1f} | {m['steps_s']:.0f} "
-                  f"| {m['ratio_steps_vs_raw_roundtrip']:.3f} | {fmt(m.get('speedup_vs_1'))} "
-                  f"| {fmt(m.get('speedup_vs_1_normalised'))} |")
+            print(
+                f"| {key} | {m['rows']:.0f} | {m['executions_s']:.1f} | {m['steps_s']:.0f} "
+                f"| {m['ratio_steps_vs_raw_roundtrip']:.3f} | {fmt(m.get('speedup_vs_1'))} "
+                f"| {fmt(m.get('speedup_vs_1_normalised'))} |"
+            )
     if rec is not None:
         print()
-        print(f"recovery (lease TTL {rec['lease_ttl_s']} s, ack wait {rec['ack_wait_s']} s): takeover "
-              f"{rec['takeover_s']:.2f} s, all affected progressing {rec['all_progressing_s']:.2f} s, "
-              f"all complete {rec['complete_all_s']:.2f} s after the kill")
-    return {"bench": "scale", "python": platform.python_version(), "cores": len(os.sched_getaffinity(0)),
-            "partitions": a.partitions, "tool_pods": a.tool_pods, "raw_n": a.raw_n, "rows": rows, "summary": summary, "recovery": rec}
+        print(
+            f"recovery (lease TTL {rec['lease_ttl_s']} s, ack wait {rec['ack_wait_s']} s): takeover "
+            f"{rec['takeover_s']:.2f} s, all affected progressing {rec['all_progressing_s']:.2f} s, "
+            f"all complete {rec['complete_all_s']:.2f} s after the kill"
+        )
+    return {
+        "bench": "scale",
+        "python": platform.python_version(),
+        "cores": len(os.sched_getaffinity(0)),
+        "partitions": a.partitions,
+        "tool_pods": a.tool_pods,
+        "raw_n": a.raw_n,
+        "rows": rows,
+        "summary": summary,
+        "recovery": rec,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--executions", type=int, default=500, help="executions started at once (default 500)")
-    ap.add_argument("--pods", default="1,2,3",
-                    help="engine pod counts to measure, in this order; repeats allowed, e.g. 1,2,3,3,2,1, "
-                         "then medians per count (default 1,2,3)")
+    ap.add_argument(
+        "--pods",
+        default="1,2,3",
+        help="engine pod counts to measure, in this order; repeats allowed, e.g. 1,2,3,3,2,1, "
+        "then medians per count (default 1,2,3)",
+    )
     ap.add_argument("--steps", type=int, default=5, help="steps per execution (default 5)")
-    ap.add_argument("--step-tool", choices=["sleep", "noop"], default="sleep",
-                    help="sleep: `sleep` of 0 s, a command round trip through a tools pod (default); "
-                         "noop: decided inside the engine, no command")
+    ap.add_argument(
+        "--step-tool",
+        choices=["sleep", "noop"],
+        default="sleep",
+        help="sleep: `sleep` of 0 s, a command round trip through a tools pod (default); "
+        "noop: decided inside the engine, no command",
+    )
     ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--tool-pods", type=int, default=1)
     ap.add_argument("--raw-n", type=int, default=10_000, help="round trips in the raw baseline (default 10000)")
@@ -598,8 +659,12 @@ def main() -> int:
     ap.add_argument("--ack-wait", type=float, default=3.0, help="recovery: ACTORS_ACK_WAIT (default 3)")
     ap.add_argument("--sleep", type=float, default=0.5, help="recovery: seconds per sleep step (default 0.5)")
     ap.add_argument("--recovery-steps", type=int, default=4, help="recovery: sleep steps per execution (default 4)")
-    ap.add_argument("--kill-after", type=float, default=0.5,
-                    help="recovery: seconds after every execution's first decision (default 0.5)")
+    ap.add_argument(
+        "--kill-after",
+        type=float,
+        default=0.5,
+        help="recovery: seconds after every execution's first decision (default 0.5)",
+    )
     ap.add_argument("--keep-logs", help="keep pod logs in this directory")
     a = ap.parse_args()
     import uvloop

@@ -19,18 +19,24 @@ RULES = [
     ("template rendering (jinja2)", r"jinja2/|playbook/templates\.py"),
     ("ack-subject metadata parse (msg.metadata)", r"Msg\.metadata|Metadata\._from_reply|aio/msg\.py:2[0-9][0-9]"),
     ("pull fetch (tool actor)", r"_fetch_n|PullSubscription\.fetch"),
-    ("nats-py publish path (PUB/HPUB build, PubAck futures, flusher, socket write)",
-     r"Client\.publish |_send_publish|_send_command|_flush_pending|_flusher|writelines|publish_async|token_hex|nuid|"
-     r"JetStreamContext\.publish |Client\.request|_request_new_style|Msg\.ack|secrets\.py|random\.py"),
-    ("nats-py receive path (read loop, parser, dispatch, PubAck JSON)",
-     r"_read_loop|Parser\.parse|_process_msg|_process_headers|_build_message|_parse_header_lines|_wait_for_msgs|"
-     r"next_msg|_handle_async_reply|from_response|json/|nats/js/api\.py|Subscription"),
+    (
+        "nats-py publish path (PUB/HPUB build, PubAck futures, flusher, socket write)",
+        r"Client\.publish |_send_publish|_send_command|_flush_pending|_flusher|writelines|publish_async|token_hex|nuid|"
+        r"JetStreamContext\.publish |Client\.request|_request_new_style|Msg\.ack|secrets\.py|random\.py",
+    ),
+    (
+        "nats-py receive path (read loop, parser, dispatch, PubAck JSON)",
+        r"_read_loop|Parser\.parse|_process_msg|_process_headers|_build_message|_parse_header_lines|_wait_for_msgs|"
+        r"next_msg|_handle_async_reply|from_response|json/|nats/js/api\.py|Subscription",
+    ),
     ("python pool IPC, parent side (pypool, pyprocess)", r"tools/pypool\.py|tools/pyprocess\.py"),
     ("fold/decide, excluding templates", r"core/decide\.py|core/state\.py|core/backoff\.py"),
     ("asyncio tasks, queues, futures", r"asyncio/(tasks|queues|mixins|locks|futures)\.py"),
     ("engine actor code (decode, encode, mailbox)", r"engine/actor\.py|natsio/\w+\.py|wire\.py"),
-    ("tool actor code (decode, encode, keep-alive task)",
-     r"tools/(actor|pull|running|batching|cancels|executors|failures|kinds/\w+)\.py"),
+    (
+        "tool actor code (decode, encode, keep-alive task)",
+        r"tools/(actor|pull|running|batching|cancels|executors|failures|kinds/\w+)\.py",
+    ),
     ("projector, status KV, Client.wait", r"projector\.py|nats/js/kv\.py|Client\.wait"),
     ("starter, catalog", r"starter\.py|catalog\.py"),
     ("uvloop internals (no Python frame above)", r"^Runner\.run|^run \(uvloop"),
@@ -55,7 +61,18 @@ def categorise(path: str) -> tuple[int, int, Counter[str], Counter[str]]:
             idle += n
             continue
         busy += n
-        if leaf in ("write", "writev", "send", "sendto", "recv", "recvfrom", "read", "getpid", "getrandom", "epoll_ctl"):
+        if leaf in (
+            "write",
+            "writev",
+            "send",
+            "sendto",
+            "recv",
+            "recvfrom",
+            "read",
+            "getpid",
+            "getrandom",
+            "epoll_ctl",
+        ):
             syscalls[leaf] += n
         got = "other"
         for f in reversed(py):
@@ -71,8 +88,10 @@ def main() -> int:
     print(f"{busy} busy samples of the engine process ({idle} idle samples dropped)")
     for name, n in cats.most_common():
         print(f"{100 * n / busy:5.1f}%  {name}")
-    print("samples whose innermost frame is a syscall: "
-          + ", ".join(f"{k} {100 * v / busy:.1f}%" for k, v in syscalls.most_common()))
+    print(
+        "samples whose innermost frame is a syscall: "
+        + ", ".join(f"{k} {100 * v / busy:.1f}%" for k, v in syscalls.most_common())
+    )
     return 0
 
 

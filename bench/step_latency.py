@@ -121,8 +121,13 @@ class Meter:
 
     def _now(self) -> tuple[int, int, int, int, int]:
         st = self.nc.stats
-        return (time.process_time_ns(), cpu_ns(self.server_pid), sum(cpu_ns(p) for p in self.worker_pids()),
-                int(st["out_msgs"]), int(st["in_msgs"]))
+        return (
+            time.process_time_ns(),
+            cpu_ns(self.server_pid),
+            sum(cpu_ns(p) for p in self.worker_pids()),
+            int(st["out_msgs"]),
+            int(st["in_msgs"]),
+        )
 
     def start(self) -> None:
         self._mark = self._now()
@@ -153,14 +158,28 @@ async def raw_setup(nc: NATS) -> None:
     )
     await js.add_consumer(
         RAW_CMD_STREAM,
-        api.ConsumerConfig(durable_name=RAW_WORKER, filter_subject="rawcmd.>", ack_policy=api.AckPolicy.EXPLICIT,
-                           ack_wait=30.0, max_deliver=5, max_ack_pending=1024),
+        api.ConsumerConfig(
+            durable_name=RAW_WORKER,
+            filter_subject="rawcmd.>",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=30.0,
+            max_deliver=5,
+            max_ack_pending=1024,
+        ),
     )
     await js.add_consumer(
         RAW_LOG_STREAM,
-        api.ConsumerConfig(durable_name=RAW_ENGINE, deliver_subject=RAW_DELIVER, deliver_group=RAW_ENGINE,
-                           filter_subject="rawlog.>", ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0,
-                           max_deliver=5, max_ack_pending=4096, deliver_policy=api.DeliverPolicy.ALL),
+        api.ConsumerConfig(
+            durable_name=RAW_ENGINE,
+            deliver_subject=RAW_DELIVER,
+            deliver_group=RAW_ENGINE,
+            filter_subject="rawlog.>",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=30.0,
+            max_deliver=5,
+            max_ack_pending=4096,
+            deliver_policy=api.DeliverPolicy.ALL,
+        ),
     )
 
 
@@ -228,7 +247,9 @@ class RawChain:
     async def _send(self, value: int) -> None:
         self.seq += 1
         self.sent_at = time.perf_counter()
-        await self.js.publish(f"rawcmd.{self.seq}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"cmd:{self.seq}"})
+        await self.js.publish(
+            f"rawcmd.{self.seq}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"cmd:{self.seq}"}
+        )
 
     async def run(self, n: int) -> tuple[list[float], float]:
         """Chain `n` round trips; their latencies and the chain's wall time."""
@@ -257,7 +278,13 @@ def playbook_yaml(steps: int, tool: str) -> str:
         prev = "workload.i" if k == 1 else f"s{k - 1}"
         lines.append(f"  - step: s{k}")
         if tool == "python":
-            lines += ["    tool:", "      kind: python", "      code: |", "        def main(i):", "            return i + 1"]
+            lines += [
+                "    tool:",
+                "      kind: python",
+                "      code: |",
+                "        def main(i):",
+                "            return i + 1",
+            ]
             lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
         else:  # sleep 0: same engine path, no worker process
             lines += ["    tool:", "      kind: sleep", "      seconds: 0"]
@@ -280,8 +307,9 @@ class Breakdown:
 async def stored_times(nc: NATS, layout: Layout, eid: str) -> list[tuple[str, bytes, int, float]]:
     """(subject, data, stream seq, server store time) of every message of an execution."""
     js = nc.jetstream()
-    sub = await js.subscribe(f"{layout.exec_prefix(eid)}.>", stream=EXEC_STREAM, ordered_consumer=True,
-                             pending_msgs_limit=-1)
+    sub = await js.subscribe(
+        f"{layout.exec_prefix(eid)}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1
+    )
     out = []
     try:
         while True:
@@ -295,11 +323,21 @@ async def stored_times(nc: NATS, layout: Layout, eid: str) -> list[tuple[str, by
 
 
 async def engine_runs(
-    client: Client, nc: NATS, layout: Layout, path: str, version: int, *, steps: int, runs: int,
-    profiler: cProfile.Profile | None, meter: Meter, before_each: Callable[[], Awaitable[None]],
+    client: Client,
+    nc: NATS,
+    layout: Layout,
+    path: str,
+    version: int,
+    *,
+    steps: int,
+    runs: int,
+    profiler: cProfile.Profile | None,
+    meter: Meter,
+    before_each: Callable[[], Awaitable[None]],
 ) -> tuple[list[float], list[float], Breakdown]:
     """Warm up, then `runs` executions one after the other, each preceded by
     `before_each` (the raw chain: both see the same conditions); then read the logs."""
+
     async def one() -> tuple[str, float]:
         t0 = time.perf_counter()
         eid = await client.start(path, version=version, payload={"i": 0})
@@ -417,8 +455,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tools = next(a for a in runtime.actors if isinstance(a, ToolActor))
         eng_meter = Meter(server.proc.pid, nc, tools.resources.python_pool().pids)
         step_lat, walls, bd = await engine_runs(
-            client, nc, layout, entry.path, entry.version, steps=args.steps, runs=args.runs, profiler=profiler,
-            meter=eng_meter, before_each=raw_chain,
+            client,
+            nc,
+            layout,
+            entry.path,
+            entry.version,
+            steps=args.steps,
+            runs=args.runs,
+            profiler=profiler,
+            meter=eng_meter,
+            before_each=raw_chain,
         )
         while chains_done < raw_chains:  # --raw-runs above --runs
             await raw_chain()
@@ -454,23 +500,32 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.tool != "python":
         result["tool"] = args.tool
-    say(f"{args.steps} steps x {args.runs} runs ({args.tool} steps), nats-server {result['nats_server']}, "
-        f"python {result['python']}, uvloop")
+    say(
+        f"{args.steps} steps x {args.runs} runs ({args.tool} steps), nats-server {result['nats_server']}, "
+        f"python {result['python']}, uvloop"
+    )
     say(f"{'':24}{'p50 ms':>10}{'p99 ms':>10}{'per s':>10}")
-    say(f"{'raw JetStream round trip':24}{ms(raw_p50):>10.3f}{ms(raw_p99):>10.3f}{result['raw_round_trips_per_s']:>10.1f}")
+    say(
+        f"{'raw JetStream round trip':24}{ms(raw_p50):>10.3f}{ms(raw_p99):>10.3f}"
+        f"{result['raw_round_trips_per_s']:>10.1f}"
+    )
     say(f"{'engine step':24}{ms(step_p50):>10.3f}{ms(step_p99):>10.3f}{result['steps_per_s']:>10.1f}")
     say(f"{'ratio engine/raw':24}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
     say(f"execution wall p50 {ms(statistics.median(walls)):.1f} ms (start -> terminal status, {args.steps} steps)")
     first_excluded = [x for i, x in enumerate(step_lat) if i % args.steps]
     if first_excluded:
-        say(f"{'engine step, not 1st':24}{ms(pct(first_excluded, 50)):>10.3f}{ms(pct(first_excluded, 99)):>10.3f}"
-            "   (the 1st step's fold parses the playbook)")
+        say(
+            f"{'engine step, not 1st':24}{ms(pct(first_excluded, 50)):>10.3f}{ms(pct(first_excluded, 99)):>10.3f}"
+            "   (the 1st step's fold parses the playbook)"
+        )
     n_raw, n_eng = len(raw_lat), len(step_lat)
     say("cost per round trip / per step (measured phase only; CPU ms per process, client msgs out/in):")
     say(f"  {'':8}{'python':>9}{'server':>9}{'workers':>9}{'msgs out':>10}{'msgs in':>9}")
     for name, c, n in (("raw", raw_meter.costs, n_raw), ("engine", eng_meter.costs, n_eng)):
-        say(f"  {name:8}{c.python_ms / n:>9.3f}{c.server_ms / n:>9.3f}{c.workers_ms / n:>9.3f}"
-            f"{c.msgs_out / n:>10.2f}{c.msgs_in / n:>9.2f}")
+        say(
+            f"  {name:8}{c.python_ms / n:>9.3f}{c.server_ms / n:>9.3f}{c.workers_ms / n:>9.3f}"
+            f"{c.msgs_out / n:>10.2f}{c.msgs_in / n:>9.2f}"
+        )
     say("engine step breakdown (log store times and the tool's clock), p50 / p99 ms:")
     for name, values, what in (
         ("dispatch", bd.dispatch, "input stored -> tool starts the call (engine fold, command publish, fetch)"),
@@ -490,8 +545,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     parser.add_argument("--tool", choices=("python", "sleep"), default="python", help="step tool (default python)")
     parser.add_argument("--cprofile", metavar="FILE", help="cProfile the measured engine runs into FILE")
-    parser.add_argument("--raw-runs", type=int, help="raw chains (default: --runs; 1 keeps a sampling profile "
-                        "of the process mostly on the engine)")
+    parser.add_argument(
+        "--raw-runs",
+        type=int,
+        help="raw chains (default: --runs; 1 keeps a sampling profile of the process mostly on the engine)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.runs < 1 or (args.raw_runs is not None and args.raw_runs < 1):
         parser.error("--steps, --runs and --raw-runs must be at least 1")

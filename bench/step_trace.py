@@ -141,9 +141,7 @@ def main() -> int:
         for eid in eids[1:]:  # not the warm-up
             msgs = await sl.stored_times(nc, layout, eid)
             ins = [(seq, at) for subj, _, seq, at in msgs if class_of(subj) == IN]
-            done_items = sorted(
-                (i for i in await client.events(eid) if i.type == "call.done"), key=lambda i: i.seq
-            )
+            done_items = sorted((i for i in await client.events(eid) if i.type == "call.done"), key=lambda i: i.seq)
             # input k (start record or call.done k-1) -> command of step k -> call.done k
             for (seq, at0), done in zip(ins, done_items, strict=False):
                 if seq == ins[0][0]:
@@ -170,8 +168,10 @@ def main() -> int:
     sl.engine_runs = traced_runs
     sys.argv = [sys.argv[0], "--steps", str(args.steps), "--runs", str(args.runs), "--tool", args.tool, "--json-only"]
     sl.main(sys.argv[1:])
-    print(f"\nstep waterfall, offsets from 'input stored' (server time), steps 2..{args.steps}, "
-          f"{args.runs} runs, {args.tool} steps:")
+    print(
+        f"\nstep waterfall, offsets from 'input stored' (server time), steps 2..{args.steps}, "
+        f"{args.runs} runs, {args.tool} steps:"
+    )
     print(f"  {'point':26}{'p50 ms':>9}{'p90 ms':>9}")
     summary = {}
     order = sorted(rows, key=lambda k: sl.pct(rows[k], 50))

@@ -55,8 +55,10 @@ def one_publish() -> None:
         if not self.hydrated or out.timers or out.starts or out.loops or out.reply or out.cancels:
             return await orig(self, out)  # replays and anything unusual: unchanged
         eid, subjects = self.execution_id, self.subjects
-        items = [(cmd_subject(c.kind, eid, c.command_id), encode(c), ids.command_msg_id(eid, c.command_id))
-                 for c in out.commands]
+        items = [
+            (cmd_subject(c.kind, eid, c.command_id), encode(c), ids.command_msg_id(eid, c.command_id))
+            for c in out.commands
+        ]
         if out.events:
             record = encode(DecisionRecord(cause=out.cause, events=out.events))
             items.append((subjects.decision, record, ids.decision_id(eid, out.cause)))
@@ -121,9 +123,14 @@ def tools_subprocess() -> None:
     setattr(sl, "start_roles", start_roles)  # noqa: B010
 
 
-VARIANTS = {"base": lambda: None, "cache_playbook": cache_playbook, "one_publish": one_publish,
-            "request_publish": request_publish, "tools_subprocess": tools_subprocess,
-            "no_decision_record": no_decision_record}
+VARIANTS = {
+    "base": lambda: None,
+    "cache_playbook": cache_playbook,
+    "one_publish": one_publish,
+    "request_publish": request_publish,
+    "tools_subprocess": tools_subprocess,
+    "no_decision_record": no_decision_record,
+}
 
 
 def main() -> int:

@@ -96,8 +96,9 @@ entrypoint()
 """
 
 
-async def measure_mode(url: str, paths: dict[str, str], *, ops: int, runs: int, slice_ops: int, every: int,
-                       pause: float, where: str) -> dict[str, Any]:
+async def measure_mode(
+    url: str, paths: dict[str, str], *, ops: int, runs: int, slice_ops: int, every: int, pause: float, where: str
+) -> dict[str, Any]:
     """One pod process (every role, as `serve`), evaluating templates the given way; the
     client in this process. Baseline first, then good executions while the runaway runs."""
     import os
@@ -108,8 +109,17 @@ async def measure_mode(url: str, paths: dict[str, str], *, ops: int, runs: int, 
     from actors.settings import Settings
 
     env = {**os.environ, "NATS_URL": url, "ACTORS_TEMPLATE_OPS": str(ops), "PYTHONPATH": str(ROOT)}
-    pod = await asyncio.create_subprocess_exec(sys.executable, "-c", POD, str(slice_ops), str(every), str(pause),
-                                               where, env=env, stderr=asyncio.subprocess.DEVNULL)
+    pod = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        POD,
+        str(slice_ops),
+        str(every),
+        str(pause),
+        where,
+        env=env,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     nc = await connect(url, name="bench-client")
     client = Client(nc, layout=Settings.from_env().layout)
     try:
@@ -173,8 +183,9 @@ async def run(ops: int, runs: int, variants: list[tuple[int, float]]) -> dict[st
         for every, pause in variants:
             modes[f"thread+yield/{every}/{pause * 1e6:.0f}us"] = (inline, every, pause, "thread")
         for mode, (slice_ops, every, pause, where) in modes.items():
-            out[mode] = await measure_mode(server.url, paths, ops=ops, runs=runs, slice_ops=slice_ops, every=every,
-                                           pause=pause, where=where)
+            out[mode] = await measure_mode(
+                server.url, paths, ops=ops, runs=runs, slice_ops=slice_ops, every=every, pause=pause, where=where
+            )
             print(f"{mode:13} {out[mode]}", file=sys.stderr)
     finally:
         await server.stop()
@@ -195,8 +206,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=30_000_000, help="the runaway execution's operation budget")
     ap.add_argument("--runs", type=int, default=30, help="good executions for the baseline")
-    ap.add_argument("--variant", action="append", default=[], metavar="EVERY:PAUSE_US",
-                    help="also measure yielding every EVERY operations with a PAUSE_US sleep")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="EVERY:PAUSE_US",
+        help="also measure yielding every EVERY operations with a PAUSE_US sleep",
+    )
     args = ap.parse_args()
     try:
         import uvloop

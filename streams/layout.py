@@ -134,7 +134,6 @@ class Layout:
     def exec_subject(self, execution_id: str, cls: str, type_: str) -> str:
         return f"{self.exec_prefix(execution_id)}.{cls}.{type_}"
 
-
     def loop_prefix(self, execution_id: str, loop_id: str) -> str:
         return f"loop.{self.partition_of(execution_id)}.{execution_id}.{loop_id}"
 
@@ -142,38 +141,12 @@ class Layout:
         return f"{self.loop_prefix(execution_id, loop_id)}.{cls}.{type_}"
 
 
-
-
-
-
-
-
-
-
-
-
 def counter_consumer(partition: int) -> str:
     return f"counter-p{partition}"
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def engine_consumer(partition: int) -> str:
     return f"engine-p{partition}"
-
-
-
-
 
 
 PROJECTOR_CONSUMER = "projector"
@@ -242,8 +215,15 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
     ]
 
 
-def _push(layout: Layout, name: str, filter_subject: str, max_ack_pending: int,
-          deliver_policy: api.DeliverPolicy | None = None, *, skips: bool = True) -> api.ConsumerConfig:
+def _push(
+    layout: Layout,
+    name: str,
+    filter_subject: str,
+    max_ack_pending: int,
+    deliver_policy: api.DeliverPolicy | None = None,
+    *,
+    skips: bool = True,
+) -> api.ConsumerConfig:
     """A durable push consumer delivering to `_deliver.<name>`, read by a queue group of
     the same name (every pod of the role subscribes; see `deliver_subject`)."""
     return api.ConsumerConfig(
@@ -269,10 +249,28 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     and starter (the fastest delivery nats-py has, 66-105k msg/s here); pull for tools
     (competing consumers across pods, back-pressure by fetching only what a pod can run)."""
     every = range(layout.partitions)
-    engine = [_push(layout, engine_consumer(p), engine_filter(p), layout.engine_max_ack_pending,
-                    api.DeliverPolicy.ALL, skips=False) for p in every]
-    counters = [_push(layout, counter_consumer(p), counter_filter(p), layout.counter_max_ack_pending,
-                      api.DeliverPolicy.ALL, skips=False) for p in every]
+    engine = [
+        _push(
+            layout,
+            engine_consumer(p),
+            engine_filter(p),
+            layout.engine_max_ack_pending,
+            api.DeliverPolicy.ALL,
+            skips=False,
+        )
+        for p in every
+    ]
+    counters = [
+        _push(
+            layout,
+            counter_consumer(p),
+            counter_filter(p),
+            layout.counter_max_ack_pending,
+            api.DeliverPolicy.ALL,
+            skips=False,
+        )
+        for p in every
+    ]
     projector = _push(layout, PROJECTOR_CONSUMER, PROJECTOR_FILTER, layout.engine_max_ack_pending, skips=False)
     # the starter dead-letters a bad start message itself; what else fails is transient
     starter = _push(layout, STARTER_CONSUMER, START_SUBJECT, layout.engine_max_ack_pending, skips=False)
@@ -311,14 +309,20 @@ async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str,
     except NotFoundError:
         await js.create_object_store(
             BLOB_BUCKET,
-            config=api.ObjectStoreConfig(bucket=BLOB_BUCKET, replicas=layout.replicas, storage=api.StorageType.FILE,
-                                         ttl=layout.exec_max_age),
+            config=api.ObjectStoreConfig(
+                bucket=BLOB_BUCKET, replicas=layout.replicas, storage=api.StorageType.FILE, ttl=layout.exec_max_age
+            ),
         )
     try:
         await js.key_value(OWNERS_BUCKET)
     except NotFoundError:
-        await js.create_key_value(bucket=OWNERS_BUCKET, history=1, ttl=layout.lease_ttl, replicas=layout.replicas,
-                                  storage=api.StorageType.FILE)
+        await js.create_key_value(
+            bucket=OWNERS_BUCKET,
+            history=1,
+            ttl=layout.lease_ttl,
+            replicas=layout.replicas,
+            storage=api.StorageType.FILE,
+        )
     for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1)):
         try:
             await js.key_value(bucket)

@@ -114,11 +114,15 @@ class NatsServer:
         ports_dir = Path(tempfile.mkdtemp(prefix="actors-ports-"))
         args = [
             find_binary(),
-            "-a", "127.0.0.1",
-            "-p", str(port),  # -1: the server picks a free port and tells us via the ports file
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),  # -1: the server picks a free port and tells us via the ports file
             "-js",
-            "-sd", str(store),
-            "--ports_file_dir", str(ports_dir),
+            "-sd",
+            str(store),
+            "--ports_file_dir",
+            str(ports_dir),
             *(["--user", auth[0], "--pass", auth[1]] if auth else []),
             *(extra_args or []),
         ]
@@ -127,8 +131,13 @@ class NatsServer:
         log = open(store / "nats-server.log", "ab")  # noqa: ASYNC230
         # its own session: a Ctrl-C meant for `actors-cli dev` must not reach the server
         # before dev has stopped the actors that use it; dev stops it last
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # noqa: ASYNC220
-                                preexec_fn=_parent_death_hook())
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_parent_death_hook(),
+        )
         log.close()
         deadline = time.monotonic() + ready_timeout
         try:
@@ -148,8 +157,9 @@ class NatsServer:
         return server
 
     @staticmethod
-    async def _wait_ports_file(proc: subprocess.Popen[bytes], store: Path, ports_dir: Path, deadline: float, *,
-                               owns_store: bool) -> str:
+    async def _wait_ports_file(
+        proc: subprocess.Popen[bytes], store: Path, ports_dir: Path, deadline: float, *, owns_store: bool
+    ) -> str:
         """The client URL the server writes once it listens; ServerError when it exits
         or takes too long (the server stopped, a temporary store removed)."""
         while time.monotonic() < deadline:
@@ -158,8 +168,10 @@ class NatsServer:
                 fatal = [line.split("[FTL]", 1)[1].strip() for line in tail.splitlines() if "[FTL]" in line]
                 if owns_store:
                     shutil.rmtree(store, ignore_errors=True)
-                raise ServerError(f"nats-server exited with {proc.returncode}:\n{tail}",
-                                  summary=f"nats-server could not start: {fatal[-1]}" if fatal else None)
+                raise ServerError(
+                    f"nats-server exited with {proc.returncode}:\n{tail}",
+                    summary=f"nats-server could not start: {fatal[-1]}" if fatal else None,
+                )
             files = list(ports_dir.glob("*.ports"))  # noqa: ASYNC240 - a tiny local dir
             if files:
                 try:
@@ -244,12 +256,24 @@ class NatsCluster:
 
     def _args(self, i: int) -> list[str]:
         routes = ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(self.route_ports) if j != i)
-        return ["-n", f"node{i}", "--cluster_name", "actors", "--cluster", f"nats://127.0.0.1:{self.route_ports[i]}",
-                "--routes", routes]
+        return [
+            "-n",
+            f"node{i}",
+            "--cluster_name",
+            "actors",
+            "--cluster",
+            f"nats://127.0.0.1:{self.route_ports[i]}",
+            "--routes",
+            routes,
+        ]
 
     async def _start_node(self, i: int, ready_timeout: float = 30.0) -> None:
-        self.nodes[i] = await NatsServer.start(port=self.client_ports[i], store_dir=self.root / f"node{i}",
-                                               extra_args=self._args(i), ready_timeout=ready_timeout)
+        self.nodes[i] = await NatsServer.start(
+            port=self.client_ports[i],
+            store_dir=self.root / f"node{i}",
+            extra_args=self._args(i),
+            ready_timeout=ready_timeout,
+        )
 
     @classmethod
     async def start(cls, n: int = 3) -> NatsCluster:
@@ -272,4 +296,3 @@ class NatsCluster:
             if node is not None:
                 await node.stop()
         shutil.rmtree(self.root, ignore_errors=True)
-

@@ -39,15 +39,18 @@ class System:
     layout: Layout
     tmp: Path
 
-    async def start_yaml(self, yaml_text: str, *, payload: dict[str, Any] | None = None,
-                         execution_id: str | None = None) -> str:
+    async def start_yaml(
+        self, yaml_text: str, *, payload: dict[str, Any] | None = None, execution_id: str | None = None
+    ) -> str:
         """Register a playbook and start it; returns the execution id."""
         path = self.tmp / f"pb{abs(hash(yaml_text))}.yaml"
         path.write_text(yaml_text)
         entry = await self.client.register(path)
         return await self.client.start(entry.path, version=entry.version, payload=payload, execution_id=execution_id)
 
-    async def run_yaml(self, yaml_text: str, *, payload: dict[str, Any] | None = None, timeout: float = 20) -> tuple[str, Any]:
+    async def run_yaml(
+        self, yaml_text: str, *, payload: dict[str, Any] | None = None, timeout: float = 20
+    ) -> tuple[str, Any]:
         """Register a playbook, start it, wait for its terminal status."""
         eid = await self.start_yaml(yaml_text, payload=payload)
         status = await self.client.wait(eid, timeout=timeout)
@@ -62,8 +65,10 @@ class System:
         from streams.layout import EXEC_STREAM, START_STREAM, STARTER_CONSUMER, engine_consumer
 
         jsm = self.nc.jsm()
-        consumers = [(START_STREAM, STARTER_CONSUMER),
-                     *((EXEC_STREAM, engine_consumer(p)) for p in range(self.layout.partitions))]
+        consumers = [
+            (START_STREAM, STARTER_CONSUMER),
+            *((EXEC_STREAM, engine_consumer(p)) for p in range(self.layout.partitions)),
+        ]
 
         async def idle() -> bool:
             for stream, consumer in consumers:

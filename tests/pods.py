@@ -42,8 +42,14 @@ async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, str]:
         return r.status, r.headers.get("Content-Type", ""), await r.text()
 
 
-async def until_status(session: aiohttp.ClientSession, url: str, status: int, *, timeout: float,
-                       proc: asyncio.subprocess.Process | None = None) -> None:
+async def until_status(
+    session: aiohttp.ClientSession,
+    url: str,
+    status: int,
+    *,
+    timeout: float,
+    proc: asyncio.subprocess.Process | None = None,
+) -> None:
     """Poll `url` until it answers `status` (readiness has no event to await from outside)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -65,15 +71,28 @@ class PodProcess:
         self.role, self.proc, self.port, self.log = role, proc, port, log
 
     @classmethod
-    async def start(cls, role: str, *, url: str, layout: Layout, logs: Path, name: str,
-                    drain_timeout: float = 2) -> PodProcess:
+    async def start(
+        cls, role: str, *, url: str, layout: Layout, logs: Path, name: str, drain_timeout: float = 2
+    ) -> PodProcess:
         port = free_port()
         log = logs / f"{name}.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "actors.cli", "serve", "--role", role, "--http-port", str(port),
-                "--http-host", "127.0.0.1", "--drain-timeout", str(drain_timeout),
-                cwd=ROOT, stdout=out, stderr=out,
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "serve",
+                "--role",
+                role,
+                "--http-port",
+                str(port),
+                "--http-host",
+                "127.0.0.1",
+                "--drain-timeout",
+                str(drain_timeout),
+                cwd=ROOT,
+                stdout=out,
+                stderr=out,
                 env={**os.environ, "NATS_URL": url, **layout_env(layout)},
             )
         return cls(role, proc, port, log)

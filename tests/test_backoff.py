@@ -44,5 +44,8 @@ def test_exponential_doubles_then_caps() -> None:
 def test_full_jitter_spreads_across_attempts() -> None:
     units = [unit_random("exec", 0, a) for a in range(1, 200)]
     assert min(units) < 0.1 and max(units) > 0.9  # not a constant in disguise
-    d = [retry_delay(backoff="fixed", jitter="full", attempt=1, initial=10, factor=2, max_delay=60, unit=u) for u in units]
+    d = [
+        retry_delay(backoff="fixed", jitter="full", attempt=1, initial=10, factor=2, max_delay=60, unit=u)
+        for u in units
+    ]
     assert all(0 <= x <= 10 for x in d)

@@ -101,8 +101,9 @@ workflow:
             break
     # a result whose blob is gone (expired, removed) arrives before the tool's own
     gone = CallDone(execution_id=eid, command_id=cid, step="wait", attempt_number=1, result_ref=f"{eid}/result/gone")
-    await system.js_publish(system.layout.exec_subject(eid, IN, f"result.{cid}"), encode(gone),
-                            msg_id=f"{eid}:res:{cid}")
+    await system.js_publish(
+        system.layout.exec_subject(eid, IN, f"result.{cid}"), encode(gone), msg_id=f"{eid}:res:{cid}"
+    )
     status = await system.client.wait(eid, timeout=10)
     assert status.state == "FAILED"
     err = of_type(await system.events(eid), "step.exit", "wait")[0].data["error"]
@@ -151,7 +152,8 @@ workflow:
 async def test_a_loop_whose_iterations_read_and_return_big_values_completes(system: System) -> None:
     """The loop's spec (its scope holds `big`), each iteration's command (args) and each
     iteration's result are over the message limit."""
-    eid, status = await system.run_yaml("""
+    eid, status = await system.run_yaml(
+        """
 apiVersion: actors/v1
 kind: Playbook
 metadata: {name: big_loop}
@@ -166,7 +168,9 @@ workflow:
     next: end
   - step: end
     args: {sizes: "{{ each | map('length') | list }}"}
-""", timeout=40)
+""",
+        timeout=40,
+    )
     assert status.state == "COMPLETED"
     terminal = of_type(await system.events(eid), "playbook.completed")[0]
     assert await system.client.result(terminal) == {"sizes": [1_200_000, 2_400_000, 3_600_000]}
@@ -176,7 +180,8 @@ workflow:
 async def test_a_chunk_whose_results_are_too_large_together_completes(system: System) -> None:
     """Three 500 kB results in one chunk's answer are over the message limit: each goes
     as a blob, none fails."""
-    eid, status = await system.run_yaml("""
+    eid, status = await system.run_yaml(
+        """
 apiVersion: actors/v1
 kind: Playbook
 metadata: {name: big_chunk}
@@ -188,7 +193,9 @@ workflow:
     next: end
   - step: end
     args: {heads: "{{ each | map('first') | list }}", sizes: "{{ each | map('length') | list }}"}
-""", timeout=40)
+""",
+        timeout=40,
+    )
     assert status.state == "COMPLETED"
     terminal = of_type(await system.events(eid), "playbook.completed")[0]
     assert await system.client.result(terminal) == {"heads": ["1", "2", "3", "4"], "sizes": [500_000] * 4}
@@ -238,8 +245,9 @@ async def test_cli_run_takes_a_payload_over_the_limit_and_refuses_one_over_the_c
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["result"] == {"measure": TWO_MB}
 
-    code, out, err = await cli("run", str(pb), "--payload", f"@{payload}", "--json",
-                               env={"NATS_URL": "", "ACTORS_MAX_VALUE_BYTES": "1000000"})
+    code, out, err = await cli(
+        "run", str(pb), "--payload", f"@{payload}", "--json", env={"NATS_URL": "", "ACTORS_MAX_VALUE_BYTES": "1000000"}
+    )
     assert code == 3
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "payload" in lines[0] and "1,000,000" in lines[0] and "Traceback" not in err
@@ -258,10 +266,14 @@ workflow:
     args: {n: "{{ workload.n }}"}
 """)
     # served by this test's actors: the CLI must use their layout
-    env = {"NATS_URL": system.server.url, "ACTORS_PARTITIONS": str(system.layout.partitions),
-           "ACTORS_ACK_WAIT": str(system.layout.ack_wait)}
-    code, out, err = await cli("run", str(pb), "--payload", json.dumps({"n": 2**70}), "--json",
-                               "--execution-id", "bigint-1", env=env)
+    env = {
+        "NATS_URL": system.server.url,
+        "ACTORS_PARTITIONS": str(system.layout.partitions),
+        "ACTORS_ACK_WAIT": str(system.layout.ack_wait),
+    }
+    code, out, err = await cli(
+        "run", str(pb), "--payload", json.dumps({"n": 2**70}), "--json", "--execution-id", "bigint-1", env=env
+    )
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["result"] == {"power": {"n": 2**70, "next": 2**70 + 1}}
     code, out, err = await cli("events", "bigint-1", "--json", env=env)
@@ -280,10 +292,18 @@ def _bomb() -> str:
     rows = ["      a: &a [x, x, x, x, x, x, x, x, x]"]
     for prev, name in itertools.pairwise(levels):
         rows.append(f"      {name}: &{name} [{', '.join(['*' + prev] * 9)}]")
-    return "\n".join([
-        "apiVersion: actors/v1", "kind: Playbook", "metadata: {name: laughs}", "workflow:", "  - step: start",
-        "    args:", *rows, "",
-    ])
+    return "\n".join(
+        [
+            "apiVersion: actors/v1",
+            "kind: Playbook",
+            "metadata: {name: laughs}",
+            "workflow:",
+            "  - step: start",
+            "    args:",
+            *rows,
+            "",
+        ]
+    )
 
 
 def test_an_alias_bomb_is_refused_at_load_naming_its_line() -> None:
@@ -303,12 +323,16 @@ def test_anchors_within_the_bound_still_load() -> None:
 
 
 @pytest.mark.asyncio
-async def test_cli_validate_register_and_run_refuse_an_alias_bomb_with_exit_3(nats_server: NatsServer,
-                                                                             tmp_path: Path) -> None:
+async def test_cli_validate_register_and_run_refuse_an_alias_bomb_with_exit_3(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
     bomb = tmp_path / "laughs.yaml"
     bomb.write_text(_bomb())
-    for args in (("validate", str(bomb)), ("register", str(bomb), "--nats", nats_server.url),
-                 ("run", str(bomb), "--nats", nats_server.url)):
+    for args in (
+        ("validate", str(bomb)),
+        ("register", str(bomb), "--nats", nats_server.url),
+        ("run", str(bomb), "--nats", nats_server.url),
+    ):
         code, _, err = await cli(*args)
         assert code == 3, (args, err)
         assert f"{bomb}:12:" in err and "aliases" in err and "Traceback" not in err

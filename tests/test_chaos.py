@@ -110,8 +110,9 @@ def assert_decided_once(eid: str, items: list[LogItem]) -> None:
     for kind in ("step.enter", "step.exit"):
         per_activation = Counter((i.step, i.data.get("activation")) for i in items if i.type == kind)
         assert all(n == 1 for n in per_activation.values()), (eid, kind, per_activation)
-    issued = Counter((i.step, i.data.get("activation"), i.data.get("attempt_number"))
-                     for i in items if i.type == "command.issued")
+    issued = Counter(
+        (i.step, i.data.get("activation"), i.data.get("attempt_number")) for i in items if i.type == "command.issued"
+    )
     assert all(n == 1 for n in issued.values()), (eid, issued)
     assert len([i for i in items if i.type == "iterator.started"]) == 1, eid
 
@@ -128,11 +129,15 @@ async def stuck_report(client: Client, stuck: list[str], logs: Path) -> str:
         cmd = await jsm.stream_info("CMD", subjects_filter=f"cmd.*.{eid}.>")
         lines.append(f"  loop log {len(loop.state.subjects or {})} subjects; commands waiting {cmd.state.messages}")
     from streams.layout import counter_consumer, engine_consumer
+
     for name in [engine_consumer(p) for p in range(client.layout.partitions)] + [
-            counter_consumer(p) for p in range(client.layout.partitions)]:
+        counter_consumer(p) for p in range(client.layout.partitions)
+    ]:
         info = await jsm.consumer_info("EXEC" if name.startswith("engine") else "LOOP", name)
-        lines.append(f"{name}: pending {info.num_pending} ack_pending {info.num_ack_pending} "
-                     f"redelivered {info.num_redelivered} waiting {info.num_waiting} push_bound {info.push_bound}")
+        lines.append(
+            f"{name}: pending {info.num_pending} ack_pending {info.num_ack_pending} "
+            f"redelivered {info.num_redelivered} waiting {info.num_waiting} push_bound {info.push_bound}"
+        )
     cmd_info = await jsm.stream_info("CMD")
     for seq in range(cmd_info.state.first_seq, cmd_info.state.last_seq + 1):
         try:
@@ -142,9 +147,11 @@ async def stuck_report(client: Client, stuck: list[str], logs: Path) -> str:
         if len(lines) < 60:
             lines.append(f"CMD seq {seq} {m.subject} {m.headers}")
     info = await jsm.consumer_info("CMD", "tools-python")
-    lines.append(f"tools-python: pending {info.num_pending} ack_pending {info.num_ack_pending} "
-                 f"redelivered {info.num_redelivered} waiting {info.num_waiting} delivered {info.delivered} "
-                 f"ack_floor {info.ack_floor} stream {cmd_info.state}")
+    lines.append(
+        f"tools-python: pending {info.num_pending} ack_pending {info.num_ack_pending} "
+        f"redelivered {info.num_redelivered} waiting {info.num_waiting} delivered {info.delivered} "
+        f"ack_floor {info.ack_floor} stream {cmd_info.state}"
+    )
     kv = await client.js.key_value("owners")
     for k in await kv.keys():
         e = await kv.get(k)
@@ -155,15 +162,21 @@ async def stuck_report(client: Client, stuck: list[str], logs: Path) -> str:
     return "\n".join(lines)
 
 
-async def run_chaos(url: str, layout: Layout, tmp_path: Path,
-                    mid_run: Callable[[dict[str, list[PodProcess]], Terminals], Awaitable[None]]) -> None:
+async def run_chaos(
+    url: str,
+    layout: Layout,
+    tmp_path: Path,
+    mid_run: Callable[[dict[str, list[PodProcess]], Terminals], Awaitable[None]],
+) -> None:
     nc = await connect(url, name="chaos-test")
     await ensure(nc.jetstream(), layout)
     logs = tmp_path / "logs"
     logs.mkdir()
     counts = {"engine": 3, "counter": 2, "tools": 2, "projector": 1}
-    pods = {role: [await PodProcess.start(role, url=url, layout=layout, logs=logs, name=f"{role}{i}")
-                   for i in range(n)] for role, n in counts.items()}
+    pods = {
+        role: [await PodProcess.start(role, url=url, layout=layout, logs=logs, name=f"{role}{i}") for i in range(n)]
+        for role, n in counts.items()
+    }
     try:
         await asyncio.gather(*(p.ready() for group in pods.values() for p in group))
         terminals = Terminals()
@@ -172,9 +185,12 @@ async def run_chaos(url: str, layout: Layout, tmp_path: Path,
         pb = tmp_path / "chaos.yaml"
         pb.write_text(PLAYBOOK)
         entry = await client.register(pb)
-        ids = [await client.start(entry.path, payload={"every": 2 if i % 4 == 3 else ITEMS,
-                                                         "marker": str(tmp_path / f"m{i}")})
-               for i in range(EXECUTIONS)]
+        ids = [
+            await client.start(
+                entry.path, payload={"every": 2 if i % 4 == 3 else ITEMS, "marker": str(tmp_path / f"m{i}")}
+            )
+            for i in range(EXECUTIONS)
+        ]
 
         await mid_run(pods, terminals)
 
@@ -208,15 +224,15 @@ async def run_chaos(url: str, layout: Layout, tmp_path: Path,
         await nc.close()
 
 
-async def kill_pods(pods: dict[str, list[PodProcess]], terminals: Terminals,
-                    at: tuple[float, float, float] = (0.25, 0.5, 0.75)) -> None:
+async def kill_pods(
+    pods: dict[str, list[PodProcess]], terminals: Terminals, at: tuple[float, float, float] = (0.25, 0.5, 0.75)
+) -> None:
     """Mid-run, once these fractions of the executions are done: an engine pod, then a
     tool pod, then a counter pod."""
     for role, fraction in zip(("engine", "tools", "counter"), at, strict=True):
         await terminals.reach(int(EXECUTIONS * fraction), timeout=120)
         await pods[role][0].kill()
         assert len(terminals.seen) < EXECUTIONS, f"the {role} pod was killed after the run had ended"
-
 
 
 async def test_pods_killed_mid_run_change_no_outcome(tmp_path: Path) -> None:

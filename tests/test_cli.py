@@ -19,7 +19,11 @@ CLI = [sys.executable, "-m", "actors.cli"]
 
 async def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *CLI, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *CLI,
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **(env or {})},
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -38,7 +42,9 @@ async def test_run_example_embedded_prints_progress_and_result() -> None:
 
 @pytest.mark.asyncio
 async def test_run_json_gives_one_object_and_exit_code_per_state(tmp_path: Path) -> None:
-    code, out, _ = await cli("run", "examples/hello.yaml", "--json", "--execution-id", "cli-json-1", env={"NATS_URL": ""})
+    code, out, _ = await cli(
+        "run", "examples/hello.yaml", "--json", "--execution-id", "cli-json-1", env={"NATS_URL": ""}
+    )
     assert code == 0
     obj = json.loads(out.strip().splitlines()[-1])
     assert set(obj) == {"execution_id", "state", "result", "error", "started_at", "ended_at", "existing"}
@@ -74,7 +80,9 @@ workflow:
     code, _, err = await cli("run", str(slow), "--timeout", "1", env={"NATS_URL": ""})
     assert code == 4 and "not finished" in err
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: x}\nworkflow:\n  - step: a\n    colour: red\n")
+    bad.write_text(
+        "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: x}\nworkflow:\n  - step: a\n    colour: red\n"
+    )
     code, _, err = await cli("run", str(bad), env={"NATS_URL": ""})
     assert code == 3 and "bad.yaml:6" in err and "colour" in err
     code, _, err = await cli("run", "examples/hello.yaml", "--payload", "[1, 2]", env={"NATS_URL": ""})
@@ -86,13 +94,26 @@ async def test_register_start_status_events_against_a_running_server(tmp_path: P
     """The `dev`/`serve` workflow: actors in one process, the CLI in others."""
     server = await NatsServer.start()
     # --http-port 0: the default 8080 may be taken by anything else on the machine
-    serve = await asyncio.create_subprocess_exec(*CLI, "serve", "--role", "all", "--nats", server.url, "--http-port", "0",
-                                                 cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    serve = await asyncio.create_subprocess_exec(
+        *CLI,
+        "serve",
+        "--role",
+        "all",
+        "--nats",
+        server.url,
+        "--http-port",
+        "0",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         env = {"NATS_URL": server.url}
         code, out, _ = await cli("register", "examples/hello.yaml", env=env)
         assert code == 0 and "examples/hello v1" in out
-        code, out, _ = await cli("start", "examples/hello", "--payload", '{"name": "ops"}', "--execution-id", "cli-1", env=env)
+        code, out, _ = await cli(
+            "start", "examples/hello", "--payload", '{"name": "ops"}', "--execution-id", "cli-1", env=env
+        )
         assert code == 0 and out.strip() == "cli-1"
         code, out, _ = await cli("status", "cli-1", "--watch", "--json", "--timeout", "30", env=env)
         assert code == 0

@@ -35,12 +35,17 @@ workflow:
 """
 
 
-async def cli(*args: str, url: str = "", timeout: float = 40,
-              env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
+async def cli(
+    *args: str, url: str = "", timeout: float = 40, env: dict[str, str] | None = None
+) -> tuple[int, str, str, float]:
     """Run actors-cli; (exit code, stdout, stderr, seconds it took)."""
     began = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *CLI, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *CLI,
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         # the partitions of tests/conftest.make_layout: the CLI must address the same subjects
         env={**os.environ, "NATS_URL": url, "ACTORS_PARTITIONS": str(make_layout().partitions), **(env or {})},
     )
@@ -76,9 +81,17 @@ async def test_wildcards_and_dots_in_an_execution_id_are_refused_and_address_not
     _, status = await system.run_yaml(SLOW.replace("seconds: 30", "seconds: 0"))
     assert status.state == "COMPLETED"  # a log `events '*'` used to print
     url = system.server.url
-    for args in (("status", "*"), ("status", "a.b"), ("status", "a\n"), ("status", "*", "--watch"), ("events", "*"),
-                 ("events", ">"), ("cancel", "*"), ("start", "examples/hello", "--execution-id", "a.b"),
-                 ("run", "examples/hello.yaml", "--nats", url, "--execution-id", "bad id")):
+    for args in (
+        ("status", "*"),
+        ("status", "a.b"),
+        ("status", "a\n"),
+        ("status", "*", "--watch"),
+        ("events", "*"),
+        ("events", ">"),
+        ("cancel", "*"),
+        ("start", "examples/hello", "--execution-id", "a.b"),
+        ("run", "examples/hello.yaml", "--nats", url, "--execution-id", "bad id"),
+    ):
         code, out, err, _ = await cli(*args, url=url)
         assert code == EXIT_INVALID, (args, code, err)
         assert "is not valid" in one_line(err) and out == "", args
@@ -102,7 +115,8 @@ async def test_cancel_of_an_unknown_execution_says_so_and_writes_nothing(system:
 
 @pytest.mark.asyncio
 async def test_cancel_waits_for_a_start_still_queued_and_says_when_it_cannot_tell(
-        nats_server: NatsServer, tmp_path: Path) -> None:
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
     """A start message not yet turned into a record (no engine running yet) is neither
     cancelled blindly nor called unknown."""
     from actors.client import Client
@@ -133,7 +147,8 @@ async def test_cancel_waits_for_a_start_still_queued_and_says_when_it_cannot_tel
 
 @pytest.mark.asyncio
 async def test_a_payload_over_the_cap_or_a_playbook_over_the_message_limit_is_refused_naming_it(
-        system: System, tmp_path: Path) -> None:
+    system: System, tmp_path: Path
+) -> None:
     """A payload over the message limit travels as a blob (tests/test_big_values.py);
     one over the cap on values (ACTORS_MAX_VALUE_BYTES), and a playbook over the
     message limit, are refused with one line before anything is sent."""
@@ -146,8 +161,7 @@ async def test_a_payload_over_the_cap_or_a_playbook_over_the_message_limit_is_re
     code, _, err, _ = await cli("start", "examples/hello", "--payload", f"@{big}", url=url, env=cap)
     line = one_line(err)
     assert code == EXIT_INVALID and "payload is 1,200,0" in line and "1,000,000-byte cap" in line
-    code, _, err, _ = await cli("run", "examples/hello.yaml", "--nats", url, "--payload", f"@{big}", url=url,
-                                env=cap)
+    code, _, err, _ = await cli("run", "examples/hello.yaml", "--nats", url, "--payload", f"@{big}", url=url, env=cap)
     assert code == EXIT_INVALID and "payload is 1,200,0" in one_line(err)
     huge = tmp_path / "huge.yaml"
     huge.write_text((ROOT / "examples" / "hello.yaml").read_text() + "# " + "x" * 1_200_000 + "\n")
@@ -219,16 +233,28 @@ async def test_a_second_start_of_an_id_says_it_exists_and_the_first_start_runs(s
     url = system.server.url
     code, _, err, _ = await cli("register", "examples/hello.yaml", url=url)
     assert code == 0, err
-    code, out, err, _ = await cli("start", "examples/hello", "--execution-id", "twice", "--payload",
-                                  '{"name": "first"}', "--json", url=url)
+    code, out, err, _ = await cli(
+        "start", "examples/hello", "--execution-id", "twice", "--payload", '{"name": "first"}', "--json", url=url
+    )
     assert code == 0 and json.loads(out) == {"execution_id": "twice", "existing": False, "differs": []}
     assert err == ""
-    code, out, err, _ = await cli("start", "examples/hello", "--execution-id", "twice", "--payload",
-                                  '{"name": "second"}', "--json", url=url)
+    code, out, err, _ = await cli(
+        "start", "examples/hello", "--execution-id", "twice", "--payload", '{"name": "second"}', "--json", url=url
+    )
     assert code == 0 and json.loads(out) == {"execution_id": "twice", "existing": True, "differs": ["payload"]}
     assert "already exists" in one_line(err) and "payload differs" in err
-    code, out, err, _ = await cli("run", "examples/hello.yaml", "--nats", url, "--execution-id", "twice",
-                                  "--payload", '{"name": "third"}', "--json", url=url)
+    code, out, err, _ = await cli(
+        "run",
+        "examples/hello.yaml",
+        "--nats",
+        url,
+        "--execution-id",
+        "twice",
+        "--payload",
+        '{"name": "third"}',
+        "--json",
+        url=url,
+    )
     result = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and result["existing"] is True and "already exists" in err
     assert result["result"]["shout"] == "HELLO, FIRST!"  # the first start record is what ran
@@ -264,8 +290,7 @@ async def test_serve_on_a_busy_http_port_and_dev_on_a_busy_port_exit_with_one_li
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        code, _, err, _ = await cli("serve", "--nats", nats_server.url, "--http-host", "127.0.0.1",
-                                    "--http-port", port)
+        code, _, err, _ = await cli("serve", "--nats", nats_server.url, "--http-host", "127.0.0.1", "--http-port", port)
         line = one_line(err)
         assert code == EXIT_INVALID and port in line and "--http-port" in line
         code, _, err, _ = await cli("dev", "--port", port)
@@ -281,8 +306,8 @@ def children_named(pid: int, name: str) -> list[int]:
             comm_and_rest = stat.read_text()
         except OSError:
             continue  # gone meanwhile
-        comm = comm_and_rest[comm_and_rest.index("(") + 1: comm_and_rest.rindex(")")]
-        ppid = int(comm_and_rest[comm_and_rest.rindex(")") + 2:].split()[1])
+        comm = comm_and_rest[comm_and_rest.index("(") + 1 : comm_and_rest.rindex(")")]
+        ppid = int(comm_and_rest[comm_and_rest.rindex(")") + 2 :].split()[1])
         if ppid == pid and comm == name:
             found.append(int(stat.parent.name))
     return found
@@ -318,8 +343,14 @@ async def gone(pid: int, timeout: float) -> bool:
 
 
 async def kill_hard_and_check_its_server_dies(args: list[str], ready: bytes) -> None:
-    proc = await asyncio.create_subprocess_exec(*CLI, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NATS_URL": ""})
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "NATS_URL": ""},
+    )
     try:
         assert proc.stdout is not None
         while ready not in (line := await asyncio.wait_for(proc.stdout.readline(), 30)):

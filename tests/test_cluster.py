@@ -31,6 +31,7 @@ from tests.conftest import of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
+
 def looped(name: str, *, iterations: int, seconds: float, concurrency: int) -> str:
     """A loop of sleeps, then a step whose first attempt fails and whose retry returns
     how often it ran (2: it ran twice)."""
@@ -71,7 +72,9 @@ async def cluster() -> AsyncIterator[NatsCluster]:
         await c.stop()
 
 
-async def test_streams_and_buckets_are_r3_and_executions_run_on_the_cluster(cluster: NatsCluster, tmp_path: Path) -> None:
+async def test_streams_and_buckets_are_r3_and_executions_run_on_the_cluster(
+    cluster: NatsCluster, tmp_path: Path
+) -> None:
     layout = Layout(partitions=4, replicas=3, ack_wait=3.0)
     nc = await connect(cluster.url, name="cluster-test")
     runtime = await start_roles(nc, layout=layout)
@@ -133,8 +136,9 @@ async def results_seen(nc: NATS, n: int) -> asyncio.Event:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("victim", ["cmd-leader", "client-node"])
-async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(cluster: NatsCluster, tmp_path: Path,
-                                                                   victim: str) -> None:
+async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
+    cluster: NatsCluster, tmp_path: Path, victim: str
+) -> None:
     """Kill one node while loops release commands, bring it back after a few seconds:
     every execution still ends as it would have, once, with exact loop counts.
     `cmd-leader`: the CMD stream's leader dies (the counter's command publishes meet a

@@ -35,8 +35,16 @@ K8S = DEPLOY / "k8s"
 K8S_VERSION = "1.30"  # the oldest Kubernetes these manifests promise to work on
 SCALEDOBJECT_SCHEMA = DEPLOY / "schemas" / "scaledobject-keda-v1alpha1.json"
 # what KEDA's nats-jetstream scaler reads from a trigger's metadata (keda pkg/scalers/nats_jetstream_scaler.go)
-JETSTREAM_TRIGGER_KEYS = {"natsServerMonitoringEndpoint", "account", "accountID", "stream", "consumer",
-                          "lagThreshold", "activationLagThreshold", "useHttps"}
+JETSTREAM_TRIGGER_KEYS = {
+    "natsServerMonitoringEndpoint",
+    "account",
+    "accountID",
+    "stream",
+    "consumer",
+    "lagThreshold",
+    "activationLagThreshold",
+    "useHttps",
+}
 JETSTREAM_TRIGGER_REQUIRED = {"natsServerMonitoringEndpoint", "stream", "consumer"}
 
 
@@ -124,7 +132,7 @@ def test_kustomization_lists_every_manifest_and_renders() -> None:
 
 def dockerfile_instruction(name: str) -> list[str]:
     lines = [ln.strip() for ln in (DEPLOY / "Dockerfile").read_text().splitlines()]
-    found = [ln[len(name):].strip() for ln in lines if ln.upper().startswith(name + " ")]
+    found = [ln[len(name) :].strip() for ln in lines if ln.upper().startswith(name + " ")]
     assert len(found) == 1, f"one {name} expected in deploy/Dockerfile, found {found}"
     value: list[str] = json.loads(found[0])  # exec form: no shell between the signal and the process
     return value
@@ -157,7 +165,11 @@ def test_entrypoint_command_exists_and_serve_help_works() -> None:
 
 
 def containers() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    return [(d["metadata"]["name"], d, c) for d in by_kind("Deployment") for c in d["spec"]["template"]["spec"]["containers"]]
+    return [
+        (d["metadata"]["name"], d, c)
+        for d in by_kind("Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
 
 
 def test_every_deployment_runs_a_valid_role_with_probes_on_the_served_port() -> None:
@@ -191,8 +203,11 @@ def test_config_gives_a_valid_layout() -> None:
     env = config["data"]
     assert env["NATS_URL"].startswith("nats://")
     assert env["ACTORS_REPLICAS"] == "3"
-    layout = Layout(partitions=int(env["ACTORS_PARTITIONS"]), replicas=int(env["ACTORS_REPLICAS"]),
-                    ack_wait=float(env["ACTORS_ACK_WAIT"]))
+    layout = Layout(
+        partitions=int(env["ACTORS_PARTITIONS"]),
+        replicas=int(env["ACTORS_REPLICAS"]),
+        ack_wait=float(env["ACTORS_ACK_WAIT"]),
+    )
     assert layout.partitions >= 1
 
 
@@ -205,7 +220,9 @@ def test_scaled_object_targets_the_tools_deployment_on_tool_consumers() -> None:
     for t in scaled["spec"]["triggers"]:
         assert t["type"] == "nats-jetstream"
         meta = t["metadata"]
-        assert set(meta) <= JETSTREAM_TRIGGER_KEYS, f"unknown nats-jetstream field(s) {set(meta) - JETSTREAM_TRIGGER_KEYS}"
+        assert set(meta) <= JETSTREAM_TRIGGER_KEYS, (
+            f"unknown nats-jetstream field(s) {set(meta) - JETSTREAM_TRIGGER_KEYS}"
+        )
         assert JETSTREAM_TRIGGER_REQUIRED <= set(meta)
         assert meta["stream"] == CMD_STREAM
         assert int(meta["lagThreshold"]) > 0
@@ -220,17 +237,27 @@ def test_scaled_object_targets_the_tools_deployment_on_tool_consumers() -> None:
 # (nats-io/k8s, helm/charts/nats, chart 2.14.2): a misspelt key is silently ignored by
 # helm, so it is caught here instead
 NATS_CHART_KEYS = {
-    "config.cluster.enabled", "config.cluster.replicas",
-    "config.jetstream.enabled", "config.jetstream.fileStore.enabled", "config.jetstream.fileStore.dir",
-    "config.jetstream.fileStore.pvc.enabled", "config.jetstream.fileStore.pvc.size",
-    "config.jetstream.fileStore.pvc.storageClassName", "config.jetstream.memoryStore.enabled",
-    "config.monitor.enabled", "config.monitor.port",
-    "container.env.GOMEMLIMIT", "container.resources.requests.cpu", "container.resources.requests.memory",
+    "config.cluster.enabled",
+    "config.cluster.replicas",
+    "config.jetstream.enabled",
+    "config.jetstream.fileStore.enabled",
+    "config.jetstream.fileStore.dir",
+    "config.jetstream.fileStore.pvc.enabled",
+    "config.jetstream.fileStore.pvc.size",
+    "config.jetstream.fileStore.pvc.storageClassName",
+    "config.jetstream.memoryStore.enabled",
+    "config.monitor.enabled",
+    "config.monitor.port",
+    "container.env.GOMEMLIMIT",
+    "container.resources.requests.cpu",
+    "container.resources.requests.memory",
     "container.resources.limits.memory",
-    "promExporter.enabled", "promExporter.podMonitor.enabled",
+    "promExporter.enabled",
+    "promExporter.podMonitor.enabled",
     "podTemplate.topologySpreadConstraints.kubernetes.io/hostname.maxSkew",
     "podTemplate.topologySpreadConstraints.kubernetes.io/hostname.whenUnsatisfiable",
-    "podDisruptionBudget.enabled", "natsBox.enabled",
+    "podDisruptionBudget.enabled",
+    "natsBox.enabled",
 }
 
 

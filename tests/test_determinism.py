@@ -103,8 +103,9 @@ def _recorded(log: list[Any]) -> dict[int, list[Any]]:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", sorted(PLAYBOOKS))
 async def test_replaying_the_log_reproduces_every_decision_exactly(system: System, name: str) -> None:
-    eid, status = await system.run_yaml(f"apiVersion: actors/v1\nkind: Playbook\nmetadata: {{name: {name}}}\nworkflow:\n"
-                                        + PLAYBOOKS[name])
+    eid, status = await system.run_yaml(
+        f"apiVersion: actors/v1\nkind: Playbook\nmetadata: {{name: {name}}}\nworkflow:\n" + PLAYBOOKS[name]
+    )
     assert status.state in ("COMPLETED", "FAILED")
     await system.engine_idle()
     log = await _raw_log(system, eid)
@@ -118,8 +119,10 @@ async def test_replaying_the_log_reproduces_every_decision_exactly(system: Syste
 
 @pytest.mark.asyncio
 async def test_a_new_engine_replaying_a_finished_execution_adds_nothing(system: System) -> None:
-    eid, status = await system.run_yaml("apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: replay_me}\nworkflow:\n"
-                                        + PLAYBOOKS["retry_with_jitter_then_remediation"])
+    eid, status = await system.run_yaml(
+        "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: replay_me}\nworkflow:\n"
+        + PLAYBOOKS["retry_with_jitter_then_remediation"]
+    )
     assert status.state == "COMPLETED"
     await system.engine_idle()
     before = await _raw_log(system, eid)
@@ -127,7 +130,7 @@ async def test_a_new_engine_replaying_a_finished_execution_adds_nothing(system: 
     await system.client.cancel(eid, "wake the execution up: forces a replay in the new engine")
     await system.engine_idle()
     after = await _raw_log(system, eid)
-    added = after[len(before):]
+    added = after[len(before) :]
     assert [class_of(s) for s, *_ in added] == ["in"]  # only the cancel request itself
     assert after[: len(before)] == before
     assert not of_type(await system.events(eid), "execution.cancelled")

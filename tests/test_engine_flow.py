@@ -21,7 +21,9 @@ def lifecycle(items):  # the lifecycle events, in log order
 
 
 async def test_success_path_runs_steps_in_order_and_completes_at_end(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "success" + """
+    eid, status = await system.run_yaml(
+        HEAD % "success"
+        + """
 workload: {x: 2}
 workflow:
   - step: start
@@ -33,11 +35,17 @@ workflow:
     args: {v: "{{ start.v }}"}
     next: end
   - step: end
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     items = await system.events(eid)
     assert [i.step for i in of_type(items, "step.exit")] == ["start", "double", "end"]
-    assert lifecycle(items) == ["playbook.initialized", "workflow.initialized", "workflow.completed", "playbook.completed"]
+    assert lifecycle(items) == [
+        "playbook.initialized",
+        "workflow.initialized",
+        "workflow.completed",
+        "playbook.completed",
+    ]
     done = of_type(items, "playbook.completed")[0].data
     assert done["result"] == {"double": {"v": 6}}
     wf = of_type(items, "workflow.completed")[0].data
@@ -47,7 +55,9 @@ workflow:
 
 
 async def test_parallel_branches_join_at_end_exactly_once(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "parallel" + """
+    eid, status = await system.run_yaml(
+        HEAD % "parallel"
+        + """
 workflow:
   - step: start
     next: [router, fast, slow, medium]
@@ -63,7 +73,8 @@ workflow:
   - step: medium
     tool: {kind: sleep, seconds: 0.1}
   - step: end
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     items = await system.events(eid)
     assert len(of_type(items, "step.enter", "end")) == 1
@@ -82,12 +93,16 @@ workflow:
 
 
 async def test_shell_step_result_feeds_templates(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "shell" + """
+    eid, status = await system.run_yaml(
+        HEAD % "shell"
+        + """
 workflow:
   - step: hello
     tool: {kind: shell, command: "echo hello-$WHO", env: {WHO: "{{ workload.who }}"}}
   - step: end
     args: {said: "{{ hello.stdout | trim }}"}
-""", payload={"who": "nats"})
+""",
+        payload={"who": "nats"},
+    )
     assert status.state == "COMPLETED"
     assert of_type(await system.events(eid), "playbook.completed")[0].data["result"] == {"said": "hello-nats"}

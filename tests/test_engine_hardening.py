@@ -102,38 +102,55 @@ def test_validate_does_not_build_a_huge_constant(tmp_path: Path) -> None:
     template. The multiplication is intercepted, so nothing is built."""
     f = tmp_path / "huge.yaml"
     f.write_text(one_step("huge", "{v: \"{{ 'a' * 10**9 }}\", w: \"{{ 'b' * 10**9 ~ 'c' }}\"}"))
-    proc = subprocess.Popen([sys.executable, "-m", "actors.cli", "validate", str(f)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "validate", str(f)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert usage.ru_maxrss < 300 * 1024, f"validate used {usage.ru_maxrss // 1024} MB"
 
 
-@pytest.mark.parametrize("source, limit", [
-    ("{{ 'x'.ljust(10**9) }}", "template_output"),
-    ("{{ 'x'|center(1000000000) }}", "template_output"),
-    ("{{ '%999999999d' % 1 }}", "template_output"),
-    ("{{ '{:>{w}}'.format(1, w=10**9) }}", "template_output"),
-    ("{{ [1] * 10**8 }}", "template_output"),
-    ("{{ 3 ** 100000000 }}", "template_output"),
-    ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}x",
-     "template_output"),
-    ("{% for i in range(100000) %}{{ i }} and some text{% endfor %}", "template_output"),
-    ("{% for i in range(100000) %}{{ (big|sort)[0] }}{% endfor %}", "template_ops"),
-    ("{% for i in range(100000) %}{% if i in big %}{% endif %}{% endfor %}", "template_ops"),
-    ("{% for i in big %}{% for j in big %}{% endfor %}{% endfor %}", "template_ops"),
-    # work one operator does at once is charged by size: big integers, comparisons, views
-    ("{% set x = 3**1000000 %}{{ x // 7 }}", "template_output"),
-    ("{% for i in range(20000) %}{% if big == big %}{% endif %}{% endfor %}", "template_ops"),
-    ("{% for i in range(20000) %}{% if -1 in lookup.values() %}{% endif %}{% endfor %}", "template_ops"),
-    ("{{ (big|batch(100)|list)|sum(start=[])|length }}", "template_ops"),
-    # a list of references to one big string is small until it is written out
-    ("{% set ns = namespace(l=[], s='x' * 999999) %}{% for i in range(999) %}{% set ns.l = ns.l + [ns.s] %}{% endfor %}"
-     "{{ ns.l|string|length }}", "template_output"),
-    ("{% set ns = namespace(l=[], s='x' * 999999) %}{% for i in range(999) %}{% set ns.l = ns.l + [ns.s] %}{% endfor %}"
-     "{{ ns.l }}", "template_output"),
-    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "template_ops"),
-])
+@pytest.mark.parametrize(
+    "source, limit",
+    [
+        ("{{ 'x'.ljust(10**9) }}", "template_output"),
+        ("{{ 'x'|center(1000000000) }}", "template_output"),
+        ("{{ '%999999999d' % 1 }}", "template_output"),
+        ("{{ '{:>{w}}'.format(1, w=10**9) }}", "template_output"),
+        ("{{ [1] * 10**8 }}", "template_output"),
+        ("{{ 3 ** 100000000 }}", "template_output"),
+        (
+            "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}x",
+            "template_output",
+        ),
+        ("{% for i in range(100000) %}{{ i }} and some text{% endfor %}", "template_output"),
+        ("{% for i in range(100000) %}{{ (big|sort)[0] }}{% endfor %}", "template_ops"),
+        ("{% for i in range(100000) %}{% if i in big %}{% endif %}{% endfor %}", "template_ops"),
+        ("{% for i in big %}{% for j in big %}{% endfor %}{% endfor %}", "template_ops"),
+        # work one operator does at once is charged by size: big integers, comparisons, views
+        ("{% set x = 3**1000000 %}{{ x // 7 }}", "template_output"),
+        ("{% for i in range(20000) %}{% if big == big %}{% endif %}{% endfor %}", "template_ops"),
+        ("{% for i in range(20000) %}{% if -1 in lookup.values() %}{% endif %}{% endfor %}", "template_ops"),
+        ("{{ (big|batch(100)|list)|sum(start=[])|length }}", "template_ops"),
+        # a list of references to one big string is small until it is written out
+        (
+            "{% set ns = namespace(l=[], s='x' * 999999) %}"
+            "{% for i in range(999) %}{% set ns.l = ns.l + [ns.s] %}{% endfor %}"
+            "{{ ns.l|string|length }}",
+            "template_output",
+        ),
+        (
+            "{% set ns = namespace(l=[], s='x' * 999999) %}"
+            "{% for i in range(999) %}{% set ns.l = ns.l + [ns.s] %}{% endfor %}"
+            "{{ ns.l }}",
+            "template_output",
+        ),
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "template_ops"),
+    ],
+)
 def test_every_way_of_growing_work_or_output_meets_a_bound(source: str, limit: str) -> None:
     with pytest.raises(TemplateLimit) as caught:
         render_value(source, {"big": list(range(100_000)), "lookup": {i: i for i in range(100_000)}}, where="args.v")
@@ -146,8 +163,7 @@ def test_lookups_and_pass_through_values_are_not_charged_by_size() -> None:
     large value passed on from the scope unchanged (a big step result)."""
     users = [f"u{i}" for i in range(10_000)]
     scope = {"users": users, "lookup": {u: i for i, u in enumerate(users)}, "big": "x" * 3_000_000}
-    source = ("{% for u in users %}{{ lookup.get(u) }}{% if u in lookup %}{{ users|length }}{% endif %}"
-              "{% endfor %}")
+    source = "{% for u in users %}{{ lookup.get(u) }}{% if u in lookup %}{{ users|length }}{% endif %}{% endfor %}"
     assert render_value(source, scope).startswith("010000")
     assert render_value("{{ big }}", scope) is scope["big"]
     assert render_value("{{ [big, lookup] }}", scope)[0] is scope["big"]
@@ -156,8 +172,10 @@ def test_lookups_and_pass_through_values_are_not_charged_by_size() -> None:
 def test_the_outcome_does_not_depend_on_the_compile_cache_or_the_stack() -> None:
     """A replay may find the template compiled already, or not, and may run at another
     stack depth (inline, on a worker thread, inside a replay): it must end the same."""
-    heavy = ("{% set s = range(100000)|list|sort|sort|sort|sort|sort|sort %}"
-             "{% for i in range(100000) %}{% for j in range(50) %}{% endfor %}{% endfor %}{{ s|length }}")
+    heavy = (
+        "{% set s = range(100000)|list|sort|sort|sort|sort|sort|sort %}"
+        "{% for i in range(100000) %}{% for j in range(50) %}{% endfor %}{% endfor %}{{ s|length }}"
+    )
     outcomes = []
     for _ in range(2):  # the second render finds the template in the cache
         with pytest.raises(TemplateLimit):
@@ -208,8 +226,18 @@ def test_mapping_keys_win_over_methods() -> None:
     assert render_value("{{ workload.get('items')|length }}", {"workload": {"items": [1]}}) == 1
 
 
-@pytest.mark.parametrize("source", ["{{ self }}", "{{ range(3) }}", "{{ namespace(a=1) }}", "{{ lipsum }}",
-                                    "x {{ self }}", "{{ workload.items }}", "{{ {1: 2}.items() }}"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ self }}",
+        "{{ range(3) }}",
+        "{{ namespace(a=1) }}",
+        "{{ lipsum }}",
+        "x {{ self }}",
+        "{{ workload.items }}",
+        "{{ {1: 2}.items() }}",
+    ],
+)
 def test_a_value_that_is_not_json_data_is_a_template_error(source: str) -> None:
     with pytest.raises(TemplateError) as caught:
         render_value(source, {"workload": {}}, where="args.v")
@@ -219,8 +247,7 @@ def test_a_value_that_is_not_json_data_is_a_template_error(source: str) -> None:
 
 @pytest.mark.asyncio
 async def test_workload_items_is_the_payload_key_end_to_end(system: System) -> None:
-    eid, status = await system.run_yaml(one_step("items", '{v: "{{ workload.items }}"}'),
-                                        payload={"items": [1, 2, 3]})
+    eid, status = await system.run_yaml(one_step("items", '{v: "{{ workload.items }}"}'), payload={"items": [1, 2, 3]})
     assert status.state == "COMPLETED"
     exit_ = of_type(await system.events(eid), "step.exit", "a")[0]
     assert exit_.data["status"] == "COMPLETED"
@@ -269,7 +296,8 @@ def _lifecycle_error(items: list[Any]) -> dict[str, Any]:
 
 @pytest.mark.asyncio
 async def test_an_input_the_fold_cannot_take_fails_the_execution_with_engine_error(
-        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A bug in the pure fold (here: an exception for one step's result) is
     deterministic: the engine gives up on that input after a few tries and the
     execution ends FAILED, with the exception and the input in its log."""
@@ -315,7 +343,8 @@ workflow:
 
 @pytest.mark.asyncio
 async def test_an_output_that_cannot_be_encoded_fails_the_execution_with_engine_error(
-        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from actors.core import decide
 
     real = decide._step_completed
@@ -336,7 +365,8 @@ async def test_an_output_that_cannot_be_encoded_fails_the_execution_with_engine_
 
 @pytest.mark.asyncio
 async def test_a_loop_input_the_counter_cannot_take_fails_the_loop_step(
-        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from actors.core import loop
 
     real = loop.fold_loop
@@ -413,12 +443,25 @@ def test_what_waiting_cures_is_told_from_what_it_does_not() -> None:
     from actors.hosting import is_transient
     from actors.natsio import PublishOutcomeUnknown
 
-    for e in (TimeoutError(), nats.errors.ConnectionClosedError(), nats.errors.NoRespondersError(),
-              nats.js.errors.ServiceUnavailableError(), nats.js.errors.APIError(), PublishOutcomeUnknown(),
-              MemoryError(), ConnectionResetError()):
+    for e in (
+        TimeoutError(),
+        nats.errors.ConnectionClosedError(),
+        nats.errors.NoRespondersError(),
+        nats.js.errors.ServiceUnavailableError(),
+        nats.js.errors.APIError(),
+        PublishOutcomeUnknown(),
+        MemoryError(),
+        ConnectionResetError(),
+    ):
         assert is_transient(e), e
-    for e in (ZeroDivisionError(), KeyError("x"), RecursionError(), TypeError("not encodable"),
-              nats.errors.MaxPayloadError(), nats.js.errors.BadRequestError()):
+    for e in (
+        ZeroDivisionError(),
+        KeyError("x"),
+        RecursionError(),
+        TypeError("not encodable"),
+        nats.errors.MaxPayloadError(),
+        nats.js.errors.BadRequestError(),
+    ):
         assert not is_transient(e), e
 
 
@@ -427,7 +470,8 @@ async def test_an_execution_moved_off_the_loop_goes_on_to_the_end(system: System
     """A template over the inline slice but within its budget moves the execution off
     the event loop (its renders then run in a render process); every later step, its
     results and its templates work as before."""
-    eid, status = await system.run_yaml("""
+    eid, status = await system.run_yaml(
+        """
 apiVersion: actors/v1
 kind: Playbook
 metadata: {name: slow_but_fine}
@@ -441,7 +485,9 @@ workflow:
     next: c
   - step: c
     args: {final: "{{ b }}", n: "{{ workload.items|length }}"}
-""", payload={"n": 7, "items": [1, 2, 3]})
+""",
+        payload={"n": 7, "items": [1, 2, 3]},
+    )
     assert status.state == "COMPLETED", status
     exits = {e.step: e for e in of_type(await system.events(eid), "step.exit")}
     assert exits["c"].data["status"] == "COMPLETED"

@@ -23,15 +23,22 @@ def test_any_text_fits_its_budget_and_the_cut_adds_up(text: str, budget: int) ->
         head = (t["included_chars"] + 1) // 2
         tail = t["included_chars"] - head
         assert content.startswith(text[:head])
-        assert content.endswith(text[len(text) - tail:]) if tail else True
+        assert content.endswith(text[len(text) - tail :]) if tail else True
         assert f"[... {t['dropped_chars']} chars dropped ...]" in content
     assert truncate_head_tail(text, budget) == (content, t)  # deterministic
 
 
 @given(st.text(max_size=20_000))
 def test_the_envelope_has_its_header_and_at_most_6000_chars_of_content(text: str) -> None:
-    env, _ = build_envelope(execution_id="e1", target_step="cleanup", source_step="load", source_activation=3,
-                            source_attempt=2, created_at=1_800_000_000.0, content=text)
+    env, _ = build_envelope(
+        execution_id="e1",
+        target_step="cleanup",
+        source_step="load",
+        source_activation=3,
+        source_attempt=2,
+        created_at=1_800_000_000.0,
+        content=text,
+    )
     assert env.startswith("ACTORS_FAILURE_ROUTE_CONTEXT v1\npolicy_version: 1\nuntrusted_data: true\n")
     body = env.split("<<<BEGIN>>>\n", 1)[1].rsplit("\n<<<END>>>", 1)[0]
     assert len(body) <= MAX_CONTENT_CHARS

@@ -59,8 +59,9 @@ CANCELLED = (
     b'{"type":"execution.cancelled","execution_id":"e","at":1002.0,"cause":2,"data":{"playbook":"pb","'
     b'started_at":1001.0,"ended_at":1002.0,"reason":"stop it","running_commands":["0-1"]}}'
 )
-NEWER_TYPE = (b'{"type":"step.paused","execution_id":"e","at":7.0,"cause":7,"step":"a",'
-              b'"data":{"activation":3,"why":"x"}}')
+NEWER_TYPE = (
+    b'{"type":"step.paused","execution_id":"e","at":7.0,"cause":7,"step":"a","data":{"activation":3,"why":"x"}}'
+)
 
 
 @pytest.mark.parametrize("record", [ABORT_DECISION, RETRY_LATER_DECISION])
@@ -115,8 +116,14 @@ def test_a_known_type_with_data_that_does_not_fit_is_kept_untyped_and_a_non_even
 
 def test_an_unknown_event_is_shown_by_the_log_and_changes_no_status() -> None:
     [item] = log_items("exec.0.e.lc.step.paused", NEWER_TYPE, 9, 7.0)
-    assert item.to_dict() == {"seq": 9, "at": 7.0, "class": "lc", "type": "step.paused", "step": "a",
-                              "data": {"activation": 3, "why": "x"}}
+    assert item.to_dict() == {
+        "seq": 9,
+        "at": 7.0,
+        "class": "lc",
+        "type": "step.paused",
+        "step": "a",
+        "data": {"activation": 3, "why": "x"},
+    }
     running = ExecutionStatus(execution_id="e", state=ExecState.RUNNING, playbook="pb", started_at=1.0)
     assert project(running, event_decoder.decode(NEWER_TYPE)) is None
 

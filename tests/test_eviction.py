@@ -18,8 +18,11 @@ from actors.metrics import EVICTED_ACTORS
 from streams.layout import Layout
 from tests.conftest import System
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90),
-              pytest.mark.layout(engine_max_resident=8, counter_max_resident=4)]
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.timeout(90),
+    pytest.mark.layout(engine_max_resident=8, counter_max_resident=4),
+]
 
 EXECUTIONS = 40
 PLAYBOOK = """
@@ -70,8 +73,10 @@ async def test_a_flood_of_executions_stays_within_the_resident_bound_and_decides
 
     assert [s.state for s in statuses] == ["COMPLETED"] * EXECUTIONS
     assert engine.evicted > 0 and counter.evicted > 0, (engine.evicted, counter.evicted)
-    assert (EVICTED_ACTORS.value(role="engine") - evicted_before[0],
-            EVICTED_ACTORS.value(role="counter") - evicted_before[1]) == (engine.evicted, counter.evicted)
+    assert (
+        EVICTED_ACTORS.value(role="engine") - evicted_before[0],
+        EVICTED_ACTORS.value(role="counter") - evicted_before[1],
+    ) == (engine.evicted, counter.evicted)
     assert not over, over[:5]
     for eid in ids:
         items = await system.events(eid)
@@ -118,8 +123,15 @@ class _Host(PartitionHost[str, _Actor]):
 async def test_eviction_takes_least_recently_used_idle_actors_and_never_a_busy_one(nats_server: Any) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        host = _Host(nc, layout=Layout(partitions=1), consumer=str, key_of=lambda s: s,
-                     partition_of=lambda k: 0, max_resident=3, role="test")
+        host = _Host(
+            nc,
+            layout=Layout(partitions=1),
+            consumer=str,
+            key_of=lambda s: s,
+            partition_of=lambda k: 0,
+            max_resident=3,
+            role="test",
+        )
         for key in ("busy", "idle1", "idle2"):
             await host._on_msg(_Input(key))  # type: ignore[arg-type]
         busy = host.actors["busy"]

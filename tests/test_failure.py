@@ -13,13 +13,15 @@ from tests.conftest import System, of_type
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 HEAD = "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: %s}\nworkflow:\n"
-FAIL = '{kind: python, code: "def main(): raise ValueError(\'bad input\')"}'
+FAIL = "{kind: python, code: \"def main(): raise ValueError('bad input')\"}"
 
 
 async def test_abort_cancels_a_sleeping_sibling_and_fails_within_two_seconds(system: System) -> None:
     """Seed 000's parallel failure path: 2b fails critically, 2a is cancelled, end joins."""
     started = time.monotonic()
-    eid, status = await system.run_yaml(HEAD % "abort" + f"""
+    eid, status = await system.run_yaml(
+        HEAD % "abort"
+        + f"""
   - step: start
     next: [step2a, step2b]
   - step: step2a
@@ -29,7 +31,9 @@ async def test_abort_cancels_a_sleeping_sibling_and_fails_within_two_seconds(sys
   - step: step2b
     tool: {FAIL}
     on_error: [{{decision: abort}}]
-""", timeout=10)
+""",
+        timeout=10,
+    )
     assert status.state == "FAILED"
     assert time.monotonic() - started < 2.0
     items = await system.events(eid)
@@ -58,7 +62,9 @@ async def test_sub_playbook_result_and_status_are_inherited(system: System) -> N
     child = system.tmp / "child.yaml"
     child.write_text(CHILD)
     await system.client.register(child)
-    parent = HEAD % "parent" + """
+    parent = (
+        HEAD % "parent"
+        + """
   - step: call_child
     tool: {kind: playbook, path: lib/child}
     args: {n: 4, fail: "{{ workload.fail }}"}
@@ -66,6 +72,7 @@ async def test_sub_playbook_result_and_status_are_inherited(system: System) -> N
   - step: fallback
     args: {reason: "{{ failure.error.message }}"}
 """
+    )
     eid, status = await system.run_yaml(parent, payload={"fail": False})
     assert status.state == "COMPLETED"
     items = await system.events(eid)
@@ -119,7 +126,9 @@ workflow:
 
 
 async def test_an_unknown_child_playbook_fails_the_parent_step(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "orphan" + "  - step: call\n    tool: {kind: playbook, path: nope/missing}\n")
+    eid, status = await system.run_yaml(
+        HEAD % "orphan" + "  - step: call\n    tool: {kind: playbook, path: nope/missing}\n"
+    )
     assert status.state == "FAILED"
     err = of_type(await system.events(eid), "step.exit", "call")[0].data["error"]
     assert err["type"] == "ChildFailed" and "nope/missing" in err["message"]

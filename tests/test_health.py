@@ -42,8 +42,9 @@ def types(text: str) -> dict[str, str]:
 async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    pod = await PodProcess.start("all", url=nats_server.url, layout=Layout(partitions=PARTITIONS), logs=tmp_path,
-                                 name="serve", drain_timeout=5)
+    pod = await PodProcess.start(
+        "all", url=nats_server.url, layout=Layout(partitions=PARTITIONS), logs=tmp_path, name="serve", drain_timeout=5
+    )
     base = f"http://127.0.0.1:{pod.port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
@@ -67,14 +68,20 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
             lag = ("actors_consumer_pending_messages", (("consumer", tool_consumer("python")), ("stream", CMD_STREAM)))
             assert lag in values and values[lag] >= 0
             for p in range(PARTITIONS):
-                assert ("actors_consumer_pending_messages", (("consumer", f"engine-p{p}"), ("stream", "EXEC"))) in values
+                assert (
+                    "actors_consumer_pending_messages",
+                    (("consumer", f"engine-p{p}"), ("stream", "EXEC")),
+                ) in values
             assert ("actors_consumer_ack_pending_messages", (("consumer", "projector"), ("stream", "EXEC"))) in values
             assert ("actors_consumer_redelivered_messages", (("consumer", "starter"), ("stream", "START"))) in values
             assert values[("actors_ready", ())] == 1
             assert types(text)["actors_step_seconds"] == "histogram"
             assert values[("actors_commands_in_flight", (("kind", "python"),))] == 0  # all done
-            steps = {dict(labels)["kind"]: n for (name, labels), n in values.items() if name == "actors_step_seconds_count"
-                     and dict(labels)["outcome"] == "ok"}
+            steps = {
+                dict(labels)["kind"]: n
+                for (name, labels), n in values.items()
+                if name == "actors_step_seconds_count" and dict(labels)["outcome"] == "ok"
+            }
             assert steps and all(n >= 1 for n in steps.values()), steps  # every step hello.yaml ran, timed
             for role in ("engine", "counter"):  # actors in memory (series from the start); none evicted
                 assert ("actors_resident", (("role", role),)) in values
@@ -105,8 +112,14 @@ async def test_drain_reports_not_ready_lets_the_running_command_finish_and_loses
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     port = free_port()
-    settings = Settings(nats_url=nats_server.url, partitions=PARTITIONS, ack_wait=5.0, http_host="127.0.0.1",
-                        http_port=port, drain_timeout=10)
+    settings = Settings(
+        nats_url=nats_server.url,
+        partitions=PARTITIONS,
+        ack_wait=5.0,
+        http_host="127.0.0.1",
+        http_port=port,
+        drain_timeout=10,
+    )
     layout = settings.layout
     stop = asyncio.Event()
     pod = asyncio.create_task(serve(settings, stop=stop, shutdown_timeout=20))
@@ -165,8 +178,13 @@ workflow:
 async def test_sigterm_while_waiting_for_nats_exits_0(tmp_path: Path) -> None:
     """A pod whose NATS never answers is live, not ready, and still stops on SIGTERM
     (the client alone would retry the connection forever)."""
-    pod = await PodProcess.start("projector", url=f"nats://127.0.0.1:{free_port()}",  # nothing listens there
-                                 layout=Layout(), logs=tmp_path, name="projector")
+    pod = await PodProcess.start(
+        "projector",
+        url=f"nats://127.0.0.1:{free_port()}",  # nothing listens there
+        layout=Layout(),
+        logs=tmp_path,
+        name="projector",
+    )
     base = f"http://127.0.0.1:{pod.port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:

@@ -48,33 +48,67 @@ SUBJECTS = LoopSubjects("loop.0.e1.0-1")
 
 
 def spec_for(n: int, source: str) -> LoopSpec:
-    return LoopSpec(execution_id="e1", loop_id="0-1", step="each", playbook_path="fold", playbook_source=source,
-                    collection=list(range(n)), reply_to="exec.0.e1.in.iterator.0-1")
+    return LoopSpec(
+        execution_id="e1",
+        loop_id="0-1",
+        step="each",
+        playbook_path="fold",
+        playbook_source=source,
+        collection=list(range(n)),
+        reply_to="exec.0.e1.in.iterator.0-1",
+    )
 
 
 def answer(cmd: Command, fail: set[int]) -> LoopInput:
     if cmd.chunk is not None:
-        return ChunkDone(execution_id="e1", command_id=cmd.command_id, step="each", attempt_number=1, outcomes=[
-            IterationOutcome(iteration_index=i.iteration_index, result=i.args["v"],
-                             error=ErrorInfo(type="Boom", message="x") if i.iteration_index in fail else None)
-            for i in cmd.chunk])
+        return ChunkDone(
+            execution_id="e1",
+            command_id=cmd.command_id,
+            step="each",
+            attempt_number=1,
+            outcomes=[
+                IterationOutcome(
+                    iteration_index=i.iteration_index,
+                    result=i.args["v"],
+                    error=ErrorInfo(type="Boom", message="x") if i.iteration_index in fail else None,
+                )
+                for i in cmd.chunk
+            ],
+        )
     assert cmd.iteration_index is not None
     if cmd.iteration_index in fail:
-        return CallError(execution_id="e1", command_id=cmd.command_id, step="each", attempt_number=cmd.attempt_number,
-                         error=ErrorInfo(type="Boom", message="x"), iteration_index=cmd.iteration_index)
-    return CallDone(execution_id="e1", command_id=cmd.command_id, step="each", attempt_number=cmd.attempt_number,
-                    result=cmd.args["v"], iteration_index=cmd.iteration_index)
+        return CallError(
+            execution_id="e1",
+            command_id=cmd.command_id,
+            step="each",
+            attempt_number=cmd.attempt_number,
+            error=ErrorInfo(type="Boom", message="x"),
+            iteration_index=cmd.iteration_index,
+        )
+    return CallDone(
+        execution_id="e1",
+        command_id=cmd.command_id,
+        step="each",
+        attempt_number=cmd.attempt_number,
+        result=cmd.args["v"],
+        iteration_index=cmd.iteration_index,
+    )
 
 
 def entry(res: CallDone | CallError) -> IterationResult:
     """A single answer as a tool actor writes it into a batch."""
-    return IterationResult(command_id=res.command_id, attempt_number=res.attempt_number,
-                           iteration_index=res.iteration_index, result=res.result if isinstance(res, CallDone) else None,
-                           error=res.error if isinstance(res, CallError) else None)
+    return IterationResult(
+        command_id=res.command_id,
+        attempt_number=res.attempt_number,
+        iteration_index=res.iteration_index,
+        result=res.result if isinstance(res, CallDone) else None,
+        error=res.error if isinstance(res, CallError) else None,
+    )
 
 
-def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[int], seed: int, batching: bool = False
-          ) -> tuple[list[LoopInput], list[Effects], LoopRun]:
+def drive(
+    n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[int], seed: int, batching: bool = False
+) -> tuple[list[LoopInput], list[Effects], LoopRun]:
     """Run a loop to its end, answering commands in a random order and delivering some
     answers twice; with `batching`, answers often go out several at a time in one
     `result.batch` (and a batch may repeat answers delivered before, alone or in
@@ -133,8 +167,9 @@ def drive(n: int, mode: str, concurrency: int, chunk: int, tol: int, fail: set[i
     seed=st.integers(0, 10_000),
     batching=st.booleans(),
 )
-def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurrency: int, chunk: int, tol: int,
-                                                     fail_ratio: float, seed: int, batching: bool) -> None:
+def test_each_iteration_counted_once_and_one_verdict(
+    n: int, mode: str, concurrency: int, chunk: int, tol: int, fail_ratio: float, seed: int, batching: bool
+) -> None:
     fail = {i for i in range(n) if random.Random(seed + i).random() < fail_ratio}
     log, outs, _ = drive(n, mode, concurrency, chunk, tol, fail, seed, batching)
     verdicts = [o.verdict for o in outs if o.verdict is not None]
@@ -152,13 +187,17 @@ def test_each_iteration_counted_once_and_one_verdict(n: int, mode: str, concurre
     source = SOURCE % (mode, concurrency, chunk, tol)
     again = LoopRun(execution_id="e1", loop_id="0-1")
     step = parsed_playbook(source, "fold", Limits().max_attempts).step("each")
-    replayed = [fold_loop(again, inp, at=0.0 if i == 0 else float(i + 1), subjects=SUBJECTS,
-                          step=step if i == 0 else None) for i, inp in enumerate(log)]
+    replayed = [
+        fold_loop(again, inp, at=0.0 if i == 0 else float(i + 1), subjects=SUBJECTS, step=step if i == 0 else None)
+        for i, inp in enumerate(log)
+    ]
     assert [[c.command_id for c in o.commands] for o in replayed] == [[c.command_id for c in o.commands] for o in outs]
     assert [o.verdict for o in replayed] == [o.verdict for o in outs]
 
 
-@pytest.mark.parametrize(("tf", "total", "count"), [(3, 10, 3), ("10%", 10, 1), ("10%", 9, 0), ("50%", 7, 3),
-                                                    ("100%", 4, 4), ("0%", 100, 0), ("2.5%", 1000, 25)])
+@pytest.mark.parametrize(
+    ("tf", "total", "count"),
+    [(3, 10, 3), ("10%", 10, 1), ("10%", 9, 0), ("50%", 7, 3), ("100%", 4, 4), ("0%", 100, 0), ("2.5%", 1000, 25)],
+)
 def test_tolerated_failures_as_a_count(tf: int | str, total: int, count: int) -> None:
     assert tolerated(Loop(collection=[], element="x", tolerated_failures=tf), total) == count

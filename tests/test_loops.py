@@ -79,7 +79,9 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 
 
 async def test_async_results_are_in_collection_order_whatever_the_completion_order(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "ordered" + """
+    eid, status = await system.run_yaml(
+        HEAD % "ordered"
+        + """
 workload: {delays: [0.6, 0.45, 0.3, 0.15, 0.0]}
 workflow:
   - step: wait
@@ -88,7 +90,8 @@ workflow:
     next: pick
   - step: pick
     args: {out: "{{ wait | map(attribute='stdout') | map('trim') | list }}"}
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     items = await system.events(eid)
     assert of_type(items, "playbook.completed")[0].data["result"] == {"pick": {"out": ["0", "1", "2", "3", "4"]}}
@@ -99,12 +102,15 @@ workflow:
 
 
 async def test_concurrency_bounds_iterations_in_flight(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "bounded" + """
+    eid, status = await system.run_yaml(
+        HEAD % "bounded"
+        + """
 workflow:
   - step: fan
     tool: {kind: sleep, seconds: 0.1}
     loop: {collection: "{{ range(25) | list }}", element: n, concurrency: 5}
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     spans = intervals(await system.client.iterations(eid))
     assert len(spans) == 25
@@ -112,7 +118,9 @@ workflow:
 
 
 async def test_chunked_sends_one_command_per_chunk_with_a_last_partial_chunk(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "chunked" + """
+    eid, status = await system.run_yaml(
+        HEAD % "chunked"
+        + """
 workflow:
   - step: double
     tool: {kind: python, code: "def main(x): return x * 2"}
@@ -121,7 +129,8 @@ workflow:
     next: check
   - step: check
     args: {doubled: "{{ double }}"}
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     items = await system.events(eid)
     assert of_type(items, "playbook.completed")[0].data["result"] == {"check": {"doubled": [n * 2 for n in range(23)]}}
@@ -130,7 +139,9 @@ workflow:
     assert sorted(o.iteration_index for c in chunks for o in c.outcomes) == list(range(23))
 
 
-FAILING = HEAD % "tolerance" + """
+FAILING = (
+    HEAD % "tolerance"
+    + """
 workflow:
   - step: odd_fails
     tool:
@@ -143,16 +154,20 @@ workflow:
     args: {n: "{{ n }}"}
     loop: {collection: "{{ range(%d) | list }}", element: n, concurrency: 4, tolerated_failures: %s}
 """
+)
 
 
 async def test_a_duplicate_iteration_result_is_counted_once(system: System) -> None:
     eid = system.client.new_id()
-    text = HEAD % "dup" + """
+    text = (
+        HEAD % "dup"
+        + """
 workflow:
   - step: slow
     tool: {kind: sleep, seconds: 0.3}
     loop: {collection: [1, 2, 3], element: x, mode: sequential}
 """
+    )
     watch = await ResultWatch.start(system.nc, system.layout, eid)
     await system.start_yaml(text, execution_id=eid)
     await watch.reach(1)
@@ -173,7 +188,9 @@ workflow:
 
 
 async def test_large_results_are_stored_as_a_blob_and_read_transparently(system: System) -> None:
-    eid, status = await system.run_yaml(HEAD % "blob" + """
+    eid, status = await system.run_yaml(
+        HEAD % "blob"
+        + """
 workflow:
   - step: wide
     tool: {kind: noop}
@@ -181,8 +198,13 @@ workflow:
     loop: {collection: "{{ range(300) | list }}", element: i, concurrency: 100}
     next: use
   - step: use
-    args: {n: "{{ wide | length }}", last: "{{ wide[-1].i }}", size: "{{ wide | map(attribute='pad') | join | length }}"}
-""", timeout=30)
+    args:
+      n: "{{ wide | length }}"
+      last: "{{ wide[-1].i }}"
+      size: "{{ wide | map(attribute='pad') | join | length }}"
+""",
+        timeout=30,
+    )
     assert status.state == "COMPLETED"
     items = await system.events(eid)
     verdict = next(i for i in items if i.type == "iterator.completed").data
@@ -193,7 +215,9 @@ workflow:
 async def test_a_sink_runs_after_each_iteration_and_its_failure_fails_that_iteration(system: System) -> None:
     out = system.tmp / "sink"
     out.mkdir()
-    eid, status = await system.run_yaml(HEAD % "sink" + f"""
+    eid, status = await system.run_yaml(
+        HEAD % "sink"
+        + f"""
 workflow:
   - step: square
     tool: {{kind: python, code: "def main(x): return x * x"}}
@@ -208,7 +232,8 @@ workflow:
                   raise IOError("disk full")
               open(path + "/" + str(index), "w").write(str(value))
       args: {{path: "{out}", value: "{{{{ result }}}}", index: "{{{{ iteration.index }}}}"}}
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     assert {p.name: p.read_text() for p in out.iterdir()} == {"0": "1", "1": "4", "3": "16"}
     items = await system.events(eid)
@@ -222,7 +247,9 @@ workflow:
 async def test_retry_applies_to_each_iteration_on_its_own(system: System) -> None:
     marks = system.tmp / "marks"
     marks.mkdir()
-    eid, status = await system.run_yaml(HEAD % "flaky" + f"""
+    eid, status = await system.run_yaml(
+        HEAD % "flaky"
+        + f"""
 workflow:
   - step: each
     tool:
@@ -241,9 +268,17 @@ workflow:
     retry:
       - when: "{{{{ error is not none and error.type == 'ConnectionError' }}}}"
         then: {{max_attempts: 3, backoff: fixed, initial_delay: 0.2}}
-""")
+"""
+    )
     assert status.state == "COMPLETED"
-    assert {p.name: p.read_text() for p in marks.iterdir()} == {"0": "x", "1": "x", "2": "x", "3": "xx", "4": "x", "5": "x"}
+    assert {p.name: p.read_text() for p in marks.iterdir()} == {
+        "0": "x",
+        "1": "x",
+        "2": "x",
+        "3": "xx",
+        "4": "x",
+        "5": "x",
+    }
     attempts = sorted((r.iteration_index, r.attempt_number) for r in await system.client.iterations(eid))
     assert attempts == [(0, 1), (1, 1), (2, 1), (3, 1), (3, 2), (4, 1), (5, 1)]
     items = await system.events(eid)
@@ -252,14 +287,19 @@ workflow:
 
 async def test_a_loop_over_a_playbook_starts_one_child_per_iteration(system: System) -> None:
     child = system.tmp / "child.yaml"
-    child.write_text(HEAD % "child" + """
+    child.write_text(
+        HEAD % "child"
+        + """
 workflow:
   - step: inc
     tool: {kind: python, code: "def main(v): return v + 1"}
     args: {v: "{{ workload.v }}"}
-""")
+"""
+    )
     await system.client.register(child)
-    eid, status = await system.run_yaml(HEAD % "parent" + """
+    eid, status = await system.run_yaml(
+        HEAD % "parent"
+        + """
 workflow:
   - step: each
     tool: {kind: playbook, path: child}
@@ -268,7 +308,8 @@ workflow:
     next: sum
   - step: sum
     args: {total: "{{ each | map(attribute='inc') | sum }}"}
-""")
+"""
+    )
     assert status.state == "COMPLETED"
     items = await system.events(eid)
     assert of_type(items, "playbook.completed")[0].data["result"] == {"sum": {"total": 63}}
@@ -278,12 +319,15 @@ workflow:
 
 async def test_cancelling_an_execution_stops_its_loop(system: System) -> None:
     eid = system.client.new_id()
-    text = HEAD % "cancelloop" + """
+    text = (
+        HEAD % "cancelloop"
+        + """
 workflow:
   - step: slow
     tool: {kind: sleep, seconds: 30}
     loop: {collection: "{{ range(50) | list }}", element: x, concurrency: 3}
 """
+    )
     await system.start_yaml(text, execution_id=eid)
     async for item in system.client.follow(eid, until_terminal=False):
         if item.type == "iterator.started":
@@ -291,10 +335,12 @@ workflow:
     await system.client.cancel(eid, reason="enough")
     status = await system.client.wait(eid, timeout=10)
     assert status.state == "CANCELLED"
+
     # the three in flight were stopped, nothing more was released
     async def stopped() -> bool:
         res = await system.client.iterations(eid)
         return len(res) == 3 and all(isinstance(r, CallError) for r in res)
+
     await wait_for(stopped, timeout=10)
 
 
@@ -306,8 +352,21 @@ async def test_a_tool_pod_killed_mid_loop_is_replaced_and_the_counts_are_exact(t
 
     async def tool_pod() -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "actors.cli", "serve", "--role", "tools", "--nats", server.url, "--http-port", "0",
-            cwd=ROOT, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "serve",
+            "--role",
+            "tools",
+            "--nats",
+            server.url,
+            "--http-port",
+            "0",
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
 
     pod = await tool_pod()
     runtime = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
@@ -315,13 +374,16 @@ async def test_a_tool_pod_killed_mid_loop_is_replaced_and_the_counts_are_exact(t
         await ensure(nc.jetstream(), layout)
         client = Client(nc, layout=layout)
         pb = tmp_path / "kill.yaml"
-        pb.write_text(HEAD % "killed" + """
+        pb.write_text(
+            HEAD % "killed"
+            + """
 workflow:
   - step: work
     tool: {kind: python, code: "import time\\ndef main(n):\\n    time.sleep(0.05)\\n    return n"}
     args: {n: "{{ n }}"}
     loop: {collection: "{{ range(60) | list }}", element: n, concurrency: 8}
-""")
+"""
+        )
         entry = await client.register(pb)
         eid = client.new_id()
         watch = await ResultWatch.start(nc, layout, eid)
@@ -347,21 +409,39 @@ workflow:
 
 async def test_run_shows_a_progress_bar_for_a_running_loop(tmp_path: Path) -> None:
     pb = tmp_path / "bar.yaml"
-    pb.write_text(HEAD % "bar" + """
+    pb.write_text(
+        HEAD % "bar"
+        + """
 workflow:
   - step: fan
     tool: {kind: noop}
     loop: {collection: "{{ range(2000) | list }}", element: i, concurrency: 200}
-""")
+"""
+    )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "actors.cli", "run", str(pb), "--json", cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "actors.cli",
+        "run",
+        str(pb),
+        "--json",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert len(json.loads(out)["result"]["fan"]) == 2000
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "actors.cli", "run", str(pb), cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "actors.cli",
+        "run",
+        str(pb),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     assert proc.returncode == 0
     lines = err.decode().splitlines()
@@ -371,12 +451,15 @@ workflow:
 @pytest.mark.layout(duplicate_window=0.1)
 async def test_a_counter_restarted_mid_loop_replays_and_duplicates_nothing(system: System) -> None:
     eid = system.client.new_id()
-    text = HEAD % "counterreplay" + """
+    text = (
+        HEAD % "counterreplay"
+        + """
 workflow:
   - step: work
     tool: {kind: sleep, seconds: 0.02}
     loop: {collection: "{{ range(200) | list }}", element: n, concurrency: 10}
 """
+    )
     watch = await ResultWatch.start(system.nc, system.layout, eid)
     await system.start_yaml(text, execution_id=eid)
     await watch.reach(40)

@@ -88,10 +88,14 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
     cls, kind = class_of(subject), type_of(subject)
     head, _, rest = kind.partition(".")
     if cls == "in":
-        return {"start": lambda: ids.start_record_id(eid), "result": lambda: ids.result_id(eid, rest),
-                "iterator": lambda: ids.verdict_id(eid, rest), "cancel": lambda: ids.cancel_id(eid),
-                "timer": lambda: ids.timer_id_msg(ids.timer_owner(eid), rest),
-                "fault": lambda: ids.fault_id(eid, msgspec.json.decode(data)["input_seq"])}[head]()
+        return {
+            "start": lambda: ids.start_record_id(eid),
+            "result": lambda: ids.result_id(eid, rest),
+            "iterator": lambda: ids.verdict_id(eid, rest),
+            "cancel": lambda: ids.cancel_id(eid),
+            "timer": lambda: ids.timer_id_msg(ids.timer_owner(eid), rest),
+            "fault": lambda: ids.fault_id(eid, msgspec.json.decode(data)["input_seq"]),
+        }[head]()
     if cls == "ev":
         return ids.decision_id(eid, decision_decoder.decode(data).cause)
     if cls == "lc":
@@ -109,9 +113,12 @@ def _expected_loop(subject: str, msg_id: str) -> str:
     head, _, rest = kind.partition(".")
     if kind == "res.batch":
         return ids.result_batch_id(eid, loop_id, msg_id.rsplit(":", 1)[-1])
-    return {"spec": lambda: ids.loop_spec_id(eid, loop_id), "res": lambda: ids.result_id(eid, rest),
-            "cancel": lambda: ids.loop_cancel_id(eid, loop_id),
-            "timer": lambda: ids.timer_id_msg(owner, rest)}[head]()
+    return {
+        "spec": lambda: ids.loop_spec_id(eid, loop_id),
+        "res": lambda: ids.result_id(eid, rest),
+        "cancel": lambda: ids.loop_cancel_id(eid, loop_id),
+        "timer": lambda: ids.timer_id_msg(owner, rest),
+    }[head]()
 
 
 def _expected_other(subject: str, data: bytes) -> str:
@@ -163,5 +170,19 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         assert msg_id == want, (subject, headers)
         checked.add(kind)
     # every writer was met: a kind missing here means the playbook no longer exercises it
-    assert {"start", "cmd", "in.start", "in.result", "in.iterator", "in.cancel", "ev.decision",
-            "lc.playbook", "lc.workflow", "lc.execution", "sch", "loop.in.spec", "loop.in.res", "loop.sch"} <= checked
+    assert {
+        "start",
+        "cmd",
+        "in.start",
+        "in.result",
+        "in.iterator",
+        "in.cancel",
+        "ev.decision",
+        "lc.playbook",
+        "lc.workflow",
+        "lc.execution",
+        "sch",
+        "loop.in.spec",
+        "loop.in.res",
+        "loop.sch",
+    } <= checked

@@ -19,8 +19,11 @@ pytestmark = [pytest.mark.timeout(30)]
 
 
 def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 @pytest.mark.asyncio
@@ -97,7 +100,10 @@ async def test_each_pod_registry_has_the_process_metrics_and_only_its_own_collec
 
 def test_consumers_for_each_role() -> None:
     assert consumers_for(["engine"], partitions=[0, 3]) == [
-        (EXEC_STREAM, "engine-p0"), (EXEC_STREAM, "engine-p3"), (START_STREAM, "starter")]
+        (EXEC_STREAM, "engine-p0"),
+        (EXEC_STREAM, "engine-p3"),
+        (START_STREAM, "starter"),
+    ]
     assert consumers_for(["counter"], partitions=[1]) == [(LOOP_STREAM, "counter-p1")]
     assert consumers_for(["projector"], partitions=[]) == [(EXEC_STREAM, "projector")]
     assert consumers_for(["tools"], partitions=[], tool_kinds=["python"]) == [(CMD_STREAM, "tools-python")]

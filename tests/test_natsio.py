@@ -41,8 +41,11 @@ async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
             dict(subject="t.a", payload=b"plain"),
             dict(subject="t.b", payload=b"with reply", reply="r.1"),
             dict(subject="t.c", payload=b"", reply="r.2", headers={"Nats-Msg-Id": "e1:cmd:0-1x3-1"}),
-            dict(subject="t.d", payload=b'{"x": 1}',
-                 headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"}),
+            dict(
+                subject="t.d",
+                payload=b'{"x": 1}',
+                headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"},
+            ),
         ]
         done, got = await received(nc, 2 * len(cases))
         for c in cases:
@@ -88,8 +91,9 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
         await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
         real_send, lost = send, []
 
-        async def lose_first_puback(nc: Any, subject: str, payload: bytes = b"", reply: str = "",
-                                    headers: dict[str, str] | None = None) -> None:
+        async def lose_first_puback(
+            nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+        ) -> None:
             if not lost:
                 lost.append(reply)
                 reply = "_INBOX.nobody.listens"

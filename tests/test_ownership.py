@@ -99,8 +99,11 @@ async def test_partitions_are_owned_once_rebalanced_and_taken_over(tmp_path: Pat
                 await p.leases.balance()  # no waiting for the next period
             sets = [p.held for p in live]
             union = set().union(*sets)
-            return union == set(range(layout.partitions)) and sum(map(len, sets)) == layout.partitions \
+            return (
+                union == set(range(layout.partitions))
+                and sum(map(len, sets)) == layout.partitions
                 and all(len(s) == share for s in sets)
+            )
 
         await wait_for(lambda: balanced(pods, 2), timeout=20)
 

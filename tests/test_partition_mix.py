@@ -133,8 +133,9 @@ async def leases_in_kv(nc: NATS, role: str) -> dict[int, str]:
     return held
 
 
-async def settled(nc: NATS, consumers: Consumers, http: aiohttp.ClientSession,
-                  expected: Mapping[str, Mapping[str, str]]) -> bool:
+async def settled(
+    nc: NATS, consumers: Consumers, http: aiohttp.ClientSession, expected: Mapping[str, Mapping[str, str]]
+) -> bool:
     """Every partition of each role is leased in `owners` to one of `expected[role]`
     (member name prefix -> the name of its connection), each holds its fair share, and
     the only connection consuming the partition is the one of the member its lease
@@ -197,16 +198,29 @@ async def test_dev_beside_serve_pods_never_shares_a_partition_and_every_executio
             await asyncio.gather(engine_pod.ready(), all_pod.ready())
             dev_conn = {member_prefix(os.getpid()): "dev"}
             engine_conn = {member_prefix(engine_pod.proc.pid): "actors-engine"}
-            all_conn = {member_prefix(all_pod.proc.pid): "actors-" + "+".join(("engine", "counter", "tools", "projector"))}
-            await wait_for(lambda: settled(nc, consumers, http, {"engine": {**dev_conn, **engine_conn, **all_conn},
-                                                                 "counter": {**dev_conn, **all_conn}}), timeout=20)
+            all_conn = {
+                member_prefix(all_pod.proc.pid): "actors-" + "+".join(("engine", "counter", "tools", "projector"))
+            }
+            await wait_for(
+                lambda: settled(
+                    nc,
+                    consumers,
+                    http,
+                    {"engine": {**dev_conn, **engine_conn, **all_conn}, "counter": {**dev_conn, **all_conn}},
+                ),
+                timeout=20,
+            )
 
             # the second wave and the loop, then the engine pod stops (hands back its leases)
             await wave(WAVE)
             loop_id = await client.start(loop_pb.path)
             assert await engine_pod.stop() == 0
-            await wait_for(lambda: settled(nc, consumers, http, {"engine": {**dev_conn, **all_conn},
-                                                                 "counter": {**dev_conn, **all_conn}}), timeout=20)
+            await wait_for(
+                lambda: settled(
+                    nc, consumers, http, {"engine": {**dev_conn, **all_conn}, "counter": {**dev_conn, **all_conn}}
+                ),
+                timeout=20,
+            )
 
             # the third wave, then the other pod dies mid-run: its leases age out, dev takes them
             await wave(2 * WAVE)
@@ -247,4 +261,3 @@ async def test_dev_beside_serve_pods_never_shares_a_partition_and_every_executio
             await dev.stop()
         await nc.close()
         await server.stop()
-

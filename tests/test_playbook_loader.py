@@ -483,20 +483,28 @@ def _start_fold(source: str, limits: Limits) -> tuple[str, list[Any], list[Any],
     ex = Execution(execution_id="e")
     record = StartRecord(execution_id="e", playbook_path="p.yaml", playbook_source=source, limits=limits)
     out = fold(ex, record, seq=1, at=1.0, subjects=ExecSubjects("exec.0.e"))
-    return (ex.status, [msgspec.to_builtins(e) for e in out.lifecycle + out.events],
-            [msgspec.to_builtins(c) for c in out.commands], [t.timer_id for t in out.timers])
+    return (
+        ex.status,
+        [msgspec.to_builtins(e) for e in out.lifecycle + out.events],
+        [msgspec.to_builtins(c) for c in out.commands],
+        [t.timer_id for t in out.timers],
+    )
 
 
 @pytest.mark.parametrize("env", [None, "2", "5000"])
 def test_the_fold_parses_by_the_records_max_attempts_whatever_the_env_says(
-        monkeypatch: pytest.MonkeyPatch, env: str | None) -> None:
+    monkeypatch: pytest.MonkeyPatch, env: str | None
+) -> None:
     """A start record fixes the ceiling its execution was started with: a pod with another
     ACTORS_MAX_ATTEMPTS_CEILING replays the log the same way."""
-    source = HEAD + """workflow:
+    source = (
+        HEAD
+        + """workflow:
   - step: flaky
     tool: {kind: python, code: "def main(): return 1"}
     retry: 1500
 """
+    )
     if env is not None:
         monkeypatch.setenv("ACTORS_MAX_ATTEMPTS_CEILING", env)
     else:

@@ -87,8 +87,17 @@ async def test_crash_between_command_and_decision_record_is_repaired_by_replay(
             from streams.ids import command_msg_id
             from streams.layout import cmd_subject
 
-            await publish_all(self.engine.js, [(cmd_subject(c.kind, c.execution_id, c.command_id), encode(c),
-                                                command_msg_id(self.execution_id, c.command_id)) for c in out.commands])
+            await publish_all(
+                self.engine.js,
+                [
+                    (
+                        cmd_subject(c.kind, c.execution_id, c.command_id),
+                        encode(c),
+                        command_msg_id(self.execution_id, c.command_id),
+                    )
+                    for c in out.commands
+                ],
+            )
             await asyncio.sleep(0.2)  # past the duplicate window: the replay must not re-send the command
             raise ConnectionError("simulated crash after the command, before the decision record")
         await real_publish(self, out)

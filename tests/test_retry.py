@@ -53,11 +53,13 @@ class Api:
         page = int(request.query.get("page", "1"))
         total = int(request.query.get("total", "7"))
         items = [f"p{page}i{i}" for i in range(3)]
-        return web.json_response({
-            "data": items,
-            "extra": {f"page{page}": page},
-            "paging": {"page": page, "hasMore": page < total},
-        })
+        return web.json_response(
+            {
+                "data": items,
+                "extra": {f"page{page}": page},
+                "paging": {"page": page, "hasMore": page < total},
+            }
+        )
 
     async def slow(self, request: web.Request) -> web.Response:
         self.count("slow")
@@ -110,7 +112,11 @@ async def test_503_twice_then_200_retries_on_durable_timers(system: System, api:
     issued = of_type(items, "command.issued", "call")
     assert [i.data["attempt_number"] for i in issued] == [1, 2, 3]
     # attempts are linked: each names the command of the attempt before
-    assert [i.data.get("parent_event_id") for i in issued] == [None, issued[0].data["command_id"], issued[1].data["command_id"]]
+    assert [i.data.get("parent_event_id") for i in issued] == [
+        None,
+        issued[0].data["command_id"],
+        issued[1].data["command_id"],
+    ]
     scheduled = of_type(items, "retry.scheduled", "call")
     assert [s.data["delay"] for s in scheduled] == [0.2, 0.4]
     assert all(s.data["reason"] == "error" and s.data["due"] > 0 for s in scheduled)
@@ -172,8 +178,17 @@ workflow:
 
 async def _serve(url: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "actors.cli", "serve", "--role", "all", "--nats", url, cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "actors.cli",
+        "serve",
+        "--role",
+        "all",
+        "--nats",
+        url,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "ACTORS_ACK_WAIT": "2"},
     )
 
@@ -231,8 +246,6 @@ workflow:
         await server.stop()
 
 
-
-
 async def test_each_attempt_runs_its_sink_with_it(system: System, api: Api, tmp_path: Path) -> None:
     saved = tmp_path / "pages"
     saved.mkdir()
@@ -247,7 +260,8 @@ async def test_each_attempt_runs_its_sink_with_it(system: System, api: Api, tmp_
 """
     _, status = await system.run_yaml(
         http_playbook("sinkpages", f"{api.url}/pages", PAGINATE % (100, "append", "data.data"), ", params: {total: 4}")
-        + "    args: {page: 1}\n" + sink
+        + "    args: {page: 1}\n"
+        + sink
     )
     assert status.state == "COMPLETED"
     assert sorted(p.name for p in saved.iterdir()) == ["1", "2", "3", "4"]  # one save per attempt

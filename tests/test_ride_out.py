@@ -60,6 +60,7 @@ async def run_cli(*args: str) -> int:
 async def caught_up(nc: NATS, *streams: str) -> None:
     """Every replica of each stream is back and current (a restarted node has caught up),
     so killing another node leaves a quorum."""
+
     async def current() -> bool:
         for stream in streams:
             try:
@@ -77,7 +78,8 @@ async def caught_up(nc: NATS, *streams: str) -> None:
 
 
 async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_leaders(
-        cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """100 `actors-cli start` and 100 `Client.start` calls, 4 and 8 at a time; a third
     of the way in the node leading START is killed (SIGKILL), two thirds in, once it is
     back and caught up, the node leading EXEC. Every start returns (the CLI exits 0),
@@ -159,10 +161,17 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
             exec_victim = await leader_of(nc, EXEC_STREAM)
             cluster.kill(exec_victim)
             # reads meet the election too: a finished execution looked at while EXEC elects
-            answers = dict(zip(("status", "events", "cancel"), await asyncio.gather(
-                run_cli("status", py_ids[0], "--nats", cluster.url),
-                run_cli("events", py_ids[0], "--nats", cluster.url),
-                run_cli("cancel", py_ids[0], "--nats", cluster.url)), strict=True))
+            answers = dict(
+                zip(
+                    ("status", "events", "cancel"),
+                    await asyncio.gather(
+                        run_cli("status", py_ids[0], "--nats", cluster.url),
+                        run_cli("events", py_ids[0], "--nats", cluster.url),
+                        run_cli("cancel", py_ids[0], "--nats", cluster.url),
+                    ),
+                    strict=True,
+                )
+            )
             await cluster.restart(exec_victim)
             return answers
 
@@ -172,8 +181,10 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
         await through_client(pending_py.pop(0))
         progressed()
         await client.wait(py_ids[0], timeout=30)
-        await asyncio.gather(*(worker(pending_cli, through_cli) for _ in range(CLI_AT_ONCE)),
-                             *(worker(pending_py, through_client) for _ in range(CLIENT_AT_ONCE)))
+        await asyncio.gather(
+            *(worker(pending_cli, through_cli) for _ in range(CLI_AT_ONCE)),
+            *(worker(pending_py, through_client) for _ in range(CLIENT_AT_ONCE)),
+        )
         answers = await asyncio.wait_for(chaos_task, 90)
         assert codes == dict.fromkeys(cli_ids, cli.EXIT_OK)
         # the kills met starts of both kinds: some waited out an election (4-10 s)
@@ -193,7 +204,8 @@ async def test_starts_through_cli_and_client_survive_killing_the_start_and_exec_
 
 
 async def test_serve_and_every_command_connect_with_a_node_of_the_cluster_down(
-        cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """With one of the three listed nodes dead, a pod (`serve`) starts and runs
     executions, and `register`, `start`, `status --watch`, `events` and `cancel` all
     answer (exit 0): a node that refuses is skipped for the next one in the URL."""
@@ -220,7 +232,8 @@ async def test_serve_and_every_command_connect_with_a_node_of_the_cluster_down(
 
 
 async def test_a_start_the_cluster_cannot_take_in_time_fails_in_one_line_naming_it(
-        cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: NatsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two of three nodes dead: no stream can elect a leader. `actors-cli start` keeps
     trying for its --timeout, then exits 5 with one line; `Client.start` raises
     NatsUnavailable naming the execution, so the caller can send it again (same id)."""
@@ -233,8 +246,9 @@ async def test_a_start_the_cluster_cannot_take_in_time_fails_in_one_line_naming_
     nc = await connect(cluster.urls[0], name="ride-survivor")
     try:
         began = time.monotonic()
-        code = await run_cli("start", "ridden", "--execution-id", "no-quorum", "--timeout", "3",
-                             "--nats", cluster.urls[0])
+        code = await run_cli(
+            "start", "ridden", "--execution-id", "no-quorum", "--timeout", "3", "--nats", cluster.urls[0]
+        )
         took = time.monotonic() - began
         err = capsys.readouterr().err
         assert code == cli.EXIT_NATS and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

@@ -27,7 +27,9 @@ def test_a_router_cycle_fails_with_step_budget_exceeded() -> None:
 
 def test_a_python_cycle_is_bounded_and_running_commands_are_cancelled() -> None:
     h = Harness({"nap": PENDING, "spin": 1})  # the sleep never answers: it still runs when the budget runs out
-    run = h.run(HEAD % "pycycle" + """limits: {max_steps: 9}
+    run = h.run(
+        HEAD % "pycycle"
+        + """limits: {max_steps: 9}
 workflow:
   - step: start
     next: [spin, nap]
@@ -38,7 +40,8 @@ workflow:
     next: again
   - step: again
     next: spin
-""")
+"""
+    )
     assert run.status == "FAILED" and run.error is not None and run.error["type"] == "StepBudgetExceeded"
     [nap] = [c for c in run.calls if c.step == "nap"]
     assert run.cancelled == [nap.command_id] and not h.running()
@@ -48,12 +51,15 @@ workflow:
 
 def test_a_remediation_cycle_is_bounded_too() -> None:
     """A step that remediates itself: each failure routes to a new visit of it."""
-    run = Harness().run(HEAD % "remedy" + """limits: {max_steps: 30}
+    run = Harness().run(
+        HEAD % "remedy"
+        + """limits: {max_steps: 30}
 workflow:
   - step: a
     args: {v: "{{ workload.nope }}"}
     on_failure: a
-""")
+"""
+    )
     assert run.status == "FAILED" and run.error is not None and run.error["type"] == "StepBudgetExceeded"
     last = run.events("step.exit", "a")[-1]
     assert last.data["failure_route"]["status"] == "step_budget_exceeded"  # its failure stays unhandled
@@ -71,10 +77,12 @@ def test_the_smaller_of_playbook_and_pod_budget_holds(own: int | None, pod: int,
 
 def test_retries_are_attempts_not_steps() -> None:
     run = Harness({"a": lambda c: 1 if c.attempt == 5 else Fail("Boom", "again")}).run(
-        HEAD % "attempts" + """limits: {max_steps: 2}
+        HEAD % "attempts"
+        + """limits: {max_steps: 2}
 workflow:
   - step: a
     tool: {kind: python, code: "def main(): pass"}
     retry: {max_attempts: 5, initial_delay: 0.1}
-""")
+"""
+    )
     assert run.status == "COMPLETED" and len(run.calls) == 5

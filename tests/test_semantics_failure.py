@@ -20,7 +20,9 @@ def decided(run: Run, step: str) -> list[dict[str, object]]:
 
 
 def test_ignore_completes_the_step_with_the_given_result_and_routes_on() -> None:
-    run = Harness({"lookup": BAD}).run(HEAD % "ignore" + f"""
+    run = Harness({"lookup": BAD}).run(
+        HEAD % "ignore"
+        + f"""
   - step: lookup
     tool: {PY}
     on_error:
@@ -30,7 +32,8 @@ def test_ignore_completes_the_step_with_the_given_result_and_routes_on() -> None
     next: use
   - step: use
     args: {{found: "{{{{ lookup.found }}}}"}}
-""")
+"""
+    )
     assert run.status == "COMPLETED"
     assert decided(run, "lookup")[0]["decision"] == "ignore" and decided(run, "lookup")[0]["rule"] == "on_error[0]"
     exit_ = run.events("step.exit", "lookup")[0].data
@@ -40,21 +43,26 @@ def test_ignore_completes_the_step_with_the_given_result_and_routes_on() -> None
 
 
 def test_none_is_default_handling_and_fails_the_playbook() -> None:
-    run = Harness({"a": BAD}).run(HEAD % "none" + f"""
+    run = Harness({"a": BAD}).run(
+        HEAD % "none"
+        + f"""
   - step: a
     tool: {PY}
     on_error:
       - when: "{{{{ error.status == 404 }}}}"
         decision: ignore
       - decision: none
-""")
+"""
+    )
     assert run.status == "FAILED"
     d = decided(run, "a")
     assert d[0]["decision"] == "none" and d[0]["rule"] == "on_error[1]"
 
 
 def test_cancel_decision_cancels_the_step_and_its_branch_goes_to_end() -> None:
-    run = Harness({"optional": BAD, "main": "main done"}).run(HEAD % "cancel_step" + f"""
+    run = Harness({"optional": BAD, "main": "main done"}).run(
+        HEAD % "cancel_step"
+        + f"""
   - step: start
     next: [optional, main]
   - step: optional
@@ -64,7 +72,8 @@ def test_cancel_decision_cancels_the_step_and_its_branch_goes_to_end() -> None:
   - step: never
   - step: main
     tool: {PY}
-""")
+"""
+    )
     assert run.status == "COMPLETED"
     assert run.events("step.exit", "optional")[0].data["status"] == "CANCELLED"
     assert "never" not in run.entered()
@@ -77,7 +86,9 @@ def test_retry_decision_retries_now_with_new_args() -> None:
             raise Fail("ZeroDivisionError", "division by zero")
         return 10 / float(call.args["d"])
 
-    run = Harness({"divide": divide}).run(HEAD % "retry_args" + f"""
+    run = Harness({"divide": divide}).run(
+        HEAD % "retry_args"
+        + f"""
   - step: divide
     tool: {PY}
     args: {{d: 0}}
@@ -85,7 +96,8 @@ def test_retry_decision_retries_now_with_new_args() -> None:
       - when: "{{{{ error.type == 'ZeroDivisionError' and attempt == 1 }}}}"
         decision: retry
         args: {{d: 5}}
-""")
+"""
+    )
     assert run.status == "COMPLETED"
     assert [c.data["attempt_number"] for c in run.events("command.issued", "divide")] == [1, 2]
     assert [c.args for c in run.calls] == [{"d": 0}, {"d": 5}]
@@ -99,7 +111,9 @@ def test_retry_later_waits_on_a_durable_timer_outside_the_retry_budget() -> None
             raise Fail("RuntimeError", "RateLimited")
         return "ok"
 
-    run = Harness({"flaky": flaky}).run(HEAD % "retry_later" + f"""
+    run = Harness({"flaky": flaky}).run(
+        HEAD % "retry_later"
+        + f"""
   - step: flaky
     tool: {PY}
     args: {{ok: false}}
@@ -109,7 +123,8 @@ def test_retry_later_waits_on_a_durable_timer_outside_the_retry_budget() -> None
         decision: retry_later
         delay: 0.3
         args: {{ok: true}}
-""")
+"""
+    )
     assert run.status == "COMPLETED"
     [sched] = run.events("retry.scheduled", "flaky")
     assert sched.data["delay"] == 0.3 and sched.data["reason"] == "on_error:retry_later"
@@ -119,13 +134,16 @@ def test_retry_later_waits_on_a_durable_timer_outside_the_retry_budget() -> None
 
 
 def test_retry_later_without_a_delay_waits_a_minute() -> None:
-    run = Harness({"a": BAD}).run(HEAD % "later" + f"""
+    run = Harness({"a": BAD}).run(
+        HEAD % "later"
+        + f"""
   - step: a
     tool: {PY}
     on_error:
       - when: "{{{{ attempt == 1 }}}}"
         decision: retry_later
-""")
+"""
+    )
     assert run.status == "FAILED"
     assert [s.data["delay"] for s in run.events("retry.scheduled")] == [60.0]
     assert len(run.calls) == 2
@@ -147,7 +165,9 @@ def test_abort_stops_every_other_branch_whatever_it_waits_on() -> None:
     `end`, which fails the workflow."""
     tools = {"running": PENDING, "waiting": Fail("Boom", "retry me"), "critical": BAD, "fan": PENDING, "nap": PENDING}
     h = Harness(tools, playbooks={"sleepy": HEAD % "sleepy" + f"  - step: nap\n    tool: {PY}\n"})
-    run = h.run(HEAD % "abort" + f"""
+    run = h.run(
+        HEAD % "abort"
+        + f"""
   - step: start
     next: [running, waiting, critical, fan, child]
   - step: running
@@ -165,7 +185,8 @@ def test_abort_stops_every_other_branch_whatever_it_waits_on() -> None:
   - step: critical
     tool: {PY}
     on_error: [{{decision: abort}}]
-""")
+"""
+    )
     assert run.status == "FAILED" and not h.running()
     others = ("running", "waiting", "fan", "child")
     assert {(s, st) for s, st in run.exits() if s in others} == {(s, "CANCELLED") for s in others}
@@ -182,7 +203,9 @@ def test_abort_stops_every_other_branch_whatever_it_waits_on() -> None:
 
 
 def test_on_failure_routes_to_remediation_with_a_bounded_failure_envelope() -> None:
-    run = Harness({"load": Fail("RuntimeError", "disk full " + "x" * 20000)}).run(HEAD % "remediate" + f"""
+    run = Harness({"load": Fail("RuntimeError", "disk full " + "x" * 20000)}).run(
+        HEAD % "remediate"
+        + f"""
   - step: load
     tool: {PY}
     retry: {{max_attempts: 2, initial_delay: 0.05}}
@@ -190,7 +213,8 @@ def test_on_failure_routes_to_remediation_with_a_bounded_failure_envelope() -> N
   - step: cleanup
     tool: {PY}
     args: {{f: "{{{{ failure }}}}"}}
-""")
+"""
+    )
     assert run.status == "COMPLETED"  # the failure was handled by remediation
     route = run.events("step.exit", "load")[0].data["failure_route"]
     assert route == {"attempted": True, "status": "selected", "target": "cleanup", "edge": "on_failure[0]"}
@@ -210,7 +234,9 @@ def test_on_failure_routes_to_remediation_with_a_bounded_failure_envelope() -> N
 
 @pytest.mark.parametrize(("error", "target"), [("Timeout", "slow_path"), ("ValueError", "cleanup")])
 def test_on_failure_takes_the_first_matching_edge(error: str, target: str) -> None:
-    run = Harness({"work": Fail(error, "no")}).run(HEAD % "edges" + f"""
+    run = Harness({"work": Fail(error, "no")}).run(
+        HEAD % "edges"
+        + f"""
   - step: work
     tool: {PY}
     on_failure:
@@ -219,20 +245,24 @@ def test_on_failure_takes_the_first_matching_edge(error: str, target: str) -> No
       - step: cleanup
   - step: slow_path
   - step: cleanup
-""")
+"""
+    )
     assert run.status == "COMPLETED"
     assert run.entered() == ["work", target, "end"]
 
 
 def test_no_matching_edge_routes_to_end_unhandled() -> None:
-    run = Harness({"a": BAD}).run(HEAD % "no_route" + f"""
+    run = Harness({"a": BAD}).run(
+        HEAD % "no_route"
+        + f"""
   - step: a
     tool: {PY}
     on_failure:
       - when: "{{{{ error.type == 'Timeout' }}}}"
         step: b
   - step: b
-""")
+"""
+    )
     assert run.status == "FAILED"
     ex = run.events("step.exit", "a")[0].data
     assert ex["failure_route"]["status"] == "no_route" and ex["routed_to_end"] is True
@@ -241,12 +271,15 @@ def test_no_matching_edge_routes_to_end_unhandled() -> None:
 
 def test_a_cancelled_execution_schedules_no_remediation() -> None:
     h = Harness({"slow_fail": PENDING})
-    eid = h.start(HEAD % "cancel_then_fail" + f"""
+    eid = h.start(
+        HEAD % "cancel_then_fail"
+        + f"""
   - step: slow_fail
     tool: {PY}
     on_failure: cleanup
   - step: cleanup
-""")
+"""
+    )
     h.run()
     h.cancel(eid, "stop")
     run = h.run()
@@ -269,7 +302,9 @@ def test_cancelling_a_terminal_execution_changes_nothing() -> None:
 
 
 def test_the_retry_summary_records_a_failure_that_never_reached_a_tool() -> None:
-    run = Harness().run(HEAD % "summary" + f"""
+    run = Harness().run(
+        HEAD % "summary"
+        + f"""
   - step: a
     tool: {PY}
     args: {{x: "{{{{ workload.missing }}}}"}}
@@ -277,18 +312,22 @@ def test_the_retry_summary_records_a_failure_that_never_reached_a_tool() -> None
     on_failure: b
   - step: b
     args: {{errors: "{{{{ failure.retry_summary.errors }}}}"}}
-""")
+"""
+    )
     assert run.status == "COMPLETED" and not run.calls
     errors = run.result["b"]["errors"]
     assert len(errors) == 1 and errors[0].startswith("attempt 1: TemplateError:") and "missing" in errors[0]
 
 
 def test_a_template_that_cannot_render_fails_its_step_naming_the_field() -> None:
-    run = Harness().run(HEAD % "tpl" + f"""
+    run = Harness().run(
+        HEAD % "tpl"
+        + f"""
   - step: a
     tool: {PY}
     args: {{x: "{{{{ workload.settings.no_such_key }}}}"}}
-""")
+"""
+    )
     assert run.status == "FAILED" and not run.calls
     error = run.events("step.exit", "a")[0].data["error"]
     assert error["type"] == "TemplateError" and "step 'a' field args.x" in error["message"]
@@ -309,14 +348,19 @@ def test_a_recorded_failure_decision_is_read_back_not_evaluated_again() -> None:
     assert replay(run, read_back=False)  # evaluated again, the rules decide as the first time
 
 
-CHILD = HEAD % "child" + f"""
+CHILD = (
+    HEAD % "child"
+    + f"""
   - step: work
     tool: {PY}
     args: {{n: "{{{{ workload.n }}}}", fail: "{{{{ workload.fail }}}}"}}
   - step: end
     args: {{value: "{{{{ work }}}}"}}
 """
-PARENT = HEAD % "parent" + """
+)
+PARENT = (
+    HEAD % "parent"
+    + """
   - step: delegate
     tool: {kind: playbook, path: lib/child, version: 2}
     args: {n: "{{ workload.n }}", fail: "{{ workload.fail }}"}
@@ -326,6 +370,7 @@ PARENT = HEAD % "parent" + """
   - step: fallback
     args: {reason: "{{ failure.error.message }}"}
 """
+)
 
 
 def child_work(call: Call) -> int:

@@ -25,7 +25,8 @@ def chain(n: int) -> str:
 
 def test_success_path_runs_steps_in_order_and_completes_at_end() -> None:
     run = Harness({"start": lambda c: {"v": c.args["x"] + 1}, "double": lambda c: {"v": c.args["v"] * 2}}).run(
-        HEAD % "success" + f"""
+        HEAD % "success"
+        + f"""
 workload: {{x: 2}}
 workflow:
   - step: start
@@ -37,11 +38,16 @@ workflow:
     args: {{v: "{{{{ start.v }}}}"}}
     next: end
   - step: end
-""")
+"""
+    )
     assert run.status == "COMPLETED"
     assert run.exits() == [("start", "COMPLETED"), ("double", "COMPLETED"), ("end", "COMPLETED")]
-    assert run.lifecycle() == ["playbook.initialized", "workflow.initialized", "workflow.completed",
-                               "playbook.completed"]
+    assert run.lifecycle() == [
+        "playbook.initialized",
+        "workflow.initialized",
+        "workflow.completed",
+        "playbook.completed",
+    ]
     assert run.result == {"double": {"v": 6}}
     wf = run.events("workflow.completed")[0].data
     assert wf["evaluated_by_end_step"] is True and wf["failed_steps_count"] == 0 and wf["total_steps"] == 3
@@ -50,7 +56,9 @@ workflow:
 
 
 def test_failed_step_routes_to_end_which_fails_the_workflow() -> None:
-    run = Harness({"divide": Fail("ZeroDivisionError", "division by zero")}).run(HEAD % "failure" + f"""
+    run = Harness({"divide": Fail("ZeroDivisionError", "division by zero")}).run(
+        HEAD % "failure"
+        + f"""
 workflow:
   - step: start
     next: divide
@@ -59,7 +67,8 @@ workflow:
     next: never
   - step: never
     tool: {{kind: noop}}
-""")
+"""
+    )
     assert run.status == "FAILED"
     failed = run.events("step.exit", "divide")[0].data
     assert failed["status"] == "FAILED" and failed["routed_to_end"] is True
@@ -83,7 +92,9 @@ def test_step_without_next_routes_implicitly_to_injected_end() -> None:
 
 @pytest.mark.parametrize(("n", "expected"), [(50, "big"), (5, "small"), (0, "zero")])
 def test_conditional_routing_takes_first_matching_rule_else_otherwise(n: int, expected: str) -> None:
-    run = Harness({"start": lambda c: {"count": c.args["n"]}}).run(HEAD % "routing" + f"""
+    run = Harness({"start": lambda c: {"count": c.args["n"]}}).run(
+        HEAD % "routing"
+        + f"""
 workflow:
   - step: start
     tool: {PY}
@@ -97,14 +108,18 @@ workflow:
   - step: big
   - step: small
   - step: zero
-""", {"n": n})
+""",
+        {"n": n},
+    )
     assert run.status == "COMPLETED"
     assert run.entered() == ["start", expected, "end"]
 
 
 def test_parallel_branches_join_at_end_exactly_once() -> None:
     h = Harness({"slow": PENDING, "fast": "f", "after_slow": "as", "medium": {"slept": 0.1}})
-    source = HEAD % "parallel" + f"""
+    source = (
+        HEAD % "parallel"
+        + f"""
 workflow:
   - step: start
     next: [router, fast, slow, medium]
@@ -121,6 +136,7 @@ workflow:
     tool: {{kind: sleep, seconds: 0.1}}
   - step: end
 """
+    )
     run = h.run(source)
     assert run.status == "RUNNING" and "end" not in run.entered()  # one branch still runs: end waits
     [slow] = h.running()
@@ -131,28 +147,37 @@ workflow:
     end_at = run.items.index(run.events("step.enter", "end")[0])
     for s in ("router", "fast", "medium", "after_slow"):
         assert run.items.index(run.events("step.exit", s)[0]) < end_at
-    assert run.result == {"router": {"decided": "in the engine, before the other branches run"}, "fast": "f",
-                          "medium": {"slept": 0.1}, "after_slow": "as"}
+    assert run.result == {
+        "router": {"decided": "in the engine, before the other branches run"},
+        "fast": "f",
+        "medium": {"slept": 0.1},
+        "after_slow": "as",
+    }
     assert run.lifecycle().count("playbook.completed") == 1
     assert replay(run)
 
 
 def test_user_end_with_a_tool_returns_its_result() -> None:
-    run = Harness({"a": [1, 2, 3], "end": lambda c: {"sum": sum(c.args["xs"])}}).run(HEAD % "user_end" + f"""
+    run = Harness({"a": [1, 2, 3], "end": lambda c: {"sum": sum(c.args["xs"])}}).run(
+        HEAD % "user_end"
+        + f"""
 workflow:
   - step: a
     tool: {PY}
   - step: end
     tool: {PY}
     args: {{xs: "{{{{ a }}}}"}}
-""")
+"""
+    )
     assert run.status == "COMPLETED" and run.result == {"sum": 6}
 
 
 def test_routing_keeps_the_depth_first_order_of_events() -> None:
     """A branch runs on until it waits before its sibling starts, as before routing was
     a loop: logs written by an older engine replay to the same decisions."""
-    run = Harness().run(HEAD % "order" + f"""workflow:
+    run = Harness().run(
+        HEAD % "order"
+        + f"""workflow:
   - step: start
     next: [a, b]
   - step: a
@@ -162,13 +187,23 @@ def test_routing_keeps_the_depth_first_order_of_events() -> None:
   - step: b
     next: b2
   - step: b2
-""")
+"""
+    )
     order = [(i.type, i.step) for i in run.items if i.cls == "ev"]
     assert order == [
-        ("step.enter", "start"), ("step.exit", "start"), ("step.enter", "a"), ("step.enter", "b"),
-        ("step.exit", "a"), ("step.enter", "a2"), ("command.issued", "a2"),
-        ("step.exit", "b"), ("step.enter", "b2"), ("step.exit", "b2"),
-        ("step.exit", "a2"), ("step.enter", "end"), ("step.exit", "end"),
+        ("step.enter", "start"),
+        ("step.exit", "start"),
+        ("step.enter", "a"),
+        ("step.enter", "b"),
+        ("step.exit", "a"),
+        ("step.enter", "a2"),
+        ("command.issued", "a2"),
+        ("step.exit", "b"),
+        ("step.enter", "b2"),
+        ("step.exit", "b2"),
+        ("step.exit", "a2"),
+        ("step.enter", "end"),
+        ("step.exit", "end"),
     ]
 
 
@@ -183,8 +218,10 @@ def test_a_chain_of_10000_routers_folds_in_well_under_a_second() -> None:
     assert took < 1.5, f"fold took {took:.2f} s of CPU"
     # no decision starts more than its slice: each decision record stays far below a message's size
     decisions = [i for i in run.items if i.cls == "in"]
-    assert max(sum(1 for e in run.items if e.seq == d.seq and e.type == "step.enter") for d in decisions) \
+    assert (
+        max(sum(1 for e in run.items if e.seq == d.seq and e.type == "step.enter") for d in decisions)
         <= ROUTING_SLICE + 1
+    )
     assert len(decisions) == 1 + 10_001 // ROUTING_SLICE  # the start, then one resume timer per slice
     assert len(run.events("routing.paused")) == 10_001 // ROUTING_SLICE
 
@@ -203,24 +240,36 @@ def test_a_cancel_between_two_slices_stops_the_chain() -> None:
 
 def test_the_first_unhandled_failure_is_the_root_cause() -> None:
     tools = {"a": Fail("Timeout", "no answer after 1s"), "b": Fail("ValueError", "later")}
-    run = Harness(tools).run(HEAD % "two" + f"""workflow:
+    run = Harness(tools).run(
+        HEAD % "two"
+        + f"""workflow:
   - step: start
     next: [a, b]
   - step: a
     tool: {PY}
   - step: b
     tool: {PY}
-""")
-    assert run.error == {"type": "Timeout", "message": "no answer after 1s", "step": "a", "failed_steps": ["a", "b"],
-                         "retryable": False, "status": None}
+"""
+    )
+    assert run.error == {
+        "type": "Timeout",
+        "message": "no answer after 1s",
+        "step": "a",
+        "failed_steps": ["a", "b"],
+        "retryable": False,
+        "status": None,
+    }
 
 
 def test_an_end_that_fails_alone_is_the_root_cause() -> None:
-    run = Harness().run(HEAD % "endfails" + """workflow:
+    run = Harness().run(
+        HEAD % "endfails"
+        + """workflow:
   - step: a
   - step: end
     args: {v: "{{ workload.no_such_key }}"}
-""")
+"""
+    )
     assert run.error is not None
     assert run.error["type"] == "TemplateError" and run.error["step"] == "end" and run.error["failed_steps"] == ["end"]
     assert "no_such_key" in run.error["message"]

@@ -22,11 +22,14 @@ PAGINATE = """      - when: "{{ result is not none and result.data.paging.hasMor
 
 
 def http(name: str, retry: str, extra: str = "") -> str:
-    return HEAD % name + f"""  - step: call
+    return (
+        HEAD % name
+        + f"""  - step: call
     tool: {{kind: http, url: "http://api/x"}}
     retry:
 {retry}
 {extra}"""
+    )
 
 
 def busy_twice(call: Call) -> dict[str, object]:
@@ -38,8 +41,15 @@ def busy_twice(call: Call) -> dict[str, object]:
 def pages(total: int):  # type: ignore[no-untyped-def]
     def api(call: Call) -> dict[str, object]:
         page = int(call.args["page"])
-        return {"status": 200, "data": {"data": [f"p{page}i{i}" for i in range(3)], "extra": {f"page{page}": page},
-                                        "paging": {"page": page, "hasMore": page < total}}}
+        return {
+            "status": 200,
+            "data": {
+                "data": [f"p{page}i{i}" for i in range(3)],
+                "extra": {f"page{page}": page},
+                "paging": {"page": page, "hasMore": page < total},
+            },
+        }
+
     return api
 
 
@@ -49,8 +59,11 @@ def test_503_twice_then_200_retries_on_durable_timers_with_exponential_delays() 
     issued = run.events("command.issued", "call")
     assert [i.data["attempt_number"] for i in issued] == [1, 2, 3]
     # attempts are linked: each names the command of the attempt before
-    assert [i.data.get("parent_event_id") for i in issued] == [None, issued[0].data["command_id"],
-                                                               issued[1].data["command_id"]]
+    assert [i.data.get("parent_event_id") for i in issued] == [
+        None,
+        issued[0].data["command_id"],
+        issued[1].data["command_id"],
+    ]
     scheduled = run.events("retry.scheduled", "call")
     assert [s.data["delay"] for s in scheduled] == [0.2, 0.4]
     assert all(s.data["reason"] == "error" and s.data["due"] == s.at + s.data["delay"] for s in scheduled)
@@ -113,8 +126,13 @@ def test_max_attempts_bounds_a_never_ending_has_more() -> None:
 def test_a_when_that_cannot_render_fails_the_step_naming_the_rule() -> None:
     # the first attempt fails with 503 (error is set) -> retried; the third succeeds and
     # `error` is none: `none.retryable` cannot render -> the step fails naming the rule
-    run = Harness(busy_twice).run(http("bad_rule", """      - when: "{{ error.retryable }}"
-        then: {max_attempts: 3}"""))
+    run = Harness(busy_twice).run(
+        http(
+            "bad_rule",
+            """      - when: "{{ error.retryable }}"
+        then: {max_attempts: 3}""",
+        )
+    )
     assert run.status == "FAILED" and len(run.calls) == 3
     err = run.events("step.exit", "call")[0].data["error"]
     assert err["type"] == "TemplateError" and "retry[0].when" in err["message"]
@@ -137,17 +155,23 @@ def test_retry_shorthand_retries_any_error_after_half_a_second() -> None:
             raise Fail("RuntimeError", "first time fails")
         return call.attempt
 
-    run = Harness({"twice": twice}).run(HEAD % "shorthand" + """  - step: twice
+    run = Harness({"twice": twice}).run(
+        HEAD % "shorthand"
+        + """  - step: twice
     retry: 3
     tool: {kind: python, code: "def main(): pass"}
-""")
+"""
+    )
     assert run.status == "COMPLETED" and run.result == {"twice": 2}
     assert [s.data["delay"] for s in run.events("retry.scheduled")] == [0.5]
 
 
 def test_full_jitter_is_deterministic_and_within_the_backoff() -> None:
-    source = http("jitter", """      - when: "{{ error is not none }}"
-        then: {max_attempts: 4, backoff: exponential, initial_delay: 1, jitter: full}""")
+    source = http(
+        "jitter",
+        """      - when: "{{ error is not none }}"
+        then: {max_attempts: 4, backoff: exponential, initial_delay: 1, jitter: full}""",
+    )
     first = Harness({"call": Fail("OSError", "unreachable")}).run(source)
     again = Harness({"call": Fail("OSError", "unreachable")}).run(source)
     delays = [s.data["delay"] for s in first.events("retry.scheduled")]

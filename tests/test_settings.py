@@ -39,9 +39,17 @@ def test_an_empty_environment_gives_the_defaults_of_layout_and_limits() -> None:
 
 
 def test_variables_are_read_and_flags_given_win() -> None:
-    env = {"NATS_URL": " nats://a:4222,nats://b:4222 ", "ACTORS_PARTITIONS": "16", "ACTORS_ACK_WAIT": "2.5",
-           "ACTORS_MAX_STEPS": "25", "ACTORS_MAX_VALUE_BYTES": "1000000", "ACTORS_PYTHON_WORKERS": "3",
-           "ACTORS_HTTP_PORT": "9090", "ACTORS_REPLICAS": "", "ACTORS_POD_NAME": "pod-1"}
+    env = {
+        "NATS_URL": " nats://a:4222,nats://b:4222 ",
+        "ACTORS_PARTITIONS": "16",
+        "ACTORS_ACK_WAIT": "2.5",
+        "ACTORS_MAX_STEPS": "25",
+        "ACTORS_MAX_VALUE_BYTES": "1000000",
+        "ACTORS_PYTHON_WORKERS": "3",
+        "ACTORS_HTTP_PORT": "9090",
+        "ACTORS_REPLICAS": "",
+        "ACTORS_POD_NAME": "pod-1",
+    }
     settings = Settings.from_env(env)
     assert settings.nats_url == "nats://a:4222,nats://b:4222"
     assert settings.layout == Layout(partitions=16, ack_wait=2.5, max_value_bytes=1_000_000)  # "" is unset
@@ -51,17 +59,20 @@ def test_variables_are_read_and_flags_given_win() -> None:
     assert (flagged.nats_url, flagged.http_port, flagged.drain_timeout) == ("nats://c:4222", 0, 10.0)
 
 
-@pytest.mark.parametrize(("var", "raw", "says"), [
-    ("ACTORS_PARTITIONS", "eight", "not a whole number"),
-    ("ACTORS_PARTITIONS", "4.0", "not a whole number"),
-    ("ACTORS_TEMPLATE_OPS", "0", "must be at least 1"),
-    ("ACTORS_MAX_VALUE_BYTES", "-5", "must be at least 1"),
-    ("ACTORS_PYTHON_WORKERS", "many", "not a whole number"),
-    ("ACTORS_ACK_WAIT", "nan", "must be at least"),
-    ("ACTORS_LEASE_TTL", "soon", "not a number"),
-    ("ACTORS_HTTP_PORT", "-1", "must be at least 0"),
-    ("ACTORS_POD_NAME", "a.b", "only letters"),
-])
+@pytest.mark.parametrize(
+    ("var", "raw", "says"),
+    [
+        ("ACTORS_PARTITIONS", "eight", "not a whole number"),
+        ("ACTORS_PARTITIONS", "4.0", "not a whole number"),
+        ("ACTORS_TEMPLATE_OPS", "0", "must be at least 1"),
+        ("ACTORS_MAX_VALUE_BYTES", "-5", "must be at least 1"),
+        ("ACTORS_PYTHON_WORKERS", "many", "not a whole number"),
+        ("ACTORS_ACK_WAIT", "nan", "must be at least"),
+        ("ACTORS_LEASE_TTL", "soon", "not a number"),
+        ("ACTORS_HTTP_PORT", "-1", "must be at least 0"),
+        ("ACTORS_POD_NAME", "a.b", "only letters"),
+    ],
+)
 def test_an_unusable_value_is_refused_in_one_line_naming_the_variable(var: str, raw: str, says: str) -> None:
     with pytest.raises(SettingsInvalid) as caught:
         Settings.from_env({var: raw})
@@ -80,9 +91,16 @@ def test_the_deploy_config_map_sets_only_known_settings_that_parse() -> None:
 @pytest.mark.asyncio
 async def test_the_cli_stops_at_start_up_on_an_unusable_setting_exit_3_no_traceback() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "actors.cli", "run", "examples/hello.yaml", cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NATS_URL": "", "ACTORS_MAX_STEPS": "lots"})
+        sys.executable,
+        "-m",
+        "actors.cli",
+        "run",
+        "examples/hello.yaml",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NATS_URL": "", "ACTORS_MAX_STEPS": "lots"},
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 3
     assert err.decode().strip() == "actors-cli: ACTORS_MAX_STEPS='lots': not a whole number"

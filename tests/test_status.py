@@ -62,14 +62,20 @@ async def test_lower_layer_events_on_the_last_step_never_complete_an_execution(s
     eid = await _start_and_reach_last(system)
     prefix = system.layout.exec_prefix(eid)
     # forge what a confused worker or heuristic might emit for the last visible step and for end
-    forged = DecisionRecord(cause=10**9, events=[
-        UnknownEvent(type="step.exit", execution_id=eid, at=0, cause=10**9, step="end", data={"status": "COMPLETED"}),
-        UnknownEvent(type="command.completed", execution_id=eid, at=0, cause=10**9, step="last"),
-        UnknownEvent(type="batch.completed", execution_id=eid, at=0, cause=10**9, data={"pending_count": 0}),
-    ])
+    forged = DecisionRecord(
+        cause=10**9,
+        events=[
+            UnknownEvent(
+                type="step.exit", execution_id=eid, at=0, cause=10**9, step="end", data={"status": "COMPLETED"}
+            ),
+            UnknownEvent(type="command.completed", execution_id=eid, at=0, cause=10**9, step="last"),
+            UnknownEvent(type="batch.completed", execution_id=eid, at=0, cause=10**9, data={"pending_count": 0}),
+        ],
+    )
     await system.nc.jetstream().publish(f"{prefix}.ev.decision", encode(forged))
     await system.nc.jetstream().publish(
-        f"{prefix}.in.result.999-1", encode(CallDone(execution_id=eid, command_id="999-1", step="end", attempt_number=1, result={}))
+        f"{prefix}.in.result.999-1",
+        encode(CallDone(execution_id=eid, command_id="999-1", step="end", attempt_number=1, result={})),
     )
     # a real lifecycle event follows; if anything above had closed the execution as
     # COMPLETED, this one could not change it (terminal states are final)
@@ -123,13 +129,22 @@ async def test_a_projector_with_a_stale_status_in_memory_never_moves_a_status_ba
     a, b = Projector(system.nc), Projector(system.nc)
     a._kv = b._kv = kv  # driven directly, in a chosen order: no subscription
 
-    def event(data: PlaybookInitializedData | PlaybookCompletedData | WorkflowInitializedData | PlaybookFailedData,
-              at: float) -> AnyEvent:
+    def event(
+        data: PlaybookInitializedData | PlaybookCompletedData | WorkflowInitializedData | PlaybookFailedData, at: float
+    ) -> AnyEvent:
         return make_event(data, execution_id="stale-1", at=at, cause=1)
 
-    completed = PlaybookCompletedData(playbook="p", started_at=1.0, ended_at=2.0, result=None,
-                                      evaluated_by_end_step=True, total_steps=1, failed_steps_count=0,
-                                      handled_failures=[], cancelled_steps=[])
+    completed = PlaybookCompletedData(
+        playbook="p",
+        started_at=1.0,
+        ended_at=2.0,
+        result=None,
+        evaluated_by_end_step=True,
+        total_steps=1,
+        failed_steps_count=0,
+        handled_failures=[],
+        cancelled_steps=[],
+    )
     failed = PlaybookFailedData(playbook="p", started_at=1.0, ended_at=3.0, error={"type": "E", "message": "m"})
     await a.apply(event(PlaybookInitializedData(playbook="p", version=None, started_at=1.0), 1.0))  # a: RUNNING
     await b.apply(event(completed, 2.0))  # b reads RUNNING, writes COMPLETED

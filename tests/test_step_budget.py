@@ -23,11 +23,14 @@ from tests.test_cli import cli
 pytestmark = [pytest.mark.timeout(120)]
 
 HEAD = "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: %s}\n"
-GOOD = HEAD % "good" + """workflow:
+GOOD = (
+    HEAD % "good"
+    + """workflow:
   - step: work
     tool: {kind: python, code: "def main(n): return n * 2"}
     args: {n: 21}
 """
+)
 
 
 def chain(n: int, name: str = "chain") -> str:
@@ -74,7 +77,10 @@ async def _with_good_one(system: System, bad: str) -> tuple[str, Any]:
 
 @pytest.mark.asyncio
 async def test_a_router_cycle_fails_with_step_budget_exceeded_and_others_complete(system: System) -> None:
-    eid, status = await _with_good_one(system, HEAD % "router_cycle" + """limits: {max_steps: 40}
+    eid, status = await _with_good_one(
+        system,
+        HEAD % "router_cycle"
+        + """limits: {max_steps: 40}
 workflow:
   - step: start
     next: [nap, spin]
@@ -82,7 +88,8 @@ workflow:
     tool: {kind: sleep, seconds: 60}
   - step: spin
     next: spin
-""")
+""",
+    )
     assert status.state == "FAILED"
     assert status.error is not None and status.error["type"] == "StepBudgetExceeded"
     assert status.error["step"] == "spin" and "40 steps" in status.error["message"]
@@ -102,16 +109,24 @@ async def test_the_pod_budget_comes_from_actors_max_steps(tmp_path: Path) -> Non
 
 
 ROOT_CAUSES = {
-    "Timeout": ("""
+    "Timeout": (
+        """
   - step: a
     tool: {kind: python, code: "import time\\ndef main():\\n    time.sleep(30)"}
     timeout: 0.5
-""", "Timeout", ""),
-    "TemplateError": ("""
+""",
+        "Timeout",
+        "",
+    ),
+    "TemplateError": (
+        """
   - step: a
     tool: {kind: python, code: "def main(x): return x"}
     args: {x: "{{ workload.settings.no_such_key }}"}
-""", "TemplateError", "no_such_key"),
+""",
+        "TemplateError",
+        "no_such_key",
+    ),
 }
 
 

@@ -360,7 +360,10 @@ async def test_python_cancel_stops_a_running_call(resources: ToolResources, sign
 async def test_python_caller_task_cancelled_kills_the_worker() -> None:
     server, port = listener()
     pool = PythonPool(size=1)
-    code = "import socket, time\ndef main(port):\n    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    code = (
+        "import socket, time\ndef main(port):\n"
+        "    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    )
     try:
         task = asyncio.create_task(pool.run(code, {"port": port}, timeout=None))
         await asyncio.wait_for(accept_one(server), 10)
@@ -381,8 +384,10 @@ async def test_python_calls_run_in_parallel() -> None:
     possible only while both run at once, one per worker."""
     server, port = listener()
     pool = PythonPool(size=2)
-    code = ("import socket\ndef main(port):\n    c = socket.create_connection(('127.0.0.1', port))\n"
-            "    c.recv(1)\n    return 1\n")
+    code = (
+        "import socket\ndef main(port):\n    c = socket.create_connection(('127.0.0.1', port))\n"
+        "    c.recv(1)\n    return 1\n"
+    )
     try:
         calls = asyncio.gather(pool.run(code, {"port": port}, timeout=20), pool.run(code, {"port": port}, timeout=20))
         loop = asyncio.get_running_loop()
@@ -399,7 +404,10 @@ async def test_python_calls_run_in_parallel() -> None:
 async def test_python_waiting_for_a_free_worker_counts_against_timeout() -> None:
     server, port = listener()
     pool = PythonPool(size=1)
-    code = "import socket, time\ndef main(port):\n    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    code = (
+        "import socket, time\ndef main(port):\n"
+        "    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    )
     try:
         busy = asyncio.create_task(pool.run(code, {"port": port}, timeout=None))
         await asyncio.wait_for(accept_one(server), 10)
@@ -418,7 +426,10 @@ async def test_python_waiting_for_a_free_worker_counts_against_timeout() -> None
 async def test_python_cancel_while_waiting_for_a_free_worker() -> None:
     server, port = listener()
     pool = PythonPool(size=1)
-    code = "import socket, time\ndef main(port):\n    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    code = (
+        "import socket, time\ndef main(port):\n"
+        "    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    )
     try:
         busy = asyncio.create_task(pool.run(code, {"port": port}, timeout=None))
         await asyncio.wait_for(accept_one(server), 10)
@@ -490,7 +501,10 @@ async def test_python_pool_close_leaves_no_zombies() -> None:
 async def test_python_pool_close_stops_a_running_call() -> None:
     server, port = listener()
     pool = PythonPool(size=1)
-    code = "import socket, time\ndef main(port):\n    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    code = (
+        "import socket, time\ndef main(port):\n"
+        "    socket.create_connection(('127.0.0.1', port)).close()\n    time.sleep(30)\n"
+    )
     try:
         task = asyncio.create_task(pool.run(code, {"port": port}, timeout=None))
         await asyncio.wait_for(accept_one(server), 10)
@@ -558,7 +572,8 @@ async def test_shell_cancel(tmp_path: Path, resources: ToolResources) -> None:
     server, port = listener()
     cancel = asyncio.Event()
     pidfile = tmp_path / "sh.pid"
-    cmd = f"echo $$ > {pidfile}; {sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port})).close()\"; sleep 30"
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port})).close()"
+    cmd = f'echo $$ > {pidfile}; {sys.executable} -c "{connect}"; sleep 30'
     try:
         task = asyncio.create_task(run_tool("shell", {"command": cmd}, {}, timeout=None, cancel=cancel))
         await asyncio.wait_for(accept_one(server), 10)
@@ -768,8 +783,9 @@ def test_python_pool_outlives_event_loops() -> None:
 
 
 @pytest.mark.asyncio
-async def test_integers_beyond_64_bits_pass_exactly_through_python_and_http(resources: ToolResources,
-                                                                          http_server: HttpServer) -> None:
+async def test_integers_beyond_64_bits_pass_exactly_through_python_and_http(
+    resources: ToolResources, http_server: HttpServer
+) -> None:
     # orjson refuses them on encode and reads them as floats: they must not be changed
     assert await py("def main(n):\n    return {'n': n, 'up': n + 1}\n", {"n": 2**70}) == {"n": 2**70, "up": 2**70 + 1}
     r = await http({"url": f"{http_server.base}/echo", "method": "post", "json": {"n": 2**70}})

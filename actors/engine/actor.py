@@ -83,9 +83,12 @@ class ExecutionActor(LogActor):
 
     def __init__(self, engine: Engine, execution_id: str) -> None:
         subjects = ExecSubjects.of(execution_id, engine.layout.partitions)
-        super().__init__(engine, execution_id, execution_id,
-                         Outbox(engine.nc, engine.js, engine.layout, execution_id=execution_id, subjects=subjects,
-                                sender="engine"))
+        super().__init__(
+            engine,
+            execution_id,
+            execution_id,
+            Outbox(engine.nc, engine.js, engine.layout, execution_id=execution_id, subjects=subjects, sender="engine"),
+        )
         self.engine = engine
         self.subjects = subjects
         self.state = Execution(execution_id=execution_id)
@@ -114,10 +117,17 @@ class ExecutionActor(LogActor):
             await publish_all(js, [(self.subjects.fault, encode(fault), ids.fault_id(eid, seq))])
             self.skip.add(seq)
             return False
-        ended = make_event(PlaybookFailedData(
-            playbook=self.state.playbook_path, started_at=self.state.started_at, ended_at=log_time(msg),
-            error=execution_error(info, step=None, failed_steps=list(self.state.failed_steps))),
-            execution_id=eid, at=log_time(msg), cause=seq)
+        ended = make_event(
+            PlaybookFailedData(
+                playbook=self.state.playbook_path,
+                started_at=self.state.started_at,
+                ended_at=log_time(msg),
+                error=execution_error(info, step=None, failed_steps=list(self.state.failed_steps)),
+            ),
+            execution_id=eid,
+            at=log_time(msg),
+            cause=seq,
+        )
         await self.outbox.record(Effects(cause=seq, lifecycle=[ended]))
         self.state.status = ExecState.FAILED
         await ack(msg)
@@ -135,7 +145,8 @@ class ExecutionActor(LogActor):
         inp = await self._read_back(inp)
         state = self.state
         fx = await self.engine.fold_off_loop(
-            self, functools.partial(fold, state, inp, seq=entry.seq, at=entry.at, subjects=self.subjects))
+            self, functools.partial(fold, state, inp, seq=entry.seq, at=entry.at, subjects=self.subjects)
+        )
         if into is not None:
             _merge(into, fx)
         return fx
@@ -155,8 +166,9 @@ class ExecutionActor(LogActor):
             if isinstance(payload, dict):
                 inp.payload, inp.payload_ref = payload, None
             elif inp.error is None:
-                inp.error = ErrorInfo(type="ValueMissing", message=f"start payload blob {inp.payload_ref} not found "
-                                                                   "(expired or removed)")
+                inp.error = ErrorInfo(
+                    type="ValueMissing", message=f"start payload blob {inp.payload_ref} not found (expired or removed)"
+                )
             return inp
         if isinstance(inp, IteratorCompleted) and inp.results is None and inp.results_ref:
             try:
@@ -164,9 +176,15 @@ class ExecutionActor(LogActor):
             except NotFoundError:
                 # the blob expired or was removed: the loop's results are gone, say so
                 missing = ErrorInfo(type="ResultsMissing", message=f"blob {inp.results_ref} not found")
-                return IteratorFailed(execution_id=inp.execution_id, loop_id=inp.loop_id, step=inp.step,
-                                      total=inp.total, succeeded=inp.succeeded, failed=inp.failed,
-                                      errors=[{"index": -1, "error": error_view(missing)}])
+                return IteratorFailed(
+                    execution_id=inp.execution_id,
+                    loop_id=inp.loop_id,
+                    step=inp.step,
+                    total=inp.total,
+                    succeeded=inp.succeeded,
+                    failed=inp.failed,
+                    errors=[{"index": -1, "error": error_view(missing)}],
+                )
         return inp
 
     # --- replay ----------------------------------------------------------------------
@@ -212,13 +230,23 @@ class ExecutionActor(LogActor):
         if fx.cause in seen.decisions:
             return Effects(cause=fx.cause, at=fx.at, lifecycle=lifecycle)
         nc = self.engine.nc
-        missing = Effects(cause=fx.cause, at=fx.at, events=fx.events, lifecycle=lifecycle, starts=fx.starts,
-                          cancels=fx.cancels, loop_cancels=fx.loop_cancels, child_cancels=fx.child_cancels,
-                          reply=fx.reply)
-        missing.commands = [c for c in fx.commands
-                            if not await command_sent(nc, c, seen.results, reply_stream=EXEC_STREAM)]
-        missing.loops = [s for s in fx.loops
-                         if not await has_message(nc, LOOP_STREAM, self.outbox.loop_subjects(s.loop_id).spec)]
+        missing = Effects(
+            cause=fx.cause,
+            at=fx.at,
+            events=fx.events,
+            lifecycle=lifecycle,
+            starts=fx.starts,
+            cancels=fx.cancels,
+            loop_cancels=fx.loop_cancels,
+            child_cancels=fx.child_cancels,
+            reply=fx.reply,
+        )
+        missing.commands = [
+            c for c in fx.commands if not await command_sent(nc, c, seen.results, reply_stream=EXEC_STREAM)
+        ]
+        missing.loops = [
+            s for s in fx.loops if not await has_message(nc, LOOP_STREAM, self.outbox.loop_subjects(s.loop_id).spec)
+        ]
         missing.timers = [t for t in fx.timers if t.timer_id not in seen.fired]
         return missing
 
@@ -228,8 +256,17 @@ def _merge(into: Effects, fx: Effects) -> None:
     `into` is empty and takes the input's cause)."""
     if not into:
         into.cause, into.at = fx.cause, fx.at
-    for name in ("events", "lifecycle", "commands", "timers", "cancels", "starts", "loops", "loop_cancels",
-                 "child_cancels"):
+    for name in (
+        "events",
+        "lifecycle",
+        "commands",
+        "timers",
+        "cancels",
+        "starts",
+        "loops",
+        "loop_cancels",
+        "child_cancels",
+    ):
         getattr(into, name).extend(getattr(fx, name))
     into.reply = fx.reply or into.reply
 
@@ -238,9 +275,16 @@ class Engine(PartitionHost[str, ExecutionActor]):
     """Hosts execution actors for the partitions it owns."""
 
     def __init__(self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000) -> None:
-        super().__init__(nc, layout=layout, consumer=engine_consumer, key_of=execution_of,
-                         partition_of=layout.partition_of, retired_cache=retired_cache,
-                         max_resident=layout.engine_max_resident, role="engine")
+        super().__init__(
+            nc,
+            layout=layout,
+            consumer=engine_consumer,
+            key_of=execution_of,
+            partition_of=layout.partition_of,
+            retired_cache=retired_cache,
+            max_resident=layout.engine_max_resident,
+            role="engine",
+        )
 
     def spawn(self, key: str) -> ExecutionActor:
         return ExecutionActor(self, key)

@@ -44,8 +44,9 @@ STARTS_IN_FLIGHT = 64
 
 
 class Starter:
-    def __init__(self, nc: NATS, *, layout: Layout, in_flight: int = STARTS_IN_FLIGHT,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self, nc: NATS, *, layout: Layout, in_flight: int = STARTS_IN_FLIGHT, limits: Limits | None = None
+    ) -> None:
         self.nc = nc
         self.limits = limits if limits is not None else limits_from_env()  # fixed in every record it writes
         self.js = nc.jetstream()
@@ -80,8 +81,12 @@ class Starter:
                 return  # not acked: it comes back after ack_wait
             # the same message failed the same way every time: it will not start, say why
             try:
-                await dead_letter(self.js, source="start", reason=f"start message could not be handled: "
-                                                                  f"{type(e).__name__}: {e}", msg=msg)
+                await dead_letter(
+                    self.js,
+                    source="start",
+                    reason=f"start message could not be handled: {type(e).__name__}: {e}",
+                    msg=msg,
+                )
             except Exception:
                 log.exception("starter: could not dead-letter a start message")
                 return
@@ -116,9 +121,15 @@ class Starter:
         if await self._already_started(subject):
             log.info("starter: execution %s already started; duplicate start ignored", eid)
             return
-        record = StartRecord(execution_id=eid, playbook_path=start.playbook, playbook_version=start.version,
-                             payload=start.payload, payload_ref=start.payload_ref, parent=start.parent,
-                             limits=self.limits)
+        record = StartRecord(
+            execution_id=eid,
+            playbook_path=start.playbook,
+            playbook_version=start.version,
+            payload=start.payload,
+            payload_ref=start.payload_ref,
+            parent=start.parent,
+            limits=self.limits,
+        )
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
             record.playbook_source, record.playbook_version = entry.source, entry.version
@@ -135,8 +146,9 @@ class Starter:
         if record.payload_ref is not None or len(encode(record)) <= limit:
             return
         try:
-            record.payload_ref = await payload_blob(self.js, record.payload, record.execution_id,
-                                                    cap=self.layout.max_value_bytes)
+            record.payload_ref = await payload_blob(
+                self.js, record.payload, record.execution_id, cap=self.layout.max_value_bytes
+            )
         except ValueTooLarge as e:
             record.error = ErrorInfo(type="ValueTooLarge", message=str(e))
         record.payload = {}

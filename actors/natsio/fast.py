@@ -22,11 +22,11 @@ from actors.natsio.private import ack_connection, buffer_publish, can_write_dire
 _NO_WS = re.compile(r"[ \t\r\n]")
 
 
-async def send(nc: NATS, subject: str, payload: bytes = b"", reply: str = "",
-               headers: dict[str, str] | None = None) -> None:
+async def send(
+    nc: NATS, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+) -> None:
     """`nc.publish(subject, payload, reply=reply, headers=headers)`, cheaper."""
-    if (not can_write_directly(nc, len(payload))
-            or _NO_WS.search(subject) or (reply and _NO_WS.search(reply))):
+    if not can_write_directly(nc, len(payload)) or _NO_WS.search(subject) or (reply and _NO_WS.search(reply)):
         await nc.publish(subject, payload, reply=reply, headers=headers)
         return
     if headers:
@@ -39,8 +39,14 @@ async def send(nc: NATS, subject: str, payload: bytes = b"", reply: str = "",
         lines.append(b"\r\n")
         hdr = b"".join(lines)
         if reply:
-            cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply.encode(), len(hdr),
-                                                    len(hdr) + len(payload), hdr, payload)
+            cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+                subject.encode(),
+                reply.encode(),
+                len(hdr),
+                len(hdr) + len(payload),
+                hdr,
+                payload,
+            )
         else:
             cmd = b"HPUB %s %d %d\r\n%s%s\r\n" % (subject.encode(), len(hdr), len(hdr) + len(payload), hdr, payload)
     elif reply:

@@ -44,8 +44,16 @@ from nats.js import JetStreamContext
 
 T = TypeVar("T")
 
-CLIENT_ATTRS = ("_pending", "_pending_data_size", "_flush_queue", "_flush_pending", "_max_pending_size",
-                "_max_payload", "_status", "stats")
+CLIENT_ATTRS = (
+    "_pending",
+    "_pending_data_size",
+    "_flush_queue",
+    "_flush_pending",
+    "_max_pending_size",
+    "_max_payload",
+    "_status",
+    "stats",
+)
 # False when this nats-py lacks what `buffer_publish` touches: every publish then goes
 # through `Client.publish` (slower, still correct). The test asserts it is True.
 DIRECT_WRITE = all(hasattr(NATS(), a) for a in CLIENT_ATTRS)

@@ -109,8 +109,9 @@ class Publisher:
         publish made while disconnected is buffered for the next connection."""
         return int(self.nc.stats["reconnects"]) + (not self.nc.is_connected)
 
-    async def send(self, messages: list[Message], *, budget: float = RETRY_BUDGET,
-                   readers_deduplicate: bool = False) -> list[PubAck]:
+    async def send(
+        self, messages: list[Message], *, budget: float = RETRY_BUDGET, readers_deduplicate: bool = False
+    ) -> list[PubAck]:
         """Publish pipelined and wait for every PubAck, in order. What failed transiently
         (`TRANSIENT`) is sent again, all of it in one round, after a pause that doubles
         from RETRY_FIRST to RETRY_MAX, until `budget` seconds have passed; then the last
@@ -135,8 +136,14 @@ class Publisher:
         horizon = math.inf if readers_deduplicate else self.duplicate_window * RESEND_SHARE
         return await self._resend(messages, outcomes, started, budget, horizon)
 
-    async def _resend(self, messages: list[Message], outcomes: list[PubAck | BaseException], started: float,
-                      budget: float, horizon: float) -> list[PubAck]:
+    async def _resend(
+        self,
+        messages: list[Message],
+        outcomes: list[PubAck | BaseException],
+        started: float,
+        budget: float,
+        horizon: float,
+    ) -> list[PubAck]:
         """Re-send the messages whose outcome is a transient error until none is left.
         `doubtful[i]`: when the first try of message i that may have been stored
         (no PubAck: TimeoutError) went out; it is not re-sent `horizon` seconds after."""
@@ -164,15 +171,19 @@ class Publisher:
             if now >= deadline:
                 raise error
             pause = min(pause, deadline - now)  # the last try comes at the deadline, not a pause before it
-            self._too_late(messages, [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon],
-                           error)
+            self._too_late(
+                messages, [i for i in failed if i in doubtful and now + pause - doubtful[i] > horizon], error
+            )
             self._note_refused(len(failed), error, now)
             await asyncio.sleep(pause)
             pause, todo = min(pause * 2, RETRY_MAX), failed
             # sent while disconnected, a copy waits in the client's buffer and reaches the
             # server after the reconnect, maybe past the window: doubtful ones wait for it
-            while (not self.nc.is_connected and any(i in doubtful for i in todo)  # noqa: ASYNC110
-                   and loop.time() < min(deadline, *(doubtful[i] + horizon for i in todo if i in doubtful))):
+            while (  # noqa: ASYNC110
+                not self.nc.is_connected
+                and any(i in doubtful for i in todo)
+                and loop.time() < min(deadline, *(doubtful[i] + horizon for i in todo if i in doubtful))
+            ):
                 # nats-py's only "connected again" signal is the reconnected_cb of whoever
                 # connected; this wait is rare (an outage) and short
                 await asyncio.sleep(RETRY_FIRST)
@@ -187,15 +198,15 @@ class Publisher:
             raise PublishOutcomeUnknown(
                 f"no PubAck for {len(late)} publish(es) (first: {subject}, id {headers.get(MSG_ID)!r}) and "
                 f"the stream's {self.duplicate_window:g}s duplicate window leaves no time to send it again "
-                f"safely ({error})") from error
+                f"safely ({error})"
+            ) from error
 
     def _note_refused(self, n: int, error: BaseException, now: float) -> None:
         """Log refusals at most once a second: in an election every actor and every
         running tool command re-sends at once, and one line each would bury the rest."""
         self._refused += n
         if now - self._refused_logged >= 1.0:
-            log.info("%d publishes refused since the last report (last: %r); sending them again",
-                     self._refused, error)
+            log.info("%d publishes refused since the last report (last: %r); sending them again", self._refused, error)
             self._refused, self._refused_logged = 0, now
 
     async def _try(self, messages: list[Message]) -> list[PubAck | BaseException]:
@@ -212,7 +223,7 @@ class Publisher:
         return [next(done) if isinstance(f, asyncio.Future) else f for f in futs]
 
     async def _on_ack(self, msg: Msg) -> None:
-        entry = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        entry = self._waiting.pop(msg.subject[len(self._prefix) :], None)
         if entry is None or entry[0].done():
             return
         outcome = puback_outcome(msg)
@@ -246,7 +257,6 @@ class Publisher:
                     fut.set_exception(TimeoutError(why))
 
 
-
 def publisher(nc: NATS) -> Publisher:
     """The connection's `Publisher` (one wildcard subscription per connection), kept on
     the connection: made on first use, gone with it."""
@@ -254,7 +264,10 @@ def publisher(nc: NATS) -> Publisher:
 
 
 async def publish_all(
-    js: JetStreamContext, items: list[tuple[str, bytes, str]], *, headers: list[dict[str, str]] | None = None,
+    js: JetStreamContext,
+    items: list[tuple[str, bytes, str]],
+    *,
+    headers: list[dict[str, str]] | None = None,
     readers_deduplicate: bool = False,
 ) -> list[PubAck]:
     """Publish (subject, payload, msg_id) pipelined and wait for every ack; `headers`
@@ -267,6 +280,8 @@ async def publish_all(
     if headers is None:
         messages = [(subject, payload, {MSG_ID: msg_id}) for subject, payload, msg_id in items]
     else:
-        messages = [(subject, payload, {MSG_ID: msg_id, **more})
-                    for (subject, payload, msg_id), more in zip(items, headers, strict=True)]
+        messages = [
+            (subject, payload, {MSG_ID: msg_id, **more})
+            for (subject, payload, msg_id), more in zip(items, headers, strict=True)
+        ]
     return await publisher(connection_of(js)).send(messages, readers_deduplicate=readers_deduplicate)

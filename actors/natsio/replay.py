@@ -28,5 +28,6 @@ async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, rep
     that order, so a result that lands between the two looks is still found."""
     if cmd.command_id in answered:
         return True
-    return (await has_message(nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id))
-            or await has_message(nc, reply_stream, cmd.reply_to))
+    return await has_message(
+        nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)
+    ) or await has_message(nc, reply_stream, cmd.reply_to)

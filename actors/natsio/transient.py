@@ -32,13 +32,19 @@ RETRY_BUDGET = 30.0
 # client's buffer full while it reconnects. Anything else (a bad request, a closed
 # connection) is raised at once.
 TRANSIENT: tuple[type[BaseException], ...] = (
-    NoStreamResponseError, ServiceUnavailableError, TimeoutError, OutboundBufferLimitError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+    TimeoutError,
+    OutboundBufferLimitError,
 )
 # What an idempotent request (a read, a KV get, a stream lookup) may also meet in an
 # election or a reconnect: nobody answering its subject yet, or the client between
 # two connections. Asked again, it can only get the same answer or a newer one.
 TRANSIENT_REQUEST: tuple[type[BaseException], ...] = (
-    *TRANSIENT, NoRespondersError, ConnectionReconnectingError, StaleConnectionError,
+    *TRANSIENT,
+    NoRespondersError,
+    ConnectionReconnectingError,
+    StaleConnectionError,
 )
 
 

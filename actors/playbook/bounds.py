@@ -23,8 +23,9 @@ def output_cap() -> int:
 
 
 def too_big(what: str) -> TemplateLimit:
-    return TemplateLimit(f"{what} would exceed the output bound of {output_cap():,} (template_output)",
-                         limit="template_output")
+    return TemplateLimit(
+        f"{what} would exceed the output bound of {output_cap():,} (template_output)", limit="template_output"
+    )
 
 
 def size_of(value: Any) -> int:
@@ -44,8 +45,9 @@ def grown(value: Any) -> Any:
     """What an operator built (`+`, `*`, `%`, ...): bounded, and charged by its size."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value.bit_length() > MAX_INT_BITS:
-            raise TemplateLimit(f"an integer of {value.bit_length():,} bits (more than {MAX_INT_BITS:,})",
-                                limit="template_output")
+            raise TemplateLimit(
+                f"an integer of {value.bit_length():,} bits (more than {MAX_INT_BITS:,})", limit="template_output"
+            )
         return value
     n = size_of(value)
     if n > output_cap():
@@ -95,8 +97,9 @@ def int_cost(left: Any, right: Any, operator: str) -> None:
         return
     a, b = left.bit_length(), right.bit_length()
     if max(a, b) > MAX_INT_BITS:
-        raise TemplateLimit(f"'{operator}' on an integer of {max(a, b):,} bits (more than {MAX_INT_BITS:,})",
-                            limit="template_output")
+        raise TemplateLimit(
+            f"'{operator}' on an integer of {max(a, b):,} bits (more than {MAX_INT_BITS:,})", limit="template_output"
+        )
     tick(1 + (a // 64) * (b // 64) // 16)
 
 

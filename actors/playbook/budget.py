@@ -76,8 +76,14 @@ class _Budget:
 
     __slots__ = ("depth", "halt", "limits", "polite", "slice_stop", "stop", "used")
 
-    def __init__(self, limits: Limits, *, slice_stop: int | None = None, polite: bool = False,
-                 halt: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        *,
+        slice_stop: int | None = None,
+        polite: bool = False,
+        halt: threading.Event | None = None,
+    ) -> None:
         self.limits = limits
         self.halt = halt
         self.used = 0
@@ -96,8 +102,10 @@ class _Budget:
 
     def over(self) -> None:
         if self.used > self.limits.template_ops:
-            raise TemplateLimit(f"template took more than its budget of {self.limits.template_ops:,} operations "
-                                "(template_ops)", limit="template_ops")
+            raise TemplateLimit(
+                f"template took more than its budget of {self.limits.template_ops:,} operations (template_ops)",
+                limit="template_ops",
+            )
         if self.slice_stop is not None and self.used > self.slice_stop:
             raise SliceExhausted
         if self.halt is not None and self.halt.is_set():
@@ -173,8 +181,9 @@ def inline_slice(ops: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def off_the_loop(halt: threading.Event | None = None,
-                 remote: Callable[[Any, Mapping[str, Any], str, Limits], Any] | None = None) -> Iterator[None]:
+def off_the_loop(
+    halt: threading.Event | None = None, remote: Callable[[Any, Mapping[str, Any], str, Limits], Any] | None = None
+) -> Iterator[None]:
     """For a worker thread: no slice, and a long render yields the interpreter (and
     stops with RenderHalted at a yield once `halt` is set); with `remote`, renders are
     handed to it instead (a render process: the thread then waits without the lock)."""
@@ -211,4 +220,3 @@ def end_budget(outer: _Budget | None) -> None:
     if st.slice_left is not None:
         st.slice_left -= st.budget.used
     st.budget = outer
-

@@ -23,8 +23,10 @@ OUTCOME_NAMES = frozenset({"result", "response", "error", "attempt"})
 RESERVED_NAMES = frozenset({"workload", "execution_id", "iteration", "failure"}) | OUTCOME_NAMES
 
 STEP_NAME = re.compile(r"^[a-z0-9_]+$")
-_OUTCOME_HINT = (" ('result', 'response', 'error' and 'attempt' are in scope only in next, retry, on_error and "
-                 "on_failure rules and in sink)")
+_OUTCOME_HINT = (
+    " ('result', 'response', 'error' and 'attempt' are in scope only in next, retry, on_error and "
+    "on_failure rules and in sink)"
+)
 
 
 class _Names:

@@ -235,4 +235,3 @@ class Reporter:
     def _sorted(self) -> list[PlaybookError]:
         unique = list(dict.fromkeys(self.errors))
         return sorted(unique, key=lambda e: (e.line is None, e.line or 0))
-

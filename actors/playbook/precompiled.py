@@ -55,21 +55,25 @@ def _renderer(value: Any, where: str) -> _Render | None:
             return None
         name = _bare_name(value)
         if name is not None:
+
             def lookup(scope: dict[str, Any], name: str = name, value: str = value) -> Any:
                 if name in scope:
                     return scope[name]
                 return render_value(value, scope, where=where)  # a global, or the error
+
             return lookup
         return lambda scope: render_value(value, scope, where=where)
     if isinstance(value, dict):
         parts = [(k, v, _renderer(v, f"{where}.{k}" if where else str(k))) for k, v in value.items()]
         if all(r is None for _, _, r in parts):
             return None if not _has_container(value) else (lambda scope: render_value(value, scope, where=where))
+
         def render_dict(scope: dict[str, Any]) -> dict[str, Any]:
             out = {}
             for k, v, r in parts:
                 out[k] = r(scope) if r is not None else _fresh(v)
             return out
+
         return render_dict
     if isinstance(value, list):
         items = [(v, _renderer(v, f"{where}[{i}]")) for i, v in enumerate(value)]

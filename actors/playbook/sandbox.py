@@ -73,8 +73,10 @@ class _Instrument(ast.NodeTransformer):
         one level of depth while it runs: recursion is bounded by MAX_DEPTH, the same
         on every thread, not by whatever stack the interpreter has left."""
         self.generic_visit(node)
-        node.body = [ast.Expr(value=self._call("enter")),
-                     ast.Try(body=node.body, handlers=[], orelse=[], finalbody=[ast.Expr(value=self._call("leave"))])]
+        node.body = [
+            ast.Expr(value=self._call("enter")),
+            ast.Try(body=node.body, handlers=[], orelse=[], finalbody=[ast.Expr(value=self._call("leave"))]),
+        ]
         return node
 
     def visit_Call(self, node: ast.Call) -> Any:
@@ -100,12 +102,48 @@ class _Instrument(ast.NodeTransformer):
 
 _SORTING_FILTERS = frozenset({"sort", "dictsort", "unique", "groupby"})
 # filters that look at their input without walking it: one operation, not one per element
-_CONSTANT_FILTERS = frozenset({"length", "count", "first", "last", "default", "d", "attr", "abs", "int", "float",
-                               "round", "bool", "safe", "random", "e", "escape", "capitalize"})
+_CONSTANT_FILTERS = frozenset(
+    {
+        "length",
+        "count",
+        "first",
+        "last",
+        "default",
+        "d",
+        "attr",
+        "abs",
+        "int",
+        "float",
+        "round",
+        "bool",
+        "safe",
+        "random",
+        "e",
+        "escape",
+        "capitalize",
+    }
+)
 SORT_WEIGHT = 8  # a sorting filter costs n log n: about 8 per element at the sizes a budget allows
 # filters that write a whole value out as text: its written size is checked first
-_STRINGIFYING_FILTERS = frozenset({"string", "tojson", "pprint", "format", "urlencode", "xmlattr", "indent",
-                                   "wordwrap", "center", "truncate", "title", "upper", "lower", "trim", "striptags"})
+_STRINGIFYING_FILTERS = frozenset(
+    {
+        "string",
+        "tojson",
+        "pprint",
+        "format",
+        "urlencode",
+        "xmlattr",
+        "indent",
+        "wordwrap",
+        "center",
+        "truncate",
+        "title",
+        "upper",
+        "lower",
+        "trim",
+        "striptags",
+    }
+)
 
 
 def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,7 +178,11 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+    "Eq": operator.eq,
+    "NotEq": operator.ne,
+    "Lt": operator.lt,
+    "LtE": operator.le,
+    "Gt": operator.gt,
     "GtE": operator.ge,
 }
 _STR_WIDTH_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
@@ -252,8 +294,12 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         if isinstance(owner, str):
             if name in _STR_WIDTH_METHODS:
                 refuse_big_ints([*args, *kwargs.values()], f"str.{name}")
-                if (name == "expandtabs" and args and isinstance(args[0], int)
-                        and owner.count("\t") * args[0] > output_cap()):
+                if (
+                    name == "expandtabs"
+                    and args
+                    and isinstance(args[0], int)
+                    and owner.count("\t") * args[0] > output_cap()
+                ):
                     raise too_big("str.expandtabs")
             elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
                 bounded_replace(owner, args[0], args[1])

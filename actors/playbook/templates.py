@@ -74,8 +74,9 @@ def is_template(value: Any) -> bool:
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> tuple[bool, Callable[..., Any]]:
     if len(source) > MAX_SOURCE:
-        raise TemplateLimit(f"template of {len(source):,} characters (more than {MAX_SOURCE:,})",
-                            limit="template_source")
+        raise TemplateLimit(
+            f"template of {len(source):,} characters (more than {MAX_SOURCE:,})", limit="template_source"
+        )
     # compiling may evaluate constant parts: under a budget (the caller's, or its own)
     outer = begin_budget()
     try:
@@ -174,8 +175,9 @@ def _render(value: Any, scope: Mapping[str, Any], where: str) -> Any:
                 return as_data(out)
             return out
         except TemplateError as e:
-            raise type(e)(e.message, where=where, **({"limit": e.limit} if isinstance(e, TemplateLimit) else {})) \
-                from None
+            raise type(e)(
+                e.message, where=where, **({"limit": e.limit} if isinstance(e, TemplateLimit) else {})
+            ) from None
         except NotData as e:
             raise TemplateError(f"template {_short(value)}: value {e}", where=where) from None
         except MemoryError:

@@ -28,8 +28,13 @@ def sink_call(step: Step, scope: dict[str, Any], *, element: str | None = None) 
         return None
     tool = msgspec.to_builtins(step.sink.tool)
     wanted = _sink_names(step)
-    return SinkCall(tool=tool, args=step.sink.args, element=element,
-                    scope={k: v for k, v in scope.items() if k in wanted}, limits=current_limits())
+    return SinkCall(
+        tool=tool,
+        args=step.sink.args,
+        element=element,
+        scope={k: v for k, v in scope.items() if k in wanted},
+        limits=current_limits(),
+    )
 
 
 def _sink_names(step: Step) -> set[str]:

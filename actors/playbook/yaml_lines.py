@@ -88,9 +88,13 @@ class _AliasBudget:
         if size is not None:  # met again: an alias use, which copies the whole value
             self.added += size
             if self.added > self.limit:
-                raise _AliasesTooLarge(line, (
-                    f"YAML aliases expand the document by more than {self.limit:,} nodes (an anchor used here "
-                    f"holds {size:,}); write the values out or nest fewer aliases"))
+                raise _AliasesTooLarge(
+                    line,
+                    (
+                        f"YAML aliases expand the document by more than {self.limit:,} nodes (an anchor used here "
+                        f"holds {size:,}); write the values out or nest fewer aliases"
+                    ),
+                )
             return size
         if key in self.active or isinstance(node, yaml.ScalarNode):
             return 1

@@ -87,8 +87,9 @@ class ToolActor:
         # the pool and the session are made on first use and closed by `stop`
         self.resources = ToolResources(python_workers=python_workers)
         self._off_loop = OffLoop(threads=2, name="sink-render")  # long sink renders
-        self._pulls = {kind: KindPull(nc, kind, max(1, concurrency_of(kind, concurrency)), self._deliver)
-                       for kind in kinds}
+        self._pulls = {
+            kind: KindPull(nc, kind, max(1, concurrency_of(kind, concurrency)), self._deliver) for kind in kinds
+        }
         self._loops: list[asyncio.Task[None]] = []
         self._cancels = Cancels()
         self._held: dict[str, Msg] = {}  # ack subject -> command not acked yet (kept alive)
@@ -98,9 +99,19 @@ class ToolActor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat: asyncio.Task[None] | None = None
         self._active = 0  # commands taken and not yet answered or handed to a batch
-        self._runner = CommandRunner(nc, self.js, layout=layout, name=self.name, limits=self.limits,
-                                     off_loop=self._off_loop, resources=self.resources, cancels=self._cancels,
-                                     held=self._held, batch_max=result_batch_max, batch_window=result_batch_window)
+        self._runner = CommandRunner(
+            nc,
+            self.js,
+            layout=layout,
+            name=self.name,
+            limits=self.limits,
+            off_loop=self._off_loop,
+            resources=self.resources,
+            cancels=self._cancels,
+            held=self._held,
+            batch_max=result_batch_max,
+            batch_window=result_batch_window,
+        )
         self._batcher = self._runner.batcher
 
     async def start(self) -> None:

@@ -62,8 +62,17 @@ class _Gather:
 class ResultBatcher:
     """The batches of one tool actor: results waiting, batches waiting for their PubAck."""
 
-    def __init__(self, nc: NATS, *, limit: int, batch_max: int, window: float, worker: str,
-                 answer_alone: AnswerAlone, held: dict[str, Msg]) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        limit: int,
+        batch_max: int,
+        window: float,
+        worker: str,
+        answer_alone: AnswerAlone,
+        held: dict[str, Msg],
+    ) -> None:
         """`limit`: bytes a message may take; `answer_alone`: sends one command's answer
         (a batch of one); `held`: commands kept alive until acked (a batch's leave it)."""
         self.nc = nc
@@ -90,13 +99,28 @@ class ResultBatcher:
         else:
             del self._unfinished[key]
 
-    def gather(self, subject: str, key: str, cmd: Command, msg: Msg, result: Any, error: ErrorInfo | None,
-               started: float, ended: float) -> bool:
+    def gather(
+        self,
+        subject: str,
+        key: str,
+        cmd: Command,
+        msg: Msg,
+        result: Any,
+        error: ErrorInfo | None,
+        started: float,
+        ended: float,
+    ) -> bool:
         """Hand the result of loop iteration `cmd` to the batch of its loop (`key`); False
         when it is to be answered alone (too large)."""
-        entry = IterationResult(command_id=cmd.command_id, attempt_number=cmd.attempt_number,
-                                iteration_index=cmd.iteration_index, result=result, error=error,
-                                started_at=started, ended_at=ended)
+        entry = IterationResult(
+            command_id=cmd.command_id,
+            attempt_number=cmd.attempt_number,
+            iteration_index=cmd.iteration_index,
+            result=result,
+            error=error,
+            started_at=started,
+            ended_at=ended,
+        )
         part = encode(entry)
         limit = self.limit
         if len(part) > limit:
@@ -175,11 +199,15 @@ class ResultBatcher:
                 loop_id = loop_key(g.subject)[1]
                 ids = sorted(cmd.command_id for cmd, _, _ in g.items)
                 digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=16).hexdigest()
-                payload = encode(ResultBatchOut(execution_id=eid, loop_id=loop_id, step=first.step, results=g.parts,
-                                                worker=self.worker))
+                payload = encode(
+                    ResultBatchOut(
+                        execution_id=eid, loop_id=loop_id, step=first.step, results=g.parts, worker=self.worker
+                    )
+                )
                 # re-sent through an election (same message id), like a single result
-                await publisher(self.nc).send([(g.subject, payload, {MSG_ID: result_batch_id(eid, loop_id, digest)})],
-                                              readers_deduplicate=True)
+                await publisher(self.nc).send(
+                    [(g.subject, payload, {MSG_ID: result_batch_id(eid, loop_id, digest)})], readers_deduplicate=True
+                )
         except Exception as e:
             # unacked: the commands come back after ack_wait (here or on another pod)
             log.warning("publishing %d loop results on %s failed: %r", len(g.items), g.subject, e)

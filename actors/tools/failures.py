@@ -59,8 +59,10 @@ class ToolFailure(Exception):
         }
 
     def __repr__(self) -> str:
-        return (f"ToolFailure(type={self.type!r}, message={self.message!r}, retryable={self.retryable!r}, "
-                f"status={self.status!r})")
+        return (
+            f"ToolFailure(type={self.type!r}, message={self.message!r}, retryable={self.retryable!r}, "
+            f"status={self.status!r})"
+        )
 
 
 class CancelSignal(asyncio.Event):

@@ -58,4 +58,3 @@ def flag(value: Any, what: str, default: bool) -> bool:
 
 def text(value: Any) -> str:
     return value if isinstance(value, str) else dumps(value).decode()
-

@@ -64,4 +64,3 @@ async def wait_quietly(aw: Awaitable[Any]) -> None:
         await aw
     except BaseException:
         pass
-

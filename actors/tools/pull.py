@@ -37,8 +37,19 @@ Deliver = Callable[[Msg], Awaitable["asyncio.Task[None] | None"]]
 class KindPull:
     """The pull consumer of one kind: commands running here, commands asked for."""
 
-    __slots__ = ("backoff_until", "concurrency", "deliver", "kind", "last_seen", "loop", "nc", "requested",
-                 "running", "sub", "wake")
+    __slots__ = (
+        "backoff_until",
+        "concurrency",
+        "deliver",
+        "kind",
+        "last_seen",
+        "loop",
+        "nc",
+        "requested",
+        "running",
+        "sub",
+        "wake",
+    )
 
     def __init__(self, nc: NATS, kind: str, concurrency: int, deliver: Deliver) -> None:
         self.nc = nc
@@ -79,8 +90,11 @@ class KindPull:
                 self.requested = 0  # neither commands nor heartbeats: our requests are gone (server restart)
             free = self.concurrency - len(self.running) - self.requested
             if free > 0 and (free >= threshold or not self.requested) and now >= self.backoff_until:
-                request = {"batch": free, "expires": int(PULL_EXPIRES * 1e9),
-                           "idle_heartbeat": int(PULL_HEARTBEAT * 1e9)}
+                request = {
+                    "batch": free,
+                    "expires": int(PULL_EXPIRES * 1e9),
+                    "idle_heartbeat": int(PULL_HEARTBEAT * 1e9),
+                }
                 self.requested += free
                 self.last_seen = now
                 await send(self.nc, subject, msgspec.json.encode(request), reply=inbox)

@@ -43,8 +43,22 @@ class Stop(Exception):
 class WorkerProcess:
     """One worker: its process, the parent's end of its socket, its pidfd, what was read."""
 
-    __slots__ = ("active", "buf", "dead", "exitfd", "handlers", "loop", "pid", "proc", "rbuf", "ready", "reaped",
-                 "sock", "waiter", "watched")
+    __slots__ = (
+        "active",
+        "buf",
+        "dead",
+        "exitfd",
+        "handlers",
+        "loop",
+        "pid",
+        "proc",
+        "rbuf",
+        "ready",
+        "reaped",
+        "sock",
+        "waiter",
+        "watched",
+    )
 
     def __init__(self, python: str, cache_size: int) -> None:
         parent_sock, child_sock = socket.socketpair()
@@ -154,7 +168,6 @@ class WorkerProcess:
         frame = bytes(buf[4 : 4 + n])
         del buf[: 4 + n]
         return frame
-
 
     async def exchange(
         self,

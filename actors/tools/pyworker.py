@@ -47,7 +47,6 @@ OK, ERR, READY = 0, 1, 2
 RECV = 1 << 18
 
 
-
 def _watch_parent(ppid: int) -> None:
     while True:
         time.sleep(1.0)

@@ -56,9 +56,21 @@ RESULT_HEADROOM = HEADROOM  # room for the envelope around a result
 class CommandRunner:
     """Runs the commands one tool actor takes (see the module docstring)."""
 
-    def __init__(self, nc: NATS, js: JetStreamContext, *, layout: Layout, name: str, limits: Limits,
-                 off_loop: OffLoop, resources: ToolResources, cancels: Cancels, held: dict[str, Msg],
-                 batch_max: int, batch_window: float) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        js: JetStreamContext,
+        *,
+        layout: Layout,
+        name: str,
+        limits: Limits,
+        off_loop: OffLoop,
+        resources: ToolResources,
+        cancels: Cancels,
+        held: dict[str, Msg],
+        batch_max: int,
+        batch_window: float,
+    ) -> None:
         """`limits` bound the sinks' templates of commands that carry none; `off_loop`
         renders long sinks; `held`: commands kept alive until acked; `batch_max`,
         `batch_window`: how loop results are gathered (`ResultBatcher`)."""
@@ -71,8 +83,15 @@ class CommandRunner:
         self.resources = resources
         self.cancels = cancels
         self.held = held
-        self.batcher = ResultBatcher(nc, limit=layout.max_msg_size - RESULT_HEADROOM, batch_max=batch_max,
-                                     window=batch_window, worker=name, answer_alone=self.reply, held=held)
+        self.batcher = ResultBatcher(
+            nc,
+            limit=layout.max_msg_size - RESULT_HEADROOM,
+            batch_max=batch_max,
+            window=batch_window,
+            worker=name,
+            answer_alone=self.reply,
+            held=held,
+        )
 
     async def command(self, msg: Msg) -> None:
         try:
@@ -92,14 +111,19 @@ class CommandRunner:
             try:
                 cmd = await resolve_command(self.js, cmd)
             except BLOB_MISSING:
-                missing = ErrorInfo(type="ValueMissing", message=f"step '{cmd.step}': command blob {cmd.body_ref} "
-                                                                 "not found (expired or removed)")
+                missing = ErrorInfo(
+                    type="ValueMissing",
+                    message=f"step '{cmd.step}': command blob {cmd.body_ref} not found (expired or removed)",
+                )
                 await self.reply(cmd, None, missing, time.time(), time.time())
                 await ack(msg)
                 return
         # a loop iteration's result may go out with others of its loop (see actors/tools/batching.py)
-        subject = result_batch_subject(cmd.reply_to) if cmd.iteration_index is not None and cmd.chunk is None \
-            and self.batcher.batch_max > 1 else None
+        subject = (
+            result_batch_subject(cmd.reply_to)
+            if cmd.iteration_index is not None and cmd.chunk is None and self.batcher.batch_max > 1
+            else None
+        )
         key = f"{subject} {cmd.step}" if subject is not None else ""
         if key:
             self.batcher.started(key)
@@ -116,8 +140,15 @@ class CommandRunner:
                     for item in cmd.chunk:
                         t0 = time.time()
                         result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
-                        outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result,
-                                                         error=error, started_at=t0, ended_at=time.time()))
+                        outcomes.append(
+                            IterationOutcome(
+                                iteration_index=item.iteration_index,
+                                result=result,
+                                error=error,
+                                started_at=t0,
+                                ended_at=time.time(),
+                            )
+                        )
                 else:
                     result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
             finally:
@@ -134,8 +165,9 @@ class CommandRunner:
             # was ever acked has its result in the log, which replay relies on
             if cmd.chunk is not None:
                 await self._reply_chunk(cmd, outcomes)
-            elif subject is not None and self.batcher.gather(subject, key, cmd, msg, result, error, started,
-                                                             time.time()):
+            elif subject is not None and self.batcher.gather(
+                subject, key, cmd, msg, result, error, started, time.time()
+            ):
                 handed_over = True  # acked once its batch is stored (still kept alive until then)
                 return
             else:
@@ -145,14 +177,21 @@ class CommandRunner:
                 del self.held[held]
         await ack(msg)
 
-    async def _run(self, cmd: Command, args: dict[str, Any], element: Any, index: int | None,
-                   cancel: asyncio.Event) -> tuple[msgspec.Raw | None, ErrorInfo | None]:
+    async def _run(
+        self, cmd: Command, args: dict[str, Any], element: Any, index: int | None, cancel: asyncio.Event
+    ) -> tuple[msgspec.Raw | None, ErrorInfo | None]:
         """The tool, then its sink (same command: a failed sink fails the attempt)."""
         if cancel.is_set():
             return None, ErrorInfo(type="Cancelled", message=f"step '{cmd.step}': cancelled")
         try:
-            result = await run_tool(cmd.kind, {"kind": cmd.kind, **cmd.tool}, args, timeout=cmd.timeout,
-                                    cancel=cancel, resources=self.resources)
+            result = await run_tool(
+                cmd.kind,
+                {"kind": cmd.kind, **cmd.tool},
+                args,
+                timeout=cmd.timeout,
+                cancel=cancel,
+                resources=self.resources,
+            )
         except ToolFailure as f:
             return None, ErrorInfo(**f.to_error())
         if cmd.sink is not None:
@@ -161,8 +200,9 @@ class CommandRunner:
                 return None, error
         return msgspec.Raw(result), None
 
-    async def _sink(self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None,
-                    cancel: asyncio.Event) -> ErrorInfo | None:
+    async def _sink(
+        self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None, cancel: asyncio.Event
+    ) -> ErrorInfo | None:
         scope = {**sink.scope, "result": result, "response": result, "error": None, "attempt": cmd.attempt_number}
         if sink.element is not None:
             scope[sink.element] = element
@@ -170,8 +210,10 @@ class CommandRunner:
 
         def render() -> tuple[dict[str, Any], Any]:
             with template_limits(sink.limits or self.limits):
-                tool = {k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
-                        for k, v in sink.tool.items()}
+                tool = {
+                    k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"sink.tool.{k}"))
+                    for k, v in sink.tool.items()
+                }
                 return tool, render_value(sink.args, scope, where="sink.args")
 
         try:
@@ -191,22 +233,39 @@ class CommandRunner:
         return None
 
     async def _reply_chunk(self, cmd: Command, outcomes: list[IterationOutcome]) -> None:
-        done = ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                         attempt_number=cmd.attempt_number, outcomes=outcomes, worker=self.name)
+        done = ChunkDone(
+            execution_id=cmd.execution_id,
+            command_id=cmd.command_id,
+            step=cmd.step,
+            attempt_number=cmd.attempt_number,
+            outcomes=outcomes,
+            worker=self.name,
+        )
         # iterations whose results are too large together go as blobs, up to the cap
-        payload = await chunk_message(self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM,
-                                      cap=self.layout.max_value_bytes)
+        payload = await chunk_message(
+            self.js, done, limit=self.layout.max_msg_size - RESULT_HEADROOM, cap=self.layout.max_value_bytes
+        )
         await self._publish_result(cmd, payload)
 
     async def reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         """Answer `cmd` alone: its `call.done` or `call.error`."""
-        common = dict(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                      attempt_number=cmd.attempt_number, started_at=started, ended_at=ended, worker=self.name,
-                      iteration_index=cmd.iteration_index)
+        common = dict(
+            execution_id=cmd.execution_id,
+            command_id=cmd.command_id,
+            step=cmd.step,
+            attempt_number=cmd.attempt_number,
+            started_at=started,
+            ended_at=ended,
+            worker=self.name,
+            iteration_index=cmd.iteration_index,
+        )
         limit = self.layout.max_msg_size - RESULT_HEADROOM
         # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
-        answer: CallDone | CallError = (CallError(error=error, **common) if error  # type: ignore[arg-type]
-                                        else CallDone(result=result, **common))  # type: ignore[arg-type]
+        answer: CallDone | CallError = (
+            CallError(error=error, **common)
+            if error  # type: ignore[arg-type]
+            else CallDone(result=result, **common)
+        )  # type: ignore[arg-type]
         payload = await result_message(self.js, answer, limit=limit, cap=self.layout.max_value_bytes)
         if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
             error = ErrorInfo(
@@ -221,5 +280,6 @@ class CommandRunner:
         refused while the log's stream elects a leader is sent again, not dropped:
         dropping it would leave the command unacked, to run again after ack_wait and
         count towards max_deliver."""
-        await publisher(self.nc).send([(cmd.reply_to, payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})],
-                                     readers_deduplicate=True)
+        await publisher(self.nc).send(
+            [(cmd.reply_to, payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})], readers_deduplicate=True
+        )

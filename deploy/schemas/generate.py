@@ -42,7 +42,7 @@ def main() -> None:
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$comment": f"KEDA ScaledObject keda.sh/v1alpha1, from cloudcoil-models-keda {version('cloudcoil-models-keda')}"
-                    " by deploy/schemas/generate.py; strict. Do not edit by hand.",
+        " by deploy/schemas/generate.py; strict. Do not edit by hand.",
         **schema,
     }
     out = HERE / "scaledobject-keda-v1alpha1.json"

@@ -35,8 +35,13 @@ class Harness:
     (every attempt fails so) or PENDING; a step it does not name answers like `noop`
     (its args). `playbooks`: the catalog `tool: playbook` resolves paths in."""
 
-    def __init__(self, tools: Tool | dict[str, Any] | None = None, *, playbooks: dict[str, str] | None = None,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        tools: Tool | dict[str, Any] | None = None,
+        *,
+        playbooks: dict[str, str] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
         self.tools = tools if tools is not None else {}
         self.playbooks = dict(playbooks or {})
         self.limits = limits or Limits()
@@ -53,19 +58,29 @@ class Harness:
 
     # --- what tests call ------------------------------------------------------------
 
-    def start(self, source: str, payload: dict[str, Any] | None = None, *, execution_id: str | None = None,
-              path: str = "pb") -> str:
+    def start(
+        self, source: str, payload: dict[str, Any] | None = None, *, execution_id: str | None = None, path: str = "pb"
+    ) -> str:
         """Queue an execution's start record; `run()` then runs it."""
         self._ids += 1
         eid = execution_id or f"e{self._ids}"
-        self._deliver(("exec", eid), StartRecord(execution_id=eid, playbook_path=path, playbook_source=source,
-                                                  payload=payload or {}, limits=self.limits))
+        self._deliver(
+            ("exec", eid),
+            StartRecord(
+                execution_id=eid, playbook_path=path, playbook_source=source, payload=payload or {}, limits=self.limits
+            ),
+        )
         self.runs[eid] = Run(eid)
         self._last = eid
         return eid
 
-    def run(self, source: str | None = None, payload: dict[str, Any] | None = None, *,
-            until: Callable[[Harness], bool] | None = None) -> Run:
+    def run(
+        self,
+        source: str | None = None,
+        payload: dict[str, Any] | None = None,
+        *,
+        until: Callable[[Harness], bool] | None = None,
+    ) -> Run:
         """Start `source` (if given) and fold until nothing is left to do (or `until`
         holds); timers fire as the clock reaches them. Returns the (last started) run."""
         eid = self.start(source, payload) if source is not None else self._last
@@ -175,11 +190,24 @@ class Harness:
             run.children.append(s.execution_id)
             self.runs[s.execution_id] = Run(s.execution_id)
             source = self.playbooks.get(s.playbook)
-            error = None if source is not None else ErrorInfo(type="PlaybookNotFound",
-                                                              message=f"playbook {s.playbook!r} is not registered")
-            self._deliver(("exec", s.execution_id), StartRecord(
-                execution_id=s.execution_id, playbook_path=s.playbook, playbook_version=s.version,
-                playbook_source=source, payload=s.payload, parent=s.parent, error=error, limits=self.limits))
+            error = (
+                None
+                if source is not None
+                else ErrorInfo(type="PlaybookNotFound", message=f"playbook {s.playbook!r} is not registered")
+            )
+            self._deliver(
+                ("exec", s.execution_id),
+                StartRecord(
+                    execution_id=s.execution_id,
+                    playbook_path=s.playbook,
+                    playbook_version=s.version,
+                    playbook_source=source,
+                    payload=s.payload,
+                    parent=s.parent,
+                    error=error,
+                    limits=self.limits,
+                ),
+            )
 
     # --- tool actors ----------------------------------------------------------------
 
@@ -191,10 +219,23 @@ class Harness:
                     call = self._call(cmd, args=item.args, iteration=item.iteration_index, element=item.element)
                     run.calls.append(call)
                     result, error = self._outcome(self._tool_for(call))
-                    outcomes.append(IterationOutcome(iteration_index=item.iteration_index, result=result,
-                                                     error=error_info(error) if error else None))
-                self._deliver(here, ChunkDone(execution_id=cmd.execution_id, command_id=cmd.command_id,
-                                              step=cmd.step, attempt_number=cmd.attempt_number, outcomes=outcomes))
+                    outcomes.append(
+                        IterationOutcome(
+                            iteration_index=item.iteration_index,
+                            result=result,
+                            error=error_info(error) if error else None,
+                        )
+                    )
+                self._deliver(
+                    here,
+                    ChunkDone(
+                        execution_id=cmd.execution_id,
+                        command_id=cmd.command_id,
+                        step=cmd.step,
+                        attempt_number=cmd.attempt_number,
+                        outcomes=outcomes,
+                    ),
+                )
                 continue
             call = self._call(cmd, args=cmd.args, iteration=cmd.iteration_index, element=cmd.element)
             run.calls.append(call)
@@ -206,9 +247,19 @@ class Harness:
             self._deliver(here, self._reply(cmd, call, result, error))
 
     def _call(self, cmd: Command, *, args: dict[str, Any], iteration: int | None, element: Any) -> Call:
-        return Call(execution_id=cmd.execution_id, step=cmd.step, kind=cmd.kind, tool=cmd.tool, args=args,
-                    attempt=cmd.attempt_number, command_id=cmd.command_id, iteration=iteration, element=element,
-                    timeout=cmd.timeout, chunked=cmd.chunk is not None)
+        return Call(
+            execution_id=cmd.execution_id,
+            step=cmd.step,
+            kind=cmd.kind,
+            tool=cmd.tool,
+            args=args,
+            attempt=cmd.attempt_number,
+            command_id=cmd.command_id,
+            iteration=iteration,
+            element=element,
+            timeout=cmd.timeout,
+            chunked=cmd.chunk is not None,
+        )
 
     def _tool_for(self, call: Call) -> Any:
         """The tool function's answer: a result, PENDING, or the `Fail` it raised."""
@@ -228,10 +279,22 @@ class Harness:
     @staticmethod
     def _reply(cmd: Command, call: Call, result: Any, error: Fail | None) -> CallDone | CallError:
         if error is not None:
-            return CallError(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step,
-                             error=error_info(error), attempt_number=cmd.attempt_number, iteration_index=call.iteration)
-        return CallDone(execution_id=cmd.execution_id, command_id=cmd.command_id, step=cmd.step, result=result,
-                        attempt_number=cmd.attempt_number, iteration_index=call.iteration)
+            return CallError(
+                execution_id=cmd.execution_id,
+                command_id=cmd.command_id,
+                step=cmd.step,
+                error=error_info(error),
+                attempt_number=cmd.attempt_number,
+                iteration_index=call.iteration,
+            )
+        return CallDone(
+            execution_id=cmd.execution_id,
+            command_id=cmd.command_id,
+            step=cmd.step,
+            result=result,
+            attempt_number=cmd.attempt_number,
+            iteration_index=call.iteration,
+        )
 
 
 def error_info(fail: Fail) -> ErrorInfo:

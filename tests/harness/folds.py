@@ -69,8 +69,13 @@ def replay(run: Run, *, read_back: bool = True) -> bool:
     return True
 
 
-def refold(execution_id: str, inputs: Iterable[tuple[Any, int, float]], *, subjects: ExecSubjects | None = None,
-           recorded: dict[tuple[int, int], dict[str, Any]] | None = None) -> list[Any]:
+def refold(
+    execution_id: str,
+    inputs: Iterable[tuple[Any, int, float]],
+    *,
+    subjects: ExecSubjects | None = None,
+    recorded: dict[tuple[int, int], dict[str, Any]] | None = None,
+) -> list[Any]:
     """Fold an execution's inputs (each with its stream sequence and log time) into
     fresh state, as a replaying engine does, with `recorded` failure decisions read
     back; each decision's outputs as plain data (see `decisions`)."""
@@ -91,7 +96,10 @@ def counter_fold(state: LoopRun, inp: Any, at: float) -> Effects:
     step, every input under the execution's template limits."""
     spec = inp if isinstance(inp, LoopSpec) else state.spec
     assert spec is not None, "a loop's log starts with its spec"
-    step = (parsed_playbook(inp.playbook_source, inp.playbook_path, spec.limits.max_attempts).step(inp.step)
-            if isinstance(inp, LoopSpec) else None)
+    step = (
+        parsed_playbook(inp.playbook_source, inp.playbook_path, spec.limits.max_attempts).step(inp.step)
+        if isinstance(inp, LoopSpec)
+        else None
+    )
     subjects = loop_subjects(state.execution_id, state.loop_id)
     return call_with_limits(spec.limits, lambda: fold_loop(state, inp, at=at, subjects=subjects, step=step))

@@ -14,7 +14,10 @@ __all__ = ["run_noop", "run_sleep"]
 
 
 async def run_noop(
-    tool: dict[str, Any], args: dict[str, Any], limit: float | None, cancel: asyncio.Event | None,
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    limit: float | None,
+    cancel: asyncio.Event | None,
     resources: ToolResources,
 ) -> bytes:
     """``args`` as given."""
@@ -24,7 +27,10 @@ async def run_noop(
 
 
 async def run_sleep(
-    tool: dict[str, Any], args: dict[str, Any], limit: float | None, cancel: asyncio.Event | None,
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    limit: float | None,
+    cancel: asyncio.Event | None,
     resources: ToolResources,
 ) -> bytes:
     """``seconds`` from the tool or the args (args win); ``{"slept": seconds}``."""

@@ -20,7 +20,10 @@ _EXCERPT = 200
 
 
 async def run_http(
-    tool: dict[str, Any], args: dict[str, Any], limit: float | None, cancel: asyncio.Event | None,
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    limit: float | None,
+    cancel: asyncio.Event | None,
     resources: ToolResources,
 ) -> bytes:
     """``{"status", "headers", "data"}``, bounded by the smaller of the call's timeout and the

@@ -13,7 +13,10 @@ __all__ = ["run_python"]
 
 
 async def run_python(
-    tool: dict[str, Any], args: dict[str, Any], limit: float | None, cancel: asyncio.Event | None,
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    limit: float | None,
+    cancel: asyncio.Event | None,
     resources: ToolResources,
 ) -> bytes:
     """The JSON text the worker wrote (checked there: passed on as is, never encoded again)."""

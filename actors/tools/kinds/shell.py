@@ -20,7 +20,10 @@ _EXCERPT = 200
 
 
 async def run_shell(
-    tool: dict[str, Any], args: dict[str, Any], limit: float | None, cancel: asyncio.Event | None,
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    limit: float | None,
+    cancel: asyncio.Event | None,
     resources: ToolResources,
 ) -> bytes:
     """``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``."""
@@ -88,4 +91,3 @@ def _killpg(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
