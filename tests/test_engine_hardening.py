@@ -303,14 +303,14 @@ async def test_an_input_the_fold_cannot_take_fails_the_execution_with_engine_err
     execution ends FAILED, with the exception and the input in its log."""
     from actors.core import decide
 
-    real = decide._call_result
+    real = decide.call_result
 
     def buggy(d: Any, res: Any) -> None:
         if res.step == "poison":
             raise ZeroDivisionError("a bug in the fold")
         real(d, res)
 
-    monkeypatch.setattr(decide, "_call_result", buggy)
+    monkeypatch.setattr(decide, "call_result", buggy)
     bad = await system.start_yaml("""
 apiVersion: actors/v1
 kind: Playbook
@@ -345,21 +345,33 @@ workflow:
 async def test_an_output_that_cannot_be_encoded_fails_the_execution_with_engine_error(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from actors.core import decide
+    from actors.core import work
+    from actors.wire import Command
 
-    real = decide._step_completed
+    real = work.step_completed
 
     def unencodable(d: Any, act: Any, step: Any, result: Any, **kw: Any) -> None:
-        if step.step == "a":
-            d.event("oops", "a", value=object())
+        if step.step == "a":  # a command whose args no encoder takes
+            d.out.commands.append(
+                Command(
+                    execution_id=d.ex.execution_id,
+                    command_id="x",
+                    step="a",
+                    kind="noop",
+                    reply_to="r",
+                    attempt_number=1,
+                    args={"v": object()},
+                )
+            )
         real(d, act, step, result, **kw)
 
-    monkeypatch.setattr(decide, "_step_completed", unencodable)
+    monkeypatch.setattr(work, "step_completed", unencodable)
     bad = await system.start_yaml(one_step("unencodable", "{x: 1}", "    tool: {kind: noop}\n"))
     status = await system.client.wait(bad, timeout=30)
     assert status.state == "FAILED"
-    assert _lifecycle_error(await system.events(bad))["type"] == "EngineError"
-    monkeypatch.setattr(decide, "_step_completed", real)
+    error = _lifecycle_error(await system.events(bad))
+    assert error["type"] == "EngineError" and "Encoding objects of type object" in error["message"], error
+    monkeypatch.setattr(work, "step_completed", real)
     await good_run_completes(system)
 
 

@@ -56,4 +56,6 @@ def retry_delay(
     max_delay: float,
     unit: float,
 ) -> float:
-    return with_jitter(base_delay(backoff, attempt=attempt, initial=initial, factor=factor, max_delay=max_delay), jitter, unit)
+    return with_jitter(
+        base_delay(backoff, attempt=attempt, initial=initial, factor=factor, max_delay=max_delay), jitter, unit
+    )

@@ -68,13 +68,24 @@ class Effects:
     verdict: IteratorCompleted | IteratorFailed | None = None  # a loop's end (counter)
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.lifecycle or self.commands or self.timers or self.cancels
-                    or self.starts or self.child_cancels or self.reply or self.loops or self.loop_cancels
-                    or self.verdict)
+        return bool(
+            self.events
+            or self.lifecycle
+            or self.commands
+            or self.timers
+            or self.cancels
+            or self.starts
+            or self.child_cancels
+            or self.reply
+            or self.loops
+            or self.loop_cancels
+            or self.verdict
+        )
 
 
-def child_start(tool: dict[str, Any], payload: dict[str, Any], *, execution_id: str, step: str, command_id: str,
-                reply_to: str) -> StartMessage:
+def child_start(
+    tool: dict[str, Any], payload: dict[str, Any], *, execution_id: str, step: str, command_id: str, reply_to: str
+) -> StartMessage:
     """The start of the child execution a `tool: playbook` command stands for (a step's
     attempt, or a loop's iteration): its id follows from the command's, so a replay
     starts the same child, and its end comes back to `reply_to` as the command's result."""
@@ -91,7 +102,13 @@ def child_start(tool: dict[str, Any], payload: dict[str, Any], *, execution_id: 
 def error_view(e: ErrorInfo) -> dict[str, Any]:
     """The error as templates and events see it: every field present, so a rule can
     read `error.status` or `error.retryable` whatever the error was."""
-    return {"type": e.type, "message": e.message, "retryable": e.retryable, "status": e.status, "traceback": e.traceback}
+    return {
+        "type": e.type,
+        "message": e.message,
+        "retryable": e.retryable,
+        "status": e.status,
+        "traceback": e.traceback,
+    }
 
 
 def template_error(step: str, e: TemplateError, *, field: str = "") -> ErrorInfo:

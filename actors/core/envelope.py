@@ -20,8 +20,13 @@ def truncate_head_tail(text: str, budget: int = MAX_CONTENT_CHARS) -> tuple[str,
     says how much was dropped counts against the budget)."""
     original = len(text)
     if original <= budget:
-        return text, {"applied": False, "method": "none", "original_chars": original,
-                      "included_chars": original, "dropped_chars": 0}
+        return text, {
+            "applied": False,
+            "method": "none",
+            "original_chars": original,
+            "included_chars": original,
+            "dropped_chars": 0,
+        }
     dropped = original  # upper bound first: the marker only gets shorter after
     for _ in range(3):
         marker = f"\n[... {dropped} chars dropped ...]\n"
@@ -30,15 +35,21 @@ def truncate_head_tail(text: str, budget: int = MAX_CONTENT_CHARS) -> tuple[str,
         tail = keep - head
         dropped = original - head - tail
     marker = f"\n[... {dropped} chars dropped ...]\n"
-    content = text[:head] + marker + (text[original - tail:] if tail else "")
+    content = text[:head] + marker + (text[original - tail :] if tail else "")
     if len(content) > budget:  # a budget smaller than the marker: the marker alone, cut
         content = content[:budget]
-    return content, {"applied": True, "method": "head_tail", "original_chars": original,
-                     "included_chars": head + tail, "dropped_chars": dropped}
+    return content, {
+        "applied": True,
+        "method": "head_tail",
+        "original_chars": original,
+        "included_chars": head + tail,
+        "dropped_chars": dropped,
+    }
 
 
-def failure_content(*, error: dict[str, Any], attempt: int, max_attempts: int | None,
-                    retry_summary: dict[str, Any]) -> str:
+def failure_content(
+    *, error: dict[str, Any], attempt: int, max_attempts: int | None, retry_summary: dict[str, Any]
+) -> str:
     lines = [
         f"attempt: {attempt}",
         f"max_attempts: {max_attempts if max_attempts is not None else 'none'}",
@@ -69,25 +80,27 @@ def build_envelope(
 ) -> tuple[str, dict[str, Any]]:
     body, trunc = truncate_head_tail(content, budget)
     stamp = datetime.datetime.fromtimestamp(created_at, datetime.UTC).isoformat(timespec="milliseconds")
-    text = "\n".join([
-        "ACTORS_FAILURE_ROUTE_CONTEXT v1",
-        f"policy_version: {POLICY_VERSION}",
-        "untrusted_data: true",
-        f"execution_id: {execution_id}",
-        f"target_step: {target_step}",
-        f"source_step: {source_step}",
-        f"source_activation: {source_activation}",
-        f"source_attempt: {source_attempt}",
-        f"created_at: {stamp.replace('+00:00', 'Z')}",
-        "truncation:",
-        f"  applied: {str(trunc['applied']).lower()}",
-        f"  method: {trunc['method']}",
-        f"  original_chars: {trunc['original_chars']}",
-        f"  included_chars: {trunc['included_chars']}",
-        f"  dropped_chars: {trunc['dropped_chars']}",
-        "content:",
-        "<<<BEGIN>>>",
-        body,
-        "<<<END>>>",
-    ])
+    text = "\n".join(
+        [
+            "ACTORS_FAILURE_ROUTE_CONTEXT v1",
+            f"policy_version: {POLICY_VERSION}",
+            "untrusted_data: true",
+            f"execution_id: {execution_id}",
+            f"target_step: {target_step}",
+            f"source_step: {source_step}",
+            f"source_activation: {source_activation}",
+            f"source_attempt: {source_attempt}",
+            f"created_at: {stamp.replace('+00:00', 'Z')}",
+            "truncation:",
+            f"  applied: {str(trunc['applied']).lower()}",
+            f"  method: {trunc['method']}",
+            f"  original_chars: {trunc['original_chars']}",
+            f"  included_chars: {trunc['included_chars']}",
+            f"  dropped_chars: {trunc['dropped_chars']}",
+            "content:",
+            "<<<BEGIN>>>",
+            body,
+            "<<<END>>>",
+        ]
+    )
     return text, trunc

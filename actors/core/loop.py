@@ -126,8 +126,15 @@ class _Fold:
         self.out = Effects() if out is None else out
 
 
-def fold_loop(run: LoopRun, inp: LoopInput, *, at: float, subjects: LoopSubjects, step: Step | None = None,
-              into: Effects | None = None) -> Effects:
+def fold_loop(
+    run: LoopRun,
+    inp: LoopInput,
+    *,
+    at: float,
+    subjects: LoopSubjects,
+    step: Step | None = None,
+    into: Effects | None = None,
+) -> Effects:
     """Fold one input of the loop's log. For the spec, the shell passes the parsed
     `step` (parsing is cached outside; the core stays free of I/O either way).
     `into`: add the outputs to this one (a batch of inputs folded one after the other
@@ -225,21 +232,45 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
     if isinstance(step.tool, PlaybookTool):
         # nested playbooks: each iteration starts a child execution, whose end comes
         # back as this command's result
-        start = child_start(tool, items[0].args, execution_id=run.execution_id, step=step.step,
-                            command_id=command_id, reply_to=reply_to)
+        start = child_start(
+            tool, items[0].args, execution_id=run.execution_id, step=step.step, command_id=command_id, reply_to=reply_to
+        )
         f.out.starts.append(start)
         flight.child = child_execution_id(run.execution_id, command_id)
         return
     if not chunk:
         item = items[0]
-        f.out.commands.append(Command(
-            execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
-            tool=tool, attempt_number=attempt, timeout=step.timeout, sink=templates.sink, args=item.args,
-            iteration_index=item.iteration_index, element=item.element))
+        f.out.commands.append(
+            Command(
+                execution_id=run.execution_id,
+                command_id=command_id,
+                step=step.step,
+                kind=kind,
+                reply_to=reply_to,
+                tool=tool,
+                attempt_number=attempt,
+                timeout=step.timeout,
+                sink=templates.sink,
+                args=item.args,
+                iteration_index=item.iteration_index,
+                element=item.element,
+            )
+        )
     else:
-        f.out.commands.append(Command(
-            execution_id=run.execution_id, command_id=command_id, step=step.step, kind=kind, reply_to=reply_to,
-            tool=tool, attempt_number=attempt, timeout=step.timeout, sink=templates.sink, chunk=items))
+        f.out.commands.append(
+            Command(
+                execution_id=run.execution_id,
+                command_id=command_id,
+                step=step.step,
+                kind=kind,
+                reply_to=reply_to,
+                tool=tool,
+                attempt_number=attempt,
+                timeout=step.timeout,
+                sink=templates.sink,
+                chunk=items,
+            )
+        )
 
 
 # --- results --------------------------------------------------------------------------
@@ -287,8 +318,15 @@ def _chunk_done(f: _Fold, res: ChunkDone) -> None:
     for index in flight.indices:
         o = answered.get(index)
         if o is None:
-            _attempted(f, index, flight.attempt, None,
-                       ErrorInfo(type="ChunkIncomplete", message=f"chunk {res.command_id} has no outcome for iteration {index}"))
+            _attempted(
+                f,
+                index,
+                flight.attempt,
+                None,
+                ErrorInfo(
+                    type="ChunkIncomplete", message=f"chunk {res.command_id} has no outcome for iteration {index}"
+                ),
+            )
         else:
             _attempted(f, index, flight.attempt, o.result, o.error)
         if f.run.finished:
@@ -310,8 +348,15 @@ def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo
     scope.update(result=result, response=result, error=error_view(error) if error else None, attempt=attempt)
     gathered = state.gathered if state is not None else Gathered()
     try:
-        after = after_attempt(step.retry, scope, ok=ok, attempt=attempt, result=result, gathered=gathered,
-                              unit=unit_random(run.execution_id, run.loop_id, index, attempt))
+        after = after_attempt(
+            step.retry,
+            scope,
+            ok=ok,
+            attempt=attempt,
+            result=result,
+            gathered=gathered,
+            unit=unit_random(run.execution_id, run.loop_id, index, attempt),
+        )
     except TemplateError as e:
         _counted(f, index, None, template_error(step.step, e))
         return
@@ -330,8 +375,9 @@ def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo
             timer_id = f"{index}-{state.attempt}"
             due = f.at + after.verdict.delay
             run.waiting[timer_id] = index
-            f.out.timers.append(Timer(timer_id, due, TimerFired(execution_id=run.execution_id, timer_id=timer_id,
-                                                                 due=due)))
+            f.out.timers.append(
+                Timer(timer_id, due, TimerFired(execution_id=run.execution_id, timer_id=timer_id, due=due))
+            )
     else:  # exhausted, or no rule for this attempt
         _counted(f, index, gathered.final(result, add=True) if ok else None, error)
 
@@ -377,7 +423,13 @@ def _maybe_finish(f: _Fold) -> None:
 def _verdict_fields(run: LoopRun, *, results: bool) -> dict[str, Any]:
     assert run.spec is not None
     return dict(
-        execution_id=run.execution_id, loop_id=run.loop_id, step=run.spec.step, total=run.total,
-        succeeded=run.succeeded, failed=run.failed, not_run=run.total - run.done,
-        results=run.results if results else None, errors=run.errors,
+        execution_id=run.execution_id,
+        loop_id=run.loop_id,
+        step=run.spec.step,
+        total=run.total,
+        succeeded=run.succeeded,
+        failed=run.failed,
+        not_run=run.total - run.done,
+        results=run.results if results else None,
+        errors=run.errors,
     )

@@ -26,7 +26,9 @@ class RetryVerdict:
     next_args: dict[str, Any] | None = None  # next_call args for the next attempt
 
 
-def match_retry(rules: list[RetryRule], scope: dict[str, Any], *, ok: bool, attempt: int, unit: float) -> RetryVerdict | None:
+def match_retry(
+    rules: list[RetryRule], scope: dict[str, Any], *, ok: bool, attempt: int, unit: float
+) -> RetryVerdict | None:
     """The first rule whose `when` holds after `attempt`, or None. `scope` must hold
     `result`, `error` and `attempt`. Raises TemplateError (naming the rule) when a
     `when` or `next_call` cannot be rendered."""
@@ -43,8 +45,15 @@ def match_retry(rules: list[RetryRule], scope: dict[str, Any], *, ok: bool, atte
         initial = policy.initial_delay
         if initial is None:
             initial = DEFAULT_ERROR_DELAY if not ok else 0.0
-        delay = retry_delay(backoff=policy.backoff, jitter=policy.jitter, attempt=attempt, initial=initial,
-                            factor=policy.factor, max_delay=policy.max_delay, unit=unit)
+        delay = retry_delay(
+            backoff=policy.backoff,
+            jitter=policy.jitter,
+            attempt=attempt,
+            initial=initial,
+            factor=policy.factor,
+            max_delay=policy.max_delay,
+            unit=unit,
+        )
         return RetryVerdict(rule=where, policy=policy, last=False, delay=delay, next_args=next_args)
     return None
 
@@ -78,8 +87,16 @@ class AfterAttempt:
     result: Any = None  # `completed`: the sequence's result
 
 
-def after_attempt(rules: list[RetryRule], scope: dict[str, Any], *, ok: bool, attempt: int, unit: float,
-                  result: Any, gathered: Gathered) -> AfterAttempt:
+def after_attempt(
+    rules: list[RetryRule],
+    scope: dict[str, Any],
+    *,
+    ok: bool,
+    attempt: int,
+    unit: float,
+    result: Any,
+    gathered: Gathered,
+) -> AfterAttempt:
     """What the rules decide after `attempt` (`ok`: it returned `result`). A rule that
     collects adds `result` to `gathered`. Raises TemplateError like `match_retry`."""
     verdict = match_retry(rules, scope, ok=ok, attempt=attempt, unit=unit)

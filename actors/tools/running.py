@@ -249,7 +249,35 @@ class CommandRunner:
 
     async def reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         """Answer `cmd` alone: its `call.done` or `call.error`."""
-        common = dict(
+        limit = self.layout.max_msg_size - RESULT_HEADROOM
+        # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
+        answer = self._answer(cmd, started, ended, result=result, error=error)
+        payload = await result_message(self.js, answer, limit=limit, cap=self.layout.max_value_bytes)
+        if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
+            error = ErrorInfo(
+                type="ResultTooLarge",
+                message=f"step '{cmd.step}': its answer is {len(payload)} bytes, over the {limit}-byte message limit",
+            )
+            payload = encode(self._answer(cmd, started, ended, result=None, error=error))
+        await self._publish_result(cmd, payload)
+
+    def _answer(
+        self, cmd: Command, started: float, ended: float, *, result: Any, error: ErrorInfo | None
+    ) -> CallDone | CallError:
+        """`cmd`'s `call.error` (with `error`), else its `call.done` (with `result`)."""
+        if error:
+            return CallError(
+                execution_id=cmd.execution_id,
+                command_id=cmd.command_id,
+                step=cmd.step,
+                attempt_number=cmd.attempt_number,
+                started_at=started,
+                ended_at=ended,
+                worker=self.name,
+                iteration_index=cmd.iteration_index,
+                error=error,
+            )
+        return CallDone(
             execution_id=cmd.execution_id,
             command_id=cmd.command_id,
             step=cmd.step,
@@ -258,22 +286,8 @@ class CommandRunner:
             ended_at=ended,
             worker=self.name,
             iteration_index=cmd.iteration_index,
+            result=result,
         )
-        limit = self.layout.max_msg_size - RESULT_HEADROOM
-        # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
-        answer: CallDone | CallError = (
-            CallError(error=error, **common)
-            if error  # type: ignore[arg-type]
-            else CallDone(result=result, **common)
-        )  # type: ignore[arg-type]
-        payload = await result_message(self.js, answer, limit=limit, cap=self.layout.max_value_bytes)
-        if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently
-            error = ErrorInfo(
-                type="ResultTooLarge",
-                message=f"step '{cmd.step}': its answer is {len(payload)} bytes, over the {limit}-byte message limit",
-            )
-            payload = encode(CallError(error=error, **common))  # type: ignore[arg-type]
-        await self._publish_result(cmd, payload)
 
     async def _publish_result(self, cmd: Command, payload: bytes) -> None:
         """Wait for the PubAck (pipelined with every other command's result). A result

@@ -1,0 +1,289 @@
+"""A step's work: a router or data step decided here, else the command, child execution
+or loop (handed to the counter) it issues, and what comes back: a result, the counter's
+verdict. A step that completes routes on by its `next` rules (actors/core/decision.py
+moves its token); one that fails meets its failure rules (actors/core/failure.py, which
+issues further attempts through this module: the two import each other as modules)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.core import failure
+from actors.core.decision import Decision, fail_step, leave
+from actors.core.effects import child_start
+from actors.core.effects import template_error as _template_error
+from actors.core.outcome import finish
+from actors.core.state import Activation, Execution
+from actors.events import (
+    ActivationStatus,
+    ArrivalStatus,
+    CommandIssuedData,
+    IteratorCompletedData,
+    IteratorStartedData,
+    StepExitData,
+)
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, PlaybookTool, Step
+from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
+from actors.playbook.tool_render import render_tool, sink_call
+from actors.wire import CallDone, CallError, Command, ErrorInfo, IteratorCompleted, IteratorFailed, LoopSpec
+from streams.ids import child_execution_id, step_command_id
+
+# --- steps -----------------------------------------------------------------------------
+
+
+def dispatch(d: Decision, act: Activation, step: Step) -> None:
+    if isinstance(step.tool, NoopTool) and not step.retry and step.loop is None and step.sink is None:
+        # A router or a pure data step: its result is its rendered args. Deciding it
+        # here saves a command round trip and is just as deterministic.
+        try:
+            # no args, no scope to build (it copies every result so far)
+            args = render_value(step.args, d.ex.scope(act), where="args") if step.args else {}
+        except TemplateError as e:
+            failure.apply_failure_rules(d, act, step, _template_error(step.step, e))
+            return
+        step_completed(d, act, step, args)
+        return
+    issue(d, act, step)
+
+
+def issue(d: Decision, act: Activation, step: Step) -> None:
+    """Send the command (or start the child execution, or the loop) for the current
+    attempt."""
+    ex = d.ex
+    if step.loop is not None:
+        _start_loop(d, act, step, step.loop)
+        return
+    scope = ex.scope(act)
+    try:
+        args = render_value(step.args, scope, where="args")
+        tool = render_tool(step, scope)
+    except TemplateError as e:
+        failure.apply_failure_rules(d, act, step, _template_error(step.step, e))
+        return
+    if act.next_args is not None:
+        args = deep_merge(args, act.next_args)
+    parent = act.command_id
+    command_id = step_command_id(act.id, act.attempt)
+    act.command_id = command_id
+    ex.by_command[command_id] = act.id
+    kind = str(tool.pop("kind"))
+    act.kind = kind
+    issued = CommandIssuedData(activation=act.id, command_id=command_id, kind=kind, attempt_number=act.attempt)
+    if act.attempt > 1:
+        issued.parent_event_id = parent
+    reply_to = d.subjects.result(command_id)
+    if isinstance(step.tool, PlaybookTool):
+        start = child_start(
+            tool, args, execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to
+        )
+        d.out.starts.append(start)
+        act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
+        d.event(step.step, issued)
+        return
+    d.out.commands.append(
+        Command(
+            execution_id=ex.execution_id,
+            command_id=command_id,
+            step=step.step,
+            kind=kind,
+            reply_to=reply_to,
+            tool=tool,
+            args=args,
+            timeout=step.timeout,
+            attempt_number=act.attempt,
+            sink=sink_call(step, scope),
+        )
+    )
+    d.event(step.step, issued)
+
+
+# --- loops -----------------------------------------------------------------------------
+
+
+def _start_loop(d: Decision, act: Activation, step: Step, loop: Loop) -> None:
+    """Render the collection and hand the loop to the counter (one `loop.spec`); the
+    iterations never pass through this log, only `iterator.started` and, at the end,
+    the counter's verdict."""
+    ex = d.ex
+    scope = ex.scope(act)
+    try:
+        collection = render_value(loop.collection, scope, where="loop.collection")
+    except TemplateError as e:
+        failure.apply_failure_rules(d, act, step, _template_error(step.step, e))
+        return
+    if not isinstance(collection, list):
+        failure.apply_failure_rules(
+            d,
+            act,
+            step,
+            ErrorInfo(
+                type="LoopCollectionInvalid",
+                message=f"step '{step.step}' field loop.collection: must render to a list, "
+                f"got {type(collection).__name__} ({str(collection)[:80]!r})",
+            ),
+        )
+        return
+    parent = act.command_id
+    loop_id = step_command_id(act.id, act.attempt)  # the loop stands for the step's command
+    act.command_id = loop_id
+    act.kind = "loop"
+    ex.by_command[loop_id] = act.id
+    started = IteratorStartedData(
+        activation=act.id,
+        loop_id=loop_id,
+        size=len(collection),
+        mode=loop.mode,
+        element=loop.element,
+        concurrency=1 if loop.mode == "sequential" else loop.concurrency,
+        chunk_size=loop.chunk_size if loop.mode == "chunked" else None,
+        tolerated_failures=loop.tolerated_failures,
+        attempt_number=act.attempt,
+    )
+    if act.attempt > 1:
+        started.parent_event_id = parent
+    d.event(step.step, started)
+    if not collection:
+        d.event(step.step, IteratorCompletedData(activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0))
+        step_completed(d, act, step, [])
+        return
+    wanted = _loop_names(step)
+    d.out.loops.append(
+        LoopSpec(
+            execution_id=ex.execution_id,
+            loop_id=loop_id,
+            step=step.step,
+            playbook_path=ex.playbook_path,
+            playbook_source=ex.playbook_source,
+            collection=collection,
+            scope={k: v for k, v in scope.items() if k in wanted},
+            reply_to=d.subjects.iterator(loop_id),
+            parent_event_id=parent,
+            limits=ex.limits,
+        )
+    )
+
+
+def _loop_names(step: Step) -> set[str]:
+    """The names an iteration's templates read (tool, args, retry rules, sink): the
+    counter gets just these, not every result of the execution."""
+    raw = msgspec.to_builtins(step.tool)
+    names = names_read({k: v for k, v in raw.items() if k not in UNRENDERED_TOOL_FIELDS}) | names_read(step.args)
+    for rule in step.retry or []:
+        names |= names_read(rule.when) | names_read(rule.then.next_call.args if rule.then.next_call else None)
+    if step.sink is not None:
+        names |= names_read(msgspec.to_builtins(step.sink.tool)) | names_read(step.sink.args)
+    return names | {"execution_id", "workload"}
+
+
+def iterator_end(d: Decision, res: IteratorCompleted | IteratorFailed) -> None:
+    """The counter's verdict. A failed loop meets the step's on_error and on_failure
+    rules (its retry rules were each iteration's own)."""
+    ex = d.ex
+    assert ex.playbook is not None
+    act_id = ex.by_command.get(res.loop_id)
+    act = ex.activations.get(act_id) if act_id is not None else None
+    if act is None or act.status != ActivationStatus.RUNNING or act.command_id != res.loop_id:
+        return  # a verdict delivered twice, or for a loop since cancelled
+    step = ex.playbook.step(act.step)
+    if isinstance(res, IteratorCompleted):
+        step_completed(d, act, step, res.results if res.results is not None else [])
+        return
+    first = res.errors[0] if res.errors else None
+    detail = (
+        f"; first: iteration {first['index']}: {first['error']['type']}: {first['error']['message'][:300]}"
+        if first
+        else ""
+    )
+    error = ErrorInfo(
+        type="LoopFailed",
+        message=f"step '{step.step}': {res.failed} of {res.total} iterations failed, "
+        f"more than the {res.tolerated} tolerated{detail}",
+    )
+    failure.apply_failure_rules(d, act, step, error)
+
+
+# --- results ---------------------------------------------------------------------------
+
+
+def call_result(d: Decision, res: CallDone | CallError) -> None:
+    ex = d.ex
+    assert ex.playbook is not None
+    act_id = ex.by_command.get(res.command_id)
+    if act_id is None:
+        return
+    act = ex.activations[act_id]
+    if act.status != ActivationStatus.RUNNING or act.command_id != res.command_id:
+        return  # a duplicate delivery, or a result for a superseded or cancelled attempt
+    step = ex.playbook.step(act.step)
+    if act_id == ex.end_activation:
+        if isinstance(res, CallDone):
+            finish(d, act, result=res.result, end_error=None)
+        else:
+            finish(d, act, result=None, end_error=res.error)
+        return
+    if isinstance(res, CallError):
+        act.errors.append(failure.summary_line(act.attempt, res.error))  # the retry summary
+    if step.retry and failure.retry(d, act, step, res):
+        return
+    if isinstance(res, CallDone):
+        step_completed(d, act, step, act.gathered.final(res.result, add=True))
+    else:
+        failure.apply_failure_rules(d, act, step, res.error, summarised=True)
+
+
+# --- completion and routing ------------------------------------------------------------
+
+
+def step_completed(
+    d: Decision, act: Activation, step: Step, result: Any, *, ignored_error: dict[str, Any] | None = None
+) -> None:
+    """The step completed with `result` (for an `ignore` decision, despite the error it
+    records) and routes on. A routing error after an ignored failure fails the step
+    directly: it must not re-enter the on_error rules that just decided."""
+    try:
+        targets = _route(d.ex, act, step, result)
+    except TemplateError as e:
+        routing_error = _template_error(step.step, e, field="next")
+        if ignored_error is None:
+            failure.apply_failure_rules(d, act, step, routing_error)
+        else:
+            fail_step(d, act, routing_error)
+        return
+    act.status = ActivationStatus.COMPLETED
+    d.ex.results[step.step] = result
+    completed = StepExitData(activation=act.id, status=ActivationStatus.COMPLETED, next=targets)
+    if ignored_error is not None:
+        completed.ignored_error = ignored_error
+    d.event(step.step, completed)
+    leave(d, act, targets, status=ArrivalStatus.COMPLETED)
+
+
+def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]:
+    if step.next is None:
+        return [END]
+    scope: dict[str, Any] | None = None  # built for the first condition: it copies every result so far
+    for i, rule in enumerate(step.next):
+        if rule.when is not None:
+            if scope is None:
+                scope = ex.scope(act)
+                scope.update(result=result, response=result, error=None, attempt=act.attempt)
+            if not render_condition(rule.when, scope, where=f"next[{i}].when"):
+                continue
+        return list(rule.then) or [END]
+    return [END]  # no rule matched: the branch converges at end
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """The start payload over the playbook's workload: mappings merge, the rest replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
