@@ -4,8 +4,6 @@ that every run replays to the same decisions. No NATS: milliseconds per test."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from actors.core.decide import ROUTING_SLICE
@@ -207,15 +205,12 @@ def test_routing_keeps_the_depth_first_order_of_events() -> None:
     ]
 
 
-def test_a_chain_of_10000_routers_folds_in_well_under_a_second() -> None:
-    source = chain(10_000)
-    Harness().run(chain(3))  # imports and caches warm before the clock starts: the fold is what is timed
-    cpu = time.process_time()
-    run = Harness().run(source)
-    took = time.process_time() - cpu
+def test_a_chain_of_10000_routers_folds_without_deep_recursion_in_bounded_decisions() -> None:
+    """Routing is a loop over pending work, not recursion (no stack overflow), and no
+    decision starts more than its slice. How fast it folds is for bench/, not a test."""
+    run = Harness().run(chain(10_000))
     assert run.status == "COMPLETED"
     assert len(run.events("step.exit")) == 10_001  # every router, then end
-    assert took < 1.5, f"fold took {took:.2f} s of CPU"
     # no decision starts more than its slice: each decision record stays far below a message's size
     decisions = [i for i in run.items if i.cls == "in"]
     assert (
