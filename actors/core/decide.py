@@ -92,53 +92,57 @@ def fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubjec
 
 
 def _fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubjects) -> Effects:
-    d = Decision(ex, subjects, seq, at)
+    decision = Decision(ex, subjects, seq, at)
     ex.inputs_folded += 1
     if isinstance(inp, StartRecord):
-        _start(d, inp)
+        _start(decision, inp)
     elif isinstance(inp, EngineFault):
-        engine_fault(d, inp)
+        engine_fault(decision, inp)
     elif ex.terminal or ex.playbook is None:
         pass  # late results after the end, or inputs before a start: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
-        call_result(d, inp)
+        call_result(decision, inp)
     elif isinstance(inp, CancelRequest):
-        cancel(d, inp)
+        cancel(decision, inp)
     elif isinstance(inp, TimerFired):
-        _timer_fired(d, inp)
+        _timer_fired(decision, inp)
     elif isinstance(inp, (IteratorCompleted, IteratorFailed)):
-        iterator_end(d, inp)
-    _route_pending(d)
-    return d.out
+        iterator_end(decision, inp)
+    _route_pending(decision)
+    return decision.out
 
 
-def _route_pending(d: Decision) -> None:
+def _route_pending(decision: Decision) -> None:
     """Do the routing the input set off (and any left by an earlier decision), up to
     ROUTING_SLICE activations."""
-    ex = d.ex
+    ex = decision.ex
     begun = 0
     while ex.pending:
         if ex.terminal:
             ex.pending.clear()  # cancelled, or `end` ran: nothing starts any more
             return
         if begun == ROUTING_SLICE:
-            timer_id = f"{RESUME_TIMER}-{d.out.cause}"
-            d.event(None, RoutingPausedData(timer_id=timer_id, pending=len(ex.pending)))
-            d.out.timers.append(
-                Timer(timer_id, d.out.at, TimerFired(execution_id=ex.execution_id, timer_id=timer_id, due=d.out.at))
+            timer_id = f"{RESUME_TIMER}-{decision.out.cause}"
+            decision.event(None, RoutingPausedData(timer_id=timer_id, pending=len(ex.pending)))
+            decision.out.timers.append(
+                Timer(
+                    timer_id,
+                    decision.out.at,
+                    TimerFired(execution_id=ex.execution_id, timer_id=timer_id, due=decision.out.at),
+                )
             )
             return
         what, act_id = ex.pending.pop()
         act = ex.activations[act_id]
         if what == "settle":
-            _maybe_end(d, act)
+            _maybe_end(decision, act)
         elif act.status == ActivationStatus.RUNNING:  # not cancelled meanwhile (an abort in a sibling branch)
             begun += 1
-            _run(d, act)
+            _run(decision, act)
 
 
-def _timer_fired(d: Decision, fired: TimerFired) -> None:
-    ex = d.ex
+def _timer_fired(decision: Decision, fired: TimerFired) -> None:
+    ex = decision.ex
     assert ex.playbook is not None
     if fired.timer_id.startswith(f"{RESUME_TIMER}-"):
         return  # routing goes on where the last decision paused it (_route_pending)
@@ -147,61 +151,66 @@ def _timer_fired(d: Decision, fired: TimerFired) -> None:
     if act is None or act.status != ActivationStatus.RUNNING or act.timer_id != fired.timer_id:
         return  # a timer for an attempt that no longer waits (fired twice, or cancelled)
     act.timer_id = None
-    d.event(
+    decision.event(
         act.step,
         RetryDueData(
-            activation=act.id, timer_id=fired.timer_id, due=fired.due, late_ms=round((d.out.at - fired.due) * 1000, 3)
+            activation=act.id,
+            timer_id=fired.timer_id,
+            due=fired.due,
+            late_ms=round((decision.out.at - fired.due) * 1000, 3),
         ),
     )
-    issue(d, act, ex.playbook.step(act.step))
+    issue(decision, act, ex.playbook.step(act.step))
 
 
 # --- start -----------------------------------------------------------------------------
 
 
-def _start(d: Decision, rec: StartRecord) -> None:
-    ex = d.ex
+def _start(decision: Decision, rec: StartRecord) -> None:
+    ex = decision.ex
     if ex.status != ExecState.PENDING:
         return  # a second start record for the same id: the first one won
     ex.playbook_path = rec.playbook_path
     ex.playbook_source = rec.playbook_source or ""
-    ex.started_at = d.out.at
+    ex.started_at = decision.out.at
     ex.parent = rec.parent
     ex.limits = rec.limits
     if rec.error is not None or rec.playbook_source is None:
-        _fail_at_start(d, rec.error or ErrorInfo(type="StartError", message="start record carries no playbook"))
+        _fail_at_start(decision, rec.error or ErrorInfo(type="StartError", message="start record carries no playbook"))
         return
     try:
         # the retry ceiling of the record, not of this pod: every pod replays the log alike
         ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path, ex.limits.max_attempts)
     except PlaybookInvalid as e:
-        _fail_at_start(d, ErrorInfo(type="PlaybookInvalid", message=str(e)))
+        _fail_at_start(decision, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return
     ex.workload = deep_merge(ex.playbook.workload, rec.payload)
     ex.status = ExecState.RUNNING
-    initialized = PlaybookInitializedData(playbook=ex.playbook_path, version=rec.playbook_version, started_at=d.out.at)
+    initialized = PlaybookInitializedData(
+        playbook=ex.playbook_path, version=rec.playbook_version, started_at=decision.out.at
+    )
     if rec.parent is not None:
         initialized.parent_execution_id = rec.parent.execution_id
         initialized.parent_step = rec.parent.step
-    d.lifecycle(initialized)
-    d.lifecycle(WorkflowInitializedData(entry=ex.playbook.entry))
-    _enter(d, ex.playbook.entry, from_activation=None)
+    decision.lifecycle(initialized)
+    decision.lifecycle(WorkflowInitializedData(entry=ex.playbook.entry))
+    _enter(decision, ex.playbook.entry, from_activation=None)
 
 
-def _fail_at_start(d: Decision, error: ErrorInfo) -> None:
+def _fail_at_start(decision: Decision, error: ErrorInfo) -> None:
     """Fail the execution before its first step: the start record or its playbook is bad."""
-    ex = d.ex
+    ex = decision.ex
     ex.status = ExecState.FAILED
-    d.lifecycle(
+    decision.lifecycle(
         PlaybookFailedData(
             playbook=ex.playbook_path,
-            started_at=d.out.at,
-            ended_at=d.out.at,
+            started_at=decision.out.at,
+            ended_at=decision.out.at,
             error=execution_error(error, step=None, failed_steps=[]),
         )
     )
     reply_to_parent(
-        d,
+        decision,
         result=None,
         error=ErrorInfo(
             type="ChildFailed", message=f"child execution {ex.execution_id} did not start: {error.message}"
@@ -212,44 +221,46 @@ def _fail_at_start(d: Decision, error: ErrorInfo) -> None:
 # --- steps -----------------------------------------------------------------------------
 
 
-def _enter(d: Decision, step_name: str, *, from_activation: int | None, failure: dict[str, Any] | None = None) -> None:
-    _begin(d, activate(d, step_name, from_activation=from_activation, failure=failure))
+def _enter(
+    decision: Decision, step_name: str, *, from_activation: int | None, failure: dict[str, Any] | None = None
+) -> None:
+    _begin(decision, activate(decision, step_name, from_activation=from_activation, failure=failure))
 
 
-def _begin(d: Decision, act: Activation) -> None:
-    d.later(("begin", act.id))
+def _begin(decision: Decision, act: Activation) -> None:
+    decision.later(("begin", act.id))
 
 
-def _run(d: Decision, act: Activation) -> None:
-    assert d.ex.playbook is not None
-    step = d.ex.playbook.step(act.step)
+def _run(decision: Decision, act: Activation) -> None:
+    assert decision.ex.playbook is not None
+    step = decision.ex.playbook.step(act.step)
     if act.step == END:
-        _run_end(d, act, step)
+        _run_end(decision, act, step)
     else:
-        dispatch(d, act, step)
+        dispatch(decision, act, step)
 
 
-def _maybe_end(d: Decision, act: Activation) -> None:
-    ex = d.ex
+def _maybe_end(decision: Decision, act: Activation) -> None:
+    ex = decision.ex
     if not ex.live and ex.end_activation is None and not ex.terminal:
-        _begin(d, activate(d, END, from_activation=act.id))
+        _begin(decision, activate(decision, END, from_activation=act.id))
 
 
 # --- end -------------------------------------------------------------------------------
 
 
-def _run_end(d: Decision, act: Activation, step: Step) -> None:
-    ex = d.ex
+def _run_end(decision: Decision, act: Activation, step: Step) -> None:
+    ex = decision.ex
     if isinstance(step.tool, NoopTool):
         if step.args:
             try:
                 result = render_value(step.args, ex.scope(), where="args")
             except TemplateError as e:
-                finish(d, act, result=None, end_error=_template_error(END, e))
+                finish(decision, act, result=None, end_error=_template_error(END, e))
                 return
         else:
             result = {a.step: ex.results.get(a.step) for a in ex.arrivals}
-        finish(d, act, result=result, end_error=None)
+        finish(decision, act, result=result, end_error=None)
         return
     ex.live[act.id] = None
-    issue(d, act, step)
+    issue(decision, act, step)

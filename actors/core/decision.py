@@ -60,46 +60,46 @@ class Decision:
 
 
 def activate(
-    d: Decision, step_name: str, *, from_activation: int | None, failure: dict[str, Any] | None = None
+    decision: Decision, step_name: str, *, from_activation: int | None, failure: dict[str, Any] | None = None
 ) -> Activation:
     """A new branch token at `step_name`. Tokens of a fan-out are all made live before
     any of them runs, so a fast first branch cannot find the others missing and start
     `end` early."""
-    ex = d.ex
+    ex = decision.ex
     act = Activation(id=len(ex.activations), step=step_name, from_activation=from_activation, failure=failure)
     ex.activations[act.id] = act
     if step_name == END:
         ex.end_activation = act.id
-        d.event(step_name, StepEnterData(activation=act.id, arrivals=[a.step for a in ex.arrivals]))
+        decision.event(step_name, StepEnterData(activation=act.id, arrivals=[a.step for a in ex.arrivals]))
     else:
         ex.live[act.id] = None
         entered = StepEnterData(activation=act.id, from_activation=from_activation)
         if failure:
             entered.remediates = failure["step"]
-        d.event(step_name, entered)
+        decision.event(step_name, entered)
     return act
 
 
-def leave(d: Decision, act: Activation, targets: list[str], *, status: ArrivalStatus) -> None:
+def leave(decision: Decision, act: Activation, targets: list[str], *, status: ArrivalStatus) -> None:
     """The branch token of `act` moves on: into new activations, or to `end`. The new
     activations start after this decision's current step (see ROUTING_SLICE), then
     `end` is considered."""
-    ex = d.ex
+    ex = decision.ex
     ex.live.pop(act.id, None)
     fresh = []
     for target in targets:
         if target == END:
             ex.arrivals.append(Arrival(step=act.step, status=status, routed_to_end=status != ArrivalStatus.COMPLETED))
-        elif within_budget(d, act, target):
-            fresh.append(activate(d, target, from_activation=act.id))
-    d.later(*(("begin", new.id) for new in fresh), ("settle", act.id))
+        elif within_budget(decision, act, target):
+            fresh.append(activate(decision, target, from_activation=act.id))
+    decision.later(*(("begin", new.id) for new in fresh), ("settle", act.id))
 
 
-def within_budget(d: Decision, source: Activation, target: str) -> bool:
+def within_budget(decision: Decision, source: Activation, target: str) -> bool:
     """May `source` route into one more activation (of `target`)? Past the step budget
     the execution fails as an abort would: the other live branches are cancelled, no
     further step starts, `end` evaluates it FAILED with `StepBudgetExceeded`."""
-    ex = d.ex
+    ex = decision.ex
     budget = ex.step_budget
     if len(ex.activations) < budget:
         return True
@@ -111,16 +111,16 @@ def within_budget(d: Decision, source: Activation, target: str) -> bool:
         f"'{source.step}') is not entered (budget: the smaller of the playbook's "
         f"limits.max_steps and the pod's ACTORS_MAX_STEPS)",
     )
-    d.event(target, BudgetExceededData(from_activation=source.id, budget=budget, error=error_view(error)))
+    decision.event(target, BudgetExceededData(from_activation=source.id, budget=budget, error=error_view(error)))
     ex.aborted = True
-    cancel_live(d, reason=f"step budget of {budget} exceeded", keep=source.id)
+    cancel_live(decision, reason=f"step budget of {budget} exceeded", keep=source.id)
     _unhandled(ex, target, error)
     ex.arrivals.append(Arrival(step=target, status=ArrivalStatus.FAILED, routed_to_end=True))
     return False
 
 
 def fail_step(
-    d: Decision,
+    decision: Decision,
     act: Activation,
     error: ErrorInfo,
     *,
@@ -131,7 +131,7 @@ def fail_step(
     """End the step FAILED and send its branch to `end`, consulting no further rule.
 
     Unless handled, the failure fails the workflow when `end` evaluates it."""
-    ex = d.ex
+    ex = decision.ex
     act.status = ActivationStatus.FAILED
     if not handled:
         _unhandled(ex, act.step, error)
@@ -148,8 +148,8 @@ def fail_step(
         failed.aborted = True
     if route is not None:
         failed.failure_route = route
-    d.event(act.step, failed)
-    leave(d, act, [END], status=ArrivalStatus.HANDLED if handled else ArrivalStatus.FAILED)
+    decision.event(act.step, failed)
+    leave(decision, act, [END], status=ArrivalStatus.HANDLED if handled else ArrivalStatus.FAILED)
 
 
 def _unhandled(ex: Execution, step: str, error: ErrorInfo) -> None:
@@ -162,28 +162,30 @@ def _unhandled(ex: Execution, step: str, error: ErrorInfo) -> None:
 # --- cancellation ----------------------------------------------------------------------
 
 
-def cancel_live(d: Decision, *, reason: str, keep: int) -> None:
+def cancel_live(decision: Decision, *, reason: str, keep: int) -> None:
     """Cancel every live branch but `keep`, each routed to `end`."""
-    for other_id in list(d.ex.live):
+    for other_id in list(decision.ex.live):
         if other_id != keep:
-            cancel_activation(d, d.ex.activations[other_id], reason=reason)
+            cancel_activation(decision, decision.ex.activations[other_id], reason=reason)
 
 
-def cancel_activation(d: Decision, act: Activation, *, reason: str, to_end: bool = True) -> None:
-    ex = d.ex
+def cancel_activation(decision: Decision, act: Activation, *, reason: str, to_end: bool = True) -> None:
+    ex = decision.ex
     if act.status == ActivationStatus.RUNNING and act.command_id is not None and act.timer_id is None:
-        d.event(act.step, CommandCancelledData(activation=act.id, command_id=act.command_id, reason=reason))
+        decision.event(act.step, CommandCancelledData(activation=act.id, command_id=act.command_id, reason=reason))
         if act.kind == "loop":
-            d.out.loop_cancels.append(LoopCancel(execution_id=ex.execution_id, loop_id=act.command_id, reason=reason))
+            decision.out.loop_cancels.append(
+                LoopCancel(execution_id=ex.execution_id, loop_id=act.command_id, reason=reason)
+            )
         elif act.child is not None:
-            d.out.child_cancels.append(act.child)
+            decision.out.child_cancels.append(act.child)
         elif act.kind is not None:
-            d.out.cancels.append(CommandCancel(act.kind, act.command_id))
+            decision.out.cancels.append(CommandCancel(act.kind, act.command_id))
     act.timer_id = None
     act.status = ActivationStatus.CANCELLED
     ex.live.pop(act.id, None)
     if to_end:
-        d.event(
+        decision.event(
             act.step,
             StepExitData(activation=act.id, status=ActivationStatus.CANCELLED, reason=reason, routed_to_end=True),
         )

@@ -46,7 +46,7 @@ ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
 # --- retry -----------------------------------------------------------------------------
 
 
-def retry(d: Decision, act: Activation, step: Step, res: CallDone | CallError) -> bool:
+def retry(decision: Decision, act: Activation, step: Step, res: CallDone | CallError) -> bool:
     """Evaluate the step's retry rules after an attempt; first match wins. Returns True
     when the rules decided what happens next (another attempt, exhaustion, a failure
     of the rules themselves), False when no rule matched."""
@@ -54,7 +54,7 @@ def retry(d: Decision, act: Activation, step: Step, res: CallDone | CallError) -
     ok = isinstance(res, CallDone)
     result = res.result if isinstance(res, CallDone) else None
     error = error_view(res.error) if isinstance(res, CallError) else None
-    scope = d.ex.scope(act)
+    scope = decision.ex.scope(act)
     scope.update(result=result, response=result, error=error, attempt=act.attempt)
     try:
         after = after_attempt(
@@ -64,10 +64,10 @@ def retry(d: Decision, act: Activation, step: Step, res: CallDone | CallError) -
             attempt=act.attempt,
             result=result,
             gathered=act.gathered,
-            unit=unit_random(d.ex.execution_id, act.id, act.attempt),
+            unit=unit_random(decision.ex.execution_id, act.id, act.attempt),
         )
     except TemplateError as e:
-        fail_step(d, act, _template_error(step.step, e))
+        fail_step(decision, act, _template_error(step.step, e))
         return True
     verdict = after.verdict
     if verdict is not None:
@@ -76,11 +76,11 @@ def retry(d: Decision, act: Activation, step: Step, res: CallDone | CallError) -
         assert verdict is not None
         if verdict.next_args is not None:
             act.next_args = verdict.next_args
-        _next_attempt(d, act, step, delay=verdict.delay, reason="success" if ok else "error", rule=verdict.rule)
+        _next_attempt(decision, act, step, delay=verdict.delay, reason="success" if ok else "error", rule=verdict.rule)
     elif after.what == "completed":
         # a collecting sequence ends: at its rule's bound (`bounded`), or when no rule
         # asks for another attempt; the step completes with what it gathered, and says so
-        d.event(
+        decision.event(
             step.step,
             RetrySequenceCompletedData(
                 activation=act.id,
@@ -90,10 +90,10 @@ def retry(d: Decision, act: Activation, step: Step, res: CallDone | CallError) -
                 rule=verdict.rule if verdict is not None else msgspec.UNSET,
             ),
         )
-        work.step_completed(d, act, step, after.result)
+        work.step_completed(decision, act, step, after.result)
     elif after.what == "exhausted":
         assert isinstance(res, CallError) and verdict is not None
-        d.event(
+        decision.event(
             step.step,
             RetryExhaustedData(
                 activation=act.id,
@@ -103,14 +103,16 @@ def retry(d: Decision, act: Activation, step: Step, res: CallDone | CallError) -
                 rule=verdict.rule,
             ),
         )
-        apply_failure_rules(d, act, step, res.error, exhausted=True, summarised=True)
+        apply_failure_rules(decision, act, step, res.error, exhausted=True, summarised=True)
     return after.what != "no_rule"
 
 
-def _next_attempt(d: Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str | None) -> None:
+def _next_attempt(
+    decision: Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str | None
+) -> None:
     act.attempt += 1
-    due = d.out.at + delay
-    d.event(
+    due = decision.out.at + delay
+    decision.event(
         step.step,
         RetryScheduledData(
             activation=act.id,
@@ -123,18 +125,26 @@ def _next_attempt(d: Decision, act: Activation, step: Step, *, delay: float, rea
         ),
     )
     if delay <= 0:
-        work.issue(d, act, step)
+        work.issue(decision, act, step)
         return
     timer_id = f"{act.id}-{act.attempt}"
     act.timer_id = timer_id
-    d.out.timers.append(Timer(timer_id, due, TimerFired(execution_id=d.ex.execution_id, timer_id=timer_id, due=due)))
+    decision.out.timers.append(
+        Timer(timer_id, due, TimerFired(execution_id=decision.ex.execution_id, timer_id=timer_id, due=due))
+    )
 
 
 # --- failure: on_error decisions, on_failure edges -------------------------------------
 
 
 def apply_failure_rules(
-    d: Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool = False, summarised: bool = False
+    decision: Decision,
+    act: Activation,
+    step: Step,
+    error: ErrorInfo,
+    *,
+    exhausted: bool = False,
+    summarised: bool = False,
 ) -> None:
     """A step failed for good: its on_error rules, then its on_failure edges, say what follows.
 
@@ -145,22 +155,22 @@ def apply_failure_rules(
     if not summarised:
         act.errors.append(summary_line(act.attempt, error))
     if step.on_error:
-        decided = _decide_on_error(d, act, step, error)
+        decided = _decide_on_error(decision, act, step, error)
         if decided is None:
             return  # the rules themselves failed; the step failed naming the rule
-        decision = decided.decision
-        if decision == "ignore":
+        meaning = decided.decision
+        if meaning == "ignore":
             result = None if isinstance(decided.result, UnsetType) else decided.result
-            work.step_completed(d, act, step, result, ignored_error=error_view(error))
+            work.step_completed(decision, act, step, result, ignored_error=error_view(error))
             return
-        if decision in ("retry", "retry_later"):
-            if act.attempt >= d.ex.limits.max_attempts:
-                d.event(
+        if meaning in ("retry", "retry_later"):
+            if act.attempt >= decision.ex.limits.max_attempts:
+                decision.event(
                     step.step,
                     RetryExhaustedData(
                         activation=act.id,
                         attempts=act.attempt,
-                        max_attempts=d.ex.limits.max_attempts,
+                        max_attempts=decision.ex.limits.max_attempts,
                         error=error_view(error),
                         rule=decided.rule,
                     ),
@@ -169,43 +179,43 @@ def apply_failure_rules(
                 if not isinstance(decided.args, UnsetType) and decided.args is not None:
                     act.next_args = decided.args
                 delay = 0.0
-                if decision == "retry_later" and not isinstance(decided.delay, UnsetType):
+                if meaning == "retry_later" and not isinstance(decided.delay, UnsetType):
                     delay = float(decided.delay or 0.0)
-                _next_attempt(d, act, step, delay=delay, reason=f"on_error:{decision}", rule=decided.rule)
+                _next_attempt(decision, act, step, delay=delay, reason=f"on_error:{meaning}", rule=decided.rule)
                 return
-        elif decision == "cancel":
+        elif meaning == "cancel":
             act.status = ActivationStatus.CANCELLED
-            d.event(
+            decision.event(
                 step.step,
                 StepExitData(
                     activation=act.id, status=ActivationStatus.CANCELLED, error=error_view(error), routed_to_end=True
                 ),
             )
-            leave(d, act, [END], status=ArrivalStatus.CANCELLED)
+            leave(decision, act, [END], status=ArrivalStatus.CANCELLED)
             return
-        elif decision == "handled":
-            fail_step(d, act, error, handled=True)
+        elif meaning == "handled":
+            fail_step(decision, act, error, handled=True)
             return
-        elif decision == "abort":
-            _abort(d, act, step, error)
+        elif meaning == "abort":
+            _abort(decision, act, step, error)
             return
     if step.on_failure:
-        _remediate(d, act, step, error, exhausted=exhausted)
+        _remediate(decision, act, step, error, exhausted=exhausted)
         return
-    fail_step(d, act, error)
+    fail_step(decision, act, error)
 
 
-def _decide_on_error(d: Decision, act: Activation, step: Step, error: ErrorInfo) -> FailureDecidedData | None:
+def _decide_on_error(decision: Decision, act: Activation, step: Step, error: ErrorInfo) -> FailureDecidedData | None:
     """The first matching on_error rule's decision, rendered, recorded as
     `step.failure_decided`. In a replay the recorded decision is read back, never
     evaluated again."""
     assert step.on_error is not None
     key = (act.id, act.attempt)
-    recorded = d.ex.recorded.get(key)
+    recorded = decision.ex.recorded.get(key)
     if recorded is not None:
-        d.event(step.step, recorded)
+        decision.event(step.step, recorded)
         return recorded
-    scope = d.ex.scope(act)
+    scope = decision.ex.scope(act)
     scope.update(result=None, response=None, error=error_view(error), attempt=act.attempt)
     chosen: tuple[int, OnErrorRule] | None = None
     try:
@@ -226,21 +236,21 @@ def _decide_on_error(d: Decision, act: Activation, step: Step, error: ErrorInfo)
             if rule.decision == "retry_later":
                 decided.delay = rule.delay if rule.delay is not None else ON_ERROR_RETRY_DELAY
     except TemplateError as e:
-        fail_step(d, act, _template_error(step.step, e))
+        fail_step(decision, act, _template_error(step.step, e))
         return None
-    d.event(step.step, decided)
+    decision.event(step.step, decided)
     return decided
 
 
-def _remediate(d: Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool) -> None:
+def _remediate(decision: Decision, act: Activation, step: Step, error: ErrorInfo, *, exhausted: bool) -> None:
     """Route a failed step to its remediation step: the first on_failure edge that matches.
 
     Edges are tried in declared order; the failure is then handled, and the remediation
     step gets `failure` in scope. No edge that matches: the step fails unhandled."""
     assert step.on_failure is not None
-    ex = d.ex
+    ex = decision.ex
     if ex.aborted:
-        fail_step(d, act, error, route=FailureRoute(attempted=False, status="skipped_terminal"))
+        fail_step(decision, act, error, route=FailureRoute(attempted=False, status="skipped_terminal"))
         return
     scope = ex.scope(act)
     scope.update(result=None, response=None, error=error_view(error), attempt=act.attempt)
@@ -252,10 +262,10 @@ def _remediate(d: Decision, act: Activation, step: Step, error: ErrorInfo, *, ex
                 target, edge = e.step, f"on_failure[{i}]"
                 break
     except TemplateError as te:
-        fail_step(d, act, _template_error(step.step, te))
+        fail_step(decision, act, _template_error(step.step, te))
         return
     if target is None:
-        fail_step(d, act, error, route=FailureRoute(attempted=True, status="no_route", target=None))
+        fail_step(decision, act, error, route=FailureRoute(attempted=True, status="no_route", target=None))
         return
     summary = {
         "attempts": act.attempt,
@@ -272,7 +282,7 @@ def _remediate(d: Decision, act: Activation, step: Step, error: ErrorInfo, *, ex
         source_step=step.step,
         source_activation=act.id,
         source_attempt=act.attempt,
-        created_at=d.out.at,
+        created_at=decision.out.at,
         content=content,
     )
     failure = {
@@ -285,15 +295,18 @@ def _remediate(d: Decision, act: Activation, step: Step, error: ErrorInfo, *, ex
         "truncation": truncation,
         "untrusted_data": True,
     }
-    if not within_budget(d, act, target):
+    if not within_budget(decision, act, target):
         # the remediation cannot start: the step's failure stays unhandled
         fail_step(
-            d, act, error, route=FailureRoute(attempted=True, status="step_budget_exceeded", target=target, edge=edge)
+            decision,
+            act,
+            error,
+            route=FailureRoute(attempted=True, status="step_budget_exceeded", target=target, edge=edge),
         )
         return
     act.status = ActivationStatus.FAILED
     route = FailureRoute(attempted=True, status="selected", target=target, edge=edge)
-    d.event(
+    decision.event(
         step.step,
         StepExitData(
             activation=act.id,
@@ -304,8 +317,8 @@ def _remediate(d: Decision, act: Activation, step: Step, error: ErrorInfo, *, ex
         ),
     )
     ex.live.pop(act.id, None)
-    new = activate(d, target, from_activation=act.id, failure=failure)
-    d.later(("begin", new.id), ("settle", act.id))
+    new = activate(decision, target, from_activation=act.id, failure=failure)
+    decision.later(("begin", new.id), ("settle", act.id))
 
 
 def summary_line(attempt: int, error: ErrorInfo) -> str:
@@ -315,32 +328,32 @@ def summary_line(attempt: int, error: ErrorInfo) -> str:
 # --- abort and cancellation ------------------------------------------------------------
 
 
-def _abort(d: Decision, act: Activation, step: Step, error: ErrorInfo) -> None:
+def _abort(decision: Decision, act: Activation, step: Step, error: ErrorInfo) -> None:
     """Fail the execution now: every other live branch is cancelled (running commands
     stopped, queued ones dropped, timers disarmed, children cancelled) and routed to
     `end`, which then evaluates the workflow as FAILED."""
-    d.ex.aborted = True
-    cancel_live(d, reason=f"aborted by step '{step.step}'", keep=act.id)
-    fail_step(d, act, error, aborted=True)
+    decision.ex.aborted = True
+    cancel_live(decision, reason=f"aborted by step '{step.step}'", keep=act.id)
+    fail_step(decision, act, error, aborted=True)
 
 
-def cancel(d: Decision, req: CancelRequest) -> None:
-    ex = d.ex
+def cancel(decision: Decision, req: CancelRequest) -> None:
+    ex = decision.ex
     running = [a.command_id for a in ex.activations.values() if a.status == ActivationStatus.RUNNING and a.command_id]
     for act_id in list(ex.live):
-        cancel_activation(d, ex.activations[act_id], reason=req.reason or "execution cancelled", to_end=False)
+        cancel_activation(decision, ex.activations[act_id], reason=req.reason or "execution cancelled", to_end=False)
     ex.status = ExecState.CANCELLED
-    d.lifecycle(
+    decision.lifecycle(
         ExecutionCancelledData(
             playbook=ex.playbook_path,
             started_at=ex.started_at,
-            ended_at=d.out.at,
+            ended_at=decision.out.at,
             reason=req.reason,
             running_commands=running,
         )
     )
     reply_to_parent(
-        d,
+        decision,
         result=None,
         error=ErrorInfo(
             type="ChildCancelled", message=f"child execution {ex.execution_id} was cancelled: {req.reason}"
@@ -348,29 +361,31 @@ def cancel(d: Decision, req: CancelRequest) -> None:
     )
 
 
-def engine_fault(d: Decision, fault: EngineFault) -> None:
+def engine_fault(decision: Decision, fault: EngineFault) -> None:
     """The engine could not handle one of this execution's inputs (EngineFault): the
     execution ends FAILED with the error, and whatever runs is stopped as on a cancel."""
-    ex = d.ex
+    ex = decision.ex
     if ex.terminal:
         return
-    d.event(
+    decision.event(
         None,
         EngineFaultData(input_seq=fault.input_seq, input_subject=fault.input_subject, error=error_view(fault.error)),
     )
     for act_id in list(ex.live):
-        cancel_activation(d, ex.activations[act_id], reason=f"engine error: {fault.error.message[:200]}", to_end=False)
+        cancel_activation(
+            decision, ex.activations[act_id], reason=f"engine error: {fault.error.message[:200]}", to_end=False
+        )
     ex.status = ExecState.FAILED
-    d.lifecycle(
+    decision.lifecycle(
         PlaybookFailedData(
             playbook=ex.playbook_path,
             started_at=ex.started_at,
-            ended_at=d.out.at,
+            ended_at=decision.out.at,
             error=execution_error(fault.error, step=None, failed_steps=list(ex.failed_steps)),
         )
     )
     reply_to_parent(
-        d,
+        decision,
         result=None,
         error=ErrorInfo(type="ChildFailed", message=f"child execution {ex.execution_id} failed: {fault.error.message}"),
     )

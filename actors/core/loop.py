@@ -139,33 +139,33 @@ def fold_loop(
     `step` (parsing is cached outside; the core stays free of I/O either way).
     `into`: add the outputs to this one (a batch of inputs folded one after the other
     yields the outputs of each, in order) and return it."""
-    f = _Fold(run, at, subjects, into)
+    fold = _Fold(run, at, subjects, into)
     if isinstance(inp, LoopSpec):
         if run.spec is None and step is not None and step.loop is not None:
-            _begin(f, inp, step, step.loop)
+            _begin(fold, inp, step, step.loop)
     elif run.finished or run.spec is None:
         pass  # after the verdict or a cancel, or before the spec: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
-        _call_result(f, inp)
+        _call_result(fold, inp)
     elif isinstance(inp, ResultBatch):
-        _result_batch(f, inp)
+        _result_batch(fold, inp)
     elif isinstance(inp, ChunkDone):
-        _chunk_done(f, inp)
+        _chunk_done(fold, inp)
     elif isinstance(inp, TimerFired):
         index = run.waiting.pop(inp.timer_id, None)
         if index is not None:
             run.ready.append(index)
     elif isinstance(inp, LoopCancel):
-        _stop(f)
+        _stop(fold)
         run.cancelled = True
     if run.spec is not None and not run.finished:
-        _release(f)
-        _maybe_finish(f)
-    return f.out
+        _release(fold)
+        _maybe_finish(fold)
+    return fold.out
 
 
-def _begin(f: _Fold, spec: LoopSpec, step: Step, loop: Loop) -> None:
-    run = f.run
+def _begin(fold: _Fold, spec: LoopSpec, step: Step, loop: Loop) -> None:
+    run = fold.run
     run.spec, run.step = spec, step
     run.collection = spec.collection or []
     run.slots = 1 if loop.mode == "sequential" else loop.concurrency
@@ -180,16 +180,16 @@ def _begin(f: _Fold, spec: LoopSpec, step: Step, loop: Loop) -> None:
 # --- releasing iterations -------------------------------------------------------------
 
 
-def _release(f: _Fold) -> None:
+def _release(fold: _Fold) -> None:
     """Keep `slots` commands in flight: retries due first, then new iterations."""
-    run = f.run
+    run = fold.run
     while len(run.inflight) < run.slots and not run.finished:
         if run.ready:
-            _issue(f, [run.ready.popleft()], chunk=False)
+            _issue(fold, [run.ready.popleft()], chunk=False)
         elif run.released < run.total:
             start = run.released
             run.released = min(run.total, start + run.chunk_size)
-            _issue(f, list(range(start, run.released)), chunk=run.chunk_size > 1)
+            _issue(fold, list(range(start, run.released)), chunk=run.chunk_size > 1)
         else:
             break
 
@@ -199,11 +199,11 @@ def _scope(run: LoopRun, index: int) -> dict[str, Any]:
     return {**run.spec.scope, run.step.loop.element: run.collection[index], "iteration": {"index": index}}
 
 
-def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
+def _issue(fold: _Fold, indices: list[int], *, chunk: bool) -> None:
     """One command for `indices`: one iteration, or (`chunk`) a chunk of first
     attempts. An iteration whose templates cannot render fails on its own, without a
     command."""
-    run, step, templates = f.run, f.run.step, f.run.templates
+    run, step, templates = fold.run, fold.run.step, fold.run.templates
     assert step is not None and step.loop is not None and run.spec is not None and templates is not None
     items: list[ChunkItem] = []
     tool: dict[str, Any] = {}
@@ -214,7 +214,7 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
         try:
             args, tool = templates.render(step, scope)
         except TemplateError as e:
-            _counted(f, i, None, template_error(step.step, e))
+            _counted(fold, i, None, template_error(step.step, e))
             continue
         state = run.retrying.get(i)
         if state is not None and state.next_args is not None:
@@ -226,7 +226,7 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
     first = items[0].iteration_index
     attempt = run.retrying[first].attempt if first in run.retrying else 1
     command_id = iteration_command_id(run.loop_id, first, attempt, chunk=chunk)
-    reply_to = f.subjects.result(command_id)
+    reply_to = fold.subjects.result(command_id)
     flight = InFlight(indices=[it.iteration_index for it in items], attempt=attempt, kind=kind)
     run.inflight[command_id] = flight
     if isinstance(step.tool, PlaybookTool):
@@ -235,12 +235,12 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
         start = child_start(
             tool, items[0].args, execution_id=run.execution_id, step=step.step, command_id=command_id, reply_to=reply_to
         )
-        f.out.starts.append(start)
+        fold.out.starts.append(start)
         flight.child = child_execution_id(run.execution_id, command_id)
         return
     if not chunk:
         item = items[0]
-        f.out.commands.append(
+        fold.out.commands.append(
             Command(
                 execution_id=run.execution_id,
                 command_id=command_id,
@@ -257,7 +257,7 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
             )
         )
     else:
-        f.out.commands.append(
+        fold.out.commands.append(
             Command(
                 execution_id=run.execution_id,
                 command_id=command_id,
@@ -276,42 +276,42 @@ def _issue(f: _Fold, indices: list[int], *, chunk: bool) -> None:
 # --- results --------------------------------------------------------------------------
 
 
-def _call_result(f: _Fold, res: CallDone | CallError) -> None:
+def _call_result(fold: _Fold, res: CallDone | CallError) -> None:
     if isinstance(res, CallDone):
-        _answered(f, res.command_id, res.iteration_index, res.result, None)
+        _answered(fold, res.command_id, res.iteration_index, res.result, None)
     else:
-        _answered(f, res.command_id, res.iteration_index, None, res.error)
+        _answered(fold, res.command_id, res.iteration_index, None, res.error)
 
 
-def _result_batch(f: _Fold, batch: ResultBatch) -> None:
+def _result_batch(fold: _Fold, batch: ResultBatch) -> None:
     """Each entry as the `call.done`/`call.error` of its command, in order."""
     for r in batch.results:
-        _answered(f, r.command_id, r.iteration_index, r.result, r.error)
-        if f.run.finished:
+        _answered(fold, r.command_id, r.iteration_index, r.result, r.error)
+        if fold.run.finished:
             return
 
 
-def _answered(f: _Fold, command_id: str, iteration_index: int | None, result: Any, error: ErrorInfo | None) -> None:
+def _answered(fold: _Fold, command_id: str, iteration_index: int | None, result: Any, error: ErrorInfo | None) -> None:
     """A command's result (`error` None) or error: counted if that command is in
     flight; otherwise (a redelivery, the same result in another batch, a stale
     attempt) it changes nothing."""
-    flight = f.run.inflight.pop(command_id, None)
+    flight = fold.run.inflight.pop(command_id, None)
     if flight is None:
         return  # counted once already
     if error is None:
         index = iteration_index if iteration_index is not None else flight.indices[0]
-        _attempted(f, index, flight.attempt, result, None)
+        _attempted(fold, index, flight.attempt, result, None)
         return
     # an error for the whole command (a chunk the tool actor gave up on) fails each
     # iteration it carried
     for index in flight.indices if iteration_index is None else [iteration_index]:
-        _attempted(f, index, flight.attempt, None, error)
-        if f.run.finished:
+        _attempted(fold, index, flight.attempt, None, error)
+        if fold.run.finished:
             return
 
 
-def _chunk_done(f: _Fold, res: ChunkDone) -> None:
-    flight = f.run.inflight.pop(res.command_id, None)
+def _chunk_done(fold: _Fold, res: ChunkDone) -> None:
+    flight = fold.run.inflight.pop(res.command_id, None)
     if flight is None:
         return
     answered: dict[int, IterationOutcome] = {o.iteration_index: o for o in res.outcomes}
@@ -319,7 +319,7 @@ def _chunk_done(f: _Fold, res: ChunkDone) -> None:
         o = answered.get(index)
         if o is None:
             _attempted(
-                f,
+                fold,
                 index,
                 flight.attempt,
                 None,
@@ -328,20 +328,20 @@ def _chunk_done(f: _Fold, res: ChunkDone) -> None:
                 ),
             )
         else:
-            _attempted(f, index, flight.attempt, o.result, o.error)
-        if f.run.finished:
+            _attempted(fold, index, flight.attempt, o.result, o.error)
+        if fold.run.finished:
             return
 
 
-def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo | None) -> None:
+def _attempted(fold: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo | None) -> None:
     """One attempt of one iteration ended: its retry rules decide whether it is done."""
-    run, step = f.run, f.run.step
+    run, step = fold.run, fold.run.step
     assert step is not None
     if run.counted[index]:
         return
     state = run.retrying.get(index)
     if not step.retry:
-        _counted(f, index, result, error)
+        _counted(fold, index, result, error)
         return
     ok = error is None
     scope = _scope(run, index)
@@ -358,10 +358,10 @@ def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo
             unit=unit_random(run.execution_id, run.loop_id, index, attempt),
         )
     except TemplateError as e:
-        _counted(f, index, None, template_error(step.step, e))
+        _counted(fold, index, None, template_error(step.step, e))
         return
     if after.what == "completed":
-        _counted(f, index, after.result, None)
+        _counted(fold, index, after.result, None)
     elif after.what == "again":
         assert after.verdict is not None
         if state is None:  # most iterations never get here: their state is a few integers
@@ -373,17 +373,17 @@ def _attempted(f: _Fold, index: int, attempt: int, result: Any, error: ErrorInfo
             run.ready.append(index)
         else:
             timer_id = f"{index}-{state.attempt}"
-            due = f.at + after.verdict.delay
+            due = fold.at + after.verdict.delay
             run.waiting[timer_id] = index
-            f.out.timers.append(
+            fold.out.timers.append(
                 Timer(timer_id, due, TimerFired(execution_id=run.execution_id, timer_id=timer_id, due=due))
             )
     else:  # exhausted, or no rule for this attempt
-        _counted(f, index, gathered.final(result, add=True) if ok else None, error)
+        _counted(fold, index, gathered.final(result, add=True) if ok else None, error)
 
 
-def _counted(f: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None:
-    run = f.run
+def _counted(fold: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None:
+    run = fold.run
     run.counted[index] = 1
     run.retrying.pop(index, None)
     if error is None:
@@ -396,28 +396,28 @@ def _counted(f: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None
     if run.failed > run.tolerated:
         # fail fast: more failures than tolerated decide the loop; what is still
         # running is stopped and nothing new is released
-        _stop(f)
-        f.out.verdict = IteratorFailed(tolerated=run.tolerated, **_verdict_fields(run, results=False))
+        _stop(fold)
+        fold.out.verdict = IteratorFailed(tolerated=run.tolerated, **_verdict_fields(run, results=False))
 
 
-def _stop(f: _Fold) -> None:
-    run = f.run
+def _stop(fold: _Fold) -> None:
+    run = fold.run
     run.finished = True
     for command_id, flight in run.inflight.items():
         if flight.child is not None:
-            f.out.child_cancels.append(flight.child)
+            fold.out.child_cancels.append(flight.child)
         else:
-            f.out.cancels.append(CommandCancel(flight.kind, command_id))
+            fold.out.cancels.append(CommandCancel(flight.kind, command_id))
     run.inflight.clear()
     run.waiting.clear()
     run.ready.clear()
 
 
-def _maybe_finish(f: _Fold) -> None:
-    run = f.run
+def _maybe_finish(fold: _Fold) -> None:
+    run = fold.run
     if run.done == run.total:
         run.finished = True
-        f.out.verdict = IteratorCompleted(**_verdict_fields(run, results=True))
+        fold.out.verdict = IteratorCompleted(**_verdict_fields(run, results=True))
 
 
 def _verdict_fields(run: LoopRun, *, results: bool) -> dict[str, Any]:

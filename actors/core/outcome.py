@@ -24,8 +24,8 @@ from actors.wire import CallDone, CallError, ErrorInfo
 from streams.ids import attempt_of
 
 
-def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | None) -> None:
-    ex = d.ex
+def finish(decision: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | None) -> None:
+    ex = decision.ex
     ex.live.pop(act.id, None)
     act.status = ActivationStatus.FAILED if end_error else ActivationStatus.COMPLETED
     if end_error is None:
@@ -33,7 +33,7 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
     exited = StepExitData(activation=act.id, status=act.status)
     if end_error:
         exited.error = error_view(end_error)
-    d.event(END, exited)
+    decision.event(END, exited)
     failed = list(ex.failed_steps) + ([END] if end_error else [])
     total_steps = len({a.step for a in ex.activations.values()})
     handled_failures = [a.step for a in ex.arrivals if a.status == ArrivalStatus.HANDLED]
@@ -42,7 +42,7 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
         ex.status = ExecState.FAILED
         root_step, root = ex.root_failure or (END, end_error)
         assert root is not None
-        d.lifecycle(
+        decision.lifecycle(
             WorkflowFailedData(
                 failed_steps=failed,
                 evaluated_by_end_step=True,
@@ -52,11 +52,11 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
                 cancelled_steps=cancelled_steps,
             )
         )
-        d.lifecycle(
+        decision.lifecycle(
             PlaybookFailedData(
                 playbook=ex.playbook_path,
                 started_at=ex.started_at,
-                ended_at=d.out.at,
+                ended_at=decision.out.at,
                 error=execution_error(root, step=root_step, failed_steps=failed),
                 failed_steps=failed,
                 result=result,
@@ -68,7 +68,7 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
             )
         )
         reply_to_parent(
-            d,
+            decision,
             result=None,
             error=ErrorInfo(
                 type="ChildFailed",
@@ -77,7 +77,7 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
         )
     else:
         ex.status = ExecState.COMPLETED
-        d.lifecycle(
+        decision.lifecycle(
             WorkflowCompletedData(
                 evaluated_by_end_step=True,
                 total_steps=total_steps,
@@ -86,11 +86,11 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
                 cancelled_steps=cancelled_steps,
             )
         )
-        d.lifecycle(
+        decision.lifecycle(
             PlaybookCompletedData(
                 playbook=ex.playbook_path,
                 started_at=ex.started_at,
-                ended_at=d.out.at,
+                ended_at=decision.out.at,
                 result=result,
                 evaluated_by_end_step=True,
                 total_steps=total_steps,
@@ -99,17 +99,17 @@ def finish(d: Decision, act: Activation, *, result: Any, end_error: ErrorInfo | 
                 cancelled_steps=cancelled_steps,
             )
         )
-        reply_to_parent(d, result=result, error=None)
+        reply_to_parent(decision, result=result, error=None)
 
 
-def reply_to_parent(d: Decision, *, result: Any, error: ErrorInfo | None) -> None:
+def reply_to_parent(decision: Decision, *, result: Any, error: ErrorInfo | None) -> None:
     """A child execution reports its end to its parent as the result of the parent's
     command: the parent's step inherits the child's status."""
-    parent = d.ex.parent
+    parent = decision.ex.parent
     if parent is None or not parent.reply_to or not parent.command_id or not parent.step:
         return
     attempt = attempt_of(parent.command_id)
-    worker = f"execution:{d.ex.execution_id}"
+    worker = f"execution:{decision.ex.execution_id}"
     msg: CallDone | CallError
     if error is not None:
         msg = CallError(
@@ -129,7 +129,7 @@ def reply_to_parent(d: Decision, *, result: Any, error: ErrorInfo | None) -> Non
             result=result,
             worker=worker,
         )
-    d.out.reply = (parent.reply_to, msg)
+    decision.out.reply = (parent.reply_to, msg)
 
 
 def execution_error(root: ErrorInfo, *, step: str | None, failed_steps: list[str]) -> dict[str, Any]:

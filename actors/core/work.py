@@ -33,34 +33,34 @@ from streams.ids import child_execution_id, step_command_id
 # --- steps -----------------------------------------------------------------------------
 
 
-def dispatch(d: Decision, act: Activation, step: Step) -> None:
+def dispatch(decision: Decision, act: Activation, step: Step) -> None:
     if isinstance(step.tool, NoopTool) and not step.retry and step.loop is None and step.sink is None:
         # A router or a pure data step: its result is its rendered args. Deciding it
         # here saves a command round trip and is just as deterministic.
         try:
             # no args, no scope to build (it copies every result so far)
-            args = render_value(step.args, d.ex.scope(act), where="args") if step.args else {}
+            args = render_value(step.args, decision.ex.scope(act), where="args") if step.args else {}
         except TemplateError as e:
-            failure.apply_failure_rules(d, act, step, _template_error(step.step, e))
+            failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
             return
-        step_completed(d, act, step, args)
+        step_completed(decision, act, step, args)
         return
-    issue(d, act, step)
+    issue(decision, act, step)
 
 
-def issue(d: Decision, act: Activation, step: Step) -> None:
+def issue(decision: Decision, act: Activation, step: Step) -> None:
     """Send the command (or start the child execution, or the loop) for the current
     attempt."""
-    ex = d.ex
+    ex = decision.ex
     if step.loop is not None:
-        _start_loop(d, act, step, step.loop)
+        _start_loop(decision, act, step, step.loop)
         return
     scope = ex.scope(act)
     try:
         args = render_value(step.args, scope, where="args")
         tool = render_tool(step, scope)
     except TemplateError as e:
-        failure.apply_failure_rules(d, act, step, _template_error(step.step, e))
+        failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
         return
     if act.next_args is not None:
         args = deep_merge(args, act.next_args)
@@ -73,16 +73,16 @@ def issue(d: Decision, act: Activation, step: Step) -> None:
     issued = CommandIssuedData(activation=act.id, command_id=command_id, kind=kind, attempt_number=act.attempt)
     if act.attempt > 1:
         issued.parent_event_id = parent
-    reply_to = d.subjects.result(command_id)
+    reply_to = decision.subjects.result(command_id)
     if isinstance(step.tool, PlaybookTool):
         start = child_start(
             tool, args, execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to
         )
-        d.out.starts.append(start)
+        decision.out.starts.append(start)
         act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
-        d.event(step.step, issued)
+        decision.event(step.step, issued)
         return
-    d.out.commands.append(
+    decision.out.commands.append(
         Command(
             execution_id=ex.execution_id,
             command_id=command_id,
@@ -96,26 +96,26 @@ def issue(d: Decision, act: Activation, step: Step) -> None:
             sink=sink_call(step, scope),
         )
     )
-    d.event(step.step, issued)
+    decision.event(step.step, issued)
 
 
 # --- loops -----------------------------------------------------------------------------
 
 
-def _start_loop(d: Decision, act: Activation, step: Step, loop: Loop) -> None:
+def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> None:
     """Render the collection and hand the loop to the counter (one `loop.spec`); the
     iterations never pass through this log, only `iterator.started` and, at the end,
     the counter's verdict."""
-    ex = d.ex
+    ex = decision.ex
     scope = ex.scope(act)
     try:
         collection = render_value(loop.collection, scope, where="loop.collection")
     except TemplateError as e:
-        failure.apply_failure_rules(d, act, step, _template_error(step.step, e))
+        failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
         return
     if not isinstance(collection, list):
         failure.apply_failure_rules(
-            d,
+            decision,
             act,
             step,
             ErrorInfo(
@@ -143,13 +143,15 @@ def _start_loop(d: Decision, act: Activation, step: Step, loop: Loop) -> None:
     )
     if act.attempt > 1:
         started.parent_event_id = parent
-    d.event(step.step, started)
+    decision.event(step.step, started)
     if not collection:
-        d.event(step.step, IteratorCompletedData(activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0))
-        step_completed(d, act, step, [])
+        decision.event(
+            step.step, IteratorCompletedData(activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0)
+        )
+        step_completed(decision, act, step, [])
         return
     wanted = _loop_names(step)
-    d.out.loops.append(
+    decision.out.loops.append(
         LoopSpec(
             execution_id=ex.execution_id,
             loop_id=loop_id,
@@ -158,7 +160,7 @@ def _start_loop(d: Decision, act: Activation, step: Step, loop: Loop) -> None:
             playbook_source=ex.playbook_source,
             collection=collection,
             scope={k: v for k, v in scope.items() if k in wanted},
-            reply_to=d.subjects.iterator(loop_id),
+            reply_to=decision.subjects.iterator(loop_id),
             parent_event_id=parent,
             limits=ex.limits,
         )
@@ -177,10 +179,10 @@ def _loop_names(step: Step) -> set[str]:
     return names | {"execution_id", "workload"}
 
 
-def iterator_end(d: Decision, res: IteratorCompleted | IteratorFailed) -> None:
+def iterator_end(decision: Decision, res: IteratorCompleted | IteratorFailed) -> None:
     """The counter's verdict. A failed loop meets the step's on_error and on_failure
     rules (its retry rules were each iteration's own)."""
-    ex = d.ex
+    ex = decision.ex
     assert ex.playbook is not None
     act_id = ex.by_command.get(res.loop_id)
     act = ex.activations.get(act_id) if act_id is not None else None
@@ -188,7 +190,7 @@ def iterator_end(d: Decision, res: IteratorCompleted | IteratorFailed) -> None:
         return  # a verdict delivered twice, or for a loop since cancelled
     step = ex.playbook.step(act.step)
     if isinstance(res, IteratorCompleted):
-        step_completed(d, act, step, res.results if res.results is not None else [])
+        step_completed(decision, act, step, res.results if res.results is not None else [])
         return
     first = res.errors[0] if res.errors else None
     detail = (
@@ -201,14 +203,14 @@ def iterator_end(d: Decision, res: IteratorCompleted | IteratorFailed) -> None:
         message=f"step '{step.step}': {res.failed} of {res.total} iterations failed, "
         f"more than the {res.tolerated} tolerated{detail}",
     )
-    failure.apply_failure_rules(d, act, step, error)
+    failure.apply_failure_rules(decision, act, step, error)
 
 
 # --- results ---------------------------------------------------------------------------
 
 
-def call_result(d: Decision, res: CallDone | CallError) -> None:
-    ex = d.ex
+def call_result(decision: Decision, res: CallDone | CallError) -> None:
+    ex = decision.ex
     assert ex.playbook is not None
     act_id = ex.by_command.get(res.command_id)
     if act_id is None:
@@ -219,45 +221,45 @@ def call_result(d: Decision, res: CallDone | CallError) -> None:
     step = ex.playbook.step(act.step)
     if act_id == ex.end_activation:
         if isinstance(res, CallDone):
-            finish(d, act, result=res.result, end_error=None)
+            finish(decision, act, result=res.result, end_error=None)
         else:
-            finish(d, act, result=None, end_error=res.error)
+            finish(decision, act, result=None, end_error=res.error)
         return
     if isinstance(res, CallError):
         act.errors.append(failure.summary_line(act.attempt, res.error))  # the retry summary
-    if step.retry and failure.retry(d, act, step, res):
+    if step.retry and failure.retry(decision, act, step, res):
         return
     if isinstance(res, CallDone):
-        step_completed(d, act, step, act.gathered.final(res.result, add=True))
+        step_completed(decision, act, step, act.gathered.final(res.result, add=True))
     else:
-        failure.apply_failure_rules(d, act, step, res.error, summarised=True)
+        failure.apply_failure_rules(decision, act, step, res.error, summarised=True)
 
 
 # --- completion and routing ------------------------------------------------------------
 
 
 def step_completed(
-    d: Decision, act: Activation, step: Step, result: Any, *, ignored_error: dict[str, Any] | None = None
+    decision: Decision, act: Activation, step: Step, result: Any, *, ignored_error: dict[str, Any] | None = None
 ) -> None:
     """The step completed with `result` (for an `ignore` decision, despite the error it
     records) and routes on. A routing error after an ignored failure fails the step
     directly: it must not re-enter the on_error rules that just decided."""
     try:
-        targets = _route(d.ex, act, step, result)
+        targets = _route(decision.ex, act, step, result)
     except TemplateError as e:
         routing_error = _template_error(step.step, e, field="next")
         if ignored_error is None:
-            failure.apply_failure_rules(d, act, step, routing_error)
+            failure.apply_failure_rules(decision, act, step, routing_error)
         else:
-            fail_step(d, act, routing_error)
+            fail_step(decision, act, routing_error)
         return
     act.status = ActivationStatus.COMPLETED
-    d.ex.results[step.step] = result
+    decision.ex.results[step.step] = result
     completed = StepExitData(activation=act.id, status=ActivationStatus.COMPLETED, next=targets)
     if ignored_error is not None:
         completed.ignored_error = ignored_error
-    d.event(step.step, completed)
-    leave(d, act, targets, status=ArrivalStatus.COMPLETED)
+    decision.event(step.step, completed)
+    leave(decision, act, targets, status=ArrivalStatus.COMPLETED)
 
 
 def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]:

@@ -125,32 +125,32 @@ class ResultBatcher:
         limit = self.limit
         if len(part) > limit:
             return False  # answered alone, its result as a blob
-        g = self._gathering.get(key)
-        if g is not None and g.size + len(part) + 1 > limit:
-            self.flush(g)
-            g = None
+        group = self._gathering.get(key)
+        if group is not None and group.size + len(part) + 1 > limit:
+            self.flush(group)
+            group = None
         loop = self.loop
         assert loop is not None
-        if g is None:
-            g = self._gathering[key] = _Gather(key, subject)
-            g.timer = loop.call_later(self.window, self.flush, g)
-        g.items.append((cmd, entry, msg))
-        g.parts.append(msgspec.Raw(part))
-        g.size += len(part) + 1
-        if len(g.items) >= self.batch_max:
-            self.flush(g)
-        elif len(g.items) >= self._unfinished.get(key, 0) and not g.check:
+        if group is None:
+            group = self._gathering[key] = _Gather(key, subject)
+            group.timer = loop.call_later(self.window, self.flush, group)
+        group.items.append((cmd, entry, msg))
+        group.parts.append(msgspec.Raw(part))
+        group.size += len(part) + 1
+        if len(group.items) >= self.batch_max:
+            self.flush(group)
+        elif len(group.items) >= self._unfinished.get(key, 0) and not group.check:
             # as many done as still run for this loop: unless more end in this same
             # turn of the event loop, waiting longer would starve a loop with few
             # iterations in flight
-            g.check = True
-            loop.call_soon(self._check, g)
+            group.check = True
+            loop.call_soon(self._check, group)
         return True
 
     def flush_all(self) -> None:
         """Send every batch now (nothing running here could join them)."""
-        for g in list(self._gathering.values()):
-            self.flush(g)
+        for group in list(self._gathering.values()):
+            self.flush(group)
 
     async def drain(self, timeout: float) -> None:
         """Send every batch; wait up to `timeout` for their PubAcks (then give up: their
@@ -162,24 +162,24 @@ class ResultBatcher:
             t.cancel()
         await asyncio.gather(*self._sending, return_exceptions=True)
 
-    def _check(self, g: _Gather) -> None:
-        g.check = False
-        if not g.sent and len(g.items) >= self._unfinished.get(g.key, 0):
-            self.flush(g)
+    def _check(self, group: _Gather) -> None:
+        group.check = False
+        if not group.sent and len(group.items) >= self._unfinished.get(group.key, 0):
+            self.flush(group)
 
-    def flush(self, g: _Gather) -> None:
+    def flush(self, group: _Gather) -> None:
         """Send `g` now (a task: its PubAck, then the acks of its commands)."""
-        if self._gathering.get(g.key) is g:
-            del self._gathering[g.key]
-        if g.timer is not None:
-            g.timer.cancel()
-            g.timer = None
-        if not g.items or g.sent:
+        if self._gathering.get(group.key) is group:
+            del self._gathering[group.key]
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        if not group.items or group.sent:
             return
-        g.sent = True
+        group.sent = True
         loop = self.loop
         assert loop is not None
-        task = loop.create_task(self._send_gathered(g))
+        task = loop.create_task(self._send_gathered(group))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
@@ -188,33 +188,34 @@ class ResultBatcher:
         """Some results wait to go out."""
         return bool(self._gathering)
 
-    async def _send_gathered(self, g: _Gather) -> None:
+    async def _send_gathered(self, group: _Gather) -> None:
         try:
-            if len(g.items) == 1:
-                cmd, e, _ = g.items[0]
+            if len(group.items) == 1:
+                cmd, e, _ = group.items[0]
                 await self.answer_alone(cmd, e.result, e.error, e.started_at, e.ended_at)
             else:
-                first = g.items[0][0]
+                first = group.items[0][0]
                 eid = first.execution_id
-                loop_id = loop_key(g.subject)[1]
-                ids = sorted(cmd.command_id for cmd, _, _ in g.items)
+                loop_id = loop_key(group.subject)[1]
+                ids = sorted(cmd.command_id for cmd, _, _ in group.items)
                 digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=16).hexdigest()
                 payload = encode(
                     ResultBatchOut(
-                        execution_id=eid, loop_id=loop_id, step=first.step, results=g.parts, worker=self.worker
+                        execution_id=eid, loop_id=loop_id, step=first.step, results=group.parts, worker=self.worker
                     )
                 )
                 # re-sent through an election (same message id), like a single result
                 await publisher(self.nc).send(
-                    [(g.subject, payload, {MSG_ID: result_batch_id(eid, loop_id, digest)})], readers_deduplicate=True
+                    [(group.subject, payload, {MSG_ID: result_batch_id(eid, loop_id, digest)})],
+                    readers_deduplicate=True,
                 )
         except Exception as e:
             # unacked: the commands come back after ack_wait (here or on another pod)
-            log.warning("publishing %d loop results on %s failed: %r", len(g.items), g.subject, e)
-            for _, _, msg in g.items:
+            log.warning("publishing %d loop results on %s failed: %r", len(group.items), group.subject, e)
+            for _, _, msg in group.items:
                 self.held.pop(msg.reply, None)
             return
-        for _, _, msg in g.items:
+        for _, _, msg in group.items:
             self.held.pop(msg.reply, None)
             try:
                 await ack(msg)

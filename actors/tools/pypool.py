@@ -71,7 +71,7 @@ class PythonPool:
 
     def pids(self) -> list[int]:
         """Pids of the live worker processes."""
-        return [w.pid for w in self._workers if not w.dead]
+        return [worker.pid for worker in self._workers if not worker.dead]
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -80,19 +80,19 @@ class PythonPool:
         if self._closed:
             raise cancelled_failure("python worker pool closed")
         loop = asyncio.get_running_loop()
-        ws = [w for w in self._idle if not w.ready]
-        for w in ws:
-            self._idle.remove(w)
+        ws = [worker for worker in self._idle if not worker.ready]
+        for worker in ws:
+            self._idle.remove(worker)
         try:
             while len(self._workers) < self.size:
                 ws.append(self._spawn())
-            for w in ws:
-                w.loop = loop
-                await self._await_ready(w, loop, None)
+            for worker in ws:
+                worker.loop = loop
+                await self._await_ready(worker, loop, None)
         finally:
-            for w in ws:
-                if not w.dead:
-                    self._release(w)
+            for worker in ws:
+                if not worker.dead:
+                    self._release(worker)
 
     async def close(self) -> None:
         """Stop every worker (SIGKILL to its process group) and reap them all."""
@@ -102,9 +102,9 @@ class PythonPool:
             if not f.done() and not f.get_loop().is_closed():
                 f.set_exception(cancelled_failure("python worker pool closed"))
         self._idle.clear()
-        procs = [w.proc for w in self._workers]
-        for w in list(self._workers):
-            self._kill(w)
+        procs = [worker.proc for worker in self._workers]
+        for worker in list(self._workers):
+            self._kill(worker)
         loop = asyncio.get_running_loop()
         mine = {f for f in self._reaping if f.get_loop() is loop}
         if mine:
@@ -150,20 +150,20 @@ class PythonPool:
         frame = HDR.pack(len(payload)) + payload
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        w, deadline = await self._acquire(loop, deadline, timeout, cancel)
+        worker, deadline = await self._acquire(loop, deadline, timeout, cancel)
         try:
-            reply = await w.exchange(loop, frame, deadline, cancel)
+            reply = await worker.exchange(loop, frame, deadline, cancel)
         except Stop as stop:
-            raise await self._fail(w, stop, timeout) from None
+            raise await self._fail(worker, stop, timeout) from None
         except Exception as exc:  # not expected: the worker's state is unknown, drop it
-            self._kill(w)
+            self._kill(worker)
             self._replace()
             raise ToolFailure("WorkerCrashed", f"python worker channel failed: {type(exc).__name__}: {exc}") from exc
         except BaseException:  # the caller was cancelled: stop the work, then propagate
-            self._kill(w)
+            self._kill(worker)
             self._replace()
             raise
-        self._release(w)
+        self._release(worker)
         status = reply[0] if reply else -1
         if status == OK:
             return reply[1:]
@@ -175,50 +175,50 @@ class PythonPool:
     # --- internals --------------------------------------------------------------------
 
     def _spawn(self) -> WorkerProcess:
-        w = WorkerProcess(self._python, self._cache_size)
-        w.handlers = (functools.partial(self._on_data, w), functools.partial(self._on_exit, w))
-        self._workers.add(w)
-        return w
+        worker = WorkerProcess(self._python, self._cache_size)
+        worker.handlers = (functools.partial(self._on_data, worker), functools.partial(self._on_exit, worker))
+        self._workers.add(worker)
+        return worker
 
-    def _on_data(self, w: WorkerProcess) -> None:
+    def _on_data(self, worker: WorkerProcess) -> None:
         """The worker's socket is readable: the current call's reply, its READY frame
         (kept in the buffer if no call waits for it yet), or its end."""
-        fut = w.waiter
+        fut = worker.waiter
         try:
-            eof = w.fill()
+            eof = worker.fill()
         except OSError:
             eof = True
         if fut is not None and not fut.done():
-            got = w.take()
+            got = worker.take()
             if got is not None:
                 fut.set_result(got)
             elif eof:
                 fut.set_exception(Stop("crash"))
         if eof:
-            w.unwatch()  # an EOF stays readable
+            worker.unwatch()  # an EOF stays readable
             if fut is None:
-                self._lost(w)
+                self._lost(worker)
 
-    def _on_exit(self, w: WorkerProcess) -> None:
+    def _on_exit(self, worker: WorkerProcess) -> None:
         """The worker's process has exited (its pidfd is readable)."""
-        fut = w.waiter
+        fut = worker.waiter
         try:
-            got = w.poll()  # a reply written just before dying still counts
+            got = worker.poll()  # a reply written just before dying still counts
         except (EOFError, OSError):
             got = None
-        w.unwatch()  # an exited pidfd stays readable
+        worker.unwatch()  # an exited pidfd stays readable
         if fut is None:
-            self._lost(w)
+            self._lost(worker)
         elif not fut.done():
             if got is not None:
                 fut.set_result(got)
             else:
                 fut.set_exception(Stop("crash"))
 
-    def _lost(self, w: WorkerProcess) -> None:
+    def _lost(self, worker: WorkerProcess) -> None:
         """A worker died while idle: reap it, start its replacement."""
-        if not w.dead:
-            self._kill(w)
+        if not worker.dead:
+            self._kill(worker)
             self._replace()
 
     def _replace(self) -> None:
@@ -226,30 +226,30 @@ class PythonPool:
         if self._closed or len(self._workers) >= self.size:
             return
         try:
-            w = self._spawn()
+            worker = self._spawn()
         except Exception:
             return
-        self._release(w)
+        self._release(worker)
 
-    def _release(self, w: WorkerProcess) -> None:
-        w.loop = None
-        if self._closed or w.dead:
-            self._kill(w)
+    def _release(self, worker: WorkerProcess) -> None:
+        worker.loop = None
+        if self._closed or worker.dead:
+            self._kill(worker)
             return
         while self._waiters:
             f = self._waiters.popleft()
             if not f.done() and not f.get_loop().is_closed():
-                w.loop = f.get_loop()
-                f.set_result(w)
+                worker.loop = f.get_loop()
+                f.set_result(worker)
                 return
-        self._idle.append(w)
+        self._idle.append(worker)
 
     def _reclaim_stuck(self) -> bool:
         """Workers held by calls whose event loop is gone are killed; True if any."""
-        stuck = [w for w in self._workers if w.loop is not None and w.loop.is_closed()]
-        for w in stuck:
-            w.active = False
-            self._kill(w)
+        stuck = [worker for worker in self._workers if worker.loop is not None and worker.loop.is_closed()]
+        for worker in stuck:
+            worker.active = False
+            self._kill(worker)
         return bool(stuck)
 
     async def _acquire(
@@ -258,20 +258,20 @@ class PythonPool:
         while True:
             if self._closed:
                 raise cancelled_failure("python worker pool closed")
-            w: WorkerProcess | None = None
+            worker: WorkerProcess | None = None
             while self._idle:
                 cand = self._idle.popleft()
                 if cand.dead or cand.proc.poll() is not None:
                     self._kill(cand)
                     continue
-                w = cand
+                worker = cand
                 break
-            if w is None:
+            if worker is None:
                 if len(self._workers) >= self.size and self._reclaim_stuck():
                     continue
                 if len(self._workers) < self.size:
                     try:
-                        w = self._spawn()
+                        worker = self._spawn()
                     except Exception as exc:
                         raise ToolFailure("WorkerCrashed", f"cannot start a python worker: {exc}") from None
                 else:
@@ -292,43 +292,45 @@ class PythonPool:
                         if fut.done() and not fut.cancelled() and fut.exception() is None:
                             self._release(fut.result())
                         raise
-                    w = fut.result()  # `_release` took `fut` off the queue before setting it
-            w.loop = loop
-            if not w.ready:
+                    worker = fut.result()  # `_release` took `fut` off the queue before setting it
+            worker.loop = loop
+            if not worker.ready:
                 t0 = loop.time()
-                await self._await_ready(w, loop, cancel)
+                await self._await_ready(worker, loop, cancel)
                 if deadline is not None:
                     deadline += loop.time() - t0  # a cold boot is not the user's time
-            return w, deadline
+            return worker, deadline
 
     async def _await_ready(
-        self, w: WorkerProcess, loop: asyncio.AbstractEventLoop, cancel: asyncio.Event | None
+        self, worker: WorkerProcess, loop: asyncio.AbstractEventLoop, cancel: asyncio.Event | None
     ) -> None:
         try:
-            frame = await w.exchange(loop, None, loop.time() + self.start_timeout, cancel)
+            frame = await worker.exchange(loop, None, loop.time() + self.start_timeout, cancel)
         except Stop as stop:
             if stop.reason == "cancel":  # the worker is fine: it goes on booting for the next call
-                self._release(w)
+                self._release(worker)
                 raise cancelled_failure() from None
-            reap = self._kill(w)
+            reap = self._kill(worker)
             if reap is not None:
                 await asyncio.wait({reap}, timeout=5.0)
-            what = "did not start in time" if stop.reason == "timeout" else f"died while starting ({describe_end(w)})"
+            what = (
+                "did not start in time" if stop.reason == "timeout" else f"died while starting ({describe_end(worker)})"
+            )
             raise ToolFailure("WorkerCrashed", f"python worker {what}", retryable=True) from None
         except asyncio.CancelledError:
-            self._release(w)
+            self._release(worker)
             raise
         except BaseException:
-            self._kill(w)
+            self._kill(worker)
             raise
         if not frame or frame[0] != READY:
-            self._kill(w)
+            self._kill(worker)
             raise ToolFailure("WorkerCrashed", "python worker sent an unexpected first frame")
-        w.ready = True
+        worker.ready = True
 
-    async def _fail(self, w: WorkerProcess, stop: Stop, limit: float | None) -> ToolFailure:
+    async def _fail(self, worker: WorkerProcess, stop: Stop, limit: float | None) -> ToolFailure:
         """Kill and reap `w`, start its replacement; the failure to raise."""
-        reap = self._kill(w)
+        reap = self._kill(worker)
         self._replace()
         if reap is not None:
             await asyncio.wait({reap}, timeout=5.0)
@@ -338,31 +340,31 @@ class PythonPool:
             return timeout_failure(limit)
         if stop.reason == "cancel":
             return cancelled_failure()
-        return ToolFailure("WorkerCrashed", f"python worker died while running the code ({describe_end(w)})")
+        return ToolFailure("WorkerCrashed", f"python worker died while running the code ({describe_end(worker)})")
 
-    def _kill(self, w: WorkerProcess) -> asyncio.Future[int | None] | None:
+    def _kill(self, worker: WorkerProcess) -> asyncio.Future[int | None] | None:
         """SIGKILL the worker's process group; return a future set once it is reaped."""
-        if w.dead:
-            return w.reaped
-        w.dead = True
-        self._workers.discard(w)
+        if worker.dead:
+            return worker.reaped
+        worker.dead = True
+        self._workers.discard(worker)
         try:
-            self._idle.remove(w)
+            self._idle.remove(worker)
         except ValueError:
             pass
-        if w.proc.returncode is None:  # not reaped: its pid and group id are still ours
+        if worker.proc.returncode is None:  # not reaped: its pid and group id are still ours
             try:
-                os.killpg(w.pid, signal.SIGKILL)
+                os.killpg(worker.pid, signal.SIGKILL)
             except OSError:
                 pass
             try:
-                w.proc.kill()
+                worker.proc.kill()
             except OSError:
                 pass
-        w.reaped = r = reap(w)
-        if not w.active:
-            w.release_fds()
+        worker.reaped = r = reap(worker)
+        if not worker.active:
+            worker.release_fds()
         if r is not None and not r.done():
-            self._reaping[r] = w.proc
+            self._reaping[r] = worker.proc
             r.add_done_callback(lambda f: self._reaping.pop(f, None))
         return r
