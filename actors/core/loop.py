@@ -238,39 +238,24 @@ def _issue(fold: _Fold, indices: list[int], *, chunk: bool) -> None:
         fold.out.starts.append(start)
         flight.child = child_execution_id(run.execution_id, command_id)
         return
-    if not chunk:
-        item = items[0]
-        fold.out.commands.append(
-            Command(
-                execution_id=run.execution_id,
-                command_id=command_id,
-                step=step.step,
-                kind=kind,
-                reply_to=reply_to,
-                tool=tool,
-                attempt_number=attempt,
-                timeout=step.timeout,
-                sink=templates.sink,
-                args=item.args,
-                iteration_index=item.iteration_index,
-                element=item.element,
-            )
+    single = None if chunk else items[0]  # one iteration's command carries its args and element
+    fold.out.commands.append(
+        Command(
+            execution_id=run.execution_id,
+            command_id=command_id,
+            step=step.step,
+            kind=kind,
+            reply_to=reply_to,
+            tool=tool,
+            attempt_number=attempt,
+            timeout=step.timeout,
+            sink=templates.sink,
+            args=single.args if single is not None else {},
+            iteration_index=single.iteration_index if single is not None else None,
+            element=single.element if single is not None else None,
+            chunk=None if single is not None else items,
         )
-    else:
-        fold.out.commands.append(
-            Command(
-                execution_id=run.execution_id,
-                command_id=command_id,
-                step=step.step,
-                kind=kind,
-                reply_to=reply_to,
-                tool=tool,
-                attempt_number=attempt,
-                timeout=step.timeout,
-                sink=templates.sink,
-                chunk=items,
-            )
-        )
+    )
 
 
 # --- results --------------------------------------------------------------------------
