@@ -93,7 +93,8 @@ sys.path.insert(0, str(ROOT))
 from nats.aio.client import Client as NATS  # noqa: E402
 from nats.aio.msg import Msg  # noqa: E402
 
-from actors.client import TERMINAL_EVENTS, Client  # noqa: E402
+from actors.client import Client  # noqa: E402
+from actors.events import TERMINAL_EVENTS  # noqa: E402
 from actors.runtime import connect  # noqa: E402
 from streams.layout import (  # noqa: E402
     OWNERS_BUCKET,

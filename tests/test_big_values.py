@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from actors.blobs import get_blob
-from actors.client import TERMINAL_EVENTS
+from actors.events import TERMINAL_EVENTS
 from actors.playbook.loader import MAX_ALIAS_NODES, PlaybookInvalid, load_playbook
 from actors.wire import CallDone, StartRecord, encode
 from streams.layout import IN

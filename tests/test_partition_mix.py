@@ -22,7 +22,8 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError
 
-from actors.client import TERMINAL_EVENTS, Client
+from actors.client import Client
+from actors.events import TERMINAL_EVENTS
 from actors.runtime import Runtime, connect, start_roles
 from streams.layout import OWNERS_BUCKET, Layout, deliver_subject
 from streams.server import NatsServer

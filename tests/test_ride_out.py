@@ -16,8 +16,9 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from actors import cli
-from actors.client import TERMINAL_EVENTS, Client
+from actors.client import Client
 from actors.dial import NatsUnavailable
+from actors.events import TERMINAL_EVENTS
 from actors.playbook.loader import load_playbook_file
 from actors.runtime import connect, serve, start_roles
 from actors.settings import Settings

@@ -1,0 +1,233 @@
+"""What each command that runs and ends does: validate, schema, register, start, status,
+events, cancel, run. Each returns its exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+
+from actors.cli.connection import connection
+from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
+from actors.cli.inputs import checked_execution_id, payload_of, settings_of, timeout_of
+from actors.cli.live import follow_steps, progress_bars
+from actors.cli.output import (
+    error_line,
+    json_text,
+    print_error,
+    print_events_table,
+    print_json,
+    print_status,
+    status_row,
+    warn_if_existing,
+)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from actors.playbook.loader import PlaybookInvalid, load_playbook_file
+
+    ceiling = settings_of(args).max_attempts_ceiling
+    bad = 0
+    for f in args.files:
+        try:
+            pb = load_playbook_file(f, max_attempts=ceiling)
+            if not args.json:
+                print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
+            else:
+                print_json({"file": f, "ok": True, "errors": []})
+        except PlaybookInvalid as e:
+            bad += 1
+            if args.json:
+                print_json({"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors]})
+            else:
+                for x in e.errors:
+                    print_error(str(x))
+        except OSError as e:
+            bad += 1
+            print_error(f"{f}: {e.strerror}")
+    return EXIT_INVALID if bad else EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from actors.playbook.schema import playbook_schema
+
+    print(json_text(playbook_schema(), indent=True))
+    return EXIT_OK
+
+
+async def cmd_register(args: argparse.Namespace) -> int:
+    async with connection(args) as client:
+        for f in args.files:
+            entry = await client.register(f)
+            if args.json:
+                print_json({"file": f, "path": entry.path, "version": entry.version})
+            else:
+                print(f"{f}: registered {entry.path} v{entry.version}")
+    return EXIT_OK
+
+
+async def cmd_start(args: argparse.Namespace) -> int:
+    eid, payload = checked_execution_id(args.execution_id), payload_of(args.payload)
+    async with connection(args) as client:
+        outcome = await client.start_execution(
+            args.path, payload=payload, version=args.version, execution_id=eid, record_wait=timeout_of(args)
+        )
+    warn_if_existing(outcome)
+    if args.json:
+        print_json(
+            {
+                "execution_id": outcome.execution_id,
+                "existing": outcome.existing,
+                "differs": None if outcome.differs is None else list(outcome.differs),
+            }
+        )
+    else:
+        print(outcome.execution_id)
+    return EXIT_OK
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from actors.events import TERMINAL_STATES
+
+    checked_execution_id(args.execution_id)
+    started = time.monotonic()
+    async with connection(args) as client:
+        st = await client.status(args.execution_id)
+        if st is None and not args.watch:
+            print_error(f"no execution {args.execution_id!r} (not started, or not projected yet)")
+            return EXIT_INVALID
+        if args.watch and (st is None or st.state not in TERMINAL_STATES):
+            if st is not None:
+                (print_json(status_row(st)) if args.json else print(f"{st.state}"))
+            left = None if args.timeout is None else max(0.0, args.timeout - (time.monotonic() - started))
+            try:
+                st = await client.wait(args.execution_id, timeout=left)
+            except TimeoutError:
+                print_error(f"execution {args.execution_id}: not finished after {args.timeout:g}s")
+                return EXIT_TIMEOUT
+        assert st is not None
+        (print_json(status_row(st)) if args.json else print_status(st))
+        return STATE_EXIT.get(st.state, EXIT_OK)
+
+
+async def cmd_events(args: argparse.Namespace) -> int:
+    checked_execution_id(args.execution_id)
+    async with connection(args) as client:
+        items = await client.events(args.execution_id)
+        if not items:
+            print_error(f"no events for execution {args.execution_id!r}")
+            return EXIT_INVALID
+        if args.json:
+            for it in items:
+                print_json(it.to_dict())
+        else:
+            print_events_table(items)
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    from actors.events import TERMINAL_STATES
+
+    eid = checked_execution_id(args.execution_id)
+    async with connection(args) as client:
+        # a cancel is an input in the execution's log: never write one for an execution
+        # that does not exist (it would sit there, and start one if the id came later)
+        found = await client.exists(args.execution_id, timeout=timeout_of(args))
+        if found is None:
+            print_error(
+                f"actors-cli: cannot tell yet whether execution {eid} exists: start messages queued before it were "
+                f"still waiting after {timeout_of(args):g}s (is an engine running?); nothing cancelled"
+            )
+            return EXIT_TIMEOUT
+        if not found:
+            print_error(f"actors-cli: no execution {eid}: nothing to cancel")
+            return EXIT_INVALID
+        st = await client.status(args.execution_id)
+        if st is not None and st.state in TERMINAL_STATES:
+            print(f"execution {args.execution_id} is already {st.state}; nothing to cancel")
+            return EXIT_OK
+        await client.cancel(args.execution_id, args.reason or "cancelled by user")
+        print(f"cancel requested for {args.execution_id}")
+    return EXIT_OK
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    from actors.playbook.loader import PlaybookInvalid, load_playbook_file
+
+    ceiling = settings_of(args).max_attempts_ceiling
+    try:
+        pb = load_playbook_file(args.file, max_attempts=ceiling)
+        for extra in args.register or []:
+            load_playbook_file(extra, max_attempts=ceiling)
+    except PlaybookInvalid as e:
+        for x in e.errors:
+            print_error(str(x))
+        return EXIT_INVALID
+    except OSError as e:
+        print_error(f"{e.filename}: {e.strerror}")
+        return EXIT_INVALID
+    payload = payload_of(args.payload)
+    eid = checked_execution_id(args.execution_id)
+    async with connection(args, embedded=True) as client:
+        for extra in args.register or []:
+            await client.register(extra)
+        entry = await client.register(args.file)
+        eid = eid or client.new_id()
+        bar = None if args.json else asyncio.create_task(progress_bars(client, eid))
+        try:
+            outcome = await client.start_execution(entry.path, version=entry.version, payload=payload, execution_id=eid)
+        except BaseException:
+            await _stop_task(bar)  # or it dies with the connection and logs a traceback
+            raise
+        warn_if_existing(outcome)
+        if not args.json:
+            print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
+        try:
+            terminal = await asyncio.wait_for(follow_steps(client, eid, quiet=args.json), args.timeout)
+            st = await client.wait(eid, timeout=10)
+        except TimeoutError:
+            if args.json:
+                print_json(
+                    {
+                        "execution_id": eid,
+                        "state": "TIMEOUT",
+                        "result": None,
+                        "error": {"type": "Timeout", "message": f"not finished after {args.timeout}s"},
+                        "started_at": None,
+                        "ended_at": None,
+                        "existing": outcome.existing,
+                    }
+                )
+            else:
+                print_error(f"execution {eid}: not finished after {args.timeout}s")
+            return EXIT_TIMEOUT
+        finally:
+            await _stop_task(bar)
+        data = terminal.data
+        out = {
+            "execution_id": eid,
+            "state": st.state,
+            "result": await client.result(terminal),
+            "error": data.get("error"),
+            "started_at": st.started_at,
+            "ended_at": st.ended_at,
+            "existing": outcome.existing,
+        }
+        if args.json:
+            print_json(out)
+        else:
+            took = (st.ended_at or 0) - (st.started_at or 0)
+            print(f"{st.state} in {took * 1000:.1f} ms")
+            if out["error"]:
+                print("error: " + error_line(out["error"]))
+            print("result: " + json_text(out["result"], indent=True))
+        return STATE_EXIT.get(st.state, EXIT_FAILED)
+
+
+async def _stop_task(task: asyncio.Task[Any] | None) -> None:
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

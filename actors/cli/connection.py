@@ -1,0 +1,61 @@
+"""The connection a client command works through: a `Client` on the NATS of --nats or
+NATS_URL, reached within --timeout; or, for `run` without a URL, a private server with
+every actor in this process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from actors.cli.exits import UsageError
+from actors.cli.inputs import settings_of, timeout_of
+
+
+@contextlib.asynccontextmanager
+async def connection(args: argparse.Namespace, *, embedded: bool = False) -> AsyncIterator[Any]:
+    """Yield (client, layout). With no URL and embedded=True: a private server and all
+    actors in-process, stopped on exit."""
+    from actors.client import Client
+    from actors.dial import NatsUnavailable, connect_within, redact
+    from actors.natsio import ride_out
+    from actors.runtime import connect, start_roles, tune_gc
+    from streams.layout import ensure
+    from streams.server import NatsServer
+
+    settings = settings_of(args)
+    layout = settings.layout
+    url = settings.nats_url
+    server = None
+    runtime = None
+    if url is None:
+        if not embedded:
+            raise UsageError("no NATS server: pass --nats URL or set NATS_URL (or use `actors-cli dev`)")
+        server = await NatsServer.start()
+        url = server.url
+    budget = timeout_of(args)
+    started = time.monotonic()
+    # a server of our own is local and up; anyone else's is given the command's --timeout
+    nc = await connect(url, name="actors-cli") if server is not None else await connect_within(url, timeout=budget)
+    try:
+        if server is not None:
+            runtime = await start_roles(nc, settings=settings)
+            tune_gc()
+        else:
+            left = max(0.1, budget - (time.monotonic() - started))
+            try:
+                async with asyncio.timeout(left):
+                    # idempotent: works before any pod has started; asked again through an election
+                    await ride_out(lambda: ensure(nc.jetstream(), layout), budget=left)
+            except TimeoutError:
+                raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {budget:g}s") from None
+        yield Client(nc, layout=layout, timeout=budget)
+    finally:
+        if runtime is not None:
+            await runtime.stop()
+        await nc.close()
+        if server is not None:
+            await server.stop()

@@ -1,0 +1,81 @@
+"""What actors-cli exits with, and the one line it prints for an error that is the
+user's or NATS's, not a bug of ours.
+
+Exit codes:
+  0  COMPLETED (or the command did what it was asked)
+  1  FAILED
+  2  CANCELLED
+  3  invalid input or usage: a bad playbook, payload or execution id, a value over the
+     message limit, an unknown execution, a port already in use
+  4  timeout: the execution (run, status --watch) did not end within --timeout
+  5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
+     also an embedded nats-server that could not start
+  130 interrupted (Ctrl-C)
+A user error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+from actors.events import ExecState
+from actors.settings import SettingsInvalid
+
+EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
+STATE_EXIT = {ExecState.COMPLETED: EXIT_OK, ExecState.FAILED: EXIT_FAILED, ExecState.CANCELLED: EXIT_CANCELLED}
+
+
+class UsageError(Exception):
+    pass
+
+
+def exit_code_for(e: Exception) -> int | None:
+    """The exit code of an error that is the user's or NATS's, not a bug of ours."""
+    import nats.errors
+
+    from actors.blobs import ValueTooLarge
+    from actors.catalog import CatalogError
+    from actors.client import InvalidExecutionId, TooLarge
+    from actors.dial import NatsUnavailable
+    from actors.health import HttpPortUnavailable
+    from actors.natsio import PublishOutcomeUnknown
+    from actors.playbook.loader import PlaybookInvalid
+    from streams.server import ServerError
+
+    if isinstance(
+        e,
+        (
+            CatalogError,
+            PlaybookInvalid,
+            FileNotFoundError,
+            InvalidExecutionId,
+            TooLarge,
+            HttpPortUnavailable,
+            ValueTooLarge,
+            SettingsInvalid,
+        ),
+    ):
+        return EXIT_INVALID
+    # a bare TimeoutError here is a NATS request or PubAck that never came (the commands
+    # that time out waiting for an execution catch theirs and exit 4)
+    if isinstance(e, (NatsUnavailable, ServerError, nats.errors.Error, PublishOutcomeUnknown, TimeoutError)):
+        return EXIT_NATS
+    return None
+
+
+def nats_reason(e: Exception) -> str:
+    """One line for a NATS failure: what our own errors say, else what went wrong."""
+    import nats.errors
+    import nats.js.errors
+
+    from streams.server import ServerError
+
+    if isinstance(e, ServerError):
+        return e.summary
+    if isinstance(e, (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)):
+        return (
+            "NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
+            "or is a stream electing a leader?"
+        )
+    if isinstance(e, (nats.errors.Error, TimeoutError)):  # after connecting: a request timed out, the connection closed
+        text = " ".join(str(e).split()) or type(e).__name__
+        return f"NATS stopped answering: {text}"
+    return " ".join(str(e).split())

@@ -1,0 +1,188 @@
+"""The entry point of actors-cli: the argument parser, the command each name runs, and
+the one-line error and exit code for what a command raises."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from actors.cli import exits
+from actors.cli.commands import (
+    cmd_cancel,
+    cmd_events,
+    cmd_register,
+    cmd_run,
+    cmd_schema,
+    cmd_start,
+    cmd_status,
+    cmd_validate,
+)
+from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
+from actors.cli.output import print_error
+from actors.cli.serving import cmd_dev, cmd_serve
+from actors.dial import CLIENT_TIMEOUT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = exits.__doc__ or ""
+    exit_codes = doc[doc.index("Exit codes:") : doc.index("A user error")] if "Exit codes:" in doc else None
+    p = argparse.ArgumentParser(
+        prog="actors-cli",
+        description="Run YAML playbooks on NATS JetStream.",
+        epilog=exit_codes,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_nats(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--nats", help="NATS server URL (default: $NATS_URL)")
+        return sp
+
+    sp = with_nats(sub.add_parser("run", help="register, start and follow a playbook to its end"))
+    sp.add_argument("file")
+    sp.add_argument("--payload", help="JSON object, or @file")
+    sp.add_argument("--execution-id")
+    sp.add_argument("--register", action="append", help="also register this playbook (sub-playbooks)")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds the execution may take (exit 4 past it); with --nats also the bound on reaching "
+        f"NATS (default {CLIENT_TIMEOUT:g}; exit 5)",
+    )
+
+    sp = sub.add_parser("dev", help="embedded NATS plus every actor, in the foreground")
+    sp.add_argument("--port", type=int, default=4222)
+    sp.add_argument("--store", help="JetStream store dir (default: a temporary one)")
+
+    sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
+    sp.add_argument("--role", choices=["engine", "counter", "tools", "projector", "all"], default="all")
+    # defaults None: unset flags leave the environment's settings (actors/settings.py) as they are
+    sp.add_argument(
+        "--http-port",
+        type=int,
+        help="port for /healthz, /readyz and /metrics; 0: no HTTP server (default $ACTORS_HTTP_PORT, else 8080)",
+    )
+    sp.add_argument("--http-host", help="address the HTTP server binds (default $ACTORS_HTTP_HOST, else 0.0.0.0)")
+    sp.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds running tool commands get to finish after SIGTERM (default $ACTORS_DRAIN_TIMEOUT, else 10)",
+    )
+
+    def with_timeout(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}); exit 5 past it",
+        )
+        return sp
+
+    sp = with_timeout(with_nats(sub.add_parser("register", help="register playbooks in the catalog")))
+    sp.add_argument("files", nargs="+")
+    sp.add_argument("--json", action="store_true")
+
+    sp = with_timeout(with_nats(sub.add_parser("start", help="start an execution; prints its id")))
+    sp.add_argument("path", help="catalog path of a registered playbook")
+    sp.add_argument("--payload")
+    sp.add_argument("--version", type=int)
+    sp.add_argument("--execution-id")
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help='{"execution_id", "existing", "differs"}: existing is true when the id was started before',
+    )
+
+    sp = with_nats(sub.add_parser("status", help="an execution's status"))
+    sp.add_argument("execution_id")
+    sp.add_argument("--watch", action="store_true", help="wait until it is terminal")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}; exit 5) and, with --watch, to wait "
+        "for the end (default: for ever; exit 4)",
+    )
+    sp.add_argument("--json", action="store_true")
+
+    sp = with_timeout(with_nats(sub.add_parser("events", help="an execution's whole log, in order")))
+    sp.add_argument("execution_id")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    sp = with_timeout(with_nats(sub.add_parser("cancel", help="cancel an execution")))
+    sp.add_argument("execution_id")
+    sp.add_argument("--reason")
+
+    sp = sub.add_parser("validate", help="check playbooks; report every error")
+    sp.add_argument("files", nargs="+")
+    sp.add_argument("--json", action="store_true")
+
+    sub.add_parser("schema", help="print the playbook JSON Schema")
+    return p
+
+
+ASYNC = {
+    "run": cmd_run,
+    "dev": cmd_dev,
+    "serve": cmd_serve,
+    "register": cmd_register,
+    "start": cmd_start,
+    "status": cmd_status,
+    "events": cmd_events,
+    "cancel": cmd_cancel,
+}
+SYNC = {"validate": cmd_validate, "schema": cmd_schema}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_INVALID if e.code else EXIT_OK
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command in SYNC:
+            return SYNC[args.command](args)
+        return int(_run(ASYNC[args.command](args)))
+    except UsageError as e:
+        print_error(f"actors-cli: {e}")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        code = exit_code_for(e)
+        if code is None:
+            raise
+        print_error(f"actors-cli: {e if code == EXIT_INVALID else nats_reason(e)}")
+        return code
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is not built for every platform
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def entrypoint() -> None:
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`actors-cli events ID | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
+    sys.exit(code)

@@ -1,0 +1,46 @@
+"""What users (the CLI, tests, benches) do against a running system: register
+playbooks, start and cancel executions, read status, read and follow logs.
+
+Execution ids are checked before they go into a subject or a key (`*`, `>` or `.`
+would address other executions). Starts are idempotent by id: the first start record
+is what runs; `start_execution` says whether an execution with the id already
+existed and what differs from the start that runs.
+
+Every call rides out a stream leader election and a reconnect for up to `timeout`
+seconds (default `dial.CLIENT_TIMEOUT`, which covers an election): publishes are sent
+again with the same Nats-Msg-Id (`natsio.Publisher.send`; a start's id is its
+execution id, so it runs once however often it is sent), reads are asked again
+(`natsio.ride_out`). Past the timeout a call raises `dial.NatsUnavailable`, one line
+that says what failed, or which publish is unconfirmed (sending it again is safe).
+
+One module per idea:
+
+* `session`: what every call shares (connection, timeout, ride-out, publish with its id)
+* `writing`: register, start (`StartOutcome`), cancel, and whether an execution exists
+* `reading`: status, wait, follow, events, result, iterations, progress, dead letters
+* `logview`: `LogItem`, a log entry as users see it, and `log_items`
+* `checks`: execution ids and value sizes, checked before they go to NATS
+
+The names below are what the rest of the tree imports from `actors.client`."""
+
+from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
+from actors.client.logview import LogItem, log_items
+from actors.client.reading import Reader
+from actors.client.writing import StartOutcome, Writer
+
+
+class Client(Writer, Reader):
+    """`timeout`: seconds each call keeps trying through an election or a reconnect
+    before it raises NatsUnavailable."""
+
+
+__all__ = [
+    "Client",
+    "InvalidExecutionId",
+    "LogItem",
+    "StartOutcome",
+    "TooLarge",
+    "check_execution_id",
+    "check_size",
+    "log_items",
+]

@@ -1,0 +1,76 @@
+"""An execution's history as users see it: `LogItem`, one input, event or dead letter
+with its data as plain JSON values, and the expansion of stored messages into them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from actors.events import decision_decoder, event_decoder
+from actors.wire import DeadLetter, input_decoder
+from streams.layout import EV, IN, LC, class_of
+
+_dead = msgspec.json.Decoder(DeadLetter)
+
+
+@dataclass(slots=True)
+class LogItem:
+    """One entry of an execution's history as users see it: an input, an event, or a
+    dead letter, its data as plain JSON values (what `actors-cli events --json` prints)."""
+
+    seq: int
+    at: float
+    cls: str  # in | ev | lc | dlq
+    type: str
+    step: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "class": self.cls,
+            "type": self.type,
+            "step": self.step,
+            "data": self.data,
+        }
+
+
+def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
+    """Expand one stored message into the events it holds (a decision record holds
+    several)."""
+    cls = class_of(subject)
+    try:
+        if cls == EV:
+            rec = decision_decoder.decode(data)
+            return [LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events]
+        if cls == LC:
+            ev = event_decoder.decode(data)
+            return [LogItem(seq, ev.at, LC, str(ev.type), ev.step, msgspec.to_builtins(ev.data))]
+        inp = input_decoder.decode(data)
+        raw = msgspec.to_builtins(inp)
+        type_ = raw.pop("type")
+        raw.pop("execution_id", None)
+        raw.pop("playbook_source", None)  # the whole playbook: too long to show per event
+        return [LogItem(seq, at, IN, type_, raw.pop("step", None), raw)]
+    except msgspec.DecodeError as e:
+        return [LogItem(seq, at, cls, "undecodable", None, {"error": str(e)})]
+
+
+def dead_letter_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
+    try:
+        d = _dead.decode(data)
+        return [
+            LogItem(
+                seq,
+                at,
+                "dlq",
+                f"dead_letter.{d.source}",
+                None,
+                {"reason": d.reason, "subject": d.subject, "data": d.data},
+            )
+        ]
+    except msgspec.DecodeError as e:
+        return [LogItem(seq, at, "dlq", "undecodable", None, {"error": str(e)})]

@@ -1,0 +1,184 @@
+"""The calls of a `Client` that read: an execution's status (now, or awaited until it is
+terminal), its log (as it is, or followed live), its result, its loops' iterations and
+live progress, and dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.js.errors import KeyNotFoundError, NotFoundError
+
+from actors.blobs import get_blob
+from actors.client.checks import check_execution_id
+from actors.client.logview import LogItem, dead_letter_items, log_items
+from actors.client.session import Session
+from actors.events import TERMINAL_EVENTS, TERMINAL_STATES
+from actors.natsio import log_time, stream_seq
+from actors.wire import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    ExecutionStatus,
+    IterationResult,
+    LoopProgress,
+    ResultBatch,
+    loop_input_decoder,
+    status_decoder,
+)
+from streams.layout import DLQ_STREAM, EXEC_STREAM, IN, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
+
+WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
+_progress = msgspec.json.Decoder(LoopProgress)
+
+
+class Reader(Session):
+    """Status, logs, results, iterations, progress, dead letters."""
+
+    async def status(self, execution_id: str) -> ExecutionStatus | None:
+        check_execution_id(execution_id)
+        return await self._ride(
+            f"reading the status of execution {execution_id}", lambda: self._status_once(execution_id)
+        )
+
+    async def _status_once(self, execution_id: str) -> ExecutionStatus | None:
+        kv = await self.js.key_value(STATUS_BUCKET)
+        try:
+            entry = await kv.get(check_execution_id(execution_id))
+        except KeyNotFoundError:
+            return None
+        return status_decoder.decode(entry.value or b"")
+
+    async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
+        """Wait until the projected status is terminal (the status KV is the only
+        authority on it). Rides out a NATS node going away: a watch that fails or goes
+        quiet is checked against the key and started again."""
+        check_execution_id(execution_id)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"execution {execution_id} not terminal after {timeout}s")
+            try:
+                return await asyncio.wait_for(self._watch_terminal(execution_id), min(left or WATCH_ROUND, WATCH_ROUND))
+            except (TimeoutError, nats.errors.Error):
+                try:
+                    st = await self._status_once(execution_id)  # the watch's own rounds are the retries
+                except (TimeoutError, nats.errors.Error):
+                    st = None
+                if st is not None and st.state in TERMINAL_STATES:
+                    return st
+
+    async def _watch_terminal(self, execution_id: str) -> ExecutionStatus:
+        kv = await self.js.key_value(STATUS_BUCKET)
+        watcher = await kv.watch(execution_id)
+        try:
+            while True:
+                entry = await watcher.updates(timeout=3600)  # type: ignore[no-untyped-call]
+                if entry is None or not entry.value:
+                    continue
+                st = status_decoder.decode(entry.value)
+                if st.state in TERMINAL_STATES:
+                    return st
+        finally:
+            try:
+                await watcher.stop()  # type: ignore[no-untyped-call]
+            except Exception:
+                pass
+
+    async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
+        """The execution's log from its start, then live."""
+        prefix = self.layout.exec_prefix(check_execution_id(execution_id))
+        sub = await self.js.subscribe(f"{prefix}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=None)
+                for item in log_items(msg.subject, msg.data, stream_seq(msg), log_time(msg)):
+                    yield item
+                    if until_terminal and item.cls == LC and item.type in TERMINAL_EVENTS:
+                        return
+        finally:
+            await sub.unsubscribe()
+
+    async def events(self, execution_id: str) -> list[LogItem]:
+        """The whole log as it is now, in order, then this execution's dead letters."""
+        prefix = self.layout.exec_prefix(check_execution_id(execution_id))
+        what = f"reading the events of execution {execution_id}"
+        items = await self._ride(what, lambda: self._read_all(EXEC_STREAM, f"{prefix}.>", log_items))
+        items += await self._ride(what, lambda: self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", dead_letter_items))
+        return items
+
+    async def result(self, terminal: LogItem) -> Any:
+        """An execution's result from its terminal lifecycle event, read from the blob
+        store when it was too large to travel in the event."""
+        ref = terminal.data.get("result_ref")
+        if ref:
+            return await self._ride(f"reading result {ref}", lambda: get_blob(self.js, ref))
+        return terminal.data.get("result")
+
+    async def iterations(self, execution_id: str) -> list[CallDone | CallError | ChunkDone]:
+        """Every iteration result of the execution's loops (the counter's logs, not the
+        execution's), in arrival order. A batch of results is given as the `call.done`
+        or `call.error` of each of its entries."""
+        check_execution_id(execution_id)
+        subject = f"loop.{self.layout.partition_of(execution_id)}.{execution_id}.*.{IN}.res.>"
+
+        def expand(subject: str, data: bytes, seq: int, at: float) -> list[Any]:
+            inp = loop_input_decoder.decode(data)
+            if isinstance(inp, ResultBatch):
+                return [_single(inp, r) for r in inp.results]
+            return [inp] if isinstance(inp, (CallDone, CallError, ChunkDone)) else []
+
+        return await self._read_all(LOOP_STREAM, subject, expand)
+
+    async def progress(self, execution_id: str) -> AsyncIterator[LoopProgress]:
+        """Live progress of the execution's loops (best effort, not stored)."""
+        sub = await self.nc.subscribe(progress_subject(check_execution_id(execution_id)))
+        try:
+            async for msg in sub.messages:
+                yield _progress.decode(msg.data)
+        finally:
+            await sub.unsubscribe()
+
+    async def dead_letters(self, source: str = "*") -> list[LogItem]:
+        return await self._read_all(DLQ_STREAM, f"dlq.{source}.>", dead_letter_items)
+
+    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
+        try:
+            info = await self.nc.jsm().stream_info(stream, subjects_filter=subject)
+        except NotFoundError:
+            return []
+        total = sum((info.state.subjects or {}).values())
+        if not total:
+            return []
+        out: list[Any] = []
+        sub = await self.js.subscribe(subject, stream=stream, ordered_consumer=True, pending_msgs_limit=-1)
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=10)
+                out.extend(expand(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
+                if msg.metadata.num_pending == 0:
+                    return out
+        finally:
+            await sub.unsubscribe()
+
+
+def _single(batch: ResultBatch, r: IterationResult) -> CallDone | CallError:
+    """One entry of a result batch as the message it stands for."""
+    common: dict[str, Any] = dict(
+        execution_id=batch.execution_id,
+        command_id=r.command_id,
+        step=batch.step,
+        attempt_number=r.attempt_number,
+        started_at=r.started_at,
+        ended_at=r.ended_at,
+        worker=batch.worker,
+        iteration_index=r.iteration_index,
+    )
+    if r.error is not None:
+        return CallError(error=r.error, **common)
+    return CallDone(result=r.result, **common)

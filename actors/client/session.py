@@ -1,0 +1,65 @@
+"""What every call of a `Client` shares: its connection, layout and timeout, and the two
+ways it rides out an election or a reconnect (a read asked again, a publish sent again
+with its Nats-Msg-Id) before it raises NatsUnavailable."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from nats.aio.client import Client as NATS
+from nats.js.api import PubAck
+
+from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
+from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, publisher, ride_out
+from streams.layout import Layout
+
+# room a message needs around the value it carries (ids, limits, headers): what a
+# value may use is the message limit minus this
+MESSAGE_HEADROOM = 16 * 1024
+T = TypeVar("T")
+# what a publish raises once its budget is spent: still refused, or still no PubAck
+PUBLISH_FAILED: tuple[type[BaseException], ...] = (*TRANSIENT_REQUEST, PublishOutcomeUnknown)
+
+
+class Session:
+    """The connection, layout and timeout every call of a client goes through."""
+
+    def __init__(self, nc: NATS, *, layout: Layout, timeout: float = CLIENT_TIMEOUT) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.layout = layout
+        self.timeout = timeout
+        # a publish without a PubAck is re-sent only within the streams' duplicate window
+        publisher(nc).duplicate_window = layout.duplicate_window
+
+    async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()` (idempotent), asked again through an election or a reconnect; past
+        the timeout NatsUnavailable says that `what` failed."""
+        try:
+            return await ride_out(call, budget=self.timeout)
+        except TRANSIENT_REQUEST as e:
+            raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
+
+    async def _publish(self, what: str, subject: str, data: bytes, msg_id: str) -> PubAck:
+        """A JetStream publish, sent again with the same Nats-Msg-Id until the stream
+        acks it or the timeout passes (then NatsUnavailable)."""
+        try:
+            acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id})], budget=self.timeout)
+        except PUBLISH_FAILED as e:
+            # a copy may have been stored with its PubAck lost: the same id makes a re-send harmless
+            raise NatsUnavailable(
+                f"NATS did not confirm {what} within {self.timeout:g}s; it may or may not "
+                f"have been stored, and sending it again (same id) is safe ({_why(e)})"
+            ) from e
+        return acks[0]
+
+    def value_limit(self) -> int:
+        """Bytes a value (a playbook source, a payload) may take in one message: the
+        smaller of the streams' and the server's message limit, less the envelope."""
+        server = self.nc.max_payload or self.layout.max_msg_size
+        return min(self.layout.max_msg_size, server) - MESSAGE_HEADROOM
+
+
+def _why(e: BaseException) -> str:
+    return "last error: " + (" ".join(str(e).split()) or type(e).__name__)

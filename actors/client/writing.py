@@ -1,0 +1,196 @@
+"""The calls of a `Client` that write: register a playbook, start an execution (checked
+against one that exists already), cancel one. Each publish carries its deterministic
+Nats-Msg-Id (a start's is its execution id, a cancel's its execution's); `exists` reads
+a start record, which is what a start or a cancel is checked against."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from nats.js.errors import NotFoundError
+
+from actors import catalog
+from actors.blobs import payload_blob, start_payload
+from actors.catalog import CatalogError, CatalogReader
+from actors.client.checks import check_execution_id, check_size
+from actors.client.session import Session
+from actors.wire import CancelRequest, CatalogEntry, ParentRef, StartMessage, StartRecord, encode, input_decoder
+from streams.ids import cancel_id, start_id
+from streams.layout import EXEC_STREAM, START_STREAM, START_SUBJECT
+
+START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
+
+
+@dataclass(frozen=True, slots=True)
+class StartOutcome:
+    """What `Client.start_execution` did. `existing`: an execution with this id had
+    been started before, so this start changed nothing and the first start's record
+    is what runs. `differs`: for an existing one, what the running start has that this
+    one did not ask for (`payload`, `playbook`, `version`); None when its record could
+    not be read in time."""
+
+    execution_id: str
+    existing: bool = False
+    differs: tuple[str, ...] | None = ()
+    running: StartRecord | None = None
+
+
+class Writer(Session):
+    """Register, start, cancel; and whether an execution exists."""
+
+    async def register(self, path: str | Path) -> CatalogEntry:
+        p = Path(path)
+        source = await asyncio.to_thread(p.read_text)
+        check_size(f"{p}: the playbook", len(msgspec.json.encode(source)), self.value_limit())
+        # registering the same source again returns the version it got: safe to ask again
+        return await self._ride(f"registering {p}", lambda: catalog.register(self.js, source, file=str(p)))
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+    async def start(
+        self,
+        playbook: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        version: int | None = None,
+        execution_id: str | None = None,
+        parent: ParentRef | None = None,
+    ) -> str:
+        """Publish a start message; returns the execution id. A start with the id of an
+        existing execution changes nothing (see `start_execution` to find out)."""
+        eid = check_execution_id(execution_id or uuid.uuid4().hex)
+        msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
+        # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
+        limit = self.value_limit()
+        what = f"the start of execution {eid}"
+        msg = await self._ride(
+            what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
+        )
+        await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
+        return eid
+
+    async def start_execution(
+        self,
+        playbook: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        version: int | None = None,
+        execution_id: str | None = None,
+        record_wait: float = START_RECORD_WAIT,
+    ) -> StartOutcome:
+        """`start`, checked: says whether an execution with this id already exists
+        (then nothing is published) and how its start differs from this one, and
+        refuses a payload that would not fit in the start record with the playbook.
+        A few round trips more than `start`: for people and scripts, not floods."""
+        eid = check_execution_id(execution_id or uuid.uuid4().hex)
+        payload = payload or {}
+        what = f"the start of execution {eid}"
+        running = await self._ride(what, lambda: self._start_record(eid))
+        if running is None:
+            try:
+                entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
+            except CatalogError:
+                entry = None  # the execution starts and fails with PlaybookNotFound, as with `start`
+            size = len(msgspec.json.encode(payload))
+            source = len(msgspec.json.encode(entry.source)) if entry is not None else 0
+            msg = StartMessage(playbook=playbook, version=version, payload=payload, execution_id=eid)
+            if size + source > self.value_limit():
+                # the start record carries payload and playbook source: a payload that does
+                # not fit beside the source goes as a blob (past the cap: ValueTooLarge)
+                cap = self.layout.max_value_bytes
+                ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid, cap=cap))
+                msg = msgspec.structs.replace(msg, payload={}, payload_ref=ref)
+            ack = await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
+            if not ack.duplicate:
+                return StartOutcome(eid)
+            # a start with this id is still queued (the server dropped ours as its
+            # duplicate): its record, once written, is what runs. (A copy of ours whose
+            # PubAck an election lost also comes back a duplicate: then the record is ours.)
+            running = await self._ride(what, lambda: self._await_start_record(eid, record_wait))
+            if running is None:
+                return StartOutcome(eid, existing=True, differs=None)
+        differs = tuple(
+            name
+            for name, differ in (
+                ("playbook", running.playbook_path != playbook),
+                ("version", version is not None and running.playbook_version != version),
+                ("payload", running.payload != payload),
+            )
+            if differ
+        )
+        return StartOutcome(eid, existing=True, differs=differs, running=running)
+
+    async def _start_record(self, execution_id: str) -> StartRecord | None:
+        subject = self.layout.execution(execution_id).start
+        try:
+            msg = await self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
+        except NotFoundError:
+            return None
+        record = input_decoder.decode(msg.data or b"")
+        return record if isinstance(record, StartRecord) else None
+
+    async def _await_start_record(self, execution_id: str, timeout: float) -> StartRecord | None:
+        subject = self.layout.execution(execution_id).start
+        sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        try:
+            msg = await sub.next_msg(timeout=timeout)
+        except TimeoutError:
+            return None
+        finally:
+            await sub.unsubscribe()
+        record = input_decoder.decode(msg.data)
+        return record if isinstance(record, StartRecord) else None
+
+    async def exists(self, execution_id: str, *, timeout: float = 10.0) -> bool | None:
+        """Whether the execution exists: True once its start record is in its log;
+        False when it is not and no start message queued before this call is left to
+        write it; None when such messages were still queued after `timeout` seconds
+        (no engine running, or a long queue): it cannot be told yet."""
+        check_execution_id(execution_id)
+        return await self._ride(f"looking up execution {execution_id}", lambda: self._exists(execution_id, timeout))
+
+    async def _exists(self, execution_id: str, timeout: float) -> bool | None:
+        if await self._start_record(execution_id) is not None:
+            return True
+        jsm = self.nc.jsm()
+        queued = (await jsm.stream_info(START_STREAM)).state
+        if not queued.messages:
+            return False  # a start message is acked only after its record is written
+        # one of the queued messages may be this execution's start: wait for its record,
+        # or until every message queued now has been handled (a work queue drops a
+        # message when acked: the first sequence then moves past the last one seen now)
+        upto = queued.last_seq
+        subject = self.layout.execution(execution_id).start
+        sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            while True:
+                try:
+                    await sub.next_msg(timeout=max(0.01, min(0.25, deadline - loop.time())))
+                    return True
+                except TimeoutError:
+                    pass
+                state = (await jsm.stream_info(START_STREAM)).state
+                if not state.messages or state.first_seq > upto:
+                    return await self._start_record(execution_id) is not None
+                if loop.time() >= deadline:
+                    return None
+        finally:
+            await sub.unsubscribe()
+
+    async def cancel(self, execution_id: str, reason: str = "") -> None:
+        subject = self.layout.execution(check_execution_id(execution_id)).cancel
+        await self._publish(
+            f"the cancel of execution {execution_id}",
+            subject,
+            encode(CancelRequest(execution_id=execution_id, reason=reason)),
+            cancel_id(execution_id),
+        )
