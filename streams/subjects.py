@@ -194,6 +194,11 @@ def result_batch_subject(reply_to: str) -> str | None:
     return f"{prefix}.batch"
 
 
+def loop_results_filter(execution_id: str, partitions: int) -> str:
+    """The iteration results of every loop of an execution."""
+    return f"loop.{partition_of(execution_id, partitions)}.{execution_id}.*.{IN}.{LOOP_RESULT}.>"
+
+
 def counter_filter(partition: int) -> str:
     return f"loop.{partition}.*.*.{IN}.>"
 

@@ -29,7 +29,8 @@ from actors.wire import (
     loop_input_decoder,
     status_decoder,
 )
-from streams.layout import DLQ_STREAM, EXEC_STREAM, IN, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
+from streams.layout import DLQ_STREAM, EXEC_STREAM, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
+from streams.subjects import dlq_filter, loop_results_filter
 
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _progress = msgspec.json.Decoder(LoopProgress)
@@ -92,8 +93,8 @@ class Reader(Session):
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
         """The execution's log from its start, then live."""
-        prefix = self.layout.exec_prefix(check_execution_id(execution_id))
-        sub = await self.js.subscribe(f"{prefix}.>", stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
+        log = self.layout.execution(check_execution_id(execution_id)).log
+        sub = await self.js.subscribe(log, stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
         try:
             while True:
                 msg = await sub.next_msg(timeout=None)
@@ -106,10 +107,12 @@ class Reader(Session):
 
     async def events(self, execution_id: str) -> list[LogItem]:
         """The whole log as it is now, in order, then this execution's dead letters."""
-        prefix = self.layout.exec_prefix(check_execution_id(execution_id))
+        log = self.layout.execution(check_execution_id(execution_id)).log
         what = f"reading the events of execution {execution_id}"
-        items = await self._ride(what, lambda: self._read_all(EXEC_STREAM, f"{prefix}.>", log_items))
-        items += await self._ride(what, lambda: self._read_all(DLQ_STREAM, f"dlq.*.{execution_id}", dead_letter_items))
+        items = await self._ride(what, lambda: self._read_all(EXEC_STREAM, log, log_items))
+        items += await self._ride(
+            what, lambda: self._read_all(DLQ_STREAM, dlq_filter(execution_id=execution_id), dead_letter_items)
+        )
         return items
 
     async def result(self, terminal: LogItem) -> Any:
@@ -125,7 +128,7 @@ class Reader(Session):
         execution's), in arrival order. A batch of results is given as the `call.done`
         or `call.error` of each of its entries."""
         check_execution_id(execution_id)
-        subject = f"loop.{self.layout.partition_of(execution_id)}.{execution_id}.*.{IN}.res.>"
+        subject = loop_results_filter(execution_id, self.layout.partitions)
 
         def expand(subject: str, data: bytes, seq: int, at: float) -> list[Any]:
             inp = loop_input_decoder.decode(data)
@@ -145,7 +148,7 @@ class Reader(Session):
             await sub.unsubscribe()
 
     async def dead_letters(self, source: str = "*") -> list[LogItem]:
-        return await self._read_all(DLQ_STREAM, f"dlq.{source}.>", dead_letter_items)
+        return await self._read_all(DLQ_STREAM, dlq_filter(source=source), dead_letter_items)
 
     async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
         try:
