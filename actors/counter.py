@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, resolve_chunk, resolve_result
-from actors.core.effects import CommandCancel, Effects, Timer, error_view
+from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
 from actors.hosting import PartitionHost, engine_error
 from actors.logactor import LogActor, LogEntry
@@ -44,7 +44,6 @@ from actors.wire import (
     ChunkDone,
     Command,
     ErrorInfo,
-    IteratorFailed,
     LoopInput,
     LoopProgress,
     LoopSpec,
@@ -144,15 +143,8 @@ class LoopActor(LogActor):
         first = batch[0]
         info = engine_error(error, subject=first.subject, seq=int(first.metadata.sequence.stream), data=first.data)
         spec = self.state.spec
-        verdict = IteratorFailed(
-            execution_id=self.execution_id,
-            loop_id=self.loop_id,
-            step=spec.step if spec is not None else "",
-            total=self.state.total,
-            succeeded=0,
-            failed=1,
-            errors=[{"index": -1, "error": error_view(info)}],
-        )
+        step = spec.step if spec is not None else ""
+        verdict = loop_failed(self.execution_id, self.loop_id, step, info, total=self.state.total)
         # stop what this loop still runs (as far as its state knows: best effort)
         flights = list(self.state.inflight.items())
         await self.publish(
@@ -190,15 +182,7 @@ class LoopActor(LogActor):
                 execution_id=self.execution_id,
             )
             invalid = ErrorInfo(type="LoopSpecInvalid", message=reason)
-            verdict = IteratorFailed(
-                execution_id=spec.execution_id,
-                loop_id=spec.loop_id,
-                step=spec.step,
-                total=0,
-                succeeded=0,
-                failed=1,
-                errors=[{"index": -1, "error": error_view(invalid)}],
-            )
+            verdict = loop_failed(spec.execution_id, spec.loop_id, spec.step, invalid)
             await self.outbox.send_verdict(verdict)
             self.state.finished = True
             return None

@@ -99,6 +99,27 @@ def child_start(
     )
 
 
+def loop_failed(
+    execution_id: str, loop_id: str, step: str, error: ErrorInfo, *, total: int = 0, succeeded: int = 0, failed: int = 1
+) -> IteratorFailed:
+    """A loop's verdict when the loop as a whole failed (its spec unusable, its counter
+    gave up, its results gone): one error, at iteration index -1."""
+    return IteratorFailed(
+        execution_id=execution_id,
+        loop_id=loop_id,
+        step=step,
+        total=total,
+        succeeded=succeeded,
+        failed=failed,
+        errors=[iteration_error(-1, error)],
+    )
+
+
+def iteration_error(index: int, error: ErrorInfo) -> dict[str, Any]:
+    """One entry of a loop verdict's `errors`: the iteration, and its error as templates see it."""
+    return {"index": index, "error": error_view(error)}
+
+
 def error_view(e: ErrorInfo) -> dict[str, Any]:
     """The error as templates and events see it: every field present, so a rule can
     read `error.status` or `error.retryable` whatever the error was."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.core.backoff import unit_random
-from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view, template_error
+from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view, iteration_error, template_error
 from actors.core.retry import Gathered, after_attempt
 from actors.playbook.model import Loop, PlaybookTool, Step
 from actors.playbook.precompiled import IterationTemplates
@@ -377,7 +377,7 @@ def _counted(fold: _Fold, index: int, result: Any, error: ErrorInfo | None) -> N
         return
     run.failed += 1
     if len(run.errors) < MAX_ERRORS_KEPT:
-        run.errors.append({"index": index, "error": error_view(error)})
+        run.errors.append(iteration_error(index, error))
     if run.failed > run.tolerated:
         # fail fast: more failures than tolerated decide the loop; what is still
         # running is stopped and nothing new is released

@@ -33,7 +33,7 @@ from nats.js.errors import NotFoundError
 
 from actors.blobs import BLOB_MISSING, get_blob, resolve_result
 from actors.core.decide import execution_error, fold
-from actors.core.effects import Effects, error_view
+from actors.core.effects import Effects, loop_failed
 from actors.core.state import Execution
 from actors.events import (
     ExecState,
@@ -54,7 +54,6 @@ from actors.wire import (
     ErrorInfo,
     Input,
     IteratorCompleted,
-    IteratorFailed,
     StartRecord,
     encode,
     input_decoder,
@@ -176,14 +175,14 @@ class ExecutionActor(LogActor):
             except NotFoundError:
                 # the blob expired or was removed: the loop's results are gone, say so
                 missing = ErrorInfo(type="ResultsMissing", message=f"blob {inp.results_ref} not found")
-                return IteratorFailed(
-                    execution_id=inp.execution_id,
-                    loop_id=inp.loop_id,
-                    step=inp.step,
+                return loop_failed(
+                    inp.execution_id,
+                    inp.loop_id,
+                    inp.step,
+                    missing,
                     total=inp.total,
                     succeeded=inp.succeeded,
                     failed=inp.failed,
-                    errors=[{"index": -1, "error": error_view(missing)}],
                 )
         return inp
 
