@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actors.tools import fields
+from actors.tools.call import ToolCall
 from actors.tools.failures import ToolFailure, failure_from_exception
 from actors.tools.kinds.basic import run_noop, run_sleep
 from actors.tools.kinds.http import run_http
@@ -50,9 +51,7 @@ from actors.tools.resources import ToolResources
 __all__ = ["EXECUTORS", "Executor", "run_tool"]
 
 # (tool, args, timeout, cancel, resources) -> the result's JSON text
-Executor = Callable[
-    [dict[str, Any], dict[str, Any], float | None, asyncio.Event | None, ToolResources], Awaitable[bytes]
-]
+Executor = Callable[[ToolCall], Awaitable[bytes]]
 
 EXECUTORS: dict[str, Executor] = {
     "python": run_python,
@@ -91,7 +90,7 @@ async def run_tool(
             if kind == "playbook":
                 raise ToolFailure("ToolConfigError", "playbook tool runs in the engine")
             raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
-        return await executor(tool, args, timeout, cancel, resources)
+        return await executor(ToolCall(tool, args, timeout, cancel, resources))
     except ToolFailure:
         raise
     except asyncio.CancelledError:

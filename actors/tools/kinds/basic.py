@@ -3,38 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from actors.tools import fields
+from actors.tools.call import ToolCall
 from actors.tools.failures import cancelled_failure, result_json
 from actors.tools.limits import limited
-from actors.tools.resources import ToolResources
 
 __all__ = ["run_noop", "run_sleep"]
 
 
-async def run_noop(
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    limit: float | None,
-    cancel: asyncio.Event | None,
-    resources: ToolResources,
-) -> bytes:
+async def run_noop(call: ToolCall) -> bytes:
     """``args`` as given."""
-    if cancel is not None and cancel.is_set():
+    if call.cancel is not None and call.cancel.is_set():
         raise cancelled_failure()
-    return result_json(args)
+    return result_json(call.args)
 
 
-async def run_sleep(
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    limit: float | None,
-    cancel: asyncio.Event | None,
-    resources: ToolResources,
-) -> bytes:
+async def run_sleep(call: ToolCall) -> bytes:
     """``seconds`` from the tool or the args (args win); ``{"slept": seconds}``."""
-    raw = args["seconds"] if "seconds" in args else tool.get("seconds", 0.0)
+    raw = call.args["seconds"] if "seconds" in call.args else call.tool.get("seconds", 0.0)
     seconds = fields.seconds(raw, "sleep seconds")
-    await limited(asyncio.sleep(max(0.0, seconds)), limit, cancel)
+    await limited(asyncio.sleep(max(0.0, seconds)), call.limit, call.cancel)
     return result_json({"slept": raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else seconds})

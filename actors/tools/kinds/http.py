@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from actors.jsonvalues import dumps, loads
 from actors.tools import fields
+from actors.tools.call import ToolCall
 from actors.tools.failures import ToolFailure, result_json, safe_str
 from actors.tools.limits import limited
 from actors.tools.resources import ToolResources
@@ -19,20 +19,14 @@ _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
 _EXCERPT = 200
 
 
-async def run_http(
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    limit: float | None,
-    cancel: asyncio.Event | None,
-    resources: ToolResources,
-) -> bytes:
+async def run_http(call: ToolCall) -> bytes:
     """``{"status", "headers", "data"}``, bounded by the smaller of the call's timeout and the
     tool's own ``timeout``."""
-    own = tool.get("timeout")
+    own, limit = call.tool.get("timeout"), call.limit
     if own is not None:
         own = fields.seconds(own, "http timeout")
         limit = own if limit is None else min(own, limit)
-    return result_json(await limited(_request(tool, args, resources), limit, cancel))
+    return result_json(await limited(_request(call.tool, call.args, call.resources), limit, call.cancel))
 
 
 def _param_value(v: Any) -> str | int | float | list[str | int | float] | None:

@@ -10,24 +10,18 @@ import signal
 from typing import Any
 
 from actors.tools import fields
+from actors.tools.call import ToolCall
 from actors.tools.failures import ToolFailure, result_json
 from actors.tools.limits import limited, wait_quietly
-from actors.tools.resources import ToolResources
 
 __all__ = ["run_shell"]
 
 _EXCERPT = 200
 
 
-async def run_shell(
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    limit: float | None,
-    cancel: asyncio.Event | None,
-    resources: ToolResources,
-) -> bytes:
+async def run_shell(call: ToolCall) -> bytes:
     """``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``."""
-    return result_json(await limited(_shell(tool, args), limit, cancel))
+    return result_json(await limited(_shell(call.tool, call.args), call.limit, call.cancel))
 
 
 _ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
