@@ -96,7 +96,7 @@ async def result_message(js: JetStreamContext, msg: CallDone | CallError, *, lim
     value = encode(msg.result)
     if len(value) > cap:
         error = ErrorInfo(type="ValueTooLarge", message=f"step '{msg.step}': {too_large('result', len(value), cap)}")
-        return encode(_as_error(msg, error))
+        return encode(msg.failed(error))
     key = blob_key(msg.execution_id, "result", msg.command_id, data=value)
     await put_blob(js, key, value)
     stub = msgspec.structs.replace(msg, result=None, result_ref=key)
@@ -111,29 +111,10 @@ async def resolve_result(js: JetStreamContext, msg: CallDone) -> CallDone | Call
     try:
         msg.result = await get_blob(js, msg.result_ref)
     except BLOB_MISSING:
-        return _as_error(
-            msg,
-            ErrorInfo(
-                type="ValueMissing",
-                message=(f"step '{msg.step}': result blob {msg.result_ref} not found (expired or removed)"),
-            ),
-        )
+        missing = f"step '{msg.step}': result blob {msg.result_ref} not found (expired or removed)"
+        return msg.failed(ErrorInfo(type="ValueMissing", message=missing))
     msg.result_ref = None
     return msg
-
-
-def _as_error(msg: CallDone, error: ErrorInfo) -> CallError:
-    return CallError(
-        execution_id=msg.execution_id,
-        command_id=msg.command_id,
-        step=msg.step,
-        error=error,
-        attempt_number=msg.attempt_number,
-        started_at=msg.started_at,
-        ended_at=msg.ended_at,
-        worker=msg.worker,
-        iteration_index=msg.iteration_index,
-    )
 
 
 async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int, cap: int) -> bytes:

@@ -96,6 +96,20 @@ class CallDone(_Wire, tag="call.done", tag_field="type"):
     iteration_index: int | None = None  # set for one iteration of a loop
     result_ref: str | None = None  # a result too large for a message: a blob, read back before folding
 
+    def failed(self, error: ErrorInfo) -> CallError:
+        """The same command's answer as an error instead (its result could not be used)."""
+        return CallError(
+            execution_id=self.execution_id,
+            command_id=self.command_id,
+            step=self.step,
+            error=error,
+            attempt_number=self.attempt_number,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            worker=self.worker,
+            iteration_index=self.iteration_index,
+        )
+
 
 class CallError(_Wire, tag="call.error", tag_field="type"):
     execution_id: str

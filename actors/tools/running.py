@@ -265,19 +265,7 @@ class CommandRunner:
         self, cmd: Command, started: float, ended: float, *, result: Any, error: ErrorInfo | None
     ) -> CallDone | CallError:
         """`cmd`'s `call.error` (with `error`), else its `call.done` (with `result`)."""
-        if error:
-            return CallError(
-                execution_id=cmd.execution_id,
-                command_id=cmd.command_id,
-                step=cmd.step,
-                attempt_number=cmd.attempt_number,
-                started_at=started,
-                ended_at=ended,
-                worker=self.name,
-                iteration_index=cmd.iteration_index,
-                error=error,
-            )
-        return CallDone(
+        done = CallDone(
             execution_id=cmd.execution_id,
             command_id=cmd.command_id,
             step=cmd.step,
@@ -286,8 +274,9 @@ class CommandRunner:
             ended_at=ended,
             worker=self.name,
             iteration_index=cmd.iteration_index,
-            result=result,
+            result=result if error is None else None,
         )
+        return done if error is None else done.failed(error)
 
     async def _publish_result(self, cmd: Command, payload: bytes) -> None:
         """Wait for the PubAck (pipelined with every other command's result). A result
