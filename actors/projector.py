@@ -3,7 +3,9 @@
 It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
 events never reach it, so none of them can decide an execution's status (seed 001).
 States only move forward (PENDING < RUNNING < terminal) and a terminal state never
-changes: each write is a compare-and-set on the key's revision.
+changes: each write is a compare-and-set on the key's revision. Before it creates an
+execution's status it appends the execution's entry to stream INDEX (start order), which
+`Client.list` reads backwards.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from actors.events import (
 )
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
-from actors.natsio import dead_letter
-from actors.wire import ExecutionStatus, encode, status_decoder
+from actors.natsio import dead_letter, publish_all
+from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
+from streams.ids import index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
+from streams.subjects import index_subject
 
 log = logging.getLogger("actors.projector")
 
@@ -67,6 +71,8 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
         if new.playbook is None:
             new.playbook = data.playbook
         started = data.started_at
+    if isinstance(data, PlaybookInitializedData) and new.version is None:
+        new.version = data.version
     if new.started_at is None:
         new.started_at = float(started) if started is not None else ev.at
     if RANK[target] == 2:
@@ -159,6 +165,8 @@ class Projector:
                 return
             try:
                 if revision is None:
+                    # the index entry first: every status then has one (a re-send is dropped by its id)
+                    await self._index(new)
                     written = await kv.create(eid, encode(new))
                 else:
                     written = await kv.update(eid, encode(new), last=revision)
@@ -171,6 +179,17 @@ class Projector:
                 log.info("execution %s %s", eid, new.state)
             return
         raise RuntimeError(f"status of {eid}: too many concurrent updates")
+
+    async def _index(self, status: ExecutionStatus) -> None:
+        entry = IndexEntry(
+            execution_id=status.execution_id,
+            playbook=status.playbook,
+            version=status.version,
+            started_at=status.started_at,
+        )
+        await publish_all(
+            self.js, [(index_subject(status.execution_id), encode(entry), index_entry_id(status.execution_id))]
+        )
 
     def _remember(self, eid: str, status: ExecutionStatus, revision: int) -> None:
         self._known[eid] = (status, revision)

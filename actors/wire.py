@@ -343,9 +343,24 @@ class ExecutionStatus(_Wire):
     # a failed execution's error, copied from `playbook.failed`: its root cause (type,
     # message, step) and every failed step (decide.execution_error)
     error: dict[str, Any] | None = None
+    version: int | None = None  # the catalog version it runs (from `playbook.initialized`)
 
 
 status_decoder = msgspec.json.Decoder(ExecutionStatus)
+
+
+class IndexEntry(_Wire):
+    """An execution's entry in stream INDEX (`index.<execution_id>`): written once by the
+    projector when it first records the execution's status, so reading the stream
+    backwards gives the newest executions first without reading the status bucket."""
+
+    execution_id: str
+    playbook: str | None = None
+    version: int | None = None
+    started_at: float | None = None
+
+
+index_decoder = msgspec.json.Decoder(IndexEntry)
 
 
 # --- dead letters ----------------------------------------------------------------------

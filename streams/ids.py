@@ -92,6 +92,12 @@ def timer_id_msg(owner: str, timer_id: str) -> str:
     return f"{owner}:timer:{timer_id}"
 
 
+def index_entry_id(execution_id: str) -> str:
+    """An execution's entry in stream INDEX: one per execution, whichever projector pod
+    (or re-delivery) writes it."""
+    return f"{execution_id}:index"
+
+
 def dead_letter_id(source: str, stream: str, seq: int) -> str:
     """The dead letter for message `seq` of `stream`: whoever gives up on it (the actor
     on its last delivery, the max-deliveries watcher after it), and however often, one

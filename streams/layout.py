@@ -23,6 +23,9 @@ whatever the number of executions) and lets issue 6 move partitions between pods
 tool actors, competing consumers per kind. A command's result goes to
 ``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START (work queue): start messages.
 ``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
+``index.<execution_id>`` in stream INDEX: one entry per execution (playbook, version,
+start time), appended by the status projector when it first records the execution, so
+the newest executions are the stream's last messages (`actors-cli list`).
 
 ``loop.<partition>.<execution_id>.<loop_id>.<class>.<type>`` in stream LOOP: one loop's
 own log, read by the counter actor, never by the engine: the spec (``in.spec``),
@@ -50,6 +53,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from streams.subjects import (
     EV,
     IN,
+    INDEX_FILTER,
     LC,
     LIFECYCLE_FILTER,
     SCH,
@@ -81,6 +85,7 @@ START_STREAM = "START"
 DLQ_STREAM = "DLQ"
 STATUS_BUCKET = "status"
 CATALOG_BUCKET = "catalog"
+INDEX_STREAM = "INDEX"
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -210,6 +215,14 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             subjects=["dlq.>"],
             retention=api.RetentionPolicy.LIMITS,
             max_age=layout.exec_max_age,
+            **common,  # type: ignore[arg-type]
+        ),
+        api.StreamConfig(
+            name=INDEX_STREAM,
+            description="one entry per execution in start order, by the status projector (actors-cli list)",
+            subjects=[INDEX_FILTER],
+            retention=api.RetentionPolicy.LIMITS,  # kept as long as the statuses (no age limit)
+            max_msgs_per_subject=1,  # one entry per execution, even re-sent past the duplicate window
             **common,  # type: ignore[arg-type]
         ),
     ]
@@ -344,6 +357,7 @@ __all__ = [
     "EXECUTION_ID",
     "EXEC_STREAM",
     "IN",
+    "INDEX_STREAM",
     "LC",
     "LOOP_STREAM",
     "OWNERS_BUCKET",

@@ -248,6 +248,31 @@ def progress_subject(execution_id: str) -> str:
     return f"progress.{execution_id}"
 
 
+INDEX_FILTER = "index.>"
+
+
+def index_subject(execution_id: str) -> str:
+    """Stream INDEX: one entry per execution, written by the projector when it first
+    records the execution's status, so the stream's order is the executions' start order
+    (`actors-cli list` reads it backwards)."""
+    return f"index.{execution_id}"
+
+
+def kv_stream(bucket: str) -> str:
+    """The stream under a KV bucket."""
+    return f"KV_{bucket}"
+
+
+def kv_key_subject(bucket: str, key: str) -> str:
+    """The subject of one key of a KV bucket in its stream (a put is a publish to it)."""
+    return f"$KV.{bucket}.{key}"
+
+
+def direct_get_subject(stream: str) -> str:
+    """JetStream's direct-get API of a stream (batched gets: actors/natsio/batchget.py)."""
+    return f"$JS.API.DIRECT.GET.{stream}"
+
+
 def deliver_subject(consumer: str) -> str:
     """Push consumers deliver here; actors subscribe with queue group = consumer name,
     so several pods may share one consumer (leases narrow that to one owner)."""

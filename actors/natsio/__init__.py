@@ -9,6 +9,7 @@ dead-lettering, message metadata. One module per idea:
 * `metadata`: a message's stream sequence, deliveries and log time
 * `replay`: is an output already in the streams (`has_message`, `command_sent`)
 * `schedules`: the headers of a durable timer (a scheduled message)
+* `batchget`: many stored messages in one request (a batched direct get)
 * `private`: every use of a private name of nats-py
 
 The names below are what the rest of the tree imports from `actors.natsio`."""

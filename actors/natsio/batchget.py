@@ -1,0 +1,59 @@
+"""Many stored messages in one request: JetStream's batched direct get (ADR-31), which
+nats-py does not wrap. One request to `$JS.API.DIRECT.GET.<stream>` and the server
+answers with one message per stored message, then an end-of-batch status (204). The
+stream must allow direct gets (ours do: streams/layout.py `allow_direct`).
+
+`from_sequence`: up to `count` messages from a sequence on, at most MAX_BATCH a
+request: no consumer to create and delete, as an ordered consumer would need.
+"""
+
+from __future__ import annotations
+
+import json
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from streams.subjects import direct_get_subject
+
+MAX_BATCH = 1000  # the server's limit on `batch`
+END_OF_BATCH = "204"
+NOT_FOUND = "404"
+STATUS = "Status"
+SEQUENCE = "Nats-Sequence"
+REPLY_TIMEOUT = 5.0  # seconds between two messages of a batch before it is given up
+
+
+class BatchGetFailed(Exception):
+    """The server answered a batched get with an error status."""
+
+
+async def from_sequence(nc: NATS, stream: str, seq: int, count: int) -> list[tuple[int, bytes]]:
+    """(sequence, data) of up to `count` messages stored at `seq` or after, in order."""
+    out: list[tuple[int, bytes]] = []
+    while count > 0:
+        got = await _batch(nc, stream, {"seq": seq, "batch": min(count, MAX_BATCH)})
+        if not got:
+            return out
+        out.extend((int(m.headers[SEQUENCE]), m.data) for m in got if m.headers)
+        seq, count = out[-1][0] + 1, count - len(got)
+    return out
+
+
+async def _batch(nc: NATS, stream: str, request: dict[str, object]) -> list[Msg]:
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish(direct_get_subject(stream), json.dumps(request).encode(), reply=inbox)
+        out: list[Msg] = []
+        while True:
+            msg = await sub.next_msg(timeout=REPLY_TIMEOUT)
+            status = (msg.headers or {}).get(STATUS)
+            if status == END_OF_BATCH or status == NOT_FOUND:
+                return out
+            if status is not None:
+                desc = (msg.headers or {}).get("Description", "")
+                raise BatchGetFailed(f"direct get from {stream}: {status} {desc}".strip())
+            out.append(msg)
+    finally:
+        await sub.unsubscribe()
