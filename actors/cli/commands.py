@@ -109,7 +109,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 print_error(f"execution {args.execution_id}: not finished after {args.timeout:g}s")
                 return EXIT_TIMEOUT
         assert st is not None
-        (print_json(status_row(st)) if args.json else print_status(st))
+        running = [] if st.state in TERMINAL_STATES else await client.running_steps(args.execution_id)
+        (print_json({**status_row(st), "running_steps": running}) if args.json else print_status(st, running))
         return STATE_EXIT.get(st.state, EXIT_OK)
 
 

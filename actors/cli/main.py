@@ -23,6 +23,7 @@ from actors.cli.commands import (
     cmd_validate,
 )
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
+from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
 from actors.cli.output import print_error
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
@@ -120,6 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("execution_id")
     sp.add_argument("--reason")
 
+    sp = with_timeout(with_nats(sub.add_parser("list", help="executions, newest first")))
+    sp.add_argument("--state", help="only executions in this state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)")
+    sp.add_argument("--playbook", help="only executions of this catalog path")
+    sp.add_argument("--since", help="only executions started since: a duration back (30m, 1h, 2d) or an ISO time")
+    sp.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    sp = with_timeout(with_nats(sub.add_parser("result", help="a finished execution's result, or its error")))
+    sp.add_argument("execution_id")
+    sp.add_argument("--json", action="store_true", help='{"execution_id", "state", "result", "error", "reason"}')
+
+    sp = with_timeout(with_nats(sub.add_parser("playbooks", help="the catalog: every playbook and its versions")))
+    sp.add_argument("--json", action="store_true", help="one JSON object per playbook")
+
     sp = sub.add_parser("validate", help="check playbooks; report every error")
     sp.add_argument("files", nargs="+")
     sp.add_argument("--json", action="store_true")
@@ -137,6 +152,9 @@ ASYNC = {
     "status": cmd_status,
     "events": cmd_events,
     "cancel": cmd_cancel,
+    "list": cmd_list,
+    "result": cmd_result,
+    "playbooks": cmd_playbooks,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 

@@ -58,11 +58,14 @@ def status_row(st: Any) -> dict[str, Any]:
     return row
 
 
-def print_status(st: Any) -> None:
+def print_status(st: Any, running: list[str] | None = None) -> None:
+    """The status, the steps running now (when there are), and a failure's root cause."""
     d = status_row(st)
-    for k in ("execution_id", "state", "playbook", "started_at", "ended_at", "terminal_event"):
+    for k in ("execution_id", "state", "playbook", "version", "started_at", "ended_at", "terminal_event"):
         v = d.get(k)
         print(f"{k:15} {_ts(v) if k.endswith('_at') else (v if v is not None else '-')}")
+    if running:
+        print(f"{'running':15} {', '.join(running)}")
     if d.get("error"):
         print(f"{'error':15} {error_line(d['error'])}")
 

@@ -18,24 +18,31 @@ One module per idea:
 * `session`: what every call shares (connection, timeout, ride-out, publish with its id)
 * `writing`: register, start (`StartOutcome`), cancel, and whether an execution exists
 * `reading`: status, wait, follow, events, result, iterations, progress, dead letters
+* `listing`: executions newest first (`list`, from stream INDEX) and the catalog (`playbooks`)
+* `outcome`: what `result(ID)` raises for an execution without a result; running steps
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
+from actors.client.listing import Lister
 from actors.client.logview import LogItem, log_items
+from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.reading import Reader
 from actors.client.writing import StartOutcome, Writer
 
 
-class Client(Writer, Reader):
+class Client(Writer, Reader, Lister):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
 
 __all__ = [
     "Client",
+    "ExecutionFailed",
+    "ExecutionNotFinished",
+    "ExecutionNotFound",
     "InvalidExecutionId",
     "LogItem",
     "StartOutcome",

@@ -15,8 +15,10 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from actors.blobs import get_blob
 from actors.client.checks import check_execution_id
 from actors.client.logview import LogItem, dead_letter_items, log_items
+from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
+from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
-from actors.events import TERMINAL_EVENTS, TERMINAL_STATES
+from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
 from actors.natsio import log_time, stream_seq
 from actors.wire import (
     CallDone,
@@ -115,13 +117,46 @@ class Reader(Session):
         )
         return items
 
-    async def result(self, terminal: LogItem) -> Any:
-        """An execution's result from its terminal lifecycle event, read from the blob
-        store when it was too large to travel in the event."""
-        ref = terminal.data.get("result_ref")
+    async def result(self, execution: str | LogItem) -> Any:
+        """An execution's result: given its id, the result of a COMPLETED execution;
+        ExecutionFailed for a FAILED or CANCELLED one (its `error`: the root cause type,
+        message and step), ExecutionNotFinished while it runs, ExecutionNotFound for an
+        unknown id. Given its terminal lifecycle event (a LogItem), that event's result.
+        A result too large to travel in the event is read from the blob store."""
+        if isinstance(execution, str):
+            status, terminal = await self.terminal(execution)
+            if status.state != ExecState.COMPLETED:
+                raise ExecutionFailed(status, None if terminal is None else terminal.data.get("reason"))
+            if terminal is None:
+                return None
+            execution = terminal
+        ref = execution.data.get("result_ref")
         if ref:
             return await self._ride(f"reading result {ref}", lambda: get_blob(self.js, ref))
-        return terminal.data.get("result")
+        return execution.data.get("result")
+
+    async def terminal(self, execution_id: str) -> tuple[ExecutionStatus, LogItem | None]:
+        """A finished execution's status and its terminal lifecycle event (None if the
+        log no longer holds it); ExecutionNotFinished or ExecutionNotFound otherwise."""
+        status = await self.status(execution_id)
+        if status is None:
+            raise ExecutionNotFound(f"no execution {execution_id!r} (not started, or not projected yet)")
+        if status.state not in TERMINAL_STATES or status.terminal_event is None:
+            raise ExecutionNotFinished(status)
+        subject = self.layout.execution(execution_id).lifecycle(status.terminal_event)
+        try:
+            msg = await self._ride(
+                f"reading the end of execution {execution_id}",
+                lambda: self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True),
+            )
+        except NotFoundError:
+            return status, None
+        items = log_items(subject, msg.data or b"", msg.seq or 0, 0.0)
+        return status, items[0] if items else None
+
+    async def running_steps(self, execution_id: str) -> list[str]:
+        """The steps of the execution entered and not exited yet (from its log)."""
+        return steps_running(await self.events(execution_id))
 
     async def iterations(self, execution_id: str) -> list[CallDone | CallError | ChunkDone]:
         """Every iteration result of the execution's loops (the counter's logs, not the

@@ -1,0 +1,119 @@
+"""The calls of a `Client` that list: executions, newest first (`list`), and the playbook
+catalog (`playbooks`).
+
+Executions are listed from stream INDEX, not from the status bucket: the projector
+appends one entry per execution when it first records its status, so the newest
+executions are the stream's last messages. `list` reads the stream backwards, a window
+of entries at a time (each window twice as large as the one before), and reads the
+status of only the executions it needs, so `list --limit 50` costs the same with 1,000 or
+100,000 executions (bench/list.py). A window of entries is one batched direct
+get (actors/natsio/batchget.py); its statuses are read at once.
+A filter that matches few of them (`state`, `playbook`) reads further back until it
+has `limit` of them or the stream's start; a `since` stops at the first entry that started before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import re
+
+import msgspec
+from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.kv import KeyValue
+
+from actors.client.session import Session
+from actors.natsio.batchget import from_sequence
+from actors.wire import CatalogEntry, ExecutionStatus, IndexEntry, index_decoder, status_decoder
+from streams.layout import CATALOG_BUCKET, INDEX_STREAM, STATUS_BUCKET
+
+FIRST_WINDOW = 64  # index entries read in the first window (at least twice the limit)
+_catalog_entry = msgspec.json.Decoder(CatalogEntry)
+_VERSION_KEY = re.compile(r"^(?P<path>.+)\.v(?P<version>[0-9]+)$")
+
+
+class Lister(Session):
+    """Executions newest first, and the catalog."""
+
+    async def list(
+        self,
+        *,
+        state: str | None = None,
+        playbook: str | None = None,
+        since: float | None = None,
+        limit: int = 50,
+    ) -> builtins.list[ExecutionStatus]:
+        """Up to `limit` executions, newest first: those in `state` (RUNNING, COMPLETED,
+        ...) running `playbook` (its catalog path) that started at or after `since`
+        (seconds since the epoch). Each is its current status (the projector's);
+        executions started before the index existed are not listed."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        return await self._ride("listing executions", lambda: self._list_once(state, playbook, since, limit))
+
+    async def _list_once(
+        self, state: str | None, playbook: str | None, since: float | None, limit: int
+    ) -> builtins.list[ExecutionStatus]:
+        try:
+            info = await self.nc.jsm().stream_info(INDEX_STREAM)
+        except NotFoundError:
+            return []
+        first, hi = info.state.first_seq, info.state.last_seq
+        found: builtins.list[ExecutionStatus] = []
+        window = max(FIRST_WINDOW, 2 * limit)
+        while info.state.messages and hi >= first:
+            lo = max(first, hi - window + 1)
+            entries = [e for e in reversed(await self._index_window(lo, hi)) if _wanted(e, playbook)]
+            older = since is not None and any(e.started_at is not None and e.started_at < since for e in entries)
+            if since is not None:
+                entries = [e for e in entries if e.started_at is None or e.started_at >= since]
+            if state is None:
+                entries = entries[: limit - len(found)]  # every one qualifies: read no more statuses than needed
+            for st in await self._statuses([e.execution_id for e in entries]):
+                if state is None or st.state == state:
+                    found.append(st)
+            if len(found) >= limit or older:
+                break
+            hi, window = lo - 1, window * 2
+        found.sort(key=lambda s: s.started_at or 0.0, reverse=True)  # the projectors' order is nearly theirs
+        return found[:limit]
+
+    async def _index_window(self, lo: int, hi: int) -> builtins.list[IndexEntry]:
+        """The index entries stored at sequences lo..hi, in stream order."""
+        got = await from_sequence(self.nc, INDEX_STREAM, lo, hi - lo + 1)
+        return [index_decoder.decode(data) for seq, data in got if seq <= hi]
+
+    async def _statuses(self, execution_ids: builtins.list[str]) -> builtins.list[ExecutionStatus]:
+        """The statuses of these executions, in their order, read at once; one the
+        projector has not created yet (it writes the index entry first) is left out.
+        (A batched get measured no faster than these gets: the cost is per message.)"""
+        kv = await self.js.key_value(STATUS_BUCKET)
+        got = await asyncio.gather(*(_status(kv, eid) for eid in execution_ids))
+        return [st for st in got if st is not None]
+
+    async def playbooks(self) -> builtins.list[CatalogEntry]:
+        """Every registered version of every playbook, by path then version (the
+        entries carry their source too)."""
+        return await self._ride("reading the catalog", self._playbooks_once)
+
+    async def _playbooks_once(self) -> builtins.list[CatalogEntry]:
+        kv = await self.js.key_value(CATALOG_BUCKET)
+        try:
+            keys = [k for k in await kv.keys() if _VERSION_KEY.match(k)]
+        except NoKeysError:
+            return []
+        values = await asyncio.gather(*(kv.get(k) for k in keys))
+        entries = [_catalog_entry.decode(v.value or b"") for v in values]
+        return sorted(entries, key=lambda e: (e.path, e.version))
+
+
+def _wanted(entry: IndexEntry, playbook: str | None) -> bool:
+    return playbook is None or (entry.playbook or "").strip("/") == playbook.strip("/")
+
+
+async def _status(kv: KeyValue, execution_id: str) -> ExecutionStatus | None:
+    try:
+        entry = await kv.get(execution_id)
+    except KeyNotFoundError:
+        return None
+    return status_decoder.decode(entry.value or b"")
