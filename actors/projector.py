@@ -4,7 +4,8 @@ It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
 events never reach it, so none of them can decide an execution's status (seed 001).
 States only move forward (PENDING < RUNNING < terminal) and a terminal state never
 changes: each write is a compare-and-set on the key's revision. Before it creates an
-execution's status it appends the execution's entry to stream INDEX (start order), which
+execution's status it appends the execution's entry to stream INDEX (start order), and
+after it records a terminal state the final status (`index.end.<state>.<id>`), which
 `Client.list` reads backwards.
 """
 
@@ -36,9 +37,9 @@ from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter, publish_all
 from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
-from streams.ids import index_entry_id
+from streams.ids import index_end_id, index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
-from streams.subjects import index_subject
+from streams.subjects import index_end_subject, index_subject
 
 log = logging.getLogger("actors.projector")
 
@@ -158,6 +159,8 @@ class Projector:
                     current, revision = None, None
             new = project(current, ev)
             if new is None:
+                if current is not None and current.terminal_event == ev.type:
+                    await self._index_end(current)  # again: a crash may have come between status and index
                 state = current.state if current else ExecState.PENDING
                 observe_lifecycle(execution_id=eid, event_type=ev.type, state=state, changed=False)
                 if current is not None and revision is not None:
@@ -174,6 +177,8 @@ class Projector:
                 known = None  # another writer got there first; read and decide again
                 continue
             self._remember(eid, new, written)
+            if new.terminal_event:
+                await self._index_end(new)  # after the compare-and-set: only the state that won
             observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
             if new.terminal_event:
                 log.info("execution %s %s", eid, new.state)
@@ -190,6 +195,10 @@ class Projector:
         await publish_all(
             self.js, [(index_subject(status.execution_id), encode(entry), index_entry_id(status.execution_id))]
         )
+
+    async def _index_end(self, status: ExecutionStatus) -> None:
+        eid = status.execution_id
+        await publish_all(self.js, [(index_end_subject(status.state, eid), encode(status), index_end_id(eid))])
 
     def _remember(self, eid: str, status: ExecutionStatus, revision: int) -> None:
         self._known[eid] = (status, revision)

@@ -98,6 +98,11 @@ def index_entry_id(execution_id: str) -> str:
     return f"{execution_id}:index"
 
 
+def index_end_id(execution_id: str) -> str:
+    """An execution's final status in stream INDEX: one per execution (a terminal state never changes)."""
+    return f"{execution_id}:index:end"
+
+
 def dead_letter_id(source: str, stream: str, seq: int) -> str:
     """The dead letter for message `seq` of `stream`: whoever gives up on it (the actor
     on its last delivery, the max-deliveries watcher after it), and however often, one

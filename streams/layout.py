@@ -23,9 +23,10 @@ whatever the number of executions) and lets issue 6 move partitions between pods
 tool actors, competing consumers per kind. A command's result goes to
 ``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START (work queue): start messages.
 ``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
-``index.<execution_id>`` in stream INDEX: one entry per execution (playbook, version,
-start time), appended by the status projector when it first records the execution, so
-the newest executions are the stream's last messages (`actors-cli list`).
+``index.start.<execution_id>`` in stream INDEX: one entry per execution (playbook,
+version, start time), appended by the status projector when it first records the
+execution, so the newest executions are the stream's last messages; and
+``index.end.<state>.<execution_id>``, its final status once terminal (`actors-cli list`).
 
 ``loop.<partition>.<execution_id>.<loop_id>.<class>.<type>`` in stream LOOP: one loop's
 own log, read by the counter actor, never by the engine: the spec (``in.spec``),
@@ -222,7 +223,7 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             description="one entry per execution in start order, by the status projector (actors-cli list)",
             subjects=[INDEX_FILTER],
             retention=api.RetentionPolicy.LIMITS,  # kept as long as the statuses (no age limit)
-            max_msgs_per_subject=1,  # one entry per execution, even re-sent past the duplicate window
+            max_msgs_per_subject=1,  # one entry of each kind per execution, even re-sent past the duplicate window
             **common,  # type: ignore[arg-type]
         ),
     ]

@@ -253,9 +253,22 @@ INDEX_FILTER = "index.>"
 
 def index_subject(execution_id: str) -> str:
     """Stream INDEX: one entry per execution, written by the projector when it first
-    records the execution's status, so the stream's order is the executions' start order
-    (`actors-cli list` reads it backwards)."""
-    return f"index.{execution_id}"
+    records the execution's status, so these subjects are in start order
+    (`actors-cli list` reads them backwards)."""
+    return f"index.start.{execution_id}"
+
+
+INDEX_STARTS = "index.start.*"
+
+
+def index_end_subject(state: str, execution_id: str) -> str:
+    """Stream INDEX: an execution's final status, written by the projector once it has
+    recorded a terminal state, so `list --state FAILED` reads only failed executions."""
+    return f"index.end.{state}.{execution_id}"
+
+
+def index_ends(state: str) -> str:
+    return f"index.end.{state}.*"
 
 
 def kv_stream(bucket: str) -> str:

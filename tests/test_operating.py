@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from actors.client import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
-from actors.events import ExecState
+from actors.events import ExecState, PlaybookFailedData, make_event
+from actors.projector import Projector
 from actors.wire import ExecutionStatus, IndexEntry, encode
 from streams import ids
-from streams.subjects import index_subject
+from streams.layout import INDEX_STREAM
+from streams.subjects import index_end_subject, index_ends, index_subject
 from tests.conftest import System
 from tests.test_cli import cli
 
@@ -100,28 +102,32 @@ async def test_list_refuses_bad_filters_in_one_line(system: System) -> None:
 
 
 async def test_list_reads_back_past_the_first_window_for_a_rare_state(system: System) -> None:
-    """300 executions, the only FAILED one the oldest: the filter reads windows further
-    back until it finds it (statuses and index entries written directly, as the bench does)."""
+    """300 executions, the only FAILED one the oldest, the only RUNNING one the next: each
+    filter reads windows further back until it finds them (index entries and statuses
+    written directly, as the projector writes them, as the bench does)."""
     kv = await system.nc.jetstream().key_value("status")
     js, t0 = system.nc.jetstream(), time.time() - 1000
     for i in range(300):
         eid, at = f"many-{i}", t0 + i
+        state = {0: ExecState.FAILED, 1: ExecState.RUNNING}.get(i, ExecState.COMPLETED)
+        ended = None if state == ExecState.RUNNING else at + 1
         st = ExecutionStatus(
-            execution_id=eid,
-            state=ExecState.FAILED if i == 0 else ExecState.COMPLETED,
-            playbook="ops/many",
-            version=1,
-            started_at=at,
-            ended_at=at + 1,
+            execution_id=eid, state=state, playbook="ops/many", version=1, started_at=at, ended_at=ended
         )
         entry = IndexEntry(execution_id=eid, playbook="ops/many", version=1, started_at=at)
         await js.publish(index_subject(eid), encode(entry), headers={"Nats-Msg-Id": ids.index_entry_id(eid)})
         await kv.put(eid, encode(st))
-    failed = await system.client.list(state="FAILED")
-    assert [s.execution_id for s in failed] == ["many-0"]
+        if ended is not None:
+            await js.publish(index_end_subject(state, eid), encode(st), headers={"Nats-Msg-Id": ids.index_end_id(eid)})
+    assert [s.execution_id for s in await system.client.list(state="FAILED")] == ["many-0"]
+    assert [s.execution_id for s in await system.client.list(state="RUNNING")] == ["many-1"]
+    completed = await system.client.list(state="COMPLETED", playbook="ops/many", limit=3)
+    assert [s.execution_id for s in completed] == ["many-299", "many-298", "many-297"]
     newest = await system.client.list(playbook="ops/many", limit=5)
     assert [s.execution_id for s in newest] == [f"many-{i}" for i in (299, 298, 297, 296, 295)]
     assert len(await system.client.list(limit=1000)) == 300
+    assert len(await system.client.list(state="COMPLETED", limit=1000)) == 298
+    assert await system.client.list(state="FAILED", since=t0 + 10) == []
 
 
 async def test_result_of_completed_failed_running_cancelled_and_unknown(system: System) -> None:
@@ -217,3 +223,35 @@ async def test_playbooks_lists_every_path_with_its_versions(system: System, tmp_
     code, out, _ = await cli("playbooks", env=env_of(system))
     lines = out.splitlines()
     assert code == 0 and [ln.split()[:2] for ln in lines[1:]] == [["ops/fails", "1"], ["ops/ok", "1"], ["ops/ok", "2"]]
+
+
+async def test_a_terminal_event_delivered_again_restores_a_lost_final_index_entry(system: System) -> None:
+    """A projector that crashed between the terminal status and its index entry: the
+    status is FAILED, the entry was never written. The event comes again; the status no
+    longer changes, but the entry is written (once)."""
+    js, kv = system.nc.jetstream(), await system.nc.jetstream().key_value("status")
+    error = {"type": "ValueError", "message": "no good", "step": "boom", "failed_steps": ["boom"]}
+    st = ExecutionStatus(
+        execution_id="lost-end",
+        state=ExecState.FAILED,
+        playbook="ops/fails",
+        started_at=1.0,
+        ended_at=2.0,
+        terminal_event="playbook.failed",
+        error=error,
+    )
+    entry = IndexEntry(execution_id="lost-end", playbook="ops/fails", started_at=1.0)
+    await js.publish(index_subject("lost-end"), encode(entry), headers={"Nats-Msg-Id": ids.index_entry_id("lost-end")})
+    await kv.put("lost-end", encode(st))
+    assert await system.client.list(state="FAILED") == []
+
+    projector = Projector(system.nc)
+    projector._kv = kv  # driven directly: no subscription
+    data = PlaybookFailedData(playbook="ops/fails", started_at=1.0, ended_at=2.0, error=error)
+    ev = make_event(data, execution_id="lost-end", at=2.0, cause=1)
+    await projector.apply(ev)
+    await projector.apply(ev)
+    again = await system.client.list(state="FAILED")
+    assert [(s.execution_id, s.error) for s in again] == [("lost-end", error)]
+    info = await system.nc.jsm().stream_info(INDEX_STREAM, subjects_filter=index_ends("FAILED"))
+    assert info.state.subjects == {index_end_subject("FAILED", "lost-end"): 1}

@@ -8,8 +8,13 @@ of entries at a time (each window twice as large as the one before), and reads t
 status of only the executions it needs, so `list --limit 50` costs the same with 1,000 or
 100,000 executions (bench/list.py). A window of entries is one batched direct
 get (actors/natsio/batchget.py); its statuses are read at once.
-A filter that matches few of them (`state`, `playbook`) reads further back until it
-has `limit` of them or the stream's start; a `since` stops at the first entry that started before it.
+
+A terminal `state` (COMPLETED, FAILED, CANCELLED) reads instead the final statuses the
+projector appends on `index.end.<state>.<id>`: the server picks them out of each
+window, so `--state FAILED` reads only failed executions, the latest to end first
+(then sorted by start). A `playbook` filter, or PENDING/RUNNING, reads further back
+until it has `limit` of them or the stream's start; a `since` stops at the first entry
+that started (or ended) before it.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
 from nats.js.kv import KeyValue
 
 from actors.client.session import Session
+from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
-from actors.wire import CatalogEntry, ExecutionStatus, IndexEntry, index_decoder, status_decoder
+from actors.wire import CatalogEntry, ExecutionStatus, index_decoder, status_decoder
 from streams.layout import CATALOG_BUCKET, INDEX_STREAM, STATUS_BUCKET
+from streams.subjects import INDEX_STARTS, index_ends
 
 FIRST_WINDOW = 64  # index entries read in the first window (at least twice the limit)
 _catalog_entry = msgspec.json.Decoder(CatalogEntry)
@@ -61,27 +68,36 @@ class Lister(Session):
         first, hi = info.state.first_seq, info.state.last_seq
         found: builtins.list[ExecutionStatus] = []
         window = max(FIRST_WINDOW, 2 * limit)
+        final = state in TERMINAL_STATES
         while info.state.messages and hi >= first:
             lo = max(first, hi - window + 1)
-            entries = [e for e in reversed(await self._index_window(lo, hi)) if _wanted(e, playbook)]
-            older = since is not None and any(e.started_at is not None and e.started_at < since for e in entries)
-            if since is not None:
-                entries = [e for e in entries if e.started_at is None or e.started_at >= since]
-            if state is None:
-                entries = entries[: limit - len(found)]  # every one qualifies: read no more statuses than needed
-            for st in await self._statuses([e.execution_id for e in entries]):
-                if state is None or st.state == state:
-                    found.append(st)
+            if final:  # the final statuses themselves: nothing more to read
+                assert state is not None
+                got = await from_sequence(self.nc, INDEX_STREAM, lo, window, subject=index_ends(state), up_to=hi)
+                ends = [status_decoder.decode(data) for _, data in reversed(got)]
+                ends = [st for st in ends if _wanted(st.playbook, playbook)]
+                # ended before `since`: started before it too, and so did those that ended earlier
+                older = since is not None and any(st.ended_at is not None and st.ended_at < since for st in ends)
+                found += [st for st in ends if since is None or (st.started_at or 0.0) >= since]
+            else:
+                got = await from_sequence(self.nc, INDEX_STREAM, lo, window, subject=INDEX_STARTS, up_to=hi)
+                entries = [index_decoder.decode(data) for _, data in reversed(got)]
+                entries = [e for e in entries if _wanted(e.playbook, playbook)]
+                older = since is not None and any(e.started_at is not None and e.started_at < since for e in entries)
+                if since is not None:
+                    entries = [e for e in entries if e.started_at is None or e.started_at >= since]
+                if state is None:
+                    entries = entries[: limit - len(found)]  # every one qualifies: read no more statuses than needed
+                found += [
+                    st
+                    for st in await self._statuses([e.execution_id for e in entries])
+                    if state is None or st.state == state
+                ]
             if len(found) >= limit or older:
                 break
             hi, window = lo - 1, window * 2
         found.sort(key=lambda s: s.started_at or 0.0, reverse=True)  # the projectors' order is nearly theirs
         return found[:limit]
-
-    async def _index_window(self, lo: int, hi: int) -> builtins.list[IndexEntry]:
-        """The index entries stored at sequences lo..hi, in stream order."""
-        got = await from_sequence(self.nc, INDEX_STREAM, lo, hi - lo + 1)
-        return [index_decoder.decode(data) for seq, data in got if seq <= hi]
 
     async def _statuses(self, execution_ids: builtins.list[str]) -> builtins.list[ExecutionStatus]:
         """The statuses of these executions, in their order, read at once; one the
@@ -107,8 +123,8 @@ class Lister(Session):
         return sorted(entries, key=lambda e: (e.path, e.version))
 
 
-def _wanted(entry: IndexEntry, playbook: str | None) -> bool:
-    return playbook is None or (entry.playbook or "").strip("/") == playbook.strip("/")
+def _wanted(runs: str | None, playbook: str | None) -> bool:
+    return playbook is None or (runs or "").strip("/") == playbook.strip("/")
 
 
 async def _status(kv: KeyValue, execution_id: str) -> ExecutionStatus | None:

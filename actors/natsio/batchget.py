@@ -28,15 +28,23 @@ class BatchGetFailed(Exception):
     """The server answered a batched get with an error status."""
 
 
-async def from_sequence(nc: NATS, stream: str, seq: int, count: int) -> list[tuple[int, bytes]]:
-    """(sequence, data) of up to `count` messages stored at `seq` or after, in order."""
+async def from_sequence(
+    nc: NATS, stream: str, seq: int, count: int, *, subject: str | None = None, up_to: int | None = None
+) -> list[tuple[int, bytes]]:
+    """(sequence, data) of up to `count` messages stored at `seq` or after, in order:
+    only those on `subject` (wildcards allowed) when given, none after `up_to`."""
     out: list[tuple[int, bytes]] = []
     while count > 0:
-        got = await _batch(nc, stream, {"seq": seq, "batch": min(count, MAX_BATCH)})
-        if not got:
-            return out
-        out.extend((int(m.headers[SEQUENCE]), m.data) for m in got if m.headers)
-        seq, count = out[-1][0] + 1, count - len(got)
+        request: dict[str, object] = {"seq": seq, "batch": min(count, MAX_BATCH)}
+        if subject is not None:
+            request["next_by_subj"] = subject
+        got = [(int(m.headers[SEQUENCE]), m.data) for m in await _batch(nc, stream, request) if m.headers]
+        if up_to is not None:
+            got = [(s, d) for s, d in got if s <= up_to]
+        out.extend(got)
+        if len(got) < min(count, MAX_BATCH):
+            return out  # the stream (or `up_to`) ran out first
+        seq, count = got[-1][0] + 1, count - len(got)
     return out
 
 
