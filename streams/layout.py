@@ -25,8 +25,9 @@ tool actors, competing consumers per kind. A command's result goes to
 ``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
 ``index.start.<execution_id>`` in stream INDEX: one entry per execution (playbook,
 version, start time), appended by the status projector when it first records the
-execution, so the newest executions are the stream's last messages; and
-``index.end.<state>.<execution_id>``, its final status once terminal (`actors-cli list`).
+execution, so the newest executions are the stream's last messages; and in stream
+ENDED ``index.end.<state>.<execution_id>``, its final status once terminal
+(`actors-cli list`; two streams, so a burst of ends never pushes the starts apart).
 
 ``loop.<partition>.<execution_id>.<loop_id>.<class>.<type>`` in stream LOOP: one loop's
 own log, read by the counter actor, never by the engine: the spec (``in.spec``),
@@ -52,6 +53,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 # subjects are spelled in streams/subjects.py; these names are re-exported for the
 # modules that read them with the layout
 from streams.subjects import (
+    ENDED_FILTER,
     EV,
     IN,
     INDEX_FILTER,
@@ -87,6 +89,7 @@ DLQ_STREAM = "DLQ"
 STATUS_BUCKET = "status"
 CATALOG_BUCKET = "catalog"
 INDEX_STREAM = "INDEX"
+ENDED_STREAM = "ENDED"
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -223,7 +226,15 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             description="one entry per execution in start order, by the status projector (actors-cli list)",
             subjects=[INDEX_FILTER],
             retention=api.RetentionPolicy.LIMITS,  # kept as long as the statuses (no age limit)
-            max_msgs_per_subject=1,  # one entry of each kind per execution, even re-sent past the duplicate window
+            max_msgs_per_subject=1,  # one entry per execution, even re-sent past the duplicate window
+            **common,  # type: ignore[arg-type]
+        ),
+        api.StreamConfig(
+            name=ENDED_STREAM,
+            description="each execution's final status in end order, by the status projector (actors-cli list)",
+            subjects=[ENDED_FILTER],
+            retention=api.RetentionPolicy.LIMITS,  # kept as long as the statuses (no age limit)
+            max_msgs_per_subject=1,
             **common,  # type: ignore[arg-type]
         ),
     ]
@@ -354,6 +365,7 @@ __all__ = [
     "CATALOG_BUCKET",
     "CMD_STREAM",
     "DLQ_STREAM",
+    "ENDED_STREAM",
     "EV",
     "EXECUTION_ID",
     "EXEC_STREAM",

@@ -248,7 +248,8 @@ def progress_subject(execution_id: str) -> str:
     return f"progress.{execution_id}"
 
 
-INDEX_FILTER = "index.>"
+INDEX_FILTER = "index.start.>"
+ENDED_FILTER = "index.end.>"
 
 
 def index_subject(execution_id: str) -> str:
@@ -258,11 +259,8 @@ def index_subject(execution_id: str) -> str:
     return f"index.start.{execution_id}"
 
 
-INDEX_STARTS = "index.start.*"
-
-
 def index_end_subject(state: str, execution_id: str) -> str:
-    """Stream INDEX: an execution's final status, written by the projector once it has
+    """Stream ENDED: an execution's final status, written by the projector once it has
     recorded a terminal state, so `list --state FAILED` reads only failed executions."""
     return f"index.end.{state}.{execution_id}"
 

@@ -15,7 +15,7 @@ from actors.events import ExecState, PlaybookFailedData, make_event
 from actors.projector import Projector
 from actors.wire import ExecutionStatus, IndexEntry, encode
 from streams import ids
-from streams.layout import INDEX_STREAM
+from streams.layout import ENDED_STREAM
 from streams.subjects import index_end_subject, index_ends, index_subject
 from tests.conftest import System
 from tests.test_cli import cli
@@ -253,5 +253,5 @@ async def test_a_terminal_event_delivered_again_restores_a_lost_final_index_entr
     await projector.apply(ev)
     again = await system.client.list(state="FAILED")
     assert [(s.execution_id, s.error) for s in again] == [("lost-end", error)]
-    info = await system.nc.jsm().stream_info(INDEX_STREAM, subjects_filter=index_ends("FAILED"))
+    info = await system.nc.jsm().stream_info(ENDED_STREAM, subjects_filter=index_ends("FAILED"))
     assert info.state.subjects == {index_end_subject("FAILED", "lost-end"): 1}

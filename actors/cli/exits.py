@@ -7,7 +7,8 @@ Exit codes:
   2  CANCELLED
   3  invalid input or usage: a bad playbook, payload or execution id, a value over the
      message limit, an unknown execution, a port already in use
-  4  timeout: the execution (run, status --watch) did not end within --timeout
+  4  timeout: the execution (run, status --watch) did not end within --timeout;
+     result of an execution still running
   5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
      also an embedded nats-server that could not start
   130 interrupted (Ctrl-C)

@@ -9,9 +9,9 @@ status of only the executions it needs, so `list --limit 50` costs the same with
 100,000 executions (bench/list.py). A window of entries is one batched direct
 get (actors/natsio/batchget.py); its statuses are read at once.
 
-A terminal `state` (COMPLETED, FAILED, CANCELLED) reads instead the final statuses the
-projector appends on `index.end.<state>.<id>`: the server picks them out of each
-window, so `--state FAILED` reads only failed executions, the latest to end first
+A terminal `state` (COMPLETED, FAILED, CANCELLED) reads instead stream ENDED, the final
+statuses the projector appends on `index.end.<state>.<id>`: the server picks them out
+of each window, so `--state FAILED` reads only failed executions, the latest to end first
 (then sorted by start). A `playbook` filter, or PENDING/RUNNING, reads further back
 until it has `limit` of them or the stream's start; a `since` stops at the first entry
 that started (or ended) before it.
@@ -31,8 +31,8 @@ from actors.client.session import Session
 from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
 from actors.wire import CatalogEntry, ExecutionStatus, index_decoder, status_decoder
-from streams.layout import CATALOG_BUCKET, INDEX_STREAM, STATUS_BUCKET
-from streams.subjects import INDEX_STARTS, index_ends
+from streams.layout import CATALOG_BUCKET, ENDED_STREAM, INDEX_STREAM, STATUS_BUCKET
+from streams.subjects import index_ends
 
 FIRST_WINDOW = 64  # index entries read in the first window (at least twice the limit)
 _catalog_entry = msgspec.json.Decoder(CatalogEntry)
@@ -61,26 +61,27 @@ class Lister(Session):
     async def _list_once(
         self, state: str | None, playbook: str | None, since: float | None, limit: int
     ) -> builtins.list[ExecutionStatus]:
+        final = state in TERMINAL_STATES
         try:
-            info = await self.nc.jsm().stream_info(INDEX_STREAM)
+            info = await self.nc.jsm().stream_info(ENDED_STREAM if final else INDEX_STREAM)
         except NotFoundError:
             return []
         first, hi = info.state.first_seq, info.state.last_seq
         found: builtins.list[ExecutionStatus] = []
         window = max(FIRST_WINDOW, 2 * limit)
-        final = state in TERMINAL_STATES
         while info.state.messages and hi >= first:
             lo = max(first, hi - window + 1)
             if final:  # the final statuses themselves: nothing more to read
                 assert state is not None
-                got = await from_sequence(self.nc, INDEX_STREAM, lo, window, subject=index_ends(state), up_to=hi)
+                # the server picks them out; those past `hi` (fewer than `limit`: counted already) are dropped
+                got = await from_sequence(self.nc, ENDED_STREAM, lo, window, subject=index_ends(state), up_to=hi)
                 ends = [status_decoder.decode(data) for _, data in reversed(got)]
                 ends = [st for st in ends if _wanted(st.playbook, playbook)]
                 # ended before `since`: started before it too, and so did those that ended earlier
                 older = since is not None and any(st.ended_at is not None and st.ended_at < since for st in ends)
                 found += [st for st in ends if since is None or (st.started_at or 0.0) >= since]
             else:
-                got = await from_sequence(self.nc, INDEX_STREAM, lo, window, subject=INDEX_STARTS, up_to=hi)
+                got = await from_sequence(self.nc, INDEX_STREAM, lo, hi - lo + 1, up_to=hi)
                 entries = [index_decoder.decode(data) for _, data in reversed(got)]
                 entries = [e for e in entries if _wanted(e.playbook, playbook)]
                 older = since is not None and any(e.started_at is not None and e.started_at < since for e in entries)
