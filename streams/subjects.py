@@ -6,6 +6,7 @@ why; this module only spells them.
     loop.<partition>.<execution_id>.<loop_id>.<class>.<type...>  stream LOOP
     cmd.<kind>.<execution_id>.<command_id>                       stream CMD
     start                                                        stream START
+    start.request                                                core NATS: a start asking for a reply
     dlq.<source>.<execution_id or _>                             stream DLQ
     cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
     progress.<execution_id>                                      core NATS: loop progress
@@ -21,6 +22,9 @@ from dataclasses import dataclass
 
 IN, EV, LC, SCH = "in", "ev", "lc", "sch"
 START_SUBJECT = "start"
+# a start sent as a request: core NATS, answered by a starter (not captured by START, whose
+# PubAck would otherwise be the only answer the requester gets)
+START_REQUEST_SUBJECT = "start.request"
 
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"

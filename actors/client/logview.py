@@ -59,6 +59,12 @@ def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
         return [LogItem(seq, at, cls, "undecodable", None, {"error": str(e)})]
 
 
+def dead_letter_execution(subject: str) -> str | None:
+    """The execution a dead letter is filed under (`dlq.<source>.<id>`); None for `_`."""
+    eid = subject.rsplit(".", 1)[-1]
+    return None if eid == "_" or subject.count(".") < 2 else eid
+
+
 def dead_letter_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
     try:
         d = _dead.decode(data)
@@ -69,7 +75,13 @@ def dead_letter_items(subject: str, data: bytes, seq: int, at: float) -> list[Lo
                 "dlq",
                 f"dead_letter.{d.source}",
                 None,
-                {"reason": d.reason, "subject": d.subject, "data": d.data},
+                {
+                    "reason": d.reason,
+                    "subject": d.subject,
+                    "data": d.data,
+                    "source": d.source,
+                    "execution_id": dead_letter_execution(subject),
+                },
             )
         ]
     except msgspec.DecodeError as e:
