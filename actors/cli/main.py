@@ -22,6 +22,7 @@ from actors.cli.commands import (
     cmd_status,
     cmd_validate,
 )
+from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.output import print_error
 from actors.cli.serving import cmd_dev, cmd_serve
@@ -120,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("execution_id")
     sp.add_argument("--reason")
 
+    sp = with_timeout(with_nats(sub.add_parser("deadletters", help="every actor's dead letters, newest first")))
+    sp.add_argument("--since", help="only letters from this time on: ISO 8601 (2026-11-23T22:00:00Z) or an age (2h)")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+
     sp = sub.add_parser("validate", help="check playbooks; report every error")
     sp.add_argument("files", nargs="+")
     sp.add_argument("--json", action="store_true")
@@ -137,6 +142,7 @@ ASYNC = {
     "status": cmd_status,
     "events": cmd_events,
     "cancel": cmd_cancel,
+    "deadletters": cmd_deadletters,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 
