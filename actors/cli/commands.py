@@ -13,7 +13,7 @@ import msgspec
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
 from actors.cli.inputs import checked_execution_id, payload_of, settings_of, timeout_of
-from actors.cli.live import follow_steps, progress_bars
+from actors.cli.live import ProgressBars, follow_steps, progress_bars
 from actors.cli.output import (
     error_line,
     json_text,
@@ -121,8 +121,8 @@ async def cmd_events(args: argparse.Namespace) -> int:
             print_error(f"no events for execution {args.execution_id!r}")
             return EXIT_INVALID
         if args.json:
-            for it in items:
-                print_json(it.to_dict())
+            for n, it in enumerate(items, 1):
+                print_json({"n": n, **it.to_dict()})
         else:
             print_events_table(items)
     return EXIT_OK
@@ -176,7 +176,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
             await client.register(extra)
         entry = await client.register(args.file)
         eid = eid or client.new_id()
-        bar = None if args.json else asyncio.create_task(progress_bars(client, eid))
+        bars = None if args.json else ProgressBars()
+        bar = None if bars is None else asyncio.create_task(progress_bars(client, eid, bars))
         try:
             outcome = await client.start_execution(entry.path, version=entry.version, payload=payload, execution_id=eid)
         except BaseException:
@@ -186,9 +187,16 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
         try:
-            terminal = await asyncio.wait_for(follow_steps(client, eid, quiet=args.json), args.timeout)
+            terminal = await asyncio.wait_for(follow_steps(client, eid, quiet=args.json, bars=bars), args.timeout)
             st = await client.wait(eid, timeout=10)
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us, then raises KeyboardInterrupt
+            if bars is not None:
+                bars.settle()
+            print_error(interrupted_line(eid, embedded=args_embedded(args)))
+            raise
         except TimeoutError:
+            if bars is not None:
+                bars.settle()
             if args.json:
                 print_json(
                     {
@@ -225,6 +233,24 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 print("error: " + error_line(out["error"]))
             print("result: " + json_text(out["result"], indent=True))
         return STATE_EXIT.get(st.state, EXIT_FAILED)
+
+
+def args_embedded(args: argparse.Namespace) -> bool:
+    """Whether `run` works on a server of its own (no --nats, no NATS_URL)."""
+    return settings_of(args).nats_url is None
+
+
+def interrupted_line(eid: str, *, embedded: bool) -> str:
+    """What became of an execution whose `run` was interrupted."""
+    if embedded:
+        return (
+            f"actors-cli: interrupted: execution {eid} stopped with this run's own NATS server and actors "
+            "(nothing of it is kept); use --nats URL to run executions that outlive the command"
+        )
+    return (
+        f"actors-cli: interrupted: execution {eid} goes on running; follow it with `actors-cli status {eid} "
+        f"--watch`, stop it with `actors-cli cancel {eid}`"
+    )
 
 
 async def _stop_task(task: asyncio.Task[Any] | None) -> None:
