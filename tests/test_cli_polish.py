@@ -184,3 +184,74 @@ async def test_events_numbers_each_executions_entries_from_1(tmp_path: Path) -> 
         serve.terminate()
         await asyncio.wait_for(serve.wait(), 30)
         await server.stop()
+
+
+@pytest.mark.asyncio
+async def test_validate_compiles_python_code_and_warns_on_steps_no_route_reaches(tmp_path: Path) -> None:
+    f = tmp_path / "code.yaml"
+    f.write_text("""apiVersion: actors/v1
+kind: Playbook
+metadata: {name: code}
+workflow:
+  - step: first
+    tool:
+      kind: python
+      code: |
+        def main():
+            return (1
+    next: end
+  - step: helper_only
+    tool: {kind: python, code: "def helper(): return 1"}
+  - step: orphan
+    tool: noop
+    next: helper_only
+""")
+    code, out, err = await cli("validate", str(f))
+    assert code == 3 and out == ""
+    lines = err.splitlines()
+    assert f"{f}:8: step 'first' field 'tool.code': python syntax error at line 2 of the code:" in lines[0]
+    assert lines[1] == f"{f}:13: step 'helper_only' field 'tool.code': python code defines no main(): " + (
+        "the tool calls main(**args)"
+    )
+    assert lines[2].startswith(f"{f}:12: step 'helper_only': warning: no route reaches this step")
+    assert lines[3].startswith(f"{f}:14: step 'orphan': warning: no route reaches this step")
+    code, out, _ = await cli("validate", "--json", str(f))
+    report = json.loads(out)
+    assert report["ok"] is False and len(report["errors"]) == 2
+    assert [w["step"] for w in report["warnings"]] == ["helper_only", "orphan"]
+
+    # a warning alone does not fail validation
+    f.write_text("""apiVersion: actors/v1
+kind: Playbook
+metadata: {name: code}
+workflow:
+  - step: first
+    tool: {kind: python, code: "async def main(): return 1"}
+  - step: orphan
+    tool: noop
+""")
+    code, out, err = await cli("validate", str(f))
+    assert code == 0 and f"{f}: ok" in out
+    assert "step 'orphan': warning: no route reaches this step from the first step 'first'" in err
+
+
+@pytest.mark.asyncio
+async def test_an_invalid_enum_value_lists_the_valid_ones(tmp_path: Path) -> None:
+    f = tmp_path / "enum.yaml"
+    f.write_text("""apiVersion: actors/v1
+kind: Playbook
+metadata: {name: enum}
+workflow:
+  - step: a
+    tool: noop
+    loop: {collection: "{{ [1] }}", element: x, mode: paralel}
+    on_error:
+      - decision: abrt
+""")
+    code, _, err = await cli("validate", str(f))
+    assert code == 3
+    assert f"{f}:7: step 'a' field 'loop.mode': invalid value 'paralel' (one of: async, chunked, sequential)" in err
+    assert (
+        f"{f}:9: step 'a' field 'on_error[0].decision': invalid value 'abrt' (one of: abort, cancel, handled, "
+        "ignore, none, retry, retry_later); did you mean 'abort'?"
+    ) in err

@@ -27,6 +27,9 @@ from actors.cli.output import (
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from actors.playbook.lint import lint
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
     ceiling = settings_of(args).max_attempts_ceiling
@@ -34,14 +37,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for f in args.files:
         try:
             pb = load_playbook_file(f, max_attempts=ceiling)
-            if not args.json:
+            found = lint(pb, Path(f).read_bytes().decode("utf-8-sig"), file=f)
+            bad += bool(found.errors)
+            if args.json:
+                print_json(
+                    {
+                        "file": f,
+                        "ok": not found.errors,
+                        "errors": [msgspec.to_builtins(x) for x in found.errors],
+                        "warnings": [msgspec.to_builtins(x) for x in found.warnings],
+                    }
+                )
+                continue
+            for x in [*found.errors, *found.warnings]:
+                print_error(str(x))
+            if not found.errors:
                 print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
-            else:
-                print_json({"file": f, "ok": True, "errors": []})
         except PlaybookInvalid as e:
             bad += 1
             if args.json:
-                print_json({"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors]})
+                print_json(
+                    {"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors], "warnings": []}
+                )
             else:
                 for x in e.errors:
                     print_error(str(x))
