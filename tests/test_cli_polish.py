@@ -255,3 +255,18 @@ workflow:
         f"{f}:9: step 'a' field 'on_error[0].decision': invalid value 'abrt' (one of: abort, cancel, handled, "
         "ignore, none, retry, retry_later); did you mean 'abort'?"
     ) in err
+
+
+@pytest.mark.asyncio
+async def test_schema_describes_every_field_for_editor_hover_help() -> None:
+    code, out, _ = await cli("schema")
+    assert code == 0
+    defs = json.loads(out)["$defs"]
+    undescribed = [
+        f"{name}.{prop}"
+        for name, d in defs.items()
+        for prop, spec in d.get("properties", {}).items()
+        if not spec.get("description")
+    ]
+    assert undescribed == []
+    assert "parallel branches" in defs["Step"]["properties"]["next"]["description"]
