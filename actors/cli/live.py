@@ -4,23 +4,45 @@ stdout, a progress bar per running loop on stderr."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from actors.events import ActivationStatus, EventType
 
 
-async def progress_bars(client: Any, eid: str) -> None:
-    """A progress bar per running loop on stderr: redrawn in place on a terminal, a
-    line a second (and the last one) otherwise."""
-    tty = sys.stderr.isatty()
-    shown: dict[str, float] = {}
-    first: dict[str, tuple[float, int]] = {}
-    async for p in client.progress(eid):
-        t0, d0 = first.setdefault(p.loop_id, (p.at, p.done))
+class ProgressBars:
+    """A progress bar per running loop on stderr: redrawn in place on a terminal, a line
+    a second otherwise. Before a step line is printed the bar in place is erased (it
+    would otherwise run into the line), and a loop whose step ends gets its last state
+    as a final line of its own, finished or not (a failed loop never reaches its total)."""
+
+    def __init__(self, out: TextIO | None = None, *, tty: bool | None = None) -> None:
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty() if tty is None else tty
+        self._latest: dict[str, Any] = {}  # loop id -> the last progress seen, not yet final
+        self._shown_at: dict[str, float] = {}
+        self._first: dict[str, tuple[float, int]] = {}
+        self._in_place = False  # a bar without its newline is on the terminal
+
+    def show(self, p: Any) -> None:
+        t0, d0 = self._first.setdefault(p.loop_id, (p.at, p.done))
         finished = p.done >= p.total
-        if not tty and not finished and p.at - shown.get(p.loop_id, 0.0) < 1.0:
-            continue
-        shown[p.loop_id] = p.at
+        self._latest[p.loop_id] = p
+        last = self._shown_at.get(p.loop_id)
+        if not self.tty and not finished and last is not None and p.at - last < 1.0:
+            return
+        self._shown_at[p.loop_id] = p.at
+        self._draw(p, t0, d0, final=finished)
+
+    def settle(self, step: str | None = None) -> None:
+        """Make room for a line of output: erase the bar in place and give each loop of
+        `step` (None: every loop) its final line."""
+        self._erase()
+        for loop_id, p in list(self._latest.items()):
+            if step is None or p.step == step:
+                t0, d0 = self._first[loop_id]
+                self._draw(p, t0, d0, final=True)
+
+    def _draw(self, p: Any, t0: float, d0: int, *, final: bool) -> None:
         rate = (p.done - d0) / (p.at - t0) if p.at > t0 else 0.0
         width = 30
         filled = int(width * p.done / p.total) if p.total else width
@@ -28,14 +50,29 @@ async def progress_bars(client: Any, eid: str) -> None:
             f"  {p.step:20} [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
             f"  {rate:,.0f} it/s  {p.in_flight} in flight" + (f"  {p.failed} failed" if p.failed else "")
         )
-        if tty:
-            sys.stderr.write("\r" + line + ("\n" if finished else ""))
+        if final:
+            self._latest.pop(p.loop_id, None)
+        if self.tty:
+            self.out.write("\r\x1b[K" + line + ("\n" if final else ""))
+            self._in_place = not final
         else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def _erase(self) -> None:
+        if self._in_place:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self._in_place = False
 
 
-async def follow_steps(client: Any, eid: str, *, quiet: bool) -> Any:
+async def progress_bars(client: Any, eid: str, bars: ProgressBars) -> None:
+    """Draw the execution's loop progress on `bars` until cancelled."""
+    async for p in client.progress(eid):
+        bars.show(p)
+
+
+async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars | None = None) -> Any:
     """Print a line per finished step while the execution runs; return its terminal
     lifecycle event."""
     from actors.events import TERMINAL_EVENTS
@@ -47,6 +84,8 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool) -> Any:
         if item.type == EventType.STEP_ENTER:
             entered[item.data.get("activation", -1)] = item.at
         elif item.type == EventType.STEP_EXIT and not quiet:
+            if bars is not None:
+                bars.settle(item.step)
             began = entered.get(item.data.get("activation", -1), item.at)
             status = item.data.get("status", "")
             mark = "ok " if status == ActivationStatus.COMPLETED else "ERR"
@@ -61,5 +100,7 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool) -> Any:
                 flush=True,
             )
         elif item.type in TERMINAL_EVENTS:
+            if bars is not None:
+                bars.settle()
             return item
     raise RuntimeError("log ended without a terminal event")
