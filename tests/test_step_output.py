@@ -270,3 +270,68 @@ workflow:
     code, out, err = await cli(system, "logs", eid, "--follow")
     assert code == 0, err
     assert [line for line in out.splitlines() if not line.startswith("==")] == ["one", "two"]
+
+
+async def test_run_shows_each_iterations_output_under_a_loop_step(system: System) -> None:
+    pb = system.tmp / "loop.yaml"
+    pb.write_text("""apiVersion: actors/v1
+kind: Playbook
+metadata: {name: loopprint}
+workflow:
+  - step: each
+    tool:
+      kind: python
+      code: |
+        def main(x):
+            print("item", x)
+            return x
+    args: {x: "{{ n }}"}
+    loop: {collection: [0, 1, 2], element: n}
+""")
+    code, out, err = await cli(system, "run", str(pb))
+    assert code == 0, err
+    lines = out.splitlines()
+    each = next(i for i, line in enumerate(lines) if " each " in line)
+    assert lines[each + 1 : each + 7] == [
+        "    each[0]  attempt 1  (7 bytes)",
+        "    | item 0",
+        "    each[1]  attempt 1  (7 bytes)",
+        "    | item 1",
+        "    each[2]  attempt 1  (7 bytes)",
+        "    | item 2",
+    ]
+
+
+async def test_an_engine_replaying_a_log_with_output_decides_the_same(system: System) -> None:
+    """Output entries sit in the execution's log: a replay (a new engine) reads past them."""
+    entry_file = system.tmp / "replay.yaml"
+    entry_file.write_text("""apiVersion: actors/v1
+kind: Playbook
+metadata: {name: replayprint}
+workflow:
+  - step: talk
+    tool:
+      kind: python
+      code: |
+        def main():
+            print("before the restart")
+            return 2
+    next: nap
+  - step: nap
+    tool: {kind: sleep, seconds: 1}
+    next: double
+  - step: double
+    args: {v: "{{ talk * 2 }}"}
+""")
+    entry = await system.client.register(entry_file)
+    eid = await system.client.start(entry.path, version=entry.version)
+    async for item in system.client.follow(eid):
+        if item.type == "step.enter" and item.step == "nap":
+            break
+    await system.restart_roles(("engine",))
+    status = await system.client.wait(eid, timeout=30)
+    assert status.state == "COMPLETED"
+    [out] = await system.client.outputs(eid)
+    assert out.head == "before the restart\n"
+    terminal = [i for i in await system.events(eid) if i.type == "playbook.completed"]
+    assert await system.client.result(terminal[0]) == {"double": {"v": 4}}
