@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from actors.tools.capture import OutputBox
+from actors.tools.failures import ToolFailure
+from actors.tools.pypool import PythonPool
 from tests.conftest import System
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
@@ -158,6 +161,38 @@ workflow:
 """)
     assert status.state == "COMPLETED"
     assert await system.client.outputs(eid) == []
+
+
+# --- the python pool --------------------------------------------------------------------
+
+
+async def test_a_worker_prints_into_the_calls_box_never_to_the_pods_streams(capfd: pytest.CaptureFixture[str]) -> None:
+    pool = PythonPool(size=1)
+    try:
+        code = "import os, sys\ndef main(n):\n    print('out', n)\n    os.write(2, b'raw fd 2\\n')\n    return n\n"
+        for n in (1, 2):
+            box = OutputBox(cap=1000)
+            assert await pool.run(code, {"n": n}, output=box) == n
+            assert box.captured is not None
+            assert box.captured.kept == f"out {n}\nraw fd 2\n".encode()  # each call its own, not the last one's
+    finally:
+        await pool.close()
+    seen = capfd.readouterr()
+    assert seen.out == "" and seen.err == ""
+
+
+async def test_a_worker_that_cannot_start_says_what_it_wrote(tmp_path: Path) -> None:
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: no module named nowhere' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    pool = PythonPool(size=1, python=str(broken))
+    try:
+        with pytest.raises(ToolFailure) as caught:
+            await pool.run("def main(): return 1", {}, timeout=10)
+    finally:
+        await pool.close()
+    assert caught.value.type == "WorkerCrashed"
+    assert "died while starting (exit code 1): ModuleNotFoundError: no module named nowhere" in str(caught.value)
 
 
 # --- the CLI ---------------------------------------------------------------------------

@@ -124,9 +124,10 @@ class PythonPool:
         *,
         timeout: float | None = None,
         cancel: asyncio.Event | None = None,
+        output: OutputBox | None = None,
     ) -> Any:
         """Run `code`'s ``main(**args)`` in a worker; its result, or ToolFailure."""
-        return loads(await self.run_json(code, args, timeout=timeout, cancel=cancel))
+        return loads(await self.run_json(code, args, timeout=timeout, cancel=cancel, output=output))
 
     async def run_json(
         self,
@@ -318,13 +319,15 @@ class PythonPool:
             if stop.reason == "cancel":  # the worker is fine: it goes on booting for the next call
                 self._release(worker)
                 raise cancelled_failure() from None
+            said = _last_words(worker)  # its stderr is the capture file, not ours: read it before it is closed
             reap = self._kill(worker)
             if reap is not None:
                 await asyncio.wait({reap}, timeout=5.0)
             what = (
                 "did not start in time" if stop.reason == "timeout" else f"died while starting ({describe_end(worker)})"
             )
-            raise ToolFailure("WorkerCrashed", f"python worker {what}", retryable=True) from None
+            said = f": {said}" if said else ""
+            raise ToolFailure("WorkerCrashed", f"python worker {what}{said}", retryable=True) from None
         except asyncio.CancelledError:
             self._release(worker)
             raise
@@ -386,3 +389,14 @@ def _collect(worker: WorkerProcess, output: OutputBox | None) -> None:
         output.captured = read_capture(worker.outfd, output.cap)
     except OSError:
         pass
+
+
+def _last_words(worker: WorkerProcess, limit: int = 500) -> str:
+    """The end of what a worker that failed to start wrote (an import error, say)."""
+    if worker.outfd is None:
+        return ""
+    try:
+        tail = read_capture(worker.outfd, 0).tail[-limit:]
+    except OSError:
+        return ""
+    return " ".join(tail.decode("utf-8", errors="replace").split())
