@@ -1,12 +1,16 @@
 """The live view of a running execution (`actors-cli run`): a line per finished step on
-stdout, a progress bar per running loop on stderr."""
+stdout, what it printed indented under it, a progress bar per running loop on stderr."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, TextIO
 
-from actors.events import ActivationStatus, EventType
+from actors.cli.logs import excerpt_lines, output_header
+from actors.events import ActivationStatus, EventType, StepOutput
+
+# iterations of one loop step whose output `run` shows under it (the rest: `actors-cli logs`)
+SHOWN_ITERATIONS = 20
 
 
 class ProgressBars:
@@ -78,11 +82,18 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
     from actors.events import TERMINAL_EVENTS
 
     entered: dict[int, float] = {}
+    printed: dict[int, list[StepOutput]] = {}  # a step's output, shown under its line
+    loops: set[int] = set()  # activations that ran a loop: their iterations' output is in LOOP
     t0: float | None = None
     async for item in client.follow(eid):
         t0 = item.at if t0 is None else t0
         if item.type == EventType.STEP_ENTER:
             entered[item.data.get("activation", -1)] = item.at
+        elif item.type == EventType.ITERATOR_STARTED:
+            loops.add(item.data.get("activation", -1))
+        elif item.type == "step.output" and not quiet:
+            out = StepOutput(execution_id=eid, step=item.step or "", **item.data)
+            printed.setdefault(_activation(out.command_id), []).append(out)
         elif item.type == EventType.STEP_EXIT and not quiet:
             if bars is not None:
                 bars.settle(item.step)
@@ -99,8 +110,32 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
                 f"{(item.at - began) * 1000:7.1f} ms{route}{why}",
                 flush=True,
             )
+            activation = item.data.get("activation", -1)
+            outputs = printed.pop(activation, [])
+            if activation in loops:
+                outputs += [o for o in await client.outputs(eid, step=item.step) if o.iteration_index is not None]
+            _show(outputs, eid, item.step)
         elif item.type in TERMINAL_EVENTS:
             if bars is not None:
                 bars.settle()
             return item
     raise RuntimeError("log ended without a terminal event")
+
+
+def _activation(command_id: str) -> int:
+    """The activation a step's command belongs to (`<activation>-<attempt>`)."""
+    head = command_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def _show(outputs: list[StepOutput], eid: str, step: str | None) -> None:
+    """What a step printed, under its line: each attempt's, and the first iterations'."""
+    direct = [o for o in outputs if o.iteration_index is None]
+    iterations = sorted((o for o in outputs if o.iteration_index is not None), key=lambda o: o.iteration_index or 0)
+    for o in direct + iterations[:SHOWN_ITERATIONS]:
+        if len(outputs) > 1:
+            print(f"    {output_header(o)}")
+        print("\n".join(excerpt_lines(o, eid)), flush=True)
+    if len(iterations) > SHOWN_ITERATIONS:
+        more = len(iterations) - SHOWN_ITERATIONS
+        print(f"    ... {more} more iterations printed output: actors-cli logs {eid} --step {step}", flush=True)

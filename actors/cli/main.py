@@ -24,6 +24,7 @@ from actors.cli.commands import (
 )
 from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
+from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
@@ -132,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("execution_id", help="the execution's id")
     sp.add_argument("--json", action="store_true", help="one JSON object per line, numbered from 1 (n)")
 
+    sp = with_timeout(with_nats(sub.add_parser("logs", help="what an execution's steps printed")))
+    sp.add_argument("execution_id", help="the execution's id")
+    sp.add_argument("--step", help="only this step's output (its attempts and loop iterations)")
+    sp.add_argument("--follow", action="store_true", help="print output as it comes, until the execution ends")
+    sp.add_argument("--json", action="store_true", help="one JSON object per output: step, iteration, attempt, text")
+
     sp = with_timeout(with_nats(sub.add_parser("cancel", help="cancel an execution")))
     sp.add_argument("execution_id", help="the execution's id")
     sp.add_argument("--reason", help="why, recorded in execution.cancelled (default: cancelled by user)")
@@ -173,6 +180,7 @@ ASYNC = {
     "start": cmd_start,
     "status": cmd_status,
     "events": cmd_events,
+    "logs": cmd_logs,
     "cancel": cmd_cancel,
     "deadletters": cmd_deadletters,
 }

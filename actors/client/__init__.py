@@ -18,6 +18,7 @@ One module per idea:
 * `session`: what every call shares (connection, timeout, ride-out, publish with its id)
 * `writing`: register, start (`StartOutcome`), cancel, and whether an execution exists
 * `reading`: status, wait, follow, events, result, iterations, progress, dead letters
+* `outputs`: what steps printed (`StepOutput`), read, followed, whole text
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
 
@@ -30,12 +31,13 @@ from nats.aio.client import Client as NATS
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
 from actors.client.connecting import CLIENT_TIMEOUT, Connecting, open_client
 from actors.client.logview import LogItem, log_items
+from actors.client.outputs import StepOutputs
 from actors.client.reading import Reader
 from actors.client.writing import StartOutcome, Writer
 from streams.layout import Layout
 
 
-class Client(Writer, Reader):
+class Client(Writer, StepOutputs, Reader):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
