@@ -75,6 +75,11 @@ async def get_blob(js: JetStreamContext, key: str) -> Any:
     return msgspec.json.decode(await _read(js, key) or b"null")
 
 
+async def get_blob_bytes(js: JetStreamContext, key: str) -> bytes:
+    """The bytes stored under `key`, as they were put (a step's printed output)."""
+    return await _read(js, key)
+
+
 async def _read(js: JetStreamContext, key: str) -> bytes:
     # into a buffer: without one, nats.py joins the chunks by `bytes +=`, quadratic in
     # the value's size (a 60 MB value took 19 s end to end; see README, Big values)

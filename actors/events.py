@@ -534,3 +534,34 @@ class DecisionDecoder:
 
 event_decoder = EventDecoder()
 decision_decoder = DecisionDecoder()
+
+
+# --- step output: what a tool printed (class `out`, written by tool actors) -------------
+
+
+class StepOutput(Struct, omit_defaults=True, tag="step.output", tag_field="type", kw_only=True):
+    """What one attempt of a step (or one loop iteration's attempt) printed: python
+    stdout and stderr interleaved as written, or a shell command's stdout then stderr.
+
+    Written by the tool actor beside the answer, on a subject of its own
+    (`exec.<p>.<id>.out.<command>`, or `loop.<p>.<id>.<loop>.out.<command>.<index>` for
+    an iteration), never an input: no engine or counter reads it, so it cannot change a
+    decision, and an iteration's output stays in the loop's stream. `head` and `tail`
+    keep the start and the end of the text (`tail` empty when `head` is all of it);
+    `output_ref` names the whole text in the object store when it is longer, up to the
+    cap (`ACTORS_STEP_OUTPUT_MAX_BYTES`); `size` counts every byte printed."""
+
+    execution_id: str
+    step: str
+    command_id: str
+    attempt_number: int = 1
+    iteration_index: int | None = None
+    at: float = 0.0
+    size: int = 0
+    head: str = ""
+    tail: str = ""
+    output_ref: str | None = None
+    stored: int = 0  # bytes of the text behind `output_ref` (the first `stored` of `size`)
+
+
+step_output_decoder = msgspec.json.Decoder(StepOutput)

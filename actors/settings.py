@@ -107,6 +107,12 @@ class Settings:
         "bytes of one value (result, args, payload) stored as a blob; past it the step fails `ValueTooLarge`, the "
         "CLI exits 3",
     )
+    step_output_max_bytes: int = _setting(
+        _LAYOUT.step_output_max_bytes,
+        "ACTORS_STEP_OUTPUT_MAX_BYTES",
+        "bytes of what one step attempt prints (python stdout and stderr, shell output) kept in the object store; "
+        "past it the rest is counted, not kept (`actors-cli logs` still shows the last 4 KiB)",
+    )
 
     # --- limits the starter fixes in each new execution's start record ---
     template_ops: int = _setting(
@@ -198,6 +204,7 @@ class Settings:
             engine_max_resident=self.engine_max_resident,
             counter_max_resident=self.counter_max_resident,
             max_value_bytes=self.max_value_bytes,
+            step_output_max_bytes=self.step_output_max_bytes,
         )
 
     @property

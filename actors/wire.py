@@ -49,6 +49,20 @@ class StartMessage(_Wire, forbid_unknown_fields=True):
     payload_ref: str | None = None  # a payload too large for the message: a blob (actors/blobs.py)
 
 
+class StartReply(Struct):  # every field written out: a user's code reads it
+    """A starter's answer to a start message sent as a request on `start.request`.
+    `started`: the execution's start record is written (by this request, or before it
+    when `existing`). Otherwise `error` says why the start was refused (`InvalidStart`:
+    bad JSON, field or execution id; `PlaybookNotFound`: unknown playbook or version;
+    `ValueTooLarge`; `retryable` when the starter could not reach NATS: send it again,
+    same id). `execution_id` is None only when the message named no usable one."""
+
+    execution_id: str | None
+    started: bool
+    existing: bool = False
+    error: ErrorInfo | None = None
+
+
 # --- inputs: what the engine folds (subject class `in`) ------------------------------
 
 

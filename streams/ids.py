@@ -44,6 +44,12 @@ def result_batch_id(execution_id: str, loop_id: str, digest: str) -> str:
     return f"{execution_id}:res:{loop_id}:{digest}"
 
 
+def output_id(execution_id: str, command_id: str, iteration_index: int | None = None) -> str:
+    """What one command (or one iteration of a chunk) printed: a redelivered command
+    that runs again within the window keeps the first copy."""
+    return f"{execution_id}:out:{command_id}" + ("" if iteration_index is None else f":{iteration_index}")
+
+
 def decision_id(execution_id: str, cause: int) -> str:
     """The decision record of the input at stream sequence `cause`."""
     return f"{execution_id}:ev:{cause}"

@@ -122,6 +122,9 @@ class Layout:
     # a value (result, args, payload) whose encoding is over this is refused, not
     # stored as a blob (actors/blobs.py); clients and actors of a deployment agree on it
     max_value_bytes: int = 64 * 1024 * 1024
+    # bytes of what one step attempt printed kept in the object store; past it the rest
+    # is counted, not kept (the event's tail still shows the end)
+    step_output_max_bytes: int = 8 * 1024 * 1024
     extra: dict[str, str] = field(default_factory=dict)
 
     # --- subjects ----------------------------------------------------------------

@@ -6,12 +6,14 @@ why; this module only spells them.
     loop.<partition>.<execution_id>.<loop_id>.<class>.<type...>  stream LOOP
     cmd.<kind>.<execution_id>.<command_id>                       stream CMD
     start                                                        stream START
+    start.request                                                core NATS: a start asking for a reply
     dlq.<source>.<execution_id or _>                             stream DLQ
     cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
     progress.<execution_id>                                      core NATS: loop progress
 
 Classes: ``in`` inputs an actor folds, ``ev`` decision records, ``lc`` lifecycle
-events, ``sch`` durable timers (the server fires them into ``in.timer.<id>``).
+events, ``sch`` durable timers (the server fires them into ``in.timer.<id>``), ``out``
+what a step printed (written by tool actors beside their answer; no actor reads it).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-IN, EV, LC, SCH = "in", "ev", "lc", "sch"
+IN, EV, LC, SCH, OUT = "in", "ev", "lc", "sch", "out"
 START_SUBJECT = "start"
+# a start sent as a request: core NATS, answered by a starter (not captured by START, whose
+# PubAck would otherwise be the only answer the requester gets)
+START_REQUEST_SUBJECT = "start.request"
 
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
@@ -88,6 +93,11 @@ class ExecSubjects:
 
     def timer(self, timer_id: str) -> str:
         return self.input(f"{TIMER}.{timer_id}")
+
+    @property
+    def outputs(self) -> str:
+        """What the execution's steps printed (a filter; loop iterations' are in LOOP)."""
+        return f"{self.prefix}.{OUT}.>"
 
 
 def execution_of(subject: str) -> str:
@@ -197,6 +207,26 @@ def result_batch_subject(reply_to: str) -> str | None:
 def loop_results_filter(execution_id: str, partitions: int) -> str:
     """The iteration results of every loop of an execution."""
     return f"loop.{partition_of(execution_id, partitions)}.{execution_id}.*.{IN}.{LOOP_RESULT}.>"
+
+
+def loop_outputs_filter(execution_id: str, partitions: int) -> str:
+    """What the iterations of every loop of an execution printed."""
+    return f"loop.{partition_of(execution_id, partitions)}.{execution_id}.*.{OUT}.>"
+
+
+def output_subject(reply_to: str, command_id: str, iteration_index: int | None) -> str | None:
+    """Where a tool actor puts what a command printed, beside its answer: for
+    ``exec.<p>.<id>.in.result.<command>``, ``exec.<p>.<id>.out.<command>``; for
+    ``loop.<p>.<id>.<loop>.in.res.<command>``, ``loop.<p>.<id>.<loop>.out.<command>.<index>``
+    (a chunk answers several iterations). None for any other reply subject."""
+    if reply_to.startswith("exec.") and reply_to.count(".") >= 5:
+        prefix = reply_to.split(".", 3)
+        return f"{'.'.join(prefix[:3])}.{OUT}.{command_id}"
+    if reply_to.startswith("loop.") and reply_to.count(".") >= 6:
+        prefix = reply_to.split(".", 4)
+        index = "" if iteration_index is None else f".{iteration_index}"
+        return f"{'.'.join(prefix[:4])}.{OUT}.{command_id}{index}"
+    return None
 
 
 def counter_filter(partition: int) -> str:

@@ -3,7 +3,7 @@ gives: de-duplication of a re-send (a replay, a second actor answering the same
 command) works only while every writer spells an id the same way. The playbook
 touches every writer: starter, engine (commands, records, lifecycle, timers, a child
 execution and its answer, a loop), counter (spec, iteration timers, verdict), tool
-actors (results alone and in batches), and a cancel from the client."""
+actors (results alone and in batches, what steps print), and a cancel from the client."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ FLAKY = """
             p = f"{d}/{n}"
             first = not os.path.exists(p)
             open(p, "a").write("x")
+            print("attempt", "one" if first else "again")  # output: a writer of its own (class `out`)
             if n == 1 and first:
                 raise ConnectionError("flaky once")
             return n"""
@@ -100,6 +101,8 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
         return ids.decision_id(eid, decision_decoder.decode(data).cause)
     if cls == "lc":
         return ids.lifecycle_id(eid, kind)
+    if cls == "out":
+        return ids.output_id(eid, kind)
     assert cls == "sch", subject
     return ids.schedule_id(ids.timer_owner(eid), kind)
 
@@ -111,6 +114,8 @@ def _expected_loop(subject: str, msg_id: str) -> str:
     if cls == "sch":
         return ids.schedule_id(owner, kind)
     head, _, rest = kind.partition(".")
+    if cls == "out":
+        return ids.output_id(eid, head, int(rest) if rest else None)
     if kind == "res.batch":
         return ids.result_batch_id(eid, loop_id, msg_id.rsplit(":", 1)[-1])
     return {
@@ -160,11 +165,11 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         if subject.startswith("exec."):
             want = _expected_exec(subject.split(".", 3)[2], subject, data)
             cls = class_of(subject)
-            kind = cls if cls == "sch" else f"{cls}.{type_of(subject).split('.')[0]}"
+            kind = cls if cls in ("sch", "out") else f"{cls}.{type_of(subject).split('.')[0]}"
         elif subject.startswith("loop."):
             want = _expected_loop(subject, msg_id)
             cls = loop_class(subject)
-            kind = "loop.sch" if cls == "sch" else f"loop.{cls}.{loop_type(subject).split('.')[0]}"
+            kind = f"loop.{cls}" if cls in ("sch", "out") else f"loop.{cls}.{loop_type(subject).split('.')[0]}"
         else:
             want, kind = _expected_other(subject, data), subject.split(".")[0]
         assert msg_id == want, (subject, headers)
@@ -185,4 +190,6 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         "loop.in.spec",
         "loop.in.res",
         "loop.sch",
+        "out",
+        "loop.out",
     } <= checked

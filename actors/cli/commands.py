@@ -13,7 +13,7 @@ import msgspec
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
 from actors.cli.inputs import checked_execution_id, payload_of, settings_of, timeout_of
-from actors.cli.live import follow_steps, progress_bars
+from actors.cli.live import ProgressBars, follow_steps, progress_bars
 from actors.cli.output import (
     error_line,
     json_text,
@@ -27,6 +27,9 @@ from actors.cli.output import (
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from actors.playbook.lint import lint
     from actors.playbook.loader import PlaybookInvalid, load_playbook_file
 
     ceiling = settings_of(args).max_attempts_ceiling
@@ -34,14 +37,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for f in args.files:
         try:
             pb = load_playbook_file(f, max_attempts=ceiling)
-            if not args.json:
+            found = lint(pb, Path(f).read_bytes().decode("utf-8-sig"), file=f)
+            bad += bool(found.errors)
+            if args.json:
+                print_json(
+                    {
+                        "file": f,
+                        "ok": not found.errors,
+                        "errors": [msgspec.to_builtins(x) for x in found.errors],
+                        "warnings": [msgspec.to_builtins(x) for x in found.warnings],
+                    }
+                )
+                continue
+            for x in [*found.errors, *found.warnings]:
+                print_error(str(x))
+            if not found.errors:
                 print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
-            else:
-                print_json({"file": f, "ok": True, "errors": []})
         except PlaybookInvalid as e:
             bad += 1
             if args.json:
-                print_json({"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors]})
+                print_json(
+                    {"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors], "warnings": []}
+                )
             else:
                 for x in e.errors:
                     print_error(str(x))
@@ -122,8 +139,8 @@ async def cmd_events(args: argparse.Namespace) -> int:
             print_error(f"no events for execution {args.execution_id!r}")
             return EXIT_INVALID
         if args.json:
-            for it in items:
-                print_json(it.to_dict())
+            for n, it in enumerate(items, 1):
+                print_json({"n": n, **it.to_dict()})
         else:
             print_events_table(items)
     return EXIT_OK
@@ -177,7 +194,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
             await client.register(extra)
         entry = await client.register(args.file)
         eid = eid or client.new_id()
-        bar = None if args.json else asyncio.create_task(progress_bars(client, eid))
+        bars = None if args.json else ProgressBars()
+        bar = None if bars is None else asyncio.create_task(progress_bars(client, eid, bars))
         try:
             outcome = await client.start_execution(entry.path, version=entry.version, payload=payload, execution_id=eid)
         except BaseException:
@@ -187,9 +205,16 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
         try:
-            terminal = await asyncio.wait_for(follow_steps(client, eid, quiet=args.json), args.timeout)
+            terminal = await asyncio.wait_for(follow_steps(client, eid, quiet=args.json, bars=bars), args.timeout)
             st = await client.wait(eid, timeout=10)
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us, then raises KeyboardInterrupt
+            if bars is not None:
+                bars.settle()
+            print_error(interrupted_line(eid, embedded=args_embedded(args)))
+            raise
         except TimeoutError:
+            if bars is not None:
+                bars.settle()
             if args.json:
                 print_json(
                     {
@@ -226,6 +251,24 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 print("error: " + error_line(out["error"]))
             print("result: " + json_text(out["result"], indent=True))
         return STATE_EXIT.get(st.state, EXIT_FAILED)
+
+
+def args_embedded(args: argparse.Namespace) -> bool:
+    """Whether `run` works on a server of its own (no --nats, no NATS_URL)."""
+    return settings_of(args).nats_url is None
+
+
+def interrupted_line(eid: str, *, embedded: bool) -> str:
+    """What became of an execution whose `run` was interrupted."""
+    if embedded:
+        return (
+            f"actors-cli: interrupted: execution {eid} stopped with this run's own NATS server and actors "
+            "(nothing of it is kept); use --nats URL to run executions that outlive the command"
+        )
+    return (
+        f"actors-cli: interrupted: execution {eid} goes on running; follow it with `actors-cli status {eid} "
+        f"--watch`, stop it with `actors-cli cancel {eid}`"
+    )
 
 
 async def _stop_task(task: asyncio.Task[Any] | None) -> None:

@@ -55,7 +55,9 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
         yield Client(nc, layout=layout, timeout=budget)
     finally:
         if runtime is not None:
-            await runtime.stop()
+            # our server dies with us, and with it whatever still runs: draining tool commands
+            # (5 s by default) would only delay the exit after a timeout or a Ctrl-C
+            await runtime.stop(drain_timeout=0)
         await nc.close()
         if server is not None:
             await server.stop()

@@ -5,36 +5,15 @@ catalog). Each returns its exit code."""
 from __future__ import annotations
 
 import argparse
-import re
 import time
-from datetime import datetime
 from typing import Any
 
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT, UsageError
 from actors.cli.inputs import checked_execution_id
 from actors.cli.output import error_line, json_text, print_error, print_json
+from actors.cli.since import parse_since
 from actors.events import ExecState
-
-_DURATION = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhdw])$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def since_of(raw: str | None, *, now: float | None = None) -> float | None:
-    """--since: a duration back from now (`90s`, `30m`, `1h`, `2d`, `1w`) or an ISO time
-    (`2026-11-23T10:00`, `2026-11-23T10:00:00+01:00`; local time without an offset),
-    as seconds since the epoch."""
-    if raw is None:
-        return None
-    m = _DURATION.match(raw.strip())
-    if m:
-        return (time.time() if now is None else now) - float(m["n"]) * _SECONDS[m["unit"]]
-    try:
-        return datetime.fromisoformat(raw.strip()).timestamp()
-    except ValueError:
-        raise UsageError(
-            f"--since {raw!r}: not a duration (30s, 15m, 1h, 2d, 1w) or an ISO time (2026-11-23T10:00)"
-        ) from None
 
 
 def state_of(raw: str | None) -> str | None:
@@ -62,7 +41,8 @@ def list_row(st: Any) -> dict[str, Any]:
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
-    state, since = state_of(args.state), since_of(args.since)
+    state = state_of(args.state)
+    since = None if args.since is None else parse_since(args.since)
     if args.limit < 1:
         raise UsageError(f"--limit {args.limit}: must be at least 1")
     async with connection(args) as client:

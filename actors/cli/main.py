@@ -22,8 +22,10 @@ from actors.cli.commands import (
     cmd_status,
     cmd_validate,
 )
+from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
+from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
@@ -39,18 +41,28 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
-    sub = p.add_subparsers(dest="command", required=True)
+    # -v also after the command (`actors-cli run -v f.yaml`); SUPPRESS keeps a later
+    # subparser default from overwriting a -v given before the command
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log actor activity to stderr"
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_parser_with(verbose, epilog=exit_codes))
 
     def with_nats(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("--nats", help="NATS server URL (default: $NATS_URL)")
         return sp
 
     sp = with_nats(sub.add_parser("run", help="register, start and follow a playbook to its end"))
-    sp.add_argument("file")
-    sp.add_argument("--payload", help="JSON object, or @file")
-    sp.add_argument("--execution-id")
-    sp.add_argument("--register", action="append", help="also register this playbook (sub-playbooks)")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("file", help="playbook YAML file")
+    sp.add_argument("--payload", help="JSON object, or @file; deep-merged over the playbook's workload")
+    sp.add_argument("--execution-id", help=EXECUTION_ID_HELP)
+    sp.add_argument("--register", action="append", help="also register this playbook (sub-playbooks); repeatable")
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object at the end (execution_id, state, result, error, times, existing)",
+    )
     sp.add_argument(
         "--timeout",
         type=float,
@@ -60,11 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sp = sub.add_parser("dev", help="embedded NATS plus every actor, in the foreground")
-    sp.add_argument("--port", type=int, default=4222)
+    sp.add_argument("--port", type=int, default=4222, help="port of the embedded NATS server (default 4222)")
     sp.add_argument("--store", help="JetStream store dir (default: a temporary one)")
 
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
-    sp.add_argument("--role", choices=["engine", "counter", "tools", "projector", "all"], default="all")
+    sp.add_argument(
+        "--role",
+        choices=["engine", "counter", "tools", "projector", "all"],
+        default="all",
+        help="the actors this pod runs (default all)",
+    )
     # defaults None: unset flags leave the environment's settings (actors/settings.py) as they are
     sp.add_argument(
         "--http-port",
@@ -88,14 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     sp = with_timeout(with_nats(sub.add_parser("register", help="register playbooks in the catalog")))
-    sp.add_argument("files", nargs="+")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("files", nargs="+", help="playbook YAML files")
+    sp.add_argument("--json", action="store_true", help="one JSON object per file (file, path, version)")
 
     sp = with_timeout(with_nats(sub.add_parser("start", help="start an execution; prints its id")))
     sp.add_argument("path", help="catalog path of a registered playbook")
-    sp.add_argument("--payload")
-    sp.add_argument("--version", type=int)
-    sp.add_argument("--execution-id")
+    sp.add_argument("--payload", help="JSON object, or @file; deep-merged over the playbook's workload")
+    sp.add_argument("--version", type=int, help="catalog version to start (default: the latest)")
+    sp.add_argument("--execution-id", help=EXECUTION_ID_HELP)
     sp.add_argument(
         "--json",
         action="store_true",
@@ -103,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sp = with_nats(sub.add_parser("status", help="an execution's status"))
-    sp.add_argument("execution_id")
+    sp.add_argument("execution_id", help="the execution's id")
     sp.add_argument("--watch", action="store_true", help="wait until it is terminal")
     sp.add_argument(
         "--timeout",
@@ -111,15 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}; exit 5) and, with --watch, to wait "
         "for the end (default: for ever; exit 4)",
     )
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="the status as one JSON object")
 
     sp = with_timeout(with_nats(sub.add_parser("events", help="an execution's whole log, in order")))
-    sp.add_argument("execution_id")
-    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+    sp.add_argument("execution_id", help="the execution's id")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line, numbered from 1 (n)")
+
+    sp = with_timeout(with_nats(sub.add_parser("logs", help="what an execution's steps printed")))
+    sp.add_argument("execution_id", help="the execution's id")
+    sp.add_argument("--step", help="only this step's output (its attempts and loop iterations)")
+    sp.add_argument("--follow", action="store_true", help="print output as it comes, until the execution ends")
+    sp.add_argument("--json", action="store_true", help="one JSON object per output: step, iteration, attempt, text")
 
     sp = with_timeout(with_nats(sub.add_parser("cancel", help="cancel an execution")))
-    sp.add_argument("execution_id")
-    sp.add_argument("--reason")
+    sp.add_argument("execution_id", help="the execution's id")
+    sp.add_argument("--reason", help="why, recorded in execution.cancelled (default: cancelled by user)")
+
+    sp = with_timeout(with_nats(sub.add_parser("deadletters", help="every actor's dead letters, newest first")))
+    sp.add_argument("--since", help="only letters from this time on: ISO 8601 (2026-11-23T22:00:00Z) or an age (2h)")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
     sp = with_timeout(with_nats(sub.add_parser("list", help="executions, newest first")))
     sp.add_argument("--state", help="only executions in this state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)")
@@ -129,18 +156,35 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
     sp = with_timeout(with_nats(sub.add_parser("result", help="a finished execution's result, or its error")))
-    sp.add_argument("execution_id")
+    sp.add_argument("execution_id", help="the execution's id")
     sp.add_argument("--json", action="store_true", help='{"execution_id", "state", "result", "error", "reason"}')
 
     sp = with_timeout(with_nats(sub.add_parser("playbooks", help="the catalog: every playbook and its versions")))
     sp.add_argument("--json", action="store_true", help="one JSON object per playbook")
 
     sp = sub.add_parser("validate", help="check playbooks; report every error")
-    sp.add_argument("files", nargs="+")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("files", nargs="+", help="playbook YAML files")
+    sp.add_argument("--json", action="store_true", help="one JSON object per file (file, ok, errors, warnings)")
 
     sub.add_parser("schema", help="print the playbook JSON Schema")
     return p
+
+
+EXECUTION_ID_HELP = "the execution's id, ^[A-Za-z0-9_-]{1,128}$ (default: a new random one)"
+
+
+def _parser_with(*parents: argparse.ArgumentParser, epilog: str | None) -> type[argparse.ArgumentParser]:
+    """A subcommand parser class that adds `parents`' options to every subcommand and
+    ends its --help with the exit codes."""
+
+    class Parser(argparse.ArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["parents"] = [*kwargs.get("parents", ()), *parents]
+            kwargs.setdefault("epilog", epilog)
+            kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+            super().__init__(*args, **kwargs)
+
+    return Parser
 
 
 ASYNC = {
@@ -151,7 +195,9 @@ ASYNC = {
     "start": cmd_start,
     "status": cmd_status,
     "events": cmd_events,
+    "logs": cmd_logs,
     "cancel": cmd_cancel,
+    "deadletters": cmd_deadletters,
     "list": cmd_list,
     "result": cmd_result,
     "playbooks": cmd_playbooks,

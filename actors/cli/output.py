@@ -80,12 +80,13 @@ def error_line(error: dict[str, Any]) -> str:
 
 
 def print_events_table(items: list[Any]) -> None:
-    """An execution's log as a table, a line per item, times from its first item."""
+    """An execution's log as a table, a line per item numbered from 1, times from its first item."""
     t0 = items[0].at
-    print(f"{'seq':>6}  {'+ms':>9}  {'class':5}  {'type':24}  {'step':16}  detail")
-    for it in items:
+    # numbered from 1 per execution: the stream sequence is shared by every execution
+    print(f"{'#':>5}  {'+ms':>9}  {'class':5}  {'type':24}  {'step':16}  detail")
+    for n, it in enumerate(items, 1):
         detail = _detail(it.type, it.data)
-        print(f"{it.seq:>6}  {(it.at - t0) * 1000:>9.1f}  {it.cls:5}  {it.type:24}  {(it.step or ''):16}  {detail}")
+        print(f"{n:>5}  {(it.at - t0) * 1000:>9.1f}  {it.cls:5}  {it.type:24}  {(it.step or ''):16}  {detail}")
 
 
 def _detail(type_: str, data: dict[str, Any], width: int = 100) -> str:

@@ -20,26 +20,57 @@ One module per idea:
 * `reading`: status, wait, follow, events, result, iterations, progress, dead letters
 * `listing`: executions newest first (`list`, from stream INDEX) and the catalog (`playbooks`)
 * `outcome`: what `result(ID)` raises for an execution without a result; running steps
+* `outputs`: what steps printed (`StepOutput`), read, followed, whole text
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
+from __future__ import annotations
+
+from nats.aio.client import Client as NATS
+
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
+from actors.client.connecting import CLIENT_TIMEOUT, Connecting, open_client
 from actors.client.listing import Lister
 from actors.client.logview import LogItem, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
+from actors.client.outputs import StepOutputs
 from actors.client.reading import Reader
 from actors.client.writing import StartOutcome, Writer
+from streams.layout import Layout
 
 
-class Client(Writer, Reader, Lister):
+class Client(Writer, StepOutputs, Reader, Lister):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        timeout: float = CLIENT_TIMEOUT,
+        layout: Layout | None = None,
+        name: str = "actors-client",
+    ) -> Connecting[Client]:
+        """A client on a connection of its own to `url` (a cluster: URLs separated by
+        commas; credentials in the URL, `nats://user:password@host:4222`), reached
+        within `timeout` seconds, else `actors.dial.NatsUnavailable` (at once if the
+        credentials are refused). `layout`: the deployment's (default: read from the
+        environment, `ACTORS_PARTITIONS` etc., as `actors-cli` does). Use
+        `async with Client.connect(url) as client:`, or `client = await
+        Client.connect(url)` and `await client.close()`."""
+
+        def make(nc: NATS, lay: Layout, t: float) -> Client:
+            return cls(nc, layout=lay, timeout=t, owns_connection=True)
+
+        return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name))
 
 
 __all__ = [
     "Client",
+    "Connecting",
     "ExecutionFailed",
     "ExecutionNotFinished",
     "ExecutionNotFound",

@@ -8,9 +8,10 @@ from typing import Any
 
 import msgspec
 
-from actors.events import decision_decoder, event_decoder
+from actors.events import decision_decoder, event_decoder, step_output_decoder
 from actors.wire import DeadLetter, input_decoder
 from streams.layout import EV, IN, LC, class_of
+from streams.subjects import OUT
 
 _dead = msgspec.json.Decoder(DeadLetter)
 
@@ -22,7 +23,7 @@ class LogItem:
 
     seq: int
     at: float
-    cls: str  # in | ev | lc | dlq
+    cls: str  # in | ev | lc | out (what a step printed) | dlq
     type: str
     step: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
@@ -49,6 +50,11 @@ def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
         if cls == LC:
             ev = event_decoder.decode(data)
             return [LogItem(seq, ev.at, LC, str(ev.type), ev.step, msgspec.to_builtins(ev.data))]
+        if cls == OUT:
+            out = step_output_decoder.decode(data)
+            raw = msgspec.to_builtins(out)
+            raw.pop("execution_id", None)
+            return [LogItem(seq, out.at, OUT, raw.pop("type"), raw.pop("step", None), raw)]
         inp = input_decoder.decode(data)
         raw = msgspec.to_builtins(inp)
         type_ = raw.pop("type")
@@ -57,6 +63,12 @@ def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
         return [LogItem(seq, at, IN, type_, raw.pop("step", None), raw)]
     except msgspec.DecodeError as e:
         return [LogItem(seq, at, cls, "undecodable", None, {"error": str(e)})]
+
+
+def dead_letter_execution(subject: str) -> str | None:
+    """The execution a dead letter is filed under (`dlq.<source>.<id>`); None for `_`."""
+    eid = subject.rsplit(".", 1)[-1]
+    return None if eid == "_" or subject.count(".") < 2 else eid
 
 
 def dead_letter_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
@@ -69,7 +81,13 @@ def dead_letter_items(subject: str, data: bytes, seq: int, at: float) -> list[Lo
                 "dlq",
                 f"dead_letter.{d.source}",
                 None,
-                {"reason": d.reason, "subject": d.subject, "data": d.data},
+                {
+                    "reason": d.reason,
+                    "subject": d.subject,
+                    "data": d.data,
+                    "source": d.source,
+                    "execution_id": dead_letter_execution(subject),
+                },
             )
         ]
     except msgspec.DecodeError as e:

@@ -42,6 +42,8 @@ class Reader(Session):
     """Status, logs, results, iterations, progress, dead letters."""
 
     async def status(self, execution_id: str) -> ExecutionStatus | None:
+        """The execution's status as projected now (state, playbook, times, result or
+        error), or None when no status exists for it (yet)."""
         check_execution_id(execution_id)
         return await self._ride(
             f"reading the status of execution {execution_id}", lambda: self._status_once(execution_id)
@@ -57,8 +59,9 @@ class Reader(Session):
 
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
         """Wait until the projected status is terminal (the status KV is the only
-        authority on it). Rides out a NATS node going away: a watch that fails or goes
-        quiet is checked against the key and started again."""
+        authority on it) and return it; past `timeout` seconds raise TimeoutError.
+        Rides out a NATS node going away: a watch that fails or goes quiet is checked
+        against the key and started again."""
         check_execution_id(execution_id)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -94,7 +97,9 @@ class Reader(Session):
                 pass
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
-        """The execution's log from its start, then live."""
+        """The execution's log from its start, then live (`async for item in
+        client.follow(id)`); ends after its terminal lifecycle event unless
+        `until_terminal` is False."""
         log = self.layout.execution(check_execution_id(execution_id)).log
         sub = await self.js.subscribe(log, stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
         try:
@@ -182,8 +187,15 @@ class Reader(Session):
         finally:
             await sub.unsubscribe()
 
-    async def dead_letters(self, source: str = "*") -> list[LogItem]:
-        return await self._read_all(DLQ_STREAM, dlq_filter(source=source), dead_letter_items)
+    async def dead_letters(self, source: str = "*", *, since: float | None = None) -> list[LogItem]:
+        """Dead letters of every actor (or of `source`: `start`, `engine`, ...), oldest
+        first, stored at or after `since` (a Unix time) if given. Each item's data has
+        `reason`, `source`, `execution_id` (None when the message named no usable one),
+        the original `subject` and `data`."""
+        items: list[LogItem] = await self._ride(
+            "reading dead letters", lambda: self._read_all(DLQ_STREAM, dlq_filter(source=source), dead_letter_items)
+        )
+        return items if since is None else [i for i in items if i.at >= since]
 
     async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
         try:

@@ -25,13 +25,25 @@ PUBLISH_FAILED: tuple[type[BaseException], ...] = (*TRANSIENT_REQUEST, PublishOu
 class Session:
     """The connection, layout and timeout every call of a client goes through."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, timeout: float = CLIENT_TIMEOUT) -> None:
+    def __init__(
+        self, nc: NATS, *, layout: Layout, timeout: float = CLIENT_TIMEOUT, owns_connection: bool = False
+    ) -> None:
+        """A client on `nc` (a connection of the caller's, left open by `close` unless
+        `owns_connection`), for a deployment of `layout`, each call trying for up to
+        `timeout` seconds. `Client.connect(url)` makes the connection itself."""
         self.nc = nc
+        self.owns_connection = owns_connection
         self.js = nc.jetstream()
         self.layout = layout
         self.timeout = timeout
         # a publish without a PubAck is re-sent only within the streams' duplicate window
         publisher(nc).duplicate_window = layout.duplicate_window
+
+    async def close(self) -> None:
+        """Close the connection if this client made it (`Client.connect`); a connection
+        given to the constructor is the caller's to close."""
+        if self.owns_connection and not self.nc.is_closed:
+            await self.nc.close()
 
     async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (idempotent), asked again through an election or a reconnect; past

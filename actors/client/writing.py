@@ -44,6 +44,9 @@ class Writer(Session):
     """Register, start, cancel; and whether an execution exists."""
 
     async def register(self, path: str | Path) -> CatalogEntry:
+        """Register the playbook file in the catalog; returns its entry (`path`, the
+        catalog path to start, and `version`). The same source again gets the version
+        it had; a new source gets the next one. A bad playbook raises PlaybookInvalid."""
         p = Path(path)
         source = await asyncio.to_thread(p.read_text)
         check_size(f"{p}: the playbook", len(msgspec.json.encode(source)), self.value_limit())
@@ -52,6 +55,7 @@ class Writer(Session):
 
     @staticmethod
     def new_id() -> str:
+        """A fresh execution id (32 hex digits)."""
         return uuid.uuid4().hex
 
     async def start(
@@ -187,6 +191,10 @@ class Writer(Session):
             await sub.unsubscribe()
 
     async def cancel(self, execution_id: str, reason: str = "") -> None:
+        """Ask the execution to stop: its running commands are stopped and it ends
+        CANCELLED (a terminal execution is left as it is). Call it once `exists(id)` is
+        True (as `actors-cli cancel` does): the cancel is written to the execution's
+        log whatever is there, and one that lands before the start record is ignored."""
         subject = self.layout.execution(check_execution_id(execution_id)).cancel
         await self._publish(
             f"the cancel of execution {execution_id}",

@@ -2,11 +2,19 @@
 
 It validates the message, resolves the playbook in the catalog and writes a
 StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`. A
-message it cannot use goes to `dlq.start` with the reason; a message with a usable
-execution id but an unknown playbook still starts that execution, which fails at
-once with the reason in its `playbook.failed` event, so whoever watches that id sees
-why. One execution per execution_id: the record's Nats-Msg-Id is derived from the id,
-and beyond the server's duplicate window the existing start record is looked up.
+message it cannot use goes to `dlq.start.<execution_id>` with the reason (`dlq.start._`
+when it names no usable id); a message with a usable execution id but an unknown
+playbook still starts that execution, which fails at once with the reason in its
+`playbook.failed` event, so whoever watches that id sees why. One execution per
+execution_id: the record's Nats-Msg-Id is derived from the id, and beyond the server's
+duplicate window the existing start record is looked up.
+
+A start sent as a request on `start.request` (core NATS, a queue group of the
+starters) is answered on its reply subject with a `StartReply`: the execution id once
+its start record is written, or why it was refused. There the caller is told, so a
+start that would only fail (unknown playbook or version, a payload past the cap) is
+refused instead: nothing is written but its dead letter, and the same id may be sent
+again once the playbook is registered.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -27,13 +36,51 @@ from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
 from actors.settings import limits_from_env
-from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
+from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, StartReply, encode
 from streams.ids import start_record_id
 from streams.layout import EXEC_STREAM, EXECUTION_ID, STARTER_CONSUMER, Layout, deliver_subject
+from streams.subjects import START_REQUEST_SUBJECT
 
 log = logging.getLogger("actors.starter")
 _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
+INVALID_START = "InvalidStart"  # the error type of a start message that cannot be used as sent
+
+
+class _Named(msgspec.Struct):
+    """Only the execution id of a start message, read even when the rest is bad."""
+
+    execution_id: Any = None
+
+
+_named_decoder = msgspec.json.Decoder(_Named)
+
+
+def named_execution_id(data: bytes) -> str | None:
+    """The execution id a start message names, when it is a usable one, however bad the
+    rest of the message: its dead letter goes under that id, where `events ID` finds it."""
+    try:
+        eid = _named_decoder.decode(data).execution_id
+    except msgspec.DecodeError:
+        return None
+    return eid if isinstance(eid, str) and EXECUTION_ID.fullmatch(eid) else None
+
+
+def parse_start(data: bytes) -> StartMessage | ErrorInfo:
+    """The start message, or why it cannot be used (`InvalidStart`, one line)."""
+    try:
+        start = _start_decoder.decode(data)
+    except msgspec.ValidationError as e:
+        return ErrorInfo(type=INVALID_START, message=f"invalid start message: {e}")
+    except msgspec.DecodeError as e:
+        return ErrorInfo(type=INVALID_START, message=f"start message is not JSON: {e}")
+    eid = start.execution_id
+    if eid is not None and not EXECUTION_ID.fullmatch(eid):
+        return ErrorInfo(
+            type=INVALID_START,
+            message=f"invalid start message: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
+        )
+    return start
 
 
 # Start messages handled at once (actors/keyed_limiter.py): each costs a few round trips and
@@ -53,19 +100,45 @@ class Starter:
         self.layout = layout
         self.catalog = CatalogReader(self.js)
         self._sub: Subscription | None = None
+        self._requests: Subscription | None = None
         self._limiter = KeyedLimiter(limit=in_flight, what="starter")
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
         self._sub = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg)
+        self._requests = await self.nc.subscribe(START_REQUEST_SUBJECT, queue=name, cb=self._on_request)
 
     async def stop(self) -> None:
         """Stop taking start messages and finish those being handled (each takes a few
         round trips; one that cannot finish is not acked and comes back)."""
+        if self._requests is not None:
+            await self._requests.unsubscribe()
+            self._requests = None
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
         await self._limiter.drain()
+
+    async def _on_request(self, msg: Msg) -> None:
+        if not msg.reply or self._requests is None:
+            return  # no one to answer (a plain publish is not stored either: it is not a start)
+        await self._limiter.submit(functools.partial(self._answer, msg))
+
+    async def _answer(self, msg: Msg) -> None:
+        try:
+            reply = await self.handle_request(msg)
+        except Exception as e:
+            log.exception("starter: failed to handle a start request")
+            # nothing written for it is lost: the same request (same id) may be sent again
+            reply = StartReply(
+                execution_id=named_execution_id(msg.data),
+                started=False,
+                error=ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e)),
+            )
+        try:
+            await msg.respond(encode(reply))
+        except Exception:
+            log.exception("starter: could not answer a start request")  # the caller's request times out
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
@@ -86,6 +159,7 @@ class Starter:
                     source="start",
                     reason=f"start message could not be handled: {type(e).__name__}: {e}",
                     msg=msg,
+                    execution_id=named_execution_id(msg.data),
                 )
             except Exception:
                 log.exception("starter: could not dead-letter a start message")
@@ -93,34 +167,47 @@ class Starter:
         await msg.ack()
 
     async def handle(self, msg: Msg) -> None:
-        try:
-            start = _start_decoder.decode(msg.data)
-        except msgspec.ValidationError as e:
-            await dead_letter(self.js, source="start", reason=f"invalid start message: {e}", msg=msg)
+        start = parse_start(msg.data)
+        if isinstance(start, ErrorInfo):
+            await self._refuse(msg, start)
             return
-        except msgspec.DecodeError as e:
-            await dead_letter(self.js, source="start", reason=f"start message is not JSON: {e}", msg=msg)
-            return
-        eid = start.execution_id
-        if eid is None:
-            # deterministic: the same start message (by its stream position) gets the same id
-            eid = uuid.uuid5(_NAMESPACE, f"{stream_seq(msg)}:{msg.metadata.timestamp}").hex
-        elif not EXECUTION_ID.fullmatch(eid):
-            await dead_letter(
-                self.js,
-                source="start",
-                reason=f"invalid start message: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
-                msg=msg,
-            )
-            return
+        # deterministic: the same start message (by its stream position) gets the same id
+        eid = start.execution_id or uuid.uuid5(_NAMESPACE, f"{stream_seq(msg)}:{msg.metadata.timestamp}").hex
         async with self._limiter.turn(eid):
-            await self._start(eid, start)
+            record = await self._record(eid, start)
+            if record is None:
+                log.info("starter: execution %s already started; duplicate start ignored", eid)
+                return
+            await self._write(record)
 
-    async def _start(self, eid: str, start: StartMessage) -> None:
+    async def handle_request(self, msg: Msg) -> StartReply:
+        """A start sent as a request: started, or refused with the reason (and dead-lettered)."""
+        start = parse_start(msg.data)
+        if isinstance(start, ErrorInfo):
+            return await self._refuse(msg, start)
+        # a request is not stored anywhere: an id of its own cannot be derived from a
+        # stream position, so a caller that may send it again must name one
+        eid = start.execution_id or uuid.uuid4().hex
+        async with self._limiter.turn(eid):
+            record = await self._record(eid, start)
+            if record is None:
+                return StartReply(execution_id=eid, started=True, existing=True)
+            if record.error is not None:
+                return await self._refuse(msg, record.error, eid)
+            await self._write(record)
+        return StartReply(execution_id=eid, started=True)
+
+    async def _refuse(self, msg: Msg, error: ErrorInfo, eid: str | None = None) -> StartReply:
+        """Dead-letter a start that will not run, under the execution id it names."""
+        eid = eid or named_execution_id(msg.data)
+        await dead_letter(self.js, source="start", reason=error.message, msg=msg, execution_id=eid)
+        return StartReply(execution_id=eid, started=False, error=error)
+
+    async def _record(self, eid: str, start: StartMessage) -> StartRecord | None:
+        """The start record for the message; None when the execution was started before."""
         subject = self.layout.execution(eid).start
         if await self._already_started(subject):
-            log.info("starter: execution %s already started; duplicate start ignored", eid)
-            return
+            return None
         record = StartRecord(
             execution_id=eid,
             playbook_path=start.playbook,
@@ -136,7 +223,12 @@ class Starter:
         except CatalogError as e:
             record.error = ErrorInfo(type="PlaybookNotFound", message=str(e))
         await self._payload_fits(record)
-        await publish_all(self.js, [(subject, encode(record), start_record_id(eid))])  # re-sent through an election
+        return record
+
+    async def _write(self, record: StartRecord) -> None:
+        subject = self.layout.execution(record.execution_id).start
+        # re-sent through an election
+        await publish_all(self.js, [(subject, encode(record), start_record_id(record.execution_id))])
 
     async def _payload_fits(self, record: StartRecord) -> None:
         """A payload that fits in its start message may not fit beside the playbook

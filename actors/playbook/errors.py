@@ -78,8 +78,13 @@ _REQUIRED = re.compile(r"^Object missing required field `(?P<f>[^`]+)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<f>[^`]+)`$")
 
 
-def msgspec_error(e: msgspec.ValidationError) -> tuple[KeyPath, str]:
-    """msgspec's "Expected `int`, got `str` - at `$.a[0].b`" -> (("a", 0, "b"), message)."""
+_ENUM = re.compile(r"^Invalid enum value (?P<v>.*)$", re.DOTALL)
+
+
+def msgspec_error(e: msgspec.ValidationError, converted_to: Any = None) -> tuple[KeyPath, str]:
+    """msgspec's "Expected `int`, got `str` - at `$.a[0].b`" -> (("a", 0, "b"), message).
+    With `converted_to` (the type the value was converted to) an invalid enum value
+    lists the valid ones."""
     text = str(e)
     m = _AT.match(text)
     path: list[Any] = []
@@ -98,7 +103,39 @@ def msgspec_error(e: msgspec.ValidationError) -> tuple[KeyPath, str]:
         message = f"unknown key {u.group('f')!r}"
     elif m and m.group("key"):
         message = f"mapping key: {message}"
+    elif (bad := _ENUM.match(message)) and converted_to is not None:
+        allowed = choices_at(mi.type_info(converted_to), path)
+        if allowed:
+            value = bad.group("v").strip("'")
+            message = (
+                f"invalid value {bad.group('v')} (one of: {', '.join(map(str, allowed))}){suggest(value, allowed)}"
+            )
     return tuple(path), message
+
+
+def choices_at(t: mi.Type, path: list[Any]) -> list[Any]:
+    """The values the enum or Literal at `path` inside type `t` allows ([] if none is there)."""
+    t = _unwrap(t)
+    if not path:
+        if isinstance(t, mi.UnionType):
+            return [v for m in t.types for v in choices_at(m, [])]
+        if isinstance(t, mi.EnumType):
+            return [m.value for m in t.cls]
+        return literal_values(t)
+    head, rest = path[0], path[1:]
+    if isinstance(t, mi.UnionType):
+        return next((found for m in t.types if (found := choices_at(m, path))), [])
+    if isinstance(t, mi.StructType) and isinstance(head, str):
+        field = next((f for f in t.fields if f.encode_name == head), None)
+        return [] if field is None else choices_at(field.type, rest)
+    if isinstance(t, (mi.ListType, mi.TupleType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)) and isinstance(
+        head, int
+    ):
+        item = getattr(t, "item_type", None)
+        return [] if item is None else choices_at(item, rest)
+    if isinstance(t, mi.DictType):
+        return choices_at(t.value_type, rest)
+    return []
 
 
 def _unwrap(t: mi.Type) -> mi.Type:

@@ -173,7 +173,7 @@ class _Loader(Reporter):
         try:
             converted = msgspec.convert(cleaned, _PLAYBOOK_HINTS[name])
         except msgspec.ValidationError as e:
-            path, message = msgspec_error(e)
+            path, message = msgspec_error(e, _PLAYBOOK_HINTS[name])
             self.error((name, *path), message)
             return BAD
         return BAD if found else converted
@@ -238,7 +238,7 @@ class _Loader(Reporter):
             try:
                 converted = msgspec.convert(value, _STEP_HINTS[field])
             except msgspec.ValidationError as e:
-                path, message = msgspec_error(e)
+                path, message = msgspec_error(e, _STEP_HINTS[field])
                 self.step_error(ctx, (field, *path), message)
                 continue
             ctx.converted[field] = converted

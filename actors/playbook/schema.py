@@ -101,4 +101,113 @@ def playbook_schema() -> dict[str, Any]:
     tolerated = defs["Loop"]["properties"]["tolerated_failures"]
     tolerated["anyOf"] = [*tolerated["anyOf"], {"type": "string", "pattern": r"^\s*\d+\s*$"}]
 
+    _describe(defs)
     return {"$schema": _DIALECT, "title": "Playbook", **schema}
+
+
+def _describe(defs: dict[str, Any]) -> None:
+    """A description on every property (editors show it on hover); docs/language.md says more."""
+    for name, props in FIELD_DOCS.items():
+        for prop, text in props.items():
+            defs[name]["properties"][prop]["description"] = text
+
+
+_TOOL_COMMON = {
+    "kind": "the tool kind",
+    "credential": "a credential's name (never rendered, never a secret); accepted, not resolved yet",
+}
+_STEP_NAMES = "a step name, or a list of them (parallel branches)"
+_WHEN = 'a condition, as a template ("{{ result.ok }}"); absent: always'
+# every property of every object in the schema, by definition: tests/test_cli_polish.py checks none is missing
+FIELD_DOCS: dict[str, dict[str, str]] = {
+    "Playbook": {
+        "apiVersion": "actors/v1 (noetl.io/v2 is read as the same language)",
+        "kind": "always Playbook",
+        "metadata": "name, catalog path, version, description",
+        "workflow": "the steps, in order; an execution begins at the first",
+        "workload": "defaults for templates (`workload`); the start payload is deep-merged over them",
+        "limits": "bounds this playbook sets on its executions (the pod's own bounds still hold)",
+    },
+    "Metadata": {
+        "name": "the playbook's name (required)",
+        "path": "the catalog key `register` stores it under and `start PATH` names; default: name",
+        "version": "informational; the catalog numbers registered versions itself",
+        "description": "free text",
+    },
+    "PlaybookLimits": {
+        "max_steps": "the most steps (visits) one execution may enter; the smaller of this and ACTORS_MAX_STEPS",
+    },
+    "Step": {
+        "step": "unique name, [a-z0-9_]+; templates read the step's result by it",
+        "desc": "free text",
+        "tool": "what the step runs: a kind name (`python`) or {kind, ...}; none: a router whose result is its args",
+        "args": "a mapping rendered as templates and handed to the tool",
+        "next": "where to go on success: a step, a list (parallel branches) or rules (first match wins); none: end",
+        "loop": "run the tool once per element of a collection; the result is the list of results",
+        "retry": "rules looked at after every attempt: a count, a policy, a rule or a list of rules",
+        "sink": "a second tool run after each successful attempt, in the same command; its failure fails the attempt",
+        "on_error": "rules deciding what a failure means (first match): none, abort, ignore, cancel, retry, ...",
+        "on_failure": "remediation steps taken when the step is still failed: a step, an edge or a list",
+        "timeout": "seconds one attempt may take (> 0); past it the attempt fails with Timeout",
+    },
+    "PythonTool": {**_TOOL_COMMON, "code": "Python source defining main(**args); its return value is the result"},
+    "HttpTool": {
+        **_TOOL_COMMON,
+        "url": "the URL (required)",
+        "method": "HTTP method (default GET)",
+        "params": "query parameters",
+        "headers": "request headers",
+        "json": "a JSON body; without json or body, args go in the query (GET, DELETE, HEAD, OPTIONS) or body",
+        "body": "a text body",
+        "timeout": "seconds for the request; the step's timeout also holds, the smaller wins",
+        "raise_for_status": "a status >= 400 fails the attempt with HTTPError (default true)",
+    },
+    "ShellTool": {
+        **_TOOL_COMMON,
+        "command": "run by /bin/sh -c; args are exported as ARG_<NAME>; a non-zero exit is ShellError",
+        "env": "extra environment variables",
+        "cwd": "the working directory",
+    },
+    "PlaybookTool": {
+        **_TOOL_COMMON,
+        "path": "catalog path of the child playbook; the step's args are its payload",
+        "version": "catalog version of the child (default: the latest)",
+    },
+    "NoopTool": dict(_TOOL_COMMON),
+    "SleepTool": {**_TOOL_COMMON, "seconds": "how long to wait (an arg `seconds` wins)"},
+    "Loop": {
+        "collection": "a list, or a template rendering to one; rendered once, before any iteration",
+        "element": "the name each element takes in the step's templates",
+        "mode": "sequential (one at a time), async (up to concurrency), chunked (chunk_size per command)",
+        "concurrency": "iterations in flight at once (default 50)",
+        "chunk_size": "iterations per command in chunked mode (default 100)",
+        "tolerated_failures": 'failed iterations accepted: a count or a percentage ("5%"); one more fails the loop',
+    },
+    "RetryRule": {"then": "the retry policy this rule applies", "when": _WHEN},
+    "RetryPolicy": {
+        "max_attempts": "attempts in all, the first included (default 3)",
+        "backoff": "fixed, linear or exponential (default) growth of the delay",
+        "initial_delay": "seconds; default 0.5 after an error, 0 after a success (pagination)",
+        "factor": "base of exponential backoff (default 2)",
+        "max_delay": "the longest delay, seconds (default 60)",
+        "jitter": "none, full or equal; deterministic, so a replay takes the same delays",
+        "next_call": "the next attempt's args, rendered with this attempt's result (pagination)",
+        "collect": "accumulate results over the attempts",
+    },
+    "NextCall": {"args": "the next attempt's args (templates; `result` is this attempt's)"},
+    "Collect": {
+        "strategy": "append (lists concatenated), merge (mappings, later wins) or replace (the last)",
+        "path": "dotted path of the value to accumulate; none: whole results",
+    },
+    "Sink": {"tool": "the sink's tool", "args": "its args (templates; `result` is the attempt's result)"},
+    "OnErrorRule": {
+        "decision": "none, abort, ignore, cancel, retry, retry_later or handled",
+        "when": _WHEN,
+        "result": "ignore: the step's result instead (default null)",
+        "delay": "retry_later: seconds to wait (default 60)",
+        "args": "retry: the new attempt's args",
+    },
+    "FailureEdge": {"step": "the remediation step", "when": _WHEN},
+    "NextWhenRule": {"when": _WHEN, "then": _STEP_NAMES},
+    "NextElseRule": {"else": _STEP_NAMES + ", when no rule before matched"},
+}

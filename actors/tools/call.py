@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from actors.tools.capture import OutputBox
 from actors.tools.resources import ToolResources
 
 
@@ -16,3 +17,4 @@ class ToolCall:
     limit: float | None  # seconds the whole call may take (None: no limit)
     cancel: asyncio.Event | None  # stops the call when set
     resources: ToolResources  # the pool and session the call may use
+    output: OutputBox | None = None  # where what the tool printed goes (python, shell)

@@ -41,6 +41,7 @@ from typing import Any
 
 from actors.tools import fields
 from actors.tools.call import ToolCall
+from actors.tools.capture import OutputBox
 from actors.tools.failures import ToolFailure, failure_from_exception
 from actors.tools.kinds.basic import run_noop, run_sleep
 from actors.tools.kinds.http import run_http
@@ -70,13 +71,15 @@ async def run_tool(
     timeout: float | None,
     resources: ToolResources,
     cancel: asyncio.Event | None = None,
+    output: OutputBox | None = None,
 ) -> bytes:
     """Run one tool call; return its result as JSON text or raise `ToolFailure`.
 
     `tool` is the rendered tool mapping (``{"kind": "http", "url": ..., ...}``), `args`
     the step's rendered args, `timeout` the seconds the whole call may take (None: no
     limit), `resources` the pool and session the call may use, `cancel` an event that
-    stops the call when set.
+    stops the call when set, `output` where what the tool printed goes (python and
+    shell fill it, whatever the outcome).
     """
     try:
         if args is None:
@@ -90,7 +93,7 @@ async def run_tool(
             if kind == "playbook":
                 raise ToolFailure("ToolConfigError", "playbook tool runs in the engine")
             raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
-        return await executor(ToolCall(tool, args, timeout, cancel, resources))
+        return await executor(ToolCall(tool, args, timeout, cancel, resources, output))
     except ToolFailure:
         raise
     except asyncio.CancelledError:

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from actors.jsonvalues import dumps, loads
+from actors.tools.capture import OutputBox, read_capture, reset_capture
 from actors.tools.cpus import available_cpus
 from actors.tools.failures import ToolFailure, cancelled_failure, timeout_failure
 from actors.tools.pyprocess import Stop, WorkerProcess, bounded, describe_end, reap, wait_reaped
@@ -123,9 +124,10 @@ class PythonPool:
         *,
         timeout: float | None = None,
         cancel: asyncio.Event | None = None,
+        output: OutputBox | None = None,
     ) -> Any:
         """Run `code`'s ``main(**args)`` in a worker; its result, or ToolFailure."""
-        return loads(await self.run_json(code, args, timeout=timeout, cancel=cancel))
+        return loads(await self.run_json(code, args, timeout=timeout, cancel=cancel, output=output))
 
     async def run_json(
         self,
@@ -134,9 +136,11 @@ class PythonPool:
         *,
         timeout: float | None = None,
         cancel: asyncio.Event | None = None,
+        output: OutputBox | None = None,
     ) -> bytes:
         """Run `code`'s ``main(**args)`` in a worker; its result as the JSON text the
-        worker wrote (it checked the result is JSON data), or ToolFailure."""
+        worker wrote (it checked the result is JSON data), or ToolFailure. What the
+        code printed goes into `output` (when given), whatever the outcome."""
         if self._closed:
             raise cancelled_failure("python worker pool closed")
         if cancel is not None and cancel.is_set():
@@ -151,11 +155,15 @@ class PythonPool:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         worker, deadline = await self._acquire(loop, deadline, timeout, cancel)
+        if worker.outfd is not None:
+            reset_capture(worker.outfd)  # what it printed before this call is not this call's
         try:
             reply = await worker.exchange(loop, frame, deadline, cancel)
         except Stop as stop:
+            _collect(worker, output)  # what it printed before it was stopped
             raise await self._fail(worker, stop, timeout) from None
         except Exception as exc:  # not expected: the worker's state is unknown, drop it
+            _collect(worker, output)
             self._kill(worker)
             self._replace()
             raise ToolFailure("WorkerCrashed", f"python worker channel failed: {type(exc).__name__}: {exc}") from exc
@@ -163,6 +171,7 @@ class PythonPool:
             self._kill(worker)
             self._replace()
             raise
+        _collect(worker, output)
         self._release(worker)
         status = reply[0] if reply else -1
         if status == OK:
@@ -310,13 +319,15 @@ class PythonPool:
             if stop.reason == "cancel":  # the worker is fine: it goes on booting for the next call
                 self._release(worker)
                 raise cancelled_failure() from None
+            said = _last_words(worker)  # its stderr is the capture file, not ours: read it before it is closed
             reap = self._kill(worker)
             if reap is not None:
                 await asyncio.wait({reap}, timeout=5.0)
             what = (
                 "did not start in time" if stop.reason == "timeout" else f"died while starting ({describe_end(worker)})"
             )
-            raise ToolFailure("WorkerCrashed", f"python worker {what}", retryable=True) from None
+            said = f": {said}" if said else ""
+            raise ToolFailure("WorkerCrashed", f"python worker {what}{said}", retryable=True) from None
         except asyncio.CancelledError:
             self._release(worker)
             raise
@@ -368,3 +379,24 @@ class PythonPool:
             self._reaping[r] = worker.proc
             r.add_done_callback(lambda f: self._reaping.pop(f, None))
         return r
+
+
+def _collect(worker: WorkerProcess, output: OutputBox | None) -> None:
+    """What `worker` printed during the call, into `output`."""
+    if output is None or worker.outfd is None:
+        return
+    try:
+        output.captured = read_capture(worker.outfd, output.cap)
+    except OSError:
+        pass
+
+
+def _last_words(worker: WorkerProcess, limit: int = 500) -> str:
+    """The end of what a worker that failed to start wrote (an import error, say)."""
+    if worker.outfd is None:
+        return ""
+    try:
+        tail = read_capture(worker.outfd, 0).tail[-limit:]
+    except OSError:
+        return ""
+    return " ".join(tail.decode("utf-8", errors="replace").split())

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from actors.tools.capture import capture_file
 from actors.tools.failures import CancelSignal
 from actors.tools.pyworker import BOOT, HDR, RECV
 
@@ -50,6 +51,7 @@ class WorkerProcess:
         "exitfd",
         "handlers",
         "loop",
+        "outfd",
         "pid",
         "proc",
         "rbuf",
@@ -62,23 +64,30 @@ class WorkerProcess:
 
     def __init__(self, python: str, cache_size: int) -> None:
         parent_sock, child_sock = socket.socketpair()
+        # the worker's stdout and stderr: what the user's code prints is captured per
+        # call (actors/tools/capture.py), never written to this process's own streams
+        outfd = capture_file()
         try:
             fd = child_sock.fileno()
             proc = subprocess.Popen(
                 [python, "-c", BOOT, orjson.dumps(sys.path).decode(), str(fd), str(os.getpid()), str(cache_size)],
                 stdin=subprocess.DEVNULL,
+                stdout=outfd,
+                stderr=outfd,
                 pass_fds=(fd,),
                 close_fds=True,
                 start_new_session=True,  # own process group: a kill takes the user's subprocesses too
             )
         except BaseException:
             parent_sock.close()
+            os.close(outfd)
             raise
         finally:
             child_sock.close()
         parent_sock.setblocking(False)
         self.proc = proc
         self.sock = parent_sock
+        self.outfd: int | None = outfd
         self.pid: int = proc.pid
         # readable once the process has exited (no pidfd: the socket's EOF tells us)
         self.exitfd: int | None = None
@@ -125,6 +134,9 @@ class WorkerProcess:
         """Close the parent's ends (only when no call is using them)."""
         self.unwatch()
         _close_quietly(self.sock)
+        if self.outfd is not None:
+            os.close(self.outfd)
+            self.outfd = None
         if self.exitfd is not None:
             try:
                 os.close(self.exitfd)

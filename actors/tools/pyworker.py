@@ -2,8 +2,10 @@
 
 A worker is a fresh interpreter (``sys.executable -c BOOT``) that imports only this
 module and its few dependencies. It talks to the pool over a private socketpair (not
-stdin/stdout, so whatever the user's code prints cannot corrupt the protocol; its
-stdout/stderr are the parent's). Frames are a 4-byte big-endian length and a payload:
+stdin/stdout, so whatever the user's code prints cannot corrupt the protocol). Its
+stdout and stderr are one file the pool empties before each call and reads after it
+(actors/tools/capture.py): a step's output, never the parent's streams; both are line
+buffered here so they interleave as written. Frames are a 4-byte big-endian length and a payload:
 
 - parent -> worker: JSON ``{"c": code, "a": args}`` (orjson, msgspec for integers beyond 64 bits)
 - worker -> parent: one status byte, then the JSON result (``OK``), the JSON error
@@ -147,6 +149,10 @@ def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True, name="parent-watch").start()
     sock.setblocking(True)
+    for stream in (sys.stdout, sys.stderr):  # a file, not a terminal: keep prints in order
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
     cache: OrderedDict[str, CodeType] = OrderedDict()
     buf = bytearray()
     try:

@@ -30,8 +30,10 @@ from actors.playbook.templates import SliceExhausted, TemplateError, render_valu
 from actors.render_process import OffLoop
 from actors.tools.batching import ResultBatcher
 from actors.tools.cancels import Cancels
+from actors.tools.capture import OutputBox
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
+from actors.tools.outputs import publish_output
 from actors.tools.resources import ToolResources
 from actors.wire import (
     CallDone,
@@ -183,6 +185,7 @@ class CommandRunner:
         """The tool, then its sink (same command: a failed sink fails the attempt)."""
         if cancel.is_set():
             return None, ErrorInfo(type="Cancelled", message=f"step '{cmd.step}': cancelled")
+        output = OutputBox(self.layout.step_output_max_bytes)
         try:
             result = await run_tool(
                 cmd.kind,
@@ -191,9 +194,13 @@ class CommandRunner:
                 timeout=cmd.timeout,
                 cancel=cancel,
                 resources=self.resources,
+                output=output,
             )
         except ToolFailure as f:
+            await publish_output(self.nc, self.js, cmd, index, output.captured)
             return None, ErrorInfo(**f.to_error())
+        # stored before the answer: a reader of the log sees the output before the step ends
+        await publish_output(self.nc, self.js, cmd, index, output.captured)
         if cmd.sink is not None:
             error = await self._sink(cmd, cmd.sink, loads(result), element, index, cancel)
             if error is not None:

@@ -14,4 +14,6 @@ async def run_python(call: ToolCall) -> bytes:
     code = call.tool.get("code")
     if not isinstance(code, str) or not code.strip():
         raise ToolFailure("ToolConfigError", "python tool needs `code` defining def main(**args)")
-    return await call.resources.python_pool().run_json(code, call.args, timeout=call.limit, cancel=call.cancel)
+    return await call.resources.python_pool().run_json(
+        code, call.args, timeout=call.limit, cancel=call.cancel, output=call.output
+    )

@@ -1,5 +1,7 @@
 """The `shell` kind: ``command`` run by ``/bin/sh -c`` in its own session/process group
-(killed whole on timeout or cancel), the step's args exported as ``ARG_<NAME>``."""
+(killed whole on timeout or cancel), the step's args exported as ``ARG_<NAME>``. Its
+output (stdout, then stderr) is also the step's printed output (`OutputBox`) once the
+command has ended; a command killed on timeout or cancel leaves none."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from actors.tools import fields
 from actors.tools.call import ToolCall
+from actors.tools.capture import OutputBox, captured_bytes
 from actors.tools.failures import ToolFailure, result_json
 from actors.tools.limits import limited, wait_quietly
 
@@ -21,7 +24,7 @@ _EXCERPT = 200
 
 async def run_shell(call: ToolCall) -> bytes:
     """``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``."""
-    return result_json(await limited(_shell(call.tool, call.args), call.limit, call.cancel))
+    return result_json(await limited(_shell(call.tool, call.args, call.output), call.limit, call.cancel))
 
 
 _ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -31,7 +34,7 @@ def _arg_env_name(name: str) -> str:
     return "ARG_" + _ENV_NAME.sub("_", str(name)).upper()
 
 
-async def _shell(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+async def _shell(tool: dict[str, Any], args: dict[str, Any], output: OutputBox | None) -> dict[str, Any]:
     command = tool.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolFailure("ToolConfigError", "shell tool needs a `command`")
@@ -67,6 +70,8 @@ async def _shell(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
         await asyncio.shield(wait_quietly(proc.wait()))
         raise
     code = proc.returncode if proc.returncode is not None else -1
+    if output is not None:
+        output.captured = captured_bytes(out, err, cap=output.cap)
     stderr = err.decode("utf-8", errors="replace")
     result: dict[str, Any] = {"stdout": out.decode("utf-8", errors="replace"), "stderr": stderr, "exit_code": code}
     if code != 0:

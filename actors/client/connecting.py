@@ -1,0 +1,77 @@
+"""`Client.connect(url)`: a client on a connection of its own, reached within the
+client's timeout, used either way a user expects:
+
+    async with Client.connect("nats://user:password@host:4222") as client: ...
+    client = await Client.connect(url); ...; await client.close()
+
+The connection is made as the CLI makes it (`dial.connect_within`: every node of a
+comma-separated cluster URL, credentials in the URL, NatsUnavailable past the timeout
+or at once on refused credentials), and the streams are declared if they are missing
+(idempotent, as every command does), so a client may come up before any pod."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from nats.aio.client import Client as NATS
+
+from actors.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
+from actors.natsio import ride_out
+from actors.settings import Settings
+from streams.layout import Layout, ensure
+
+C = TypeVar("C")
+
+
+async def open_client(
+    make: Callable[[NATS, Layout, float], C], url: str, *, timeout: float, layout: Layout | None, name: str
+) -> C:
+    """Connect to `url` within `timeout`, declare the streams, and build the client on it."""
+    if not url:
+        raise NatsUnavailable("no NATS URL given (for example nats://127.0.0.1:4222)")
+    if layout is None:
+        layout = Settings.from_env().layout  # the deployment's partitions etc., as the CLI reads them
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    nc = await connect_within(url, timeout=timeout, name=name)
+    try:
+        left = max(0.1, timeout - (loop.time() - started))
+        try:
+            async with asyncio.timeout(left):
+                await ride_out(lambda: ensure(nc.jetstream(), layout), budget=left)
+        except TimeoutError:
+            raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {timeout:g}s") from None
+    except BaseException:
+        await nc.close()
+        raise
+    return make(nc, layout, timeout)
+
+
+class Connecting(Generic[C]):
+    """What `Client.connect` returns: await it for the client, or use it as an async
+    context manager that closes the client's connection on exit."""
+
+    def __init__(self, opening: Callable[[], Any]) -> None:
+        self._opening = opening
+        self._client: Any = None
+
+    def __await__(self) -> Generator[Any, None, C]:
+        client: C = yield from self._opening().__await__()
+        return client
+
+    async def __aenter__(self) -> C:
+        self._client = await self._opening()
+        client: C = self._client
+        return client
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+__all__ = ["CLIENT_TIMEOUT", "Connecting", "open_client"]

@@ -1,0 +1,82 @@
+"""A step's printed output as the tool actor stores it: one `StepOutput` event per
+attempt (per iteration in a loop), beside the command's answer, before it.
+
+Why an event of its own and not fields of `call.done`/`call.error`: the answer is an
+input the engine (or the counter) folds and keeps in memory, and an iteration's answer
+is summed into the loop's verdict; output is for people only. On its own subject
+(class `out`) it is read by no actor, so it can never change a decision or a replay,
+old logs are untouched, and a loop's iterations keep theirs in the loop's stream
+(LOOP), not in the execution's. It is published before the answer, so whoever follows
+the execution's log sees a step's output before the step ends.
+
+The event keeps the first and the last `EXCERPT` bytes; a longer text is stored whole
+in the object store (actors/blobs.py) up to `Layout.step_output_max_bytes`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from actors.blobs import blob_key, put_blob
+from actors.events import StepOutput
+from actors.natsio import MSG_ID, publisher
+from actors.tools.capture import Captured
+from actors.wire import Command, encode
+from streams.ids import output_id
+from streams.subjects import output_subject
+
+__all__ = ["EXCERPT", "publish_output", "step_output"]
+
+log = logging.getLogger(__name__)
+
+EXCERPT = 4096  # bytes of the start, and of the end, kept in the event itself
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def step_output(cmd: Command, index: int | None, captured: Captured, output_ref: str | None) -> StepOutput:
+    """The event for what `cmd` (iteration `index`) printed; `output_ref` names the
+    whole kept text when it is longer than head and tail together."""
+    whole = captured.size <= 2 * EXCERPT and len(captured.kept) == captured.size
+    return StepOutput(
+        execution_id=cmd.execution_id,
+        step=cmd.step,
+        command_id=cmd.command_id,
+        attempt_number=cmd.attempt_number,
+        iteration_index=index,
+        at=time.time(),
+        size=captured.size,
+        head=_text(captured.kept if whole else captured.kept[:EXCERPT]),
+        tail="" if whole else _text(captured.tail[-EXCERPT:]),
+        output_ref=None if whole else output_ref,
+        stored=0 if whole or output_ref is None else len(captured.kept),
+    )
+
+
+async def publish_output(
+    nc: NATS, js: JetStreamContext, cmd: Command, index: int | None, captured: Captured | None
+) -> None:
+    """Store what `cmd` printed (nothing when it printed nothing). A failure is logged,
+    not raised: the step's answer matters more than its output."""
+    if captured is None or captured.size == 0:
+        return
+    subject = output_subject(cmd.reply_to, cmd.command_id, index)
+    if subject is None:
+        return
+    try:
+        ref: str | None = None
+        if captured.size > 2 * EXCERPT:
+            parts = ["out", cmd.execution_id, cmd.command_id] + ([] if index is None else [str(index)])
+            ref = blob_key(*parts, data=captured.kept)
+            await put_blob(js, ref, captured.kept)
+        event = step_output(cmd, index, captured, ref)
+        msg_id = output_id(cmd.execution_id, cmd.command_id, index)
+        await publisher(nc).send([(subject, encode(event), {MSG_ID: msg_id})], readers_deduplicate=True)
+    except Exception:
+        log.warning("step %r: could not store its output (%d bytes)", cmd.step, captured.size, exc_info=True)

@@ -1,0 +1,106 @@
+"""The Python client as its README section shows it: `Client.connect(url)` as an async
+context manager (credentials in the URL), each documented call, and
+examples/client_example.py run as a user runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.client import Client
+from actors.dial import NatsUnavailable
+from actors.events import TERMINAL_EVENTS
+from streams.server import NatsServer, free_port
+from tests.conftest import System
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+ROOT = Path(__file__).resolve().parent.parent
+
+SLOW = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: slow}
+workflow:
+  - step: nap
+    tool: {kind: sleep, seconds: 60}
+"""
+
+
+async def test_connect_as_a_context_manager_register_start_wait_events_result_cancel(system: System) -> None:
+    async with Client.connect(system.server.url, layout=system.layout) as client:
+        entry = await client.register(ROOT / "examples" / "hello.yaml")
+        eid = await client.start(entry.path, payload={"name": "api"})
+        status = await client.wait(eid, timeout=30)
+        assert status.state == "COMPLETED"
+        log = await client.events(eid)
+        terminal = next(i for i in reversed(log) if i.type in TERMINAL_EVENTS)
+        assert (await client.result(terminal))["shout"] == "HELLO, API!"
+
+        slow = system.tmp / "slow.yaml"
+        slow.write_text(SLOW)
+        eid = await client.start((await client.register(slow)).path)
+        assert await client.exists(eid) is True  # its start record is in its log: a cancel comes after it
+        await client.cancel(eid, reason="enough")
+        assert (await client.wait(eid, timeout=30)).state == "CANCELLED"
+    assert client.nc.is_closed  # the context manager closed the connection it made
+
+
+async def test_await_connect_and_close_leave_a_given_connection_open(system: System) -> None:
+    client = await Client.connect(system.server.url, layout=system.layout)
+    assert await client.status("never-started") is None
+    await client.close()
+    assert client.nc.is_closed
+    mine = Client(system.nc, layout=system.layout)  # a connection of the caller's
+    await mine.close()
+    assert not system.nc.is_closed
+
+
+async def test_connect_with_credentials_in_the_url_and_a_refused_password_fails_at_once(tmp_path: Path) -> None:
+    server = await NatsServer.start(auth=("ops", "s3cret"))
+    try:
+        assert "ops:s3cret@" in server.url
+        async with Client.connect(server.url) as client:
+            assert await client.status("nothing") is None
+        wrong = server.url.replace("s3cret", "wrong")
+        with pytest.raises(NatsUnavailable, match="refused the credentials") as e:
+            await Client.connect(wrong, timeout=20)
+        assert "wrong" not in str(e.value)  # the password is never printed
+    finally:
+        await server.stop()
+
+
+async def test_connect_to_nothing_gives_up_within_its_timeout() -> None:
+    with pytest.raises(NatsUnavailable, match="cannot reach NATS"):
+        async with Client.connect(f"nats://127.0.0.1:{free_port()}", timeout=1):
+            pass
+
+
+async def run_example(env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "examples/client_example.py",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 80)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_client_example_runs_embedded() -> None:
+    code, out, err = await run_example({"NATS_URL": ""})
+    assert code == 0, err
+    assert "COMPLETED" in out and "HELLO, CLIENT!" in out
+
+
+async def test_the_client_example_runs_against_a_running_system(system: System) -> None:
+    env = {"NATS_URL": system.server.url, "ACTORS_PARTITIONS": str(system.layout.partitions), "ACTORS_ACK_WAIT": "2"}
+    code, out, err = await run_example(env)
+    assert code == 0, err
+    assert "COMPLETED" in out and "HELLO, CLIENT!" in out

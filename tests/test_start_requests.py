@@ -1,0 +1,123 @@
+"""Start messages as an API: a start sent as a request on `start.request` is answered
+with the execution id or why it was refused, and a refused start that names an
+execution id is dead-lettered under that id (also when published to the stream)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.wire import StartReply
+from streams.layout import START_SUBJECT
+from streams.subjects import START_REQUEST_SUBJECT
+from tests.conftest import System, of_type, wait_for
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+OK = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: requested}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(name): return 'hi ' + name"}
+    args: {name: "{{ workload.name }}"}
+"""
+
+
+async def request(system: System, body: dict[str, Any] | bytes, eid: str | None = None) -> StartReply:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Nats-Msg-Id": eid} if eid else None
+    msg = await system.nc.request(START_REQUEST_SUBJECT, data, timeout=10, headers=headers)
+    return msgspec.json.decode(msg.data, type=StartReply)
+
+
+async def register(system: System) -> str:
+    path = system.tmp / "requested.yaml"
+    path.write_text(OK)
+    return (await system.client.register(path)).path
+
+
+async def test_a_start_request_is_answered_with_its_execution_id_and_runs_once(system: System) -> None:
+    playbook = await register(system)
+    body = {"playbook": playbook, "payload": {"name": "api"}, "execution_id": "req-ok-1"}
+    reply = await request(system, body, "req-ok-1")
+    assert reply == StartReply(execution_id="req-ok-1", started=True)
+    status = await system.client.wait("req-ok-1", timeout=20)
+    assert status.state == "COMPLETED"
+    (done,) = of_type(await system.events("req-ok-1"), "playbook.completed")
+    assert "hi api" in json.dumps(await system.client.result(done))  # the payload it was sent ran
+
+    again = await request(system, body, "req-ok-1")
+    assert again == StartReply(execution_id="req-ok-1", started=True, existing=True)
+    assert len(of_type(await system.events("req-ok-1"), "execution.start")) == 1
+
+
+async def test_a_start_request_without_an_id_gets_one_chosen_and_named(system: System) -> None:
+    playbook = await register(system)
+    reply = await request(system, {"playbook": playbook, "payload": {"name": "x"}})
+    assert reply.started and reply.execution_id
+    assert (await system.client.wait(reply.execution_id, timeout=20)).state == "COMPLETED"
+
+
+async def test_an_unknown_playbook_is_refused_and_the_same_id_starts_once_it_is_registered(system: System) -> None:
+    reply = await request(system, {"playbook": "requested", "execution_id": "req-later"})
+    assert reply.execution_id == "req-later" and not reply.started
+    assert reply.error is not None and reply.error.type == "PlaybookNotFound"
+    assert "requested" in reply.error.message
+    # refused: nothing started, the dead letter is filed under the id it named
+    assert await system.client.exists("req-later", timeout=5) is False
+    letters = [i for i in await system.events("req-later") if i.cls == "dlq"]
+    assert [i.type for i in letters] == ["dead_letter.start"]
+    assert "not registered" in letters[0].data["reason"]
+
+    playbook = await register(system)
+    reply = await request(system, {"playbook": playbook, "payload": {"name": "y"}, "execution_id": "req-later"})
+    assert reply.started and not reply.existing
+    assert (await system.client.wait("req-later", timeout=20)).state == "COMPLETED"
+
+
+async def test_an_unknown_version_is_refused(system: System) -> None:
+    playbook = await register(system)
+    reply = await request(system, {"playbook": playbook, "version": 99, "execution_id": "req-v99"})
+    assert not reply.started and reply.error is not None and reply.error.type == "PlaybookNotFound"
+
+
+async def test_a_bad_payload_is_refused_naming_the_field_and_dead_lettered_under_the_id(system: System) -> None:
+    playbook = await register(system)
+    reply = await request(system, {"playbook": playbook, "payload": [1, 2], "execution_id": "req-badpayload"})
+    assert reply.execution_id == "req-badpayload" and not reply.started
+    assert reply.error is not None and reply.error.type == "InvalidStart" and "payload" in reply.error.message
+    letters = [i for i in await system.events("req-badpayload") if i.cls == "dlq"]
+    assert len(letters) == 1 and "payload" in letters[0].data["reason"]
+    assert letters[0].data["execution_id"] == "req-badpayload"
+
+
+async def test_bad_json_and_a_bad_id_are_refused_with_no_execution_id(system: System) -> None:
+    reply = await request(system, b"{not json")
+    assert reply.execution_id is None and not reply.started
+    assert reply.error is not None and "not JSON" in reply.error.message
+    reply = await request(system, {"playbook": "p", "execution_id": "a.b"})
+    assert reply.execution_id is None and reply.error is not None
+    assert reply.error.type == "InvalidStart" and "execution_id" in reply.error.message
+
+
+async def test_a_bad_start_published_to_the_stream_is_dead_lettered_under_the_id_it_names(system: System) -> None:
+    body = json.dumps({"playbook": "p", "payload": "not an object", "execution_id": "stream-bad"}).encode()
+    await system.js_publish(START_SUBJECT, body, msg_id="stream-bad")
+
+    async def letters() -> list[Any]:
+        return [i for i in await system.events("stream-bad") if i.cls == "dlq"]
+
+    (letter,) = await wait_for(letters)
+    assert "payload" in letter.data["reason"] and letter.data["execution_id"] == "stream-bad"
+    # one that names no usable id still goes under `_`
+    await system.js_publish(START_SUBJECT, b'{"playbook": 1}', msg_id="no-id")
+
+    async def unnamed() -> list[Any]:
+        return [i for i in await system.client.dead_letters("start") if i.data["execution_id"] is None]
+
+    assert len(await wait_for(unnamed)) == 1
