@@ -7,6 +7,9 @@ execution id but an unknown playbook still starts that execution, which fails at
 once with the reason in its `playbook.failed` event, so whoever watches that id sees
 why. One execution per execution_id: the record's Nats-Msg-Id is derived from the id,
 and beyond the server's duplicate window the existing start record is looked up.
+
+It also reads schedules' fires (stream SCHEDULES, actors/engine/fires.py): each is a
+start whose execution id is derived from the schedule and the fire time.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -23,13 +27,21 @@ from nats.js.errors import NotFoundError
 
 from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
+from actors.engine.fires import fire_start
 from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
 from actors.settings import limits_from_env
 from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, encode
 from streams.ids import start_record_id
-from streams.layout import EXEC_STREAM, EXECUTION_ID, STARTER_CONSUMER, Layout, deliver_subject
+from streams.layout import (
+    EXEC_STREAM,
+    EXECUTION_ID,
+    SCHEDULE_FIRES_CONSUMER,
+    STARTER_CONSUMER,
+    Layout,
+    deliver_subject,
+)
 
 log = logging.getLogger("actors.starter")
 _start_decoder = msgspec.json.Decoder(StartMessage)
@@ -53,28 +65,37 @@ class Starter:
         self.layout = layout
         self.catalog = CatalogReader(self.js)
         self._sub: Subscription | None = None
+        self._fires: Subscription | None = None
         self._limiter = KeyedLimiter(limit=in_flight, what="starter")
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
         self._sub = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg)
+        fires = SCHEDULE_FIRES_CONSUMER
+        self._fires = await self.nc.subscribe(deliver_subject(fires), queue=fires, cb=self._on_fire)
 
     async def stop(self) -> None:
-        """Stop taking start messages and finish those being handled (each takes a few
-        round trips; one that cannot finish is not acked and comes back)."""
-        if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
+        """Stop taking start messages and fires, and finish those being handled (each
+        takes a few round trips; one that cannot finish is not acked and comes back)."""
+        for sub in (self._sub, self._fires):
+            if sub is not None:
+                await sub.unsubscribe()
+        self._sub = self._fires = None
         await self._limiter.drain()
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
             return  # a status message, or stopping: unacked, it comes back to a starter
-        await self._limiter.submit(functools.partial(self._handle_one, msg))
+        await self._limiter.submit(functools.partial(self._handle_one, msg, self.handle, "start"))
 
-    async def _handle_one(self, msg: Msg) -> None:
+    async def _on_fire(self, msg: Msg) -> None:
+        if not msg.reply or self._fires is None:
+            return
+        await self._limiter.submit(functools.partial(self._handle_one, msg, self.handle_fire, "schedule"))
+
+    async def _handle_one(self, msg: Msg, handle: Callable[[Msg], Awaitable[None]], source: str) -> None:
         try:
-            await self.handle(msg)
+            await handle(msg)
         except Exception as e:
             if is_transient(e) or num_delivered(msg) < POISON_TRIES:
                 log.exception("starter: failed to handle a start message")
@@ -83,8 +104,8 @@ class Starter:
             try:
                 await dead_letter(
                     self.js,
-                    source="start",
-                    reason=f"start message could not be handled: {type(e).__name__}: {e}",
+                    source=source,
+                    reason=f"{source} message could not be handled: {type(e).__name__}: {e}",
                     msg=msg,
                 )
             except Exception:
@@ -112,6 +133,17 @@ class Starter:
                 reason=f"invalid start message: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
                 msg=msg,
             )
+            return
+        async with self._limiter.turn(eid):
+            await self._start(eid, start)
+
+    async def handle_fire(self, msg: Msg) -> None:
+        """A schedule's fire: the start it carries, under the id derived from the
+        schedule and the fire time (a second delivery finds that execution started)."""
+        try:
+            eid, start = fire_start(msg)
+        except msgspec.DecodeError as e:  # ValidationError included
+            await dead_letter(self.js, source="schedule", reason=f"invalid schedule fire: {e}", msg=msg)
             return
         async with self._limiter.turn(eid):
             await self._start(eid, start)
