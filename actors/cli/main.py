@@ -24,6 +24,7 @@ from actors.cli.commands import (
 )
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.output import print_error
+from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
 
@@ -125,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
 
     sub.add_parser("schema", help="print the playbook JSON Schema")
+
+    add_schedule_parser(sub, [with_timeout(with_nats(argparse.ArgumentParser(add_help=False)))])
     return p
 
 
@@ -137,6 +140,7 @@ ASYNC = {
     "status": cmd_status,
     "events": cmd_events,
     "cancel": cmd_cancel,
+    "schedule": cmd_schedule,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 
