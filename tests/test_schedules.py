@@ -107,6 +107,8 @@ async def test_a_fire_delivered_again_starts_nothing_new(system: System) -> None
     sub = await system.nc.jetstream().subscribe(schedule_fire_subject("again"), ordered_consumer=True)
     msg = await sub.next_msg(timeout=5)
     await sub.unsubscribe()
+    # fires expire with the logs they start (Nats-Schedule-TTL on the definition)
+    assert (msg.headers or {}).get("Nats-TTL") == f"{int(system.layout.exec_max_age)}s"
     starter = next(a for a in system.runtime.actors if type(a).__name__ == "Starter")
     await starter.handle_fire(msg)  # type: ignore[attr-defined]
     records = await start_records(system, "again-")
@@ -168,11 +170,15 @@ async def _more(system: System, name: str, count: int) -> bool:
         (["--cron", "every day"], "invalid cron 'every day': expected 5 fields"),
         (["--cron", "0 0 * * *", "--timezone", "Mars/Olympus"], "invalid time zone 'Mars/Olympus'"),
         (["--cron", "0 0 * * *", "--payload", "[1]"], "--payload: must be a JSON object"),
+        (["--cron", "0 0 * * *", "--payload", "@BIG"], "schedule bad's payload is"),
     ],
 )
 async def test_cli_bad_input_is_one_line_exit_3_and_leaves_nothing(system: System, args: list[str], says: str) -> None:
     env = {"NATS_URL": system.server.url, "ACTORS_PARTITIONS": str(system.layout.partitions)}
     playbook = await register(system)
+    big = system.tmp / "big.json"
+    big.write_text('{"x": "' + "y" * 1_100_000 + '"}')  # over the 1 MiB message limit
+    args = [f"@{big}" if a == "@BIG" else a for a in args]
     code, _, err = await cli("schedule", "add", "bad", "--playbook", playbook, *args, env=env)
     assert code == 3, err
     assert len(err.strip().splitlines()) == 1 and says in err, err

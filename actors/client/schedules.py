@@ -23,6 +23,7 @@ import msgspec
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
 
 from actors.catalog import CatalogReader
+from actors.client.checks import check_size
 from actors.client.session import Session
 from actors.natsio import MSG_ID, publisher
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
@@ -101,6 +102,7 @@ class Scheduling(Session):
             payload=payload or {},
             created=time.time(),
         )
+        check_size(f"schedule {name}'s payload", len(encode(spec)), self.value_limit())
         kv = await self.js.key_value(SCHEDULES_BUCKET)
         try:
             revision = await kv.create(name, encode(spec))
