@@ -21,7 +21,7 @@ from streams.subjects import schedule_definition_subject, schedule_fire_subject
 from tests.conftest import System, wait_for
 from tests.test_cli import cli
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 TICK = """apiVersion: actors/v1
 kind: Playbook
@@ -70,6 +70,7 @@ async def register(system: System) -> str:
     return (await system.client.register(path)).path
 
 
+@pytest.mark.asyncio
 async def test_cron_every_second_survives_a_restart_of_every_role_one_execution_per_fire(system: System) -> None:
     playbook = await register(system)
     await system.client.schedule_add("tick", playbook=playbook, cron="* * * * * *", payload={"n": 7})
@@ -96,6 +97,7 @@ async def test_cron_every_second_survives_a_restart_of_every_role_one_execution_
     assert st is not None and st.state == ExecState.COMPLETED
 
 
+@pytest.mark.asyncio
 async def test_a_fire_delivered_again_starts_nothing_new(system: System) -> None:
     """The starter derives the id from the fire itself: handling the same fire message
     twice (a redelivery after a crash before its ack) finds the execution started."""
@@ -123,6 +125,7 @@ async def definition(system: System, name: str) -> bool:
         return False
 
 
+@pytest.mark.asyncio
 async def test_cli_add_list_pause_resume_delete(system: System, tmp_path: Path) -> None:
     env = {"NATS_URL": system.server.url, "ACTORS_PARTITIONS": str(system.layout.partitions)}
     playbook = await register(system)
@@ -163,6 +166,7 @@ async def _more(system: System, name: str, count: int) -> bool:
     return len(await fired(system, name)) > count
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -186,6 +190,7 @@ async def test_cli_bad_input_is_one_line_exit_3_and_leaves_nothing(system: Syste
     assert not await definition(system, "bad")
 
 
+@pytest.mark.asyncio
 async def test_cli_unknown_playbook_bad_name_and_duplicate(system: System) -> None:
     env = {"NATS_URL": system.server.url, "ACTORS_PARTITIONS": str(system.layout.partitions)}
     code, _, err = await cli("schedule", "add", "s1", "--playbook", "lib/nope", "--cron", "@hourly", env=env)
@@ -201,6 +206,7 @@ async def test_cli_unknown_playbook_bad_name_and_duplicate(system: System) -> No
     assert [(v.spec.name, v.spec.cron) for v in views] == [("s1", "@hourly")]
 
 
+@pytest.mark.asyncio
 async def test_ticks_missed_while_nats_was_down_are_not_run_one_by_one(tmp_path: Path) -> None:
     """The documented policy for an outage of NATS itself: nothing fires while it is
     down, the ticks it missed are not fired one by one when it is back (at most one
@@ -255,3 +261,17 @@ async def _fired_since(system: System, name: str, since: float) -> bool:
 def _stamp(eid: str) -> float:
     when = datetime.datetime.strptime(eid.rsplit("-", 1)[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.UTC)
     return when.timestamp()
+
+
+def test_a_fire_is_named_by_its_own_tick_even_when_stored_late() -> None:
+    """Pure: the tick a fire stands for, from its stored time and the next tick it
+    announces (what a redelivery carries unchanged)."""
+    from actors.engine.fires import fire_time
+
+    tick = datetime.datetime(2026, 11, 23, 23, 0, 5, tzinfo=datetime.UTC).timestamp()
+    assert fire_time(tick + 0.001, "2026-11-23T23:00:06Z") == tick  # on time
+    assert fire_time(tick + 1.2, "2026-11-23T23:00:06Z") == tick  # stored late: still its own tick
+    assert fire_time(tick + 1.3, "2026-11-23T23:00:07Z") == tick + 1  # the next tick's fire
+    assert fire_time(tick + 0.35, "2026-11-24T00:00:06+01:00") == tick  # a time zone's offset
+    assert fire_time(tick + 2.0, "2026-11-23T23:05:00Z") == tick + 2  # a sparse cron, stored late
+    assert fire_time(tick + 0.5, None) == tick
