@@ -275,3 +275,16 @@ def test_a_fire_is_named_by_its_own_tick_even_when_stored_late() -> None:
     assert fire_time(tick + 0.35, "2026-11-24T00:00:06+01:00") == tick  # a time zone's offset
     assert fire_time(tick + 2.0, "2026-11-23T23:05:00Z") == tick + 2  # a sparse cron, stored late
     assert fire_time(tick + 0.5, None) == tick
+
+
+@pytest.mark.asyncio
+async def test_cli_schedule_gives_up_on_nats_in_one_line() -> None:
+    """Unreachable: exit 5 after --timeout; credentials refused: exit 5 at once."""
+    from streams.server import NatsServer, free_port
+
+    code, _, err = await cli("schedule", "list", "--timeout", "2", env={"NATS_URL": f"nats://127.0.0.1:{free_port()}"})
+    assert code == 5 and len(err.strip().splitlines()) == 1 and "cannot reach NATS" in err, err
+    async with await NatsServer.start(auth=("ops", "right")) as server:
+        url = server.url.replace("ops:right@", "ops:wrong@")
+        code, out, err = await cli("schedule", "pause", "x", env={"NATS_URL": url})
+        assert code == 5 and "refused the credentials" in err and "wrong" not in err + out, err
