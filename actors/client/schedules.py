@@ -15,6 +15,7 @@ it comes back (the server's own policy), not once per missed tick.
 
 from __future__ import annotations
 
+import datetime
 import re
 import time
 from typing import Any
@@ -198,4 +199,13 @@ class Scheduling(Session):
             last = await self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True)
         except NotFoundError:
             return None
-        return (last.headers or {}).get(SCHEDULE_NEXT)
+        announced = (last.headers or {}).get(SCHEDULE_NEXT)
+        try:
+            # a time already past is stale (announced before a pause, or an outage): unknown
+            return (
+                announced
+                if announced and datetime.datetime.fromisoformat(announced).timestamp() > time.time()
+                else None
+            )
+        except ValueError:
+            return None
