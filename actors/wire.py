@@ -63,6 +63,21 @@ class StartReply(Struct):  # every field written out: a user's code reads it
     error: ErrorInfo | None = None
 
 
+class ScheduleSpec(_Wire, forbid_unknown_fields=True):
+    """A schedule as `actors-cli schedule add` wrote it (KV `schedules`, key = name):
+    what each fire starts, and when. `cron` is the server's pattern (6 fields, seconds
+    first, or `@hourly`-style); `paused`: its definition is removed until resumed."""
+
+    name: str
+    playbook: str
+    cron: str
+    timezone: str | None = None
+    version: int | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    paused: bool = False
+    created: float = 0.0
+
+
 # --- inputs: what the engine folds (subject class `in`) ------------------------------
 
 

@@ -282,3 +282,24 @@ def deliver_subject(consumer: str) -> str:
     """Push consumers deliver here; actors subscribe with queue group = consumer name,
     so several pods may share one consumer (leases narrow that to one owner)."""
     return f"_deliver.{consumer}"
+
+
+# --- schedules (stream SCHEDULES): a cron definition per schedule, and its fires ---------
+
+SCHEDULE_FIRES_FILTER = "schedules.fire.>"
+
+
+def schedule_definition_subject(name: str) -> str:
+    """A schedule's cron definition (a `Nats-Schedule` message): one per subject, so
+    deleting the subject's message stops the schedule."""
+    return f"schedules.def.{name}"
+
+
+def schedule_fire_subject(name: str) -> str:
+    """Where the server publishes each fire of schedule `name` (`Nats-Schedule-Target`)."""
+    return f"schedules.fire.{name}"
+
+
+def schedule_of_fire(subject: str) -> str:
+    """The schedule a fire's subject names."""
+    return subject.split(".", 2)[2]

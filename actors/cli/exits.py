@@ -6,7 +6,8 @@ Exit codes:
   1  FAILED
   2  CANCELLED
   3  invalid input or usage: a bad playbook, payload or execution id, a value over the
-     message limit, an unknown execution, a port already in use
+     message limit, an unknown execution, a port already in use, a bad or unknown
+     schedule (name, cron, time zone)
   4  timeout: the execution (run, status --watch) did not end within --timeout
   5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
      also an embedded nats-server that could not start

@@ -26,6 +26,7 @@ from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
+from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
 
@@ -152,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="one JSON object per file (file, ok, errors, warnings)")
 
     sub.add_parser("schema", help="print the playbook JSON Schema")
+
+    add_schedule_parser(sub, [with_timeout(with_nats(argparse.ArgumentParser(add_help=False)))])
     return p
 
 
@@ -183,6 +186,7 @@ ASYNC = {
     "logs": cmd_logs,
     "cancel": cmd_cancel,
     "deadletters": cmd_deadletters,
+    "schedule": cmd_schedule,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 

@@ -21,6 +21,7 @@ One module per idea:
 * `outputs`: what steps printed (`StepOutput`), read, followed, whole text
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
+* `schedules`: cron schedules that start a playbook (add, list, pause, resume, delete)
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
@@ -33,11 +34,12 @@ from actors.client.connecting import CLIENT_TIMEOUT, Connecting, open_client
 from actors.client.logview import LogItem, log_items
 from actors.client.outputs import StepOutputs
 from actors.client.reading import Reader
+from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, Writer
 from streams.layout import Layout
 
 
-class Client(Writer, StepOutputs, Reader):
+class Client(Writer, StepOutputs, Reader, Scheduling):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
@@ -69,6 +71,8 @@ __all__ = [
     "Connecting",
     "InvalidExecutionId",
     "LogItem",
+    "ScheduleError",
+    "ScheduleView",
     "StartOutcome",
     "TooLarge",
     "check_execution_id",
