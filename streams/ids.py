@@ -30,6 +30,11 @@ def start_record_id(execution_id: str) -> str:
     return f"{execution_id}:start"
 
 
+def retried_id(execution_id: str, retry_execution_id: str) -> str:
+    """The link from a retried execution to one retry of it (`in.retried`)."""
+    return f"{execution_id}:retried:{retry_execution_id}"
+
+
 def command_msg_id(execution_id: str, command_id: str) -> str:
     return f"{execution_id}:cmd:{command_id}"
 
@@ -121,3 +126,11 @@ def child_execution_id(execution_id: str, command_id: str) -> str:
     """A child execution (`tool: playbook`): deterministic, so a replay or a second
     engine starts the same child, never two."""
     return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()
+
+
+def retry_execution_id(execution_id: str, from_step: str, payload_json: bytes) -> str:
+    """The execution that retries `execution_id` from `from_step` with the payload given
+    for the retry (its JSON with sorted keys; `{}` for none): the same retry asked twice
+    is one execution, never two. A subject token and KV key like any execution id."""
+    digest = hashlib.blake2b(b"\0".join([execution_id.encode(), from_step.encode(), payload_json]), digest_size=12)
+    return "r" + digest.hexdigest()
