@@ -24,6 +24,7 @@ from actors.cli.commands import (
 )
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.output import print_error
+from actors.cli.retrying import add_retry_parser, cmd_retry
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
 
@@ -120,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("execution_id")
     sp.add_argument("--reason")
 
+    with_timeout(with_nats(add_retry_parser(sub)))
+
     sp = sub.add_parser("validate", help="check playbooks; report every error")
     sp.add_argument("files", nargs="+")
     sp.add_argument("--json", action="store_true")
@@ -137,6 +140,7 @@ ASYNC = {
     "status": cmd_status,
     "events": cmd_events,
     "cancel": cmd_cancel,
+    "retry": cmd_retry,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 

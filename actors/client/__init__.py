@@ -20,16 +20,18 @@ One module per idea:
 * `reading`: status, wait, follow, events, result, iterations, progress, dead letters
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
+* `retrying`: retry a terminal execution from a step (`RetryOutcome`)
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
 from actors.client.logview import LogItem, log_items
 from actors.client.reading import Reader
+from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
 from actors.client.writing import StartOutcome, Writer
 
 
-class Client(Writer, Reader):
+class Client(Retrier, Writer, Reader):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
@@ -38,8 +40,11 @@ __all__ = [
     "Client",
     "InvalidExecutionId",
     "LogItem",
+    "RetryOutcome",
+    "RetryRefused",
     "StartOutcome",
     "TooLarge",
+    "UnknownExecution",
     "check_execution_id",
     "check_size",
     "log_items",
