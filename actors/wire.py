@@ -53,8 +53,8 @@ class StartMessage(_Wire, forbid_unknown_fields=True):
 class RetryOf(_Wire, forbid_unknown_fields=True):
     """What a retry of a terminal execution starts from, resolved from the old log by
     `Client.retry` and copied into the new execution's start record, so the new
-    execution's fold never reads the old log. `results`: the old execution's result of
-    every step whose last visit completed, `from_step`'s aside; `from_step` is entered
+    execution's fold never reads the old log. `results`: the old execution's last result
+    of every step that completed there, `from_step`'s aside; `from_step` is entered
     first instead of the playbook's entry."""
 
     execution_id: str

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -22,15 +22,15 @@ from actors.blobs import start_payload
 from actors.client.checks import check_execution_id, check_size
 from actors.client.reading import Reader
 from actors.client.writing import Writer
-from actors.core.decide import fold
-from actors.core.rerun import RetryRefused, plan_retry
-from actors.core.state import Execution
-from actors.engine.readback import read_back
+from actors.core.rerun import RetryRefused
 from actors.events import FailureDecidedData, FailureDecidedEvent, decision_decoder
 from actors.wire import EngineFault, Input, StartMessage, StartRecord, encode, input_decoder
 from streams.ids import retry_execution_id, start_id
 from streams.layout import EXEC_STREAM, START_SUBJECT
 from streams.subjects import EV, IN, ExecSubjects, class_of
+
+if TYPE_CHECKING:
+    from actors.core.state import Execution
 
 _fault = msgspec.json.Decoder(EngineFault)
 
@@ -65,6 +65,8 @@ class Retrier(Writer, Reader):
         execution that is not terminal, that never reached a step, or a `from_step` it
         never entered. Idempotent: the same retry (same execution, step, payload) returns
         the same new execution id, with `existing=True` once it was started."""
+        from actors.core.rerun import plan_retry  # the engine's fold: imported by retry alone
+
         check_execution_id(execution_id)
         old, record = await self._ride(f"reading execution {execution_id}", lambda: self._fold_log(execution_id))
         if record is None:
@@ -100,6 +102,10 @@ class Retrier(Writer, Reader):
     async def _fold_log(self, execution_id: str) -> tuple[Execution, StartRecord | None]:
         """The execution's state at the end of its log, folded as the engine folds it
         (failure decisions read back from its records, inputs given up on skipped)."""
+        from actors.core.decide import fold
+        from actors.core.state import Execution
+        from actors.engine.readback import read_back
+
         subjects = ExecSubjects.of(execution_id, self.layout.partitions)
         entries: list[tuple[str, bytes, int, float]] = await self._read_all(
             EXEC_STREAM, subjects.log, lambda subject, data, seq, at: [(subject, data, seq, at)]

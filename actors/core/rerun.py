@@ -3,9 +3,9 @@ execution's folded state (actors/core/state.py) and its start record.
 
 A retry is a new execution of the same playbook version. It enters `from_step` first
 (by default the step of the old execution's root failure) and has in scope, from its
-start, the result of every step whose last visit completed in the old execution: the
-value `{{ step }}` had when the old execution ended (a loop step's whole list, a step
-visited more than once its last completed visit). `from_step`'s own result is dropped:
+start, the value `{{ step }}` had when the old execution ended, for every step that
+completed there at least once (a loop step's whole list, a step visited more than once
+its last completed visit). `from_step`'s own result is dropped:
 it runs again. Steps the retry visits again replace their kept result; parallel
 branches that are not downstream of `from_step` are not run again (their results stay
 in scope). The retry's payload is the old start payload with the given one merged over
@@ -17,12 +17,13 @@ retry's fold never reads the old log.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from actors.core.state import Execution
-from actors.core.work import deep_merge
 from actors.playbook.model import END
 from actors.wire import RetryOf, StartRecord
+
+if TYPE_CHECKING:
+    from actors.core.state import Execution
 
 
 class RetryRefused(ValueError):
@@ -46,6 +47,10 @@ def plan_retry(
     """The retry of `old` (its state at the end of its log, `record` its start record)
     from `from_step`, or from the step of its root failure. Raises RetryRefused when
     `old` is not terminal, never reached a step, or `from_step` is not a step it entered."""
+    # imported here: work.py brings the template engine, and every CLI command imports
+    # RetryRefused from this module (through actors.client) before it does anything
+    from actors.core.work import deep_merge
+
     eid = old.execution_id
     if not old.terminal:
         raise RetryRefused(
