@@ -31,6 +31,11 @@ def start_record_id(execution_id: str) -> str:
     return f"{execution_id}:start"
 
 
+def retried_id(execution_id: str, retry_execution_id: str) -> str:
+    """The link from a retried execution to one retry of it (`in.retried`)."""
+    return f"{execution_id}:retried:{retry_execution_id}"
+
+
 def command_msg_id(execution_id: str, command_id: str) -> str:
     return f"{execution_id}:cmd:{command_id}"
 
@@ -142,3 +147,11 @@ def scheduled_execution_id(schedule: str, fire_epoch: float) -> str:
     after any restart, starts the same execution, never a second one."""
     stamp = datetime.datetime.fromtimestamp(int(fire_epoch), datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{schedule}-{stamp}"
+
+
+def retry_execution_id(execution_id: str, from_step: str, payload_json: bytes) -> str:
+    """The execution that retries `execution_id` from `from_step` with the payload given
+    for the retry (its JSON with sorted keys; `{}` for none): the same retry asked twice
+    is one execution, never two. A subject token and KV key like any execution id."""
+    digest = hashlib.blake2b(b"\0".join([execution_id.encode(), from_step.encode(), payload_json]), digest_size=12)
+    return "r" + digest.hexdigest()

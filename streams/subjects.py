@@ -30,6 +30,7 @@ START_REQUEST_SUBJECT = "start.request"
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
 LOOP_RESULT, DECISION = "res", "decision"
+RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire.py RetriedBy)
 
 
 def partition_of(execution_id: str, partitions: int) -> int:
@@ -80,6 +81,11 @@ class ExecSubjects:
     @property
     def cancel(self) -> str:
         return self.input(CANCEL)
+
+    @property
+    def retried(self) -> str:
+        """Where the starter links this execution to a retry of it."""
+        return self.input(RETRIED)
 
     @property
     def decision(self) -> str:
@@ -148,6 +154,11 @@ class LoopSubjects:
     @property
     def cancel(self) -> str:
         return self.input(CANCEL)
+
+    @property
+    def retried(self) -> str:
+        """Where the starter links this execution to a retry of it."""
+        return self.input(RETRIED)
 
     @property
     def results(self) -> str:

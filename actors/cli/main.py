@@ -26,6 +26,7 @@ from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
+from actors.cli.retrying import add_retry_parser, cmd_retry
 from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--since", help="only letters from this time on: ISO 8601 (2026-11-23T22:00:00Z) or an age (2h)")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
+    with_timeout(with_nats(add_retry_parser(sub)))
+
     sp = sub.add_parser("validate", help="check playbooks; report every error")
     sp.add_argument("files", nargs="+", help="playbook YAML files")
     sp.add_argument("--json", action="store_true", help="one JSON object per file (file, ok, errors, warnings)")
@@ -187,6 +190,7 @@ ASYNC = {
     "cancel": cmd_cancel,
     "deadletters": cmd_deadletters,
     "schedule": cmd_schedule,
+    "retry": cmd_retry,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 

@@ -41,8 +41,8 @@ from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
 from actors.settings import limits_from_env
-from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, StartReply, encode
-from streams.ids import start_record_id
+from actors.wire import ErrorInfo, Limits, RetriedBy, RetryOf, StartMessage, StartRecord, StartReply, encode
+from streams.ids import retried_id, start_record_id
 from streams.layout import (
     EXEC_STREAM,
     EXECUTION_ID,
@@ -238,6 +238,7 @@ class Starter:
         """The start record for the message; None when the execution was started before."""
         subject = self.layout.execution(eid).start
         if await self._already_started(subject):
+            await self._link_retry(eid, start.retry_of)  # in case the first handling stopped before linking
             return None
         record = StartRecord(
             execution_id=eid,
@@ -247,6 +248,7 @@ class Starter:
             payload_ref=start.payload_ref,
             parent=start.parent,
             limits=self.limits,
+            retry_of=start.retry_of,
         )
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
@@ -260,6 +262,16 @@ class Starter:
         subject = self.layout.execution(record.execution_id).start
         # re-sent through an election
         await publish_all(self.js, [(subject, encode(record), start_record_id(record.execution_id))])
+        await self._link_retry(record.execution_id, record.retry_of)
+
+    async def _link_retry(self, eid: str, retry: RetryOf | None) -> None:
+        """A retry's start also goes into the retried execution's log (`RetriedBy`,
+        folded into an `execution.retried` event there), so both logs name each other."""
+        if retry is None or not EXECUTION_ID.fullmatch(retry.execution_id):
+            return
+        link = RetriedBy(execution_id=retry.execution_id, retry_execution_id=eid, from_step=retry.from_step)
+        subject = self.layout.execution(retry.execution_id).retried
+        await publish_all(self.js, [(subject, encode(link), retried_id(retry.execution_id, eid))])
 
     async def _payload_fits(self, record: StartRecord) -> None:
         """A payload that fits in its start message may not fit beside the playbook
