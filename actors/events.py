@@ -80,6 +80,8 @@ class EventType(StrEnum):
     BUDGET_EXCEEDED = "step.budget_exceeded"
     ROUTING_PAUSED = "routing.paused"
     ENGINE_FAULT = "engine.fault"
+    RETRY_OF = "execution.retry_of"  # in a retry's log: which execution it retries, from which step
+    RETRIED = "execution.retried"  # in the retried execution's log: which execution retries it
     # lifecycle events: the only events that decide an execution's status
     PLAYBOOK_INITIALIZED = "playbook.initialized"
     WORKFLOW_INITIALIZED = "workflow.initialized"
@@ -243,6 +245,22 @@ class EngineFaultData(_Data):
     error: ErrorView
 
 
+class RetryOfData(_Data):
+    """A retry's first decision: the execution it retries, the step it starts from, and
+    the steps whose results it took over (their values are in the start record)."""
+
+    execution_id: str
+    from_step: str
+    kept_steps: list[str]
+
+
+class RetriedData(_Data):
+    """In a terminal execution's log: a retry of it was started."""
+
+    retry_execution_id: str
+    from_step: str
+
+
 class PlaybookInitializedData(_Data):
     playbook: str
     version: int | None
@@ -385,6 +403,14 @@ class EngineFaultEvent(_Event, tag=EventType.ENGINE_FAULT.value, kw_only=True):
     data: EngineFaultData
 
 
+class RetryOfEvent(_Event, tag=EventType.RETRY_OF.value, kw_only=True):
+    data: RetryOfData
+
+
+class RetriedEvent(_Event, tag=EventType.RETRIED.value, kw_only=True):
+    data: RetriedData
+
+
 class PlaybookInitializedEvent(_Event, tag=EventType.PLAYBOOK_INITIALIZED.value, kw_only=True):
     data: PlaybookInitializedData
 
@@ -428,6 +454,8 @@ Event = (
     | BudgetExceededEvent
     | RoutingPausedEvent
     | EngineFaultEvent
+    | RetryOfEvent
+    | RetriedEvent
     | PlaybookInitializedEvent
     | WorkflowInitializedEvent
     | WorkflowCompletedEvent
@@ -451,6 +479,8 @@ EventData = (
     | BudgetExceededData
     | RoutingPausedData
     | EngineFaultData
+    | RetryOfData
+    | RetriedData
     | PlaybookInitializedData
     | WorkflowInitializedData
     | WorkflowCompletedData

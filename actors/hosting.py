@@ -204,15 +204,21 @@ class PartitionHost(Generic[K, A]):
         key = self._key_of(msg.subject)
         actor = self.actors.pop(key, None)
         if actor is None:
-            if key in self.retired:
+            if key in self.retired and not self.wakes_retired(msg.subject):
                 await msg.ack()  # a late input for an actor that finished
                 return
+            self.retired.pop(key, None)
             actor = self.spawn(key)
             actor.task = asyncio.create_task(actor.run(), name=f"{type(actor).__name__}:{key}")
         self.actors[key] = actor  # (re)inserted: most recently used last
         actor.mailbox.put_nowait(msg)
         if len(self.actors) > self.max_resident:
             self._evict()
+
+    def wakes_retired(self, subject: str) -> bool:
+        """Whether an input on `subject` is folded even by an actor that finished (it is
+        rebuilt by replay for it); every other late input is acked unread."""
+        return False
 
     def _evict(self) -> None:
         """Drop least recently used idle actors (nothing in the mailbox, not handling

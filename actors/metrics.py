@@ -40,6 +40,8 @@ from streams.layout import (
     EXEC_STREAM,
     LOOP_STREAM,
     PROJECTOR_CONSUMER,
+    SCHEDULE_FIRES_CONSUMER,
+    SCHEDULE_STREAM,
     START_STREAM,
     STARTER_CONSUMER,
     TOOL_KINDS,
@@ -347,6 +349,7 @@ def consumers_for(
     if "engine" in roles:
         out += [(EXEC_STREAM, engine_consumer(p)) for p in partitions]
         out.append((START_STREAM, STARTER_CONSUMER))
+        out.append((SCHEDULE_STREAM, SCHEDULE_FIRES_CONSUMER))  # the starter reads schedules' fires too
     if "counter" in roles:
         out += [(LOOP_STREAM, counter_consumer(p)) for p in partitions]
     if "projector" in roles:

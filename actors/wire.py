@@ -47,6 +47,19 @@ class StartMessage(_Wire, forbid_unknown_fields=True):
     execution_id: str | None = None
     parent: ParentRef | None = None
     payload_ref: str | None = None  # a payload too large for the message: a blob (actors/blobs.py)
+    retry_of: RetryOf | None = None  # a retry of a terminal execution (Client.retry)
+
+
+class RetryOf(_Wire, forbid_unknown_fields=True):
+    """What a retry of a terminal execution starts from, resolved from the old log by
+    `Client.retry` and copied into the new execution's start record, so the new
+    execution's fold never reads the old log. `results`: the old execution's last result
+    of every step that completed there, `from_step`'s aside; `from_step` is entered
+    first instead of the playbook's entry."""
+
+    execution_id: str
+    from_step: str
+    results: dict[str, Any] = field(default_factory=dict)
 
 
 class StartReply(Struct):  # every field written out: a user's code reads it
@@ -61,6 +74,21 @@ class StartReply(Struct):  # every field written out: a user's code reads it
     started: bool
     existing: bool = False
     error: ErrorInfo | None = None
+
+
+class ScheduleSpec(_Wire, forbid_unknown_fields=True):
+    """A schedule as `actors-cli schedule add` wrote it (KV `schedules`, key = name):
+    what each fire starts, and when. `cron` is the server's pattern (6 fields, seconds
+    first, or `@hourly`-style); `paused`: its definition is removed until resumed."""
+
+    name: str
+    playbook: str
+    cron: str
+    timezone: str | None = None
+    version: int | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    paused: bool = False
+    created: float = 0.0
 
 
 # --- inputs: what the engine folds (subject class `in`) ------------------------------
@@ -96,6 +124,7 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     error: ErrorInfo | None = None  # set when the start could not be resolved
     limits: Limits = field(default_factory=Limits)
     payload_ref: str | None = None  # the payload as a blob; the engine reads it back before folding
+    retry_of: RetryOf | None = None  # set when this execution retries another (its results, its first step)
 
 
 class CallDone(_Wire, tag="call.done", tag_field="type"):
@@ -201,6 +230,15 @@ class CancelRequest(_Wire, tag="execution.cancel", tag_field="type"):
     reason: str = ""
 
 
+class RetriedBy(_Wire, tag="execution.retried_by", tag_field="type"):
+    """Written by the starter into a retried execution's inputs when it starts its
+    retry: the old log then says which execution retries it (event `execution.retried`)."""
+
+    execution_id: str
+    retry_execution_id: str
+    from_step: str
+
+
 class TimerFired(_Wire, tag="timer.fired", tag_field="type"):
     """Delivered by the server when a durable timer (a scheduled message) is due."""
 
@@ -248,7 +286,15 @@ class EngineFault(_Wire, tag="engine.fault", tag_field="type"):
 
 
 Input = (
-    StartRecord | CallDone | CallError | CancelRequest | TimerFired | IteratorCompleted | IteratorFailed | EngineFault
+    StartRecord
+    | CallDone
+    | CallError
+    | CancelRequest
+    | TimerFired
+    | IteratorCompleted
+    | IteratorFailed
+    | EngineFault
+    | RetriedBy
 )
 input_decoder = msgspec.json.Decoder(Input)
 

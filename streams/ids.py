@@ -15,6 +15,7 @@ Command, child execution and timer ids are tokens of subjects: no dots.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 
 # --- message ids ------------------------------------------------------------------------
@@ -28,6 +29,11 @@ def start_id(execution_id: str) -> str:
 def start_record_id(execution_id: str) -> str:
     """The starter's start record in the execution's log."""
     return f"{execution_id}:start"
+
+
+def retried_id(execution_id: str, retry_execution_id: str) -> str:
+    """The link from a retried execution to one retry of it (`in.retried`)."""
+    return f"{execution_id}:retried:{retry_execution_id}"
 
 
 def command_msg_id(execution_id: str, command_id: str) -> str:
@@ -116,6 +122,12 @@ def dead_letter_id(source: str, stream: str, seq: int) -> str:
     return f"dlq:{source}:{stream}:{seq}"
 
 
+def schedule_definition_id(name: str, revision: int) -> str:
+    """A schedule's cron definition, as of revision `revision` of its entry in KV
+    `schedules`: a resume (a new revision) is never dropped as a duplicate of the add."""
+    return f"schedule:{name}:{revision}"
+
+
 # --- ids inside subjects ----------------------------------------------------------------
 
 
@@ -138,3 +150,19 @@ def child_execution_id(execution_id: str, command_id: str) -> str:
     """A child execution (`tool: playbook`): deterministic, so a replay or a second
     engine starts the same child, never two."""
     return "c" + hashlib.blake2b(f"{execution_id}/{command_id}".encode(), digest_size=12).hexdigest()
+
+
+def scheduled_execution_id(schedule: str, fire_epoch: float) -> str:
+    """The execution a schedule's fire starts: the schedule's name and the fire time, to
+    the second (cron's resolution), in UTC. A fire delivered again, to any starter,
+    after any restart, starts the same execution, never a second one."""
+    stamp = datetime.datetime.fromtimestamp(int(fire_epoch), datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{schedule}-{stamp}"
+
+
+def retry_execution_id(execution_id: str, from_step: str, payload_json: bytes) -> str:
+    """The execution that retries `execution_id` from `from_step` with the payload given
+    for the retry (its JSON with sorted keys; `{}` for none): the same retry asked twice
+    is one execution, never two. A subject token and KV key like any execution id."""
+    digest = hashlib.blake2b(b"\0".join([execution_id.encode(), from_step.encode(), payload_json]), digest_size=12)
+    return "r" + digest.hexdigest()

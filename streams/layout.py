@@ -37,6 +37,11 @@ cancel. Keeping iterations out of EXEC is what keeps an execution's log the same
 for 10 iterations or 100,000. The counter appends one ``in.iterator.<loop_id>`` verdict
 to the execution's inputs when the loop ends.
 
+``schedules.def.<name>`` in stream SCHEDULES: a schedule's cron definition (a
+``Nats-Schedule`` message whose body is a start message); the server publishes the body
+to ``schedules.fire.<name>`` at each tick, and the starter starts each fire under an id
+derived from the schedule and the fire time. KV ``schedules`` keeps each schedule's spec.
+
 Object store ``blobs``: values too large for one message (a step result, a command, a start
 payload, a loop's collection, scope or aggregated results, a large execution result),
 referenced by key from the message (actors/blobs.py).
@@ -60,6 +65,7 @@ from streams.subjects import (
     LC,
     LIFECYCLE_FILTER,
     SCH,
+    SCHEDULE_FIRES_FILTER,
     START_SUBJECT,
     ExecSubjects,
     LoopSubjects,
@@ -90,6 +96,8 @@ STATUS_BUCKET = "status"
 CATALOG_BUCKET = "catalog"
 INDEX_STREAM = "INDEX"
 ENDED_STREAM = "ENDED"
+SCHEDULE_STREAM = "SCHEDULES"
+SCHEDULES_BUCKET = "schedules"  # one entry per schedule: what `actors-cli schedule list` shows
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -164,6 +172,7 @@ def engine_consumer(partition: int) -> str:
 PROJECTOR_CONSUMER = "projector"
 PROJECTOR_FILTER = LIFECYCLE_FILTER
 STARTER_CONSUMER = "starter"
+SCHEDULE_FIRES_CONSUMER = "schedule-fires"  # read by the starter, beside start messages
 
 
 def tool_consumer(kind: str) -> str:
@@ -240,6 +249,17 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             max_msgs_per_subject=1,
             **common,  # type: ignore[arg-type]
         ),
+        api.StreamConfig(
+            name=SCHEDULE_STREAM,
+            description="cron schedules (schedules.def.<name>) and their fires (schedules.fire.<name>)",
+            subjects=["schedules.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            # no max_age: a definition must outlive any age limit; each fire carries a TTL
+            # (Nats-Schedule-TTL, the logs' age) instead
+            allow_msg_schedules=True,
+            allow_msg_ttl=True,
+            **common,  # type: ignore[arg-type]
+        ),
     ]
 
 
@@ -302,6 +322,7 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     projector = _push(layout, PROJECTOR_CONSUMER, PROJECTOR_FILTER, layout.engine_max_ack_pending, skips=False)
     # the starter dead-letters a bad start message itself; what else fails is transient
     starter = _push(layout, STARTER_CONSUMER, START_SUBJECT, layout.engine_max_ack_pending, skips=False)
+    fires = _push(layout, SCHEDULE_FIRES_CONSUMER, SCHEDULE_FIRES_FILTER, layout.engine_max_ack_pending, skips=False)
     tools = [
         api.ConsumerConfig(
             durable_name=tool_consumer(kind),
@@ -313,7 +334,13 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
         )
         for kind in tool_kinds
     ]
-    return {EXEC_STREAM: [*engine, projector], CMD_STREAM: tools, START_STREAM: [starter], LOOP_STREAM: counters}
+    return {
+        EXEC_STREAM: [*engine, projector],
+        CMD_STREAM: tools,
+        START_STREAM: [starter],
+        LOOP_STREAM: counters,
+        SCHEDULE_STREAM: [fires],
+    }
 
 
 async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...] = TOOL_KINDS) -> None:
@@ -351,7 +378,7 @@ async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str,
             replicas=layout.replicas,
             storage=api.StorageType.FILE,
         )
-    for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1)):
+    for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1), (SCHEDULES_BUCKET, 1)):
         try:
             await js.key_value(bucket)
         except NotFoundError:
@@ -380,6 +407,9 @@ __all__ = [
     "PROJECTOR_CONSUMER",
     "PROJECTOR_FILTER",
     "SCH",
+    "SCHEDULES_BUCKET",
+    "SCHEDULE_FIRES_CONSUMER",
+    "SCHEDULE_STREAM",
     "STARTER_CONSUMER",
     "START_STREAM",
     "START_SUBJECT",

@@ -30,6 +30,7 @@ START_REQUEST_SUBJECT = "start.request"
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
 LOOP_RESULT, DECISION = "res", "decision"
+RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire.py RetriedBy)
 
 
 def partition_of(execution_id: str, partitions: int) -> int:
@@ -80,6 +81,11 @@ class ExecSubjects:
     @property
     def cancel(self) -> str:
         return self.input(CANCEL)
+
+    @property
+    def retried(self) -> str:
+        """Where the starter links this execution to a retry of it."""
+        return self.input(RETRIED)
 
     @property
     def decision(self) -> str:
@@ -148,6 +154,11 @@ class LoopSubjects:
     @property
     def cancel(self) -> str:
         return self.input(CANCEL)
+
+    @property
+    def retried(self) -> str:
+        """Where the starter links this execution to a retry of it."""
+        return self.input(RETRIED)
 
     @property
     def results(self) -> str:
@@ -318,3 +329,24 @@ def deliver_subject(consumer: str) -> str:
     """Push consumers deliver here; actors subscribe with queue group = consumer name,
     so several pods may share one consumer (leases narrow that to one owner)."""
     return f"_deliver.{consumer}"
+
+
+# --- schedules (stream SCHEDULES): a cron definition per schedule, and its fires ---------
+
+SCHEDULE_FIRES_FILTER = "schedules.fire.>"
+
+
+def schedule_definition_subject(name: str) -> str:
+    """A schedule's cron definition (a `Nats-Schedule` message): one per subject, so
+    deleting the subject's message stops the schedule."""
+    return f"schedules.def.{name}"
+
+
+def schedule_fire_subject(name: str) -> str:
+    """Where the server publishes each fire of schedule `name` (`Nats-Schedule-Target`)."""
+    return f"schedules.fire.{name}"
+
+
+def schedule_of_fire(subject: str) -> str:
+    """The schedule a fire's subject names."""
+    return subject.split(".", 2)[2]

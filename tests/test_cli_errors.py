@@ -190,6 +190,7 @@ CLIENT_COMMANDS: list[tuple[str, ...]] = [
     ("status", "some-id", "--watch"),
     ("events", "some-id"),
     ("cancel", "some-id"),
+    ("retry", "some-id"),
 ]
 
 

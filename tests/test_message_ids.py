@@ -3,7 +3,8 @@ gives: de-duplication of a re-send (a replay, a second actor answering the same
 command) works only while every writer spells an id the same way. The playbook
 touches every writer: starter, engine (commands, records, lifecycle, timers, a child
 execution and its answer, a loop), counter (spec, iteration timers, verdict), tool
-actors (results alone and in batches, what steps print), and a cancel from the client."""
+actors (results alone and in batches, what steps print), a cancel from the client, and a
+retry's link into the retried execution's log."""
 
 from __future__ import annotations
 
@@ -96,6 +97,7 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
             "cancel": lambda: ids.cancel_id(eid),
             "timer": lambda: ids.timer_id_msg(ids.timer_owner(eid), rest),
             "fault": lambda: ids.fault_id(eid, msgspec.json.decode(data)["input_seq"]),
+            "retried": lambda: ids.retried_id(eid, msgspec.json.decode(data)["retry_execution_id"]),
         }[head]()
     if cls == "ev":
         return ids.decision_id(eid, decision_decoder.decode(data).cause)
@@ -153,6 +155,11 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
     await wait_for(lambda: _running(system, hang))
     await system.client.cancel(hang, "test")
     assert (await system.client.wait(hang, timeout=20)).state == "CANCELLED"
+    retry = await system.client.retry(hang, from_step="wait")  # the starter links the old log
+    await wait_for(lambda: _running(system, retry.execution_id))
+    await system.client.cancel(retry.execution_id, "test")
+    assert (await system.client.wait(retry.execution_id, timeout=20)).state == "CANCELLED"
+    await system.engine_idle()
     await system.nc.flush()
     for sub in subs:
         await sub.unsubscribe()
@@ -182,6 +189,7 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         "in.result",
         "in.iterator",
         "in.cancel",
+        "in.retried",
         "ev.decision",
         "lc.playbook",
         "lc.workflow",

@@ -12,7 +12,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.metrics import EVICTED_ACTORS, ConsumerCollector, Registry, consumers_for, pod_registry
 from actors.runtime import connect
-from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, START_STREAM, Layout, ensure, tool_consumer
+from streams.layout import (
+    CMD_STREAM,
+    EXEC_STREAM,
+    LOOP_STREAM,
+    SCHEDULE_STREAM,
+    START_STREAM,
+    Layout,
+    ensure,
+    tool_consumer,
+)
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -103,6 +112,7 @@ def test_consumers_for_each_role() -> None:
         (EXEC_STREAM, "engine-p0"),
         (EXEC_STREAM, "engine-p3"),
         (START_STREAM, "starter"),
+        (SCHEDULE_STREAM, "schedule-fires"),
     ]
     assert consumers_for(["counter"], partitions=[1]) == [(LOOP_STREAM, "counter-p1")]
     assert consumers_for(["projector"], partitions=[]) == [(EXEC_STREAM, "projector")]

@@ -6,7 +6,8 @@ Exit codes:
   1  FAILED
   2  CANCELLED
   3  invalid input or usage: a bad playbook, payload or execution id, a value over the
-     message limit, an unknown execution, a port already in use
+    message limit, an unknown execution, a port already in use, a bad or unknown
+    schedule (name, cron, time zone), a retry refused
   4  timeout: the execution (run, status --watch) did not end within --timeout;
      result of an execution still running
   5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
@@ -34,7 +35,7 @@ def exit_code_for(e: Exception) -> int | None:
 
     from actors.blobs import ValueTooLarge
     from actors.catalog import CatalogError
-    from actors.client import InvalidExecutionId, TooLarge
+    from actors.client import InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution
     from actors.dial import NatsUnavailable
     from actors.health import HttpPortUnavailable
     from actors.natsio import PublishOutcomeUnknown
@@ -52,6 +53,8 @@ def exit_code_for(e: Exception) -> int | None:
             HttpPortUnavailable,
             ValueTooLarge,
             SettingsInvalid,
+            RetryRefused,
+            UnknownExecution,
         ),
     ):
         return EXIT_INVALID

@@ -27,6 +27,8 @@ from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, n
 from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
 from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
+from actors.cli.retrying import add_retry_parser, cmd_retry
+from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.dial import CLIENT_TIMEOUT
 
@@ -148,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--since", help="only letters from this time on: ISO 8601 (2026-11-23T22:00:00Z) or an age (2h)")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
+    with_timeout(with_nats(add_retry_parser(sub)))
+
     sp = with_timeout(with_nats(sub.add_parser("list", help="executions, newest first")))
     sp.add_argument("--state", help="only executions in this state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)")
     sp.add_argument("--playbook", help="only executions of this catalog path")
@@ -167,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="one JSON object per file (file, ok, errors, warnings)")
 
     sub.add_parser("schema", help="print the playbook JSON Schema")
+
+    add_schedule_parser(sub, [with_timeout(with_nats(argparse.ArgumentParser(add_help=False)))])
     return p
 
 
@@ -198,6 +204,8 @@ ASYNC = {
     "logs": cmd_logs,
     "cancel": cmd_cancel,
     "deadletters": cmd_deadletters,
+    "schedule": cmd_schedule,
+    "retry": cmd_retry,
     "list": cmd_list,
     "result": cmd_result,
     "playbooks": cmd_playbooks,

@@ -23,6 +23,8 @@ One module per idea:
 * `outputs`: what steps printed (`StepOutput`), read, followed, whole text
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
+* `schedules`: cron schedules that start a playbook (add, list, pause, resume, delete)
+* `retrying`: retry a terminal execution from a step (`RetryOutcome`)
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
@@ -37,11 +39,13 @@ from actors.client.logview import LogItem, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.outputs import StepOutputs
 from actors.client.reading import Reader
+from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
+from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, Writer
 from streams.layout import Layout
 
 
-class Client(Writer, StepOutputs, Reader, Lister):
+class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
@@ -76,8 +80,13 @@ __all__ = [
     "ExecutionNotFound",
     "InvalidExecutionId",
     "LogItem",
+    "RetryOutcome",
+    "RetryRefused",
+    "ScheduleError",
+    "ScheduleView",
     "StartOutcome",
     "TooLarge",
+    "UnknownExecution",
     "check_execution_id",
     "check_size",
     "log_items",

@@ -49,7 +49,9 @@ from actors.events import (
     ExecState,
     PlaybookFailedData,
     PlaybookInitializedData,
+    RetriedData,
     RetryDueData,
+    RetryOfData,
     RoutingPausedData,
     WorkflowInitializedData,
 )
@@ -65,6 +67,7 @@ from actors.wire import (
     Input,
     IteratorCompleted,
     IteratorFailed,
+    RetriedBy,
     StartRecord,
     TimerFired,
 )
@@ -98,6 +101,8 @@ def _fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubje
         _start(decision, inp)
     elif isinstance(inp, EngineFault):
         engine_fault(decision, inp)
+    elif isinstance(inp, RetriedBy):
+        _retried(decision, inp)  # a link in the log, whatever the state: it decides nothing
     elif ex.terminal or ex.playbook is None:
         pass  # late results after the end, or inputs before a start: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
@@ -184,6 +189,25 @@ def _start(decision: Decision, rec: StartRecord) -> None:
     except PlaybookInvalid as e:
         _fail_at_start(decision, ErrorInfo(type="PlaybookInvalid", message=str(e)))
         return
+    entry = ex.playbook.entry
+    if rec.retry_of is not None:
+        retry = rec.retry_of
+        if retry.from_step == END or retry.from_step not in ex.playbook.steps:
+            _fail_at_start(
+                decision,
+                ErrorInfo(
+                    type="RetryInvalid",
+                    message=f"retry of execution {retry.execution_id}: playbook {rec.playbook_path} "
+                    f"has no step '{retry.from_step}' to start from",
+                ),
+            )
+            return
+        # the old execution's results are in scope from the start, as if its steps had run here
+        ex.results = dict(retry.results)
+        entry = retry.from_step
+        decision.event(
+            None, RetryOfData(execution_id=retry.execution_id, from_step=entry, kept_steps=sorted(retry.results))
+        )
     ex.workload = deep_merge(ex.playbook.workload, rec.payload)
     ex.status = ExecState.RUNNING
     initialized = PlaybookInitializedData(
@@ -193,8 +217,17 @@ def _start(decision: Decision, rec: StartRecord) -> None:
         initialized.parent_execution_id = rec.parent.execution_id
         initialized.parent_step = rec.parent.step
     decision.lifecycle(initialized)
-    decision.lifecycle(WorkflowInitializedData(entry=ex.playbook.entry))
-    _enter(decision, ex.playbook.entry, from_activation=None)
+    decision.lifecycle(WorkflowInitializedData(entry=entry))
+    _enter(decision, entry, from_activation=None)
+
+
+def _retried(decision: Decision, link: RetriedBy) -> None:
+    """A retry of this execution was started: say so once in its log."""
+    ex = decision.ex
+    if link.retry_execution_id in ex.retries:
+        return  # the same link written again (a starter's redelivery past the duplicate window)
+    ex.retries.append(link.retry_execution_id)
+    decision.event(None, RetriedData(retry_execution_id=link.retry_execution_id, from_step=link.from_step))
 
 
 def _fail_at_start(decision: Decision, error: ErrorInfo) -> None:

@@ -77,6 +77,7 @@ class Execution:
     # routing not done yet, last to be done first; carried over to the next decision
     # only when one decision reached its share of routing (decide.ROUTING_SLICE)
     pending: list[Pending] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)  # executions started as retries of this one
 
     @property
     def terminal(self) -> bool:

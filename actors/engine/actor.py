@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
 
-from actors.blobs import BLOB_MISSING, get_blob, resolve_result
 from actors.core.decide import execution_error, fold
-from actors.core.effects import Effects, loop_failed
+from actors.core.effects import Effects
 from actors.core.state import Execution
+from actors.engine.readback import read_back
 from actors.events import (
     ExecState,
     FailureDecidedData,
@@ -49,18 +48,28 @@ from actors.logactor import LogActor, LogEntry
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
 from actors.outbox import Outbox
 from actors.wire import (
-    CallDone,
     EngineFault,
-    ErrorInfo,
     Input,
-    IteratorCompleted,
     StartRecord,
     encode,
     input_decoder,
 )
 from streams import ids
 from streams.layout import EXEC_STREAM, LOOP_STREAM, Layout, engine_consumer
-from streams.subjects import EV, FAULT, IN, LC, RESULT, START, TIMER, ExecSubjects, class_of, execution_of, type_of
+from streams.subjects import (
+    EV,
+    FAULT,
+    IN,
+    LC,
+    RESULT,
+    RETRIED,
+    START,
+    TIMER,
+    ExecSubjects,
+    class_of,
+    execution_of,
+    type_of,
+)
 
 log = logging.getLogger("actors.engine")
 fault_decoder = msgspec.json.Decoder(EngineFault)
@@ -151,40 +160,7 @@ class ExecutionActor(LogActor):
         return fx
 
     async def _read_back(self, inp: Input) -> Input:
-        """The input with the values it carries as blobs (too large for a message) read
-        back, live and in a replay alike. A blob that is gone becomes the input's error
-        (the step or the execution fails saying so), never an input retried for ever."""
-        js = self.engine.js
-        if isinstance(inp, CallDone) and inp.result_ref is not None:
-            return await resolve_result(js, inp)
-        if isinstance(inp, StartRecord) and inp.payload_ref is not None:
-            try:
-                payload = await get_blob(js, inp.payload_ref)
-            except BLOB_MISSING:
-                payload = None
-            if isinstance(payload, dict):
-                inp.payload, inp.payload_ref = payload, None
-            elif inp.error is None:
-                inp.error = ErrorInfo(
-                    type="ValueMissing", message=f"start payload blob {inp.payload_ref} not found (expired or removed)"
-                )
-            return inp
-        if isinstance(inp, IteratorCompleted) and inp.results is None and inp.results_ref:
-            try:
-                inp.results = await get_blob(js, inp.results_ref)
-            except NotFoundError:
-                # the blob expired or was removed: the loop's results are gone, say so
-                missing = ErrorInfo(type="ResultsMissing", message=f"blob {inp.results_ref} not found")
-                return loop_failed(
-                    inp.execution_id,
-                    inp.loop_id,
-                    inp.step,
-                    missing,
-                    total=inp.total,
-                    succeeded=inp.succeeded,
-                    failed=inp.failed,
-                )
-        return inp
+        return await read_back(self.engine.js, inp)
 
     # --- replay ----------------------------------------------------------------------
 
@@ -284,6 +260,10 @@ class Engine(PartitionHost[str, ExecutionActor]):
             max_resident=layout.engine_max_resident,
             role="engine",
         )
+
+    def wakes_retired(self, subject: str) -> bool:
+        """A retry of a finished execution is linked in its log (`execution.retried`)."""
+        return type_of(subject) == RETRIED
 
     def spawn(self, key: str) -> ExecutionActor:
         return ExecutionActor(self, key)

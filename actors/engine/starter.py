@@ -15,6 +15,9 @@ its start record is written, or why it was refused. There the caller is told, so
 start that would only fail (unknown playbook or version, a payload past the cap) is
 refused instead: nothing is written but its dead letter, and the same id may be sent
 again once the playbook is registered.
+
+It also reads schedules' fires (stream SCHEDULES, actors/engine/fires.py): each is a
+start whose execution id is derived from the schedule and the fire time.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -32,13 +36,21 @@ from nats.js.errors import NotFoundError
 
 from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
+from actors.engine.fires import fire_start
 from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
 from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
 from actors.settings import limits_from_env
-from actors.wire import ErrorInfo, Limits, StartMessage, StartRecord, StartReply, encode
-from streams.ids import start_record_id
-from streams.layout import EXEC_STREAM, EXECUTION_ID, STARTER_CONSUMER, Layout, deliver_subject
+from actors.wire import ErrorInfo, Limits, RetriedBy, RetryOf, StartMessage, StartRecord, StartReply, encode
+from streams.ids import retried_id, start_record_id
+from streams.layout import (
+    EXEC_STREAM,
+    EXECUTION_ID,
+    SCHEDULE_FIRES_CONSUMER,
+    STARTER_CONSUMER,
+    Layout,
+    deliver_subject,
+)
 from streams.subjects import START_REQUEST_SUBJECT
 
 log = logging.getLogger("actors.starter")
@@ -101,22 +113,23 @@ class Starter:
         self.catalog = CatalogReader(self.js)
         self._sub: Subscription | None = None
         self._requests: Subscription | None = None
+        self._fires: Subscription | None = None
         self._limiter = KeyedLimiter(limit=in_flight, what="starter")
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
         self._sub = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg)
         self._requests = await self.nc.subscribe(START_REQUEST_SUBJECT, queue=name, cb=self._on_request)
+        fires = SCHEDULE_FIRES_CONSUMER
+        self._fires = await self.nc.subscribe(deliver_subject(fires), queue=fires, cb=self._on_fire)
 
     async def stop(self) -> None:
-        """Stop taking start messages and finish those being handled (each takes a few
-        round trips; one that cannot finish is not acked and comes back)."""
-        if self._requests is not None:
-            await self._requests.unsubscribe()
-            self._requests = None
-        if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
+        """Stop taking start messages, requests and fires, and finish those being handled
+        (each takes a few round trips; one that cannot finish is not acked and comes back)."""
+        for sub in (self._requests, self._sub, self._fires):
+            if sub is not None:
+                await sub.unsubscribe()
+        self._requests = self._sub = self._fires = None
         await self._limiter.drain()
 
     async def _on_request(self, msg: Msg) -> None:
@@ -143,11 +156,16 @@ class Starter:
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
             return  # a status message, or stopping: unacked, it comes back to a starter
-        await self._limiter.submit(functools.partial(self._handle_one, msg))
+        await self._limiter.submit(functools.partial(self._handle_one, msg, self.handle, "start"))
 
-    async def _handle_one(self, msg: Msg) -> None:
+    async def _on_fire(self, msg: Msg) -> None:
+        if not msg.reply or self._fires is None:
+            return
+        await self._limiter.submit(functools.partial(self._handle_one, msg, self.handle_fire, "schedule"))
+
+    async def _handle_one(self, msg: Msg, handle: Callable[[Msg], Awaitable[None]], source: str) -> None:
         try:
-            await self.handle(msg)
+            await handle(msg)
         except Exception as e:
             if is_transient(e) or num_delivered(msg) < POISON_TRIES:
                 log.exception("starter: failed to handle a start message")
@@ -156,8 +174,8 @@ class Starter:
             try:
                 await dead_letter(
                     self.js,
-                    source="start",
-                    reason=f"start message could not be handled: {type(e).__name__}: {e}",
+                    source=source,
+                    reason=f"{source} message could not be handled: {type(e).__name__}: {e}",
                     msg=msg,
                     execution_id=named_execution_id(msg.data),
                 )
@@ -179,6 +197,19 @@ class Starter:
                 log.info("starter: execution %s already started; duplicate start ignored", eid)
                 return
             await self._write(record)
+
+    async def handle_fire(self, msg: Msg) -> None:
+        """A schedule's fire: the start it carries, under the id derived from the
+        schedule and the fire time (a second delivery finds that execution started)."""
+        try:
+            eid, start = fire_start(msg)
+        except msgspec.DecodeError as e:  # ValidationError included
+            await dead_letter(self.js, source="schedule", reason=f"invalid schedule fire: {e}", msg=msg)
+            return
+        async with self._limiter.turn(eid):
+            record = await self._record(eid, start)
+            if record is not None:
+                await self._write(record)
 
     async def handle_request(self, msg: Msg) -> StartReply:
         """A start sent as a request: started, or refused with the reason (and dead-lettered)."""
@@ -207,6 +238,7 @@ class Starter:
         """The start record for the message; None when the execution was started before."""
         subject = self.layout.execution(eid).start
         if await self._already_started(subject):
+            await self._link_retry(eid, start.retry_of)  # in case the first handling stopped before linking
             return None
         record = StartRecord(
             execution_id=eid,
@@ -216,6 +248,7 @@ class Starter:
             payload_ref=start.payload_ref,
             parent=start.parent,
             limits=self.limits,
+            retry_of=start.retry_of,
         )
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
@@ -229,6 +262,16 @@ class Starter:
         subject = self.layout.execution(record.execution_id).start
         # re-sent through an election
         await publish_all(self.js, [(subject, encode(record), start_record_id(record.execution_id))])
+        await self._link_retry(record.execution_id, record.retry_of)
+
+    async def _link_retry(self, eid: str, retry: RetryOf | None) -> None:
+        """A retry's start also goes into the retried execution's log (`RetriedBy`,
+        folded into an `execution.retried` event there), so both logs name each other."""
+        if retry is None or not EXECUTION_ID.fullmatch(retry.execution_id):
+            return
+        link = RetriedBy(execution_id=retry.execution_id, retry_execution_id=eid, from_step=retry.from_step)
+        subject = self.layout.execution(retry.execution_id).retried
+        await publish_all(self.js, [(subject, encode(link), retried_id(retry.execution_id, eid))])
 
     async def _payload_fits(self, record: StartRecord) -> None:
         """A payload that fits in its start message may not fit beside the playbook

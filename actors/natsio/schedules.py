@@ -13,3 +13,11 @@ def schedule_at(epoch: float) -> str:
     """The `Nats-Schedule` value for a one-shot timer (millisecond precision, UTC)."""
     stamp = datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="milliseconds")
     return "@at " + stamp.replace("+00:00", "Z")
+
+
+# recurring schedules (actors/client/schedules.py): a cron pattern in a time zone; each
+# fire the server publishes carries the schedule's subject and its next fire time
+SCHEDULE_TIME_ZONE = "Nats-Schedule-Time-Zone"
+SCHEDULE_TTL = "Nats-Schedule-TTL"
+SCHEDULER = "Nats-Scheduler"
+SCHEDULE_NEXT = "Nats-Schedule-Next"

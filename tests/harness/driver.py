@@ -10,6 +10,7 @@ from typing import Any
 
 from actors.core.effects import CommandCancel, Effects, Timer
 from actors.core.loop import LoopRun
+from actors.core.rerun import plan_retry
 from actors.core.state import Execution
 from actors.wire import (
     CallDone,
@@ -20,6 +21,8 @@ from actors.wire import (
     ErrorInfo,
     IterationOutcome,
     Limits,
+    RetriedBy,
+    RetryOf,
     StartMessage,
     StartRecord,
 )
@@ -59,7 +62,13 @@ class Harness:
     # --- what tests call ------------------------------------------------------------
 
     def start(
-        self, source: str, payload: dict[str, Any] | None = None, *, execution_id: str | None = None, path: str = "pb"
+        self,
+        source: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        execution_id: str | None = None,
+        path: str = "pb",
+        retry_of: RetryOf | None = None,
     ) -> str:
         """Queue an execution's start record; `run()` then runs it."""
         self._ids += 1
@@ -67,7 +76,12 @@ class Harness:
         self._deliver(
             ("exec", eid),
             StartRecord(
-                execution_id=eid, playbook_path=path, playbook_source=source, payload=payload or {}, limits=self.limits
+                execution_id=eid,
+                playbook_path=path,
+                playbook_source=source,
+                payload=payload or {},
+                limits=self.limits,
+                retry_of=retry_of,
             ),
         )
         self.runs[eid] = Run(eid)
@@ -95,6 +109,36 @@ class Harness:
             else:
                 break
         return self.runs[eid]
+
+    def retry(self, execution_id: str, *, from_step: str | None = None, payload: dict[str, Any] | None = None) -> str:
+        """Queue a retry of a terminal execution as `Client.retry` and the starter make
+        it: planned from the old state (actors/core/rerun.py), its start record carrying
+        `retry_of`, and the link into the old execution's inputs."""
+        record = next(inp for inp, _, _ in self.runs[execution_id].inputs if isinstance(inp, StartRecord))
+        plan = plan_retry(self._states[execution_id], record, from_step=from_step, payload=payload)
+        self._ids += 1
+        eid = f"r{self._ids}"
+        self._deliver(
+            ("exec", eid),
+            StartRecord(
+                execution_id=eid,
+                playbook_path=plan.playbook_path,
+                playbook_version=plan.playbook_version,
+                playbook_source=record.playbook_source,
+                payload=plan.payload,
+                limits=self.limits,
+                retry_of=plan.retry_of,
+            ),
+        )
+        link = RetriedBy(execution_id=execution_id, retry_execution_id=eid, from_step=plan.retry_of.from_step)
+        self._deliver(("exec", execution_id), link)
+        self.runs[eid] = Run(eid)
+        self._last = eid
+        return eid
+
+    def state(self, execution_id: str) -> Execution:
+        """An execution's folded state (what the engine holds for it)."""
+        return self._states[execution_id]
 
     def cancel(self, execution_id: str, reason: str = "") -> None:
         self._deliver(("exec", execution_id), CancelRequest(execution_id=execution_id, reason=reason))

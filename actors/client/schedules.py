@@ -1,0 +1,211 @@
+"""Schedules: start a playbook on a cron, built on JetStream scheduled messages.
+
+A schedule is two things in NATS: its spec in KV `schedules` (what `list` shows, and
+what `resume` puts back) and, unless paused, its definition on
+`schedules.def.<name>` in stream SCHEDULES: a message with a `Nats-Schedule` cron
+header whose body is the start message. The server publishes that body to
+`schedules.fire.<name>` at every tick; the starter turns each fire into an execution
+whose id is the schedule's name and the fire time (`streams.ids.scheduled_execution_id`),
+so a fire delivered twice, or after any restart, starts one execution.
+
+Pausing removes the definition (the server schedules nothing for it any more);
+resuming publishes it again. A fire missed while the server was down is run once when
+it comes back (the server's own policy), not once per missed tick.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from typing import Any
+
+import msgspec
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
+
+from actors.catalog import CatalogReader
+from actors.client.checks import check_size
+from actors.client.session import Session
+from actors.natsio import MSG_ID, publisher
+from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
+from actors.wire import ScheduleSpec, StartMessage, encode
+from streams.ids import schedule_definition_id
+from streams.layout import SCHEDULE_STREAM, SCHEDULES_BUCKET
+from streams.subjects import schedule_definition_subject, schedule_fire_subject
+
+# a subject token and a KV key; with the fire time it makes an execution id (<= 128)
+SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+# the server's answers to a pattern or a time zone it cannot use (ADR-51)
+_BAD_PATTERN, _BAD_TIME_ZONE = 10189, 10223
+_spec_decoder = msgspec.json.Decoder(ScheduleSpec)
+
+
+class ScheduleError(Exception):
+    """A schedule request that cannot be done as asked (bad name, cron or time zone,
+    no such schedule, one already there): one line for the user."""
+
+
+class ScheduleView(msgspec.Struct):
+    """A schedule as `list` shows it: its spec and, when it has fired, the next fire
+    time the server announced (RFC 3339, in the schedule's time zone)."""
+
+    spec: ScheduleSpec
+    next_fire: str | None = None
+
+
+def cron_pattern(cron: str) -> str:
+    """The server's pattern for a user's cron: 5 fields (minute first, as crontab) get
+    a seconds field of 0; 6 fields (seconds first) and `@hourly`-style names are kept."""
+    text = " ".join(cron.split())
+    if text.startswith("@"):
+        return text
+    fields = text.split(" ") if text else []
+    if len(fields) == 5:
+        return "0 " + text
+    if len(fields) == 6:
+        return text
+    raise ScheduleError(
+        f"invalid cron {cron!r}: expected 5 fields (minute hour day month weekday), 6 (seconds first) or @hourly-style"
+    )
+
+
+def check_schedule_name(name: str) -> str:
+    if not SCHEDULE_NAME.fullmatch(name):
+        raise ScheduleError(f"invalid schedule name {name!r}: must match {SCHEDULE_NAME.pattern}")
+    return name
+
+
+class Scheduling(Session):
+    """Add, list, pause, resume and delete schedules."""
+
+    async def schedule_add(
+        self,
+        name: str,
+        *,
+        playbook: str,
+        cron: str,
+        payload: dict[str, Any] | None = None,
+        timezone: str | None = None,
+        version: int | None = None,
+    ) -> ScheduleSpec:
+        """Create schedule `name`. Refused (ScheduleError) if it exists, or if the cron
+        or time zone is one the server cannot use; CatalogError for an unknown playbook.
+        Nothing is left behind by a refused add."""
+        check_schedule_name(name)
+        pattern = cron_pattern(cron)
+        await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
+        spec = ScheduleSpec(
+            name=name,
+            playbook=playbook,
+            cron=pattern,
+            timezone=timezone,
+            version=version,
+            payload=payload or {},
+            created=time.time(),
+        )
+        check_size(f"schedule {name}'s payload", len(encode(spec)), self.value_limit())
+        kv = await self.js.key_value(SCHEDULES_BUCKET)
+        try:
+            revision = await kv.create(name, encode(spec))
+        except KeyWrongLastSequenceError:
+            raise ScheduleError(f"schedule {name} already exists (delete it first)") from None
+        try:
+            await self._define(spec, revision)
+        except BaseException:
+            await kv.delete(name)  # the server refused the definition: no schedule at all
+            raise
+        return spec
+
+    async def schedules(self) -> list[ScheduleView]:
+        """Every schedule, by name, with its next fire time when it has one."""
+        kv = await self.js.key_value(SCHEDULES_BUCKET)
+        try:
+            names = sorted(await kv.keys())
+        except NoKeysError:
+            return []
+        views = []
+        for name in names:
+            try:
+                entry = await kv.get(name)
+            except KeyNotFoundError:
+                continue  # deleted meanwhile
+            spec = _spec_decoder.decode(entry.value or b"")
+            views.append(ScheduleView(spec=spec, next_fire=None if spec.paused else await self._next_fire(name)))
+        return views
+
+    async def schedule_pause(self, name: str) -> bool:
+        """Stop firing `name` until resumed; False if it was paused already."""
+        spec, revision = await self._spec(name)
+        was_running = not spec.paused
+        if was_running:
+            spec.paused = True
+            await (await self.js.key_value(SCHEDULES_BUCKET)).update(name, encode(spec), last=revision)
+        # removed even when the spec says paused: a pause cut short before this line is finished
+        await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
+        return was_running
+
+    async def schedule_resume(self, name: str) -> bool:
+        """Fire `name` again from its next tick (ticks while paused are not caught up);
+        False if it was not paused."""
+        spec, revision = await self._spec(name)
+        if not spec.paused:
+            return False
+        spec.paused = False
+        revision = await (await self.js.key_value(SCHEDULES_BUCKET)).update(name, encode(spec), last=revision)
+        await self._define(spec, revision)
+        return True
+
+    async def schedule_delete(self, name: str) -> None:
+        """Remove `name` for good: no further fire (executions it started stay)."""
+        await self._spec(name)  # ScheduleError if there is no such schedule
+        await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
+        await (await self.js.key_value(SCHEDULES_BUCKET)).delete(name)
+
+    async def _spec(self, name: str) -> tuple[ScheduleSpec, int]:
+        check_schedule_name(name)
+        kv = await self.js.key_value(SCHEDULES_BUCKET)
+        try:
+            entry = await kv.get(name)
+        except KeyNotFoundError:
+            raise ScheduleError(f"no schedule {name}") from None
+        return _spec_decoder.decode(entry.value or b""), entry.revision or 0
+
+    async def _define(self, spec: ScheduleSpec, revision: int) -> None:
+        """Publish the cron definition the server fires; the server checks the pattern
+        and the time zone, and its refusal is turned into one line."""
+        start = StartMessage(playbook=spec.playbook, version=spec.version, payload=spec.payload)
+        headers = {
+            SCHEDULE: spec.cron,
+            SCHEDULE_TARGET: schedule_fire_subject(spec.name),
+            # fires are kept as long as the logs they start, then expire on their own
+            SCHEDULE_TTL: f"{int(self.layout.exec_max_age)}s",
+            MSG_ID: schedule_definition_id(spec.name, revision),
+        }
+        if spec.timezone:
+            headers[SCHEDULE_TIME_ZONE] = spec.timezone
+        try:
+            await publisher(self.nc).send(
+                [(schedule_definition_subject(spec.name), encode(start), headers)], budget=self.timeout
+            )
+        except BadRequestError as e:
+            if e.err_code == _BAD_TIME_ZONE:
+                raise ScheduleError(f"invalid time zone {spec.timezone!r}: NATS refused it ({e.description})") from None
+            if e.err_code == _BAD_PATTERN:
+                raise ScheduleError(f"invalid cron {spec.cron!r}: NATS refused it ({e.description})") from None
+            raise
+
+    async def _next_fire(self, name: str) -> str | None:
+        try:
+            last = await self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True)
+        except NotFoundError:
+            return None
+        announced = (last.headers or {}).get(SCHEDULE_NEXT)
+        try:
+            # a time already past is stale (announced before a pause, or an outage): unknown
+            return (
+                announced
+                if announced and datetime.datetime.fromisoformat(announced).timestamp() > time.time()
+                else None
+            )
+        except ValueError:
+            return None

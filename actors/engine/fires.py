@@ -1,0 +1,46 @@
+"""A schedule's fire (stream SCHEDULES, `schedules.fire.<name>`) as the start it asks
+for. The server publishes the schedule's start message there at each cron tick, with
+the schedule's next tick in `Nats-Schedule-Next`; the execution id is derived here from
+the schedule's name and the fire time, so every delivery of one fire (redelivered, read
+by another starter, after a restart of every pod) names the same execution.
+
+The fire time is the second the fire was stored in, but never later than a second
+before the next tick the fire announces: a fire the server stored late (past the next
+tick's second, on a loaded server) keeps its own tick's name instead of taking the next
+one's. Both come from the fire message itself, so a redelivery derives the same."""
+
+from __future__ import annotations
+
+import datetime
+
+import msgspec
+from nats.aio.msg import Msg
+
+from actors.natsio import log_time
+from actors.natsio.schedules import SCHEDULE_NEXT
+from actors.wire import StartMessage
+from streams.ids import scheduled_execution_id
+from streams.subjects import schedule_of_fire
+
+_start_decoder = msgspec.json.Decoder(StartMessage)
+
+
+def fire_time(stored: float, next_tick: str | None) -> float:
+    """The tick a fire stands for, in whole epoch seconds: the second it was `stored`
+    in, or one second before `next_tick` (RFC 3339) if that is earlier."""
+    when = float(int(stored))
+    if next_tick:
+        try:
+            announced = datetime.datetime.fromisoformat(next_tick).timestamp()
+        except ValueError:
+            return when  # not a time (a one-shot's `purge`): the stored second
+        when = min(when, float(int(announced)) - 1.0)
+    return when
+
+
+def fire_start(msg: Msg) -> tuple[str, StartMessage]:
+    """The execution id and start message of a fire (msgspec errors for a body that is
+    not a start message)."""
+    start = _start_decoder.decode(msg.data)
+    when = fire_time(log_time(msg), (msg.headers or {}).get(SCHEDULE_NEXT))
+    return scheduled_execution_id(schedule_of_fire(msg.subject), when), start
