@@ -78,6 +78,10 @@ async def test_status_watch_timeout_exits_4_in_one_line(nats_server: NatsServer)
     assert err.strip() == "execution never-started: not finished after 1s"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def _interrupt_run(tmp_path: Path, env: dict[str, str]) -> tuple[int, str, str]:
     slow = tmp_path / "slow.yaml"
     slow.write_text(SLOW)
@@ -91,6 +95,9 @@ async def _interrupt_run(tmp_path: Path, env: dict[str, str]) -> tuple[int, str,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=_env(env),
+        # as a user's shell starts it: a job started in the background by a non-interactive
+        # shell (a CI script's `&`) inherits SIGINT ignored, and would never see the Ctrl-C
+        preexec_fn=_default_sigint,
     )
     assert proc.stdout is not None
     first = await asyncio.wait_for(proc.stdout.readline(), 60)  # started: "execution ID: slow v1"
