@@ -37,14 +37,42 @@ def partition_of(execution_id: str, partitions: int) -> int:
     return zlib.crc32(execution_id.encode()) % partitions
 
 
+# --- a log's subjects: what an execution's log and a loop's share ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _LogSubjects:
+    prefix: str  # exec.<p>.<execution_id> or loop.<p>.<execution_id>.<loop_id>
+
+    def input(self, type_: str) -> str:
+        return f"{self.prefix}.{IN}.{type_}"
+
+    @property
+    def cancel(self) -> str:
+        return self.input(CANCEL)
+
+    @property
+    def results(self) -> str:
+        """The prefix of command results: `<results>.<command_id>`."""
+        return self.input(RESULT)
+
+    def result(self, command_id: str) -> str:
+        return f"{self.results}.{command_id}"
+
+    def schedule(self, timer_id: str) -> str:
+        """A durable timer's schedule (`sch`), which the server fires into `timer(id)`."""
+        return f"{self.prefix}.{SCH}.{timer_id}"
+
+    def timer(self, timer_id: str) -> str:
+        return self.input(f"{TIMER}.{timer_id}")
+
+
 # --- an execution's log (EXEC) ---------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class ExecSubjects:
+class ExecSubjects(_LogSubjects):
     """The subjects of one execution's log."""
-
-    prefix: str  # exec.<p>.<execution_id>
 
     @classmethod
     def of(cls, execution_id: str, partitions: int) -> ExecSubjects:
@@ -55,20 +83,9 @@ class ExecSubjects:
         """Everything the execution's log holds (a filter)."""
         return f"{self.prefix}.>"
 
-    def input(self, type_: str) -> str:
-        return f"{self.prefix}.{IN}.{type_}"
-
     @property
     def start(self) -> str:
         return self.input(START)
-
-    @property
-    def results(self) -> str:
-        """The prefix of command results: `<results>.<command_id>`."""
-        return self.input(RESULT)
-
-    def result(self, command_id: str) -> str:
-        return f"{self.results}.{command_id}"
 
     def iterator(self, loop_id: str) -> str:
         """Where the counter puts a loop's verdict."""
@@ -77,10 +94,6 @@ class ExecSubjects:
     @property
     def fault(self) -> str:
         return self.input(FAULT)
-
-    @property
-    def cancel(self) -> str:
-        return self.input(CANCEL)
 
     @property
     def retried(self) -> str:
@@ -93,12 +106,6 @@ class ExecSubjects:
 
     def lifecycle(self, event_type: str) -> str:
         return f"{self.prefix}.{LC}.{event_type}"
-
-    def schedule(self, timer_id: str) -> str:
-        return f"{self.prefix}.{SCH}.{timer_id}"
-
-    def timer(self, timer_id: str) -> str:
-        return self.input(f"{TIMER}.{timer_id}")
 
     @property
     def outputs(self) -> str:
@@ -130,10 +137,8 @@ LIFECYCLE_FILTER = f"exec.*.*.{LC}.>"
 
 
 @dataclass(frozen=True, slots=True)
-class LoopSubjects:
+class LoopSubjects(_LogSubjects):
     """The subjects of one loop's log."""
-
-    prefix: str  # loop.<p>.<execution_id>.<loop_id>
 
     @classmethod
     def of(cls, execution_id: str, loop_id: str, partitions: int) -> LoopSubjects:
@@ -144,39 +149,18 @@ class LoopSubjects:
         """Every input of the loop (a filter)."""
         return f"{self.prefix}.{IN}.>"
 
-    def input(self, type_: str) -> str:
-        return f"{self.prefix}.{IN}.{type_}"
-
     @property
     def spec(self) -> str:
         return self.input(SPEC)
-
-    @property
-    def cancel(self) -> str:
-        return self.input(CANCEL)
-
-    @property
-    def retried(self) -> str:
-        """Where the starter links this execution to a retry of it."""
-        return self.input(RETRIED)
 
     @property
     def results(self) -> str:
         """The prefix of iteration results: `<results>.<command_id>` (and `.batch`)."""
         return self.input(LOOP_RESULT)
 
-    def result(self, command_id: str) -> str:
-        return f"{self.results}.{command_id}"
-
     @property
     def results_filter(self) -> str:
         return f"{self.results}.>"
-
-    def schedule(self, timer_id: str) -> str:
-        return f"{self.prefix}.{SCH}.{timer_id}"
-
-    def timer(self, timer_id: str) -> str:
-        return self.input(f"{TIMER}.{timer_id}")
 
 
 def loop_key(subject: str) -> tuple[str, str]:
