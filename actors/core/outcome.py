@@ -35,9 +35,14 @@ def finish(decision: Decision, act: Activation, *, result: Any, end_error: Error
         exited.error = error_view(end_error)
     decision.event(END, exited)
     failed = list(ex.failed_steps) + ([END] if end_error else [])
-    total_steps = len({a.step for a in ex.activations.values()})
-    handled_failures = [a.step for a in ex.arrivals if a.status == ArrivalStatus.HANDLED]
-    cancelled_steps = [a.step for a in ex.arrivals if a.status == ArrivalStatus.CANCELLED]
+    # what end's evaluation says about the whole run, on workflow.* and playbook.* alike
+    summary: dict[str, Any] = {
+        "evaluated_by_end_step": True,
+        "total_steps": len({a.step for a in ex.activations.values()}),
+        "failed_steps_count": len(failed),
+        "handled_failures": [a.step for a in ex.arrivals if a.status == ArrivalStatus.HANDLED],
+        "cancelled_steps": [a.step for a in ex.arrivals if a.status == ArrivalStatus.CANCELLED],
+    }
     if failed:
         ex.status = ExecState.FAILED
         root_step, root = ex.root_failure or (END, end_error)
@@ -45,11 +50,7 @@ def finish(decision: Decision, act: Activation, *, result: Any, end_error: Error
         decision.lifecycle(
             WorkflowFailedData(
                 failed_steps=failed,
-                evaluated_by_end_step=True,
-                total_steps=total_steps,
-                failed_steps_count=len(failed),
-                handled_failures=handled_failures,
-                cancelled_steps=cancelled_steps,
+                **summary,
             )
         )
         decision.lifecycle(
@@ -60,11 +61,7 @@ def finish(decision: Decision, act: Activation, *, result: Any, end_error: Error
                 error=execution_error(root, step=root_step, failed_steps=failed),
                 failed_steps=failed,
                 result=result,
-                evaluated_by_end_step=True,
-                total_steps=total_steps,
-                failed_steps_count=len(failed),
-                handled_failures=handled_failures,
-                cancelled_steps=cancelled_steps,
+                **summary,
             )
         )
         reply_to_parent(
@@ -79,11 +76,7 @@ def finish(decision: Decision, act: Activation, *, result: Any, end_error: Error
         ex.status = ExecState.COMPLETED
         decision.lifecycle(
             WorkflowCompletedData(
-                evaluated_by_end_step=True,
-                total_steps=total_steps,
-                failed_steps_count=len(failed),
-                handled_failures=handled_failures,
-                cancelled_steps=cancelled_steps,
+                **summary,
             )
         )
         decision.lifecycle(
@@ -92,11 +85,7 @@ def finish(decision: Decision, act: Activation, *, result: Any, end_error: Error
                 started_at=ex.started_at,
                 ended_at=decision.out.at,
                 result=result,
-                evaluated_by_end_step=True,
-                total_steps=total_steps,
-                failed_steps_count=len(failed),
-                handled_failures=handled_failures,
-                cancelled_steps=cancelled_steps,
+                **summary,
             )
         )
         reply_to_parent(decision, result=result, error=None)

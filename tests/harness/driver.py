@@ -322,23 +322,15 @@ class Harness:
 
     @staticmethod
     def _reply(cmd: Command, call: Call, result: Any, error: Fail | None) -> CallDone | CallError:
-        if error is not None:
-            return CallError(
-                execution_id=cmd.execution_id,
-                command_id=cmd.command_id,
-                step=cmd.step,
-                error=error_info(error),
-                attempt_number=cmd.attempt_number,
-                iteration_index=call.iteration,
-            )
-        return CallDone(
+        done = CallDone(
             execution_id=cmd.execution_id,
             command_id=cmd.command_id,
             step=cmd.step,
-            result=result,
+            result=result if error is None else None,
             attempt_number=cmd.attempt_number,
             iteration_index=call.iteration,
         )
+        return done if error is None else done.failed(error_info(error))
 
 
 def error_info(fail: Fail) -> ErrorInfo:
