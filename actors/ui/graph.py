@@ -18,7 +18,7 @@ def playbook_graph(playbook: Playbook) -> dict[str, Any]:
     """The playbook's structure: a node per step, laid out in one column."""
     nodes = []
     for i, step in enumerate(playbook.workflow):
-        kind = "loop" if step.loop is not None else str(getattr(step.tool, "kind", "noop") or "noop")
+        kind = "loop" if step.loop is not None else str(step.tool.__struct_config__.tag)
         nodes.append(
             {
                 "id": step.step,

@@ -33,6 +33,7 @@ from actors.ui.live import ExecutionWatch, StatusHub
 
 KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep an idle stream open
 UPDATES_PER_SECOND = 4  # an execution page's updates at most, however fast its log grows
+START_WAIT = 5.0  # seconds a cancel waits for a start still queued
 MAX_BODY = 1024 * 1024  # bytes of a POST body (a start payload)
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 
@@ -49,7 +50,7 @@ def _json(data: Any, status: int = 200) -> web.Response:
 def _refuse(status: int, message: str) -> web.HTTPException:
     """An HTTP error whose body is `{"error": message}` (one line, for the page to show)."""
     kinds = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden, 404: web.HTTPNotFound}
-    return kinds[status](body=msgspec.json.encode({"error": message}), content_type="application/json")
+    return kinds[status](text=msgspec.json.encode({"error": message}).decode(), content_type="application/json")
 
 
 def make_app(client: Client, *, read_only: bool, token: str | None, user_header: str | None = None) -> web.Application:
@@ -317,7 +318,12 @@ async def cancel(request: web.Request) -> web.Response:
     client = request.app[CLIENT]
     eid = _execution_id(request)
     body = await _body(request)
-    if not await client.exists(eid):
+    # a start still queued is waited for a moment, as `actors-cli cancel` does: a cancel
+    # written before the start record would be ignored
+    known = await client.exists(eid, timeout=START_WAIT)
+    if known is None:
+        raise _refuse(400, f"execution {eid} is still queued (no engine has taken its start yet): try again")
+    if not known:
         raise _refuse(404, f"no execution {eid!r}")
     await client.cancel(eid, str(body.get("reason") or "cancelled from the web UI"))
     return _json({"id": eid})
