@@ -27,7 +27,7 @@ from actors.ui.listing import row_of
 from actors.ui.timeline import step_timeline
 from actors.wire import ExecutionStatus, LoopProgress, StartRecord
 
-RESULT_PREVIEW = 64 * 1024  # bytes of a result sent to the page; a larger one is cut (the CLI has it whole)
+RESULT_PREVIEW = 16 * 1024  # bytes of a result sent to the page; a larger one is cut (the CLI has it whole)
 KEPT = 256  # parsed playbooks, and finished executions' envelopes, kept in memory
 
 
@@ -157,7 +157,12 @@ async def _error(
         failures = [a.failure for a in state.activations.values() if a.failure]
         if failures:
             last = failures[-1]
-            envelope = {"step": last.get("step"), "text": last.get("envelope"), "truncation": last.get("truncation")}
+            envelope = {
+                "step": last.get("step"),
+                "error": last.get("error"),
+                "text": last.get("envelope"),
+                "truncation": last.get("truncation"),
+            }
         if status is not None and status.state in TERMINAL_STATES:
             cache.keep_envelope(execution_id, envelope)
     return {"root_cause": root, "envelope": envelope}

@@ -36,6 +36,12 @@ function time(t) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+function clock(t) {
+  if (!t) return "";
+  const d = new Date(t * 1000);
+  return d.toTimeString().slice(0, 8) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
 function duration(a, b) {
   if (!a) return "";
   const s = (b || Date.now() / 1000) - a;
@@ -185,8 +191,9 @@ async function executionsPage() {
     if (!tbody.children.length && !next) tbody.append(el("tr", { class: "empty" }, el("td", { colspan: 7, class: "muted", text: "no executions" })));
   };
   more.addEventListener("click", () => load().catch((e) => flash(e.message)));
-  api("/api/playbooks").then((c) => names.append(...c.playbooks.map((p) => el("option", { value: p.name }))));
   await load();
+  // the playbook filter's suggestions, once the rows are shown
+  api("/api/playbooks").then((c) => names.append(...c.playbooks.map((p) => el("option", { value: p.name }))));
 }
 
 // --- one execution ----------------------------------------------------------------------
@@ -203,8 +210,14 @@ async function executionPage(id) {
   const result = el("div", { id: "result" });
   const logs = el("div", { id: "logs" });
   const events = el("div", { id: "events" });
-  main.append(title, actions, facts, links, error, el("h2", { text: "Graph" }), graph, loops,
-    el("h2", { text: "Timeline" }), timeline, result, el("h2", { text: "Step logs" }), logs,
+  main.append(
+    title,
+    el("div", { class: "bar-line" }, facts, actions),
+    links,
+    el("div", { class: "exec-grid" },
+      el("div", {}, el("h2", { text: "Graph" }), graph, loops, el("h2", { text: "Timeline" }), timeline),
+      el("div", {}, error, result)),
+    el("h2", { text: "Step logs" }), logs,
     el("h2", { text: "Events" }), events);
 
   const cancel = el("button", { class: "danger", id: "cancel", text: "Cancel", hidden: true });
@@ -293,10 +306,14 @@ function showError(box, error) {
     if (where.length) panel.append(el("div", { class: "muted", text: where.join("; ") }));
   }
   if (error.envelope) {
-    panel.append(el("h2", { text: `Failure envelope (handed to the remediation of ${error.envelope.step})` }),
-      el("pre", { class: "light", id: "envelope", text: error.envelope.text || "" }));
+    const env = error.envelope;
+    const err = env.error || {};
+    panel.append(el("h3", { text: `Remediated: step ${env.step} failed` }),
+      el("div", {}, el("span", { class: "type", text: `${err.type || "Error"}: ` }), el("span", { text: err.message || "" })),
+      el("details", {}, el("summary", { text: "failure envelope handed to the remediation step" }),
+        el("pre", { class: "light", id: "envelope", text: env.text || "" })));
   }
-  box.append(el("h2", { text: "Failure" }), panel);
+  box.append(el("h2", { text: root ? "Failure" : "Handled failure" }), panel);
 }
 
 function showLoops(box, nodes) {
@@ -340,7 +357,7 @@ async function loadEvents(id, box) {
   const rows = events.slice(0, 2000).map((e, i) =>
     el("tr", { "data-type": e.type },
       el("td", { class: "num", text: i + 1 }),
-      el("td", { text: time(e.at) }),
+      el("td", { class: "mono", text: clock(e.at), title: time(e.at) }),
       el("td", { class: "mono", text: e.type }),
       el("td", { text: e.step || "" }),
       el("td", {}, el("code", { text: JSON.stringify(e.data).slice(0, 300) }))));
