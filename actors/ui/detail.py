@@ -90,7 +90,7 @@ async def execution_detail(
         else {"name": record.playbook_path, "version": record.playbook_version or _version(status)},
         "graph": graph,
         "timeline": step_timeline(items),
-        **await _outcome(client, status, items),
+        **_outcome(execution_id, status, items),
         **_relations(record, items),
     }
     detail["error"] = await _error(client, execution_id, status, items, cache)
@@ -113,14 +113,20 @@ def _pending_row(execution_id: str, record: StartRecord | None) -> dict[str, Any
     }
 
 
-async def _outcome(client: Client, status: ExecutionStatus | None, items: list[LogItem]) -> dict[str, Any]:
-    """The result of a COMPLETED execution, cut to RESULT_PREVIEW bytes of JSON."""
+def _outcome(execution_id: str, status: ExecutionStatus | None, items: list[LogItem]) -> dict[str, Any]:
+    """The result of a COMPLETED execution, cut to RESULT_PREVIEW bytes of JSON. A result
+    too large for its event (stored as a blob) is not read at all: the page says how to
+    get it, and a 100,000-element result costs the page nothing."""
+    none: dict[str, Any] = {"result": None, "result_truncated": False}
     if status is None or str(status.state) != "COMPLETED":
-        return {"result": None, "result_truncated": False}
+        return none
     terminal = next((i for i in reversed(items) if i.cls == "lc" and i.type in TERMINAL_EVENTS), None)
     if terminal is None:
-        return {"result": None, "result_truncated": False}
-    value = await client.result(terminal)
+        return none
+    if terminal.data.get("result_ref"):
+        told = f"too large for the page: `actors-cli result {execution_id}` prints it"
+        return {"result": told, "result_truncated": True}
+    value = terminal.data.get("result")
     text = msgspec.json.encode(value)
     if len(text) <= RESULT_PREVIEW:
         return {"result": value, "result_truncated": False}

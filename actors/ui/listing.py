@@ -21,7 +21,7 @@ from actors.wire import ExecutionStatus, index_decoder, status_decoder
 from streams.layout import ENDED_STREAM, INDEX_STREAM
 from streams.subjects import index_ends
 
-WINDOW = 256  # index entries read per request, doubled while a filter keeps finding too few
+FIRST_WINDOW = 64  # index entries read in the first request (at least twice the limit), doubled while too few match
 MAX_LIMIT = 500  # rows one page may ask for
 ERROR_SUMMARY = 300  # characters of an error's message a row carries
 
@@ -79,7 +79,7 @@ async def page(
     first = info.state.first_seq
     hi = info.state.last_seq if before is None else min(before - 1, info.state.last_seq)
     rows: list[dict[str, Any]] = []
-    window = WINDOW
+    window = max(FIRST_WINDOW, 2 * limit)
     while info.state.messages and hi >= first:
         lo = max(first, hi - window + 1)
         next_hi = lo - 1
