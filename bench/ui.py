@@ -4,7 +4,8 @@ they stand on, measured in the same run.
 
     python bench/ui.py [--executions 10000] [--iterations 100000] [--repeat 15]
 
-One nats-server (temporary store) and every actor in this process. The executions are
+One nats-server (temporary store); every actor in a pod process of its own (`actors-cli
+serve --role all`), the UI in this one, as `actors-cli ui` runs it. The executions are
 written as the projector writes them (bench/list.py `grow`); the loop is a real
 execution of a `noop` step over `range(iterations)`. The UI is served on a free
 loopback port and asked over HTTP (aiohttp), medians over `--repeat` runs, in ms:
@@ -69,7 +70,7 @@ async def main(executions: int, iterations: int, repeat: int) -> dict[str, Any]:
     import aiohttp
 
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.runtime import connect
     from actors.ui.server import serve_ui
     from bench.list import grow
     from streams.layout import Layout
@@ -79,7 +80,7 @@ async def main(executions: int, iterations: int, repeat: int) -> dict[str, Any]:
     server = await NatsServer.start()
     nc = await connect(server.url, name="bench-ui")
     layout = Layout()
-    rt = await start_roles(nc, layout=layout)
+    pod = await start_pod(server.url)
     client = Client(nc, layout=layout)
     runner, url = await serve_ui(client, host="127.0.0.1", port=0)
     try:
@@ -130,13 +131,44 @@ async def main(executions: int, iterations: int, repeat: int) -> dict[str, Any]:
             out.update(await browser_times(url, eid))
     finally:
         await runner.cleanup()
-        await rt.stop()
+        pod.terminate()
+        await pod.wait()
         await nc.close()
         await server.stop()
     out["list_over_client_list"] = round(out["list_ms"] / out["client_list_ms"], 2)
     out["detail_over_events"] = round(out["detail_ms"] / out["events_ms"], 2)
     out["iterations_over_detail"] = round(out["iterations_ms"] / out["detail_ms"], 1)
     return out
+
+
+async def start_pod(url: str) -> asyncio.subprocess.Process:
+    """Every actor in a process of its own, serving once it says so."""
+    pod = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "actors.cli",
+        "-v",
+        "serve",
+        "--role",
+        "all",
+        "--nats",
+        url,
+        "--http-port",
+        "0",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert pod.stderr is not None
+    while b"serving roles" not in (line := await pod.stderr.readline()):
+        assert line, "the pod ended before serving"
+    asyncio.get_running_loop().create_task(_drain(pod.stderr))
+    return pod
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.readline():
+        pass
 
 
 async def browser_times(url: str, eid: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 
 from streams.server import NatsServer, free_port
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.timeout(90)]
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "actors.cli"]
@@ -62,6 +62,7 @@ async def stop(proc: asyncio.subprocess.Process, sig: int = signal.SIGINT) -> in
             await proc.wait()
 
 
+@pytest.mark.asyncio
 async def test_ui_command_serves_the_page_and_its_api(nats_server: NatsServer) -> None:
     proc, url = await running("ui", "--nats", nats_server.url, "--port", "0", "--read-only")
     try:
@@ -77,6 +78,7 @@ async def test_ui_command_serves_the_page_and_its_api(nats_server: NatsServer) -
         assert await stop(proc) == 0
 
 
+@pytest.mark.asyncio
 async def test_ui_command_says_what_is_wrong_in_one_line() -> None:
     unreachable = await asyncio.create_subprocess_exec(
         *CLI,
@@ -121,6 +123,7 @@ async def test_ui_command_says_what_is_wrong_in_one_line() -> None:
         await server.stop()
 
 
+@pytest.mark.asyncio
 async def test_dev_prints_its_ui() -> None:
     proc, url = await running("dev", "--port", str(free_port()), "--ui-port", str(free_port()))
     try:
@@ -130,6 +133,7 @@ async def test_dev_prints_its_ui() -> None:
         assert await stop(proc) == 0
 
 
+@pytest.mark.asyncio
 async def test_serve_role_ui_is_a_pod_with_health_and_the_ui(nats_server: NatsServer) -> None:
     health = free_port()
     proc, url = await running(
@@ -142,3 +146,13 @@ async def test_serve_role_ui_is_a_pod_with_health_and_the_ui(nats_server: NatsSe
         assert status == 200
     finally:
         assert await stop(proc, signal.SIGTERM) == 0
+
+
+def test_the_wheel_ships_every_asset_of_the_page() -> None:
+    import fnmatch
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["actors.ui"]
+    static = ROOT / "actors" / "ui" / "static"
+    assets = sorted(p.relative_to(static.parent).as_posix() for p in static.iterdir())
+    assert assets and all(any(fnmatch.fnmatch(a, g) for g in globs) for a in assets), (assets, globs)

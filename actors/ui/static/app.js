@@ -199,6 +199,7 @@ async function executionsPage() {
 // --- one execution ----------------------------------------------------------------------
 
 async function executionPage(id) {
+  await configReady;
   const title = el("h1", {}, el("span", { class: "mono", id: "exec-id", text: id }), el("span", { id: "exec-state" }));
   const facts = el("dl", { class: "grid kv panel", id: "facts" });
   const actions = el("div", { class: "actions", id: "actions" });
@@ -385,6 +386,7 @@ async function playbooksPage() {
 }
 
 async function playbookPage(name) {
+  await configReady;
   const version = new URLSearchParams(location.search).get("version");
   const [pb, catalog] = await Promise.all([
     api(`/api/playbooks/${name}${version ? `?version=${encodeURIComponent(version)}` : ""}`),
@@ -424,15 +426,16 @@ async function playbookPage(name) {
 
 // --- start ----------------------------------------------------------------------------
 
-async function boot() {
-  config = await api("/api/config");
+// the config is asked for at once, beside the first page's data: only the pages with
+// buttons wait for it
+const configReady = api("/api/config").then((c) => {
+  config = c;
   document.getElementById("mode").textContent = config.read_only ? "read-only" : "";
   const box = document.getElementById("token-box");
   box.hidden = !config.token_required;
   const token = document.getElementById("token");
   token.value = localStorage.getItem("actors-ui-token") || "";
   token.addEventListener("change", () => localStorage.setItem("actors-ui-token", token.value));
-  await route();
-}
-
-boot().catch((e) => flash(String(e.message || e)));
+});
+configReady.catch((e) => flash(String(e.message || e)));
+route();
