@@ -106,3 +106,14 @@ async def test_read_only_hides_every_action(browser: Any, system: System) -> Non
         await expect(page.locator("#yaml")).to_contain_text("sleep")
         assert await page.locator("#start, #payload").count() == 0
     await system.client.cancel(eid)
+
+
+async def test_an_execution_page_opened_before_its_start_shows_it_once_it_runs(system: System, tab: Page) -> None:
+    quick = await register(system, QUICK)
+    page = tab.page
+    await tab.open("/executions/later-1")  # what the start button does: its start may still be queued
+    await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "PENDING")
+    await system.client.start(quick, execution_id="later-1")
+    await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "COMPLETED")
+    await expect(page.locator('#graph g.node[data-step="one"]')).to_have_attribute("data-state", "completed")
+    await expect(page.locator('#events tr[data-type="playbook.completed"]')).to_have_count(1)

@@ -61,7 +61,7 @@ function flash(message, ok) {
 async function api(path, options) {
   const res = await fetch(path, options);
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(body.error || `${res.status} ${res.statusText}`);
+  if (!res.ok) throw Object.assign(new Error(body.error || `${res.status} ${res.statusText}`), { status: res.status });
   return body;
 }
 
@@ -285,12 +285,30 @@ async function executionPage(id) {
       loadEvents(id, events);
     }
   };
-  show(await api(`/api/executions/${encodeURIComponent(id)}`));
-  if (!finished) {
+  let known = true;
+  try {
+    show(await api(`/api/executions/${encodeURIComponent(id)}`));
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    // just started (its start still queued): the stream below shows it once it exists
+    known = false;
+    document.getElementById("exec-state").replaceChildren(badge("PENDING"));
+    flash(`${e.message}: waiting for it to start`, true);
+  }
+  if (known && !finished) {
     loadLogs(id, logs);
     loadEvents(id, events);
   }
-  live(`/api/executions/${encodeURIComponent(id)}/stream`, { update: show });
+  live(`/api/executions/${encodeURIComponent(id)}/stream`, {
+    update: (d) => {
+      if (!known) {
+        known = true;
+        flash("");
+        if (!finished) loadEvents(id, events);
+      }
+      show(d);
+    },
+  });
 }
 
 function showError(box, error) {
