@@ -65,6 +65,12 @@ class CredentialSource:
         self.variables = dict(variables or {})
         self.redactor = redactor
         self._warned: set[tuple[str, str]] = set()
+        # known from the start: masked in every log line, even before a step uses them
+        for suffix, raw in self.variables.items():
+            try:
+                redactor.add(_from_text(suffix, raw, "variable").values())
+            except ToolFailure:
+                redactor.add([raw.strip()])
 
     def resolve(self, name: Any) -> dict[str, str]:
         """Credential `name`'s keys and values, read now; ToolFailure if it cannot be."""
