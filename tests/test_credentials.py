@@ -22,6 +22,7 @@ from actors.runtime import connect, start_roles
 from actors.settings import Settings
 from actors.tools.credentials import CredentialSource, credential_env_name
 from actors.tools.failures import ToolFailure
+from actors.tools.pypool import PythonPool
 from streams.server import NatsServer
 from tests.conftest import System, make_layout, of_type
 
@@ -329,3 +330,18 @@ async def test_steps_see_a_clean_environment_never_the_pods(pod: System) -> None
     assert set(shell) - kept - {"PWD", "SHLVL", "_"} == {"STEP_VAR", "TOKEN"}
     for env in (first, second, shell):
         assert not set(env) & set(CANARY) and not any(k.startswith("ACTORS_") for k in env)
+
+
+@pytest.mark.asyncio
+async def test_a_python_worker_gives_each_call_its_env_and_credential_alone() -> None:
+    pool = PythonPool(size=1, environment={"PATH": os.defpath})
+    code = "import os\ndef main(credential=None, **args):\n    return [credential, os.environ.get('V')]\n"
+    try:
+        first = await pool.run(code, {}, credential={"token": "t-1"}, env={"V": "1"}, timeout=30)
+        second = await pool.run(code, {}, timeout=30)
+        assert (first, second) == ([{"token": "t-1"}, "1"], [None, None])  # same worker, nothing left over
+        with pytest.raises(ToolFailure, match="args name `credential`"):
+            await pool.run(code, {"credential": "mine"}, credential={"token": "t-1"}, timeout=30)
+        assert await pool.run(code, {"credential": "mine"}, timeout=30) == ["mine", None]  # none given: args as ever
+    finally:
+        await pool.close()

@@ -21,6 +21,7 @@ from actors.client import Client
 from actors.runtime import connect, start_roles
 from actors.settings import Settings
 from actors.tools.capture import Captured
+from actors.tools.credentials import CredentialSource
 from actors.tools.redact import MASK, Redactor
 from streams.server import NatsServer
 from tests.conftest import System, make_layout, of_type
@@ -236,3 +237,12 @@ def test_short_values_are_not_masked_and_escaped_forms_are() -> None:
     cut = Captured(size=100, kept=b"x" * 10 + b'q"ote', tail=b"slash-4 end")
     masked = r.captured(cut)
     assert masked.kept == b"x" * 10 + b"***" and masked.tail == b"*** end"
+
+
+def test_numbers_and_booleans_of_a_mapping_are_not_masked(tmp_path: Path) -> None:
+    (tmp_path / "db").write_text('{"password": "pw-typed-1234", "port": 5432, "tls": true, "host": "db.internal"}')
+    r = Redactor()
+    CredentialSource(tmp_path, redactor=r).resolve("db")
+    # a port or a flag is no secret, and masking `true` would garble every JSON log line
+    line = '{"host": "db.internal", "port": 5432, "tls": true, "password": "pw-typed-1234"}'
+    assert r.text(line) == '{"host": "***", "port": 5432, "tls": true, "password": "***"}'

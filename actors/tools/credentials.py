@@ -12,7 +12,8 @@ at once, without a restart):
 
 Text is stripped of surrounding whitespace. A credential is a flat mapping of string
 keys to string values (a number or a boolean in a JSON/YAML file is read as its text).
-Each value is handed to the redactor as it is resolved (actors/tools/redact.py).
+Each value is handed to the redactor as it is resolved (actors/tools/redact.py), except
+one a JSON/YAML file gave as a number or a boolean (a port, a flag).
 
 A credential that is in neither source fails the step with ``CredentialNotFound``; one
 that cannot be read or is not a flat mapping with ``CredentialInvalid``. Messages name
@@ -68,7 +69,7 @@ class CredentialSource:
         # known from the start: masked in every log line, even before a step uses them
         for suffix, raw in self.variables.items():
             try:
-                redactor.add(_from_text(suffix, raw, "variable").values())
+                redactor.add(_maskable(*_from_text(suffix, raw, "variable")))
             except ToolFailure:
                 redactor.add([raw.strip()])
 
@@ -80,12 +81,12 @@ class CredentialSource:
                 f"credential name {str(name)[:80]!r} is not valid: letters, digits, '_', '-' and '.', "
                 "not starting with '.' or '-'",
             )
-        values = self._from_directory(name)
-        if values is None:
+        found = self._from_directory(name)
+        if found is None:
             raw = self.variables.get(credential_env_name(name)[len(CREDENTIAL_ENV_PREFIX) :])
             if raw is not None:
-                values = _from_text(name, raw, f"variable {credential_env_name(name)}")
-        if values is None:
+                found = _from_text(name, raw, f"variable {credential_env_name(name)}")
+        if found is None:
             where = (
                 f"no file or folder {name!r} in {self.directory}"
                 if self.directory is not None
@@ -95,26 +96,27 @@ class CredentialSource:
                 "CredentialNotFound",
                 f"credential {name!r} not found: {where} and no {credential_env_name(name)} variable",
             )
-        self._register(name, values)
+        values, typed = found
+        self._register(name, values, typed)
         return values
 
-    def _from_directory(self, name: str) -> dict[str, str] | None:
+    def _from_directory(self, name: str) -> tuple[dict[str, str], frozenset[str]] | None:
         if self.directory is None:
             return None
         path = self.directory / name
         try:
             if path.is_dir():
-                return _from_folder(name, path)
+                return _from_folder(name, path), frozenset()
             if path.is_file():
                 return _from_text(name, _read(name, path), f"file {path}")
         except OSError as exc:
             raise _invalid(name, f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
         return None
 
-    def _register(self, name: str, values: dict[str, str]) -> None:
-        self.redactor.add(values.values())
+    def _register(self, name: str, values: dict[str, str], typed: frozenset[str]) -> None:
+        self.redactor.add(_maskable(values, typed))
         for key, value in values.items():
-            if 0 < len(value) < MIN_SECRET and (name, key) not in self._warned:
+            if 0 < len(value) < MIN_SECRET and key not in typed and (name, key) not in self._warned:
                 self._warned.add((name, key))
                 log.warning(
                     "credential %r key %r is shorter than %d characters: it is not masked in errors and logs",
@@ -150,8 +152,15 @@ def _from_folder(name: str, folder: Path) -> dict[str, str]:
     return values
 
 
-def _from_text(name: str, text: str, where: str) -> dict[str, str]:
-    """A mapping (JSON or YAML) or a plain token, ``{"token": text}``."""
+def _maskable(values: dict[str, str], typed: frozenset[str]) -> list[str]:
+    """The values to mask: all but those a JSON/YAML file gave as a number or a boolean
+    (a port or a flag is no secret, and masking ``true`` would garble every JSON log line)."""
+    return [v for k, v in values.items() if k not in typed]
+
+
+def _from_text(name: str, text: str, where: str) -> tuple[dict[str, str], frozenset[str]]:
+    """A mapping (JSON or YAML) or a plain token, ``{"token": text}``; and the keys whose
+    values were numbers or booleans."""
     s = text.strip()
     if not s:
         raise _invalid(name, f"{where} is empty")
@@ -169,20 +178,25 @@ def _from_text(name: str, text: str, where: str) -> dict[str, str]:
         return _flat(name, data, where)
     if s.startswith("{"):
         raise _invalid(name, f"{where} starts with '{{' but is not a JSON or YAML mapping")
-    return {"token": s}
+    return {"token": s}, frozenset()
 
 
-def _flat(name: str, data: dict[Any, Any], where: str) -> dict[str, str]:
+def _flat(name: str, data: dict[Any, Any], where: str) -> tuple[dict[str, str], frozenset[str]]:
     values: dict[str, str] = {}
+    typed: set[str] = set()
     for key, value in data.items():
         if isinstance(value, bool):
             values[str(key)] = "true" if value else "false"
-        elif isinstance(value, (str, int, float)):
-            values[str(key)] = str(value).strip()
+            typed.add(str(key))
+        elif isinstance(value, (int, float)):
+            values[str(key)] = str(value)
+            typed.add(str(key))
+        elif isinstance(value, str):
+            values[str(key)] = value.strip()
         elif value is None:
             values[str(key)] = ""
         else:
             raise _invalid(name, f"{where}: key {str(key)!r} must be a string or a number, not {type(value).__name__}")
     if not values:
         raise _invalid(name, f"{where} is an empty mapping")
-    return values
+    return values, frozenset(typed)
