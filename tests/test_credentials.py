@@ -21,8 +21,10 @@ from actors.client import Client
 from actors.runtime import connect, start_roles
 from actors.settings import Settings
 from actors.tools.credentials import CredentialSource, credential_env_name
+from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
 from actors.tools.pypool import PythonPool
+from actors.tools.resources import ToolResources
 from streams.server import NatsServer
 from tests.conftest import System, make_layout, of_type
 
@@ -345,3 +347,24 @@ async def test_a_python_worker_gives_each_call_its_env_and_credential_alone() ->
         assert await pool.run(code, {"credential": "mine"}, timeout=30) == ["mine", None]  # none given: args as ever
     finally:
         await pool.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("name", "url", "kind", "says"),
+    [
+        ("api", "http://someone:pw@127.0.0.1:1/x", "ToolConfigError", "sets Authorization and the url carries a user"),
+        ("deploy", "http://127.0.0.1:1/x", "CredentialInvalid", "`token`, `username`/`password` or `header.<Name>`"),
+    ],
+)
+async def test_an_http_credential_it_cannot_use_fails_before_the_request(
+    creds: Path, name: str, url: str, kind: str, says: str
+) -> None:
+    (creds / "deploy" / "token").unlink()  # left: `region`, nothing http can send
+    resources = ToolResources(credentials=CredentialSource(creds))
+    try:
+        with pytest.raises(ToolFailure) as caught:
+            await run_tool("http", {"url": url, "credential": name}, {}, timeout=10, resources=resources)
+    finally:
+        await resources.close()
+    assert caught.value.type == kind and says in caught.value.message, caught.value.message

@@ -130,11 +130,11 @@ def _invalid(name: str, why: str) -> ToolFailure:
     return ToolFailure("CredentialInvalid", f"credential {name!r}: {why}")
 
 
-def _read(name: str, path: Path) -> str:
-    with path.open("rb") as f:
-        data = f.read(_MAX_FILE + 1)
-    if len(data) > _MAX_FILE:
-        raise _invalid(name, f"{path} is over {_MAX_FILE} bytes")
+def _read(name: str, path: Path | str) -> str:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size > _MAX_FILE:
+            raise _invalid(name, f"{path} is over {_MAX_FILE} bytes")
+        data = f.read()  # read(n) would allocate n bytes first: sized by fstat instead
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -143,13 +143,14 @@ def _read(name: str, path: Path) -> str:
 
 def _from_folder(name: str, folder: Path) -> dict[str, str]:
     values: dict[str, str] = {}
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") or not entry.is_file():  # ..data, ..2026_11_24...: the mount's own links
-            continue
-        values[entry.name] = _read(name, entry).strip()
+    with os.scandir(folder) as entries:  # scandir, not pathlib: this runs at every step that names it
+        for entry in entries:
+            # ..data, ..2026_11_24...: the mount's own links; a key is a file (or a link to one)
+            if not entry.name.startswith(".") and entry.is_file():
+                values[entry.name] = _read(name, entry.path).strip()
     if not values:
         raise _invalid(name, f"folder {folder} has no keys (one file per key)")
-    return values
+    return dict(sorted(values.items()))
 
 
 def _maskable(values: dict[str, str], typed: frozenset[str]) -> list[str]:

@@ -50,6 +50,7 @@ class Redactor:
     contains another is masked whole). Read from any thread; `add` swaps the patterns."""
 
     def __init__(self) -> None:
+        self._seen: set[str] = set()  # values given to `add` (most calls bring none that is new)
         self._values: set[str] = set()
         self._lock = threading.Lock()
         self._text: re.Pattern[str] | None = None
@@ -58,7 +59,11 @@ class Redactor:
 
     def add(self, values: Iterable[str]) -> None:
         """Mask `values` (and their escaped forms) from now on; short ones are ignored."""
-        new = {f for v in values if len(v) >= MIN_SECRET for f in _forms(v)} - self._values
+        fresh = [v for v in values if v not in self._seen]
+        if not fresh:
+            return
+        self._seen.update(fresh)
+        new = {f for v in fresh if len(v) >= MIN_SECRET for f in _forms(v)} - self._values
         if not new:
             return
         with self._lock:
