@@ -345,6 +345,10 @@ async def test_a_python_worker_gives_each_call_its_env_and_credential_alone() ->
         with pytest.raises(ToolFailure, match="args name `credential`"):
             await pool.run(code, {"credential": "mine"}, credential={"token": "t-1"}, timeout=30)
         assert await pool.run(code, {"credential": "mine"}, timeout=30) == ["mine", None]  # none given: args as ever
+        with pytest.raises(ToolFailure, match="python env: ") as caught:
+            await pool.run(code, {}, env={"V": "1", "A=B": "x"}, timeout=30)
+        assert caught.value.type == "ToolConfigError"
+        assert await pool.run(code, {}, timeout=30) == [None, None]  # the same worker, still clean
     finally:
         await pool.close()
 

@@ -111,9 +111,12 @@ def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int)
         code, args, credential, env = msg["c"], msg["a"], msg.get("k"), msg.get("e")
     except Exception as exc:
         return _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
-    if env:
-        os.environ.update(env)
     try:
+        if env:
+            try:
+                os.environ.update(env)
+            except (ValueError, TypeError) as exc:  # a name with '=' or a NUL: the step's mistake
+                return _error("ToolConfigError", f"python env: {_str(exc)}")
         return _call(code, args, credential, cache, cache_size)
     finally:
         if os.environ != _BOOT_ENV:
