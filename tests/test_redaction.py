@@ -7,7 +7,9 @@ bucket and object store it keeps, and the process's log output."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -246,3 +248,47 @@ def test_numbers_and_booleans_of_a_mapping_are_not_masked(tmp_path: Path) -> Non
     # a port or a flag is no secret, and masking `true` would garble every JSON log line
     line = '{"host": "db.internal", "port": 5432, "tls": true, "password": "pw-typed-1234"}'
     assert r.text(line) == '{"host": "***", "port": 5432, "tls": true, "password": "***"}'
+
+
+@pytest.mark.asyncio
+async def test_actors_cli_run_shows_masks_never_the_value(tmp_path: Path) -> None:
+    """A whole process: `actors-cli -v run` (every actor, its log lines on stderr) with the
+    credential in ACTORS_CREDENTIAL_API; the steps print it and fail with it."""
+    pb = tmp_path / "leaky.yaml"
+    pb.write_text(
+        playbook(
+            "leaky",
+            """
+  - step: show
+    tool:
+      kind: shell
+      credential: api
+      command: 'env | cut -d= -f1 | sort; echo "token $TOKEN"; echo "on stderr $TOKEN" >&2'
+    next: fail
+  - step: fail
+    tool:
+      kind: python
+      credential: api
+      code: |
+        def main(credential):
+            raise RuntimeError("rejected " + credential["token"])
+""",
+        )
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "actors.cli",
+        "-v",
+        "run",
+        str(pb),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NATS_URL": "", "ACTORS_CREDENTIAL_API": TOKEN},
+    )
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 90)
+    out, err = out_b.decode(), err_b.decode()
+    assert proc.returncode == 1, err
+    assert TOKEN not in out + err
+    assert f"token {MASK}" in out and f"on stderr {MASK}" in out and f"RuntimeError: rejected {MASK}" in out + err
+    assert "TOKEN" in out and "ACTORS_CREDENTIAL_API" not in out and "NATS_URL" not in out  # the step's variables
