@@ -42,10 +42,13 @@ from actors.wire import LoopProgress
 
 NODE_H = 54.0
 LOOP_H = 98.0  # room for the progress bar and two lines of counts
-MIN_W, MAX_W = 132.0, 236.0
+MIN_W, MAX_W = 156.0, 260.0
+BADGE_W = 14.0  # an entry, retry or child-playbook mark beside the label
 LOOP_W = 196.0  # a loop node's counts: "100,000/100,000 · 12,345/s ·" over "50 in flight · 3 failed"
-CHAR_W = 7.4  # an average character of the label's font, in px
+CHAR_W = 8.2  # a character of the label's font (13px, bold), in px
 LABEL_CHARS = 48  # an edge label longer than this is cut (the whole text is in `title`)
+LABEL_CHAR_W = 6.2  # a character of an edge label (11px), in px
+LABEL_STEP = 14.0  # between two labels of edges that share a route
 SELF_LOOP_RISE = 26.0  # how far an on_error retry arc rises above its node
 CACHED_LAYOUTS = 64
 
@@ -114,11 +117,19 @@ def _build(playbook: Playbook) -> Graph:
         node["x"], node["y"] = placed.positions[node["id"]]
         node["layer"] = placed.layers[node["id"]]
     by_id = {n["id"]: n for n in nodes}
+    labels_at: set[tuple[float, float]] = set()
     for edge, points in zip(edges, placed.points, strict=True):
         if edge["from"] == edge["to"]:
             points = _self_loop(by_id[edge["from"]])
         edge["points"] = [[round(x, 1), round(y, 1)] for x, y in points]
-        edge["label_at"] = _label_at(edge["points"])
+        at = _label_at(edge["points"])
+        while at is not None and edge["label"] and (at[0], at[1]) in labels_at:
+            at = [at[0], round(at[1] + LABEL_STEP, 1)]  # routes shared by two labelled edges: one under the other
+        if at is not None and edge["label"]:
+            labels_at.add((at[0], at[1]))
+            half = len(edge["label"]) * LABEL_CHAR_W / 2 + 4  # keep the whole label in the drawing
+            at[0] = round(min(max(at[0], half), max(half, placed.width - half)), 1)
+        edge["label_at"] = at
     for node in nodes:
         node["x"], node["y"] = round(node["x"], 1), round(node["y"], 1)
     return {
@@ -134,6 +145,7 @@ def _node(playbook: Playbook, step: Step) -> dict[str, Any]:
     tool = step.tool.__struct_config__.tag
     kind = END if step.step == END else "loop" if step.loop is not None else str(tool)
     label = step.step
+    badges = (step.step == playbook.entry) + (step.retry is not None) + (tool == "playbook")
     return {
         "id": step.step,
         "label": label,
@@ -142,7 +154,7 @@ def _node(playbook: Playbook, step: Step) -> dict[str, Any]:
         "state": "pending",
         "x": 0.0,
         "y": 0.0,
-        "w": max(LOOP_W if step.loop is not None else MIN_W, min(MAX_W, len(label) * CHAR_W + 56)),
+        "w": max(LOOP_W if step.loop is not None else MIN_W, min(MAX_W, len(label) * CHAR_W + 30 + BADGE_W * badges)),
         "h": LOOP_H if step.loop is not None else NODE_H,
         "attempts": 0,
         "visits": 0,

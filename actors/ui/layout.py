@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-LAYER_GAP = 90.0  # horizontal room between two columns, for edges and their labels
+LAYER_GAP = 110.0  # horizontal room between two columns, for edges and their labels
 NODE_GAP = 28.0  # vertical room between two nodes of a column
 VIRTUAL_GAP = 14.0  # between an edge's bend point and its neighbours in a column
 MARGIN = 24.0

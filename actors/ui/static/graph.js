@@ -21,6 +21,7 @@ const EDGE_KINDS = [
 const MIN_SCALE = 0.1;
 const MAX_SCALE = 2.5;
 const MAX_HEIGHT = 640; // px of page the graph may take before it pans
+const READABLE = 0.6; // the smallest scale a graph starts at: below it, text is too small to read
 
 const STYLE = `
 .ag-graph { --ag-pending:#8a94a6; --ag-running:#2563eb; --ag-retrying:#d97706; --ag-completed:#16a34a;
@@ -207,16 +208,16 @@ function drawNode(parent, node) {
   const title = svg("title", {}, g);
   svg("rect", { class: "node-box", width: node.w, height: node.h, rx: 9 }, g);
   svg("rect", { class: "node-stripe", x: 1, y: 1, width: 6, height: node.h - 2, rx: 3 }, g);
-  const maxChars = Math.floor((node.w - 40) / 7.4);
-  const label = svg("text", { class: "node-label", x: 16, y: 22 }, g);
-  label.textContent = cut(node.label, maxChars);
-  const sub = svg("text", { class: "node-sub", x: 16, y: 40 }, g);
   const badges = [];
   if (node.entry) badges.push("▶");
   if (node.retry) badges.push("↻");
-  if (node.kind === "playbook" || node.child) badges.push("⧉");
+  if (node.kind === "playbook" || node.child) badges.push("⊞");
+  const maxChars = Math.floor((node.w - 26 - badges.length * 14) / 8.2);
+  const label = svg("text", { class: "node-label", x: 16, y: 22 }, g);
+  label.textContent = cut(node.label, maxChars);
+  const sub = svg("text", { class: "node-sub", x: 16, y: 40 }, g);
   if (badges.length) {
-    const badge = svg("text", { class: "node-badge", x: node.w - 10, y: 18, "text-anchor": "end" }, g);
+    const badge = svg("text", { class: "node-badge", x: node.w - 10, y: 20, "text-anchor": "end" }, g);
     badge.textContent = badges.join(" ");
   }
   const parts = { g, title, sub };
@@ -289,6 +290,16 @@ export function renderGraph(container, graph) {
     view.ty = Math.max(0, (height - graph.height * view.scale) / 2);
     apply();
   };
+  const start = () => {
+    // a graph too big to read whole starts at its entry, at a readable size
+    const width = viewport.clientWidth || graph.width;
+    if (Math.min(width / graph.width, height / graph.height) >= READABLE) return fit();
+    const entry = graph.nodes.find((n) => n.entry) || graph.nodes[0];
+    view.scale = Math.max(READABLE, Math.min(1, height / graph.height));
+    view.tx = 0;
+    view.ty = entry ? height / 2 - (entry.y + entry.h / 2) * view.scale : 0;
+    apply();
+  };
   const zoomBy = (factor, cx, cy) => {
     const next = Math.max(MIN_SCALE, Math.min(MAX_SCALE, view.scale * factor));
     view.tx = cx - ((cx - view.tx) * next) / view.scale;
@@ -331,7 +342,7 @@ export function renderGraph(container, graph) {
   const stop = () => { press = null; drag = null; viewport.classList.remove("dragging"); };
   viewport.addEventListener("pointerup", stop);
   viewport.addEventListener("pointercancel", stop);
-  fit();
+  start();
   container.__agGraph = { key: layoutKey(graph), nodes, edges };
 }
 
