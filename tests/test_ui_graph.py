@@ -68,6 +68,12 @@ def assert_drawable(graph: dict[str, Any]) -> None:
         if e["from"] == e["to"]:
             assert all(y <= src["y"] for _, y in pts), e  # the arc is drawn over the node
             continue
+        if e["merges"] is not None:  # it joins the line another edge into the same step draws
+            trunk = graph["edges"][e["merges"]]
+            assert (trunk["to"], trunk["kind"], trunk["merges"]) == (e["to"], e["kind"], None), e
+            assert len(pts) == 2 and pts[-1] in trunk["points"][1:-1], e
+            assert pts[0][0] == pytest.approx(src["x"] + src["w"]) and pts[0][0] < pts[1][0], e
+            continue
         xs = [x for x, _ in pts]
         if src["layer"] < dst["layer"]:
             assert pts[0][0] == pytest.approx(src["x"] + src["w"]) and pts[-1][0] == pytest.approx(dst["x"]), e
@@ -245,6 +251,13 @@ def test_a_200_step_playbook_is_laid_out_without_overlaps_and_at_most_one_crossi
     assert segments_cross(graph) <= 1
     # a drawing a page can show: one column per layer, as long as the longest chain
     assert graph["width"] < 120 * 300 and graph["height"] < 40 * 200
+    # 100 remediation edges into cleanup: one line, the others join it (what is sent
+    # grows with the edges, not with their square)
+    into_cleanup = [e for e in graph["edges"] if e["to"] == "cleanup"]
+    assert (
+        len(into_cleanup) == 100 and sum(e["merges"] is None for e in into_cleanup) == 2
+    )  # s0 draws it; s99 is beside it
+    assert sum(len(e["points"]) for e in graph["edges"]) < 3 * len(graph["edges"]) + 200
 
 
 def test_layout_handles_unknown_targets_and_self_loops() -> None:

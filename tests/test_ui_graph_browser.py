@@ -65,8 +65,10 @@ workload:
   n: 24
 workflow:
   - step: prepare
-    desc: fan out into three branches
-    next: [squares, flaky, notify]
+    desc: "fan out into three branches <b onmouseover='window.__xss = 3'>now</b>"
+    next:
+      - when: "{{{{ '<i>' not in workload.n | string }}}}"
+        then: [squares, flaky, notify]
   - step: squares
     tool:
       kind: python
@@ -239,7 +241,11 @@ async def test_graph_and_timeline_of_a_real_run_in_chromium(
     title = await page.locator('#graph .node[data-step="flaky"] > title').text_content()
     assert title is not None and "<script>window.__xss = 1</script>" in title and "attempts: 2" in title
     assert await page.evaluate("window.__xss") is None
-    assert await page.locator("#graph script, #timeline script, #graph img, #timeline img").count() == 0
+    assert await page.locator("#graph script, #timeline script, #graph img, #timeline img, #graph b").count() == 0
+    prepare = await page.locator('#graph .node[data-step="prepare"] > title').text_content()
+    assert prepare is not None and "<b onmouseover='window.__xss = 3'>now</b>" in prepare
+    when = page.locator('#graph .edge[data-from="prepare"][data-to="squares"] .edge-label')
+    assert await when.text_content() == "'<i>' not in workload.n | string"
     bar_title = await page.locator('#timeline .tl-row[data-step="flaky"] .tl-bar[data-kind="run"]').first.get_attribute(
         "title"
     )

@@ -18,7 +18,9 @@ progress (`Client.progress(id)`). Both return plain JSON data:
   (an on_error decision that routes: `abort`, `cancel` and `handled` go to `end`;
   `retry` and `retry_later` loop back onto the step). `points` run from the source's
   side to the target's; `label_at` is where its label goes; `taken` says the execution
-  went that way.
+  went that way. Long edges of one kind into one step share one line: it is drawn by
+  one of them, and each other one ends where it joins that line, `merges` naming the
+  edge (an index into `edges`) that draws it.
 
 A step's `ignore` and `none` decisions do not route anywhere new (the step goes on by
 its `next` rules, or fails as it would): they are listed on the node, not drawn.
@@ -96,6 +98,9 @@ def execution_graph(playbook: Playbook, items: list[Any], loops: Mapping[str, Lo
             node["loop"] = _loop_view(step.loop, progress.get(node["id"]))
     for edge in graph["edges"]:
         edge["taken"] = _taken(run, edge)
+    for edge in graph["edges"]:  # a shared line is taken when any edge on it is
+        if edge["taken"] and edge["merges"] is not None:
+            graph["edges"][edge["merges"]]["taken"] = True
     graph["ended"] = None if run.ended is None else str(run.ended)
     return graph
 
@@ -118,7 +123,8 @@ def _build(playbook: Playbook) -> Graph:
         node["layer"] = placed.layers[node["id"]]
     by_id = {n["id"]: n for n in nodes}
     labels_at: set[tuple[float, float]] = set()
-    for edge, points in zip(edges, placed.points, strict=True):
+    for edge, points, trunk in zip(edges, placed.points, placed.merges, strict=True):
+        edge["merges"] = trunk
         if edge["from"] == edge["to"]:
             points = _self_loop(by_id[edge["from"]])
         edge["points"] = [[round(x, 1), round(y, 1)] for x, y in points]

@@ -47,10 +47,13 @@ class Box:
 @dataclass(slots=True)
 class Placed:
     """The layout: each node's top-left corner, each edge's points (from its source's
-    side to its target's, in the direction given), the drawing's size."""
+    side to its target's, in the direction given), the drawing's size. An edge that
+    joins a bundle's line on its way names the edge drawing that line in `merges`
+    (its points then end where it joins)."""
 
     positions: dict[str, tuple[float, float]]
     points: list[list[tuple[float, float]]]
+    merges: list[int | None]
     layers: dict[str, int]
     width: float
     height: float
@@ -80,7 +83,9 @@ def layered_layout(
     self-loop or an edge to an unknown id is not routed: its points are empty).
     Long edges into one target with the same `bundles` key (one per edge; None: its
     own route) share their bend points from the layer where they meet: twenty steps
-    with `on_failure: cleanup` make one line into cleanup, not twenty side by side."""
+    with `on_failure: cleanup` make one line into cleanup, not twenty side by side. The
+    line is drawn once, by the edge that starts furthest back (its `trunk`); the others
+    end where they join it, so the points sent grow with the edges, not their square."""
     index = {b.id: i for i, b in enumerate(boxes)}
     verts = [_Vertex(i, b.w, b.h, b.id) for i, b in enumerate(boxes)]
     dag, flipped = _acyclic(len(boxes), [(index.get(s, -1), index.get(t, -1)) for s, t in edges], index.get(last or ""))
@@ -97,18 +102,36 @@ def layered_layout(
         return xs[v.layer] - v.w / 2
 
     positions = {v.real: (left(v), v.y - v.h / 2 - top) for v in verts if v.real is not None}
+    keys = bundles or [None] * len(edges)
+    trunks: dict[tuple[int, str], int] = {}  # (target, bundle) -> the edge whose chain is longest
+    for e, chain in enumerate(chains):
+        key = keys[e]
+        if chain is not None and key is not None and e not in flipped and len(chain) > 2:
+            best = trunks.setdefault((chain[-1], key), e)
+            if len(chain) > len(chains[best] or ()):
+                trunks[(chain[-1], key)] = e
     points: list[list[tuple[float, float]]] = []
+    merges: list[int | None] = []
     for e, chain in enumerate(chains):
         if chain is None:
             points.append([])
+            merges.append(None)
             continue
         path = [(left(verts[chain[0]]) + verts[chain[0]].w, verts[chain[0]].y - top)]
         path += [(xs[verts[k].layer], verts[k].y - top) for k in chain[1:-1]]
         path.append((left(verts[chain[-1]]), verts[chain[-1]].y - top))
+        key = keys[e]
+        trunk = trunks.get((chain[-1], key)) if key is not None and e not in flipped else None
+        if trunk is not None and trunk != e and len(chain) > 2:
+            path = path[:2]  # to the bend where it joins the trunk's line
+            merges.append(trunk)
+        else:
+            merges.append(None)
         points.append(path[::-1] if e in flipped else path)
     return Placed(
         positions=positions,
         points=points,
+        merges=merges,
         layers={v.real: v.layer for v in verts if v.real is not None},
         width=width,
         height=height,

@@ -187,7 +187,9 @@ function drawEdge(parent, edge) {
   const title = svg("title", {}, g);
   title.textContent = `${edge.from} → ${edge.to} (${edge.kind})` + (edge.title ? `: ${edge.title}` : "");
   const marker = edge.kind === "on_failure" ? "ag-arrow-fail" : edge.kind === "on_error" ? "ag-arrow-error" : "ag-arrow";
-  svg("path", { d: curve(edge.points, edge.from === edge.to), "marker-end": `url(#${marker})` }, g);
+  const path = svg("path", { d: curve(edge.points, edge.from === edge.to) }, g);
+  // an edge that joins a shared line ends there: the line carries the arrow into the step
+  if (edge.merges === null || edge.merges === undefined) path.setAttribute("marker-end", `url(#${marker})`);
   if (edge.label && edge.label_at) {
     const label = svg("text", { class: "edge-label", x: edge.label_at[0], y: edge.label_at[1] - 5, "text-anchor": "middle" }, g);
     label.textContent = edge.label;
