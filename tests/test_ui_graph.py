@@ -393,6 +393,21 @@ def test_an_answer_stored_before_its_command_event_still_counts() -> None:
     assert nodes(graph)["a"]["state"] == "failed" and nodes(graph)["a"]["error"] == "ValueError: first"
 
 
+def test_a_retry_shows_the_steps_it_kept_as_completed() -> None:
+    source = HEAD % "again" + f"  - step: a\n    tool: {PY}\n    next: b\n  - step: b\n    tool: {PY}\n"
+    harness = Harness({"b": Fail("ValueError", "once")})
+    first = harness.run(source)
+    assert first.status == "FAILED"
+    harness.tools = {}
+    harness.retry(first.execution_id)
+    again = harness.run()
+    assert again.status == "COMPLETED"
+    graph = execution_graph(load_playbook(source), items_of(again), {})
+    assert states(graph) == {"a": "completed", "b": "completed", "end": "completed"}
+    assert nodes(graph)["a"]["kept"] and nodes(graph)["a"]["attempts"] == 0
+    assert not nodes(graph)["b"]["kept"] and nodes(graph)["b"]["attempts"] == 1
+
+
 def fanout(n: int) -> str:
     return (EXAMPLES / "fanout.yaml").read_text().replace("n: 1000", f"n: {n}")
 

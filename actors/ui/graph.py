@@ -10,7 +10,8 @@ progress (`Client.progress(id)`). Both return plain JSON data:
   `loop`, whatever its tool: one node however many iterations, with `loop` progress),
   or its tool's kind (`playbook`: a child execution, `child` names its playbook and
   `children` the executions started); `x, y` its top-left corner, `w, h` its size;
-  `retry` and `on_error` summarise its retry rules and on_error decisions;
+  `retry` and `on_error` summarise its retry rules and on_error decisions; `kept` marks
+  a step a retry did not run again (its result taken over: shown `completed`);
 * an edge per route (`kind`): `next` (a `next` rule's target, `label` its `when`,
   `else`, or `otherwise` for the implicit route to `end` when no rule matches;
   `parallel` when one rule starts several branches), `join` (into `end`, where parallel
@@ -93,6 +94,7 @@ def execution_graph(playbook: Playbook, items: list[Any], loops: Mapping[str, Lo
             decision=step.decision,
             handled=step.handled,
             children=list(step.children),
+            kept=step.kept,
         )
         if node["loop"] is not None:
             node["loop"] = _loop_view(step.loop, progress.get(node["id"]))
@@ -174,6 +176,7 @@ def _node(playbook: Playbook, step: Step) -> dict[str, Any]:
         "error": None,
         "decision": None,
         "handled": False,
+        "kept": False,
     }
 
 

@@ -74,6 +74,7 @@ class StepRun:
     taken: set[tuple[str, str]] = field(default_factory=set)  # (target, how): routes taken
     live: dict[int, str] = field(default_factory=dict)  # activation -> running | retrying
     exited: str | None = None  # how its last finished activation ended
+    kept: bool = False  # a retry took its result over from the execution it retries
 
 
 @dataclass(slots=True)
@@ -84,6 +85,7 @@ class RunState:
     ended: ExecState | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    kept: set[str] = field(default_factory=set)  # a retry: steps whose results it took over
 
     def step(self, name: str) -> StepRun:
         """The step's run; a step the log never names is pending (or skipped, ended)."""
@@ -143,10 +145,14 @@ def fold_run(items: Iterable[Item]) -> RunState:
     for item in log.events:
         if item.cls == "lc":
             _lifecycle(run, item)
+        elif item.type == "execution.retry_of":
+            run.kept.update(item.data.get("kept_steps") or ())
         elif item.step is not None:
             _step_item(run.steps.setdefault(item.step, StepRun()), item, log)
     if run.ended is not None:
         run.steps.setdefault(END, StepRun())  # end shows how the execution ended, entered or not
+    for name in run.kept:
+        run.steps.setdefault(name, StepRun(kept=True))
     for name, step in run.steps.items():
         _settle(run, name, step)
     return run
@@ -225,5 +231,7 @@ def _settle(run: RunState, name: str, step: StepRun) -> None:
             step.state = RETRYING
     elif step.exited is not None:
         step.state = step.exited
+    elif name in run.kept:
+        step.state = COMPLETED  # done by the execution this one retries
     else:
         step.state = PENDING if run.ended is None else SKIPPED

@@ -133,7 +133,7 @@ export function loopText(loop) {
 function nodeTitle(node) {
   const lines = [`${node.id} (${node.kind === node.tool ? node.kind : `${node.kind}, ${node.tool}`})`];
   if (node.desc) lines.push(node.desc);
-  lines.push(`state: ${node.state}${node.handled ? " (handled)" : ""}`);
+  lines.push(`state: ${node.state}${node.handled ? " (handled)" : ""}${node.kept ? " (kept from the execution retried)" : ""}`);
   lines.push(`attempts: ${node.attempts}` + (node.visits > 1 ? ` over ${node.visits} visits` : ""));
   if (node.loop) lines.push(`loop: ${loopText(node.loop)}`);
   if (node.retry) lines.push(`retry: ${node.retry}`);
