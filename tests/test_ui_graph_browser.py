@@ -10,6 +10,8 @@ Skipped when chromium or the playwright package is missing; CI installs both."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -24,6 +26,7 @@ from aiohttp import web
 from actors.playbook.loader import load_playbook
 from actors.ui.graph import execution_graph, playbook_graph
 from actors.ui.timeline import step_timeline
+from actors.wire import LoopProgress
 from tests.conftest import System
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
@@ -256,3 +259,111 @@ async def test_graph_and_timeline_of_a_real_run_in_chromium(
     await page.locator("#graph").screenshot(path=str(shots / "graph.png"))
     await page.locator("#timeline").screenshot(path=str(shots / "timeline.png"))
     (shots / "data.json").write_text(json.dumps(data))
+
+
+LIVE = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: ui_graph_live}
+workflow:
+  - step: wait
+    tool: {kind: sleep, seconds: 0.1}
+    loop: {collection: "{{ range(60) | list }}", element: n, concurrency: 5}
+    next: after
+  - step: after
+    tool: noop
+"""
+
+BARE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>live</title></head><body>
+<section id="graph" style="width: 900px"></section><section id="timeline" style="width: 900px"></section>
+<script type="module">
+import * as graph from "/static/graph.js";
+import * as timeline from "/static/timeline.js";
+window.graphjs = graph;
+window.timelinejs = timeline;
+window.__ready = true;
+</script>
+</body></html>
+"""
+
+
+@pytest_asyncio.fixture
+async def bare_page(browser_page: Any) -> AsyncIterator[Any]:
+    """A page with the renderers loaded and nothing drawn: the test draws."""
+
+    async def page(_: web.Request) -> web.Response:
+        return web.Response(text=BARE, content_type="text/html")
+
+    async def no_content(_: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    app.router.add_get("/favicon.ico", no_content)
+    app.router.add_static("/static", STATIC)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        await browser_page.goto(f"http://127.0.0.1:{port}/")
+        await browser_page.wait_for_function("window.__ready === true")
+        yield browser_page
+    finally:
+        await runner.cleanup()
+
+
+@needs_browser
+async def test_a_running_loop_shows_live_progress_then_turns_completed_in_place(system: System, bare_page: Any) -> None:
+    page = bare_page
+    playbook = load_playbook(LIVE)
+    eid = "ui-graph-live-1"
+    seen: asyncio.Queue[LoopProgress] = asyncio.Queue()
+
+    async def watch() -> None:
+        async for p in system.client.progress(eid):
+            await seen.put(p)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await system.start_yaml(LIVE, execution_id=eid)
+        while True:  # the counter's progress, part way through the loop
+            progress = await asyncio.wait_for(seen.get(), 30)
+            if 0 < progress.done < 60:
+                break
+        items = await system.client.events(eid)
+        graph = execution_graph(playbook, items, {progress.loop_id: progress})
+        await page.evaluate(
+            "([g, t]) => { graphjs.renderGraph(document.getElementById('graph'), g);"
+            " timelinejs.renderTimeline(document.getElementById('timeline'), t);"
+            " window.__loopNode = document.querySelector('.node[data-step=\"wait\"]'); }",
+            [graph, step_timeline(items)],
+        )
+        node = page.locator('#graph .node[data-step="wait"]')
+        assert await node.get_attribute("data-state") == "running"
+        text = await node.locator(".loop-text").text_content()
+        assert text is not None and text.startswith(f"{progress.done}/60 · ")
+        assert f"{progress.in_flight} in flight · {progress.failed} failed" in text
+        assert await page.locator('#graph .node[data-step="after"]').get_attribute("data-state") == "pending"
+        bar = page.locator('#timeline .tl-row[data-step="wait"] .tl-bar[data-kind="run"]')
+        assert await bar.get_attribute("data-state") == "running" and await bar.get_attribute("data-end") == ""
+
+        status = await system.client.wait(eid, timeout=60)
+        assert status.state == "COMPLETED"
+        items = await system.client.events(eid)
+        await page.evaluate(
+            "([g]) => graphjs.updateGraph(document.getElementById('graph'), g)",
+            [execution_graph(playbook, items, {progress.loop_id: progress})],
+        )
+        # the same node, re-coloured: the verdict in the log wins over the stale progress
+        assert await page.evaluate("window.__loopNode.isConnected && window.__loopNode.dataset.state") == "completed"
+        text = await node.locator(".loop-text").text_content()
+        assert text is not None and text.startswith("60/60 · ") and "0 in flight · 0 failed" in text
+        assert await page.locator('#graph .node[data-step="after"]').get_attribute("data-state") == "completed"
+        assert page.errors == []
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
