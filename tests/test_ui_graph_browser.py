@@ -254,6 +254,13 @@ async def test_graph_and_timeline_of_a_real_run_in_chromium(
     )
     assert bar_title is not None and "<img src=x" in bar_title
 
+    # a click on a node tells the page which step (to show its logs, say)
+    await page.evaluate(
+        "document.getElementById('graph').addEventListener('step-select', e => { window.__picked = e.detail.step; })"
+    )
+    await page.locator('#graph .node[data-step="summary"] .node-box').click()
+    assert await page.evaluate("window.__picked") == "summary"
+
     shots = Path(SHOTS) if SHOTS else tmp_path
     shots.mkdir(parents=True, exist_ok=True)
     await page.locator("#graph").screenshot(path=str(shots / "graph.png"))

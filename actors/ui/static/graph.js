@@ -8,6 +8,8 @@
 //   renderGraph(container, graph);   // once
 //   updateGraph(container, graph);   // on every update: re-colours in place when only
 //                                    // states changed, re-renders when the layout did
+//   container.addEventListener("step-select", (e) => e.detail.step);  // a node clicked
+//                                    // (or Enter on a focused node)
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -48,6 +50,7 @@ const STYLE = `
 .ag-graph .node-label { font-weight:600; font-size:13px; fill:#0f172a; }
 .ag-graph .node-sub { font-size:11px; fill:#64748b; }
 .ag-graph .node-badge { font-size:11px; fill:#64748b; }
+.ag-graph .node { cursor:pointer; }
 .ag-graph .node:focus { outline:none; }
 .ag-graph .node:focus .node-box { stroke-width:3; }
 .ag-graph .loop-track { fill:#e2e8f0; }
@@ -283,6 +286,13 @@ export function renderGraph(container, graph) {
   const nodeLayer = svg("g", { class: "nodes" }, scene);
   const edges = graph.edges.map((e) => [e, drawEdge(edgeLayer, e)]);
   const nodes = new Map(graph.nodes.map((n) => [n.id, drawNode(nodeLayer, n)]));
+  const select = (ev) => {
+    const node = ev.target.closest && ev.target.closest(".node");
+    if (!node || (ev.type === "keydown" && ev.key !== "Enter")) return;
+    container.dispatchEvent(new CustomEvent("step-select", { detail: { step: node.dataset.step }, bubbles: true }));
+  };
+  nodeLayer.addEventListener("click", select);
+  nodeLayer.addEventListener("keydown", select);
   const view = { scale: 1, tx: 0, ty: 0 };
   const apply = () => scene.setAttribute("transform", `translate(${view.tx},${view.ty}) scale(${view.scale})`);
   const fit = () => {
