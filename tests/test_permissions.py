@@ -1,0 +1,320 @@
+"""Least privilege (issue 12, item 6): one NATS user per role, allowed only the subjects
+its role needs (actors/permissions.py, rendered to deploy/nats/). A real nats-server
+runs with exactly that account; every role runs on a connection of its own user."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+
+from actors import permissions
+from actors.client import Client
+from actors.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
+from actors.runtime import Runtime, connect, start_roles
+from actors.wire import ExecutionStatus, encode
+from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout
+from streams.server import NatsServer
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+
+HEAD = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: %s}
+"""
+
+
+@dataclass
+class Secured:
+    server: NatsServer
+    passwords: dict[str, str]
+    layout: Layout
+
+    def url(self, user: str) -> str:
+        return f"nats://{user}:{self.passwords[user]}@127.0.0.1:{self.server.port}"
+
+    def log(self) -> str:
+        return (self.server.store / "nats-server.log").read_text(errors="replace")
+
+    def violations(self) -> list[str]:
+        return [line for line in self.log().splitlines() if "Violation" in line]
+
+
+@pytest_asyncio.fixture
+async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Secured]:
+    """A nats-server with deploy/nats/permissions.conf as committed, each password in
+    the server's environment as the file expects. `no_auth_user`: the readiness check of
+    NatsServer.start connects without credentials (as the cli user)."""
+    passwords = {u: secrets.token_hex(8) for u in permissions.USERS}
+    for u in permissions.users(permissions.deployed_layout()):
+        monkeypatch.setenv(u.password_variable, passwords[u.name])
+    config = tmp_path / "nats.conf"
+    config.write_text(permissions.CONF_FILE.read_text() + "\nno_auth_user: cli\n")
+    server = await NatsServer.start(extra_args=["-c", str(config)])
+    try:
+        yield Secured(server, passwords, permissions.deployed_layout())
+    finally:
+        await server.stop()
+
+
+class Pods:
+    """Each role on a connection of its own user, as pods run; stopped last first."""
+
+    def __init__(self) -> None:
+        self.running: list[tuple[NATS, Runtime]] = []
+
+    async def start(self, secured: Secured, role: str) -> Runtime:
+        nc = await connect(secured.url(role), name=f"actors-{role}")
+        runtime = await start_roles(nc, layout=secured.layout, roles=[role], tool_concurrency=4)
+        self.running.append((nc, runtime))
+        return runtime
+
+    async def stop(self) -> None:
+        for nc, runtime in reversed(self.running):
+            await runtime.stop(drain_timeout=0)
+            await nc.close()
+
+
+@pytest_asyncio.fixture
+async def pods() -> AsyncIterator[Pods]:
+    running = Pods()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+CHILD = (
+    HEAD % "child"
+    + """
+workflow:
+  - step: inc
+    tool: {kind: python, code: "def main(v): return v + 1"}
+    args: {v: "{{ workload.v }}"}
+"""
+)
+# a retry (a python step failing once: a durable retry timer), a loop of child
+# playbooks (started by the counter), a loop of python iterations, one child playbook
+# (started by the engine)
+PARENT = (
+    HEAD % "parent"
+    + """
+workflow:
+  - step: flaky
+    tool:
+      kind: python
+      code: |
+        import os
+        def main(marker):
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                raise ValueError("first attempt fails")
+            return "second attempt"
+    args: {marker: "{{ workload.marker }}"}
+    retry:
+      - when: "{{ error is not none }}"
+        then: {max_attempts: 3, initial_delay: 0.1}
+    next: children
+  - step: children
+    tool: {kind: playbook, path: child}
+    args: {v: "{{ v }}"}
+    loop: {collection: [1, 2, 3], element: v, concurrency: 2}
+    next: squares
+  - step: squares
+    tool: {kind: python, code: "def main(v): return v * v"}
+    args: {v: "{{ v }}"}
+    loop: {collection: "{{ children | map(attribute='inc') | list }}", element: v}
+    next: child
+  - step: child
+    tool: {kind: playbook, path: child}
+    args: {v: "{{ squares | sum }}"}
+    next: end
+  - step: end
+    args: {flaky: "{{ flaky }}", squares: "{{ squares }}", child: "{{ child }}"}
+"""
+)
+
+
+async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods: Pods, tmp_path: Path) -> None:
+    """Loops, a retry and child playbooks, each role on its own user, driven by the cli
+    user: the server refuses nothing any role does."""
+    for role in ("engine", "counter", "tools", "projector"):  # the engine first: it declares the streams
+        await pods.start(secured, role)
+    (tmp_path / "child.yaml").write_text(CHILD)
+    (tmp_path / "parent.yaml").write_text(PARENT)
+    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+        await client.register(tmp_path / "child.yaml")
+        parent = await client.register(tmp_path / "parent.yaml")
+        eid = await client.start(parent.path, payload={"marker": str(tmp_path / "marker")})
+        status = await client.wait(eid, timeout=60)
+        assert status.state == "COMPLETED", status
+        assert await client.result(eid) == {"flaky": "second attempt", "squares": [4, 9, 16], "child": {"inc": 30}}
+        assert len([e for e in await client.events(eid) if e.type == "retry.scheduled"]) == 1
+    # the operator's commands, as the cli user
+    commands = [
+        ["status", eid, "--json"],
+        ["events", eid],
+        ["result", eid, "--json"],
+        ["logs", eid],
+        ["list", "--json"],
+        ["playbooks"],
+        ["deadletters"],
+    ]
+    done = await asyncio.gather(*(cli(*c, url=secured.url("cli")) for c in commands))
+    for command, (code, _, err) in zip(commands, done, strict=True):
+        assert code == 0, (command, err)
+    assert json.loads(done[0][1])["state"] == "COMPLETED"
+    assert json.loads(done[2][1])["result"] == {"flaky": "second attempt", "squares": [4, 9, 16], "child": {"inc": 30}}
+    assert secured.violations() == []
+
+
+SLEEPER = (
+    HEAD % "sleeper"
+    + """
+workflow:
+  - step: nap
+    tool: {kind: sleep, seconds: 60}
+"""
+)
+
+
+async def cli(*args: str, url: str) -> tuple[int, str, str]:
+    """Run actors-cli with NATS_URL `url` (the deployment's partitions); (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "actors.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NATS_URL": url, "ACTORS_PARTITIONS": str(permissions.deployed_layout().partitions)},
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def running(client: Client, eid: str) -> bool:
+    status = await client.status(eid)
+    return status is not None and status.state == ExecState.RUNNING
+
+
+async def refused(secured: Secured, user: str, subject: str, data: bytes) -> None:
+    """A JetStream publish by `user` that the server must refuse: no PubAck comes (the
+    server drops the message and tells the client so), and the server logs the
+    violation naming the user and the subject."""
+    errors: list[Exception] = []
+
+    async def on_error(e: Exception) -> None:
+        errors.append(e)
+
+    nc = await nats.connect(secured.url(user), error_cb=on_error, allow_reconnect=False)
+    try:
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream().publish(subject, data, timeout=1.0)
+        await nc.flush()
+    finally:
+        await nc.close()
+    assert any("permissions violation" in str(e).lower() for e in errors), errors
+    assert any(f'user:{user}" - Publish Violation - Subject "{subject}"' in line for line in secured.violations())
+
+
+@pytest.mark.parametrize(
+    "user,writes_lifecycle,writes_status",
+    [
+        ("tools", False, False),
+        ("counter", False, False),
+        ("cli", False, False),
+        ("projector", False, True),
+        ("engine", True, False),
+    ],
+)
+async def test_only_the_engine_user_writes_lifecycle_events_and_only_the_projector_status(
+    secured: Secured, pods: Pods, tmp_path: Path, user: str, writes_lifecycle: bool, writes_status: bool
+) -> None:
+    """A tool pod (or any other role but the engine) cannot end an execution by
+    publishing its lifecycle event; no role but the projector can write its status."""
+    for role in ("engine", "tools", "projector"):
+        await pods.start(secured, role)
+    (tmp_path / "sleeper.yaml").write_text(SLEEPER)
+    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+        entry = await client.register(tmp_path / "sleeper.yaml")
+        eid = await client.start(entry.path)
+        await wait_for(lambda: running(client, eid), timeout=30)  # the projector wrote RUNNING
+        lifecycle = secured.layout.execution(eid).lifecycle("playbook.completed")
+        forged = PlaybookCompletedEvent(
+            execution_id=eid,
+            at=0.0,
+            cause=1,
+            data=PlaybookCompletedData(
+                playbook="sleeper",
+                started_at=None,
+                ended_at=0.0,
+                result="forged",
+                evaluated_by_end_step=False,
+                total_steps=1,
+                failed_steps_count=0,
+                handled_failures=[],
+                cancelled_steps=[],
+            ),
+        )
+        if not writes_lifecycle:
+            await refused(secured, user, lifecycle, encode(forged))
+            with pytest.raises(NotFoundError):
+                await client.nc.jsm().get_last_msg(EXEC_STREAM, lifecycle, direct=True)
+        status = ExecutionStatus(execution_id=eid, state=ExecState.COMPLETED, terminal_event="playbook.completed")
+        if not writes_status:
+            await refused(secured, user, f"$KV.{STATUS_BUCKET}.{eid}", encode(status))
+        assert await running(client, eid)
+        await client.cancel(eid)
+        assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
+
+
+async def test_a_role_that_may_not_declare_streams_waits_for_the_engine_to(
+    secured: Secured, pods: Pods, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool pod started before any engine pod cannot create the streams (its user may
+    not): it says what is missing and waits; the engine creates them and the tool pod
+    starts."""
+    caplog.set_level(logging.WARNING, logger="actors")
+    tools = asyncio.create_task(pods.start(secured, "tools"))
+
+    async def waiting() -> bool:
+        return any("waiting for an engine pod" in r.getMessage() for r in caplog.records)
+
+    await wait_for(waiting, timeout=30)
+    assert not tools.done()
+    (warning,) = {r.getMessage() for r in caplog.records if "waiting for an engine pod" in r.getMessage()}
+    assert "stream 'EXEC'" in warning and "consumer 'CMD/tools-python'" in warning
+    await pods.start(secured, "engine")
+    await asyncio.wait_for(tools, timeout=30)
+
+
+async def test_the_cli_user_cannot_create_streams_and_says_so(secured: Secured) -> None:
+    """Before any engine pod has declared the streams, a command by the cli user fails
+    in one line naming what is missing (exit 5), and creates nothing."""
+    code, _, err = await cli("status", "nothing-yet", "--timeout", "20", url=secured.url("cli"))
+    assert code == 5, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "may not create them" in err and "stream 'EXEC'" in err
+    assert secured.passwords["cli"] not in err
+    nc = await nats.connect(secured.url("engine"))
+    try:
+        with pytest.raises(NotFoundError):
+            await nc.jsm().stream_info(EXEC_STREAM)
+    finally:
+        await nc.close()
