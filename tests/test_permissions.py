@@ -17,19 +17,20 @@ from pathlib import Path
 import nats
 import pytest
 import pytest_asyncio
+import yaml
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from actors import permissions
 from actors.client import Client
 from actors.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
-from actors.runtime import Runtime, connect, start_roles
+from actors.runtime import ROLES, Runtime, connect, start_roles
 from actors.wire import ExecutionStatus, encode
 from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout
 from streams.server import NatsServer
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(300)]
 
 HEAD = """
 apiVersion: actors/v1
@@ -149,6 +150,7 @@ workflow:
 )
 
 
+@pytest.mark.asyncio
 async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods: Pods, tmp_path: Path) -> None:
     """Loops, a retry and child playbooks, each role on its own user, driven by the cli
     user: the server refuses nothing any role does."""
@@ -178,6 +180,12 @@ async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods:
     for command, (code, _, err) in zip(commands, done, strict=True):
         assert code == 0, (command, err)
     assert json.loads(done[0][1])["state"] == "COMPLETED"
+    # a retry from the last step: a new execution the starter links to this one
+    code, out, err = await cli("retry", eid, "--from", "child", url=secured.url("cli"))
+    assert code == 0, err
+    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+        retried = await client.wait(out.strip(), timeout=60)
+        assert retried.state == "COMPLETED", retried
     assert json.loads(done[2][1])["result"] == {"flaky": "second attempt", "squares": [4, 9, 16], "child": {"inc": 30}}
     assert secured.violations() == []
 
@@ -233,6 +241,7 @@ async def refused(secured: Secured, user: str, subject: str, data: bytes) -> Non
     assert any(f'user:{user}" - Publish Violation - Subject "{subject}"' in line for line in secured.violations())
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     "user,writes_lifecycle,writes_status",
     [
@@ -284,6 +293,7 @@ async def test_only_the_engine_user_writes_lifecycle_events_and_only_the_project
         assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
 
 
+@pytest.mark.asyncio
 async def test_a_role_that_may_not_declare_streams_waits_for_the_engine_to(
     secured: Secured, pods: Pods, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -304,6 +314,7 @@ async def test_a_role_that_may_not_declare_streams_waits_for_the_engine_to(
     await asyncio.wait_for(tools, timeout=30)
 
 
+@pytest.mark.asyncio
 async def test_the_cli_user_cannot_create_streams_and_says_so(secured: Secured) -> None:
     """Before any engine pod has declared the streams, a command by the cli user fails
     in one line naming what is missing (exit 5), and creates nothing."""
@@ -318,3 +329,42 @@ async def test_the_cli_user_cannot_create_streams_and_says_so(secured: Secured) 
             await nc.jsm().stream_info(EXEC_STREAM)
     finally:
         await nc.close()
+
+
+def test_the_deploy_files_are_rendered_from_the_description() -> None:
+    """deploy/nats/ is what actors/permissions.py renders (run `python -m actors.permissions`
+    after changing it), for the partitions the manifests deploy."""
+    layout = permissions.deployed_layout()
+    assert permissions.CONF_FILE.read_text() == permissions.server_config(layout)
+    assert permissions.VALUES_FILE.read_text() == permissions.helm_values(layout)
+    values = yaml.safe_load(permissions.VALUES_FILE.read_text())
+    users = values["config"]["merge"]["accounts"][permissions.ACCOUNT]["users"]
+    assert [u["user"] for u in users] == list(permissions.USERS)
+    env = values["container"]["env"]
+    for u, described in zip(users, permissions.users(layout), strict=True):
+        # the chart's raw value: the server reads the password from its environment,
+        # which the chart fills from the Secret
+        assert u["password"] == f"<< ${described.password_variable} >>"
+        ref = env[described.password_variable]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": permissions.SECRET, "key": described.name}
+        assert u["permissions"]["publish"]["allow"] == list(dict.fromkeys(described.publish))
+
+
+def test_each_deployment_connects_as_its_own_user() -> None:
+    """Every role's pods take NATS_URL, with that role's credentials, from a Secret of
+    their own (it wins over the ConfigMap's envFrom), and KEDA looks in the account."""
+    k8s = permissions.ROOT / "deploy" / "k8s"
+    roles = set()
+    for path in sorted(k8s.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc["kind"] != "Deployment":
+                continue
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            role = container["args"][container["args"].index("--role") + 1]
+            assert role in permissions.USERS
+            (url,) = [e for e in container["env"] if e["name"] == "NATS_URL"]
+            assert url["valueFrom"]["secretKeyRef"] == {"name": f"actors-nats-{role}", "key": "url"}
+            roles.add(role)
+    assert roles == set(ROLES)
+    scaled = yaml.safe_load((k8s / "tools-scaledobject.yaml").read_text())
+    assert {t["metadata"]["account"] for t in scaled["spec"]["triggers"]} == {permissions.ACCOUNT}
