@@ -120,13 +120,14 @@ def _api(*parts: str) -> str:
 def lookups() -> list[str]:
     """Every user: account, stream and consumer lookups (metadata only, no message),
     which `ensure`, the pods' metrics and readiness checks use."""
-    return [_api("INFO"), _api("STREAM", "INFO", "*"), _api("CONSUMER", "INFO", "*", "*")]
+    # STREAM.NAMES: which stream holds a subject (nats-py asks it to read an object)
+    return [_api("INFO"), _api("STREAM", "NAMES"), _api("STREAM", "INFO", "*"), _api("CONSUMER", "INFO", "*", "*")]
 
 
 def reads(*streams: str) -> list[str]:
     """Read a stream's messages: direct and stored gets, and ordered consumers (an
-    ephemeral consumer delivering to the reader's inbox; nats-py deletes it when done,
-    and answers the server's flow-control messages)."""
+    ephemeral consumer delivering to the reader's inbox, which the server removes once
+    idle; the reader answers its flow-control messages)."""
     found: list[str] = []
     for s in streams:
         found += [
@@ -134,8 +135,7 @@ def reads(*streams: str) -> list[str]:
             _api("DIRECT", "GET", s, ">"),
             _api("STREAM", "MSG", "GET", s),
             _api("CONSUMER", "CREATE", s),
-            _api("CONSUMER", "CREATE", s, ">"),
-            _api("CONSUMER", "DELETE", s, "*"),
+            f"$JS.FC.{s}.>",  # flow control: a long read stalls at ~2 MB without the answer
         ]
     return found
 
@@ -171,8 +171,11 @@ def kv_reads(bucket: str) -> list[str]:
 
 
 def blobs() -> list[str]:
-    """Read and write the object store of large values (actors/blobs.py)."""
-    return [f"$O.{BLOB_BUCKET}.>", *reads(obj_stream(BLOB_BUCKET))]
+    """Read and write the object store of large values (actors/blobs.py). nats-py's
+    put purges the chunks a key had before (a replay storing a value again) and those
+    of a put that failed half way: a writer may purge the bucket's stream."""
+    stream = obj_stream(BLOB_BUCKET)
+    return [f"$O.{BLOB_BUCKET}.>", _api("STREAM", "PURGE", stream), *reads(stream)]
 
 
 def declared_streams(layout: Layout) -> list[str]:
@@ -191,7 +194,7 @@ def declares(layout: Layout) -> list[str]:
     found: list[str] = []
     for s in declared_streams(layout):
         found += [_api("STREAM", "CREATE", s), _api("STREAM", "UPDATE", s)]
-    return [*found, _api("CONSUMER", "DURABLE", "CREATE", "*", "*"), _api("CONSUMER", "CREATE", "*", "*", ">")]
+    return [*found, _api("CONSUMER", "DURABLE", "CREATE", "*", "*")]
 
 
 # --- the log subjects each role writes -------------------------------------------------
@@ -303,7 +306,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_writes(SCHEDULES_BUCKET),
                 "schedules.def.>",
                 _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
-                f"$O.{BLOB_BUCKET}.>",  # a large start payload
+                *blobs(),  # a large start payload; a large result read
                 *reads(
                     EXEC_STREAM,
                     LOOP_STREAM,
@@ -312,7 +315,6 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                     ENDED_STREAM,
                     START_STREAM,
                     SCHEDULE_STREAM,
-                    obj_stream(BLOB_BUCKET),
                     kv_stream(STATUS_BUCKET),
                     kv_stream(CATALOG_BUCKET),
                     kv_stream(SCHEDULES_BUCKET),

@@ -108,9 +108,11 @@ workflow:
     args: {v: "{{ workload.v }}"}
 """
 )
-# a retry (a python step failing once: a durable retry timer), a loop of child
-# playbooks (started by the counter), a loop of python iterations, one child playbook
-# (started by the engine)
+# a retry (a python step failing once: a durable retry timer), a value too large for a
+# message (an object store blob, written by a tool, read by the engine, and again for the
+# result), a loop of child playbooks (started by the counter), a loop of python
+# iterations, one child playbook (started by the engine)
+RESULT = {"flaky": "second attempt", "squares": [4, 9, 16], "child": {"inc": 30}, "big": "x" * 300_000}
 PARENT = (
     HEAD % "parent"
     + """
@@ -129,6 +131,9 @@ workflow:
     retry:
       - when: "{{ error is not none }}"
         then: {max_attempts: 3, initial_delay: 0.1}
+    next: big
+  - step: big
+    tool: {kind: python, code: "def main(): return 'x' * 300000"}
     next: children
   - step: children
     tool: {kind: playbook, path: child}
@@ -145,7 +150,7 @@ workflow:
     args: {v: "{{ squares | sum }}"}
     next: end
   - step: end
-    args: {flaky: "{{ flaky }}", squares: "{{ squares }}", child: "{{ child }}"}
+    args: {flaky: "{{ flaky }}", squares: "{{ squares }}", child: "{{ child }}", big: "{{ big }}"}
 """
 )
 
@@ -164,7 +169,7 @@ async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods:
         eid = await client.start(parent.path, payload={"marker": str(tmp_path / "marker")})
         status = await client.wait(eid, timeout=60)
         assert status.state == "COMPLETED", status
-        assert await client.result(eid) == {"flaky": "second attempt", "squares": [4, 9, 16], "child": {"inc": 30}}
+        assert await client.result(eid) == RESULT
         assert len([e for e in await client.events(eid) if e.type == "retry.scheduled"]) == 1
     # the operator's commands, as the cli user
     commands = [
@@ -186,7 +191,7 @@ async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods:
     async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
         retried = await client.wait(out.strip(), timeout=60)
         assert retried.state == "COMPLETED", retried
-    assert json.loads(done[2][1])["result"] == {"flaky": "second attempt", "squares": [4, 9, 16], "child": {"inc": 30}}
+    assert json.loads(done[2][1])["result"] == RESULT
     assert secured.violations() == []
 
 
@@ -329,6 +334,29 @@ async def test_the_cli_user_cannot_create_streams_and_says_so(secured: Secured) 
             await nc.jsm().stream_info(EXEC_STREAM)
     finally:
         await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_the_cli_user_reads_a_log_longer_than_the_flow_control_window(secured: Secured, pods: Pods) -> None:
+    """An ordered consumer (how `events`, `logs` and `status` read a log) stalls after
+    about 2 MB unless its reader may answer the server's flow control."""
+    await pods.start(secured, "engine")
+    nc = await nats.connect(secured.url("engine"))
+    subject = secured.layout.execution("long").decision
+    try:
+        js = nc.jetstream()
+        for i in range(100):  # 6 MB
+            await js.publish(subject, bytes(60_000), headers={"Nats-Msg-Id": f"long-{i}"})
+    finally:
+        await nc.close()
+    reader = await nats.connect(secured.url("cli"))
+    try:
+        sub = await reader.jetstream().subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        for _ in range(100):
+            await sub.next_msg(timeout=10)
+    finally:
+        await reader.close()
+    assert secured.violations() == []
 
 
 def test_the_deploy_files_are_rendered_from_the_description() -> None:
