@@ -276,7 +276,14 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
         User(
             "tools",
             doc="tool actors: commands in, results and outputs out",
-            publish=(*lookups(), *tools_pub, *answers, _dlq("tools"), *blobs()),
+            publish=(
+                *lookups(),
+                *tools_pub,
+                *answers,
+                _dlq("tools"),
+                *blobs(),
+                _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names
+            ),
             subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, INBOX),
         ),
         User(

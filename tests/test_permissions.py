@@ -5,6 +5,7 @@ runs with exactly that account; every role runs on a connection of its own user.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -23,10 +24,11 @@ from nats.js.errors import NotFoundError
 
 from actors import permissions
 from actors.client import Client
+from actors.deadletters import MaxDeliveriesWatcher
 from actors.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.runtime import ROLES, Runtime, connect, start_roles
 from actors.wire import ExecutionStatus, encode
-from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout
+from streams.layout import CMD_STREAM, EXEC_STREAM, STATUS_BUCKET, Layout, tool_consumer
 from streams.server import NatsServer
 from tests.conftest import wait_for
 
@@ -78,9 +80,9 @@ class Pods:
     def __init__(self) -> None:
         self.running: list[tuple[NATS, Runtime]] = []
 
-    async def start(self, secured: Secured, role: str) -> Runtime:
+    async def start(self, secured: Secured, role: str, layout: Layout | None = None) -> Runtime:
         nc = await connect(secured.url(role), name=f"actors-{role}")
-        runtime = await start_roles(nc, layout=secured.layout, roles=[role], tool_concurrency=4)
+        runtime = await start_roles(nc, layout=layout or secured.layout, roles=[role], tool_concurrency=4)
         self.running.append((nc, runtime))
         return runtime
 
@@ -357,6 +359,81 @@ async def test_the_cli_user_reads_a_log_longer_than_the_flow_control_window(secu
     finally:
         await reader.close()
     assert secured.violations() == []
+
+
+TICK = (
+    HEAD % "tick"
+    + """
+workflow:
+  - step: work
+    tool: {kind: noop}
+"""
+)
+
+
+@pytest.mark.asyncio
+async def test_the_cli_user_manages_schedules_and_the_engine_user_starts_their_fires(
+    secured: Secured, pods: Pods, tmp_path: Path
+) -> None:
+    """Schedules: the cli user adds, pauses, resumes and deletes one (KV `schedules`,
+    its definition in SCHEDULES); the engine's starter starts its fires."""
+    for role in ("engine", "tools", "projector"):
+        await pods.start(secured, role)
+    (tmp_path / "tick.yaml").write_text(TICK)
+    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+        path = (await client.register(tmp_path / "tick.yaml")).path
+        await client.schedule_add("tick", playbook=path, cron="* * * * * *")
+
+        async def a_fire_completed() -> bool:
+            return any(s.state == ExecState.COMPLETED for s in await client.list(playbook=path))
+
+        await wait_for(a_fire_completed, timeout=60)
+        assert await client.schedule_pause("tick")
+        assert await client.schedule_resume("tick")
+        await client.schedule_delete("tick")
+        assert await client.schedules() == []
+    assert secured.violations() == []
+
+
+@pytest.mark.asyncio
+async def test_a_tool_pod_answers_a_command_the_server_gave_up_on(secured: Secured, pods: Pods, tmp_path: Path) -> None:
+    """The max-deliveries advisory, heard by a tool pod (its user): the command's step
+    fails with DeliveryExhausted and a dead letter says why, nothing refused."""
+    layout = dataclasses.replace(secured.layout, max_deliver=2, ack_wait=1.0)
+    engine = await pods.start(secured, "engine", layout)
+    for watcher in engine.find(MaxDeliveriesWatcher):  # only the tool user's hears it
+        await watcher.stop()
+    await pods.start(secured, "projector", layout)
+    tools = await nats.connect(secured.url("tools"))
+    watcher = MaxDeliveriesWatcher(tools)
+    await watcher.start()
+    try:
+        (tmp_path / "doomed.yaml").write_text(HEAD % "doomed" + DOOMED)
+        async with Client.connect(secured.url("cli"), layout=layout) as client:
+            eid = await client.start((await client.register(tmp_path / "doomed.yaml")).path)
+            # a tool "pod" that takes the command and dies before answering, each time
+            dying = await tools.jetstream().pull_subscribe_bind(tool_consumer("python"), stream=CMD_STREAM)
+            for _ in range(2):
+                await dying.fetch(1, timeout=10)
+            third = asyncio.create_task(dying.fetch(1, timeout=4))  # the server gives up instead
+            assert (await client.wait(eid, timeout=30)).state == ExecState.FAILED
+            items = await client.events(eid)
+            (error,) = [i for i in items if i.type == "call.error"]
+            assert error.data["error"]["type"] == "DeliveryExhausted"
+            assert [i.type for i in items if i.cls == "dlq"] == ["dead_letter.tools"]
+            with pytest.raises(TimeoutError):
+                await third
+    finally:
+        await watcher.stop()
+        await tools.close()
+    assert secured.violations() == []
+
+
+DOOMED = """
+workflow:
+  - step: crashy
+    tool: {kind: python, code: "def main(): return 1"}
+"""
 
 
 def test_the_deploy_files_are_rendered_from_the_description() -> None:
