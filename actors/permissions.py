@@ -31,7 +31,7 @@ declare the streams finds that they exist. Passwords are not here: the rendered
 configuration reads each from an environment variable of the server
 (`password_variable`), which the Helm values fill from a Kubernetes Secret.
 
-Pure: no NATS, no I/O (but `main`).
+No NATS and no I/O, but in `deployed_layout` and `main` (which read and write deploy/).
 """
 
 from __future__ import annotations

@@ -350,11 +350,15 @@ class StreamsMissing(Exception):
     """Streams, consumers or buckets are missing and this connection could not create
     them (its NATS user may not: only the engine's may, see actors/permissions.py)."""
 
+    SHOWN = 6  # names in the message; the rest are counted
+
     def __init__(self, missing: list[str]) -> None:
         self.missing = missing
+        more = len(missing) - self.SHOWN
+        names = ", ".join(missing[: self.SHOWN]) + (f" and {more} more" if more > 0 else "")
         super().__init__(
-            f"missing in NATS and not created (this NATS user may not create them; an engine pod does "
-            f"at its start): {', '.join(missing)}"
+            f"{names} missing in NATS, and creating them got no answer (this NATS user may not create "
+            f"them: an engine pod does, at its start)"
         )
 
 
