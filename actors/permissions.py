@@ -189,8 +189,8 @@ def declared_streams(layout: Layout) -> list[str]:
 
 
 def declares(layout: Layout) -> list[str]:
-    """Create and update the streams, buckets and durable consumers (never delete or
-    purge them)."""
+    """Create and update the streams, buckets and durable consumers (never delete
+    them)."""
     found: list[str] = []
     for s in declared_streams(layout):
         found += [_api("STREAM", "CREATE", s), _api("STREAM", "UPDATE", s)]
