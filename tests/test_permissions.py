@@ -361,6 +361,52 @@ async def test_the_cli_user_reads_a_log_longer_than_the_flow_control_window(secu
     assert secured.violations() == []
 
 
+NAPPER = (
+    HEAD % "napper"
+    + """
+workflow:
+  - step: nap
+    tool: {kind: sleep, seconds: 60}
+"""
+)
+NAPPERS = (
+    HEAD % "nappers"
+    + """
+workflow:
+  - step: each
+    tool: {kind: playbook, path: napper}
+    loop: {collection: [1, 2], element: v}
+"""
+)
+
+
+@pytest.mark.asyncio
+async def test_cancelling_reaches_a_loop_its_children_and_their_commands(
+    secured: Secured, pods: Pods, tmp_path: Path
+) -> None:
+    """The cli user cancels; the engine cancels the loop, the counter the children it
+    started, their engines the running commands: every hop on its own user, nothing
+    refused."""
+    for role in ("engine", "counter", "tools", "projector"):
+        await pods.start(secured, role)
+    (tmp_path / "napper.yaml").write_text(NAPPER)
+    (tmp_path / "nappers.yaml").write_text(NAPPERS)
+    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+        await client.register(tmp_path / "napper.yaml")
+        eid = await client.start((await client.register(tmp_path / "nappers.yaml")).path)
+
+        async def two_children_running() -> list[str] | None:
+            children = [s.execution_id for s in await client.list(playbook="napper", state="RUNNING")]
+            return children if len(children) == 2 else None
+
+        children = await wait_for(two_children_running, timeout=60)
+        await client.cancel(eid)
+        assert (await client.wait(eid, timeout=60)).state == ExecState.CANCELLED
+        for child in children:
+            assert (await client.wait(child, timeout=60)).state == ExecState.CANCELLED
+    assert secured.violations() == []
+
+
 TICK = (
     HEAD % "tick"
     + """
