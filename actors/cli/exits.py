@@ -36,6 +36,7 @@ def exit_code_for(e: Exception) -> int | None:
     from actors.blobs import ValueTooLarge
     from actors.catalog import CatalogError
     from actors.client import InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution
+    from actors.codec import PayloadUnreadable
     from actors.dial import NatsUnavailable
     from actors.health import HttpPortUnavailable
     from actors.natsio import PublishOutcomeUnknown
@@ -55,6 +56,7 @@ def exit_code_for(e: Exception) -> int | None:
             SettingsInvalid,
             RetryRefused,
             UnknownExecution,
+            PayloadUnreadable,  # an encrypted value and no key (or the wrong one)
         ),
     ):
         return EXIT_INVALID
