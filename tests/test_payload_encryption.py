@@ -176,7 +176,7 @@ async def test_no_planted_value_is_stored_in_clear_and_a_keyless_client_still_se
     assert "PLANT-ERROR-PLANT-PAYLOAD-7731" in result["broken"]
     assert result["big"] == len("PLANT-BIG") * 100000
     assert result["child"] == {"kid": "PLANT-KID-PLANT-PAYLOAD-7731"}
-    big = [i for i in await client.events(eid) if i.type == "call.done" and i.step == "big"][0]
+    big = next(i for i in await client.events(eid) if i.type == "call.done" and i.step == "big")
     assert big.data["result_ref"]  # the big value did go to the object store
 
     failed = await client.start(await pods.register(client, "failing.yaml", FAILING), payload=PAYLOAD)
