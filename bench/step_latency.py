@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import cProfile
 import json
 import logging
 import math
+import os
 import platform
 import signal
 import statistics
@@ -62,6 +64,7 @@ from actors.client import Client
 from actors.events import decision_decoder
 from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
+from actors.settings import Settings
 from actors.tools.actor import ToolActor
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import NatsServer, find_binary
@@ -389,6 +392,42 @@ async def engine_runs(
     return step_lat, walls, bd
 
 
+async def encrypted_runs(server: NatsServer, clear: Runtime, layout: Layout, args: argparse.Namespace) -> list[float]:
+    """The same executions again with a payload key (actors/codec.py), on the same
+    server: the clear runtime stops, a keyed one takes its partitions (it hands its
+    leases back on stop). Its step latencies."""
+    await clear.stop()
+    key = base64.b64encode(os.urandom(32)).decode()
+    nc = await connect(server.url, name="bench-encrypted")
+    runtime = await start_roles(nc, layout=layout, settings=Settings(payload_key=key))
+    try:
+        client = Client(nc, layout=layout)
+        with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
+            pb = Path(tmp) / "steps.yaml"
+            pb.write_text(playbook_yaml(args.steps, args.tool))
+            entry = await client.register(pb)
+
+        async def nothing() -> None:
+            return None
+
+        lat, _, _ = await engine_runs(
+            client,
+            nc,
+            layout,
+            entry.path,
+            entry.version,
+            steps=args.steps,
+            runs=args.runs,
+            profiler=None,
+            meter=Meter(server.proc.pid, nc),
+            before_each=nothing,
+        )
+        return lat
+    finally:
+        await runtime.stop()
+        await nc.close()
+
+
 def tool_of(path: str) -> str:
     return "python" if "_python_" in path else "sleep"
 
@@ -414,6 +453,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     nc: NATS | None = None
     runtime: Runtime | None = None
     raw: RawChain | None = None
+    enc_lat: list[float] = []
     try:
         # raw: its own connection (one for both its sides, as the actors share one)
         nc_raw = await connect(server.url, name="bench-raw")
@@ -468,6 +508,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         while chains_done < raw_chains:  # --raw-runs above --runs
             await raw_chain()
+        if args.payload_key:
+            enc_lat = await encrypted_runs(server, runtime, layout, args)
+            runtime = None
         if profiler is not None:
             profiler.dump_stats(args.cprofile)
         await raw.stop()
@@ -500,6 +543,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.tool != "python":
         result["tool"] = args.tool
+    if args.payload_key:
+        result["encrypted_step_p50_ms"] = ms(pct(enc_lat, 50))
+        result["encrypted_step_p99_ms"] = ms(pct(enc_lat, 99))
+        result["ratio_encrypted_p50"] = round(pct(enc_lat, 50) / step_p50, 2)
+        result["ratio_encrypted_p99"] = round(pct(enc_lat, 99) / step_p99, 2)
     say(
         f"{args.steps} steps x {args.runs} runs ({args.tool} steps), nats-server {result['nats_server']}, "
         f"python {result['python']}, uvloop"
@@ -511,6 +559,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     )
     say(f"{'engine step':24}{ms(step_p50):>10.3f}{ms(step_p99):>10.3f}{result['steps_per_s']:>10.1f}")
     say(f"{'ratio engine/raw':24}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
+    if args.payload_key:
+        say(
+            f"{'engine step, encrypted':24}{result['encrypted_step_p50_ms']:>10.3f}"
+            f"{result['encrypted_step_p99_ms']:>10.3f}"
+        )
+        say(f"{'ratio encrypted/clear':24}{result['ratio_encrypted_p50']:>10.2f}{result['ratio_encrypted_p99']:>10.2f}")
     say(f"execution wall p50 {ms(statistics.median(walls)):.1f} ms (start -> terminal status, {args.steps} steps)")
     first_excluded = [x for i, x in enumerate(step_lat) if i % args.steps]
     if first_excluded:
@@ -549,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
         "--raw-runs",
         type=int,
         help="raw chains (default: --runs; 1 keeps a sampling profile of the process mostly on the engine)",
+    )
+    parser.add_argument(
+        "--payload-key",
+        action="store_true",
+        help="also run the executions with payload encryption (a fresh key) after the clear ones, same server: "
+        "ratio_encrypted_p50/p99 = encrypted step latency / clear step latency",
     )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.runs < 1 or (args.raw_runs is not None and args.raw_runs < 1):
