@@ -67,7 +67,7 @@ workflow:
     on_error: [{decision: ignore, result: "{{ error.message }}"}]
     next: big
   - step: big
-    tool: {kind: python, code: "def main():\\n    return '-'.join(['PLANT', 'BIG']) * 100000"}
+    tool: {kind: python, code: "def main():\\n    return '-'.join(['PLANT', 'BIG']) * 150000"}
     next: child
   - step: child
     tool: {kind: playbook, path: lib/kid}
@@ -174,7 +174,7 @@ async def test_no_planted_value_is_stored_in_clear_and_a_keyless_client_still_se
     assert result["first"] == "PLANT-RESULT-PLANT-PAYLOAD-7731"
     assert result["each"] == [f"PLANT-LOOP-PLANT-ELEM-{i}" for i in (1, 2, 3)]
     assert "PLANT-ERROR-PLANT-PAYLOAD-7731" in result["broken"]
-    assert result["big"] == len("PLANT-BIG") * 100000
+    assert result["big"] == len("PLANT-BIG") * 150000
     assert result["child"] == {"kid": "PLANT-KID-PLANT-PAYLOAD-7731"}
     big = next(i for i in await client.events(eid) if i.type == "call.done" and i.step == "big")
     assert big.data["result_ref"]  # the big value did go to the object store
