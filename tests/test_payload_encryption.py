@@ -282,3 +282,43 @@ async def test_the_cli_prints_results_with_the_key_and_says_why_not_without(pods
     code, out, err = await cli("status", eid, env=env)  # status needs no key
     assert code == 0, err
     assert "COMPLETED" in out
+
+
+async def test_pods_without_the_old_key_fail_the_execution_naming_the_key(pods: Pods) -> None:
+    """Rotation done wrong (the old key dropped): the execution is not stuck and the
+    pods do not crash; it fails with an error that names the missing key id."""
+    client = await pods.start(KEY_A)
+    eid = await client.start(await pods.register(client, "slow.yaml", SLOW), payload=PAYLOAD)
+    async for item in client.follow(eid, until_terminal=False):
+        if item.type == "command.issued" and item.step == "nap":
+            break
+    await pods.stop()
+    client = await pods.start(KEY_B)  # no old key: the log's values cannot be read
+    status = await client.wait(eid, timeout=60)
+    assert status.state == "FAILED" and status.error is not None
+    assert status.error["type"] == "EngineError"
+    assert "'a1'" in status.error["message"] and "not among the keys given" in status.error["message"]
+
+
+async def test_a_tool_pod_without_the_key_fails_the_step_saying_so(nats_server: NatsServer, tmp_path: Path) -> None:
+    layout = make_layout()
+    keyed = await connect(nats_server.url, name="keyed")
+    clear = await connect(nats_server.url, name="tools-without-key")
+    engine = await start_roles(
+        keyed, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
+    )
+    tools = await start_roles(clear, layout=layout, roles=("tools",), settings=Settings())
+    try:
+        client = Client(keyed, layout=layout)
+        path = tmp_path / "failing.yaml"
+        path.write_text(FAILING)
+        eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
+        status = await client.wait(eid, timeout=30)
+        assert status.state == "FAILED" and status.error is not None
+        assert status.error["type"] == "PayloadUnreadable" and status.error["step"] == "explode"
+        assert "give the key" in status.error["message"]
+    finally:
+        await tools.stop()
+        await engine.stop()
+        await clear.close()
+        await keyed.close()
