@@ -283,6 +283,11 @@ async def test_the_cli_prints_results_with_the_key_and_says_why_not_without(pods
     assert code == 0, err
     assert "COMPLETED" in out
 
+    code, out, err = await cli("events", eid, env=env)  # the log's shape without the key, and one line why
+    assert code == 0, err
+    assert "step.exit" in out and "<encrypted with payload key 'a1'>" in out and "PLANT" not in out
+    assert err.count("\n") == 1 and "give the key" in err
+
 
 async def test_pods_without_the_old_key_fail_the_execution_naming_the_key(pods: Pods) -> None:
     """Rotation done wrong (the old key dropped): the execution is not stuck and the
