@@ -45,10 +45,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import msgspec
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from msgspec import UNSET, Struct
 from nats.js import JetStreamContext
 
@@ -159,6 +155,11 @@ class _Cipher:
     """One key's AES-GCM and its nonce subkey."""
 
     def __init__(self, key: PayloadKey) -> None:
+        # imported here: only a process with a key pays for it (every CLI command imports this module)
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
         def derive(info: bytes) -> bytes:
             return HKDF(algorithm=hashes.SHA256(), length=len(key.secret), salt=None, info=info).derive(key.secret)
 
@@ -172,6 +173,8 @@ class _Cipher:
         return nonce + self.aead.encrypt(nonce, plain, self.aad)
 
     def open(self, blob: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
         try:
             return self.aead.decrypt(blob[:_NONCE], blob[_NONCE:], self.aad)
         except InvalidTag:
