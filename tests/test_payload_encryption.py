@@ -12,6 +12,7 @@ import base64
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -394,3 +395,31 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
             lifecycle[subjects.lifecycle(ev.type)] = keys.encode(ev)
     assert replayed == [d for s, d, _, _ in log if class_of(s) == "ev"]
     assert lifecycle == {s: d for s, d, _, _ in log if class_of(s) == "lc"}
+
+
+async def test_a_schedule_keeps_its_payload_encrypted_and_its_fires_run(pods: Pods) -> None:
+    """The schedule's payload is a start payload too: sealed in KV `schedules` and in the
+    definition the server fires (stream SCHEDULES); the starter opens each fire."""
+    client = await pods.start(KEY_A)
+    path = await pods.register(client, "slow.yaml", SLOW)
+    assert pods.nc is not None
+    ended: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_end(msg: Any) -> None:  # a fire's execution completing (its id: hush-<fire time>)
+        eid = msg.subject.split(".")[2]
+        if eid.startswith("hush-"):
+            ended.put_nowait(eid)
+
+    sub = await pods.nc.subscribe("exec.*.*.lc.playbook.completed", cb=on_end)
+    await client.schedule_add("hush", playbook=path, cron="* * * * * *", payload=PAYLOAD)
+    listed = {v.spec.name: v.spec for v in await client.schedules()}
+    assert listed["hush"].payload == PAYLOAD  # read back with the key
+    first = await asyncio.wait_for(ended.get(), 30)
+    await sub.unsubscribe()
+    assert (await client.wait(first, timeout=30)).state == "COMPLETED"
+    assert await client.result(first) == {"first": "PLANT-RESULT-PLANT-PAYLOAD-7731"}
+    await client.schedule_delete("hush")
+    assert pods.nc is not None
+    stored = await every_stored_byte(pods.nc)
+    for plant in PLANTS:
+        assert plant not in stored, plant
