@@ -169,7 +169,7 @@ class _Cipher:
         self.aad = b"actors payload v1 " + key.key_id.encode()
 
     def seal(self, plain: bytes) -> bytes:
-        nonce = hmac.new(self.nonce_key, plain, hashlib.sha256).digest()[:_NONCE]
+        nonce = hmac.digest(self.nonce_key, plain, "sha256")[:_NONCE]  # the one-shot C HMAC
         return nonce + self.aead.encrypt(nonce, plain, self.aad)
 
     def open(self, blob: bytes) -> bytes:
