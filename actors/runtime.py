@@ -14,6 +14,7 @@ import nats
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
+from actors.codec import bind
 from actors.counter import Counter
 from actors.deadletters import MaxDeliveriesWatcher
 from actors.engine.actor import Engine
@@ -179,6 +180,9 @@ async def start_roles(
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
+    codec = settings.payload_codec
+    if codec.encrypts:  # every actor on `nc` encrypts values it writes and decrypts what it reads (actors/codec.py)
+        bind(nc, codec)
     await declare_streams(nc, layout, roles)
     # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)
     publisher(nc).duplicate_window = layout.duplicate_window

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from actors.codec import CLEAR, PayloadCodec, PayloadKeyInvalid, PayloadKeys
 from actors.wire import Limits
 from streams.layout import Layout
 
@@ -36,11 +37,14 @@ class SettingsInvalid(ValueError):
     """A setting that cannot be used: the message is one line naming the variable."""
 
 
-def _setting(default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1) -> Any:
+def _setting(
+    default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1, secret: bool = False
+) -> Any:
     """A field of `Settings`: its default, its environment variable, its CLI flag
-    (if any), the smallest value allowed (None: any) and what it bounds."""
+    (if any), the smallest value allowed (None: any) and what it bounds. A `secret`
+    one is left out of the settings' repr."""
     return dataclasses.field(
-        default=default, metadata={"env": env, "flag": flag, "meaning": meaning, "minimum": minimum}
+        default=default, repr=not secret, metadata={"env": env, "flag": flag, "meaning": meaning, "minimum": minimum}
     )
 
 
@@ -167,6 +171,30 @@ class Settings:
         flag="--http-port",
         minimum=0,
     )
+    # --- payload encryption (actors/codec.py); every pod of a deployment and its clients share the keys ---
+    payload_key: str | None = _setting(
+        None,
+        "ACTORS_PAYLOAD_KEY",
+        "key that encrypts payloads, args, results, error messages and outputs written to NATS: `ID:BASE64` or "
+        "`BASE64` of 32 bytes (AES-256-GCM). Unset: values are written in clear",
+        minimum=None,
+        secret=True,
+    )
+    payload_key_file: str | None = _setting(
+        None,
+        "ACTORS_PAYLOAD_KEY_FILE",
+        "file of payload keys, one a line: the first encrypts, the others only decrypt (old keys); wins over "
+        "`ACTORS_PAYLOAD_KEY`",
+        flag="--payload-key-file",
+        minimum=None,
+    )
+    payload_old_keys: str | None = _setting(
+        None,
+        "ACTORS_PAYLOAD_OLD_KEYS",
+        "comma-separated keys that only decrypt: values written before the key was rotated",
+        minimum=None,
+        secret=True,
+    )
     drain_timeout: float = _setting(
         10.0,
         "ACTORS_DRAIN_TIMEOUT",
@@ -231,6 +259,16 @@ class Settings:
             max_value_bytes=self.max_value_bytes,
             step_output_max_bytes=self.step_output_max_bytes,
         )
+
+    @property
+    def payload_codec(self) -> PayloadCodec:
+        """The codec of values written to and read from NATS (`CLEAR` without a key).
+        Raises `SettingsInvalid` for a key that cannot be used."""
+        try:
+            keys = PayloadKeys.from_settings(self.payload_key, self.payload_key_file, self.payload_old_keys)
+        except PayloadKeyInvalid as e:
+            raise SettingsInvalid(str(e)) from None
+        return CLEAR if keys is None else PayloadCodec(keys)
 
     @property
     def limits(self) -> Limits:

@@ -55,7 +55,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
                 raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {budget:g}s") from None
             except StreamsMissing as e:
                 raise NatsUnavailable(f"NATS at {redact(url)}: {e}") from None
-        yield Client(nc, layout=layout, timeout=budget)
+        yield Client(nc, layout=layout, timeout=budget, codec=settings.payload_codec)
     finally:
         if runtime is not None:
             # our server dies with us, and with it whatever still runs: draining tool commands

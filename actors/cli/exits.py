@@ -37,6 +37,7 @@ def exit_code_for(e: Exception) -> int | None:
     from actors.blobs import ValueTooLarge
     from actors.catalog import CatalogError
     from actors.client import InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution
+    from actors.codec import PayloadUnreadable
     from actors.dial import NatsUnavailable
     from actors.health import HttpPortUnavailable
     from actors.natsio import PublishOutcomeUnknown
@@ -57,6 +58,7 @@ def exit_code_for(e: Exception) -> int | None:
             SettingsInvalid,
             RetryRefused,
             UnknownExecution,
+            PayloadUnreadable,  # an encrypted value and no key (or the wrong one)
         ),
     ):
         return EXIT_INVALID
