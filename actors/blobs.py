@@ -23,6 +23,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError, ObjectDeletedError
 
+from actors.codec import codec_of
 from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
 from streams.ids import attempt_of, command_msg_id, result_id, start_id
 from streams.layout import BLOB_BUCKET, START_SUBJECT, cmd_subject
@@ -53,7 +54,16 @@ def too_large(what: str, size: int, cap: int) -> str:
     return f"{what} is {size:,} bytes, over the {cap:,}-byte cap on values ({MAX_VALUE_ENV})"
 
 
+def sealed(js: JetStreamContext, data: bytes) -> bytes:
+    """`data` as the object store keeps it: encrypted when the connection's codec has a
+    key (actors/codec.py). Name a blob by a digest of these bytes (`blob_key`): the
+    same value gives the same bytes (the codec is deterministic) and the digest of a
+    ciphertext says nothing of the value."""
+    return codec_of(js).seal_bytes(data)
+
+
 async def put_blob(js: JetStreamContext, key: str, data: bytes) -> None:
+    """Store `data` (already `sealed`: its key was computed from these bytes)."""
     store = await js.object_store(BLOB_BUCKET)
     await store.put(key, data)
 
@@ -65,18 +75,19 @@ async def offload(js: JetStreamContext, key: str, value: Any) -> str | None:
     data = encode(value)
     if len(data) <= INLINE_LIMIT:
         return None
-    await put_blob(js, key, data)
+    await put_blob(js, key, sealed(js, data))
     return key
 
 
 async def get_blob(js: JetStreamContext, key: str) -> Any:
     """The value stored under `key` (msgspec: integers of any size survive). Raises one
-    of `BLOB_MISSING` when it is gone."""
+    of `BLOB_MISSING` when it is gone, `PayloadUnreadable` when it is encrypted with a
+    key this connection does not hold."""
     return msgspec.json.decode(await _read(js, key) or b"null")
 
 
 async def get_blob_bytes(js: JetStreamContext, key: str) -> bytes:
-    """The bytes stored under `key`, as they were put (a step's printed output)."""
+    """The bytes stored under `key`, as they were put (a step's printed output), decrypted."""
     return await _read(js, key)
 
 
@@ -86,7 +97,7 @@ async def _read(js: JetStreamContext, key: str) -> bytes:
     store = await js.object_store(BLOB_BUCKET)
     buf = io.BytesIO()
     await store.get(key, writeinto=buf)
-    return buf.getvalue()
+    return codec_of(js).open_bytes(buf.getvalue())
 
 
 # --- results: tool actor (or a child execution) -> the execution or loop log ----------
@@ -95,17 +106,19 @@ async def _read(js: JetStreamContext, key: str) -> bytes:
 async def result_message(js: JetStreamContext, msg: CallDone | CallError, *, limit: int, cap: int) -> bytes:
     """`msg` encoded to fit in `limit` bytes: a result too large travels as a blob
     (`result_ref`); one over the cap becomes a `ValueTooLarge` error of the step."""
-    data = encode(msg)
+    codec = codec_of(js)
+    data = codec.encode(msg)
     if len(data) <= limit or not isinstance(msg, CallDone):
         return data
     value = encode(msg.result)
     if len(value) > cap:
         error = ErrorInfo(type="ValueTooLarge", message=f"step '{msg.step}': {too_large('result', len(value), cap)}")
-        return encode(msg.failed(error))
+        return codec.encode(msg.failed(error))
+    value = sealed(js, value)
     key = blob_key(msg.execution_id, "result", msg.command_id, data=value)
     await put_blob(js, key, value)
     stub = msgspec.structs.replace(msg, result=None, result_ref=key)
-    return encode(stub)
+    return codec.encode(stub)
 
 
 async def resolve_result(js: JetStreamContext, msg: CallDone) -> CallDone | CallError:
@@ -125,7 +138,8 @@ async def resolve_result(js: JetStreamContext, msg: CallDone) -> CallDone | Call
 async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int, cap: int) -> bytes:
     """A chunk's answer encoded to fit in `limit` bytes: each iteration whose result is
     over its share of the message goes as a blob (over the cap: `ValueTooLarge`)."""
-    data = encode(done)
+    codec = codec_of(js)
+    data = codec.encode(done)
     if len(data) <= limit:
         return data
     share = limit // max(len(done.outcomes), 1)
@@ -140,9 +154,10 @@ async def chunk_message(js: JetStreamContext, done: ChunkDone, *, limit: int, ca
                 message=(f"step '{done.step}' iteration {o.iteration_index}: {too_large('result', len(value), cap)}"),
             )
             continue
+        value = sealed(js, value)
         o.result_ref = blob_key(done.execution_id, "result", done.command_id, str(o.iteration_index), data=value)
         await put_blob(js, o.result_ref, value)
-    return encode(done)
+    return codec.encode(done)
 
 
 async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
@@ -173,9 +188,10 @@ async def command_items(
     over the cap is not sent: its step gets a `ValueTooLarge` result instead, as if a
     tool actor had answered, so the log records why."""
     items = []
+    codec = codec_of(js)
     for c in commands:
         eid = c.execution_id
-        data = encode(c)
+        data = codec.encode(c)
         if len(data) > limit:
             if len(data) > cap:
                 error = ErrorInfo(
@@ -194,11 +210,12 @@ async def command_items(
                     worker=sender,
                     iteration_index=c.iteration_index,
                 )
-                items.append((c.reply_to, encode(answer), result_id(eid, c.command_id)))
+                items.append((c.reply_to, codec.encode(answer), result_id(eid, c.command_id)))
                 continue
+            data = sealed(js, encode(c))  # the whole command, its values in clear inside the encrypted blob
             key = blob_key(eid, "command", c.command_id, data=data)
             await put_blob(js, key, data)
-            data = encode(
+            data = codec.encode(
                 Command(
                     execution_id=eid,
                     command_id=c.command_id,
@@ -219,7 +236,7 @@ async def resolve_command(js: JetStreamContext, cmd: Command) -> Command:
     """The whole command a stub names. Raises one of `BLOB_MISSING` when it is gone."""
     if cmd.body_ref is None:
         return cmd
-    return command_decoder.decode(await _read(js, cmd.body_ref))
+    return command_decoder.decode(await _read(js, cmd.body_ref))  # decrypted whole: no sealed value inside
 
 
 # --- start payloads: client, starter, a parent's engine -> an execution ---------------
@@ -230,7 +247,7 @@ async def start_payload(
 ) -> StartMessage:
     """`msg` with its payload moved to a blob (`payload_ref`) when the message would be
     over `limit`. Raises `ValueTooLarge` past the cap."""
-    if msg.payload_ref is not None or len(encode(msg)) <= limit:
+    if msg.payload_ref is not None or len(codec_of(js).encode(msg)) <= limit:
         return msg
     ref = await payload_blob(js, msg.payload, execution_id, cap=cap)
     return msgspec.structs.replace(msg, payload={}, payload_ref=ref)
@@ -241,6 +258,7 @@ async def payload_blob(js: JetStreamContext, payload: dict[str, Any], execution_
     data = encode(payload)
     if len(data) > cap:
         raise ValueTooLarge(f"start of {execution_id}: {too_large('the payload', len(data), cap)}")
+    data = sealed(js, data)
     key = blob_key(execution_id, "payload", data=data)
     await put_blob(js, key, data)
     return key
@@ -252,7 +270,7 @@ async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int, cap: 
     answered with `ValueTooLarge` instead, so its step fails saying why."""
     eid = s.execution_id or ""
     try:
-        return START_SUBJECT, encode(await start_payload(js, s, eid, limit=limit, cap=cap)), start_id(eid)
+        return START_SUBJECT, codec_of(js).encode(await start_payload(js, s, eid, limit=limit, cap=cap)), start_id(eid)
     except ValueTooLarge as e:
         parent = s.parent
         if parent is None or not parent.reply_to or not parent.command_id or not parent.step:
@@ -267,4 +285,4 @@ async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int, cap: 
             attempt_number=attempt,
             worker="engine",
         )
-        return parent.reply_to, encode(answer), result_id(parent.execution_id, parent.command_id)
+        return parent.reply_to, codec_of(js).encode(answer), result_id(parent.execution_id, parent.command_id)

@@ -30,6 +30,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.blobs import get_blob, resolve_chunk, resolve_result
+from actors.codec import codec_of
 from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
 from actors.hosting import PartitionHost, engine_error
@@ -178,7 +179,7 @@ class LoopActor(LogActor):
                 source="counter",
                 reason=reason,
                 subject=self.subjects.spec,
-                data=encode(spec),
+                data=codec_of(self.counter.js).encode(spec),
                 execution_id=self.execution_id,
             )
             invalid = ErrorInfo(type="LoopSpecInvalid", message=reason)

@@ -9,8 +9,9 @@ silently, and answers a command nobody will run with a `call.error`
 (`DeliveryExhausted`), so its step fails (or retries) instead of waiting forever.
 
 Tool actors dead-letter a command themselves when they see its last delivery; the
-watcher covers the case where that delivery went to a pod that died with it. Every pod
-runs a watcher, in one queue group: each advisory is handled once.
+watcher covers the case where that delivery went to a pod that died with it. Every
+engine and tool pod runs a watcher (their NATS users may answer a command; see
+actors/permissions.py), in one queue group: each advisory is handled once.
 """
 
 from __future__ import annotations

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
+
+from actors.secrecy import SECRET, SECRET_ERROR
 
 # --- states ----------------------------------------------------------------------------
 
@@ -133,8 +135,8 @@ class StepExitData(_Data):
     status: ActivationStatus
     reason: str | UnsetType = UNSET
     next: list[str] | UnsetType = UNSET
-    ignored_error: ErrorView | UnsetType = UNSET
-    error: ErrorView | UnsetType = UNSET
+    ignored_error: Annotated[ErrorView, SECRET_ERROR] | UnsetType = UNSET
+    error: Annotated[ErrorView, SECRET_ERROR] | UnsetType = UNSET
     routed_to_end: bool | UnsetType = UNSET
     original_failed_step: str | UnsetType = UNSET
     handled: bool | UnsetType = UNSET
@@ -202,7 +204,7 @@ class RetryExhaustedData(_Data):
     activation: int
     attempts: int
     max_attempts: int | None
-    error: ErrorView | None
+    error: Annotated[ErrorView, SECRET_ERROR] | None
     rule: str | None
 
 
@@ -220,18 +222,18 @@ class FailureDecidedData(_Data):
 
     activation: int
     attempt_number: int
-    error: ErrorView
+    error: Annotated[ErrorView, SECRET_ERROR]
     decision: str  # none | ignore | retry | retry_later | cancel | handled | abort
     rule: str | None
-    result: Any | UnsetType = UNSET  # ignore: the step's result
-    args: Any | UnsetType = UNSET  # retry: args over the next attempt's
+    result: Annotated[Any, SECRET] | UnsetType = UNSET  # ignore: the step's result
+    args: Annotated[Any, SECRET] | UnsetType = UNSET  # retry: args over the next attempt's
     delay: float | UnsetType = UNSET  # retry_later
 
 
 class BudgetExceededData(_Data):
     from_activation: int
     budget: int
-    error: ErrorView
+    error: Annotated[ErrorView, SECRET_ERROR]
 
 
 class RoutingPausedData(_Data):
@@ -242,7 +244,7 @@ class RoutingPausedData(_Data):
 class EngineFaultData(_Data):
     input_seq: int
     input_subject: str
-    error: ErrorView
+    error: Annotated[ErrorView, SECRET_ERROR]
 
 
 class RetryOfData(_Data):
@@ -294,7 +296,7 @@ class PlaybookCompletedData(_Data):
     playbook: str
     started_at: float | None
     ended_at: float
-    result: Any
+    result: Annotated[Any, SECRET]
     evaluated_by_end_step: bool
     total_steps: int
     failed_steps_count: int
@@ -310,9 +312,9 @@ class PlaybookFailedData(_Data):
     playbook: str
     started_at: float | None
     ended_at: float
-    error: dict[str, Any]  # decide.execution_error: the root cause and every failed step
+    error: Annotated[dict[str, Any], SECRET_ERROR]  # decide.execution_error: the root cause and every failed step
     failed_steps: list[str] | UnsetType = UNSET
-    result: Any | UnsetType = UNSET
+    result: Annotated[Any, SECRET] | UnsetType = UNSET
     evaluated_by_end_step: bool | UnsetType = UNSET
     total_steps: int | UnsetType = UNSET
     failed_steps_count: int | UnsetType = UNSET
@@ -588,8 +590,8 @@ class StepOutput(Struct, omit_defaults=True, tag="step.output", tag_field="type"
     iteration_index: int | None = None
     at: float = 0.0
     size: int = 0
-    head: str = ""
-    tail: str = ""
+    head: Annotated[str, SECRET] = ""
+    tail: Annotated[str, SECRET] = ""
     output_ref: str | None = None
     stored: int = 0  # bytes of the text behind `output_ref` (the first `stored` of `size`)
 

@@ -28,6 +28,7 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from actors.codec import codec_of
 from actors.core.effects import Effects
 from actors.hosting import PartitionHost, hand_back
 from actors.natsio import ack, dead_letter, log_time, stream_seq
@@ -152,7 +153,7 @@ class LogActor:
         """The input, or None when it cannot be decoded: it is skipped (a replay skips it
         the same way) and, the first time it is met live, dead-lettered with the reason."""
         try:
-            return decoder.decode(entry.data)
+            return codec_of(self.host.js).decode(decoder, entry.data)  # values decrypted: the fold sees plaintext
         except msgspec.DecodeError as e:
             if self.hydrated:
                 await dead_letter(

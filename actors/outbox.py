@@ -20,7 +20,8 @@ from msgspec import UNSET
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from actors.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, start_item
+from actors.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, sealed, start_item
+from actors.codec import codec_of
 from actors.core.effects import CommandCancel, Effects, Timer
 from actors.events import DecisionRecord, Event, PlaybookCompletedData, PlaybookFailedData
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
@@ -56,6 +57,7 @@ class Outbox:
         self.timer_owner = ids.timer_owner(execution_id, loop_id)
         self.limit = layout.max_msg_size - HEADROOM  # larger values go as blobs
         self.cap = layout.max_value_bytes  # larger ones are refused (`ValueTooLarge`)
+        self.codec = codec_of(js)  # values encrypted when the pod has a payload key (actors/codec.py)
 
     async def send(self, fx: Effects) -> None:
         js = self.js
@@ -80,12 +82,12 @@ class Outbox:
             ref = await offload(js, f"{eid}/{spec.loop_id}/collection", spec.collection)
             if ref is not None:
                 spec.collection, spec.collection_ref = None, ref
-            data = encode(spec)
+            data = self.codec.encode(spec)
             if len(data) > self.limit:  # the values its templates read are large
-                scope = encode(spec.scope)
+                scope = sealed(js, encode(spec.scope))
                 spec.scope, spec.scope_ref = {}, blob_key(eid, spec.loop_id, "scope", data=scope)
                 await put_blob(js, spec.scope_ref, scope)
-                data = encode(spec)
+                data = self.codec.encode(spec)
             items.append((self.loop_subjects(spec.loop_id).spec, data, ids.loop_spec_id(eid, spec.loop_id)))
         await publish_all(js, items)
 
@@ -134,7 +136,11 @@ class Outbox:
             items.append(cancel_request(self.layout, child, why))
         for lc in fx.loop_cancels:
             items.append(
-                (self.loop_subjects(lc.loop_id).cancel, encode(lc), ids.loop_cancel_id(self.execution_id, lc.loop_id))
+                (
+                    self.loop_subjects(lc.loop_id).cancel,
+                    self.codec.encode(lc),
+                    ids.loop_cancel_id(self.execution_id, lc.loop_id),
+                )
             )
         return items
 
@@ -162,7 +168,9 @@ class Outbox:
             if ref is not None:
                 verdict.results, verdict.results_ref = None, ref
         subject = ExecSubjects.of(self.execution_id, self.layout.partitions).iterator(self.loop_id)
-        await publish_all(self.js, [(subject, encode(verdict), ids.verdict_id(self.execution_id, self.loop_id))])
+        await publish_all(
+            self.js, [(subject, self.codec.encode(verdict), ids.verdict_id(self.execution_id, self.loop_id))]
+        )
 
     async def record(self, fx: Effects) -> None:
         """The decision record, then lifecycle events (an execution result too large
@@ -175,13 +183,13 @@ class Outbox:
             items.append(
                 (
                     subjects.decision,
-                    encode(DecisionRecord(cause=fx.cause, events=fx.events)),
+                    self.codec.encode(DecisionRecord(cause=fx.cause, events=fx.events)),
                     ids.decision_id(eid, fx.cause),
                 )
             )
         for ev in fx.lifecycle:
             await self._offload_result(ev)
-            items.append((subjects.lifecycle(ev.type), encode(ev), ids.lifecycle_id(eid, ev.type)))
+            items.append((subjects.lifecycle(ev.type), self.codec.encode(ev), ids.lifecycle_id(eid, ev.type)))
         await publish_all(self.js, items)
 
     async def _offload_result(self, ev: Event) -> None:

@@ -14,6 +14,7 @@ import nats
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
+from actors.codec import bind
 from actors.counter import Counter
 from actors.deadletters import MaxDeliveriesWatcher
 from actors.engine.actor import Engine
@@ -25,7 +26,8 @@ from actors.ownership import Leases, pod_name
 from actors.projector import Projector
 from actors.settings import Settings
 from actors.tools.actor import ToolActor
-from streams.layout import Layout, ensure
+from actors.tools.credentials import CredentialSource
+from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")
 ROLES = ("engine", "counter", "tools", "projector")
@@ -100,6 +102,37 @@ class Runtime:
         return list(dict.fromkeys(found))
 
 
+# the roles whose pods watch max-deliveries advisories: the engine runs in every
+# deployment (so an advisory finds a pod while tool pods crash-loop on a command) and
+# its NATS user may answer a command, as the tools' may
+WATCHERS = {"engine", "tools"}
+# the role that declares (creates and updates) the streams; the others look them up
+DECLARES = "engine"
+STREAMS_WAIT = 2.0  # seconds between two looks of a pod waiting for its streams
+
+
+async def declare_streams(nc: NATS, layout: Layout, roles: Sequence[str]) -> None:
+    """An engine pod creates or updates every stream, consumer and bucket (its NATS
+    user is the one allowed to); a pod of another role only looks them up (creating what
+    is missing if its user may) and, when they are missing, waits for an engine pod to
+    create them, up to ENSURE_BUDGET seconds, then raises `StreamsMissing` naming them."""
+    js = nc.jetstream()
+    if DECLARES in roles:
+        await ride_out(lambda: ensure(js, layout), budget=ENSURE_BUDGET)
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ENSURE_BUDGET
+    while True:
+        try:
+            await ride_out(lambda: ensure(js, layout, update=False), budget=max(0.1, deadline - loop.time()))
+            return
+        except StreamsMissing as e:
+            if loop.time() >= deadline:
+                raise
+            log.warning("%s; waiting for an engine pod to create them", e)
+        await asyncio.sleep(STREAMS_WAIT)
+
+
 GC_THRESHOLD = (20_000, 20, 20)
 
 
@@ -149,12 +182,16 @@ async def start_roles(
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
-    await ride_out(lambda: ensure(nc.jetstream(), layout), budget=ENSURE_BUDGET)
+    codec = settings.payload_codec
+    if codec.encrypts:  # every actor on `nc` encrypts values it writes and decrypts what it reads (actors/codec.py)
+        bind(nc, codec)
+    await declare_streams(nc, layout, roles)
     # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)
     publisher(nc).duplicate_window = layout.duplicate_window
     pod = pod or settings.pod_name or pod_name()
-    # every pod watches for messages the server gave up on (one queue group: each once)
-    actors: list[Actor] = [MaxDeliveriesWatcher(nc)]
+    # engine and tool pods watch for commands the server gave up on (one queue group:
+    # each once); a projector or counter user may not answer a command (permissions.py)
+    actors: list[Actor] = [MaxDeliveriesWatcher(nc)] if WATCHERS & set(roles) else []
     if "projector" in roles:
         actors.append(Projector(nc))
     if "tools" in roles:
@@ -165,6 +202,7 @@ async def start_roles(
                 concurrency=tool_concurrency,
                 python_workers=settings.python_workers,
                 limits=settings.limits,
+                credentials=CredentialSource(settings.credentials_dir, settings.credentials),
             )
         )
     hosts: list[Counter | Engine] = []

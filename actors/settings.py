@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from actors.codec import CLEAR, PayloadCodec, PayloadKeyInvalid, PayloadKeys
 from actors.wire import Limits
 from streams.layout import Layout
 
@@ -36,11 +37,14 @@ class SettingsInvalid(ValueError):
     """A setting that cannot be used: the message is one line naming the variable."""
 
 
-def _setting(default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1) -> Any:
+def _setting(
+    default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1, secret: bool = False
+) -> Any:
     """A field of `Settings`: its default, its environment variable, its CLI flag
-    (if any), the smallest value allowed (None: any) and what it bounds."""
+    (if any), the smallest value allowed (None: any) and what it bounds. A `secret`
+    one is left out of the settings' repr."""
     return dataclasses.field(
-        default=default, metadata={"env": env, "flag": flag, "meaning": meaning, "minimum": minimum}
+        default=default, repr=not secret, metadata={"env": env, "flag": flag, "meaning": meaning, "minimum": minimum}
     )
 
 
@@ -167,12 +171,57 @@ class Settings:
         flag="--http-port",
         minimum=0,
     )
+    # --- payload encryption (actors/codec.py); every pod of a deployment and its clients share the keys ---
+    payload_key: str | None = _setting(
+        None,
+        "ACTORS_PAYLOAD_KEY",
+        "key that encrypts payloads, args, results, error messages and outputs written to NATS: `ID:BASE64` or "
+        "`BASE64` of 32 bytes (AES-256-GCM). Unset: values are written in clear",
+        minimum=None,
+        secret=True,
+    )
+    payload_key_file: str | None = _setting(
+        None,
+        "ACTORS_PAYLOAD_KEY_FILE",
+        "file of payload keys, one a line: the first encrypts, the others only decrypt (old keys); wins over "
+        "`ACTORS_PAYLOAD_KEY`",
+        flag="--payload-key-file",
+        minimum=None,
+    )
+    payload_old_keys: str | None = _setting(
+        None,
+        "ACTORS_PAYLOAD_OLD_KEYS",
+        "comma-separated keys that only decrypt: values written before the key was rotated",
+        minimum=None,
+        secret=True,
+    )
     drain_timeout: float = _setting(
         10.0,
         "ACTORS_DRAIN_TIMEOUT",
         "seconds running tool commands get to finish after SIGTERM; the rest is redelivered elsewhere",
         flag="--drain-timeout",
         minimum=0,
+    )
+
+    # --- credentials of the steps (actors/tools/credentials.py): the tool role reads them ---
+    credentials_dir: str | None = _setting(
+        None,
+        "ACTORS_CREDENTIALS_DIR",
+        "folder of credentials a step names (`credential: api`): a file `api` (a JSON or YAML mapping, or a plain "
+        "token) or a folder `api/` of one file per key, as a Kubernetes Secret volume gives; read at each step",
+        minimum=None,
+    )
+    credentials: Mapping[str, str] = dataclasses.field(
+        default_factory=dict,
+        repr=False,  # values are secrets: never in a repr or a traceback's locals
+        metadata={
+            "env": "ACTORS_CREDENTIAL_<NAME>",
+            "prefix": "ACTORS_CREDENTIAL_",
+            "flag": None,
+            "meaning": "credential NAME (upper-cased, `-` and `.` as `_`) when the folder has none: a JSON or YAML "
+            "mapping, or a plain token. Steps never see these variables",
+            "minimum": None,
+        },
     )
 
     # --- the web UI (`actors-cli ui`, `dev`, `serve --role ui`) ---
@@ -192,6 +241,7 @@ class Settings:
         "a secret every action of the web UI (start, cancel, retry) must carry. Unset: actions need none",
         flag="ui --token",
         minimum=None,
+        secret=True,
     )
     ui_user_header: str | None = _setting(
         None,
@@ -216,6 +266,10 @@ class Settings:
         env = os.environ if environ is None else environ
         given: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
+            prefix = f.metadata.get("prefix")
+            if prefix:  # a family of variables, by the rest of their name (values kept as given)
+                given[f.name] = {k[len(prefix) :]: v for k, v in env.items() if k.startswith(prefix) and v.strip()}
+                continue
             raw = env.get(f.metadata["env"], "").strip()
             if raw:
                 given[f.name] = _parse(f, raw, f.metadata["env"])
@@ -239,6 +293,16 @@ class Settings:
             max_value_bytes=self.max_value_bytes,
             step_output_max_bytes=self.step_output_max_bytes,
         )
+
+    @property
+    def payload_codec(self) -> PayloadCodec:
+        """The codec of values written to and read from NATS (`CLEAR` without a key).
+        Raises `SettingsInvalid` for a key that cannot be used."""
+        try:
+            keys = PayloadKeys.from_settings(self.payload_key, self.payload_key_file, self.payload_old_keys)
+        except PayloadKeyInvalid as e:
+            raise SettingsInvalid(str(e)) from None
+        return CLEAR if keys is None else PayloadCodec(keys)
 
     @property
     def limits(self) -> Limits:
@@ -281,7 +345,7 @@ def limits_from_env(environ: Mapping[str, str] | None = None) -> Limits:
 
 def _default(f: dataclasses.Field[Any]) -> str:
     value = f.default
-    if value is None:
+    if value is None or value is dataclasses.MISSING:
         return "unset"
     if isinstance(value, float):
         return f"{value:g}"

@@ -6,13 +6,14 @@ actor code, so a tool actor can use it without importing the engine.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Struct, field
 
 # events (classes `ev` and `lc`) and execution states are typed in actors/events.py
 from actors.events import ExecState
+from actors.secrecy import SECRET, SECRET_ERROR
 
 
 class _Wire(Struct, omit_defaults=True):
@@ -21,10 +22,10 @@ class _Wire(Struct, omit_defaults=True):
 
 class ErrorInfo(_Wire):
     type: str
-    message: str
+    message: Annotated[str, SECRET]
     retryable: bool = False
     status: int | None = None
-    traceback: str | None = None
+    traceback: Annotated[str | None, SECRET] = None
 
 
 class ParentRef(_Wire, forbid_unknown_fields=True):
@@ -43,7 +44,7 @@ class ParentRef(_Wire, forbid_unknown_fields=True):
 class StartMessage(_Wire, forbid_unknown_fields=True):
     playbook: str
     version: int | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     execution_id: str | None = None
     parent: ParentRef | None = None
     payload_ref: str | None = None  # a payload too large for the message: a blob (actors/blobs.py)
@@ -59,7 +60,7 @@ class RetryOf(_Wire, forbid_unknown_fields=True):
 
     execution_id: str
     from_step: str
-    results: dict[str, Any] = field(default_factory=dict)
+    results: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
 
 
 class StartReply(Struct):  # every field written out: a user's code reads it
@@ -86,7 +87,7 @@ class ScheduleSpec(_Wire, forbid_unknown_fields=True):
     cron: str
     timezone: str | None = None
     version: int | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     paused: bool = False
     created: float = 0.0
 
@@ -119,7 +120,7 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     playbook_path: str
     playbook_version: int | None = None
     playbook_source: str | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     parent: ParentRef | None = None
     error: ErrorInfo | None = None  # set when the start could not be resolved
     limits: Limits = field(default_factory=Limits)
@@ -132,7 +133,7 @@ class CallDone(_Wire, tag="call.done", tag_field="type"):
     command_id: str
     step: str
     attempt_number: int  # required: always on the wire, even for attempt 1
-    result: Any = None
+    result: Annotated[Any, SECRET] = None
     started_at: float = 0.0
     ended_at: float = 0.0
     worker: str = ""
@@ -170,7 +171,7 @@ class IterationOutcome(_Wire):
     """One iteration of a chunk: its result, or its error."""
 
     iteration_index: int
-    result: Any = None
+    result: Annotated[Any, SECRET] = None
     error: ErrorInfo | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
@@ -195,7 +196,7 @@ class IterationResult(_Wire):
     command_id: str
     attempt_number: int
     iteration_index: int | None = None
-    result: Any = None
+    result: Annotated[Any, SECRET] = None
     error: ErrorInfo | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
@@ -259,9 +260,9 @@ class _IteratorEnd(_Wire):
     succeeded: int
     failed: int
     not_run: int = 0
-    results: list[Any] | None = None
+    results: Annotated[list[Any] | None, SECRET] = None
     results_ref: str | None = None
-    errors: list[dict[str, Any]] = field(default_factory=list)  # the first failures: index, error
+    errors: Annotated[list[dict[str, Any]], SECRET] = field(default_factory=list)  # the first failures: index, error
 
 
 class IteratorCompleted(_IteratorEnd, tag="iterator.completed", tag_field="type"):
@@ -312,9 +313,9 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     step: str
     playbook_path: str
     playbook_source: str
-    collection: list[Any] | None = None
+    collection: Annotated[list[Any] | None, SECRET] = None
     collection_ref: str | None = None
-    scope: dict[str, Any] = field(default_factory=dict)
+    scope: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     scope_ref: str | None = None  # the scope as a blob, when the spec would not fit in a message
     reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
     parent_event_id: str | None = None
@@ -353,17 +354,17 @@ class SinkCall(_Wire, kw_only=True):
     templates are rendered by the tool actor with `result` in scope, because the result
     exists only there. `scope` holds just the names those templates read."""
 
-    tool: dict[str, Any]
-    args: dict[str, Any] = field(default_factory=dict)
-    scope: dict[str, Any] = field(default_factory=dict)
+    tool: Annotated[dict[str, Any], SECRET]
+    args: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
+    scope: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     element: str | None = None  # the loop element's name, bound per iteration
     limits: Limits | None = None  # the execution's template bounds (from its start record)
 
 
 class ChunkItem(_Wire):
     iteration_index: int
-    args: dict[str, Any] = field(default_factory=dict)
-    element: Any = None
+    args: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
+    element: Annotated[Any, SECRET] = None
 
 
 class Command(_Wire, kw_only=True):
@@ -372,15 +373,15 @@ class Command(_Wire, kw_only=True):
     step: str
     kind: str
     reply_to: str  # where call.done / call.error go: exec.<p>.<id>.in.result.<command_id>
-    tool: dict[str, Any] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
+    tool: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
+    args: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     attempt_number: int
     timeout: float | None = None
     sink: SinkCall | None = None
     # loops: one iteration (iteration_index, element), or a chunk of them (`chunk`,
     # answered by one chunk.done); the tool runs once per item with the item's args
     iteration_index: int | None = None
-    element: Any = None
+    element: Annotated[Any, SECRET] = None
     chunk: list[ChunkItem] | None = None
     # a command too large for a message is sent as a stub naming a blob that holds all
     # of it (args, element, chunk, sink); the tool actor reads it back
@@ -402,7 +403,7 @@ class ExecutionStatus(_Wire):
     terminal_event: str | None = None
     # a failed execution's error, copied from `playbook.failed`: its root cause (type,
     # message, step) and every failed step (decide.execution_error)
-    error: dict[str, Any] | None = None
+    error: Annotated[dict[str, Any] | None, SECRET_ERROR] = None
     version: int | None = None  # the catalog version it runs (from `playbook.initialized`)
 
 

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import cProfile
 import json
 import logging
 import math
+import os
 import platform
 import signal
 import statistics
@@ -59,6 +61,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
 from actors.client import Client
+from actors.codec import CLEAR, PayloadCodec, PayloadKeys, bind, parse_key
 from actors.events import decision_decoder
 from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
@@ -389,6 +392,43 @@ async def engine_runs(
     return step_lat, walls, bd
 
 
+async def encrypted_runs(
+    server: NatsServer, nc: NATS, layout: Layout, path: str, version: int, args: argparse.Namespace
+) -> tuple[list[float], list[float]]:
+    """Step latencies of executions in clear and with a payload key (actors/codec.py),
+    alternating one of each, on the runtime already running: the codec bound to its
+    connection is switched between executions (every actor looks it up per message),
+    so both see the same warm worker pool, server and moment. (clear, encrypted)."""
+    keyed = PayloadCodec(PayloadKeys(parse_key(base64.b64encode(os.urandom(32)).decode(), where="bench")))
+    clients = {}
+    for name, codec in (("clear", CLEAR), ("encrypted", keyed)):
+        bind(nc, codec)
+        clients[name] = Client(nc, layout=layout)
+    lat: dict[str, list[float]] = {"clear": [], "encrypted": []}
+
+    async def nothing() -> None:
+        return None
+
+    for _ in range(args.runs):
+        for name, codec in (("clear", CLEAR), ("encrypted", keyed)):
+            bind(nc, codec)
+            got, _, _ = await engine_runs(
+                clients[name],
+                nc,
+                layout,
+                path,
+                version,
+                steps=args.steps,
+                runs=1,
+                profiler=None,
+                meter=Meter(server.proc.pid, nc),
+                before_each=nothing,
+            )
+            lat[name] += got
+    bind(nc, CLEAR)
+    return lat["clear"], lat["encrypted"]
+
+
 def tool_of(path: str) -> str:
     return "python" if "_python_" in path else "sleep"
 
@@ -414,6 +454,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     nc: NATS | None = None
     runtime: Runtime | None = None
     raw: RawChain | None = None
+    clear_lat: list[float] = []
+    enc_lat: list[float] = []
     try:
         # raw: its own connection (one for both its sides, as the actors share one)
         nc_raw = await connect(server.url, name="bench-raw")
@@ -468,6 +510,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         while chains_done < raw_chains:  # --raw-runs above --runs
             await raw_chain()
+        if args.payload_key:
+            clear_lat, enc_lat = await encrypted_runs(server, nc, layout, entry.path, entry.version, args)
         if profiler is not None:
             profiler.dump_stats(args.cprofile)
         await raw.stop()
@@ -500,6 +544,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.tool != "python":
         result["tool"] = args.tool
+    if args.payload_key:
+        result["interleaved_clear_step_p50_ms"] = ms(pct(clear_lat, 50))
+        result["encrypted_step_p50_ms"] = ms(pct(enc_lat, 50))
+        result["encrypted_step_p99_ms"] = ms(pct(enc_lat, 99))
+        result["ratio_encrypted_p50"] = round(pct(enc_lat, 50) / pct(clear_lat, 50), 2)
+        result["ratio_encrypted_p99"] = round(pct(enc_lat, 99) / pct(clear_lat, 99), 2)
     say(
         f"{args.steps} steps x {args.runs} runs ({args.tool} steps), nats-server {result['nats_server']}, "
         f"python {result['python']}, uvloop"
@@ -511,6 +561,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     )
     say(f"{'engine step':24}{ms(step_p50):>10.3f}{ms(step_p99):>10.3f}{result['steps_per_s']:>10.1f}")
     say(f"{'ratio engine/raw':24}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
+    if args.payload_key:
+        say(
+            f"{'engine step, encrypted':24}{result['encrypted_step_p50_ms']:>10.3f}"
+            f"{result['encrypted_step_p99_ms']:>10.3f}"
+        )
+        say(f"{'ratio encrypted/clear':24}{result['ratio_encrypted_p50']:>10.2f}{result['ratio_encrypted_p99']:>10.2f}")
     say(f"execution wall p50 {ms(statistics.median(walls)):.1f} ms (start -> terminal status, {args.steps} steps)")
     first_excluded = [x for i, x in enumerate(step_lat) if i % args.steps]
     if first_excluded:
@@ -549,6 +605,12 @@ def main(argv: list[str] | None = None) -> int:
         "--raw-runs",
         type=int,
         help="raw chains (default: --runs; 1 keeps a sampling profile of the process mostly on the engine)",
+    )
+    parser.add_argument(
+        "--payload-key",
+        action="store_true",
+        help="then alternate executions in clear and with payload encryption (a fresh key) on the same runtime: "
+        "ratio_encrypted_p50/p99 = encrypted step latency / clear step latency, measured interleaved",
     )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.runs < 1 or (args.raw_runs is not None and args.raw_runs < 1):

@@ -49,7 +49,9 @@ referenced by key from the message (actors/blobs.py).
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext, api
@@ -77,6 +79,7 @@ from streams.subjects import (
     dlq_subject,
     engine_filter,
     execution_of,
+    kv_stream,
     loop_class,
     loop_key,
     loop_type,
@@ -343,9 +346,71 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     }
 
 
-async def ensure(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...] = TOOL_KINDS) -> None:
-    """Create or update every stream, consumer and bucket. Idempotent: every pod calls
-    it at start, so a new deployment needs no separate migration step."""
+class StreamsMissing(Exception):
+    """Streams, consumers or buckets are missing and this connection could not create
+    them (its NATS user may not: only the engine's may, see actors/permissions.py)."""
+
+    SHOWN = 6  # names in the message; the rest are counted
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+        more = len(missing) - self.SHOWN
+        names = ", ".join(missing[: self.SHOWN]) + (f" and {more} more" if more > 0 else "")
+        super().__init__(
+            f"{names} missing in NATS, and creating them got no answer (this NATS user may not create "
+            f"them: an engine pod does, at its start)"
+        )
+
+
+async def ensure(
+    js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...] = TOOL_KINDS, update: bool = True
+) -> None:
+    """Create or update every stream, consumer and bucket. Idempotent: engine pods call
+    it at start, so a new deployment needs no separate migration step.
+
+    `update=False` (every other role, the CLI and the client): only look them up, and
+    declare them only when something is missing. A NATS user that may look streams up
+    but not create them (actors/permissions.py) then starts against streams that exist;
+    when some are missing and its create is refused (the server drops the request: no
+    answer), StreamsMissing names them."""
+    if not update:
+        missing = await missing_parts(js, layout, tool_kinds=tool_kinds)
+        if not missing:
+            return
+        try:
+            await _declare(js, layout, tool_kinds)
+        except TimeoutError:
+            raise StreamsMissing(missing) from None
+        return
+    await _declare(js, layout, tool_kinds)
+
+
+async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tuple[str, ...] = TOOL_KINDS) -> list[str]:
+    """The streams, consumers and buckets `ensure` declares that do not exist, looked
+    up concurrently (`stream 'EXEC'`, `consumer 'CMD/tools-python'`, `bucket 'status'`)."""
+
+    async def exists(what: str, lookup: Awaitable[object]) -> str | None:
+        try:
+            await lookup
+        except NotFoundError:
+            return what
+        return None
+
+    checks = [exists(f"stream {cfg.name!r}", js.stream_info(cfg.name or "")) for cfg in stream_configs(layout)]
+    checks += [
+        exists(f"consumer {stream + '/' + (c.durable_name or '')!r}", js.consumer_info(stream, c.durable_name or ""))
+        for stream, consumers in consumer_configs(layout, tool_kinds).items()
+        for c in consumers
+    ]
+    checks += [exists(f"bucket {BLOB_BUCKET!r}", js.stream_info(f"OBJ_{BLOB_BUCKET}"))]
+    checks += [
+        exists(f"bucket {b!r}", js.stream_info(kv_stream(b)))
+        for b in (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET)
+    ]
+    return [m for m in await asyncio.gather(*checks) if m is not None]
+
+
+async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, ...]) -> None:
     for cfg in stream_configs(layout):
         try:
             await js.add_stream(cfg)
@@ -416,6 +481,7 @@ __all__ = [
     "STATUS_BUCKET",
     "TOOL_KINDS",
     "Layout",
+    "StreamsMissing",
     "class_of",
     "cmd_filter",
     "cmd_subject",
@@ -431,6 +497,7 @@ __all__ = [
     "loop_class",
     "loop_key",
     "loop_type",
+    "missing_parts",
     "progress_subject",
     "result_batch_subject",
     "stream_configs",

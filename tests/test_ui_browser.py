@@ -52,7 +52,7 @@ async def test_start_a_loop_from_the_playbooks_page_and_see_it_complete_live(sys
     node = page.locator('#graph g.node[data-step="each"]')
     await expect(node).to_have_attribute("data-state", "completed")
     await expect(page.locator('#loops tr[data-loop="each"]')).to_have_attribute("data-done", "2000")
-    await expect(page.locator('#timeline .row[data-step="each"]')).to_be_visible()
+    await expect(page.locator('#timeline .tl-row[data-step="each"]')).to_be_visible()
     await expect(page.locator('#events tr[data-type="iterator.started"]')).to_have_count(1)
 
     await page.go_back()  # to the playbook

@@ -152,7 +152,7 @@ def test_the_wheel_ships_every_asset_of_the_page() -> None:
     import fnmatch
     import tomllib
 
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["actors.ui"]
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["actors"]
     static = ROOT / "actors" / "ui" / "static"
-    assets = sorted(p.relative_to(static.parent).as_posix() for p in static.iterdir())
+    assets = sorted(p.relative_to(ROOT / "actors").as_posix() for p in static.iterdir())
     assert assets and all(any(fnmatch.fnmatch(a, g) for g in globs) for a in assets), (assets, globs)

@@ -143,6 +143,9 @@ async def cmd_events(args: argparse.Namespace) -> int:
                 print_json({"n": n, **it.to_dict()})
         else:
             print_events_table(items)
+        unreadable = next((it.unreadable for it in items if it.unreadable), None)
+        if unreadable:  # shown as <encrypted ...>: say once why, and how to read them
+            print_error(f"actors-cli: some values are shown as <encrypted>: {unreadable}")
     return EXIT_OK
 
 

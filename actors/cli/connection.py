@@ -23,7 +23,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     from actors.dial import NatsUnavailable, connect_within, redact
     from actors.natsio import ride_out
     from actors.runtime import connect, start_roles, tune_gc
-    from streams.layout import ensure
+    from streams.layout import StreamsMissing, ensure
     from streams.server import NatsServer
 
     settings = settings_of(args)
@@ -48,11 +48,14 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
             left = max(0.1, budget - (time.monotonic() - started))
             try:
                 async with asyncio.timeout(left):
-                    # idempotent: works before any pod has started; asked again through an election
-                    await ride_out(lambda: ensure(nc.jetstream(), layout), budget=left)
+                    # idempotent: works before any pod has started; asked again through an election.
+                    # Looked up, not updated: the engine declares them (actors/permissions.py)
+                    await ride_out(lambda: ensure(nc.jetstream(), layout, update=False), budget=left)
             except TimeoutError:
                 raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {budget:g}s") from None
-        yield Client(nc, layout=layout, timeout=budget)
+            except StreamsMissing as e:
+                raise NatsUnavailable(f"NATS at {redact(url)}: {e}") from None
+        yield Client(nc, layout=layout, timeout=budget, codec=settings.payload_codec)
     finally:
         if runtime is not None:
             # our server dies with us, and with it whatever still runs: draining tool commands

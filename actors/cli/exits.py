@@ -11,7 +11,8 @@ Exit codes:
   4  timeout: the execution (run, status --watch) did not end within --timeout;
      result of an execution still running
   5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
-     also an embedded nats-server that could not start
+     also an embedded nats-server that could not start, and streams missing that this
+     NATS user may not create
   130 interrupted (Ctrl-C)
 A user error is one line on stderr, never a traceback.
 """
@@ -36,10 +37,12 @@ def exit_code_for(e: Exception) -> int | None:
     from actors.blobs import ValueTooLarge
     from actors.catalog import CatalogError
     from actors.client import InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution
+    from actors.codec import PayloadUnreadable
     from actors.dial import NatsUnavailable
     from actors.health import HttpPortUnavailable
     from actors.natsio import PublishOutcomeUnknown
     from actors.playbook.loader import PlaybookInvalid
+    from streams.layout import StreamsMissing
     from streams.server import ServerError
 
     if isinstance(
@@ -55,12 +58,15 @@ def exit_code_for(e: Exception) -> int | None:
             SettingsInvalid,
             RetryRefused,
             UnknownExecution,
+            PayloadUnreadable,  # an encrypted value and no key (or the wrong one)
         ),
     ):
         return EXIT_INVALID
     # a bare TimeoutError here is a NATS request or PubAck that never came (the commands
     # that time out waiting for an execution catch theirs and exit 4)
-    if isinstance(e, (NatsUnavailable, ServerError, nats.errors.Error, PublishOutcomeUnknown, TimeoutError)):
+    if isinstance(
+        e, (NatsUnavailable, ServerError, nats.errors.Error, PublishOutcomeUnknown, TimeoutError, StreamsMissing)
+    ):
         return EXIT_NATS
     return None
 

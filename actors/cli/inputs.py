@@ -37,6 +37,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
         http_host=getattr(args, "http_host", None),
         http_port=getattr(args, "http_port", None),
         drain_timeout=getattr(args, "drain_timeout", None),
+        payload_key_file=getattr(args, "payload_key_file", None),
     )
 
 

@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_nats(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("--nats", help="NATS server URL (default: $NATS_URL)")
+        sp.add_argument(
+            "--payload-key-file",
+            help="file of payload keys, one a line, the first current (default: $ACTORS_PAYLOAD_KEY_FILE, "
+            "$ACTORS_PAYLOAD_KEY): decrypts values, encrypts new ones",
+        )
         return sp
 
     sp = with_nats(sub.add_parser("run", help="register, start and follow a playbook to its end"))

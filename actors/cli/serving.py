@@ -65,7 +65,7 @@ async def _dev_ui(nc: Any, settings: Settings) -> Any:
     if not settings.ui_port:
         return None
     try:
-        runner, url = await start_ui(Client(nc, layout=settings.layout), settings)
+        runner, url = await start_ui(Client(nc, layout=settings.layout, codec=settings.payload_codec), settings)
     except UsageError as e:
         print(f"actors-cli dev: {e}; running without it", file=sys.stderr, flush=True)
         return None
@@ -79,7 +79,7 @@ def _ui_pod(settings: Settings) -> Any:
     from actors.client import Client
 
     async def start(nc: Any) -> Any:
-        runner, url = await start_ui(Client(nc, layout=settings.layout), settings)
+        runner, url = await start_ui(Client(nc, layout=settings.layout, codec=settings.payload_codec), settings)
         print(f"Web UI at {url}", file=sys.stderr, flush=True)
         return runner.cleanup
 

@@ -42,6 +42,8 @@ from actors.client.reading import Reader
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, Writer
+from actors.codec import PayloadCodec
+from actors.settings import Settings
 from streams.layout import Layout
 
 
@@ -57,6 +59,7 @@ class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
         timeout: float = CLIENT_TIMEOUT,
         layout: Layout | None = None,
         name: str = "actors-client",
+        codec: PayloadCodec | None = None,
     ) -> Connecting[Client]:
         """A client on a connection of its own to `url` (a cluster: URLs separated by
         commas; credentials in the URL, `nats://user:password@host:4222`), reached
@@ -64,10 +67,13 @@ class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
         credentials are refused). `layout`: the deployment's (default: read from the
         environment, `ACTORS_PARTITIONS` etc., as `actors-cli` does). Use
         `async with Client.connect(url) as client:`, or `client = await
-        Client.connect(url)` and `await client.close()`."""
+        Client.connect(url)` and `await client.close()`. `codec`: the payload keys
+        (default: read from the environment, `ACTORS_PAYLOAD_KEY` etc., as `actors-cli`
+        does; `Settings(payload_key=...).payload_codec`)."""
+        keys = codec if codec is not None else Settings.from_env().payload_codec
 
         def make(nc: NATS, lay: Layout, t: float) -> Client:
-            return cls(nc, layout=lay, timeout=t, owns_connection=True)
+            return cls(nc, layout=lay, timeout=t, owns_connection=True, codec=keys)
 
         return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name))
 

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NATS
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
 from actors.natsio import ride_out
 from actors.settings import Settings
-from streams.layout import Layout, ensure
+from streams.layout import Layout, StreamsMissing, ensure
 
 C = TypeVar("C")
 
@@ -41,9 +41,12 @@ async def open_client(
         left = max(0.1, timeout - (loop.time() - started))
         try:
             async with asyncio.timeout(left):
-                await ride_out(lambda: ensure(nc.jetstream(), layout), budget=left)
+                # looked up, not updated: the engine declares them (actors/permissions.py)
+                await ride_out(lambda: ensure(nc.jetstream(), layout, update=False), budget=left)
         except TimeoutError:
             raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {timeout:g}s") from None
+        except StreamsMissing as e:
+            raise NatsUnavailable(f"NATS at {redact(url)}: {e}") from None
     except BaseException:
         await nc.close()
         raise

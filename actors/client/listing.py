@@ -75,7 +75,7 @@ class Lister(Session):
                 assert state is not None
                 # the server picks them out; those past `hi` (fewer than `limit`: counted already) are dropped
                 got = await from_sequence(self.nc, ENDED_STREAM, lo, window, subject=index_ends(state), up_to=hi)
-                ends = [status_decoder.decode(data) for _, data in reversed(got)]
+                ends = [self.codec.open_for_display(status_decoder.decode(data)) for _, data in reversed(got)]
                 ends = [st for st in ends if _wanted(st.playbook, playbook)]
                 # ended before `since`: started before it too, and so did those that ended earlier
                 older = since is not None and any(st.ended_at is not None and st.ended_at < since for st in ends)

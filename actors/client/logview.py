@@ -3,11 +3,13 @@ with its data as plain JSON values, and the expansion of stored messages into th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from actors.codec import CLEAR, PayloadCodec, PayloadUnreadable
 from actors.events import decision_decoder, event_decoder, step_output_decoder
 from actors.wire import DeadLetter, input_decoder
 from streams.layout import EV, IN, LC, class_of
@@ -27,6 +29,9 @@ class LogItem:
     type: str
     step: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    # why some of `data`'s values are shown as `<encrypted ...>`: they are encrypted with
+    # a payload key this reader lacks (None: every value is readable)
+    unreadable: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,23 +44,34 @@ class LogItem:
         }
 
 
-def log_items(subject: str, data: bytes, seq: int, at: float) -> list[LogItem]:
+def log_items(subject: str, data: bytes, seq: int, at: float, codec: PayloadCodec = CLEAR) -> list[LogItem]:
     """Expand one stored message into the events it holds (a decision record holds
-    several)."""
+    several), its values decrypted with `codec`. A value it cannot decrypt is shown as
+    `<encrypted with payload key 'ID'>`, the item's `unreadable` saying why."""
+    try:
+        return _log_items(subject, data, seq, at, codec.open)
+    except PayloadUnreadable as e:
+        items = _log_items(subject, data, seq, at, codec.open_for_display)
+        for item in items:
+            item.unreadable = str(e)
+        return items
+
+
+def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[[Any], Any]) -> list[LogItem]:
     cls = class_of(subject)
     try:
         if cls == EV:
-            rec = decision_decoder.decode(data)
+            rec = opened(decision_decoder.decode(data))
             return [LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events]
         if cls == LC:
-            ev = event_decoder.decode(data)
+            ev = opened(event_decoder.decode(data))
             return [LogItem(seq, ev.at, LC, str(ev.type), ev.step, msgspec.to_builtins(ev.data))]
         if cls == OUT:
-            out = step_output_decoder.decode(data)
+            out = opened(step_output_decoder.decode(data))
             raw = msgspec.to_builtins(out)
             raw.pop("execution_id", None)
             return [LogItem(seq, out.at, OUT, raw.pop("type"), raw.pop("step", None), raw)]
-        inp = input_decoder.decode(data)
+        inp = opened(input_decoder.decode(data))
         raw = msgspec.to_builtins(inp)
         type_ = raw.pop("type")
         raw.pop("execution_id", None)

@@ -47,7 +47,7 @@ class StepOutputs(Reader):
 
     async def _read_outputs(self, stream: str, subject: str) -> list[StepOutput]:
         def expand(subject: str, data: bytes, seq: int, at: float) -> list[StepOutput]:
-            return [step_output_decoder.decode(data)]
+            return [self.codec.decode(step_output_decoder, data)]
 
         found: list[StepOutput] = await self._read_all(stream, subject, expand)
         return found
@@ -58,7 +58,7 @@ class StepOutputs(Reader):
         seen: set[tuple[str, int | None]] = set()
 
         async def arrived(msg: Any) -> None:
-            queue.put_nowait(step_output_decoder.decode(msg.data))
+            queue.put_nowait(self.codec.decode(step_output_decoder, msg.data))
 
         subs = [
             await self.js.subscribe(subject, stream=stream, ordered_consumer=True, cb=arrived, pending_msgs_limit=-1)

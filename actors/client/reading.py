@@ -5,6 +5,7 @@ live progress, and dead letters."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from actors.client.logview import LogItem, dead_letter_items, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
+from actors.codec import PayloadUnreadable
 from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
 from actors.natsio import log_time, stream_seq
 from actors.wire import (
@@ -55,7 +57,7 @@ class Reader(Session):
             entry = await kv.get(check_execution_id(execution_id))
         except KeyNotFoundError:
             return None
-        return status_decoder.decode(entry.value or b"")
+        return self.codec.open_for_display(status_decoder.decode(entry.value or b""))
 
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
         """Wait until the projected status is terminal (the status KV is the only
@@ -87,7 +89,7 @@ class Reader(Session):
                 entry = await watcher.updates(timeout=3600)  # type: ignore[no-untyped-call]
                 if entry is None or not entry.value:
                     continue
-                st = status_decoder.decode(entry.value)
+                st = self.codec.open_for_display(status_decoder.decode(entry.value))
                 if st.state in TERMINAL_STATES:
                     return st
         finally:
@@ -105,7 +107,7 @@ class Reader(Session):
         try:
             while True:
                 msg = await sub.next_msg(timeout=None)
-                for item in log_items(msg.subject, msg.data, stream_seq(msg), log_time(msg)):
+                for item in log_items(msg.subject, msg.data, stream_seq(msg), log_time(msg), self.codec):
                     yield item
                     if until_terminal and item.cls == LC and item.type in TERMINAL_EVENTS:
                         return
@@ -116,7 +118,9 @@ class Reader(Session):
         """The whole log as it is now, in order, then this execution's dead letters."""
         log = self.layout.execution(check_execution_id(execution_id)).log
         what = f"reading the events of execution {execution_id}"
-        items = await self._ride(what, lambda: self._read_all(EXEC_STREAM, log, log_items))
+        items = await self._ride(
+            what, lambda: self._read_all(EXEC_STREAM, log, functools.partial(log_items, codec=self.codec))
+        )
         items += await self._ride(
             what, lambda: self._read_all(DLQ_STREAM, dlq_filter(execution_id=execution_id), dead_letter_items)
         )
@@ -135,6 +139,8 @@ class Reader(Session):
             if terminal is None:
                 return None
             execution = terminal
+        if execution.unreadable is not None:
+            raise PayloadUnreadable(f"the result: {execution.unreadable}")
         ref = execution.data.get("result_ref")
         if ref:
             return await self._ride(f"reading result {ref}", lambda: get_blob(self.js, ref))
@@ -156,7 +162,7 @@ class Reader(Session):
             )
         except NotFoundError:
             return status, None
-        items = log_items(subject, msg.data or b"", msg.seq or 0, 0.0)
+        items = log_items(subject, msg.data or b"", msg.seq or 0, 0.0, self.codec)
         return status, items[0] if items else None
 
     async def running_steps(self, execution_id: str) -> list[str]:
@@ -171,7 +177,7 @@ class Reader(Session):
         subject = loop_results_filter(execution_id, self.layout.partitions)
 
         def expand(subject: str, data: bytes, seq: int, at: float) -> list[Any]:
-            inp = loop_input_decoder.decode(data)
+            inp = self.codec.decode(loop_input_decoder, data)
             if isinstance(inp, ResultBatch):
                 return [_single(inp, r) for r in inp.results]
             return [inp] if isinstance(inp, (CallDone, CallError, ChunkDone)) else []

@@ -96,7 +96,7 @@ class Retrier(Writer, Reader):
         msg = await self._ride(
             what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
         )
-        await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
+        await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid))
         return outcome
 
     async def _fold_log(self, execution_id: str) -> tuple[Execution, StartRecord | None]:
@@ -117,12 +117,12 @@ class Retrier(Writer, Reader):
         for subject, data, seq, at in entries:
             cls = class_of(subject)
             if cls == EV:
-                for ev in decision_decoder.decode(data).events:
+                for ev in self.codec.decode(decision_decoder, data).events:
                     if isinstance(ev, FailureDecidedEvent):
                         recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
             elif cls == IN:
                 try:
-                    inp = input_decoder.decode(data)
+                    inp = self.codec.decode(input_decoder, data)
                 except msgspec.DecodeError:
                     continue  # the engine dead-lettered it: it never folded it either
                 if isinstance(inp, EngineFault):

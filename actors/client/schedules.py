@@ -106,7 +106,7 @@ class Scheduling(Session):
         check_size(f"schedule {name}'s payload", len(encode(spec)), self.value_limit())
         kv = await self.js.key_value(SCHEDULES_BUCKET)
         try:
-            revision = await kv.create(name, encode(spec))
+            revision = await kv.create(name, self.codec.encode(spec))
         except KeyWrongLastSequenceError:
             raise ScheduleError(f"schedule {name} already exists (delete it first)") from None
         try:
@@ -129,7 +129,7 @@ class Scheduling(Session):
                 entry = await kv.get(name)
             except KeyNotFoundError:
                 continue  # deleted meanwhile
-            spec = _spec_decoder.decode(entry.value or b"")
+            spec = self.codec.open_for_display(_spec_decoder.decode(entry.value or b""))
             views.append(ScheduleView(spec=spec, next_fire=None if spec.paused else await self._next_fire(name)))
         return views
 
@@ -139,7 +139,7 @@ class Scheduling(Session):
         was_running = not spec.paused
         if was_running:
             spec.paused = True
-            await (await self.js.key_value(SCHEDULES_BUCKET)).update(name, encode(spec), last=revision)
+            await (await self.js.key_value(SCHEDULES_BUCKET)).update(name, self.codec.encode(spec), last=revision)
         # removed even when the spec says paused: a pause cut short before this line is finished
         await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
         return was_running
@@ -151,7 +151,9 @@ class Scheduling(Session):
         if not spec.paused:
             return False
         spec.paused = False
-        revision = await (await self.js.key_value(SCHEDULES_BUCKET)).update(name, encode(spec), last=revision)
+        revision = await (await self.js.key_value(SCHEDULES_BUCKET)).update(
+            name, self.codec.encode(spec), last=revision
+        )
         await self._define(spec, revision)
         return True
 
@@ -168,7 +170,7 @@ class Scheduling(Session):
             entry = await kv.get(name)
         except KeyNotFoundError:
             raise ScheduleError(f"no schedule {name}") from None
-        return _spec_decoder.decode(entry.value or b""), entry.revision or 0
+        return self.codec.decode(_spec_decoder, entry.value or b""), entry.revision or 0
 
     async def _define(self, spec: ScheduleSpec, revision: int) -> None:
         """Publish the cron definition the server fires; the server checks the pattern
@@ -185,7 +187,7 @@ class Scheduling(Session):
             headers[SCHEDULE_TIME_ZONE] = spec.timezone
         try:
             await publisher(self.nc).send(
-                [(schedule_definition_subject(spec.name), encode(start), headers)], budget=self.timeout
+                [(schedule_definition_subject(spec.name), self.codec.encode(start), headers)], budget=self.timeout
             )
         except BadRequestError as e:
             if e.err_code == _BAD_TIME_ZONE:

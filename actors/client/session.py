@@ -10,6 +10,7 @@ from typing import TypeVar
 from nats.aio.client import Client as NATS
 from nats.js.api import PubAck
 
+from actors.codec import PayloadCodec, bind, codec_of
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
 from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, publisher, ride_out
 from streams.layout import Layout
@@ -26,11 +27,23 @@ class Session:
     """The connection, layout and timeout every call of a client goes through."""
 
     def __init__(
-        self, nc: NATS, *, layout: Layout, timeout: float = CLIENT_TIMEOUT, owns_connection: bool = False
+        self,
+        nc: NATS,
+        *,
+        layout: Layout,
+        timeout: float = CLIENT_TIMEOUT,
+        owns_connection: bool = False,
+        codec: PayloadCodec | None = None,
     ) -> None:
         """A client on `nc` (a connection of the caller's, left open by `close` unless
         `owns_connection`), for a deployment of `layout`, each call trying for up to
-        `timeout` seconds. `Client.connect(url)` makes the connection itself."""
+        `timeout` seconds. `Client.connect(url)` makes the connection itself.
+        `codec`: the payload keys (`Settings.payload_codec`), bound to `nc`; None keeps
+        the codec `nc` has (none: values are written in clear, and an encrypted one
+        read raises `PayloadUnreadable`)."""
+        if codec is not None:
+            bind(nc, codec)
+        self.codec = codec_of(nc)
         self.nc = nc
         self.owns_connection = owns_connection
         self.js = nc.jetstream()

@@ -77,7 +77,7 @@ class Writer(Session):
         msg = await self._ride(
             what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
         )
-        await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
+        await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid))
         return eid
 
     async def start_execution(
@@ -111,7 +111,7 @@ class Writer(Session):
                 cap = self.layout.max_value_bytes
                 ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid, cap=cap))
                 msg = msgspec.structs.replace(msg, payload={}, payload_ref=ref)
-            ack = await self._publish(what, START_SUBJECT, encode(msg), start_id(eid))
+            ack = await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid))
             if not ack.duplicate:
                 return StartOutcome(eid)
             # a start with this id is still queued (the server dropped ours as its
@@ -137,7 +137,7 @@ class Writer(Session):
             msg = await self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
         except NotFoundError:
             return None
-        record = input_decoder.decode(msg.data or b"")
+        record = self.codec.open_for_display(input_decoder.decode(msg.data or b""))
         return record if isinstance(record, StartRecord) else None
 
     async def _await_start_record(self, execution_id: str, timeout: float) -> StartRecord | None:
@@ -149,7 +149,7 @@ class Writer(Session):
             return None
         finally:
             await sub.unsubscribe()
-        record = input_decoder.decode(msg.data)
+        record = self.codec.open_for_display(input_decoder.decode(msg.data))
         return record if isinstance(record, StartRecord) else None
 
     async def exists(self, execution_id: str, *, timeout: float = 10.0) -> bool | None:

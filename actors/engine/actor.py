@@ -30,6 +30,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from actors.codec import codec_of
 from actors.core.decide import execution_error, fold
 from actors.core.effects import Effects
 from actors.core.state import Execution
@@ -51,7 +52,6 @@ from actors.wire import (
     EngineFault,
     Input,
     StartRecord,
-    encode,
     input_decoder,
 )
 from streams import ids
@@ -122,7 +122,7 @@ class ExecutionActor(LogActor):
         eid, js = self.execution_id, self.engine.js
         if level == 1:
             fault = EngineFault(execution_id=eid, input_seq=seq, input_subject=msg.subject, error=info)
-            await publish_all(js, [(self.subjects.fault, encode(fault), ids.fault_id(eid, seq))])
+            await publish_all(js, [(self.subjects.fault, codec_of(js).encode(fault), ids.fault_id(eid, seq))])
             self.skip.add(seq)
             return False
         ended = make_event(
@@ -180,7 +180,7 @@ class ExecutionActor(LogActor):
                 elif kind == FAULT:
                     self.skip.add(fault_decoder.decode(entry.data).input_seq)
             elif cls == EV:
-                record = decision_decoder.decode(entry.data)
+                record = codec_of(self.engine.js).decode(decision_decoder, entry.data)  # recorded values, decrypted
                 seen.decisions.add(record.cause)
                 for ev in record.events:
                     if isinstance(ev, FailureDecidedEvent):

@@ -16,6 +16,7 @@ import datetime
 import msgspec
 from nats.aio.msg import Msg
 
+from actors.codec import CLEAR, PayloadCodec
 from actors.natsio import log_time
 from actors.natsio.schedules import SCHEDULE_NEXT
 from actors.wire import StartMessage
@@ -38,9 +39,9 @@ def fire_time(stored: float, next_tick: str | None) -> float:
     return when
 
 
-def fire_start(msg: Msg) -> tuple[str, StartMessage]:
+def fire_start(msg: Msg, codec: PayloadCodec = CLEAR) -> tuple[str, StartMessage]:
     """The execution id and start message of a fire (msgspec errors for a body that is
-    not a start message)."""
-    start = _start_decoder.decode(msg.data)
+    not a start message; `PayloadUnreadable` for a payload this pod cannot decrypt)."""
+    start = codec.decode(_start_decoder, msg.data)
     when = fire_time(log_time(msg), (msg.headers or {}).get(SCHEDULE_NEXT))
     return scheduled_execution_id(schedule_of_fire(msg.subject), when), start

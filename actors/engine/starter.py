@@ -36,6 +36,7 @@ from nats.js.errors import NotFoundError
 
 from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
+from actors.codec import CLEAR, PayloadCodec, PayloadUnreadable, codec_of
 from actors.engine.fires import fire_start
 from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
@@ -78,10 +79,13 @@ def named_execution_id(data: bytes) -> str | None:
     return eid if isinstance(eid, str) and EXECUTION_ID.fullmatch(eid) else None
 
 
-def parse_start(data: bytes) -> StartMessage | ErrorInfo:
-    """The start message, or why it cannot be used (`InvalidStart`, one line)."""
+def parse_start(data: bytes, codec: PayloadCodec = CLEAR) -> StartMessage | ErrorInfo:
+    """The start message (its payload decrypted), or why it cannot be used
+    (`InvalidStart`, `PayloadUnreadable`: one line)."""
     try:
-        start = _start_decoder.decode(data)
+        start = codec.decode(_start_decoder, data)
+    except PayloadUnreadable as e:
+        return ErrorInfo(type="PayloadUnreadable", message=f"start message: {e}")
     except msgspec.ValidationError as e:
         return ErrorInfo(type=INVALID_START, message=f"invalid start message: {e}")
     except msgspec.DecodeError as e:
@@ -185,7 +189,7 @@ class Starter:
         await msg.ack()
 
     async def handle(self, msg: Msg) -> None:
-        start = parse_start(msg.data)
+        start = parse_start(msg.data, codec_of(self.nc))
         if isinstance(start, ErrorInfo):
             await self._refuse(msg, start)
             return
@@ -202,8 +206,8 @@ class Starter:
         """A schedule's fire: the start it carries, under the id derived from the
         schedule and the fire time (a second delivery finds that execution started)."""
         try:
-            eid, start = fire_start(msg)
-        except msgspec.DecodeError as e:  # ValidationError included
+            eid, start = fire_start(msg, codec_of(self.nc))
+        except (msgspec.DecodeError, PayloadUnreadable) as e:  # ValidationError included
             await dead_letter(self.js, source="schedule", reason=f"invalid schedule fire: {e}", msg=msg)
             return
         async with self._limiter.turn(eid):
@@ -213,7 +217,7 @@ class Starter:
 
     async def handle_request(self, msg: Msg) -> StartReply:
         """A start sent as a request: started, or refused with the reason (and dead-lettered)."""
-        start = parse_start(msg.data)
+        start = parse_start(msg.data, codec_of(self.nc))
         if isinstance(start, ErrorInfo):
             return await self._refuse(msg, start)
         # a request is not stored anywhere: an id of its own cannot be derived from a
@@ -261,7 +265,7 @@ class Starter:
     async def _write(self, record: StartRecord) -> None:
         subject = self.layout.execution(record.execution_id).start
         # re-sent through an election
-        await publish_all(self.js, [(subject, encode(record), start_record_id(record.execution_id))])
+        await publish_all(self.js, [(subject, codec_of(self.nc).encode(record), start_record_id(record.execution_id))])
         await self._link_retry(record.execution_id, record.retry_of)
 
     async def _link_retry(self, eid: str, retry: RetryOf | None) -> None:
@@ -271,14 +275,14 @@ class Starter:
             return
         link = RetriedBy(execution_id=retry.execution_id, retry_execution_id=eid, from_step=retry.from_step)
         subject = self.layout.execution(retry.execution_id).retried
-        await publish_all(self.js, [(subject, encode(link), retried_id(retry.execution_id, eid))])
+        await publish_all(self.js, [(subject, codec_of(self.nc).encode(link), retried_id(retry.execution_id, eid))])
 
     async def _payload_fits(self, record: StartRecord) -> None:
         """A payload that fits in its start message may not fit beside the playbook
         source: it then goes to a blob the engine reads back (same key as the client
         would use). Past the cap the execution starts failed, saying why."""
         limit = self.layout.max_msg_size - HEADROOM
-        if record.payload_ref is not None or len(encode(record)) <= limit:
+        if record.payload_ref is not None or len(codec_of(self.nc).encode(record)) <= limit:
             return
         try:
             record.payload_ref = await payload_blob(

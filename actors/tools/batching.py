@@ -21,6 +21,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from actors.codec import codec_of
 from actors.natsio import MSG_ID, ack, publisher
 from actors.wire import Command, ErrorInfo, IterationResult, ResultBatchOut, encode
 from streams.ids import result_batch_id
@@ -121,7 +122,7 @@ class ResultBatcher:
             started_at=started,
             ended_at=ended,
         )
-        part = encode(entry)
+        part = codec_of(self.nc).encode(entry)  # its values encrypted when the pod has a payload key
         limit = self.limit
         if len(part) > limit:
             return False  # answered alone, its result as a blob

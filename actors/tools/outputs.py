@@ -21,11 +21,12 @@ import time
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from actors.blobs import blob_key, put_blob
+from actors.blobs import blob_key, put_blob, sealed
+from actors.codec import codec_of
 from actors.events import StepOutput
 from actors.natsio import MSG_ID, publisher
 from actors.tools.capture import Captured
-from actors.wire import Command, encode
+from actors.wire import Command
 from streams.ids import output_id
 from streams.subjects import output_subject
 
@@ -73,10 +74,11 @@ async def publish_output(
         ref: str | None = None
         if captured.size > 2 * EXCERPT:
             parts = ["out", cmd.execution_id, cmd.command_id] + ([] if index is None else [str(index)])
-            ref = blob_key(*parts, data=captured.kept)
-            await put_blob(js, ref, captured.kept)
+            kept = sealed(js, captured.kept)
+            ref = blob_key(*parts, data=kept)
+            await put_blob(js, ref, kept)
         event = step_output(cmd, index, captured, ref)
         msg_id = output_id(cmd.execution_id, cmd.command_id, index)
-        await publisher(nc).send([(subject, encode(event), {MSG_ID: msg_id})], readers_deduplicate=True)
+        await publisher(nc).send([(subject, codec_of(nc).encode(event), {MSG_ID: msg_id})], readers_deduplicate=True)
     except Exception:
         log.warning("step %r: could not store its output (%d bytes)", cmd.step, captured.size, exc_info=True)

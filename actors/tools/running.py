@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from actors.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
+from actors.codec import PayloadUnreadable, codec_of
 from actors.deadletters import answer_undeliverable
 from actors.jsonvalues import loads
 from actors.metrics import commands_in_flight, observe_step, step_outcome
@@ -45,7 +46,6 @@ from actors.wire import (
     Limits,
     SinkCall,
     command_decoder,
-    encode,
 )
 from streams.ids import result_id
 from streams.layout import Layout, result_batch_subject
@@ -97,7 +97,13 @@ class CommandRunner:
 
     async def command(self, msg: Msg) -> None:
         try:
+            cmd = codec_of(self.js).decode(command_decoder, msg.data)  # args, tool, element decrypted
+        except PayloadUnreadable as e:  # encrypted with a key this pod lacks: the step fails saying so
             cmd = command_decoder.decode(msg.data)
+            unreadable = ErrorInfo(type="PayloadUnreadable", message=f"step '{cmd.step}': {e}")
+            await self.reply(cmd, None, unreadable, time.time(), time.time())
+            await ack(msg)
+            return
         except msgspec.DecodeError as e:
             await dead_letter(self.js, source="tools", reason=f"undecodable command: {e}", msg=msg)
             await msg.term()
@@ -265,7 +271,7 @@ class CommandRunner:
                 type="ResultTooLarge",
                 message=f"step '{cmd.step}': its answer is {len(payload)} bytes, over the {limit}-byte message limit",
             )
-            payload = encode(self._answer(cmd, started, ended, result=None, error=error))
+            payload = codec_of(self.js).encode(self._answer(cmd, started, ended, result=None, error=error))
         await self._publish_result(cmd, payload)
 
     def _answer(

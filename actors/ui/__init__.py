@@ -7,5 +7,6 @@ in the wheel (no build step, no library vendored).
 * `listing`: the executions page's rows, paged from stream INDEX
 * `detail`: one execution's page data (status, graph, timeline, result, failure, links)
 * `live`: status changes fanned out to open pages; one execution's changes
-* `graph`, `timeline`: the graph and Gantt models (engineer "ui-graph")
+* the pure models the execution page draws: the playbook as a graph (`graph`, laid out
+  by `layout`, coloured from the log by `runstate`) and the step timeline (`timeline`)
 """

@@ -86,7 +86,8 @@ async def page(
         subject = index_ends(state) if final and state else None
         got = list(reversed(await from_sequence(client.nc, stream, lo, hi - lo + 1, subject=subject, up_to=hi)))
         if final:
-            candidates = [(seq, row_of(status_decoder.decode(data))) for seq, data in got]
+            shown = client.codec.open_for_display  # error messages may be encrypted (payload keys)
+            candidates = [(seq, row_of(shown(status_decoder.decode(data)))) for seq, data in got]
         else:
             entries = [(seq, index_decoder.decode(data)) for seq, data in got]
             wanted = [
@@ -100,7 +101,8 @@ async def page(
                 # every one qualifies: read no more statuses than shown, and go on after the last read
                 wanted = wanted[: limit - len(rows)]
                 next_hi = wanted[-1][0] - 1
-            statuses = {st.execution_id: st for st in await client._statuses([e.execution_id for _, e in wanted])}
+            read = await client._statuses([e.execution_id for _, e in wanted])
+            statuses = {st.execution_id: client.codec.open_for_display(st) for st in read}
             candidates = [(seq, row_of(statuses[e.execution_id])) for seq, e in wanted if e.execution_id in statuses]
         for seq, row in candidates:
             if matches(row, state=state, playbook=playbook, q=q):

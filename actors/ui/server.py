@@ -60,7 +60,7 @@ def make_app(client: Client, *, read_only: bool, token: str | None, user_header:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_guard])
     app[CLIENT] = client
     app[CONFIG] = {"read_only": read_only, "token": token or None, "user_header": user_header or None}
-    app[HUB] = StatusHub(client.nc)
+    app[HUB] = StatusHub(client.nc, client.codec.open_for_display)
     app[CACHE] = DetailCache()
     app.on_startup.append(_start_hub)
     app.on_shutdown.append(_stop_hub)
@@ -105,7 +105,10 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault(
-        "Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'"
+        # scripts from this server only (no inline script, no eval); inline styles are
+        # allowed: the graph and the timeline size and place their shapes with them
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
     )
     return response
 

@@ -1,0 +1,449 @@
+"""Least privilege: one NATS user per role, each allowed only the subjects it needs.
+
+This module is the one description of what every role publishes and subscribes to. It
+renders it as the nats-server account configuration (`deploy/nats/permissions.conf`)
+and as values for the NATS Helm chart (`deploy/nats/values-permissions.yaml`);
+`python -m actors.permissions` writes both, and tests/test_permissions.py checks that
+the committed files are what it renders and runs a playbook through a server started
+with exactly that file, one user per role.
+
+Users (account ACTORS):
+
+* ``engine``: execution actors, the starter (start messages, schedule fires) and the
+  partition leases. It is also the one user that declares the streams, consumers and
+  buckets (`streams.layout.ensure`), at every engine pod's start: a new deployment needs
+  no separate setup step, and no other user may create, update or delete a stream.
+* ``counter``: loop actors on LOOP; iteration commands; a loop's verdict into the
+  execution's inputs.
+* ``tools``: takes commands from its pull consumers (`cmd.<kind>`) and answers into
+  the inputs the command names (``exec.*.*.in.result.>``, ``loop.*.*.*.in.res.>``), with
+  what the step printed beside it. It cannot write a lifecycle event, a decision, a
+  start or a KV bucket.
+* ``projector``: reads the lifecycle subjects, writes KV ``status`` and the INDEX and
+  ENDED streams.
+* ``cli``: the operator (`actors-cli` and `actors.client.Client`): register, start,
+  retry, cancel, schedule; reads statuses, logs, outputs, dead letters and the catalog.
+  It may neither write a decision, a result nor a lifecycle event, nor KV ``status``.
+
+Every user may look a stream or consumer up (``$JS.API.STREAM.INFO.*``,
+``$JS.API.CONSUMER.INFO.*.*``: metadata, no message), which is how a role that may not
+declare the streams finds that they exist. Passwords are not here: the rendered
+configuration reads each from an environment variable of the server
+(`password_variable`), which the Helm values fill from a Kubernetes Secret.
+
+No NATS and no I/O, but in `deployed_layout` and `main` (which read and write deploy/).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams.layout import (
+    BLOB_BUCKET,
+    CATALOG_BUCKET,
+    CMD_STREAM,
+    DLQ_STREAM,
+    ENDED_STREAM,
+    EXEC_STREAM,
+    INDEX_STREAM,
+    LOOP_STREAM,
+    OWNERS_BUCKET,
+    PROJECTOR_CONSUMER,
+    SCHEDULE_FIRES_CONSUMER,
+    SCHEDULE_STREAM,
+    SCHEDULES_BUCKET,
+    START_STREAM,
+    STARTER_CONSUMER,
+    STATUS_BUCKET,
+    TOOL_KINDS,
+    Layout,
+    counter_consumer,
+    deliver_subject,
+    engine_consumer,
+    stream_configs,
+    tool_consumer,
+)
+from streams.subjects import (
+    CANCEL_FILTER,
+    ENDED_FILTER,
+    INDEX_FILTER,
+    START_REQUEST_SUBJECT,
+    START_SUBJECT,
+    kv_stream,
+)
+
+ACCOUNT = "ACTORS"
+USERS = ("engine", "counter", "tools", "projector", "cli")
+JS_API = "$JS.API"
+# where a JetStream publish's PubAck, a request's reply and an ordered consumer's
+# messages arrive (nats-py's inboxes)
+INBOX = "_INBOX.>"
+# nats-server sends max-deliveries advisories here (actors/deadletters.py)
+MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+
+
+def obj_stream(bucket: str) -> str:
+    """The stream under an object store bucket."""
+    return f"OBJ_{bucket}"
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """One NATS user: what it may publish and subscribe to. `responds`: it answers
+    requests (the starter answers `start.request`), so it may publish to the reply
+    subject of a request it received, once (nats-server's `allow_responses`), and to no
+    other inbox."""
+
+    name: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    responds: bool = False
+    doc: str = ""
+
+    @property
+    def password_variable(self) -> str:
+        """The server's environment variable that holds this user's password."""
+        return f"ACTORS_NATS_{self.name.upper()}_PASSWORD"
+
+
+# --- JetStream API subjects ---------------------------------------------------------
+
+
+def _api(*parts: str) -> str:
+    return ".".join((JS_API, *parts))
+
+
+def lookups() -> list[str]:
+    """Every user: account, stream and consumer lookups (metadata only, no message),
+    which `ensure`, the pods' metrics and readiness checks use."""
+    # STREAM.NAMES: which stream holds a subject (nats-py asks it to read an object)
+    return [_api("INFO"), _api("STREAM", "NAMES"), _api("STREAM", "INFO", "*"), _api("CONSUMER", "INFO", "*", "*")]
+
+
+def reads(*streams: str) -> list[str]:
+    """Read a stream's messages: direct and stored gets, and ordered consumers (an
+    ephemeral consumer delivering to the reader's inbox, which the server removes once
+    idle; the reader answers its flow-control messages)."""
+    found: list[str] = []
+    for s in streams:
+        found += [
+            _api("DIRECT", "GET", s),
+            _api("DIRECT", "GET", s, ">"),
+            _api("STREAM", "MSG", "GET", s),
+            _api("CONSUMER", "CREATE", s),
+            f"$JS.FC.{s}.>",  # flow control: a long read stalls at ~2 MB without the answer
+        ]
+    return found
+
+
+def consumes(stream: str, consumer: str, *, pull: bool = False) -> tuple[list[str], list[str]]:
+    """(publish, subscribe) to take messages from one durable consumer and ack them: a
+    push consumer delivers to `_deliver.<consumer>` (actors subscribe with a queue
+    group), a pull consumer is asked on `CONSUMER.MSG.NEXT`."""
+    publish = [f"$JS.ACK.{stream}.{consumer}.>"]
+    if pull:
+        return [*publish, _api("CONSUMER", "MSG", "NEXT", stream, consumer)], []
+    return publish, [deliver_subject(consumer)]
+
+
+def consuming(consumers: Iterable[tuple[str, str]], *, pull: bool = False) -> tuple[list[str], list[str]]:
+    """`consumes` for several (stream, consumer)."""
+    publish: list[str] = []
+    subscribe: list[str] = []
+    for stream, consumer in consumers:
+        pub, sub = consumes(stream, consumer, pull=pull)
+        publish += pub
+        subscribe += sub
+    return publish, subscribe
+
+
+def kv_writes(bucket: str) -> list[str]:
+    """Put, create, update and delete keys of a KV bucket (a publish to `$KV.<b>.<key>`)."""
+    return [f"$KV.{bucket}.>"]
+
+
+def kv_reads(bucket: str) -> list[str]:
+    return reads(kv_stream(bucket))
+
+
+def blobs() -> list[str]:
+    """Read and write the object store of large values (actors/blobs.py). nats-py's
+    put purges the chunks a key had before (a replay storing a value again) and those
+    of a put that failed half way: a writer may purge the bucket's stream."""
+    stream = obj_stream(BLOB_BUCKET)
+    return [f"$O.{BLOB_BUCKET}.>", _api("STREAM", "PURGE", stream), *reads(stream)]
+
+
+def declared_streams(layout: Layout) -> list[str]:
+    """Every stream `ensure` declares, the buckets' included."""
+    buckets = (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET)
+    return [
+        *(c.name for c in stream_configs(layout) if c.name),
+        *(kv_stream(b) for b in buckets),
+        obj_stream(BLOB_BUCKET),
+    ]
+
+
+def declares(layout: Layout) -> list[str]:
+    """Create and update the streams, buckets and durable consumers (never delete
+    them)."""
+    found: list[str] = []
+    for s in declared_streams(layout):
+        found += [_api("STREAM", "CREATE", s), _api("STREAM", "UPDATE", s)]
+    return [*found, _api("CONSUMER", "DURABLE", "CREATE", "*", "*")]
+
+
+# --- the log subjects each role writes -------------------------------------------------
+
+EXEC_IN = "exec.*.*.in"
+LOOP_IN = "loop.*.*.*.in"
+
+
+def _dlq(source: str) -> str:
+    return f"dlq.{source}.>"
+
+
+def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
+    """One user per role, for a deployment of `layout` (its partition count names the
+    engine's and counter's consumers)."""
+    engine_pub, engine_sub = consuming(
+        [(EXEC_STREAM, engine_consumer(p)) for p in range(layout.partitions)]
+        + [(START_STREAM, STARTER_CONSUMER), (SCHEDULE_STREAM, SCHEDULE_FIRES_CONSUMER)]
+    )
+    counter_pub, counter_sub = consuming([(LOOP_STREAM, counter_consumer(p)) for p in range(layout.partitions)])
+    tools_pub, _ = consuming([(CMD_STREAM, tool_consumer(kind)) for kind in tool_kinds], pull=True)
+    projector_pub, projector_sub = consumes(EXEC_STREAM, PROJECTOR_CONSUMER)
+    # what a tool's answer and a max-deliveries dead letter write (actors/tools/running.py,
+    # actors/tools/outputs.py, actors/deadletters.py)
+    answers = [f"{EXEC_IN}.result.>", "exec.*.*.out.>", f"{LOOP_IN}.res.>", "loop.*.*.*.out.>"]
+    return [
+        User(
+            "engine",
+            doc="execution actors, starter, leases; declares the streams",
+            publish=(
+                *lookups(),
+                *declares(layout),
+                *engine_pub,
+                # inputs: start records, child results and cancels, due timers, retry links;
+                # then decisions, lifecycle events and durable timers
+                f"{EXEC_IN}.>",
+                "exec.*.*.ev.>",
+                "exec.*.*.lc.>",
+                "exec.*.*.sch.>",
+                f"{LOOP_IN}.spec",
+                f"{LOOP_IN}.cancel",
+                "cmd.>",
+                START_SUBJECT,  # child playbooks
+                CANCEL_FILTER,
+                "dlq.>",  # its own, the starter's, and max-deliveries dead letters of any consumer
+                *answers,  # a command the server gave up on is answered with an error
+                *kv_writes(OWNERS_BUCKET),
+                *kv_reads(OWNERS_BUCKET),
+                *kv_reads(CATALOG_BUCKET),
+                *reads(EXEC_STREAM, CMD_STREAM),
+                *blobs(),
+            ),
+            subscribe=(*engine_sub, START_REQUEST_SUBJECT, MAX_DELIVERIES_ADVISORY, INBOX),
+            responds=True,
+        ),
+        User(
+            "counter",
+            doc="loop actors",
+            publish=(
+                *lookups(),
+                *counter_pub,
+                f"{LOOP_IN}.>",  # timers fired now, a loop's own inputs on replay
+                "loop.*.*.*.ev.>",
+                "loop.*.*.*.sch.>",
+                f"{EXEC_IN}.iterator.>",
+                "cmd.>",
+                START_SUBJECT,  # a loop over a playbook tool starts children
+                f"{EXEC_IN}.cancel",  # cancels them
+                CANCEL_FILTER,
+                "progress.>",
+                _dlq("counter"),
+                *kv_writes(OWNERS_BUCKET),
+                *kv_reads(OWNERS_BUCKET),
+                *reads(LOOP_STREAM, CMD_STREAM, EXEC_STREAM),
+                *blobs(),
+            ),
+            subscribe=tuple([*counter_sub, INBOX]),
+        ),
+        User(
+            "tools",
+            doc="tool actors: commands in, results and outputs out",
+            publish=(
+                *lookups(),
+                *tools_pub,
+                *answers,
+                _dlq("tools"),
+                *blobs(),
+                _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names
+            ),
+            subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, INBOX),
+        ),
+        User(
+            "projector",
+            doc="lifecycle events -> KV status, INDEX, ENDED",
+            publish=(
+                *lookups(),
+                *projector_pub,
+                *kv_writes(STATUS_BUCKET),
+                *kv_reads(STATUS_BUCKET),
+                INDEX_FILTER,
+                ENDED_FILTER,
+                _dlq("projector"),
+                *reads(obj_stream(BLOB_BUCKET)),
+            ),
+            subscribe=(*projector_sub, INBOX),
+        ),
+        User(
+            "cli",
+            doc="actors-cli and actors.client.Client: start, cancel, retry, register, schedule; read everything",
+            publish=(
+                *lookups(),
+                START_SUBJECT,
+                START_REQUEST_SUBJECT,
+                f"{EXEC_IN}.cancel",
+                *kv_writes(CATALOG_BUCKET),
+                *kv_writes(SCHEDULES_BUCKET),
+                "schedules.def.>",
+                _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
+                *blobs(),  # a large start payload; a large result read
+                *reads(
+                    EXEC_STREAM,
+                    LOOP_STREAM,
+                    DLQ_STREAM,
+                    INDEX_STREAM,
+                    ENDED_STREAM,
+                    START_STREAM,
+                    SCHEDULE_STREAM,
+                    kv_stream(STATUS_BUCKET),
+                    kv_stream(CATALOG_BUCKET),
+                    kv_stream(SCHEDULES_BUCKET),
+                ),
+            ),
+            subscribe=("progress.>", INBOX),
+        ),
+    ]
+
+
+# --- rendering ------------------------------------------------------------------------
+
+HEADER = """\
+# GENERATED by `python -m actors.permissions` from actors/permissions.py: do not edit.
+# tests/test_permissions.py checks it is up to date and runs a playbook through it.
+"""
+
+
+def _list(subjects: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(subjects))  # once each, first place kept
+
+
+def permissions_of(user: User) -> dict[str, object]:
+    perms: dict[str, object] = {
+        "publish": {"allow": _list(user.publish)},
+        "subscribe": {"allow": _list(user.subscribe)},
+    }
+    if user.responds:
+        perms["allow_responses"] = True
+    return perms
+
+
+def server_config(layout: Layout) -> str:
+    """The nats-server configuration: account ACTORS (JetStream enabled) with one user
+    per role; each password is the server's environment variable `$<password_variable>`
+    (nats-server resolves a `$NAME` it does not define from its environment)."""
+    lines = [
+        HEADER + "# Include it from nats-server.conf (`include permissions.conf`) and set the",
+        "# ACTORS_NATS_<USER>_PASSWORD variables in the server's environment.",
+        "accounts {",
+        f"  {ACCOUNT} {{",
+        "    jetstream: enabled",
+        "    users: [",
+    ]
+    for u in users(layout):
+        lines.append(f"      # {u.name}: {u.doc}")
+        lines.append(f"      {{user: {u.name}, password: ${u.password_variable}, permissions: {{")
+        for key, value in permissions_of(u).items():
+            if isinstance(value, dict):
+                lines.append(f"        {key}: {{allow: [")
+                lines += [f"          {json.dumps(s)}," for s in value["allow"]]
+                lines.append("        ]}")
+            else:
+                lines.append(f"        {key}: {json.dumps(value)}")
+        lines.append("      }}")
+    lines += ["    ]", "  }", "}", ""]
+    return "\n".join(lines)
+
+
+SECRET = "actors-nats-users"  # a key per user: its password (deploy/README.md)
+
+
+def helm_values(layout: Layout) -> str:
+    """Values for the NATS Helm chart (`-f deploy/nats/values-permissions.yaml`): the
+    same account merged into the chart's config (`<< $VAR >>` is the chart's raw value,
+    here the server's environment variable) and each password variable taken from the
+    Secret `actors-nats-users` (key: the user's name)."""
+    out = [
+        HEADER + "#",
+        "#   helm upgrade --install nats nats/nats -n nats \\",
+        "#     -f deploy/nats/values.yaml -f deploy/nats/values-permissions.yaml",
+        "#",
+        f"# after creating the Secret {SECRET} in namespace nats (deploy/README.md).",
+        "config:",
+        "  merge:",
+        "    accounts:",
+        f"      {ACCOUNT}:",
+        "        jetstream: enabled",
+        "        users:",
+    ]
+    for u in users(layout):
+        out += [f"          # {u.name}: {u.doc}", f"          - user: {u.name}"]
+        out.append(f"            password: << ${u.password_variable} >>")
+        out.append("            permissions:")
+        for key, value in permissions_of(u).items():
+            if isinstance(value, dict):
+                out += [f"              {key}:", "                allow:"]
+                out += [f"                  - {json.dumps(s)}" for s in value["allow"]]
+            else:
+                out.append(f"              {key}: {json.dumps(value)}")
+    out += ["container:", "  env:"]
+    for u in users(layout):
+        out += [
+            f"    {u.password_variable}:",
+            "      valueFrom:",
+            "        secretKeyRef:",
+            f"          name: {SECRET}",
+            f"          key: {u.name}",
+        ]
+    return "\n".join(out) + "\n"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_FILE = ROOT / "deploy" / "nats" / "permissions.conf"
+VALUES_FILE = ROOT / "deploy" / "nats" / "values-permissions.yaml"
+
+
+def deployed_layout() -> Layout:
+    """The layout of deploy/k8s/config.yaml (its partition count names consumers)."""
+    import yaml
+
+    config = ROOT / "deploy" / "k8s" / "config.yaml"
+    data = yaml.safe_load(config.read_text())["data"]
+    return Layout(partitions=int(data["ACTORS_PARTITIONS"]))
+
+
+def main() -> None:
+    layout = deployed_layout()
+    CONF_FILE.write_text(server_config(layout))
+    VALUES_FILE.write_text(helm_values(layout))
+    print(f"wrote {CONF_FILE.relative_to(ROOT)} and {VALUES_FILE.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
