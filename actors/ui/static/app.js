@@ -345,7 +345,7 @@ function showLoops(box, nodes) {
     fill.style.width = `${pct}%`;
     return el("tr", { "data-loop": n.id, "data-done": l.done, "data-total": l.total ?? "" },
       el("td", { text: n.id }),
-      el("td", {}, el("div", { class: `bar ${l.failed ? "failed" : ""}` }, fill)),
+      el("td", {}, el("div", { class: `bar ${l.failed ? "failed" : n.state}` }, fill)),
       el("td", { class: "num loop-count", text: `${l.done.toLocaleString()} / ${l.total === null ? "?" : l.total.toLocaleString()}` }),
       el("td", { class: "num", text: l.rate ? `${Math.round(l.rate).toLocaleString()}/s` : "" }),
       el("td", { class: "num", text: l.in_flight }),
