@@ -42,6 +42,7 @@ from actors.client.reading import Reader
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, Writer
+from actors.connopts import ConnectOptions
 from streams.layout import Layout
 
 
@@ -57,6 +58,7 @@ class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
         timeout: float = CLIENT_TIMEOUT,
         layout: Layout | None = None,
         name: str = "actors-client",
+        options: ConnectOptions | None = None,
     ) -> Connecting[Client]:
         """A client on a connection of its own to `url` (a cluster: URLs separated by
         commas; credentials in the URL, `nats://user:password@host:4222`), reached
@@ -64,12 +66,14 @@ class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
         credentials are refused). `layout`: the deployment's (default: read from the
         environment, `ACTORS_PARTITIONS` etc., as `actors-cli` does). Use
         `async with Client.connect(url) as client:`, or `client = await
-        Client.connect(url)` and `await client.close()`."""
+        Client.connect(url)` and `await client.close()`. `options`: credentials and
+        TLS (`actors.connopts.ConnectOptions`; default: the environment's, NATS_USER,
+        NATS_CREDS, NATS_TLS_CA etc., as `actors-cli` reads them)."""
 
         def make(nc: NATS, lay: Layout, t: float) -> Client:
             return cls(nc, layout=lay, timeout=t, owns_connection=True)
 
-        return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name))
+        return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name, options=options))
 
 
 __all__ = [

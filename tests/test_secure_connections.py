@@ -1,0 +1,256 @@
+"""Authenticated, encrypted connections (issue 12, item 5): a playbook runs through a
+real nats-server that requires TLS (server verified; client certificates required),
+NKEY users, user and password, or a token, with every role in-process on the
+authenticated connection and the CLI given its credentials by environment or file;
+and a wrong credential fails every command within its timeout in one line, exit 5.
+Certificates and seeds are made in the test (trustme, nkeys)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nkeys
+import pytest
+import pytest_asyncio
+import trustme
+
+from actors.client import Client
+from actors.connopts import ConnectOptions
+from actors.dial import NatsUnavailable
+from actors.events import ExecState
+from actors.runtime import connect, start_roles
+from actors.settings import Settings, SettingsInvalid
+from streams.server import NatsServer
+from tests.conftest import EXAMPLES, make_layout
+from tests.test_cli_errors import EXIT_INVALID, EXIT_NATS, cli, one_line
+
+pytestmark = [pytest.mark.timeout(120)]
+PASSWORD, TOKEN = "pa55-word-never-shown", "t0ken-never-shown"
+
+
+@dataclass
+class Pki:
+    """A CA, a server certificate for 127.0.0.1, a client certificate, and a CA nobody trusts."""
+
+    dir: Path
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+    other_ca: str
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    ca, other = trustme.CA(), trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("client@actors.test")
+    paths = {
+        "ca": ca.cert_pem,
+        "server_cert": server.cert_chain_pems[0],
+        "server_key": server.private_key_pem,
+        "client_cert": client.cert_chain_pems[0],
+        "client_key": client.private_key_pem,
+        "other_ca": other.cert_pem,
+    }
+    for name, blob in paths.items():
+        blob.write_to_path(str(tmp_path / f"{name}.pem"))
+    return Pki(tmp_path, **{name: str(tmp_path / f"{name}.pem") for name in paths})
+
+
+@dataclass
+class Secured:
+    """A server that requires something, and what a client must present: as options
+    (in-process) and as environment variables (the CLI)."""
+
+    kind: str
+    config: str
+    options: ConnectOptions
+    env: dict[str, str]
+    wrong: ConnectOptions  # a credential the server refuses
+    wrong_env: dict[str, str] = field(default_factory=dict)
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def secured(kind: str, pki: Pki) -> Secured:
+    d = pki.dir
+    if kind == "tls":  # the server's certificate verified against our CA
+        config = f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}" }}\n'
+        return Secured(
+            kind,
+            config,
+            ConnectOptions(tls_ca=pki.ca),
+            {"NATS_TLS_CA": pki.ca},
+            wrong=ConnectOptions(tls_ca=pki.other_ca),
+            wrong_env={"NATS_TLS_CA": pki.other_ca},
+        )
+    if kind == "mtls":  # and the server verifies ours
+        config = (
+            f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}", ca_file: "{pki.ca}", '
+            "verify: true }\n"
+        )
+        return Secured(
+            kind,
+            config,
+            ConnectOptions(tls_ca=pki.ca, tls_cert=pki.client_cert, tls_key=pki.client_key),
+            {"NATS_TLS_CA": pki.ca, "NATS_TLS_CERT": pki.client_cert, "NATS_TLS_KEY": pki.client_key},
+            wrong=ConnectOptions(tls_ca=pki.ca),  # no client certificate
+            wrong_env={"NATS_TLS_CA": pki.ca},
+        )
+    if kind == "nkey":
+        seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+        public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+        stranger = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)  # a user the server does not know
+        seed_file = _write(d / "user.nk", seed.decode() + "\n")
+        stranger_file = _write(d / "stranger.nk", stranger.decode() + "\n")
+        return Secured(
+            kind,
+            f'authorization {{ users: [ {{ nkey: "{public}" }} ] }}\n',
+            ConnectOptions(nkey_seed_file=seed_file),
+            {"NATS_NKEY": seed_file},
+            wrong=ConnectOptions(nkey_seed_file=stranger_file),
+            wrong_env={"NATS_NKEY": stranger_file},
+        )
+    if kind == "password":  # the CLI reads the password from a file (a mounted Secret)
+        password_file = _write(d / "password", PASSWORD + "\n")
+        return Secured(
+            kind,
+            f'authorization {{ user: "ops", password: "{PASSWORD}" }}\n',
+            ConnectOptions(user="ops", password=PASSWORD),
+            {"NATS_USER": "ops", "NATS_PASSWORD_FILE": password_file},
+            wrong=ConnectOptions(user="ops", password="not-" + PASSWORD),
+            wrong_env={"NATS_USER": "ops", "NATS_PASSWORD": "not-" + PASSWORD},
+        )
+    assert kind == "token"
+    return Secured(
+        kind,
+        f'authorization {{ token: "{TOKEN}" }}\n',
+        ConnectOptions(token=TOKEN),
+        {"NATS_TOKEN": TOKEN},
+        wrong=ConnectOptions(token="not-" + TOKEN),
+        wrong_env={"NATS_TOKEN_FILE": _write(d / "token", "not-" + TOKEN)},
+    )
+
+
+KINDS = ["tls", "mtls", "nkey", "password", "token"]
+
+
+@pytest_asyncio.fixture(params=KINDS)
+async def server(request: pytest.FixtureRequest, pki: Pki) -> AsyncIterator[tuple[NatsServer, Secured]]:
+    sec = secured(request.param, pki)
+    srv = await NatsServer.start(config=sec.config)
+    try:
+        yield srv, sec
+    finally:
+        await srv.stop()
+
+
+def _no_secret(text: str) -> None:
+    assert PASSWORD not in text and TOKEN not in text, text
+    assert "Traceback" not in text, text
+
+
+@pytest.mark.asyncio
+async def test_a_playbook_runs_through_a_server_that_requires_it(server: tuple[NatsServer, Secured]) -> None:
+    srv, sec = server
+    if sec.kind in ("tls", "mtls"):
+        assert srv.url.startswith("tls://")
+    layout = make_layout()
+    nc = await connect(srv.url, name="test-pod", options=sec.options)
+    runtime = await start_roles(nc, layout=layout)
+    try:
+        async with Client.connect(srv.url, layout=layout, options=sec.options, timeout=10) as client:
+            entry = await client.register(EXAMPLES / "hello.yaml")
+            eid = await client.start(entry.path, payload={"name": "tls"})
+            status = await client.wait(eid, timeout=30)
+            assert status.state == ExecState.COMPLETED
+        # the CLI, its credentials from the environment (or a file it names)
+        code, out, err, _ = await cli(
+            "run", "examples/hello.yaml", "--json", "--timeout", "30", url=srv.url, env=sec.env
+        )
+        assert code == 0, err
+        ran = json.loads(out.strip().splitlines()[-1])
+        assert ran["state"] == "COMPLETED"
+        code, out, err, _ = await cli("status", ran["execution_id"], "--json", url=srv.url, env=sec.env)
+        assert code == 0 and json.loads(out)["state"] == "COMPLETED", err
+        _no_secret(out + err)
+        # and without them the server will not have us
+        code, out, err, _ = await cli("status", ran["execution_id"], "--timeout", "10", url=srv.url)
+        assert code == EXIT_NATS, err
+        one_line(err)
+    finally:
+        await runtime.stop()
+        await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_a_wrong_credential_fails_every_command_at_once_in_one_line(server: tuple[NatsServer, Secured]) -> None:
+    srv, sec = server
+    # the client: NatsUnavailable naming what to check, well before its timeout
+    with pytest.raises(NatsUnavailable) as caught:
+        async with asyncio.timeout(8):
+            await Client.connect(srv.url, options=sec.wrong, timeout=30)
+    said = str(caught.value)
+    assert ("TLS" in said) if sec.kind in ("tls", "mtls") else ("refused the credentials" in said), said
+    _no_secret(said)
+    # the CLI: every command exits 5 in one line, within its --timeout (not after it: a
+    # refusal is final, retrying the same credential cannot help)
+    commands = [
+        ("run", "examples/hello.yaml", "--nats", srv.url),
+        ("register", "examples/hello.yaml"),
+        ("status", "some-id"),
+        ("list",),
+    ]
+    runs = [cli(*args, "--timeout", "25", url=srv.url, env=sec.wrong_env) for args in commands]
+    for code, out, err, took in await asyncio.gather(*runs):
+        line = one_line(err)
+        assert code == EXIT_NATS, err
+        assert ("TLS with NATS" in line) if sec.kind in ("tls", "mtls") else ("refused the credentials" in line)
+        _no_secret(line + out)
+        assert took < 20, (line, took)  # 25 s would mean it retried until its timeout
+
+
+def test_secrets_come_from_files_and_never_show_in_a_repr(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text(PASSWORD + "\n")
+    settings = Settings.from_env({"NATS_USER": "ops", "NATS_PASSWORD_FILE": str(tmp_path / "pw")})
+    options = ConnectOptions.from_settings(settings)
+    assert (options.user, options.password) == ("ops", PASSWORD)  # the trailing newline is not part of it
+    settings = Settings.from_env({"NATS_USER": "ops", "NATS_PASSWORD": PASSWORD, "NATS_TOKEN": TOKEN})
+    assert PASSWORD not in repr(settings) and TOKEN not in repr(settings)
+    assert PASSWORD not in repr(ConnectOptions(user="ops", password=PASSWORD))
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"NATS_PASSWORD_FILE": "/nonexistent/pw", "NATS_USER": "ops"}, "NATS_PASSWORD_FILE='/nonexistent/pw'"),
+        ({"NATS_NKEY": "/nonexistent/user.nk"}, "NATS_NKEY='/nonexistent/user.nk'"),
+        ({"NATS_TLS_CA": "/nonexistent/ca.pem"}, "NATS_TLS_CA='/nonexistent/ca.pem'"),
+        ({"NATS_TOKEN": TOKEN, "NATS_USER": "ops"}, "not both"),
+        ({"NATS_PASSWORD": PASSWORD}, "NATS_USER is not"),
+    ],
+)
+def test_an_unusable_credential_setting_is_refused_naming_it(env: dict[str, str], says: str) -> None:
+    with pytest.raises(SettingsInvalid) as caught:
+        ConnectOptions.from_settings(Settings.from_env(env))
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+    _no_secret(str(caught.value))
+
+
+@pytest.mark.asyncio
+async def test_the_cli_refuses_an_unreadable_credential_file_with_exit_3(tmp_path: Path, pki: Pki) -> None:
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    code, _, err, _ = await cli("status", "x", "--tls-ca", str(tmp_path / "bad.pem"), url="tls://127.0.0.1:1")
+    assert code == EXIT_INVALID and "NATS_TLS_CA" in one_line(err), err
+    code, _, err, _ = await cli("status", "x", "--nats-password-file", str(tmp_path / "none"), url="nats://127.0.0.1:1")
+    assert code == EXIT_INVALID and "NATS_PASSWORD_FILE" in one_line(err), err
