@@ -18,6 +18,7 @@ import nkeys
 import pytest
 import pytest_asyncio
 import trustme
+import yaml
 
 from actors.client import Client
 from actors.connopts import ConnectOptions
@@ -254,3 +255,43 @@ async def test_the_cli_refuses_an_unreadable_credential_file_with_exit_3(tmp_pat
     assert code == EXIT_INVALID and "NATS_TLS_CA" in one_line(err), err
     code, _, err, _ = await cli("status", "x", "--nats-password-file", str(tmp_path / "none"), url="nats://127.0.0.1:1")
     assert code == EXIT_INVALID and "NATS_PASSWORD_FILE" in one_line(err), err
+
+
+def _jetstream_values() -> dict[str, str]:
+    """The `config.jetstream.merge` block of the NATS chart values."""
+    values = yaml.safe_load((Path(__file__).resolve().parent.parent / "deploy/nats/values.yaml").read_text())
+    merge: dict[str, str] = values["config"]["jetstream"]["merge"]
+    return merge
+
+
+def _stored_files_containing(store: Path, needle: bytes) -> list[str]:
+    return [str(p) for p in store.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("encrypted", [True, False])
+async def test_the_deploy_values_encrypt_jetstream_at_rest(encrypted: bool, tmp_path: Path) -> None:
+    """deploy/nats/values.yaml's JetStream block, as nats-server config (its key from the
+    Secret filled in), keeps a payload out of every file of the store; without it
+    (the control) the payload is there in clear."""
+    merge = _jetstream_values()
+    key = os.urandom(16).hex()
+    config = f'jetstream {{ cipher: {merge["cipher"]}, key: "{key}" }}\n' if encrypted else ""
+    marker = "at-rest-" + os.urandom(8).hex()
+    srv = await NatsServer.start(config=config, store_dir=tmp_path / "store")
+    try:
+        layout = make_layout()
+        nc = await connect(srv.url, name="test-pod", options=ConnectOptions())
+        runtime = await start_roles(nc, layout=layout)
+        try:
+            client = Client(nc, layout=layout)
+            entry = await client.register(EXAMPLES / "hello.yaml")
+            eid = await client.start(entry.path, payload={"name": marker})
+            assert (await client.wait(eid, timeout=30)).state == ExecState.COMPLETED
+        finally:
+            await runtime.stop()
+            await nc.close()
+    finally:
+        await srv.stop()  # flushed and closed: what is on disk is all there is
+    found = _stored_files_containing(tmp_path / "store" / "jetstream", marker.encode())
+    assert (found == []) if encrypted else found, found
