@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
@@ -34,6 +35,7 @@ ROLES = ("engine", "counter", "tools", "projector")
 # seconds a starting pod asks again while its streams elect leaders (a node of the
 # cluster just died, or the cluster itself is starting): several elections
 ENSURE_BUDGET = 120.0
+REPEAT_LOG = 30.0  # seconds before a pod logs the same connection error again
 
 
 class Actor(Protocol):
@@ -47,10 +49,17 @@ async def connect(url: str, *, name: str = "actors", options: ConnectOptions | N
     none still authenticates as the pod's settings say)."""
     options = options if options is not None else ConnectOptions.from_environment()
 
+    said: dict[str, float] = {}  # line -> when it was last logged
+
     async def on_error(e: Exception) -> None:
         # a refusal is retried (the Secret may be fixed, the server reloaded) but said
-        # plainly, naming what to check: the reason a pod never becomes ready
-        log.warning("nats: %s", refusal(e, url, options) or e)
+        # plainly, naming what to check: the reason a pod never becomes ready. The same
+        # line at most every REPEAT_LOG seconds: the client retries twice a second
+        line = refusal(e, url, options) or str(e)
+        now = time.monotonic()
+        if now - said.get(line, -REPEAT_LOG) >= REPEAT_LOG:
+            said[line] = now
+            log.warning("nats: %s", line)
 
     # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
     # does not depend on one node being up (one that refuses is skipped for the next)

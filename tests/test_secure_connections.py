@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import nkeys
 import pytest
 import pytest_asyncio
@@ -27,8 +29,9 @@ from actors.events import ExecState
 from actors.runtime import connect, start_roles
 from actors.settings import Settings, SettingsInvalid
 from streams.server import NatsServer
-from tests.conftest import EXAMPLES, make_layout
-from tests.test_cli_errors import EXIT_INVALID, EXIT_NATS, cli, one_line
+from tests.conftest import EXAMPLES, make_layout, wait_for
+from tests.pods import ROOT, PodProcess, free_port, get
+from tests.test_cli_errors import CLI, EXIT_INVALID, EXIT_NATS, cli, one_line
 
 pytestmark = [pytest.mark.timeout(120)]
 PASSWORD, TOKEN = "pa55-word-never-shown", "t0ken-never-shown"
@@ -295,3 +298,61 @@ async def test_the_deploy_values_encrypt_jetstream_at_rest(encrypted: bool, tmp_
         await srv.stop()  # flushed and closed: what is on disk is all there is
     found = _stored_files_containing(tmp_path / "store" / "jetstream", marker.encode())
     assert (found == []) if encrypted else found, found
+
+
+@pytest.mark.asyncio
+async def test_serve_and_dev_connect_with_nkeys_and_client_certificates(pki: Pki, tmp_path: Path) -> None:
+    """A pod (`serve`) on a server that wants an NKEY user and a client certificate, and
+    `dev` on an embedded server of that configuration: a playbook runs through each. A
+    pod with an unknown seed says why in its log and never becomes ready."""
+    nkey, mtls = secured("nkey", pki), secured("mtls", pki)
+    config = mtls.config + nkey.config
+    env = {**nkey.env, **mtls.env}
+    layout = make_layout()
+    srv = await NatsServer.start(config=config)
+    good = await PodProcess.start("all", url=srv.url, layout=layout, logs=tmp_path, name="good", env=env)
+    bad = await PodProcess.start(
+        "all", url=srv.url, layout=layout, logs=tmp_path, name="bad", env={**env, **nkey.wrong_env}
+    )
+    try:
+        await good.ready()
+        code, out, err, _ = await cli("run", "examples/hello.yaml", "--json", url=srv.url, env=env)
+        assert code == 0 and json.loads(out)["state"] == "COMPLETED", err
+        await wait_for(lambda: _log_says(bad.log, "refused the credentials"), timeout=30)
+        assert "stranger.nk" in bad.log.read_text()
+        async with aiohttp.ClientSession() as http:
+            assert (await get(http, f"http://127.0.0.1:{bad.port}/readyz"))[0] == 503
+    finally:
+        await bad.stop()
+        await good.stop()
+        await srv.stop()
+
+    (tmp_path / "nats.conf").write_text(config)
+    port = free_port()
+    dev = await asyncio.create_subprocess_exec(
+        *CLI,
+        "dev",
+        "--port",
+        str(port),
+        "--server-config",
+        str(tmp_path / "nats.conf"),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    try:
+        assert dev.stdout is not None
+        first = (await asyncio.wait_for(dev.stdout.readline(), 60)).decode()
+        assert first.startswith(f"NATS at tls://127.0.0.1:{port}"), first
+        code, out, err, _ = await cli(
+            "run", "examples/hello.yaml", "--json", url=f"tls://127.0.0.1:{port}", env={**env, "ACTORS_PARTITIONS": ""}
+        )
+        assert code == 0 and json.loads(out)["state"] == "COMPLETED", err
+    finally:
+        dev.send_signal(signal.SIGINT)
+        await asyncio.wait_for(dev.communicate(), 30)
+
+
+async def _log_says(log: Path, text: str) -> bool:
+    return text in log.read_text()  # noqa: ASYNC240 - a small local log
