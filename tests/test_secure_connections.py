@@ -8,12 +8,16 @@ Certificates and seeds are made in the test (trustme, nkeys)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import nkeys
@@ -135,6 +139,18 @@ def secured(kind: str, pki: Pki) -> Secured:
             wrong=ConnectOptions(user="ops", password="not-" + PASSWORD),
             wrong_env={"NATS_USER": "ops", "NATS_PASSWORD": "not-" + PASSWORD},
         )
+    if kind == "creds":  # operator mode: a user JWT signed by an account the operator vouches for
+        config, creds = _operator_mode()
+        _, stranger_creds = _operator_mode()  # a user of another operator's account
+        creds_file, stranger_file = _write(d / "user.creds", creds), _write(d / "stranger.creds", stranger_creds)
+        return Secured(
+            kind,
+            config,
+            ConnectOptions(creds_file=creds_file),
+            {"NATS_CREDS": creds_file},
+            wrong=ConnectOptions(creds_file=stranger_file),
+            wrong_env={"NATS_CREDS": stranger_file},
+        )
     assert kind == "token"
     return Secured(
         kind,
@@ -146,7 +162,82 @@ def secured(kind: str, pki: Pki) -> Secured:
     )
 
 
-KINDS = ["tls", "mtls", "nkey", "password", "token"]
+KINDS = ["tls", "mtls", "nkey", "creds", "password", "token"]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _keypair(prefix: int) -> tuple[bytes, nkeys.KeyPair, str]:
+    seed = nkeys.encode_seed(os.urandom(32), prefix)
+    pair = nkeys.from_seed(bytearray(seed))
+    return seed, pair, pair.public_key.decode()
+
+
+def _jwt(signer: nkeys.KeyPair, claims: dict[str, Any]) -> str:
+    """A NATS JWT (ed25519-nkey): header and claims, signed by `signer`."""
+    header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    claims = {"iat": int(time.time()), **claims}
+    claims["jti"] = base64.b32encode(hashlib.sha256(json.dumps(claims).encode()).digest()).decode().rstrip("=")
+    body = _b64(json.dumps(claims).encode())
+    return f"{header}.{body}.{_b64(signer.sign(f'{header}.{body}'.encode()))}"
+
+
+def _operator_mode() -> tuple[str, str]:
+    """(nats-server config, creds file): an operator, its system account, an account
+    with JetStream, and a user of that account (JWT and seed, as `nsc` writes them)."""
+    _, operator, operator_pub = _keypair(nkeys.PREFIX_BYTE_OPERATOR)
+    _, _, system_pub = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, account, account_pub = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)
+    user_seed, _, user_pub = _keypair(nkeys.PREFIX_BYTE_USER)
+    unlimited = {"subs": -1, "data": -1, "payload": -1, "conn": -1, "imports": -1, "exports": -1, "wildcards": True}
+    op = _jwt(
+        operator,
+        {
+            "iss": operator_pub,
+            "sub": operator_pub,
+            "name": "op",
+            "nats": {"type": "operator", "version": 2, "system_account": system_pub},
+        },
+    )
+    sys_jwt = _jwt(
+        operator,
+        {
+            "iss": operator_pub,
+            "sub": system_pub,
+            "name": "SYS",
+            "nats": {"limits": unlimited, "type": "account", "version": 2},
+        },
+    )
+    js = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    acc = _jwt(
+        operator,
+        {
+            "iss": operator_pub,
+            "sub": account_pub,
+            "name": "actors",
+            "nats": {"limits": {**unlimited, **js}, "type": "account", "version": 2},
+        },
+    )
+    user = _jwt(
+        account,
+        {
+            "iss": account_pub,
+            "sub": user_pub,
+            "name": "pod",
+            "nats": {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2},
+        },
+    )
+    config = (
+        f'operator: "{op}"\nsystem_account: {system_pub}\nresolver: MEMORY\n'
+        f'resolver_preload: {{ {account_pub}: "{acc}", {system_pub}: "{sys_jwt}" }}\n'
+    )
+    creds = (
+        f"-----BEGIN NATS USER JWT-----\n{user}\n------END NATS USER JWT------\n\n"
+        f"-----BEGIN USER NKEY SEED-----\n{user_seed.decode()}\n------END USER NKEY SEED------\n"
+    )
+    return config, creds
 
 
 @pytest_asyncio.fixture(params=KINDS)
