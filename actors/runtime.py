@@ -28,6 +28,7 @@ from actors.ownership import Leases, pod_name
 from actors.projector import Projector
 from actors.settings import Settings
 from actors.tools.actor import ToolActor
+from actors.tools.credentials import CredentialSource
 from streams.layout import Layout, ensure
 
 log = logging.getLogger("actors")
@@ -188,6 +189,7 @@ async def start_roles(
                 concurrency=tool_concurrency,
                 python_workers=settings.python_workers,
                 limits=settings.limits,
+                credentials=CredentialSource(settings.credentials_dir, settings.credentials),
             )
         )
     hosts: list[Counter | Engine] = []

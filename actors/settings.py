@@ -242,6 +242,27 @@ class Settings:
         minimum=0,
     )
 
+    # --- credentials of the steps (actors/tools/credentials.py): the tool role reads them ---
+    credentials_dir: str | None = _setting(
+        None,
+        "ACTORS_CREDENTIALS_DIR",
+        "folder of credentials a step names (`credential: api`): a file `api` (a JSON or YAML mapping, or a plain "
+        "token) or a folder `api/` of one file per key, as a Kubernetes Secret volume gives; read at each step",
+        minimum=None,
+    )
+    credentials: Mapping[str, str] = dataclasses.field(
+        default_factory=dict,
+        repr=False,  # values are secrets: never in a repr or a traceback's locals
+        metadata={
+            "env": "ACTORS_CREDENTIAL_<NAME>",
+            "prefix": "ACTORS_CREDENTIAL_",
+            "flag": None,
+            "meaning": "credential NAME (upper-cased, `-` and `.` as `_`) when the folder has none: a JSON or YAML "
+            "mapping, or a plain token. Steps never see these variables",
+            "minimum": None,
+        },
+    )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from `environ` (default: this process's environment). An unset or
@@ -250,6 +271,10 @@ class Settings:
         env = os.environ if environ is None else environ
         given: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
+            prefix = f.metadata.get("prefix")
+            if prefix:  # a family of variables, by the rest of their name (values kept as given)
+                given[f.name] = {k[len(prefix) :]: v for k, v in env.items() if k.startswith(prefix) and v.strip()}
+                continue
             raw = env.get(f.metadata["env"], "").strip()
             if raw:
                 given[f.name] = _parse(f, raw, f.metadata["env"])
@@ -309,7 +334,7 @@ def limits_from_env(environ: Mapping[str, str] | None = None) -> Limits:
 
 def _default(f: dataclasses.Field[Any]) -> str:
     value = f.default
-    if value is None:
+    if value is None or value is dataclasses.MISSING:
         return "unset"
     if isinstance(value, float):
         return f"{value:g}"

@@ -552,7 +552,7 @@ async def test_shell_env_args_and_cwd(tmp_path: Path, resources: ToolResources) 
     }
     r = await run_tool("shell", tool, {"name": "bob", "items": [1, 2]}, timeout=10)
     assert r["stdout"] == f"hi|5|bob|[1,2]|{tmp_path}"
-    # the rest of the environment is inherited
+    # PATH is kept from the pod's environment (actors/tools/environment.py)
     r = await run_tool("shell", {"command": 'printf "%s" "$PATH"'}, {}, timeout=10)
     assert r["stdout"] == os.environ["PATH"]
 

@@ -31,6 +31,7 @@ class _Tool(_Strict, tag_field="kind"):
 
 class PythonTool(_Tool, tag="python"):
     code: str = ""
+    env: dict[str, Any] | str | None = None
 
 
 class HttpTool(_Tool, tag="http"):

@@ -114,7 +114,8 @@ def _describe(defs: dict[str, Any]) -> None:
 
 _TOOL_COMMON = {
     "kind": "the tool kind",
-    "credential": "a credential's name (never rendered, never a secret); accepted, not resolved yet",
+    "credential": "a credential's name (never rendered, never a secret), resolved by the tool actor "
+    "(http: headers; python: main's `credential` argument; shell: variables); noop and sleep ignore it",
 }
 _STEP_NAMES = "a step name, or a list of them (parallel branches)"
 _WHEN = 'a condition, as a template ("{{ result.ok }}"); absent: always'
@@ -150,7 +151,11 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "on_failure": "remediation steps taken when the step is still failed: a step, an edge or a list",
         "timeout": "seconds one attempt may take (> 0); past it the attempt fails with Timeout",
     },
-    "PythonTool": {**_TOOL_COMMON, "code": "Python source defining main(**args); its return value is the result"},
+    "PythonTool": {
+        **_TOOL_COMMON,
+        "code": "Python source defining main(**args); its return value is the result",
+        "env": "environment variables for this call, over the clean environment (PATH, HOME, LANG, TMPDIR)",
+    },
     "HttpTool": {
         **_TOOL_COMMON,
         "url": "the URL (required)",
@@ -165,7 +170,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     "ShellTool": {
         **_TOOL_COMMON,
         "command": "run by /bin/sh -c; args are exported as ARG_<NAME>; a non-zero exit is ShellError",
-        "env": "extra environment variables",
+        "env": "environment variables over the clean environment (PATH, HOME, LANG, TMPDIR)",
         "cwd": "the working directory",
     },
     "PlaybookTool": {

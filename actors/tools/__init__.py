@@ -11,4 +11,7 @@
 * `fields`, `limits`: rendered fields read as what they must be; timeout and cancel
 * `pypool`, `pyprocess`, `pyworker`, `cpus`: the python worker pool, one worker seen
   from the pool, what runs inside a worker, the default pool size
+* `credentials`, `redact`, `environment`: credentials resolved by name, their values
+  (and URL userinfo) masked in what the actor publishes and logs, the clean environment
+  python and shell steps start from
 """

@@ -25,10 +25,12 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from actors.render_process import OffLoop
-from actors.settings import limits_from_env
+from actors.settings import Settings, limits_from_env
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
+from actors.tools.credentials import CredentialSource
 from actors.tools.pull import KindPull, wake_now_and_then
+from actors.tools.redact import install_log_redaction
 from actors.tools.resources import ToolResources
 from actors.tools.running import CommandRunner
 from actors.wire import Limits
@@ -70,13 +72,17 @@ class ToolActor:
         result_batch_window: float = RESULT_BATCH_WINDOW,
         python_workers: int | None = None,
         limits: Limits | None = None,
+        credentials: CredentialSource | None = None,
     ) -> None:
         """`concurrency`: commands in flight per kind, one number for every kind or a
         mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`).
         `result_batch_max`/`result_batch_window`: how loop iteration results are gathered
         into one message (1 sends each alone). `python_workers`: size of the actor's python
         worker pool (None: the CPUs this process may use). `limits`: the pod's (`Settings.limits`;
-        None: read from the environment)."""
+        None: read from the environment). `credentials`: where steps' credentials are found
+        (None: `Settings.credentials_dir` and `Settings.credentials` read from the environment).
+        Every log record of this process is masked from now on (actors/tools/redact.py)."""
+        install_log_redaction()
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
@@ -85,7 +91,10 @@ class ToolActor:
         # bounds the sinks' templates of commands that carry none
         self.limits = limits if limits is not None else limits_from_env()
         # the pool and the session are made on first use and closed by `stop`
-        self.resources = ToolResources(python_workers=python_workers)
+        if credentials is None:
+            settings = Settings.from_env()
+            credentials = CredentialSource(settings.credentials_dir, settings.credentials)
+        self.resources = ToolResources(python_workers=python_workers, credentials=credentials)
         self._off_loop = OffLoop(threads=2, name="sink-render")  # long sink renders
         self._pulls = {
             kind: KindPull(nc, kind, max(1, concurrency_of(kind, concurrency)), self._deliver) for kind in kinds

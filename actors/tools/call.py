@@ -18,3 +18,4 @@ class ToolCall:
     cancel: asyncio.Event | None  # stops the call when set
     resources: ToolResources  # the pool and session the call may use
     output: OutputBox | None = None  # where what the tool printed goes (python, shell)
+    credential: dict[str, str] | None = None  # the tool's `credential`, resolved (http, python, shell)

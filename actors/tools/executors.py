@@ -11,9 +11,11 @@ Kinds (the table `EXECUTORS`, one module each under `actors.tools.kinds`):
 - ``noop``: returns ``args`` as given.
 - ``sleep``: ``seconds`` from the tool or the args (args win); returns ``{"slept": seconds}``.
 - ``python``: ``code`` defining ``def main(**args)``; runs in a worker process of
-  the resources' `PythonPool`, outside the event loop.
-- ``shell``: ``command`` run by ``/bin/sh -c`` in its own session/process group, with
-  ``env`` merged over ``os.environ`` and ``cwd``. Each step arg is exported as the
+  the resources' `PythonPool`, outside the event loop, with ``env`` over the clean
+  environment for the call; a ``credential`` parameter of ``main`` gets the credential.
+- ``shell``: ``command`` run by ``/bin/sh -c`` in its own session/process group, in
+  the clean environment (actors/tools/environment.py) with ``env`` and the credential's
+  keys over it, and ``cwd``. Each step arg is exported as the
   environment variable ``ARG_<NAME>`` (name upper-cased, characters other than
   ``[A-Za-z0-9_]`` replaced by ``_``); a string value as is, any other value as JSON.
   Returns ``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``.
@@ -24,6 +26,12 @@ Kinds (the table `EXECUTORS`, one module each under `actors.tools.kinds`):
   they are the JSON body. Returns ``{"status", "headers", "data"}``; ``data`` is the
   parsed JSON when the content type is JSON, else the text.
 - ``playbook``: runs in the engine, never here (``ToolConfigError``).
+
+Credentials (``credential``: a name) are resolved for ``http``, ``python`` and ``shell``
+from the resources' `CredentialSource` at each call (`CredentialNotFound`,
+`CredentialInvalid`). Whatever leaves `run_tool` other than a result the tool returned
+itself is masked (actors/tools/redact.py): a failure's message and traceback, what the
+tool printed, a shell step's stdout and stderr.
 
 `timeout` bounds the whole call; on expiry the work is stopped (python: the worker
 process is killed; shell: the process group is killed; http: the request is
@@ -47,9 +55,10 @@ from actors.tools.kinds.basic import run_noop, run_sleep
 from actors.tools.kinds.http import run_http
 from actors.tools.kinds.python import run_python
 from actors.tools.kinds.shell import run_shell
+from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
 
-__all__ = ["EXECUTORS", "Executor", "run_tool"]
+__all__ = ["EXECUTORS", "USES_CREDENTIAL", "Executor", "run_tool"]
 
 # (tool, args, timeout, cancel, resources) -> the result's JSON text
 Executor = Callable[[ToolCall], Awaitable[bytes]]
@@ -61,6 +70,8 @@ EXECUTORS: dict[str, Executor] = {
     "shell": run_shell,
     "http": run_http,
 }
+# the kinds a `credential` is resolved for (noop and sleep have no use for one)
+USES_CREDENTIAL = frozenset({"http", "python", "shell"})
 
 
 async def run_tool(
@@ -79,8 +90,31 @@ async def run_tool(
     the step's rendered args, `timeout` the seconds the whole call may take (None: no
     limit), `resources` the pool and session the call may use, `cancel` an event that
     stops the call when set, `output` where what the tool printed goes (python and
-    shell fill it, whatever the outcome).
+    shell fill it, whatever the outcome). The failure's message and traceback and the
+    output are masked (see the module docstring).
     """
+    try:
+        return await _run(kind, tool, args, timeout=timeout, resources=resources, cancel=cancel, output=output)
+    except ToolFailure as f:
+        f.message = REDACTOR.text(f.message)
+        f.traceback = REDACTOR.maybe(f.traceback)
+        f.args = (f"{f.type}: {f.message}",)
+        raise
+    finally:
+        if output is not None and output.captured is not None:
+            output.captured = REDACTOR.captured(output.captured)
+
+
+async def _run(
+    kind: str,
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    *,
+    timeout: float | None,
+    resources: ToolResources,
+    cancel: asyncio.Event | None,
+    output: OutputBox | None,
+) -> bytes:
     try:
         if args is None:
             args = {}
@@ -93,7 +127,9 @@ async def run_tool(
             if kind == "playbook":
                 raise ToolFailure("ToolConfigError", "playbook tool runs in the engine")
             raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
-        return await executor(ToolCall(tool, args, timeout, cancel, resources, output))
+        name = tool.get("credential")
+        credential = resources.credentials.resolve(name) if name is not None and kind in USES_CREDENTIAL else None
+        return await executor(ToolCall(tool, args, timeout, cancel, resources, output, credential))
     except ToolFailure:
         raise
     except asyncio.CancelledError:

@@ -29,6 +29,7 @@ import orjson
 from actors.jsonvalues import dumps, loads
 from actors.tools.capture import OutputBox, read_capture, reset_capture
 from actors.tools.cpus import available_cpus
+from actors.tools.environment import base_environment
 from actors.tools.failures import ToolFailure, cancelled_failure, timeout_failure
 from actors.tools.pyprocess import Stop, WorkerProcess, bounded, describe_end, reap, wait_reaped
 from actors.tools.pyworker import ERR, HDR, OK, READY
@@ -49,14 +50,18 @@ class PythonPool:
         start_timeout: float = 60.0,
         code_cache_size: int = 256,
         python: str | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         """`size`: most workers at once (default: the CPUs this process may use, see
         `available_cpus`); `start_timeout`: seconds a
         worker may take to boot; `code_cache_size`: compiled snippets kept per worker;
-        `python`: the interpreter to run workers with (default: ``sys.executable``)."""
+        `python`: the interpreter to run workers with (default: ``sys.executable``);
+        `environment`: the workers' whole environment (default: `base_environment()`,
+        never the pod's own)."""
         self.size = max(1, size if size is not None else available_cpus())
         self.start_timeout = start_timeout
         self._python = python or sys.executable
+        self.environment = dict(environment) if environment is not None else base_environment()
         self._cache_size = max(1, code_cache_size)
         self._workers: set[WorkerProcess] = set()  # live: idle, busy or starting
         self._reaping: dict[asyncio.Future[int | None], subprocess.Popen[bytes]] = {}
@@ -125,9 +130,15 @@ class PythonPool:
         timeout: float | None = None,
         cancel: asyncio.Event | None = None,
         output: OutputBox | None = None,
+        credential: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> Any:
         """Run `code`'s ``main(**args)`` in a worker; its result, or ToolFailure."""
-        return loads(await self.run_json(code, args, timeout=timeout, cancel=cancel, output=output))
+        return loads(
+            await self.run_json(
+                code, args, timeout=timeout, cancel=cancel, output=output, credential=credential, env=env
+            )
+        )
 
     async def run_json(
         self,
@@ -137,10 +148,14 @@ class PythonPool:
         timeout: float | None = None,
         cancel: asyncio.Event | None = None,
         output: OutputBox | None = None,
+        credential: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> bytes:
         """Run `code`'s ``main(**args)`` in a worker; its result as the JSON text the
         worker wrote (it checked the result is JSON data), or ToolFailure. What the
-        code printed goes into `output` (when given), whatever the outcome."""
+        code printed goes into `output` (when given), whatever the outcome. `credential`
+        goes to ``main``'s ``credential`` parameter (if it has one); `env` is laid over
+        the worker's environment for this call only."""
         if self._closed:
             raise cancelled_failure("python worker pool closed")
         if cancel is not None and cancel.is_set():
@@ -148,7 +163,12 @@ class PythonPool:
         if timeout is not None and timeout <= 0:
             raise timeout_failure(timeout)
         try:
-            payload = dumps({"c": code, "a": args})
+            request: dict[str, Any] = {"c": code, "a": args}
+            if credential is not None:
+                request["k"] = credential
+            if env:
+                request["e"] = env
+            payload = dumps(request)
         except TypeError as exc:
             raise ToolFailure("ArgsNotSerialisable", f"python tool args are not JSON-serialisable: {exc}") from None
         frame = HDR.pack(len(payload)) + payload
@@ -184,7 +204,7 @@ class PythonPool:
     # --- internals --------------------------------------------------------------------
 
     def _spawn(self) -> WorkerProcess:
-        worker = WorkerProcess(self._python, self._cache_size)
+        worker = WorkerProcess(self._python, self._cache_size, self.environment)
         worker.handlers = (functools.partial(self._on_data, worker), functools.partial(self._on_exit, worker))
         self._workers.add(worker)
         return worker

@@ -6,7 +6,8 @@ A worker is launched with `subprocess` rather than `multiprocessing`'s spawn con
 because spawn re-runs the parent's ``__main__`` module in every worker: slow, full of
 side effects, and fatal for a script without an ``if __name__ == "__main__"`` guard.
 It is a fresh interpreter (spawn semantics, never a ``fork`` of the asyncio parent), in
-its own session/process group, and gets the parent's ``sys.path``. The parent waits with
+its own session/process group, gets the parent's ``sys.path`` and only the environment
+the pool gives it (actors/tools/environment.py). The parent waits with
 ``loop.add_reader`` on the socket and on a pidfd of the process (Linux): the loop is
 never blocked, and a worker that dies (``os._exit``, segfault, OOM kill) is noticed at
 once.
@@ -62,7 +63,7 @@ class WorkerProcess:
         "watched",
     )
 
-    def __init__(self, python: str, cache_size: int) -> None:
+    def __init__(self, python: str, cache_size: int, environment: dict[str, str]) -> None:
         parent_sock, child_sock = socket.socketpair()
         # the worker's stdout and stderr: what the user's code prints is captured per
         # call (actors/tools/capture.py), never written to this process's own streams
@@ -76,6 +77,7 @@ class WorkerProcess:
                 stderr=outfd,
                 pass_fds=(fd,),
                 close_fds=True,
+                env=environment,  # the clean environment (actors/tools/environment.py), never the pod's
                 start_new_session=True,  # own process group: a kill takes the user's subprocesses too
             )
         except BaseException:

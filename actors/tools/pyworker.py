@@ -7,7 +7,9 @@ stdout and stderr are one file the pool empties before each call and reads after
 (actors/tools/capture.py): a step's output, never the parent's streams; both are line
 buffered here so they interleave as written. Frames are a 4-byte big-endian length and a payload:
 
-- parent -> worker: JSON ``{"c": code, "a": args}`` (orjson, msgspec for integers beyond 64 bits)
+- parent -> worker: JSON ``{"c": code, "a": args}`` (orjson, msgspec for integers beyond 64 bits),
+  with ``"k"``, the step's credential (given to ``main``'s ``credential`` parameter, if
+  it declares one), and ``"e"``, the step's ``env`` (set for this call only)
 - worker -> parent: one status byte, then the JSON result (``OK``), the JSON error
   ``{"type", "message", "traceback"}`` (``ERR``), or the worker's pid once it is
   up (``READY``, sent once, before anything else).
@@ -16,7 +18,9 @@ A worker runs one call at a time and caches compiled code by the sha256 of its t
 (LRU), so repeated calls with the same code do not recompile; the module body is run
 in a fresh namespace each call, then ``main(**args)`` (an ``async def main`` is run
 with `asyncio.run`). Module globals do not survive a call; imported modules do (a
-worker imports a heavy library once). The result is encoded once, here: that is the
+worker imports a heavy library once). ``os.environ`` is put back as the worker started
+(the clean environment the pool gives it) after every call, so one step's ``env``, or
+what its code set, is never seen by the next. The result is encoded once, here: that is the
 check that it is JSON data, and the pool passes the same text on. Workers exit by
 themselves when the parent process disappears.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import inspect
 import linecache
 import os
 import signal
@@ -99,11 +104,40 @@ def _compile(code: str, cache: OrderedDict[str, CodeType], cache_size: int) -> C
 
 
 def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int) -> tuple[int, bytes]:
+    """One call, in the environment the worker started with plus the call's ``env``;
+    that environment is restored afterwards whatever the code did to ``os.environ``."""
     try:
         msg = loads(request)
-        code, args = msg["c"], msg["a"]
+        code, args, credential, env = msg["c"], msg["a"], msg.get("k"), msg.get("e")
     except Exception as exc:
         return _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
+    try:
+        if env:
+            try:
+                os.environ.update(env)
+            except (ValueError, TypeError) as exc:  # a name with '=' or a NUL: the step's mistake
+                return _error("ToolConfigError", f"python env: {_str(exc)}")
+        return _call(code, args, credential, cache, cache_size)
+    finally:
+        if os.environ != _BOOT_ENV:
+            os.environ.clear()
+            os.environ.update(_BOOT_ENV)
+
+
+def _wants_credential(main: Any) -> bool:
+    try:
+        return "credential" in inspect.signature(main).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): it declares nothing
+        return False
+
+
+def _call(
+    code: str,
+    args: dict[str, Any],
+    credential: dict[str, str] | None,
+    cache: OrderedDict[str, CodeType],
+    cache_size: int,
+) -> tuple[int, bytes]:
     try:
         co = _compile(code, cache, cache_size)
     except SyntaxError as exc:
@@ -118,6 +152,10 @@ def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int)
         main = ns.get("main")
         if not callable(main):
             return _error("ToolConfigError", "python code must define a function main(**args)")
+        if credential is not None and _wants_credential(main):
+            if "credential" in args:
+                return _error("ToolConfigError", "the step's args name `credential`, which its credential fills")
+            args = {**args, "credential": credential}
         result = main(**args)
         if hasattr(result, "__await__"):
             import asyncio as _asyncio
@@ -142,8 +180,12 @@ BOOT = (
 )
 
 
+_BOOT_ENV: dict[str, str] = {}  # the environment the worker started with: every call starts from it
+
+
 def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
     """Entry point of a worker process: serve requests until the socket closes."""
+    _BOOT_ENV.update(os.environ)
     sock = socket.socket(fileno=fd)
     sock.set_inheritable(False)  # the user's subprocesses must not hold our channel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop

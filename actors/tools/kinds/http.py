@@ -1,8 +1,10 @@
 """The `http` kind: one request through the actor's shared aiohttp session
-(`ToolResources.http_session`), cancelled on timeout or cancel."""
+(`ToolResources.http_session`), cancelled on timeout or cancel; a `credential` gives it
+headers (`credential_headers`)."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from actors.jsonvalues import dumps, loads
@@ -10,13 +12,15 @@ from actors.tools import fields
 from actors.tools.call import ToolCall
 from actors.tools.failures import ToolFailure, result_json, safe_str
 from actors.tools.limits import limited
+from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
 
-__all__ = ["run_http"]
+__all__ = ["credential_headers", "run_http"]
 
 _RETRYABLE_STATUS = frozenset({408, 429})
 _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
 _EXCERPT = 200
+_HEADER = "header."
 
 
 async def run_http(call: ToolCall) -> bytes:
@@ -26,7 +30,8 @@ async def run_http(call: ToolCall) -> bytes:
     if own is not None:
         own = fields.seconds(own, "http timeout")
         limit = own if limit is None else min(own, limit)
-    return result_json(await limited(_request(call.tool, call.args, call.resources), limit, call.cancel))
+    request = _request(call.tool, call.args, call.resources, call.credential)
+    return result_json(await limited(request, limit, call.cancel))
 
 
 def _param_value(v: Any) -> str | int | float | list[str | int | float] | None:
@@ -53,7 +58,38 @@ def _is_json_type(content_type: str) -> bool:
     return ct == "application/json" or ct.endswith("+json") or ct.endswith("/json")
 
 
-async def _request(tool: dict[str, Any], args: dict[str, Any], resources: ToolResources) -> dict[str, Any]:
+def credential_headers(name: str, credential: dict[str, str]) -> dict[str, str]:
+    """The headers a credential gives a request: ``token`` as a bearer token, ``username``
+    and ``password`` as basic auth (UTF-8), and each ``header.<Name>`` key as header ``<Name>``."""
+    headers = {k[len(_HEADER) :]: v for k, v in credential.items() if k.startswith(_HEADER) and len(k) > len(_HEADER)}
+    if "token" in credential:
+        headers["Authorization"] = f"Bearer {credential['token']}"
+    elif "username" in credential or "password" in credential:
+        pair = f"{credential.get('username', '')}:{credential.get('password', '')}".encode()
+        encoded = base64.b64encode(pair).decode("ascii")
+        REDACTOR.add([encoded])  # the encoded pair is as secret as the password
+        headers["Authorization"] = f"Basic {encoded}"
+    if not headers:
+        raise ToolFailure(
+            "CredentialInvalid",
+            f"credential {name!r} has no key http can use: `token`, `username`/`password` or `header.<Name>`",
+        )
+    return headers
+
+
+def _has_userinfo(url: str) -> bool:
+    import yarl
+
+    try:
+        parsed = yarl.URL(url)
+    except (ValueError, TypeError):
+        return False  # aiohttp says what is wrong with it
+    return parsed.user is not None or parsed.password is not None
+
+
+async def _request(
+    tool: dict[str, Any], args: dict[str, Any], resources: ToolResources, credential: dict[str, str] | None
+) -> dict[str, Any]:
     import aiohttp
 
     url = tool.get("url")
@@ -64,6 +100,15 @@ async def _request(tool: dict[str, Any], args: dict[str, Any], resources: ToolRe
     headers = {
         str(k): str(v) for k, v in (fields.mapping(tool.get("headers"), "http headers") or {}).items() if v is not None
     }
+    if credential is not None:  # the credential's headers win over the tool's own
+        given = credential_headers(str(tool.get("credential")), credential)
+        if "Authorization" in given and _has_userinfo(url):
+            raise ToolFailure(
+                "ToolConfigError",
+                f"credential {tool.get('credential')!r} sets Authorization and the url carries a user: use one",
+            )
+        lowered = {k.lower() for k in given}
+        headers = {k: v for k, v in headers.items() if k.lower() not in lowered} | given
     raise_for_status = fields.flag(tool.get("raise_for_status"), "raise_for_status", True)
     json_body = tool.get("json")
     body = tool.get("body")

@@ -4,6 +4,7 @@ actor's pool (`ToolResources.python_pool`), outside the event loop."""
 from __future__ import annotations
 
 from actors.tools.call import ToolCall
+from actors.tools.environment import step_environment
 from actors.tools.failures import ToolFailure
 
 __all__ = ["run_python"]
@@ -14,6 +15,13 @@ async def run_python(call: ToolCall) -> bytes:
     code = call.tool.get("code")
     if not isinstance(code, str) or not code.strip():
         raise ToolFailure("ToolConfigError", "python tool needs `code` defining def main(**args)")
+    env = step_environment(call.tool.get("env"), "python env")
     return await call.resources.python_pool().run_json(
-        code, call.args, timeout=call.limit, cancel=call.cancel, output=call.output
+        code,
+        call.args,
+        timeout=call.limit,
+        cancel=call.cancel,
+        output=call.output,
+        credential=call.credential,
+        env=env or None,
     )

@@ -1,5 +1,7 @@
 """The `shell` kind: ``command`` run by ``/bin/sh -c`` in its own session/process group
-(killed whole on timeout or cancel), the step's args exported as ``ARG_<NAME>``. Its
+(killed whole on timeout or cancel), in the clean environment (actors/tools/environment.py)
+with the step's args exported as ``ARG_<NAME>``, its ``env``, and its credential's keys
+as variables (upper-cased; they win over ``env``). Its
 output (stdout, then stderr) is also the step's printed output (`OutputBox`) once the
 command has ended; a command killed on timeout or cancel leaves none."""
 
@@ -14,8 +16,10 @@ from typing import Any
 from actors.tools import fields
 from actors.tools.call import ToolCall
 from actors.tools.capture import OutputBox, captured_bytes
+from actors.tools.environment import credential_environment, step_environment
 from actors.tools.failures import ToolFailure, result_json
 from actors.tools.limits import limited, wait_quietly
+from actors.tools.redact import REDACTOR
 
 __all__ = ["run_shell"]
 
@@ -24,7 +28,8 @@ _EXCERPT = 200
 
 async def run_shell(call: ToolCall) -> bytes:
     """``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``."""
-    return result_json(await limited(_shell(call.tool, call.args, call.output), call.limit, call.cancel))
+    shell = _shell(call.tool, call.args, call.output, call.resources.environment, call.credential)
+    return result_json(await limited(shell, call.limit, call.cancel))
 
 
 _ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -34,17 +39,22 @@ def _arg_env_name(name: str) -> str:
     return "ARG_" + _ENV_NAME.sub("_", str(name)).upper()
 
 
-async def _shell(tool: dict[str, Any], args: dict[str, Any], output: OutputBox | None) -> dict[str, Any]:
+async def _shell(
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: OutputBox | None,
+    environment: dict[str, str],
+    credential: dict[str, str] | None,
+) -> dict[str, Any]:
     command = tool.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolFailure("ToolConfigError", "shell tool needs a `command`")
-    env = dict(os.environ)
+    env = dict(environment)
     for k, v in args.items():
         env[_arg_env_name(k)] = "" if v is None else fields.text(v)
-    extra = fields.mapping(tool.get("env"), "shell env")
-    if extra:
-        for k, v in extra.items():
-            env[str(k)] = "" if v is None else str(v)
+    env.update(step_environment(tool.get("env"), "shell env"))
+    if credential is not None:
+        env.update(credential_environment(credential))
     cwd = tool.get("cwd")
     if cwd is not None and not isinstance(cwd, (str, os.PathLike)):
         raise ToolFailure("ToolConfigError", f"shell cwd must be a path, got {cwd!r}")
@@ -72,8 +82,10 @@ async def _shell(tool: dict[str, Any], args: dict[str, Any], output: OutputBox |
     code = proc.returncode if proc.returncode is not None else -1
     if output is not None:
         output.captured = captured_bytes(out, err, cap=output.cap)
-    stderr = err.decode("utf-8", errors="replace")
-    result: dict[str, Any] = {"stdout": out.decode("utf-8", errors="replace"), "stderr": stderr, "exit_code": code}
+    # captured text, not a value the command chose to return: masked like its printed output
+    stderr = REDACTOR.text(err.decode("utf-8", errors="replace"))
+    stdout = REDACTOR.text(out.decode("utf-8", errors="replace"))
+    result: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "exit_code": code}
     if code != 0:
         tail = stderr.strip()[-_EXCERPT:]
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
