@@ -50,10 +50,15 @@ def is_auth_error(e: BaseException) -> bool:
     return "authorization violation" in text or "authentication" in text
 
 
+# a connection cut during the handshake (a node going down): worth another try, unlike a
+# certificate refused by either side
+_TLS_CUT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
 def is_tls_error(e: BaseException) -> bool:
     """The TLS handshake failed: the server's certificate is not trusted, or the server
     refused ours (or wanted one). Trying the same certificates again cannot help."""
-    return isinstance(e, ssl.SSLError)
+    return isinstance(e, ssl.SSLError) and not isinstance(e, _TLS_CUT)
 
 
 def refusal(e: BaseException, url: str, options: ConnectOptions) -> str | None:

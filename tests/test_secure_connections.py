@@ -447,3 +447,17 @@ async def test_serve_and_dev_connect_with_nkeys_and_client_certificates(pki: Pki
 
 async def _log_says(log: Path, text: str) -> bool:
     return text in log.read_text()  # noqa: ASYNC240 - a small local log
+
+
+def test_a_refused_certificate_is_final_and_a_cut_handshake_is_not() -> None:
+    """A node going down mid-handshake is tried again (another node may answer); a
+    certificate either side refuses fails the command at once."""
+    import ssl
+
+    from actors.dial import is_tls_error, refusal
+
+    assert is_tls_error(ssl.SSLCertVerificationError(1, "certificate verify failed"))
+    assert is_tls_error(ssl.SSLError(1, "tlsv13 alert certificate required"))
+    assert not is_tls_error(ssl.SSLEOFError(8, "EOF occurred in violation of protocol"))
+    assert not is_tls_error(ConnectionResetError())
+    assert refusal(ssl.SSLEOFError(8, "EOF"), "tls://a:4222", ConnectOptions()) is None
