@@ -49,7 +49,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +60,14 @@ import uvloop  # noqa: E402
 from nats.aio.client import Client as NATS  # noqa: E402
 from nats.aio.msg import Msg  # noqa: E402
 from nats.js import api  # noqa: E402
+from nats.js.api import RawStreamMsg  # noqa: E402
 
 from actors.client import Client  # noqa: E402
 from actors.natsio import MSG_ID  # noqa: E402
 from actors.runtime import connect  # noqa: E402
-from streams.layout import Layout  # noqa: E402
+from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout  # noqa: E402
 from streams.server import NatsServer  # noqa: E402
+from streams.subjects import ExecSubjects  # noqa: E402
 from tests.pods import PodProcess  # noqa: E402
 
 STEPS = 3
@@ -270,15 +272,53 @@ class Engine:
     client: Client
     path: str
     version: int
+    # execution id -> (client's clock before the start, after the terminal status was seen)
+    clocks: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     async def one(self) -> float:
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         eid = await self.client.start(self.path, version=self.version, payload={"i": 0})
         st = await self.client.wait(eid, timeout=WAIT_TIMEOUT)
         took = time.perf_counter() - t0
+        self.clocks[eid] = (w0, time.time())
         if st.state != "COMPLETED":
             raise RuntimeError(f"execution {eid} ended {st.state}")
         return took
+
+    async def timeline(self, nc: NATS, eids: list[str]) -> dict[str, float]:
+        """p50 ms of each leg, from the client's clock and the server's store times (one
+        host: one clock): start sent -> start record stored (client publish, starter)
+        -> 1st command's result stored -> ... -> playbook.completed stored -> status
+        stored (projector) -> the client has it (its watch)."""
+        js = nc.jetstream()
+        partitions = self.client.layout.partitions
+        legs: dict[str, list[float]] = {}
+        for eid in eids:
+            items = await self.client.events(eid)
+            start = next(i.at for i in items if i.type == "execution.start")
+            done = sorted(i.at for i in items if i.type == "call.done")
+            # an event's own time is its input's (deterministic): the stored message's is wanted
+            lc = ExecSubjects.of(eid, partitions).lifecycle("playbook.completed")
+            ended = stored_at(await js.get_last_msg(EXEC_STREAM, lc))
+            status_at = stored_at(await js.get_last_msg(f"KV_{STATUS_BUCKET}", f"$KV.{STATUS_BUCKET}.{eid}"))
+            sent, seen = self.clocks[eid]
+            marks = [("start record stored", sent, start)]
+            prev = start
+            for k, at in enumerate(done, 1):
+                marks.append((f"step {k} result stored", prev, at))
+                prev = at
+            marks += [
+                ("playbook.completed stored", prev, ended),
+                ("status stored (projector)", ended, status_at),
+                ("client has it (watch)", status_at, seen),
+            ]
+            for name, a, b in marks:
+                legs.setdefault(name, []).append(b - a)
+        return {name: ms(pct(v, 50)) for name, v in legs.items()}
+
+
+def stored_at(msg: RawStreamMsg) -> float:
+    return msg.time.timestamp() if msg.time is not None else float("nan")
 
 
 async def concurrently(one: Callable[[], Awaitable[float]], n: int) -> float:
@@ -333,6 +373,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 eng_lat.append(await engine.one())
                 eng_seq.stop()
 
+            timeline = await engine.timeline(nc, list(engine.clocks)[-args.runs :])
             eng_con, raw_con = TreeMeter(roots, alone=("bench",)), TreeMeter(roots, alone=("bench",))
             eng_rate, raw_rate = [], []
             for r in range(args.rounds):
@@ -375,6 +416,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_per_raw_execution": raw_seq.per(args.runs),
         "cpu_per_execution_concurrent": eng_con.per(n_con),
         "cpu_per_raw_execution_concurrent": raw_con.per(n_con),
+        "timeline_p50_ms": timeline,
         "python": platform.python_version(),
     }
     say(f"{STEPS}-step {args.tool} playbook, a warm pod (serve --role all), python {result['python']}")
@@ -389,6 +431,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             f"  {name:14}"
             + "".join(f"{k[:-3]:>13} {a[k]:>8.1f} |{b[k]:>8.1f}" for k in ("pod_us", "nats_server_us", "bench_us"))
         )
+    say("one by one, p50 of each leg (ms; client clock and server store times):")
+    for name, v in timeline.items():
+        say(f"  {name:28}{v:>8.3f}")
     return result
 
 
