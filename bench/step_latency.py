@@ -32,8 +32,11 @@ What it does (everything in this process on uvloop, against its own nats-server)
 3. CPU per engine step and per raw round trip, measured phases only: this process
    (``time.process_time``: the actors and the client, or the raw chain's two sides),
    nats-server and the python pool's workers (``/proc/<pid>/task/*/schedstat``), in
-   microseconds, with the client connection's messages out and in (``cpu_per_step``,
-   ``cpu_per_raw_push``, ``cpu_per_raw_fetch`` in the JSON).
+   microseconds, with the client connection's messages out and in and the write
+   system calls of this process and of nats-server (``/proc/<pid>/io`` ``syscw``; a
+   socket write wakes the server, which answers with writes of its own: steadier than
+   CPU time on a busy machine) (``cpu_per_step``, ``cpu_per_raw_push``,
+   ``cpu_per_raw_fetch`` in the JSON).
 4. Prints a small table and, as its last line, one JSON object.
 
 ``--raw-runs N`` sets the number of raw chains apart from ``--runs`` (1 for profiling).
@@ -108,6 +111,20 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def write_syscalls(pid: int | str) -> int:
+    """Write-like system calls made so far by `pid` (`syscw` of /proc/<pid>/io; 0 where
+    unreadable). Each socket write of a client wakes the server to read it; steadier
+    than CPU time on a busy machine."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("syscw:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 @dataclass
 class Costs:
     """CPU ms of this process, the nats-server and the python workers, and messages
@@ -118,15 +135,17 @@ class Costs:
     workers_ms: float = 0.0
     msgs_out: int = 0
     msgs_in: int = 0
+    writes: int = 0  # write syscalls of this process
+    server_writes: int = 0  # ... of nats-server (sockets and its file store)
 
 
 class Meter:
     def __init__(self, server_pid: int, nc: NATS, worker_pids: Callable[[], list[int]] = list) -> None:
         self.server_pid, self.nc, self.worker_pids = server_pid, nc, worker_pids
         self.costs = Costs()
-        self._mark: tuple[int, int, int, int, int] | None = None
+        self._mark: tuple[int, ...] | None = None
 
-    def _now(self) -> tuple[int, int, int, int, int]:
+    def _now(self) -> tuple[int, ...]:
         st = self.nc.stats
         return (
             time.process_time_ns(),
@@ -134,6 +153,8 @@ class Meter:
             sum(cpu_ns(p) for p in self.worker_pids()),
             int(st["out_msgs"]),
             int(st["in_msgs"]),
+            write_syscalls("self"),
+            write_syscalls(self.server_pid),
         )
 
     def start(self) -> None:
@@ -141,13 +162,15 @@ class Meter:
 
     def stop(self) -> None:
         assert self._mark is not None
-        py, srv, wk, out, inn = (b - a for a, b in zip(self._mark, self._now(), strict=True))
+        py, srv, wk, out, inn, wr, swr = (b - a for a, b in zip(self._mark, self._now(), strict=True))
         c = self.costs
         c.python_ms += py / 1e6
         c.server_ms += srv / 1e6
         c.workers_ms += wk / 1e6
         c.msgs_out += out
         c.msgs_in += inn
+        c.writes += wr
+        c.server_writes += swr
         self._mark = None
 
 
@@ -489,6 +512,8 @@ def cpu_report(c: Costs, n: int) -> dict[str, float]:
         "workers_us": round(c.workers_ms * 1000 / n, 1),
         "msgs_out": round(c.msgs_out / n, 2),
         "msgs_in": round(c.msgs_in / n, 2),
+        "write_syscalls": round(c.writes / n, 2),
+        "nats_server_write_syscalls": round(c.server_writes / n, 2),
     }
 
 
@@ -642,13 +667,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             f"{'engine step, not 1st':26}{ms(pct(first_excluded, 50)):>10.3f}"
             f"{ms(pct(first_excluded, 99)):>10.3f}   (the 1st step's fold parses the playbook)"
         )
-    say("CPU us per round trip / per step (measured phase only), client msgs out/in:")
-    say(f"  {'':10}{'process':>9}{'server':>9}{'workers':>9}{'msgs out':>10}{'msgs in':>9}")
+    say("CPU us per round trip / per step (measured phase only), client msgs out/in, write syscalls:")
+    say(f"  {'':10}{'process':>9}{'server':>9}{'workers':>9}{'msgs out':>10}{'msgs in':>9}{'writes':>8}{'srv wr':>8}")
     for name in ("raw_push", "raw_fetch", "step"):
         r = result[f"cpu_per_{name}"]
         say(
             f"  {name:10}{r['process_us']:>9.1f}{r['nats_server_us']:>9.1f}{r['workers_us']:>9.1f}"
-            f"{r['msgs_out']:>10.2f}{r['msgs_in']:>9.2f}"
+            f"{r['msgs_out']:>10.2f}{r['msgs_in']:>9.2f}{r['write_syscalls']:>8.2f}{r['nats_server_write_syscalls']:>8.2f}"
         )
     say("engine step breakdown (log store times and the tool's clock), p50 / p99 ms:")
     for name, values, what in (
