@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 from typing import Any
 
 import nats.errors
 from nats.aio.client import Client as NATS
+
+from actors.connopts import ConnectOptions
 
 log = logging.getLogger("actors.dial")
 # Seconds a client command (and `actors.client.Client`, per call) keeps trying when NATS
@@ -47,32 +50,65 @@ def is_auth_error(e: BaseException) -> bool:
     return "authorization violation" in text or "authentication" in text
 
 
+# a connection cut during the handshake (a node going down): worth another try, unlike a
+# certificate refused by either side
+_TLS_CUT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def is_tls_error(e: BaseException) -> bool:
+    """The TLS handshake failed: the server's certificate is not trusted, or the server
+    refused ours (or wanted one). Trying the same certificates again cannot help."""
+    return isinstance(e, ssl.SSLError) and not isinstance(e, _TLS_CUT)
+
+
+def refusal(e: BaseException, url: str, options: ConnectOptions) -> str | None:
+    """One line for an error that retrying cannot cure (credentials refused, a TLS
+    handshake failed), naming what to check and never a secret; None for any other."""
+    where = redact(url)
+    if is_auth_error(e):
+        return f"NATS at {where} refused the credentials ({_one_line(e)}): check {options.credentials()}"
+    if is_tls_error(e):
+        check = f"the server's certificate must chain to {options.trust()}"
+        if options.tls_cert:
+            check += f"; and it must accept the client certificate {options.tls_cert}"
+        elif "certificate" in str(e).lower() and "verify failed" not in str(e).lower():
+            check += "; a server that verifies clients needs NATS_TLS_CERT and NATS_TLS_KEY (--tls-cert/--tls-key)"
+        return f"TLS with NATS at {where} failed ({_one_line(e)}): {check}"
+    return None
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
+    text = re.sub(r" \(_ssl\.c:\d+\)", "", text)  # where in CPython's ssl module: nothing for a user
     return text.removeprefix("nats: ").strip("'")
 
 
-async def connect_within(url: str, *, timeout: float, name: str = "actors-cli") -> NATS:
+async def connect_within(
+    url: str, *, timeout: float, name: str = "actors-cli", options: ConnectOptions | None = None
+) -> NATS:
     """Connect to `url` (comma-separated for a cluster) within `timeout` seconds or
-    raise NatsUnavailable saying why; a credentials refusal raises at once."""
+    raise NatsUnavailable saying why; refused credentials or a failed TLS handshake
+    raise at once. `options`: credentials and TLS (default: the environment's)."""
+    options = options if options is not None else ConnectOptions.from_environment()
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     last: list[BaseException] = []
 
     async def on_error(e: Exception) -> None:
         last[:] = [e]
         log.info("nats: %s", e)
-        if is_auth_error(e) and not refused.done():
-            refused.set_result(e)
+        why = refusal(e, url, options)
+        if why is not None and not refused.done():
+            refused.set_result(why)
 
     # nats-py annotates these two as int; it takes fractions of a second
-    options: dict[str, Any] = {
+    tuning: dict[str, Any] = {
         "reconnect_time_wait": RECONNECT_WAIT,
         "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout)),
     }
     nc = NATS()
     connecting: asyncio.Future[Any] = asyncio.ensure_future(
-        nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **options)
+        nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **tuning, **options.nats_kwargs())
     )
     try:
         await asyncio.wait((connecting, refused), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -89,10 +125,7 @@ async def connect_within(url: str, *, timeout: float, name: str = "actors-cli") 
         pass
     where = redact(url)
     if refused.done():
-        raise NatsUnavailable(
-            f"NATS at {where} refused the credentials ({_one_line(refused.result())}): "
-            "check the user and password in the URL"
-        )
+        raise NatsUnavailable(refused.result())
     if connecting.done() and not connecting.cancelled() and connecting.exception() is not None:
         last[:] = [connecting.exception() or RuntimeError("connect failed")]
     why = f": {_one_line(last[0])}" if last else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
@@ -15,8 +16,10 @@ from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
 from actors.codec import bind
+from actors.connopts import ConnectOptions
 from actors.counter import Counter
 from actors.deadletters import MaxDeliveriesWatcher
+from actors.dial import refusal
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
@@ -36,6 +39,7 @@ Extra = Callable[[NATS], Awaitable[Callable[[], Awaitable[None]]]]
 # seconds a starting pod asks again while its streams elect leaders (a node of the
 # cluster just died, or the cluster itself is starting): several elections
 ENSURE_BUDGET = 120.0
+REPEAT_LOG = 30.0  # seconds before a pod logs the same connection error again
 
 
 class Actor(Protocol):
@@ -43,14 +47,35 @@ class Actor(Protocol):
     async def stop(self) -> None: ...
 
 
-async def connect(url: str, *, name: str = "actors") -> NATS:
+async def connect(url: str, *, name: str = "actors", options: ConnectOptions | None = None) -> NATS:
+    """A pod's connection: tries `url` until it answers, and reconnects for ever.
+    `options`: credentials and TLS (default: the environment's, so a caller that passes
+    none still authenticates as the pod's settings say)."""
+    options = options if options is not None else ConnectOptions.from_environment()
+
+    said: dict[str, float] = {}  # line -> when it was last logged
+
     async def on_error(e: Exception) -> None:
-        log.warning("nats: %s", e)
+        # a refusal is retried (the Secret may be fixed, the server reloaded) but said
+        # plainly, naming what to check: the reason a pod never becomes ready. The same
+        # line at most every REPEAT_LOG seconds: the client retries twice a second
+        line = refusal(e, url, options) or str(e)
+        now = time.monotonic()
+        if now - said.get(line, -REPEAT_LOG) >= REPEAT_LOG:
+            said[line] = now
+            log.warning("nats: %s", line)
 
     # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
     # does not depend on one node being up (one that refuses is skipped for the next)
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    return await nats.connect(servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=on_error)
+    return await nats.connect(
+        servers,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=on_error,
+        **options.nats_kwargs(),
+    )
 
 
 class Runtime:
@@ -236,7 +261,7 @@ async def start_roles(
 async def running(settings: Settings, *, roles: Iterable[str] = ROLES) -> AsyncIterator[Runtime]:
     if settings.nats_url is None:
         raise ValueError("running() needs settings with a nats_url")
-    nc = await connect(settings.nats_url)
+    nc = await connect(settings.nats_url, options=ConnectOptions.from_settings(settings))
     rt = await start_roles(nc, settings=settings, roles=roles)
     try:
         yield rt
@@ -281,7 +306,8 @@ async def serve(
     if http is not None:
         await http.start()  # before NATS: liveness answers while the pod waits for its server
     try:
-        nc = await _connect_until(stop, settings.nats_url, name=f"actors-{'+'.join(roles)}")
+        options = ConnectOptions.from_settings(settings)
+        nc = await _connect_until(stop, settings.nats_url, name=f"actors-{'+'.join(roles)}", options=options)
         if nc is None:
             log.info("stopped before NATS answered")
             return True
@@ -303,10 +329,10 @@ async def serve(
             await http.stop()
 
 
-async def _connect_until(stop: asyncio.Event, url: str, *, name: str) -> NATS | None:
+async def _connect_until(stop: asyncio.Event, url: str, *, name: str, options: ConnectOptions) -> NATS | None:
     """Connect, unless `stop` comes first: the client retries an unreachable server
     forever, and a pod told to stop while it waits must still exit."""
-    connecting = asyncio.create_task(connect(url, name=name))
+    connecting = asyncio.create_task(connect(url, name=name, options=options))
     stopping = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)

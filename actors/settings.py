@@ -38,11 +38,18 @@ class SettingsInvalid(ValueError):
 
 
 def _setting(
-    default: Any, env: str, meaning: str, *, flag: str | None = None, minimum: float | None = 1, secret: bool = False
+    default: Any,
+    env: str,
+    meaning: str,
+    *,
+    flag: str | None = None,
+    minimum: float | None = 1,
+    secret: bool = False,
 ) -> Any:
     """A field of `Settings`: its default, its environment variable, its CLI flag
     (if any), the smallest value allowed (None: any) and what it bounds. A `secret`
-    one is left out of the settings' repr."""
+    (a password, a token) is left out of the settings' repr, so a log line or a
+    traceback that shows them does not show it."""
     return dataclasses.field(
         default=default, repr=not secret, metadata={"env": env, "flag": flag, "meaning": meaning, "minimum": minimum}
     )
@@ -58,15 +65,72 @@ class Settings:
     Fields (environment variable, flag, default, what it bounds):
     """
 
-    # --- where, and how the deployment is laid out (every pod of it must agree) ---
+    # --- where NATS is ---
     nats_url: str | None = _setting(
         None,
         "NATS_URL",
-        "NATS server(s), comma-separated; credentials in the URL. Unset: `run` starts its own "
-        "server, other commands refuse to start",
+        "NATS server(s), comma-separated; `tls://` for TLS. Unset: `run` starts its own server, other commands "
+        "refuse to start. A password in the URL works but shows in `ps` when given as `--nats`",
         flag="--nats",
         minimum=None,
     )
+    # --- how a connection proves who it is and encrypts (actors/connopts.py; README "Connecting
+    # securely"). Secrets come from the environment or a file, never a flag: argv shows in `ps` ---
+    nats_user: str | None = _setting(
+        None,
+        "NATS_USER",
+        "user name for NATS (with NATS_PASSWORD or NATS_PASSWORD_FILE)",
+        flag="--nats-user",
+        minimum=None,
+    )
+    nats_password: str | None = _setting(
+        None,
+        "NATS_PASSWORD",
+        "password of NATS_USER (no flag: a command line shows in `ps`)",
+        minimum=None,
+        secret=True,
+    )
+    nats_password_file: str | None = _setting(
+        None,
+        "NATS_PASSWORD_FILE",
+        "file holding the password of NATS_USER (a mounted Secret); trailing newline ignored",
+        flag="--nats-password-file",
+        minimum=None,
+    )
+    nats_token: str | None = _setting(
+        None, "NATS_TOKEN", "token for NATS (no flag: a command line shows in `ps`)", minimum=None, secret=True
+    )
+    nats_token_file: str | None = _setting(
+        None,
+        "NATS_TOKEN_FILE",
+        "file holding the NATS token; trailing newline ignored",
+        flag="--nats-token-file",
+        minimum=None,
+    )
+    nats_creds: str | None = _setting(
+        None, "NATS_CREDS", "credentials file (user JWT and NKEY seed) for NATS", flag="--nats-creds", minimum=None
+    )
+    nats_nkey: str | None = _setting(
+        None, "NATS_NKEY", "file holding an NKEY user seed (`SU...`) for NATS", flag="--nats-nkey", minimum=None
+    )
+    tls_ca: str | None = _setting(
+        None,
+        "NATS_TLS_CA",
+        "CA certificate(s) (PEM) that NATS's server certificate must chain to; given: TLS is required",
+        flag="--tls-ca",
+        minimum=None,
+    )
+    tls_cert: str | None = _setting(
+        None,
+        "NATS_TLS_CERT",
+        "client certificate (PEM) for a server that verifies clients; given: TLS is required",
+        flag="--tls-cert",
+        minimum=None,
+    )
+    tls_key: str | None = _setting(
+        None, "NATS_TLS_KEY", "private key (PEM) of NATS_TLS_CERT", flag="--tls-key", minimum=None
+    )
+    # --- how the deployment is laid out (every pod of it must agree) ---
     partitions: int = _setting(
         _LAYOUT.partitions,
         "ACTORS_PARTITIONS",

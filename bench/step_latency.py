@@ -1,34 +1,46 @@
-"""Per-step latency of the engine against a raw JetStream round trip, same server, same run.
+"""Per-step latency of the engine against raw JetStream round trips, same server, same run.
 
-    python bench/step_latency.py [--steps 50] [--runs 5] [--json-only]
+    python bench/step_latency.py [--tool sleep|python] [--steps 50] [--runs 5] [--json-only]
 
 What it does (everything in this process on uvloop, against its own nats-server):
 
-1. Raw baseline, shaped like one engine step: a work-queue stream RAWCMD (``rawcmd.>``)
-   drained by a "worker" with a pull consumer (``fetch``, a task per message like the
-   tool actor) that acks and publishes a result (awaited ``js.publish``) to a limits
-   stream RAWLOG (``rawlog.>``); an "engine" side gets results from a durable push
+1. Two raw baselines, shaped like one engine step: a work-queue stream of commands
+   drained by a "worker" that acks each command and publishes a result (awaited
+   ``js.publish``) to a limits stream; an "engine" side gets results from a durable push
    consumer with explicit ack (a queue subscription on its deliver subject, like
    actors/engine/actor.py), acks, then publishes the next command (awaited
-   ``js.publish``). Every publish carries a ``Nats-Msg-Id``, as the engine's do. One
-   warm-up chain, then ``runs`` chains of ``steps`` round trips; each round trip is
-   timed with ``time.perf_counter`` from just before the command publish to the
-   result's arrival in the engine-side callback. Its streams and connection are its
-   own; the actors are up (idle) while it runs.
-2. Engine: a generated playbook of ``steps`` sequential python steps
-   (``def main(i): return i + 1``, each fed the previous result by a template) is
+   ``js.publish``). Every publish carries a ``Nats-Msg-Id``, as the engine's do. The
+   worker takes commands
+   * ``push``: from a durable push consumer, in its subscription's callback: the floor,
+     and the baseline of the headline ratio (``ratio_p50``);
+   * ``fetch``: with a pull consumer (``fetch``, a task per message, like the tool
+     actor), slower than the floor (``ratio_fetch_p50``).
+   One warm-up chain each, then ``runs`` chains of ``steps`` round trips each; each
+   round trip is timed with ``time.perf_counter`` from just before the command publish
+   to the result's arrival in the engine-side callback. Their streams and connection
+   are their own; the actors are up (idle) while they run.
+2. Engine: a generated playbook of ``steps`` sequential steps (``--tool python``: ``def
+   main(i): return i + 1``, each fed the previous result by a template; ``--tool
+   sleep``: ``sleep`` 0 s, the same engine path without the python pool's IPC) is
    registered, run once to warm up, then ``runs`` times one after the other, each
-   execution right after one raw chain (interleaved: both see the same moment). Per-step
-   latency is the difference between consecutive ``call.done`` inputs' log timestamps
-   (server time of the stored message, ``LogItem.at``); the first step is measured
-   from the start record. Wall time per execution is ``Client.start`` -> terminal
-   status in KV (``Client.wait``); steps/s = steps x runs / sum of walls.
-3. Prints a small table and, as its last line, one JSON object.
+   execution right after one chain of each raw kind (interleaved, their order
+   alternating: all see the same moment). Per-step latency is the difference between
+   consecutive ``call.done`` inputs' log timestamps (server time of the stored message,
+   ``LogItem.at``); the first step is measured from the start record. Wall time per
+   execution is ``Client.start`` -> terminal status in KV (``Client.wait``); steps/s =
+   steps x runs / sum of walls.
+3. CPU per engine step and per raw round trip, measured phases only: this process
+   (``time.process_time``: the actors and the client, or the raw chain's two sides),
+   nats-server and the python pool's workers (``/proc/<pid>/task/*/schedstat``), in
+   microseconds, with the client connection's messages out and in and the write
+   system calls of this process and of nats-server (``/proc/<pid>/io`` ``syscw``; a
+   socket write wakes the server, which answers with writes of its own: steadier than
+   CPU time on a busy machine) (``cpu_per_step``, ``cpu_per_raw_push``,
+   ``cpu_per_raw_fetch`` in the JSON).
+4. Prints a small table and, as its last line, one JSON object.
 
 ``--raw-runs N`` sets the number of raw chains apart from ``--runs`` (1 for profiling).
-``--tool sleep`` runs ``sleep`` steps (0 s, no worker process) instead of python steps:
-the same engine path without the python pool's IPC, to split the engine's own cost from
-the pool's. ``--cprofile FILE`` profiles the measured engine runs only (pstats file).
+``--cprofile FILE`` profiles the measured engine runs only (pstats file).
 """
 
 from __future__ import annotations
@@ -70,8 +82,6 @@ from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import NatsServer, find_binary
 
 RAW_CMD_STREAM, RAW_LOG_STREAM = "RAWCMD", "RAWLOG"
-RAW_WORKER, RAW_ENGINE = "raw-worker", "raw-engine"
-RAW_DELIVER = f"_deliver.{RAW_ENGINE}"
 FETCH_BATCH = 64  # the tool actor fetches `concurrency - inflight` (64 when idle)
 WAIT_TIMEOUT = 60.0
 
@@ -104,6 +114,20 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def write_syscalls(pid: int | str) -> int:
+    """Write-like system calls made so far by `pid` (`syscw` of /proc/<pid>/io; 0 where
+    unreadable). Each socket write of a client wakes the server to read it; steadier
+    than CPU time on a busy machine."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("syscw:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 @dataclass
 class Costs:
     """CPU ms of this process, the nats-server and the python workers, and messages
@@ -114,15 +138,17 @@ class Costs:
     workers_ms: float = 0.0
     msgs_out: int = 0
     msgs_in: int = 0
+    writes: int = 0  # write syscalls of this process
+    server_writes: int = 0  # ... of nats-server (sockets and its file store)
 
 
 class Meter:
     def __init__(self, server_pid: int, nc: NATS, worker_pids: Callable[[], list[int]] = list) -> None:
         self.server_pid, self.nc, self.worker_pids = server_pid, nc, worker_pids
         self.costs = Costs()
-        self._mark: tuple[int, int, int, int, int] | None = None
+        self._mark: tuple[int, ...] | None = None
 
-    def _now(self) -> tuple[int, int, int, int, int]:
+    def _now(self) -> tuple[int, ...]:
         st = self.nc.stats
         return (
             time.process_time_ns(),
@@ -130,6 +156,8 @@ class Meter:
             sum(cpu_ns(p) for p in self.worker_pids()),
             int(st["out_msgs"]),
             int(st["in_msgs"]),
+            write_syscalls("self"),
+            write_syscalls(self.server_pid),
         )
 
     def start(self) -> None:
@@ -137,61 +165,115 @@ class Meter:
 
     def stop(self) -> None:
         assert self._mark is not None
-        py, srv, wk, out, inn = (b - a for a, b in zip(self._mark, self._now(), strict=True))
+        py, srv, wk, out, inn, wr, swr = (b - a for a, b in zip(self._mark, self._now(), strict=True))
         c = self.costs
         c.python_ms += py / 1e6
         c.server_ms += srv / 1e6
         c.workers_ms += wk / 1e6
         c.msgs_out += out
         c.msgs_in += inn
+        c.writes += wr
+        c.server_writes += swr
         self._mark = None
 
 
 # --- raw JetStream baseline -------------------------------------------------------------
 
 
-async def raw_setup(nc: NATS) -> None:
+@dataclass(frozen=True)
+class RawShape:
+    """The streams and consumers of one raw baseline: its worker takes commands with a
+    pull consumer (`fetch`) or a push consumer."""
+
+    worker: str  # "fetch" or "push"
+
+    @property
+    def cmd_stream(self) -> str:
+        return RAW_CMD_STREAM if self.worker == "fetch" else RAW_CMD_STREAM + "P"
+
+    @property
+    def log_stream(self) -> str:
+        return RAW_LOG_STREAM if self.worker == "fetch" else RAW_LOG_STREAM + "P"
+
+    @property
+    def cmd_prefix(self) -> str:
+        return "rawcmd" if self.worker == "fetch" else "rawpcmd"
+
+    @property
+    def log_prefix(self) -> str:
+        return "rawlog" if self.worker == "fetch" else "rawplog"
+
+    def durable(self, side: str) -> str:
+        return f"raw-{side}" if self.worker == "fetch" else f"rawp-{side}"
+
+    def deliver(self, side: str) -> str:
+        return f"_deliver.{self.durable(side)}"
+
+
+FETCH, PUSH = RawShape("fetch"), RawShape("push")
+
+
+async def raw_setup(nc: NATS, shape: RawShape) -> None:
     js = nc.jetstream()
     common: dict[str, Any] = dict(storage=api.StorageType.FILE, num_replicas=1, duplicate_window=120.0)
     await js.add_stream(
-        api.StreamConfig(name=RAW_CMD_STREAM, subjects=["rawcmd.>"], retention=api.RetentionPolicy.WORK_QUEUE, **common)
+        api.StreamConfig(
+            name=shape.cmd_stream,
+            subjects=[f"{shape.cmd_prefix}.>"],
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            **common,
+        )
     )
     await js.add_stream(
-        api.StreamConfig(name=RAW_LOG_STREAM, subjects=["rawlog.>"], retention=api.RetentionPolicy.LIMITS, **common)
+        api.StreamConfig(
+            name=shape.log_stream, subjects=[f"{shape.log_prefix}.>"], retention=api.RetentionPolicy.LIMITS, **common
+        )
     )
+    acked: dict[str, Any] = dict(ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=5)
+    worker = shape.durable("worker")
+    if shape.worker == "fetch":
+        await js.add_consumer(
+            shape.cmd_stream,
+            api.ConsumerConfig(
+                durable_name=worker, filter_subject=f"{shape.cmd_prefix}.>", max_ack_pending=1024, **acked
+            ),
+        )
+    else:
+        await js.add_consumer(
+            shape.cmd_stream,
+            api.ConsumerConfig(
+                durable_name=worker,
+                deliver_subject=shape.deliver("worker"),
+                deliver_group=worker,
+                filter_subject=f"{shape.cmd_prefix}.>",
+                max_ack_pending=1024,
+                **acked,
+            ),
+        )
+    engine = shape.durable("engine")
     await js.add_consumer(
-        RAW_CMD_STREAM,
+        shape.log_stream,
         api.ConsumerConfig(
-            durable_name=RAW_WORKER,
-            filter_subject="rawcmd.>",
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=30.0,
-            max_deliver=5,
-            max_ack_pending=1024,
-        ),
-    )
-    await js.add_consumer(
-        RAW_LOG_STREAM,
-        api.ConsumerConfig(
-            durable_name=RAW_ENGINE,
-            deliver_subject=RAW_DELIVER,
-            deliver_group=RAW_ENGINE,
-            filter_subject="rawlog.>",
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=30.0,
-            max_deliver=5,
+            durable_name=engine,
+            deliver_subject=shape.deliver("engine"),
+            deliver_group=engine,
+            filter_subject=f"{shape.log_prefix}.>",
             max_ack_pending=4096,
             deliver_policy=api.DeliverPolicy.ALL,
+            **acked,
         ),
     )
 
 
 class RawChain:
-    """Command -> worker -> result -> engine side -> next command, `n` times in a row."""
+    """Command -> worker -> result -> engine side -> next command, `n` times in a row.
+    The worker takes commands with `fetch` (a task per message, as the tool actor has)
+    or from a push consumer (its subscription's callback: the floor)."""
 
-    def __init__(self, nc: NATS) -> None:
+    def __init__(self, nc: NATS, shape: RawShape) -> None:
         self.nc = nc
         self.js = nc.jetstream()
+        self.shape = shape
         self.seq = 0  # unique command/result subjects and message ids across chains
         self.sent_at = 0.0
         self.left = 0
@@ -199,12 +281,24 @@ class RawChain:
         self.done: asyncio.Event = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._worker: asyncio.Task[None] | None = None
-        self._sub: Any = None
+        self._subs: list[Any] = []
 
     async def start(self) -> None:
-        psub = await self.js.pull_subscribe_bind(durable=RAW_WORKER, stream=RAW_CMD_STREAM)
-        self._worker = asyncio.create_task(self._pull(psub), name="raw-worker")
-        self._sub = await self.nc.subscribe(RAW_DELIVER, queue=RAW_ENGINE, cb=self._on_result, pending_msgs_limit=-1)
+        shape = self.shape
+        if shape.worker == "fetch":
+            psub = await self.js.pull_subscribe_bind(durable=shape.durable("worker"), stream=shape.cmd_stream)
+            self._worker = asyncio.create_task(self._pull(psub), name="raw-worker")
+        else:
+            self._subs.append(
+                await self.nc.subscribe(
+                    shape.deliver("worker"), queue=shape.durable("worker"), cb=self._on_command, pending_msgs_limit=-1
+                )
+            )
+        self._subs.append(
+            await self.nc.subscribe(
+                shape.deliver("engine"), queue=shape.durable("engine"), cb=self._on_result, pending_msgs_limit=-1
+            )
+        )
 
     async def stop(self) -> None:
         if self._worker is not None:
@@ -213,10 +307,10 @@ class RawChain:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._sub is not None:
-            await self._sub.unsubscribe()
+        for sub in self._subs:
+            await sub.unsubscribe()
 
-    # worker: pull, a task per command (as the tool actor does)
+    # fetch worker: pull, a task per command (as the tool actor does)
     async def _pull(self, psub: Any) -> None:
         while True:
             try:
@@ -228,11 +322,18 @@ class RawChain:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
+    # push worker: the subscription's callback does the work
+    async def _on_command(self, msg: Msg) -> None:
+        if msg.reply:  # not flow control / heartbeats
+            await self._work(msg)
+
     async def _work(self, msg: Msg) -> None:
         n = msg.subject.rsplit(".", 1)[1]
         value = json.loads(msg.data)["i"] + 1
         await msg.ack()
-        await self.js.publish(f"rawlog.{n}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"res:{n}"})
+        await self.js.publish(
+            f"{self.shape.log_prefix}.{n}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"res:{n}"}
+        )
 
     # engine side: push consumer, explicit ack, then the next command
     async def _on_result(self, msg: Msg) -> None:
@@ -251,7 +352,9 @@ class RawChain:
         self.seq += 1
         self.sent_at = time.perf_counter()
         await self.js.publish(
-            f"rawcmd.{self.seq}", json.dumps({"i": value}).encode(), headers={MSG_ID: f"cmd:{self.seq}"}
+            f"{self.shape.cmd_prefix}.{self.seq}",
+            json.dumps({"i": value}).encode(),
+            headers={MSG_ID: f"cmd:{self.seq}"},
         )
 
     async def run(self, n: int) -> tuple[list[float], float]:
@@ -441,6 +544,36 @@ def nats_server_version() -> str:
     return out.strip().rsplit(" ", 1)[-1] if out else "unknown"
 
 
+def cpu_report(c: Costs, n: int) -> dict[str, float]:
+    """CPU microseconds per round trip (or step) of each process, and client messages."""
+    return {
+        "process_us": round(c.python_ms * 1000 / n, 1),
+        "nats_server_us": round(c.server_ms * 1000 / n, 1),
+        "workers_us": round(c.workers_ms * 1000 / n, 1),
+        "msgs_out": round(c.msgs_out / n, 2),
+        "msgs_in": round(c.msgs_in / n, 2),
+        "write_syscalls": round(c.writes / n, 2),
+        "nats_server_write_syscalls": round(c.server_writes / n, 2),
+    }
+
+
+@dataclass
+class RawRuns:
+    """One raw baseline's chains over the measured phase."""
+
+    chain: RawChain
+    meter: Meter
+    latencies: list[float] = field(default_factory=list)
+    wall: float = 0.0
+
+    async def once(self, steps: int) -> None:
+        self.meter.start()
+        lat, wall = await self.chain.run(steps)
+        self.meter.stop()
+        self.latencies.extend(lat)
+        self.wall += wall
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     say: Callable[[str], None] = (lambda s: None) if args.json_only else print
     # SIGINT/SIGTERM cancel this task, so the `finally` below still stops the actors, the
@@ -453,15 +586,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     nc_raw: NATS | None = None
     nc: NATS | None = None
     runtime: Runtime | None = None
-    raw: RawChain | None = None
+    chains: list[RawChain] = []
     clear_lat: list[float] = []
     enc_lat: list[float] = []
     try:
         # raw: its own connection (one for both its sides, as the actors share one)
         nc_raw = await connect(server.url, name="bench-raw")
-        await raw_setup(nc_raw)
-        raw = RawChain(nc_raw)
-        await raw.start()
+        raws: dict[str, RawRuns] = {}
+        for shape in (PUSH, FETCH):
+            await raw_setup(nc_raw, shape)
+            chain = RawChain(nc_raw, shape)
+            chains.append(chain)
+            await chain.start()
+            raws[shape.worker] = RawRuns(chain, Meter(server.proc.pid, nc_raw))
         layout = Layout()
         nc = await connect(server.url, name="bench")
         runtime = await start_roles(nc, layout=layout)
@@ -471,25 +608,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pb.write_text(playbook_yaml(args.steps, args.tool))
             entry = await client.register(pb)
 
-        await raw.run(max(50, args.steps))  # warm-up
-        raw_lat: list[float] = []
-        raw_wall = 0.0
-        raw_meter = Meter(server.proc.pid, nc_raw)
+        for chain in chains:
+            await chain.run(max(50, args.steps))  # warm-up
         raw_chains = args.runs if args.raw_runs is None else args.raw_runs
         chains_done = 0
 
         async def raw_chain() -> None:
-            """One raw chain before each engine execution (the first `raw_chains` ones):
-            interleaved, raw and engine see the same server, machine and moment."""
-            nonlocal raw_wall, chains_done
+            """One raw chain of each kind before each engine execution (the first
+            `raw_chains` ones), their order alternating: interleaved, raw and engine see
+            the same server, machine and moment."""
+            nonlocal chains_done
             if chains_done >= raw_chains:
                 return
-            assert raw is not None
-            raw_meter.start()
-            lat, wall = await raw.run(args.steps)
-            raw_meter.stop()
-            raw_lat.extend(lat)
-            raw_wall += wall
+            order = list(raws.values())
+            for r in order if chains_done % 2 else reversed(order):
+                await r.once(args.steps)
             chains_done += 1
 
         profiler = cProfile.Profile() if args.cprofile else None
@@ -514,11 +647,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             clear_lat, enc_lat = await encrypted_runs(server, nc, layout, entry.path, entry.version, args)
         if profiler is not None:
             profiler.dump_stats(args.cprofile)
-        await raw.stop()
-        raw = None
+        for chain in chains:
+            await chain.stop()
+        chains = []
     finally:
-        if raw is not None:
-            await raw.stop()
+        for chain in chains:
+            await chain.stop()
         if runtime is not None:
             await runtime.stop()
         for conn in (nc, nc_raw):
@@ -526,24 +660,37 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 await conn.close()
         await server.stop()
 
-    raw_p50, raw_p99 = pct(raw_lat, 50), pct(raw_lat, 99)
+    push, fetch = raws["push"], raws["fetch"]
+    push_p50, push_p99 = pct(push.latencies, 50), pct(push.latencies, 99)
+    fetch_p50, fetch_p99 = pct(fetch.latencies, 50), pct(fetch.latencies, 99)
     step_p50, step_p99 = pct(step_lat, 50), pct(step_lat, 99)
+    n_eng = len(step_lat)
     result: dict[str, Any] = {
+        "tool": args.tool,
         "steps": args.steps,
         "runs": args.runs,
-        "raw_p50_ms": ms(raw_p50),
-        "raw_p99_ms": ms(raw_p99),
         "step_p50_ms": ms(step_p50),
         "step_p99_ms": ms(step_p99),
-        "ratio_p50": round(step_p50 / raw_p50, 2),
-        "ratio_p99": round(step_p99 / raw_p99, 2),
+        "raw_push_p50_ms": ms(push_p50),
+        "raw_push_p99_ms": ms(push_p99),
+        "raw_fetch_p50_ms": ms(fetch_p50),
+        "raw_fetch_p99_ms": ms(fetch_p99),
+        # the headline: against the floor, a push-consumer worker
+        "ratio_p50": round(step_p50 / push_p50, 2),
+        "ratio_p99": round(step_p99 / push_p99, 2),
+        "ratio_fetch_p50": round(step_p50 / fetch_p50, 2),
+        "ratio_fetch_p99": round(step_p99 / fetch_p99, 2),
         "steps_per_s": round(args.steps * args.runs / sum(walls), 1),
-        "raw_round_trips_per_s": round(len(raw_lat) / raw_wall, 1),
+        "raw_push_round_trips_per_s": round(len(push.latencies) / push.wall, 1),
+        "raw_fetch_round_trips_per_s": round(len(fetch.latencies) / fetch.wall, 1),
+        # CPU per engine step / per raw round trip: this process (actors and client, or
+        # the raw chain's two sides), nats-server, the python pool's workers
+        "cpu_per_step": cpu_report(eng_meter.costs, n_eng),
+        "cpu_per_raw_push": cpu_report(push.meter.costs, len(push.latencies)),
+        "cpu_per_raw_fetch": cpu_report(fetch.meter.costs, len(fetch.latencies)),
         "python": platform.python_version(),
         "nats_server": nats_server_version(),
     }
-    if args.tool != "python":
-        result["tool"] = args.tool
     if args.payload_key:
         result["interleaved_clear_step_p50_ms"] = ms(pct(clear_lat, 50))
         result["encrypted_step_p50_ms"] = ms(pct(enc_lat, 50))
@@ -554,33 +701,35 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         f"{args.steps} steps x {args.runs} runs ({args.tool} steps), nats-server {result['nats_server']}, "
         f"python {result['python']}, uvloop"
     )
-    say(f"{'':24}{'p50 ms':>10}{'p99 ms':>10}{'per s':>10}")
-    say(
-        f"{'raw JetStream round trip':24}{ms(raw_p50):>10.3f}{ms(raw_p99):>10.3f}"
-        f"{result['raw_round_trips_per_s']:>10.1f}"
-    )
-    say(f"{'engine step':24}{ms(step_p50):>10.3f}{ms(step_p99):>10.3f}{result['steps_per_s']:>10.1f}")
-    say(f"{'ratio engine/raw':24}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
+    say(f"{'':26}{'p50 ms':>10}{'p99 ms':>10}{'per s':>10}")
+    for name, p50, p99, rate in (
+        ("raw round trip, push", push_p50, push_p99, result["raw_push_round_trips_per_s"]),
+        ("raw round trip, fetch", fetch_p50, fetch_p99, result["raw_fetch_round_trips_per_s"]),
+        ("engine step", step_p50, step_p99, result["steps_per_s"]),
+    ):
+        say(f"{name:26}{ms(p50):>10.3f}{ms(p99):>10.3f}{rate:>10.1f}")
+    say(f"{'ratio engine/raw push':26}{result['ratio_p50']:>10.2f}{result['ratio_p99']:>10.2f}")
+    say(f"{'ratio engine/raw fetch':26}{result['ratio_fetch_p50']:>10.2f}{result['ratio_fetch_p99']:>10.2f}")
     if args.payload_key:
         say(
-            f"{'engine step, encrypted':24}{result['encrypted_step_p50_ms']:>10.3f}"
+            f"{'engine step, encrypted':26}{result['encrypted_step_p50_ms']:>10.3f}"
             f"{result['encrypted_step_p99_ms']:>10.3f}"
         )
-        say(f"{'ratio encrypted/clear':24}{result['ratio_encrypted_p50']:>10.2f}{result['ratio_encrypted_p99']:>10.2f}")
+        say(f"{'ratio encrypted/clear':26}{result['ratio_encrypted_p50']:>10.2f}{result['ratio_encrypted_p99']:>10.2f}")
     say(f"execution wall p50 {ms(statistics.median(walls)):.1f} ms (start -> terminal status, {args.steps} steps)")
     first_excluded = [x for i, x in enumerate(step_lat) if i % args.steps]
     if first_excluded:
         say(
-            f"{'engine step, not 1st':24}{ms(pct(first_excluded, 50)):>10.3f}{ms(pct(first_excluded, 99)):>10.3f}"
-            "   (the 1st step's fold parses the playbook)"
+            f"{'engine step, not 1st':26}{ms(pct(first_excluded, 50)):>10.3f}"
+            f"{ms(pct(first_excluded, 99)):>10.3f}   (the 1st step's fold parses the playbook)"
         )
-    n_raw, n_eng = len(raw_lat), len(step_lat)
-    say("cost per round trip / per step (measured phase only; CPU ms per process, client msgs out/in):")
-    say(f"  {'':8}{'python':>9}{'server':>9}{'workers':>9}{'msgs out':>10}{'msgs in':>9}")
-    for name, c, n in (("raw", raw_meter.costs, n_raw), ("engine", eng_meter.costs, n_eng)):
+    say("CPU us per round trip / per step (measured phase only), client msgs out/in, write syscalls:")
+    say(f"  {'':10}{'process':>9}{'server':>9}{'workers':>9}{'msgs out':>10}{'msgs in':>9}{'writes':>8}{'srv wr':>8}")
+    for name in ("raw_push", "raw_fetch", "step"):
+        r = result[f"cpu_per_{name}"]
         say(
-            f"  {name:8}{c.python_ms / n:>9.3f}{c.server_ms / n:>9.3f}{c.workers_ms / n:>9.3f}"
-            f"{c.msgs_out / n:>10.2f}{c.msgs_in / n:>9.2f}"
+            f"  {name:10}{r['process_us']:>9.1f}{r['nats_server_us']:>9.1f}{r['workers_us']:>9.1f}"
+            f"{r['msgs_out']:>10.2f}{r['msgs_in']:>9.2f}{r['write_syscalls']:>8.2f}{r['nats_server_write_syscalls']:>8.2f}"
         )
     say("engine step breakdown (log store times and the tool's clock), p50 / p99 ms:")
     for name, values, what in (

@@ -40,6 +40,7 @@ class _Ports(msgspec.Struct):
     """What nats-server writes to its `--ports_file_dir` (only the part read here)."""
 
     nats: list[str]
+    monitoring: list[str] = []
 
 
 _PORTS = msgspec.json.Decoder(_Ports)
@@ -106,8 +107,15 @@ class NatsServer:
         extra_args: list[str] | None = None,
         ready_timeout: float = 15.0,
         auth: tuple[str, str] | None = None,
+        config: str | None = None,
     ) -> NatsServer:
-        """`auth`: (user, password) the server requires; its `url` then carries them."""
+        """`auth`: (user, password) the server requires; its `url` then carries them.
+        `config`: the text of a nats-server configuration file (TLS, users, accounts),
+        written to the store dir and passed with `-c`; the flags set here (address,
+        port, JetStream, store) win over it. Relative paths in it are the caller's
+        working directory's. Its `url` is then what the server announces (`tls://` with
+        TLS) and carries no credentials: the server is ready once its monitoring
+        endpoint says JetStream is, since only the caller knows how to log in."""
         owns = store_dir is None
         store = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="actors-nats-"))
         store.mkdir(parents=True, exist_ok=True)
@@ -126,6 +134,12 @@ class NatsServer:
             *(["--user", auth[0], "--pass", auth[1]] if auth else []),
             *(extra_args or []),
         ]
+        if config is not None:
+            config_file = store / "nats-server.conf"
+            config_file.write_text(config)
+            # a monitoring port (picked by the server, named in the ports file) to ask
+            # for readiness without the credentials the configuration may require
+            args += ["-c", str(config_file), "-m", "-1"]
         # Popen, not asyncio's subprocess: the server must outlive the loop that started
         # it in some tests, and starting it takes microseconds
         log = open(store / "nats-server.log", "ab")  # noqa: ASYNC230
@@ -141,16 +155,19 @@ class NatsServer:
         log.close()
         deadline = time.monotonic() + ready_timeout
         try:
-            url = await cls._wait_ports_file(proc, store, ports_dir, deadline, owns_store=owns)
+            ports = await cls._wait_ports_file(proc, store, ports_dir, deadline, owns_store=owns)
         finally:
             shutil.rmtree(ports_dir, ignore_errors=True)
-        url = url.replace("0.0.0.0", "127.0.0.1")
+        url = ports.nats[0].replace("0.0.0.0", "127.0.0.1")
         port = int(url.rsplit(":", 1)[1])
         if auth:
             url = url.replace("://", f"://{auth[0]}:{auth[1]}@", 1)
         server = cls(proc, url, store, owns, port)
         try:
-            await server._wait_jetstream(deadline)
+            if config is not None and ports.monitoring:
+                await server._wait_healthy(ports.monitoring[0].replace("0.0.0.0", "127.0.0.1"), deadline)
+            else:
+                await server._wait_jetstream(deadline)
         except ServerError:
             await server.stop()
             raise
@@ -159,9 +176,9 @@ class NatsServer:
     @staticmethod
     async def _wait_ports_file(
         proc: subprocess.Popen[bytes], store: Path, ports_dir: Path, deadline: float, *, owns_store: bool
-    ) -> str:
-        """The client URL the server writes once it listens; ServerError when it exits
-        or takes too long (the server stopped, a temporary store removed)."""
+    ) -> _Ports:
+        """The URLs the server writes once it listens; ServerError when it exits or
+        takes too long (the server stopped, a temporary store removed)."""
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 tail = (store / "nats-server.log").read_text(errors="replace")[-2000:]
@@ -175,9 +192,11 @@ class NatsServer:
             files = list(ports_dir.glob("*.ports"))  # noqa: ASYNC240 - a tiny local dir
             if files:
                 try:
-                    return _PORTS.decode(files[0].read_bytes()).nats[0]
-                except (msgspec.DecodeError, IndexError):
-                    pass  # written but not complete yet
+                    ports = _PORTS.decode(files[0].read_bytes())
+                except msgspec.DecodeError:
+                    ports = None  # written but not complete yet
+                if ports is not None and ports.nats:
+                    return ports
             await asyncio.sleep(0.005)
         proc.kill()
         proc.wait()
@@ -200,6 +219,26 @@ class NatsServer:
                 if time.monotonic() > deadline:
                     raise ServerError("JetStream did not become ready") from None
                 await asyncio.sleep(0.01)
+
+    async def _wait_healthy(self, monitoring: str, deadline: float) -> None:
+        """Until `GET /healthz` on the monitoring port answers 200: the server is up and
+        JetStream is ready (the check needs no client credentials or certificate)."""
+        host, port = monitoring.removeprefix("http://").rsplit(":", 1)
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(host, int(port))
+                try:
+                    writer.write(f"GET /healthz HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                    status = await reader.readline()
+                finally:
+                    writer.close()
+                if b" 200 " in status:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError("JetStream did not become ready")
+            await asyncio.sleep(0.01)
 
     def kill(self) -> None:
         """SIGKILL: for crash tests."""

@@ -72,8 +72,17 @@ class PodProcess:
 
     @classmethod
     async def start(
-        cls, role: str, *, url: str, layout: Layout, logs: Path, name: str, drain_timeout: float = 2
+        cls,
+        role: str,
+        *,
+        url: str,
+        layout: Layout,
+        logs: Path,
+        name: str,
+        drain_timeout: float = 2,
+        env: dict[str, str] | None = None,
     ) -> PodProcess:
+        """`env`: more variables for the pod (credentials, TLS files)."""
         port = free_port()
         log = logs / f"{name}.log"
         with log.open("wb") as out:
@@ -93,7 +102,7 @@ class PodProcess:
                 cwd=ROOT,
                 stdout=out,
                 stderr=out,
-                env={**os.environ, "NATS_URL": url, **layout_env(layout)},
+                env={**os.environ, "NATS_URL": url, **layout_env(layout), **(env or {})},
             )
         return cls(role, proc, port, log)
 

@@ -201,7 +201,7 @@ def test_every_deployment_runs_a_valid_role_with_probes_on_the_served_port() -> 
 def test_config_gives_a_valid_layout() -> None:
     (config,) = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "actors-config"]
     env = config["data"]
-    assert env["NATS_URL"].startswith("nats://")
+    assert env["NATS_URL"].startswith("tls://")  # the chart's client port requires TLS (deploy/nats/values.yaml)
     assert env["ACTORS_REPLICAS"] == "3"
     layout = Layout(
         partitions=int(env["ACTORS_PARTITIONS"]),
@@ -258,6 +258,18 @@ NATS_CHART_KEYS = {
     "podTemplate.topologySpreadConstraints.kubernetes.io/hostname.whenUnsatisfiable",
     "podDisruptionBudget.enabled",
     "natsBox.enabled",
+    # security: TLS for clients and routes, JetStream encrypted at rest
+    "tlsCA.enabled",
+    "tlsCA.secretName",
+    "tlsCA.key",
+    "config.nats.tls.enabled",
+    "config.nats.tls.secretName",
+    "config.cluster.tls.enabled",
+    "config.cluster.tls.secretName",
+    "config.jetstream.merge.cipher",
+    "config.jetstream.merge.key",
+    "container.env.JETSTREAM_KEY.valueFrom.secretKeyRef.name",
+    "container.env.JETSTREAM_KEY.valueFrom.secretKeyRef.key",
 }
 
 
@@ -280,3 +292,40 @@ def test_nats_values_make_a_three_node_jetstream_cluster_on_files() -> None:
     (scaled,) = by_kind("ScaledObject")
     for t in scaled["spec"]["triggers"]:
         assert t["metadata"]["natsServerMonitoringEndpoint"].endswith(f":{cfg['monitor']['port']}")
+
+
+def test_nats_values_require_tls_and_encrypt_jetstream_with_a_key_from_a_secret() -> None:
+    values = yaml.safe_load((DEPLOY / "nats" / "values.yaml").read_text())
+    cfg = values["config"]
+    secret = cfg["nats"]["tls"]["secretName"]
+    assert cfg["nats"]["tls"]["enabled"] is True and cfg["cluster"]["tls"]["enabled"] is True
+    assert cfg["cluster"]["tls"]["secretName"] == secret
+    assert values["tlsCA"] == {"enabled": True, "secretName": secret, "key": "ca.crt"}
+    # the certificate cert-manager makes is that Secret, for the names clients and routes dial
+    (cert,) = [
+        d
+        for d in yaml.safe_load_all((DEPLOY / "nats" / "certificates.yaml").read_text())
+        if d["kind"] == "Certificate" and not d["spec"].get("isCA")
+    ]
+    assert cert["spec"]["secretName"] == secret
+    assert {"nats.nats.svc.cluster.local", "*.nats-headless"} <= set(cert["spec"]["dnsNames"])
+    # encryption at rest: a cipher nats-server knows, the key an environment variable
+    # filled from a Secret, never a literal in the values
+    merge = cfg["jetstream"]["merge"]
+    assert merge["cipher"] in ("aes", "chachapoly")
+    var = re.fullmatch(r"<< \$([A-Z_]+) >>", merge["key"])
+    assert var, merge["key"]
+    assert set(values["container"]["env"][var.group(1)]["valueFrom"]["secretKeyRef"]) == {"name", "key"}
+
+
+def test_every_pod_trusts_the_nats_ca_it_mounts() -> None:
+    (config,) = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "actors-config"]
+    ca = config["data"]["NATS_TLS_CA"]
+    for deployment in by_kind("Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        found = [n for n, path in mounts.items() if ca.startswith(path.rstrip("/") + "/")]
+        assert found, f"{deployment['metadata']['name']}: nothing mounted at {ca}"
+        assert volumes[found[0]]["configMap"]["name"] == "nats-ca"

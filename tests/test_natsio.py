@@ -13,8 +13,8 @@ import nats.errors
 import pytest
 from nats.js.api import StreamConfig
 
-from actors.natsio import publishing
-from actors.natsio.fast import ack, send
+from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, publishing, subject_taken
+from actors.natsio.fast import ack, ack_once, send
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
@@ -74,6 +74,47 @@ async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServ
         assert got[0].subject == "t.ack" and got[0].data == b""
         with pytest.raises(nats.errors.MsgAlreadyAckdError):
             await ack(msg)  # as msg.ack() would
+    finally:
+        await nc.close()
+
+
+async def test_ack_once_acks_a_message_once(nats_server: NatsServer) -> None:
+    """An input acked early (before its decision record) meets its usual ack later:
+    the second is not sent and raises nothing."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        done, got = await received(nc, 2)
+        sub = await nc.subscribe("q.in")
+        await nc.publish("q.in", b"job", reply="t.ack")
+        msg = await sub.next_msg(timeout=5)
+        await ack_once(msg)
+        await ack_once(msg)
+        await nc.publish("t.end", b"")  # after any second ack on the wire
+        await asyncio.wait_for(done.wait(), 10)
+        assert [(m.subject, m.data) for m in got] == [("t.ack", b""), ("t.end", b"")]
+    finally:
+        await nc.close()
+
+
+async def test_a_publish_expecting_an_empty_subject_is_stored_once(nats_server: NatsServer) -> None:
+    """The starter's one execution per id: a second record on the subject is refused
+    (`subject_taken`), whatever its message id, within the duplicate window or past it."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="ONCE", subjects=["once.>"]))
+        only = [{EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}]
+        await publishing.publish_all(js, [("once.a", b"1", "id-1")], headers=only)
+        with pytest.raises(Exception) as refused:
+            await publishing.publish_all(js, [("once.a", b"2", "id-2")], headers=only)
+        assert subject_taken(refused.value)
+        with pytest.raises(Exception) as again:  # the same id too: the server checks the subject first
+            await publishing.publish_all(js, [("once.a", b"1", "id-1")], headers=only)
+        assert subject_taken(again.value)
+        (other,) = await publishing.publish_all(js, [("once.b", b"3", "id-3")], headers=only)
+        assert not other.duplicate
+        assert (await js.get_last_msg("ONCE", "once.a")).data == b"1"
+        assert not subject_taken(RuntimeError("no"))
     finally:
         await nc.close()
 

@@ -20,6 +20,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
     from actors.client import Client
+    from actors.connopts import ConnectOptions
     from actors.dial import NatsUnavailable, connect_within, redact
     from actors.natsio import ride_out
     from actors.runtime import connect, start_roles, tune_gc
@@ -39,7 +40,12 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     budget = timeout_of(args)
     started = time.monotonic()
     # a server of our own is local and up; anyone else's is given the command's --timeout
-    nc = await connect(url, name="actors-cli") if server is not None else await connect_within(url, timeout=budget)
+    # (the credentials and TLS of the settings are for someone else's server, not ours)
+    nc = (
+        await connect(url, name="actors-cli", options=ConnectOptions())
+        if server is not None
+        else await connect_within(url, timeout=budget, options=ConnectOptions.from_settings(settings))
+    )
     try:
         if server is not None:
             runtime = await start_roles(nc, settings=settings)

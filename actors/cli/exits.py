@@ -10,9 +10,9 @@ Exit codes:
     schedule (name, cron, time zone), a retry refused
   4  timeout: the execution (run, status --watch) did not end within --timeout;
      result of an execution still running
-  5  NATS unavailable: unreachable, credentials refused, or it stopped answering;
-     also an embedded nats-server that could not start, and streams missing that this
-     NATS user may not create
+  5  NATS unavailable: unreachable, credentials refused, a TLS handshake failed, or
+     it stopped answering; also an embedded nats-server that could not start, and
+     streams missing that this NATS user may not create
   130 interrupted (Ctrl-C)
 A user error is one line on stderr, never a traceback.
 """

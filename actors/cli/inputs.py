@@ -30,6 +30,19 @@ def payload_of(raw: str | None) -> dict[str, Any]:
     return value
 
 
+# the flags of actors/cli/security.py, named as their `Settings` fields
+CONNECTION_FLAGS = (
+    "nats_user",
+    "nats_password_file",
+    "nats_token_file",
+    "nats_creds",
+    "nats_nkey",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+)
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     """The settings of this command: the environment, with the flags it was given over it."""
     return Settings.from_env(os.environ).with_flags(
@@ -38,6 +51,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
         http_port=getattr(args, "http_port", None),
         drain_timeout=getattr(args, "drain_timeout", None),
         payload_key_file=getattr(args, "payload_key_file", None),
+        **{name: getattr(args, name, None) for name in CONNECTION_FLAGS},
     )
 
 

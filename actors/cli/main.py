@@ -29,6 +29,7 @@ from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
 from actors.cli.retrying import add_retry_parser, cmd_retry
 from actors.cli.schedule import add_schedule_parser, cmd_schedule
+from actors.cli.security import add_connection_flags
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.cli.ui import add_ui_parser, cmd_ui
 from actors.dial import CLIENT_TIMEOUT
@@ -53,13 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_parser_with(verbose, epilog=exit_codes))
 
     def with_nats(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--nats", help="NATS server URL (default: $NATS_URL)")
         sp.add_argument(
             "--payload-key-file",
             help="file of payload keys, one a line, the first current (default: $ACTORS_PAYLOAD_KEY_FILE, "
             "$ACTORS_PAYLOAD_KEY): decrypts values, encrypts new ones",
         )
-        return sp
+        return add_connection_flags(sp)  # --nats, credentials, TLS
 
     sp = with_nats(sub.add_parser("run", help="register, start and follow a playbook to its end"))
     sp.add_argument("file", help="playbook YAML file")
@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=4222, help="port of the embedded NATS server (default 4222)")
     sp.add_argument("--store", help="JetStream store dir (default: a temporary one)")
     sp.add_argument("--ui-port", type=int, help="port of the web UI (default $ACTORS_UI_PORT, else 8233); 0: none")
+    sp.add_argument(
+        "--server-config",
+        metavar="FILE",
+        help="nats-server configuration for the embedded server (TLS, users); the actors then connect with the "
+        "credential and TLS flags and variables below",
+    )
+    add_connection_flags(sp, url=False)
 
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
     sp.add_argument(

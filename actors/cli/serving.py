@@ -15,12 +15,24 @@ from actors.settings import Settings
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
-    from actors.runtime import connect, start_roles, tune_gc
+    from pathlib import Path
+
+    from actors.connopts import ConnectOptions
+    from actors.dial import CLIENT_TIMEOUT, connect_within
+    from actors.runtime import start_roles, tune_gc
     from streams.server import NatsServer
 
     settings = settings_of(args).with_flags(ui_port=getattr(args, "ui_port", None))
-    server = await NatsServer.start(port=args.port, store_dir=args.store)
-    nc = await connect(server.url, name="actors-dev")
+    config = Path(args.server_config).read_text() if args.server_config else None  # noqa: ASYNC240 - once, at start
+    # a server of our own asks for nothing unless its configuration says so
+    options = ConnectOptions.from_settings(settings) if config is not None else ConnectOptions()
+    server = await NatsServer.start(port=args.port, store_dir=args.store, config=config)
+    try:
+        # within a bound: a configuration that refuses our own credentials must say so, not hang
+        nc = await connect_within(server.url, timeout=CLIENT_TIMEOUT, name="actors-dev", options=options)
+    except BaseException:
+        await server.stop()
+        raise
     rt = await start_roles(nc, settings=settings)
     tune_gc()
     print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)

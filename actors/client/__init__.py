@@ -43,6 +43,7 @@ from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownE
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, Writer
 from actors.codec import PayloadCodec
+from actors.connopts import ConnectOptions
 from actors.settings import Settings
 from streams.layout import Layout
 
@@ -60,6 +61,7 @@ class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
         layout: Layout | None = None,
         name: str = "actors-client",
         codec: PayloadCodec | None = None,
+        options: ConnectOptions | None = None,
     ) -> Connecting[Client]:
         """A client on a connection of its own to `url` (a cluster: URLs separated by
         commas; credentials in the URL, `nats://user:password@host:4222`), reached
@@ -69,13 +71,15 @@ class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
         `async with Client.connect(url) as client:`, or `client = await
         Client.connect(url)` and `await client.close()`. `codec`: the payload keys
         (default: read from the environment, `ACTORS_PAYLOAD_KEY` etc., as `actors-cli`
-        does; `Settings(payload_key=...).payload_codec`)."""
+        does; `Settings(payload_key=...).payload_codec`). `options`: credentials and
+        TLS (`actors.connopts.ConnectOptions`; default: the environment's, NATS_USER,
+        NATS_CREDS, NATS_TLS_CA etc., as `actors-cli` reads them)."""
         keys = codec if codec is not None else Settings.from_env().payload_codec
 
         def make(nc: NATS, lay: Layout, t: float) -> Client:
             return cls(nc, layout=lay, timeout=t, owns_connection=True, codec=keys)
 
-        return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name))
+        return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name, options=options))
 
 
 __all__ = [

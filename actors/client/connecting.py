@@ -5,8 +5,9 @@ client's timeout, used either way a user expects:
     client = await Client.connect(url); ...; await client.close()
 
 The connection is made as the CLI makes it (`dial.connect_within`: every node of a
-comma-separated cluster URL, credentials in the URL, NatsUnavailable past the timeout
-or at once on refused credentials), and the streams are declared if they are missing
+comma-separated cluster URL, credentials and TLS from `ConnectOptions` (default: the
+environment's) or the URL, NatsUnavailable past the timeout or at once on refused
+credentials or a failed TLS handshake), and the streams are declared if they are missing
 (idempotent, as every command does), so a client may come up before any pod."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from nats.aio.client import Client as NATS
 
+from actors.connopts import ConnectOptions
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
 from actors.natsio import ride_out
 from actors.settings import Settings
@@ -27,7 +29,13 @@ C = TypeVar("C")
 
 
 async def open_client(
-    make: Callable[[NATS, Layout, float], C], url: str, *, timeout: float, layout: Layout | None, name: str
+    make: Callable[[NATS, Layout, float], C],
+    url: str,
+    *,
+    timeout: float,
+    layout: Layout | None,
+    name: str,
+    options: ConnectOptions | None = None,
 ) -> C:
     """Connect to `url` within `timeout`, declare the streams, and build the client on it."""
     if not url:
@@ -36,7 +44,7 @@ async def open_client(
         layout = Settings.from_env().layout  # the deployment's partitions etc., as the CLI reads them
     loop = asyncio.get_running_loop()
     started = loop.time()
-    nc = await connect_within(url, timeout=timeout, name=name)
+    nc = await connect_within(url, timeout=timeout, name=name, options=options)
     try:
         left = max(0.1, timeout - (loop.time() - started))
         try:

@@ -40,7 +40,14 @@ from actors.codec import CLEAR, PayloadCodec, PayloadUnreadable, codec_of
 from actors.engine.fires import fire_start
 from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
-from actors.natsio import dead_letter, num_delivered, publish_all, stream_seq
+from actors.natsio import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    dead_letter,
+    num_delivered,
+    publish_all,
+    stream_seq,
+    subject_taken,
+)
 from actors.settings import limits_from_env
 from actors.wire import ErrorInfo, Limits, RetriedBy, RetryOf, StartMessage, StartRecord, StartReply, encode
 from streams.ids import retried_id, start_record_id
@@ -196,11 +203,8 @@ class Starter:
         # deterministic: the same start message (by its stream position) gets the same id
         eid = start.execution_id or uuid.uuid5(_NAMESPACE, f"{stream_seq(msg)}:{msg.metadata.timestamp}").hex
         async with self._limiter.turn(eid):
-            record = await self._record(eid, start)
-            if record is None:
+            if not await self._write(await self._record(eid, start)):
                 log.info("starter: execution %s already started; duplicate start ignored", eid)
-                return
-            await self._write(record)
 
     async def handle_fire(self, msg: Msg) -> None:
         """A schedule's fire: the start it carries, under the id derived from the
@@ -211,9 +215,7 @@ class Starter:
             await dead_letter(self.js, source="schedule", reason=f"invalid schedule fire: {e}", msg=msg)
             return
         async with self._limiter.turn(eid):
-            record = await self._record(eid, start)
-            if record is not None:
-                await self._write(record)
+            await self._write(await self._record(eid, start))
 
     async def handle_request(self, msg: Msg) -> StartReply:
         """A start sent as a request: started, or refused with the reason (and dead-lettered)."""
@@ -225,11 +227,13 @@ class Starter:
         eid = start.execution_id or uuid.uuid4().hex
         async with self._limiter.turn(eid):
             record = await self._record(eid, start)
-            if record is None:
-                return StartReply(execution_id=eid, started=True, existing=True)
             if record.error is not None:
+                if await self._already_started(self.layout.execution(eid).start):
+                    await self._link_retry(eid, start.retry_of)
+                    return StartReply(execution_id=eid, started=True, existing=True)
                 return await self._refuse(msg, record.error, eid)
-            await self._write(record)
+            if not await self._write(record):
+                return StartReply(execution_id=eid, started=True, existing=True)
         return StartReply(execution_id=eid, started=True)
 
     async def _refuse(self, msg: Msg, error: ErrorInfo, eid: str | None = None) -> StartReply:
@@ -238,12 +242,9 @@ class Starter:
         await dead_letter(self.js, source="start", reason=error.message, msg=msg, execution_id=eid)
         return StartReply(execution_id=eid, started=False, error=error)
 
-    async def _record(self, eid: str, start: StartMessage) -> StartRecord | None:
-        """The start record for the message; None when the execution was started before."""
-        subject = self.layout.execution(eid).start
-        if await self._already_started(subject):
-            await self._link_retry(eid, start.retry_of)  # in case the first handling stopped before linking
-            return None
+    async def _record(self, eid: str, start: StartMessage) -> StartRecord:
+        """The start record for the message (whether the execution was started before
+        is for `_write` to find out)."""
         record = StartRecord(
             execution_id=eid,
             playbook_path=start.playbook,
@@ -262,11 +263,32 @@ class Starter:
         await self._payload_fits(record)
         return record
 
-    async def _write(self, record: StartRecord) -> None:
-        subject = self.layout.execution(record.execution_id).start
-        # re-sent through an election
-        await publish_all(self.js, [(subject, codec_of(self.nc).encode(record), start_record_id(record.execution_id))])
-        await self._link_retry(record.execution_id, record.retry_of)
+    async def _write(self, record: StartRecord) -> bool:
+        """Write the start record unless the execution has one: True when this wrote it.
+
+        One execution per id, in one round trip: the record is stored only while its
+        subject is empty (the server checks, `EXPECTED_LAST_SUBJECT_SEQUENCE`), where a
+        lookup of the subject first (`_already_started`) cost a request more per start.
+        The server makes that check before the duplicate window's: a second copy is
+        refused whatever its message id, even our own re-sent after a lost PubAck (it
+        then counts as found, not written: the record is there all the same). Either
+        way the retry link is written (in case the first handling stopped before it)."""
+        eid = record.execution_id
+        subject = self.layout.execution(eid).start
+        try:
+            # re-sent through an election
+            (ack,) = await publish_all(
+                self.js,
+                [(subject, codec_of(self.nc).encode(record), start_record_id(eid))],
+                headers=[{EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}],
+            )
+            wrote = not ack.duplicate
+        except Exception as e:
+            if not subject_taken(e):
+                raise
+            wrote = False
+        await self._link_retry(eid, record.retry_of)
+        return wrote
 
     async def _link_retry(self, eid: str, retry: RetryOf | None) -> None:
         """A retry's start also goes into the retried execution's log (`RetriedBy`,

@@ -1,9 +1,10 @@
 """Small NATS helpers shared by every actor: publish with a deterministic message id,
 dead-lettering, message metadata. One module per idea:
 
-* `fast`: `send` and `ack`, a publish without nats-py's per-message overhead
+* `fast`: `send`, `ack` and `ack_once`, a publish without nats-py's per-message overhead
 * `publishing`: a connection's `Publisher` (PubAcks, re-sends) and `publish_all`
-* `puback`: a PubAck reply read into a PubAck or the error it stands for
+* `puback`: a PubAck reply read into a PubAck or the error it stands for; a publish
+  stored only on a subject still empty (`EXPECTED_LAST_SUBJECT_SEQUENCE`, `subject_taken`)
 * `transient`: what a passing failure is, and `ride_out` for idempotent requests
 * `deadletter`: parking a message an actor cannot handle
 * `metadata`: a message's stream sequence, deliveries and log time
@@ -15,14 +16,16 @@ dead-lettering, message metadata. One module per idea:
 The names below are what the rest of the tree imports from `actors.natsio`."""
 
 from actors.natsio.deadletter import dead_letter
-from actors.natsio.fast import ack, send
+from actors.natsio.fast import ack, ack_once, send
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
+from actors.natsio.puback import EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
 from actors.natsio.replay import command_sent, has_message
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.natsio.transient import TRANSIENT_REQUEST, ride_out
 
 __all__ = [
+    "EXPECTED_LAST_SUBJECT_SEQUENCE",
     "MSG_ID",
     "SCHEDULE",
     "SCHEDULE_TARGET",
@@ -30,6 +33,7 @@ __all__ = [
     "PublishOutcomeUnknown",
     "Publisher",
     "ack",
+    "ack_once",
     "command_sent",
     "dead_letter",
     "has_message",
@@ -41,4 +45,5 @@ __all__ = [
     "schedule_at",
     "send",
     "stream_seq",
+    "subject_taken",
 ]

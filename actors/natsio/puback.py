@@ -39,3 +39,15 @@ def puback_outcome(msg: Msg) -> PubAck | Exception:
         except APIError as e:
             return e
     return PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)
+
+
+# A publish with this header set to "0" is stored only if its subject holds no message
+# yet; otherwise the stream answers WRONG_LAST_SEQUENCE (and stores nothing).
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErr
+
+
+def subject_taken(error: BaseException) -> bool:
+    """Is `error` the stream's refusal of a publish whose subject already held a message
+    (`EXPECTED_LAST_SUBJECT_SEQUENCE` "0")?"""
+    return isinstance(error, APIError) and error.err_code == WRONG_LAST_SEQUENCE
