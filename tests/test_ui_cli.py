@@ -156,3 +156,14 @@ def test_the_wheel_ships_every_asset_of_the_page() -> None:
     static = ROOT / "actors" / "ui" / "static"
     assets = sorted(p.relative_to(ROOT / "actors").as_posix() for p in static.iterdir())
     assert assets and all(any(fnmatch.fnmatch(a, g) for g in globs) for a in assets), (assets, globs)
+
+
+def test_ui_settings_from_the_environment_and_flags() -> None:
+    from actors.settings import Settings, SettingsInvalid
+
+    s = Settings.from_env({"ACTORS_UI_READ_ONLY": "1", "ACTORS_UI_PORT": "9000", "ACTORS_UI_TOKEN": "t0k"})
+    assert (s.ui_read_only, s.ui_port, s.ui_host, s.ui_token) == (True, 9000, "127.0.0.1", "t0k")
+    assert "t0k" not in repr(s)  # a secret
+    assert Settings.from_env({"ACTORS_UI_READ_ONLY": "no"}).ui_read_only is False
+    with pytest.raises(SettingsInvalid, match="ACTORS_UI_READ_ONLY"):
+        Settings.from_env({"ACTORS_UI_READ_ONLY": "maybe"})
