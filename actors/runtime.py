@@ -7,7 +7,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
@@ -34,6 +34,8 @@ from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")
 ROLES = ("engine", "counter", "tools", "projector")
+# something more a pod runs on its connection (serve --role ui): start it, get what stops it
+Extra = Callable[[NATS], Awaitable[Callable[[], Awaitable[None]]]]
 # seconds a starting pod asks again while its streams elect leaders (a node of the
 # cluster just died, or the cluster itself is starting): several elections
 ENSURE_BUDGET = 120.0
@@ -278,6 +280,7 @@ async def serve(
     stop: asyncio.Event,
     roles: Sequence[str] = ROLES,
     shutdown_timeout: float | None = None,
+    extra: Extra | None = None,
 ) -> bool:
     """Run a pod until `stop` is set, then drain: readiness goes 503, the roles stop
     (tool actors get `settings.drain_timeout` to finish; unacked work is redelivered),
@@ -286,7 +289,10 @@ async def serve(
 
     Returns False when shutting down took longer than `shutdown_timeout` (default: the
     drain timeout and 20 s; the caller then exits non-zero; JetStream redelivers
-    whatever was in hand, so nothing is lost)."""
+    whatever was in hand, so nothing is lost).
+
+    `extra`: something more the pod runs on its connection (the web UI of `serve --role
+    ui`): started after the roles, before the pod is ready; what it returns stops it."""
     if settings.nats_url is None:
         raise ValueError("serve() needs settings with a nats_url")
     state = PodState()
@@ -314,6 +320,7 @@ async def serve(
                 registry=registry,
                 roles=roles,
                 shutdown_timeout=settings.drain_timeout + 20 if shutdown_timeout is None else shutdown_timeout,
+                extra=extra,
             )
         finally:
             await nc.close()
@@ -347,6 +354,7 @@ async def _run_roles(
     registry: Registry,
     roles: Sequence[str],
     shutdown_timeout: float,
+    extra: Extra | None = None,
 ) -> bool:
     # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a
     # half-started actor could not be stopped); `stop.wait()` then returns at once
@@ -356,6 +364,7 @@ async def _run_roles(
     registry.add_collector(collector)
     registry.add_collector(rt)
     clean = False
+    stop_extra = await extra(nc) if extra is not None else None
     try:
         state.ready(nc)
         log.info("serving roles %s", ",".join(roles))
@@ -370,4 +379,6 @@ async def _run_roles(
             log.error("roles did not stop within %.0fs; exiting anyway", shutdown_timeout)
         registry.remove_collector(collector)
         registry.remove_collector(rt)
+        if stop_extra is not None:
+            await stop_extra()
     return clean

@@ -288,6 +288,40 @@ class Settings:
         },
     )
 
+    # --- the web UI (`actors-cli ui`, `dev`, `serve --role ui`) ---
+    ui_host: str = _setting(
+        "127.0.0.1",
+        "ACTORS_UI_HOST",
+        "address the web UI binds (loopback: only this machine; `0.0.0.0` in a pod, behind a Service)",
+        flag="ui --host",
+        minimum=None,
+    )
+    ui_port: int = _setting(
+        8233, "ACTORS_UI_PORT", "port of the web UI; 0 with `dev`: no UI", flag="ui --port, dev --ui-port", minimum=0
+    )
+    ui_token: str | None = _setting(
+        None,
+        "ACTORS_UI_TOKEN",
+        "a secret every action of the web UI (start, cancel, retry) must carry. Unset: actions need none",
+        flag="ui --token",
+        minimum=None,
+        secret=True,
+    )
+    ui_user_header: str | None = _setting(
+        None,
+        "ACTORS_UI_USER_HEADER",
+        "a header an authenticating proxy sets (say `X-Forwarded-User`): an action carrying it needs no token. "
+        "Set it only when the proxy strips the header from what clients send",
+        minimum=None,
+    )
+    ui_read_only: bool = _setting(
+        False,
+        "ACTORS_UI_READ_ONLY",
+        "`1`: the web UI refuses every action (403) and hides its buttons",
+        flag="ui --read-only",
+        minimum=None,
+    )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from `environ` (default: this process's environment). An unset or
@@ -349,6 +383,12 @@ def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     kind = str(f.type)
     if f.name == "pod_name" and not _KEY_SAFE.match(raw):
         raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
+    if kind == "bool":
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise SettingsInvalid(f"{var}={raw!r}: not a boolean (1 or 0)")
     if "str" in kind:
         return raw
     number: int | float

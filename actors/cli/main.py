@@ -31,6 +31,7 @@ from actors.cli.retrying import add_retry_parser, cmd_retry
 from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.security import add_connection_flags
 from actors.cli.serving import cmd_dev, cmd_serve
+from actors.cli.ui import add_ui_parser, cmd_ui
 from actors.dial import CLIENT_TIMEOUT
 
 
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("dev", help="embedded NATS plus every actor, in the foreground")
     sp.add_argument("--port", type=int, default=4222, help="port of the embedded NATS server (default 4222)")
     sp.add_argument("--store", help="JetStream store dir (default: a temporary one)")
+    sp.add_argument("--ui-port", type=int, help="port of the web UI (default $ACTORS_UI_PORT, else 8233); 0: none")
     sp.add_argument(
         "--server-config",
         metavar="FILE",
@@ -92,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
     sp.add_argument(
         "--role",
-        choices=["engine", "counter", "tools", "projector", "all"],
+        choices=["engine", "counter", "tools", "projector", "all", "ui"],
         default="all",
-        help="the actors this pod runs (default all)",
+        help="the actors this pod runs (default all); ui: the web UI alone (--port: $ACTORS_UI_PORT)",
     )
     # defaults None: unset flags leave the environment's settings (actors/settings.py) as they are
     sp.add_argument(
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the playbook JSON Schema")
 
     add_schedule_parser(sub, [with_timeout(with_nats(argparse.ArgumentParser(add_help=False)))])
+    with_timeout(with_nats(add_ui_parser(sub)))
     return p
 
 
@@ -221,6 +224,7 @@ ASYNC = {
     "list": cmd_list,
     "result": cmd_result,
     "playbooks": cmd_playbooks,
+    "ui": cmd_ui,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}
 

@@ -7,9 +7,11 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import Any
 
 from actors.cli.exits import EXIT_FAILED, EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
+from actors.settings import Settings
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
@@ -20,7 +22,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     from actors.runtime import start_roles, tune_gc
     from streams.server import NatsServer
 
-    settings = settings_of(args)
+    settings = settings_of(args).with_flags(ui_port=getattr(args, "ui_port", None))
     config = Path(args.server_config).read_text() if args.server_config else None  # noqa: ASYNC240 - once, at start
     # a server of our own asks for nothing unless its configuration says so
     options = ConnectOptions.from_settings(settings) if config is not None else ConnectOptions()
@@ -35,9 +37,12 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     tune_gc()
     print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)
     print(f"  export NATS_URL={server.url}", flush=True)
+    ui = await _dev_ui(nc, settings)
     try:
         await _until_signal()
     finally:
+        if ui is not None:
+            await ui.cleanup()
         await rt.stop()
         await nc.close()
         await server.stop()
@@ -56,10 +61,41 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("serve needs --nats URL or NATS_URL")
     if settings.http_port < 0 or settings.drain_timeout < 0:
         raise UsageError("--http-port and --drain-timeout must not be negative")
-    roles = ROLES if args.role == "all" else (args.role,)
+    roles = ROLES if args.role == "all" else () if args.role == "ui" else (args.role,)
     log_lifecycle_as_json(sys.stderr)
-    clean = await serve(settings, stop=stop, roles=roles)
+    extra = _ui_pod(settings) if args.role == "ui" else None
+    clean = await serve(settings, stop=stop, roles=roles, extra=extra)
     return EXIT_OK if clean else EXIT_FAILED
+
+
+async def _dev_ui(nc: Any, settings: Settings) -> Any:
+    """`dev`'s web UI, unless --ui-port 0; a port in use is said and skipped (NATS and
+    the actors are what `dev` is for)."""
+    from actors.cli.ui import start_ui
+    from actors.client import Client
+
+    if not settings.ui_port:
+        return None
+    try:
+        runner, url = await start_ui(Client(nc, layout=settings.layout, codec=settings.payload_codec), settings)
+    except UsageError as e:
+        print(f"actors-cli dev: {e}; running without it", file=sys.stderr, flush=True)
+        return None
+    print(f"Web UI at {url}", flush=True)
+    return runner
+
+
+def _ui_pod(settings: Settings) -> Any:
+    """What `serve --role ui` runs beside its health server: the web UI."""
+    from actors.cli.ui import start_ui
+    from actors.client import Client
+
+    async def start(nc: Any) -> Any:
+        runner, url = await start_ui(Client(nc, layout=settings.layout, codec=settings.payload_codec), settings)
+        print(f"Web UI at {url}", file=sys.stderr, flush=True)
+        return runner.cleanup
+
+    return start
 
 
 def _stop_on_signal() -> asyncio.Event:

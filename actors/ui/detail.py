@@ -1,0 +1,174 @@
+"""What the execution page shows of one execution, built from its status, its log and
+its start record: the graph and the timeline (actors/ui/graph.py, timeline.py), the
+result, the root cause and the failure envelope, and its relations (parent and
+children, the execution it retries and those retrying it).
+
+Never reads stream LOOP: a loop of 100,000 iterations is, in the execution's own log,
+the same few events as a loop of 10 (its live counters come from the counter's progress
+messages, which the page's stream passes in as `loops`). A playbook is parsed once per
+version, and a failure envelope (a fold of the whole log) is rebuilt once per finished
+execution (`DetailCache`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from actors.client import Client, LogItem
+from actors.events import TERMINAL_EVENTS, TERMINAL_STATES
+from actors.playbook.loader import load_playbook
+from actors.playbook.model import Playbook
+from actors.ui.graph import execution_graph
+from actors.ui.listing import row_of
+from actors.ui.timeline import step_timeline
+from actors.wire import ExecutionStatus, LoopProgress, StartRecord
+
+RESULT_PREVIEW = 16 * 1024  # bytes of a result sent to the page; a larger one is cut (the CLI has it whole)
+KEPT = 256  # parsed playbooks, and finished executions' envelopes, kept in memory
+
+
+class NotFound(Exception):
+    """No status and no start record: the execution does not exist (yet)."""
+
+
+class DetailCache:
+    """Parsed playbooks by (path, version), and finished executions' failure envelopes."""
+
+    def __init__(self) -> None:
+        self.playbooks: OrderedDict[tuple[str, int | None, int], Playbook | None] = OrderedDict()
+        self.envelopes: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
+
+    def playbook(self, record: StartRecord) -> Playbook | None:
+        source = record.playbook_source or ""
+        key = (record.playbook_path, record.playbook_version, hash(source))
+        if key not in self.playbooks:
+            try:
+                self.playbooks[key] = load_playbook(source, file=record.playbook_path) if source else None
+            except Exception:  # a start record whose playbook never loaded: the page shows no graph
+                self.playbooks[key] = None
+            _bound(self.playbooks)
+        return self.playbooks[key]
+
+    def keep_envelope(self, execution_id: str, envelope: dict[str, Any] | None) -> None:
+        self.envelopes[execution_id] = envelope
+        _bound(self.envelopes)
+
+
+def _bound(cache: OrderedDict[Any, Any]) -> None:
+    while len(cache) > KEPT:
+        cache.popitem(last=False)
+
+
+async def execution_detail(
+    client: Client,
+    execution_id: str,
+    cache: DetailCache,
+    *,
+    loops: Mapping[str, LoopProgress] | None = None,
+    rates: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The execution page's data (the contract's `GET /api/executions/{id}`)."""
+    status = await client.status(execution_id)
+    record = await client._start_record(execution_id)
+    if status is None and record is None:
+        raise NotFound(f"no execution {execution_id!r}")
+    items = await client.events(execution_id)
+    playbook = cache.playbook(record) if record is not None else None
+    graph = execution_graph(playbook, items, loops or {}) if playbook is not None else None
+    if graph is not None and rates:
+        for node in graph["nodes"]:
+            if node.get("loop") and node["loop"].get("rate") is None and node["id"] in rates:
+                node["loop"]["rate"] = rates[node["id"]]
+    detail = {
+        "status": row_of(status) if status is not None else _pending_row(execution_id, record),
+        "playbook": None
+        if record is None
+        else {"name": record.playbook_path, "version": record.playbook_version or _version(status)},
+        "graph": graph,
+        "timeline": step_timeline(items),
+        **_outcome(execution_id, status, items),
+        **_relations(record, items),
+    }
+    detail["error"] = await _error(client, execution_id, status, items, cache)
+    return detail
+
+
+def _version(status: ExecutionStatus | None) -> int | None:
+    return None if status is None else status.version
+
+
+def _pending_row(execution_id: str, record: StartRecord | None) -> dict[str, Any]:
+    return {
+        "id": execution_id,
+        "playbook": None if record is None else record.playbook_path,
+        "version": None if record is None else record.playbook_version,
+        "state": "PENDING",
+        "started_at": None,
+        "ended_at": None,
+        "error": None,
+    }
+
+
+def _outcome(execution_id: str, status: ExecutionStatus | None, items: list[LogItem]) -> dict[str, Any]:
+    """The result of a COMPLETED execution, cut to RESULT_PREVIEW bytes of JSON. A result
+    too large for its event (stored as a blob) is not read at all: the page says how to
+    get it, and a 100,000-element result costs the page nothing."""
+    none: dict[str, Any] = {"result": None, "result_truncated": False}
+    if status is None or str(status.state) != "COMPLETED":
+        return none
+    terminal = next((i for i in reversed(items) if i.cls == "lc" and i.type in TERMINAL_EVENTS), None)
+    if terminal is None:
+        return none
+    if terminal.data.get("result_ref"):
+        told = f"too large for the page: `actors-cli result {execution_id}` prints it"
+        return {"result": told, "result_truncated": True}
+    value = terminal.data.get("result")
+    text = msgspec.json.encode(value)
+    if len(text) <= RESULT_PREVIEW:
+        return {"result": value, "result_truncated": False}
+    return {"result": text[:RESULT_PREVIEW].decode("utf-8", "replace"), "result_truncated": True}
+
+
+def _relations(record: StartRecord | None, items: list[LogItem]) -> dict[str, Any]:
+    """Parent and children, the execution this one retries and those that retry it."""
+    children = [str(i.data["child_execution_id"]) for i in items if i.data.get("child_execution_id")]
+    retried_by = [str(i.data["retry_execution_id"]) for i in items if i.type == "execution.retried"]
+    retry_of = next((str(i.data.get("execution_id")) for i in items if i.type == "execution.retry_of"), None)
+    if retry_of is None and record is not None and record.retry_of is not None:
+        retry_of = record.retry_of.execution_id
+    return {
+        "parent": None if record is None or record.parent is None else record.parent.execution_id,
+        "children": list(dict.fromkeys(children)),
+        "retry_of": retry_of,
+        "retried_by": list(dict.fromkeys(retried_by)),
+    }
+
+
+async def _error(
+    client: Client, execution_id: str, status: ExecutionStatus | None, items: list[LogItem], cache: DetailCache
+) -> dict[str, Any] | None:
+    """The root cause (the status's error) and, when a remediation step ran, the
+    failure envelope it was handed (rebuilt by the engine's own fold of the log)."""
+    remediated = any(i.type == "step.enter" and i.data.get("remediates") for i in items)
+    root = status.error if status is not None else None
+    if root is None and not remediated:
+        return None
+    envelope = cache.envelopes.get(execution_id)
+    if remediated and execution_id not in cache.envelopes:
+        state, _ = await client._fold_log(execution_id)
+        failures = [a.failure for a in state.activations.values() if a.failure]
+        if failures:
+            last = failures[-1]
+            envelope = {
+                "step": last.get("step"),
+                "error": last.get("error"),
+                "text": last.get("envelope"),
+                "truncation": last.get("truncation"),
+            }
+        if status is not None and status.state in TERMINAL_STATES:
+            cache.keep_envelope(execution_id, envelope)
+    return {"root_cause": root, "envelope": envelope}

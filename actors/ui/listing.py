@@ -1,0 +1,113 @@
+"""The executions page's rows: one page of executions, newest first, filtered, and the
+cursor of the next page.
+
+Read like `Client.list` (actors/client/listing.py): stream INDEX backwards (ENDED for a
+terminal state), a window at a time, statuses read only for the entries a page shows.
+A page ends at a stream sequence; `before` (that sequence) starts the next one there,
+so "more" never reads what the page before it read, and a page costs the same at 100
+or 10,000 executions in the bucket. `q` keeps ids that contain it (case-insensitive).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from actors.client import Client
+from actors.events import TERMINAL_STATES
+from actors.natsio.batchget import from_sequence
+from actors.wire import ExecutionStatus, index_decoder, status_decoder
+from streams.layout import ENDED_STREAM, INDEX_STREAM
+from streams.subjects import index_ends
+
+FIRST_WINDOW = 64  # index entries read in the first request (at least twice the limit), doubled while too few match
+MAX_LIMIT = 500  # rows one page may ask for
+ERROR_SUMMARY = 300  # characters of an error's message a row carries
+
+
+def row_of(st: ExecutionStatus) -> dict[str, Any]:
+    """An execution as the list shows it: the status bucket's view, its error cut short."""
+    return {
+        "id": st.execution_id,
+        "playbook": st.playbook,
+        "version": st.version,
+        "state": str(st.state),
+        "started_at": st.started_at,
+        "ended_at": st.ended_at,
+        "error": error_summary(st.error),
+    }
+
+
+def error_summary(error: dict[str, Any] | None) -> str | None:
+    """`Type: message (step 'x')` in one line, at most ERROR_SUMMARY characters of message."""
+    if not error:
+        return None
+    message = str(error.get("message") or "").replace("\n", " ")
+    if len(message) > ERROR_SUMMARY:
+        message = message[:ERROR_SUMMARY] + "…"
+    step = error.get("step")
+    return f"{error.get('type') or 'Error'}: {message}" + (f" (step {step!r})" if step else "")
+
+
+def matches(row: dict[str, Any], *, state: str | None, playbook: str | None, q: str | None) -> bool:
+    """Whether a row passes the page's filters (the live feed uses it too)."""
+    if state and row["state"] != state:
+        return False
+    if playbook and (row["playbook"] or "").strip("/") != playbook.strip("/"):
+        return False
+    return not q or q.lower() in row["id"].lower()
+
+
+async def page(
+    client: Client,
+    *,
+    state: str | None = None,
+    playbook: str | None = None,
+    q: str | None = None,
+    limit: int = 50,
+    before: int | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """Up to `limit` rows, newest first, stored before sequence `before` (None: the
+    newest); and the cursor of the next page (None: no more)."""
+    final = state in TERMINAL_STATES
+    stream = ENDED_STREAM if final else INDEX_STREAM
+    try:
+        info = await client.nc.jsm().stream_info(stream)
+    except NotFoundError:
+        return [], None
+    first = info.state.first_seq
+    hi = info.state.last_seq if before is None else min(before - 1, info.state.last_seq)
+    rows: list[dict[str, Any]] = []
+    window = max(FIRST_WINDOW, 2 * limit)
+    while info.state.messages and hi >= first:
+        lo = max(first, hi - window + 1)
+        next_hi = lo - 1
+        subject = index_ends(state) if final and state else None
+        got = list(reversed(await from_sequence(client.nc, stream, lo, hi - lo + 1, subject=subject, up_to=hi)))
+        if final:
+            shown = client.codec.open_for_display  # error messages may be encrypted (payload keys)
+            candidates = [(seq, row_of(shown(status_decoder.decode(data)))) for seq, data in got]
+        else:
+            entries = [(seq, index_decoder.decode(data)) for seq, data in got]
+            wanted = [
+                (seq, e)
+                for seq, e in entries
+                if matches(
+                    {"id": e.execution_id, "playbook": e.playbook, "state": ""}, state=None, playbook=playbook, q=q
+                )
+            ]
+            if state is None and len(wanted) > limit - len(rows):
+                # every one qualifies: read no more statuses than shown, and go on after the last read
+                wanted = wanted[: limit - len(rows)]
+                next_hi = wanted[-1][0] - 1
+            read = await client._statuses([e.execution_id for _, e in wanted])
+            statuses = {st.execution_id: client.codec.open_for_display(st) for st in read}
+            candidates = [(seq, row_of(statuses[e.execution_id])) for seq, e in wanted if e.execution_id in statuses]
+        for seq, row in candidates:
+            if matches(row, state=state, playbook=playbook, q=q):
+                rows.append(row)
+                if len(rows) == limit:
+                    return rows, (seq if seq > first else None)
+        hi, window = next_hi, window * 2
+    return rows, None

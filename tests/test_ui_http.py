@@ -1,0 +1,290 @@
+"""The web UI's HTTP API (actors/ui/server.py) against a real nats-server and every
+actor: each endpoint, the live feeds, and the guards on actions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+
+from actors.ui.server import make_app
+from tests.conftest import System, of_type
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+HEAD = "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: %s, path: %s}\n"
+QUICK = HEAD % ("quick", "ui/quick") + "workflow:\n  - step: one\n    tool: noop\n"
+PRINTS = (
+    HEAD % ("prints", "ui/prints")
+    + """workflow:
+  - step: talk
+    tool: {kind: python, code: "def main(who):\\n    print('hello', who)\\n    return who"}
+    args: {who: "{{ workload.who }}"}
+"""
+)
+SLOW = HEAD % ("slow", "ui/slow") + "workflow:\n  - step: nap\n    tool: {kind: sleep, seconds: 60}\n"
+BREAKS = (
+    HEAD % ("breaks", "ui/breaks")
+    + """workflow:
+  - step: first
+    tool: noop
+    next: boom
+  - step: boom
+    tool: {kind: python, code: "def main(msg):\\n    raise ValueError(msg)"}
+    args: {msg: "{{ workload.msg }}"}
+"""
+)
+LOOP = (
+    HEAD % ("loop", "ui/loop")
+    + """workflow:
+  - step: each
+    tool: noop
+    args: {x: "{{ n }}"}
+    loop: {collection: "{{ range(workload.n) | list }}", element: n}
+"""
+)
+CHILD = (
+    HEAD % ("child", "ui/child")
+    + """workflow:
+  - step: work
+    tool: {kind: python, code: "def main():\\n    raise ValueError('child broke')"}
+"""
+)
+PARENT = (
+    HEAD % ("parent", "ui/parent")
+    + """workflow:
+  - step: call_child
+    tool: {kind: playbook, path: ui/child}
+    on_failure: fallback
+  - step: fallback
+    args: {reason: "{{ failure.error.message }}"}
+"""
+)
+
+
+@pytest_asyncio.fixture
+async def ui(system: System) -> AsyncIterator[TestClient[Any, Any]]:
+    async with TestClient(TestServer(make_app(system.client, read_only=False, token=None))) as client:
+        yield client
+
+
+async def register(system: System, text: str) -> str:
+    path = system.tmp / f"pb{abs(hash(text))}.yaml"
+    path.write_text(text)
+    return (await system.client.register(path)).path
+
+
+async def ok(resp: ClientResponse) -> Any:
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
+
+
+async def post(ui: TestClient[Any, Any], path: str, body: Any = None, **headers: str) -> ClientResponse:
+    return await ui.post(path, json=body or {}, headers=headers)
+
+
+class Events:
+    """Server-sent events read off a streaming response."""
+
+    def __init__(self, resp: ClientResponse) -> None:
+        self.resp = resp
+
+    async def next(self, event: str) -> Any:
+        kind = None
+        while True:
+            line = (await self.resp.content.readline()).decode()
+            assert line, "the stream ended"
+            if line.startswith("event: "):
+                kind = line[7:].strip()
+            elif line.startswith("data: ") and kind == event:
+                return json.loads(line[6:])
+
+    async def until(self, event: str, predicate: Any, timeout: float = 20) -> Any:
+        async with asyncio.timeout(timeout):
+            while True:
+                data = await self.next(event)
+                if predicate(data):
+                    return data
+
+
+async def test_list_is_newest_first_filtered_and_paged(system: System, ui: TestClient[Any, Any]) -> None:
+    quick, breaks = await register(system, QUICK), await register(system, BREAKS)
+    ids = []
+    for i in range(5):
+        ids.append(await system.client.start(quick, execution_id=f"q-{i}"))
+        await system.client.wait(ids[-1], timeout=20)
+    failed = await system.client.start(breaks, payload={"msg": "no"}, execution_id="b-0")
+    await system.client.wait(failed, timeout=20)
+
+    rows = (await ok(await ui.get("/api/executions")))["executions"]
+    assert [r["id"] for r in rows] == ["b-0", "q-4", "q-3", "q-2", "q-1", "q-0"]
+    assert rows[0]["state"] == "FAILED" and rows[0]["error"].startswith("ValueError: no")
+    assert rows[1] | {"started_at": None, "ended_at": None} == {
+        "id": "q-4",
+        "playbook": "ui/quick",
+        "version": 1,
+        "state": "COMPLETED",
+        "started_at": None,
+        "ended_at": None,
+        "error": None,
+    }
+
+    # pages follow each other: no row twice, none missed, and the last says there is no more
+    seen, cursor = [], None
+    while True:
+        page = await ok(await ui.get("/api/executions", params={"limit": 2, **({"before": cursor} if cursor else {})}))
+        seen += [r["id"] for r in page["executions"]]
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert seen == [r["id"] for r in rows]
+
+    by = {
+        "state=FAILED": ["b-0"],
+        "state=COMPLETED&limit=2": ["q-4", "q-3"],
+        "playbook=ui/quick&q=Q-1": ["q-1"],
+        "q=b-": ["b-0"],
+        "state=RUNNING": [],
+    }
+    for query, expected in by.items():
+        got = await ok(await ui.get(f"/api/executions?{query}"))
+        assert [r["id"] for r in got["executions"]] == expected, query
+    assert (await ui.get("/api/executions?state=NOPE")).status == 400
+    assert (await ui.get("/api/executions?limit=x")).status == 400
+
+
+async def test_list_stream_shows_a_start_a_change_and_the_end(system: System, ui: TestClient[Any, Any]) -> None:
+    slow = await register(system, SLOW)
+    await register(system, QUICK)
+    resp = await ui.get("/api/executions/stream", params={"playbook": "ui/slow"})
+    assert resp.headers["Content-Type"] == "text/event-stream"
+    feed = Events(resp)
+    await system.client.start("ui/quick", execution_id="other")  # filtered out: another playbook
+    eid = await system.client.start(slow, execution_id="nap-1")
+    running = await feed.until("status", lambda r: r["state"] == "RUNNING")
+    assert running["id"] == eid and running["playbook"] == "ui/slow"
+    await system.client.cancel(eid)
+    ended = await feed.until("status", lambda r: r["state"] == "CANCELLED")
+    assert ended["id"] == eid and ended["ended_at"] is not None
+    resp.close()
+
+
+async def test_execution_detail_graph_timeline_result_events_and_logs(system: System, ui: TestClient[Any, Any]) -> None:
+    prints = await register(system, PRINTS)
+    eid = await system.client.start(prints, payload={"who": "<script>alert(1)</script>"})
+    await system.client.wait(eid, timeout=20)
+    d = await ok(await ui.get(f"/api/executions/{eid}"))
+    assert d["status"]["state"] == "COMPLETED" and d["playbook"] == {"name": "ui/prints", "version": 1}
+    assert {n["id"]: n["state"] for n in d["graph"]["nodes"]}["talk"] == "completed"
+    assert d["timeline"]["rows"][0]["step"] == "talk"
+    assert d["result"] == {"talk": "<script>alert(1)</script>"}
+    assert (d["parent"], d["children"], d["retry_of"], d["retried_by"], d["error"]) == (None, [], None, [], None)
+
+    events = (await ok(await ui.get(f"/api/executions/{eid}/events")))["events"]
+    assert events[0]["type"] == "execution.start" and events[-1]["type"] == "playbook.completed"
+    logs = (await ok(await ui.get(f"/api/executions/{eid}/logs", params={"step": "talk"})))["logs"]
+    assert logs == [{"step": "talk", "iteration": None, "attempt": 1, "text": "hello <script>alert(1)</script>\n"}]
+    assert (await ok(await ui.get(f"/api/executions/{eid}/logs?step=nope")))["logs"] == []
+
+    assert (await ui.get("/api/executions/never-started")).status == 404
+    assert (await ui.get("/api/executions/a.b")).status == 400
+
+
+async def test_failure_root_cause_envelope_children_and_retry_both_ways(
+    system: System, ui: TestClient[Any, Any]
+) -> None:
+    await register(system, CHILD)
+    parent = await register(system, PARENT)
+    eid = await system.client.start(parent)
+    await system.client.wait(eid, timeout=20)
+    d = await ok(await ui.get(f"/api/executions/{eid}"))
+    [child] = d["children"]
+    assert d["error"]["envelope"]["step"] == "call_child"
+    assert "child broke" in d["error"]["envelope"]["text"]
+    c = await ok(await ui.get(f"/api/executions/{child}"))
+    assert c["parent"] == eid and c["status"]["state"] == "FAILED"
+    assert c["error"]["root_cause"]["type"] == "ValueError" and c["error"]["root_cause"]["step"] == "work"
+
+    breaks = await register(system, BREAKS)
+    failed = await system.client.start(breaks, payload={"msg": "first try"})
+    await system.client.wait(failed, timeout=20)
+    got = await ok(await post(ui, f"/api/executions/{failed}/retry", {"from": None, "payload": {"msg": "again"}}))
+    retried = got["id"]
+    await system.client.wait(retried, timeout=20)
+    r = await ok(await ui.get(f"/api/executions/{retried}"))
+    assert r["retry_of"] == failed and r["error"]["root_cause"]["message"] == "again"
+    assert (await ok(await ui.get(f"/api/executions/{failed}")))["retried_by"] == [retried]
+    refused = await post(ui, f"/api/executions/{failed}/retry", {"from": "nope"})
+    assert refused.status == 400 and "nope" in (await refused.json())["error"]
+    assert (await post(ui, "/api/executions/never-started/retry")).status == 404
+
+
+async def test_execution_stream_follows_a_loop_to_its_end(system: System, ui: TestClient[Any, Any]) -> None:
+    loop = await register(system, LOOP)
+    eid = "loop-1"
+    resp = await ui.get(f"/api/executions/{eid}/stream")
+    feed = Events(resp)
+    await system.client.start(loop, payload={"n": 300}, execution_id=eid)
+    done = await feed.until("update", lambda d: d["status"]["state"] == "COMPLETED")
+    [node] = [n for n in done["graph"]["nodes"] if n["id"] == "each"]
+    assert node["state"] == "completed" and node["loop"]["done"] == node["loop"]["total"] == 300
+    resp.close()
+
+
+async def test_start_and_cancel_from_the_api(system: System, ui: TestClient[Any, Any]) -> None:
+    await register(system, SLOW)
+    catalog = await ok(await ui.get("/api/playbooks"))
+    assert [(p["name"], [v["version"] for v in p["versions"]]) for p in catalog["playbooks"]] == [("ui/slow", [1])]
+    pb = await ok(await ui.get("/api/playbooks/ui/slow"))
+    assert pb["name"] == "ui/slow" and pb["version"] == 1 and "kind: sleep" in pb["yaml"]
+    assert (await ui.get("/api/playbooks/ui/slow?version=7")).status == 404
+    assert (await ui.get("/api/playbooks/nope")).status == 404
+
+    eid = (await ok(await post(ui, "/api/playbooks/ui/slow/start", {"payload": {"a": 1}, "version": 1})))["id"]
+    # cancelled at once: the UI waits for the start record a moment, as `actors-cli cancel` does
+    assert (await ok(await post(ui, f"/api/executions/{eid}/cancel", {"reason": "enough"})))["id"] == eid
+    status = await system.client.wait(eid, timeout=20)
+    assert status.state == "CANCELLED"
+    items = await system.events(eid)
+    assert of_type(items, "execution.cancelled")[0].data["reason"] == "enough"
+
+    assert (await post(ui, "/api/playbooks/nope/start")).status == 404
+    assert (await post(ui, "/api/playbooks/ui/slow/start", {"payload": [1]})).status == 400
+    assert (await post(ui, "/api/executions/never-started/cancel")).status == 404
+
+
+async def test_actions_are_guarded(system: System) -> None:
+    await register(system, QUICK)
+
+    async def answer(app: Any, headers: dict[str, str], *, body: str = "{}") -> int:
+        async with TestClient(TestServer(app)) as c:
+            resp = await c.post("/api/playbooks/ui/quick/start", data=body, headers=headers)
+            return resp.status
+
+    json_ct = {"Content-Type": "application/json"}
+    read_only = make_app(system.client, read_only=True, token=None)
+    assert await answer(read_only, json_ct) == 403
+    async with TestClient(TestServer(make_app(system.client, read_only=True, token="s3cret"))) as c:
+        assert await (await c.get("/api/config")).json() == {"read_only": True, "token_required": True}
+
+    tokened = make_app(system.client, read_only=False, token="s3cret")
+    assert await answer(tokened, json_ct) == 401
+    assert await answer(tokened, {**json_ct, "X-Actors-Token": "wrong"}) == 401
+    assert await answer(tokened, {**json_ct, "X-Actors-Token": "s3cret"}) == 200
+    assert await answer(tokened, {**json_ct, "Authorization": "Bearer s3cret"}) == 200
+
+    proxied = make_app(system.client, read_only=False, token=None, user_header="X-Forwarded-User")
+    assert await answer(proxied, json_ct) == 401
+    assert await answer(proxied, {**json_ct, "X-Forwarded-User": "ada"}) == 200
+
+    open_app = make_app(system.client, read_only=False, token=None)
+    # a form post from another site: not JSON, so refused before anything starts
+    assert await answer(open_app, {"Content-Type": "text/plain"}) == 400
+    assert await answer(open_app, {**json_ct, "Origin": "http://evil.example"}) == 403
+    assert await answer(open_app, json_ct, body="not json") == 400
