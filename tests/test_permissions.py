@@ -502,8 +502,8 @@ def test_the_deploy_files_are_rendered_from_the_description() -> None:
 
 
 def test_each_deployment_connects_as_its_own_user() -> None:
-    """Every role's pods take NATS_URL, with that role's credentials, from a Secret of
-    their own (it wins over the ConfigMap's envFrom), and KEDA looks in the account."""
+    """Every role's pods connect as the role's own user (the UI as the operator's), its
+    password a file mounted from a Secret of their own, and KEDA looks in the account."""
     k8s = permissions.ROOT / "deploy" / "k8s"
     roles = set()
     for path in sorted(k8s.glob("*.yaml")):
@@ -512,10 +512,17 @@ def test_each_deployment_connects_as_its_own_user() -> None:
                 continue
             (container,) = doc["spec"]["template"]["spec"]["containers"]
             role = container["args"][container["args"].index("--role") + 1]
-            assert role in permissions.USERS
-            (url,) = [e for e in container["env"] if e["name"] == "NATS_URL"]
-            assert url["valueFrom"]["secretKeyRef"] == {"name": f"actors-nats-{role}", "key": "url"}
+            user = "cli" if role == "ui" else role
+            assert user in permissions.USERS
+            env = {e["name"]: e for e in container["env"]}
+            assert "NATS_URL" not in env  # the ConfigMap's, with no credentials in it
+            assert env["NATS_USER"]["value"] == user
+            password = env["NATS_PASSWORD_FILE"]["value"]
+            (mount,) = [m for m in container["volumeMounts"] if password.startswith(m["mountPath"] + "/")]
+            (volume,) = [v for v in doc["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+            assert volume["secret"]["secretName"] == f"actors-nats-{role}"
+            assert {i["path"] for i in volume["secret"]["items"]} == {password.rsplit("/", 1)[1]}
             roles.add(role)
-    assert roles == set(ROLES)
+    assert roles == {*ROLES, "ui"}
     scaled = yaml.safe_load((k8s / "tools-scaledobject.yaml").read_text())
     assert {t["metadata"]["account"] for t in scaled["spec"]["triggers"]} == {permissions.ACCOUNT}
