@@ -26,6 +26,7 @@ from typing import Any
 
 from actors.wire import Limits
 from streams.layout import Layout
+from streams.server import SYNC_DEFAULT, SYNC_MODES
 
 _LIMITS, _LAYOUT = Limits(), Layout()  # their defaults are these settings' defaults
 # a pod's name is a key in the `owners` bucket: no `.`, `*`, `>` or spaces
@@ -61,6 +62,13 @@ class Settings:
         "NATS server(s), comma-separated; credentials in the URL. Unset: `run` starts its own "
         "server, other commands refuse to start",
         flag="--nats",
+        minimum=None,
+    )
+    nats_sync: str = _setting(
+        SYNC_DEFAULT,
+        "ACTORS_NATS_SYNC",
+        "when the nats-server that `dev` and `run` start fsyncs JetStream writes: `default`, every 2 minutes; "
+        "`always`, before each PubAck (see Durability)",
         minimum=None,
     )
     partitions: int = _setting(
@@ -222,6 +230,8 @@ def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     kind = str(f.type)
     if f.name == "pod_name" and not _KEY_SAFE.match(raw):
         raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
+    if f.name == "nats_sync" and raw not in SYNC_MODES:
+        raise SettingsInvalid(f"{var}={raw!r}: must be one of {', '.join(SYNC_MODES)}")
     if "str" in kind:
         return raw
     number: int | float

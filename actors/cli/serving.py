@@ -17,7 +17,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     from streams.server import NatsServer
 
     settings = settings_of(args)
-    server = await NatsServer.start(port=args.port, store_dir=args.store)
+    server = await NatsServer.start(port=args.port, store_dir=args.store, sync=settings.nats_sync)
     nc = await connect(server.url, name="actors-dev")
     rt = await start_roles(nc, settings=settings)
     tune_gc()
