@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -157,3 +157,34 @@ async def test_a_crash_fails_only_the_call_that_crashed(pool: PythonPool, tmp_pa
     assert isinstance(crashed, ToolFailure) and crashed.type == "WorkerCrashed"
     assert [o for i, o in enumerate(outcomes) if i != 2] == [f"c{i}" for i in range(QUEUE_DEPTH) if i != 2]
     assert sorted(_ran(path)) == sorted(f"c{i}" for i in range(QUEUE_DEPTH) if i != 2)
+
+
+@pytest.mark.asyncio
+async def test_a_call_of_other_code_is_not_starved_by_a_stream_of_quick_ones(pool: PythonPool, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    await _learn(pool, path)
+    done: list[str] = []
+    stop = asyncio.Event()
+
+    async def stream(n: int) -> None:
+        i = 0
+        while not stop.is_set() and i < 2000:
+            i += 1
+            done.append(await pool.run(CODE, {"tag": f"s{n}.{i}", "path": str(path)}))
+
+    streams = [asyncio.create_task(stream(n)) for n in range(2 * QUEUE_DEPTH)]
+    await wait_for(_at_least(done, 50))
+    before = len(done)
+    assert await pool.run("def main():\n    return 'other'\n", {}) == "other"
+    after = len(done)
+    stop.set()
+    await asyncio.gather(*streams)
+    # it waited for the calls already in line, not for the stream to end
+    assert after - before <= 4 * QUEUE_DEPTH, (before, after)
+
+
+def _at_least(items: list[str], n: int) -> Callable[[], Awaitable[bool]]:
+    async def enough() -> bool:
+        return len(items) >= n
+
+    return enough

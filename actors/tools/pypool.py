@@ -364,10 +364,14 @@ class PythonPool:
             return
         for entry in self._waiters:
             f, quick = entry
-            if quick and not f.done() and f.get_loop() is worker.loop:
+            if f.done():
+                continue
+            if not quick:
+                return  # first in line and not quick: the worker drains for it (no starving it)
+            if f.get_loop() is worker.loop:
                 self._waiters.remove(entry)
                 self._hand(worker, f, quick)
-                return
+            return
 
     def _hand(self, worker: WorkerProcess, f: asyncio.Future[WorkerProcess], quick: bool) -> None:
         worker.held += 1
@@ -420,7 +424,7 @@ class PythonPool:
                     continue
                 worker = cand
                 break
-            if worker is None and quick:
+            if worker is None and quick and not self._waiters:  # nobody in line before it
                 worker = self._queue_on(loop)
             if worker is None:
                 if len(self._workers) >= self.size and self._reclaim_stuck():
