@@ -355,23 +355,24 @@ class PythonPool:
             f, quick = self._waiters.popleft()
             if not f.done() and not f.get_loop().is_closed():
                 self._hand(worker, f, quick)
+                if quick:
+                    self._offer(worker)  # and the quick calls behind it, as many as fit
                 return
         self._idle.append(worker)
 
     def _offer(self, worker: WorkerProcess) -> None:
-        """`worker` is busy with quick calls only and has room: to the first quick call waiting."""
-        if self._closed or worker.dead or not self._queueable(worker):
-            return
-        for entry in self._waiters:
-            f, quick = entry
+        """`worker` is busy with quick calls only: to the quick calls first in line, as
+        many as it has room for."""
+        waiters = self._waiters
+        while waiters and not self._closed and self._queueable(worker):
+            f, quick = waiters[0]
             if f.done():
+                waiters.popleft()
                 continue
-            if not quick:
+            if not quick or f.get_loop() is not worker.loop:
                 return  # first in line and not quick: the worker drains for it (no starving it)
-            if f.get_loop() is worker.loop:
-                self._waiters.remove(entry)
-                self._hand(worker, f, quick)
-            return
+            waiters.popleft()
+            self._hand(worker, f, quick)
 
     def _hand(self, worker: WorkerProcess, f: asyncio.Future[WorkerProcess], quick: bool) -> None:
         worker.held += 1
@@ -383,7 +384,7 @@ class PythonPool:
     @staticmethod
     def _queueable(worker: WorkerProcess) -> bool:
         """A quick call may be sent to `worker` behind the calls it has."""
-        return worker.ready and not worker.dead and worker.slow == 0 and len(worker.calls) < QUEUE_DEPTH
+        return worker.ready and not worker.dead and worker.slow == 0 and worker.held < QUEUE_DEPTH
 
     def _queue_on(self, loop: asyncio.AbstractEventLoop) -> WorkerProcess | None:
         """The busy worker a quick call may be queued on: only quick calls there, room
@@ -391,7 +392,7 @@ class PythonPool:
         best: WorkerProcess | None = None
         for worker in self._workers:
             if worker.held and worker.loop is loop and self._queueable(worker):
-                if best is None or len(worker.calls) < len(best.calls):
+                if best is None or worker.held < best.held:
                     best = worker
         return best
 
