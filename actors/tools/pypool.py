@@ -7,6 +7,9 @@ up to `QUEUE_DEPTH` at once: the worker finds its next request waiting as it sen
 reply, instead of sleeping until the parent's event loop comes round, and the requests
 of one loop turn go out in one write. Measured with a 10,000-iteration python loop
 (bench/loop_fanout.py): half the CPU per iteration, twice the iterations per second.
+The price: a call of quick code that turns out slow holds up the calls queued behind it
+(at most `QUEUE_DEPTH` - 1; their timeouts keep running, and one that expires is taken
+back), and its code is then no longer quick if it timed out.
 
 Timeouts and cancel: a call that its worker has not started yet is taken back (a SKIP
 frame, see actors/tools/pyworker.py): it never runs, and the worker goes on with the
