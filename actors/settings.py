@@ -27,6 +27,7 @@ from typing import Any
 from actors.codec import CLEAR, PayloadCodec, PayloadKeyInvalid, PayloadKeys
 from actors.wire import Limits
 from streams.layout import Layout
+from streams.server import SYNC_DEFAULT, SYNC_MODES
 
 _LIMITS, _LAYOUT = Limits(), Layout()  # their defaults are these settings' defaults
 # a pod's name is a key in the `owners` bucket: no `.`, `*`, `>` or spaces
@@ -129,6 +130,13 @@ class Settings:
     )
     tls_key: str | None = _setting(
         None, "NATS_TLS_KEY", "private key (PEM) of NATS_TLS_CERT", flag="--tls-key", minimum=None
+    )
+    nats_sync: str = _setting(
+        SYNC_DEFAULT,
+        "ACTORS_NATS_SYNC",
+        "when the nats-server that `dev` and `run` start fsyncs JetStream writes: `default`, every 2 minutes; "
+        "`always`, before each PubAck (see Durability)",
+        minimum=None,
     )
     # --- how the deployment is laid out (every pod of it must agree) ---
     partitions: int = _setting(
@@ -383,6 +391,8 @@ def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     kind = str(f.type)
     if f.name == "pod_name" and not _KEY_SAFE.match(raw):
         raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
+    if f.name == "nats_sync" and raw not in SYNC_MODES:
+        raise SettingsInvalid(f"{var}={raw!r}: must be one of {', '.join(SYNC_MODES)}")
     if kind == "bool":
         if raw.lower() in ("1", "true", "yes", "on"):
             return True

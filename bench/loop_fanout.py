@@ -1,8 +1,9 @@
 """Loop fan-out throughput and memory against raw JetStream, same server, same run.
 
-    python bench/loop_fanout.py [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500]
+    python bench/loop_fanout.py [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500] [--sync always]
 
-One nats-server (file store, temporary dir) for the whole run. For each size N, in
+One nats-server (file store, temporary dir; `--sync always`: fsync before each PubAck)
+for the whole run. For each size N, in
 this order, each in a fresh child process (so peak RSS is that run's own):
 
 1. raw: the message path of a loop iteration with no engine logic. A "counter" keeps
@@ -43,6 +44,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import add_sync_flag, start_server  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -238,6 +241,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--tools", default="noop,python")
     ap.add_argument("--concurrency", type=int, default=500)
+    add_sync_flag(ap)
     ap.add_argument("--child", choices=["raw", "loop"], help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -255,7 +259,7 @@ def main() -> int:
     from streams.server import NatsServer
 
     async def serve() -> NatsServer:
-        return await NatsServer.start()
+        return await start_server(sync=a.sync)
 
     server = asyncio.run(serve())
     rows: list[dict[str, Any]] = []
@@ -303,6 +307,7 @@ def main() -> int:
                 "python": platform.python_version(),
                 "cores": _cores(),
                 "concurrency": a.concurrency,
+                "sync": a.sync,
                 "rows": rows,
             }
         )

@@ -35,6 +35,21 @@ class ServerError(RuntimeError):
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
+# when JetStream's file store fsyncs what it stored (`NatsServer.start(sync=...)`):
+# "default" is nats-server's own, every 2 minutes (a node that loses power loses the
+# writes it acknowledged since, unless replicas on other nodes have them); "always"
+# fsyncs before each PubAck (nothing acknowledged is lost), at a cost per write
+SYNC_DEFAULT, SYNC_ALWAYS = "default", "always"
+SYNC_MODES = (SYNC_DEFAULT, SYNC_ALWAYS)
+
+
+def _sync_always_config(store: Path) -> Path:
+    """A config file that sets JetStream's `sync_interval: always` (there is no flag
+    for it); the flags given beside it (`-js`, `-sd`, ports) still apply."""
+    conf = store / "sync-always.conf"
+    conf.write_text("jetstream {\n  sync_interval: always\n}\n")
+    return conf
+
 
 class _Ports(msgspec.Struct):
     """What nats-server writes to its `--ports_file_dir` (only the part read here)."""
@@ -108,6 +123,7 @@ class NatsServer:
         ready_timeout: float = 15.0,
         auth: tuple[str, str] | None = None,
         config: str | None = None,
+        sync: str = SYNC_DEFAULT,
     ) -> NatsServer:
         """`auth`: (user, password) the server requires; its `url` then carries them.
         `config`: the text of a nats-server configuration file (TLS, users, accounts),
@@ -115,7 +131,13 @@ class NatsServer:
         port, JetStream, store) win over it. Relative paths in it are the caller's
         working directory's. Its `url` is then what the server announces (`tls://` with
         TLS) and carries no credentials: the server is ready once its monitoring
-        endpoint says JetStream is, since only the caller knows how to log in."""
+        endpoint says JetStream is, since only the caller knows how to log in.
+        `sync`: when JetStream's file store fsyncs (`SYNC_MODES`): "default" every 2
+        minutes (nats-server's own default), "always" before every PubAck. With a
+        `config`, "always" is written into it (a `jetstream` block of its own there wins:
+        set `sync_interval` in it)."""
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         owns = store_dir is None
         store = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="actors-nats-"))
         store.mkdir(parents=True, exist_ok=True)
@@ -132,11 +154,13 @@ class NatsServer:
             "--ports_file_dir",
             str(ports_dir),
             *(["--user", auth[0], "--pass", auth[1]] if auth else []),
+            *(["-c", str(_sync_always_config(store))] if sync == SYNC_ALWAYS and config is None else []),
             *(extra_args or []),
         ]
         if config is not None:
             config_file = store / "nats-server.conf"
-            config_file.write_text(config)
+            # nats-server reads one file: "always" goes into this one (its own jetstream block wins)
+            config_file.write_text(("jetstream { sync_interval: always }\n" if sync == SYNC_ALWAYS else "") + config)
             # a monitoring port (picked by the server, named in the ports file) to ask
             # for readiness without the credentials the configuration may require
             args += ["-c", str(config_file), "-m", "-1"]

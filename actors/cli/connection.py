@@ -35,7 +35,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     if url is None:
         if not embedded:
             raise UsageError("no NATS server: pass --nats URL or set NATS_URL (or use `actors-cli dev`)")
-        server = await NatsServer.start()
+        server = await NatsServer.start(sync=settings.nats_sync)
         url = server.url
     budget = timeout_of(args)
     started = time.monotonic()

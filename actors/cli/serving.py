@@ -26,7 +26,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     config = Path(args.server_config).read_text() if args.server_config else None  # noqa: ASYNC240 - once, at start
     # a server of our own asks for nothing unless its configuration says so
     options = ConnectOptions.from_settings(settings) if config is not None else ConnectOptions()
-    server = await NatsServer.start(port=args.port, store_dir=args.store, config=config)
+    server = await NatsServer.start(port=args.port, store_dir=args.store, config=config, sync=settings.nats_sync)
     try:
         # within a bound: a configuration that refuses our own credentials must say so, not hang
         nc = await connect_within(server.url, timeout=CLIENT_TIMEOUT, name="actors-dev", options=options)

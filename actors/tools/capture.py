@@ -4,7 +4,8 @@ count of every byte (`Captured`), handed from an executor to the runner in an
 
 A python worker's stdout and stderr (file descriptors 1 and 2, so its subprocesses'
 output too) are one unlinked temporary file opened for appending (`capture_file`): the
-pool empties it before a call and reads it after, even when the call timed out and the
+worker reads it (up to the cap, and the tail) and empties it after each call, and sends
+it with its reply; the pool reads it itself when the call timed out or crashed and the
 worker was killed. Nothing a tool prints reaches a pod's or the CLI's own stdout.
 """
 
@@ -15,7 +16,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-__all__ = ["TAIL", "Captured", "OutputBox", "capture_file", "captured_bytes", "read_capture", "reset_capture"]
+__all__ = ["TAIL", "Captured", "OutputBox", "capture_file", "captured_bytes", "read_capture"]
 
 TAIL = 4096  # bytes of the end kept apart, for when the whole text is over the cap
 
@@ -50,10 +51,6 @@ def capture_file() -> int:
     os.unlink(path)
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
     return fd
-
-
-def reset_capture(fd: int) -> None:
-    os.ftruncate(fd, 0)
 
 
 def read_capture(fd: int, cap: int) -> Captured:

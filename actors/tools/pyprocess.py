@@ -1,6 +1,6 @@
 """One python worker process seen from the pool: its process, socket and pidfd, the
-frames read from it, one exchange (send a request, wait for the reply, never blocking the
-loop), and its reaping.
+frames read from it, the calls sent to it and not answered yet (in order: the worker
+answers in order), sending without ever blocking the loop, and its reaping.
 
 A worker is launched with `subprocess` rather than `multiprocessing`'s spawn context
 because spawn re-runs the parent's ``__main__`` module in every worker: slow, full of
@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,9 +30,9 @@ import orjson
 
 from actors.tools.capture import capture_file
 from actors.tools.failures import CancelSignal
-from actors.tools.pyworker import BOOT, HDR, RECV
+from actors.tools.pyworker import BOOT, HDR, RECV, SEQ, SKIP
 
-__all__ = ["Stop", "WorkerProcess", "bounded", "describe_end", "reap", "wait_reaped"]
+__all__ = ["Call", "Stop", "WorkerProcess", "bounded", "describe_end", "reap", "wait_reaped"]
 
 
 class Stop(Exception):
@@ -39,28 +40,58 @@ class Stop(Exception):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
-        self.reason = reason  # "timeout" | "cancel" | "crash"
+        # "timeout" | "cancel" | "crash" | "requeue" (the worker is gone but never started
+        # this call: run it on another)
+        self.reason = reason
+
+
+class Call:
+    """One request sent to a worker (or its READY, awaited): the future its reply sets,
+    its number on that worker, and whether its caller gave up on it (the reply, or the
+    worker's SKIPPED, is then dropped)."""
+
+    __slots__ = ("abandoned", "fut", "late", "seq")
+
+    def __init__(self, fut: asyncio.Future[bytes], seq: int) -> None:
+        self.fut = fut
+        self.seq = seq
+        self.abandoned = False
+        self.late: bytes | None = None  # its reply, come after its caller stopped waiting
+
+    def answer(self) -> bytes | None:
+        """Its reply, if it came (in time, or just after its timeout or cancel)."""
+        if self.late is not None:
+            return self.late
+        fut = self.fut
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            return fut.result()
+        return None
 
 
 class WorkerProcess:
     """One worker: its process, the parent's end of its socket, its pidfd, what was read."""
 
     __slots__ = (
-        "active",
         "buf",
+        "calls",
         "dead",
         "exitfd",
+        "flushing",
         "handlers",
+        "held",
         "loop",
+        "next_seq",
+        "outbuf",
         "outfd",
         "pid",
         "proc",
         "rbuf",
         "ready",
         "reaped",
+        "slow",
         "sock",
-        "waiter",
         "watched",
+        "writing",
     )
 
     def __init__(self, python: str, cache_size: int, environment: dict[str, str]) -> None:
@@ -101,15 +132,20 @@ class WorkerProcess:
         self.ready = False
         self.buf = bytearray()
         self.rbuf: bytearray | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None  # set while a call holds it
-        self.active = False  # a call is exchanging frames with it
+        self.loop: asyncio.AbstractEventLoop | None = None  # set while calls hold it
+        self.held = 0  # calls of the pool holding it (acquired and not released)
+        self.slow = 0  # of those, calls of code not known to be quick (nothing is queued behind them)
+        self.calls: deque[Call] = deque()  # sent and not answered yet, in order
+        self.next_seq = 0  # the number the worker gives the next request
+        self.outbuf = bytearray()  # requests not written yet: this turn's, or what the socket did not take
+        self.flushing = False  # a `flush` is scheduled for the end of this turn
+        self.writing = False  # the socket is full: the rest goes out when it is writable
         self.dead = False
         self.reaped: asyncio.Future[int | None] | None = None
         # the socket and the pidfd stay registered with the loop that last used the
         # worker (`watched`), for its whole life, not per call: `handlers` (data, exit)
-        # resolve `waiter`, the current call's future, or notice a worker dying idle
+        # resolve `calls` in order, or notice a worker dying idle
         self.watched: asyncio.AbstractEventLoop | None = None
-        self.waiter: asyncio.Future[bytes] | None = None
         self.handlers: tuple[Callable[[], None], Callable[[], None]] | None = None
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -129,6 +165,9 @@ class WorkerProcess:
         if loop is None or loop.is_closed():
             return  # a closed loop's registrations are gone with it
         loop.remove_reader(self.sock.fileno())
+        if self.writing:
+            self.writing = False
+            loop.remove_writer(self.sock.fileno())
         if self.exitfd is not None:
             loop.remove_reader(self.exitfd)
 
@@ -183,68 +222,69 @@ class WorkerProcess:
         del buf[: 4 + n]
         return frame
 
-    async def exchange(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        frame: bytes | None,
-        deadline: float | None,
-        cancel: asyncio.Event | None,
-    ) -> bytes:
-        """Send `frame` (if any) and wait for the worker's next frame, never blocking the loop."""
-        fut: asyncio.Future[bytes] = loop.create_future()
-        sock = self.sock
-        fd = sock.fileno()
-        pending = memoryview(frame) if frame is not None else None
+    def expect(self, loop: asyncio.AbstractEventLoop) -> Call:
+        """Wait for the worker's first frame (READY), which may have been read already."""
+        self.watch(loop)
+        call = Call(loop.create_future(), -1)
+        self.calls.append(call)
+        early = self.take()
+        if early is not None:
+            self.calls.popleft()
+            call.fut.set_result(early)
+        return call
 
-        def on_writable() -> None:
-            nonlocal pending
-            if fut.done() or pending is None:
-                loop.remove_writer(fd)
-                return
-            try:
-                n = sock.send(pending)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                loop.remove_writer(fd)
-                fut.set_exception(Stop("crash"))
-                return
-            pending = pending[n:] if n < len(pending) else None
-            if pending is None:
-                loop.remove_writer(fd)
+    def submit(self, loop: asyncio.AbstractEventLoop, frame: bytes) -> Call:
+        """Send a request frame (``REQ``); its reply will resolve the returned call. The
+        requests submitted in one turn of the event loop go out in one write."""
+        self.watch(loop)
+        call = Call(loop.create_future(), self.next_seq)
+        self.next_seq += 1
+        self.calls.append(call)
+        self.outbuf += frame
+        if not self.flushing:
+            self.flushing = True
+            loop.call_soon(self.flush, loop)
+        return call
 
-        self.active = True
-        self.waiter = fut
-        writing = False
+    def skip(self, loop: asyncio.AbstractEventLoop, call: Call) -> bool:
+        """Tell the worker not to run `call` if it has not started it; True if the frame
+        is in the socket now (else it waits behind earlier bytes the socket did not take)."""
+        self.outbuf += HDR.pack(1 + SEQ.size) + bytes((SKIP,)) + SEQ.pack(call.seq)
+        self.flush(loop)
+        return not self.outbuf
+
+    def flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Write what waits to go, in order; what the socket does not take now goes out
+        when it is writable, never blocking the loop. A dead socket is noticed by the
+        exit handler (the calls fail with it)."""
+        self.flushing = False
+        if self.writing or not self.outbuf or self.dead:
+            return
         try:
-            self.watch(loop)
-            if frame is None:  # waiting for READY, which may have been read already
-                early = self.take()
-                if early is not None:
-                    fut.set_result(early)
-            if pending is not None:
-                try:
-                    n = sock.send(pending)
-                except (BlockingIOError, InterruptedError):
-                    n = 0
-                except OSError:
-                    n = -1
-                if n < 0:
-                    if self.handlers is not None:
-                        self.handlers[1]()  # as if it had exited: its last reply, or a crash
-                elif n < len(pending):
-                    pending = pending[n:]
-                    writing = True
-                    loop.add_writer(fd, on_writable)
-            got: bytes = await bounded(fut, loop, deadline, cancel)
-            return got
-        finally:
-            self.active = False
-            self.waiter = None
-            if writing and not loop.is_closed():
-                loop.remove_writer(fd)
-            if self.dead:
-                self.release_fds()
+            n = self.sock.send(self.outbuf)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            self.outbuf.clear()
+            if self.handlers is not None:
+                loop.call_soon(self.handlers[1])  # as if it had exited: its last reply, or a crash
+            return
+        del self.outbuf[:n]
+        if self.outbuf:
+            self.writing = True
+            loop.add_writer(self.sock.fileno(), self._on_writable, loop)
+
+    def _on_writable(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            n = self.sock.send(self.outbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            n = len(self.outbuf)  # the exit handler fails the calls
+        del self.outbuf[:n]
+        if not self.outbuf:
+            self.writing = False
+            loop.remove_writer(self.sock.fileno())
 
 
 async def bounded(

@@ -3,26 +3,35 @@
 A worker is a fresh interpreter (``sys.executable -c BOOT``) that imports only this
 module and its few dependencies. It talks to the pool over a private socketpair (not
 stdin/stdout, so whatever the user's code prints cannot corrupt the protocol). Its
-stdout and stderr are one file the pool empties before each call and reads after it
-(actors/tools/capture.py): a step's output, never the parent's streams; both are line
-buffered here so they interleave as written. Frames are a 4-byte big-endian length and a payload:
+stdout and stderr are one file (actors/tools/capture.py) that the worker reads and
+empties after each call and sends with the reply: a step's output, never the parent's
+streams; both are line buffered here so they interleave as written. Frames are a 4-byte
+big-endian length and a payload:
 
-- parent -> worker: JSON ``{"c": code, "a": args}`` (orjson, msgspec for integers beyond 64 bits),
-  with ``"k"``, the step's credential (given to ``main``'s ``credential`` parameter, if
-  it declares one), and ``"e"``, the step's ``env`` (set for this call only)
-- worker -> parent: one status byte, then the JSON result (``OK``), the JSON error
-  ``{"type", "message", "traceback"}`` (``ERR``), or the worker's pid once it is
-  up (``READY``, sent once, before anything else).
+- parent -> worker: one kind byte, then for ``REQ`` the JSON ``{"c": code, "a": args,
+  "o": bytes of output to keep}`` (orjson, msgspec for integers beyond 64 bits), with
+  ``"k"``, the step's credential (given to ``main``'s ``credential`` parameter, if it
+  declares one), and ``"e"``, the step's ``env`` (set for this call only); for
+  ``SKIP`` the sequence number (``SEQ``, counted from 0 per worker) of a request not to run.
+- worker -> parent: one status byte, then for ``OK`` and ``ERR`` the output header
+  (``OUT``: bytes printed, kept, tail; microseconds the call took), the kept output and
+  its tail, and the JSON result (``OK``) or the JSON error ``{"type", "message",
+  "traceback"}`` (``ERR``); ``SKIPPED`` for a request it was told to skip; the worker's
+  pid once it is up (``READY``, sent once, before anything else).
 
-A worker runs one call at a time and caches compiled code by the sha256 of its text
-(LRU), so repeated calls with the same code do not recompile; the module body is run
-in a fresh namespace each call, then ``main(**args)`` (an ``async def main`` is run
-with `asyncio.run`). Module globals do not survive a call; imported modules do (a
-worker imports a heavy library once). ``os.environ`` is put back as the worker started
-(the clean environment the pool gives it) after every call, so one step's ``env``, or
-what its code set, is never seen by the next. The result is encoded once, here: that is the
-check that it is JSON data, and the pool passes the same text on. Workers exit by
-themselves when the parent process disappears.
+The pool may send several requests before the first reply (see actors/tools/pypool.py):
+they are run one at a time, in order, and answered in order. Before starting each one
+the worker reads every frame already sent, so a ``SKIP`` that arrived while the previous
+call ran is seen in time and the request is answered ``SKIPPED`` without running.
+
+A worker caches compiled code by the sha256 of its text (LRU), so repeated calls with
+the same code do not recompile; the module body is run in a fresh namespace each call,
+then ``main(**args)`` (an ``async def main`` is run with `asyncio.run`). Module globals
+do not survive a call; imported modules do (a worker imports a heavy library once).
+``os.environ`` is put back as the worker started (the clean environment the pool gives
+it) after every call, so one step's ``env``, or what its code set, is never seen by the
+next. The result is encoded once, here: that is the check that it is JSON data, and the pool
+passes the same text on. Workers exit by themselves when the parent process disappears.
 """
 
 from __future__ import annotations
@@ -39,18 +48,22 @@ import sys
 import threading
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from types import CodeType, TracebackType
 from typing import Any
 
 import orjson
 
 from actors.jsonvalues import dumps, loads
+from actors.tools.capture import read_capture
 
-__all__ = ["BOOT", "ERR", "HDR", "OK", "READY", "RECV"]
+__all__ = ["BOOT", "ERR", "HDR", "OK", "OUT", "READY", "RECV", "REQ", "SEQ", "SKIP", "SKIPPED"]
 
 HDR = struct.Struct("!I")
-OK, ERR, READY = 0, 1, 2
+OK, ERR, READY, SKIPPED = 0, 1, 2, 3  # worker -> parent: the status byte
+REQ, SKIP = 0, 1  # parent -> worker: the kind byte
+SEQ = struct.Struct("!Q")  # a SKIP's request number
+OUT = struct.Struct("!QIII")  # bytes printed, kept, tail; microseconds the call took
 RECV = 1 << 18
 
 
@@ -63,6 +76,27 @@ def _watch_parent(ppid: int) -> None:
 
 def _send(sock: socket.socket, status: int, body: bytes) -> None:
     sock.sendall(HDR.pack(len(body) + 1) + bytes((status,)) + body)
+
+
+def _reply(sock: socket.socket, status: int, body: bytes, cap: int, micros: int) -> None:
+    """The answer to one call, with what it printed (read from our stdout/stderr file,
+    which is then emptied for the next call)."""
+    kept = tail = b""
+    size = 0
+    try:
+        size = os.fstat(1).st_size
+        if size:
+            got = read_capture(1, cap)
+            kept, tail = got.kept, (b"" if got.size <= cap else got.tail)
+            os.ftruncate(1, 0)
+    except OSError:  # the code closed or replaced fd 1: nothing to report
+        size = 0
+    head = OUT.pack(size, len(kept), len(tail), min(micros, 0xFFFFFFFF))
+    sock.sendall(
+        b"".join(
+            (HDR.pack(1 + len(head) + len(kept) + len(tail) + len(body)), bytes((status,)), head, kept, tail, body)
+        )
+    )
 
 
 def _error(type_: str, message: str, tb: str | None = None) -> tuple[int, bytes]:
@@ -103,11 +137,10 @@ def _compile(code: str, cache: OrderedDict[str, CodeType], cache_size: int) -> C
     return co
 
 
-def _execute(request: bytes, cache: OrderedDict[str, CodeType], cache_size: int) -> tuple[int, bytes]:
+def _execute(msg: Any, cache: OrderedDict[str, CodeType], cache_size: int) -> tuple[int, bytes]:
     """One call, in the environment the worker started with plus the call's ``env``;
     that environment is restored afterwards whatever the code did to ``os.environ``."""
     try:
-        msg = loads(request)
         code, args, credential, env = msg["c"], msg["a"], msg.get("k"), msg.get("e")
     except Exception as exc:
         return _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
@@ -196,25 +229,80 @@ def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
         if reconfigure is not None:
             reconfigure(line_buffering=True)
     cache: OrderedDict[str, CodeType] = OrderedDict()
-    buf = bytearray()
+    inbox = _Inbox()
     try:
         _send(sock, READY, str(os.getpid()).encode())
         while True:
-            while len(buf) < 4 or len(buf) < 4 + HDR.unpack_from(buf)[0]:
-                chunk = sock.recv(RECV)
-                if not chunk:
+            if not inbox.requests:
+                if not inbox.receive(sock, wait=True):
                     return  # the pool closed our socket: exit quietly
-                buf += chunk
-            n = HDR.unpack_from(buf)[0]
-            request = bytes(buf[4 : 4 + n])
-            del buf[: 4 + n]
-            status, body = _execute(request, cache, cache_size)
+                continue
+            inbox.receive(sock, wait=False)  # a SKIP sent while the last call ran
+            seq, request = inbox.requests.popleft()
+            if inbox.skip:
+                if seq in inbox.skip:
+                    inbox.skip.discard(seq)
+                    _send(sock, SKIPPED, b"")
+                    continue
+                inbox.skip = {n for n in inbox.skip if n > seq}  # skips that came too late
+            started = time.perf_counter()
+            cap = 0
+            try:
+                msg = loads(request)
+                cap = int(msg.get("o", 0))
+            except Exception as exc:
+                status, body = _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
+            else:
+                status, body = _execute(msg, cache, cache_size)
             for stream in (sys.stdout, sys.stderr):
                 try:
                     if stream is not None:
                         stream.flush()
                 except Exception:
                     pass
-            _send(sock, status, body)
+            _reply(sock, status, body, cap, int((time.perf_counter() - started) * 1e6))
     except OSError:
         return
+
+
+class _Inbox:
+    """Frames read from the pool: requests to run, in order, numbered; requests to skip."""
+
+    __slots__ = ("buf", "next_seq", "requests", "skip")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.requests: deque[tuple[int, bytes]] = deque()
+        self.skip: set[int] = set()
+        self.next_seq = 0
+
+    def receive(self, sock: socket.socket, *, wait: bool) -> bool:
+        """Read what the pool sent (blocking until a whole request came when `wait`,
+        else only what is already there); False once the socket is closed."""
+        while True:
+            try:
+                chunk = sock.recv(RECV) if wait else sock.recv(RECV, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return True
+            if not chunk:
+                return False
+            self.buf += chunk
+            self._parse()
+            if not wait and len(chunk) < RECV:
+                return True
+            if wait and self.requests:
+                return True
+
+    def _parse(self) -> None:
+        buf = self.buf
+        while len(buf) >= 4:
+            n = HDR.unpack_from(buf)[0]
+            if len(buf) < 4 + n:
+                return
+            kind = buf[4]
+            if kind == SKIP:
+                self.skip.add(SEQ.unpack_from(buf, 5)[0])
+            else:
+                self.requests.append((self.next_seq, bytes(buf[5 : 4 + n])))
+                self.next_seq += 1
+            del buf[: 4 + n]

@@ -1,0 +1,36 @@
+"""What several benches share: the embedded nats-server they run against, with the
+durability a run asks for (`--sync default|always`, see README "Durability").
+
+    from bench.common import add_sync_flag, start_server
+    add_sync_flag(parser)                      # --sync default|always
+    server = await start_server(sync=args.sync)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
+
+__all__ = ["add_sync_flag", "start_server"]
+
+
+def add_sync_flag(parser: argparse.ArgumentParser) -> None:
+    """`--sync`: when the bench's nats-server fsyncs JetStream writes."""
+    parser.add_argument(
+        "--sync",
+        choices=SYNC_MODES,
+        default=SYNC_DEFAULT,
+        help="JetStream file store sync: default (every 2 minutes) or always (fsync before each PubAck)",
+    )
+
+
+async def start_server(*, sync: str = SYNC_DEFAULT) -> NatsServer:
+    """A fresh embedded nats-server (temporary store) with `sync`."""
+    return await NatsServer.start(sync=sync)
