@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,34 +26,15 @@ from actors.playbook.loader import load_playbook
 from actors.ui.graph import execution_graph, playbook_graph
 from actors.ui.timeline import step_timeline
 from actors.wire import LoopProgress
+from tests.browser import browser
 from tests.conftest import System
+
+__all__ = ["browser"]  # the fixture, used by name
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
-CHROMIUM = os.environ.get("ACTORS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 STATIC = Path(__file__).resolve().parent.parent / "actors" / "ui" / "static"
 SHOTS = os.environ.get("ACTORS_UI_SHOTS")  # a directory: keep the screenshots there
-
-async_playwright: Any
-try:
-    from playwright.async_api import async_playwright
-except ImportError:  # pragma: no cover - CI installs it
-    async_playwright = None
-
-needs_browser = pytest.mark.skipif(
-    async_playwright is None or not shutil.which(CHROMIUM),
-    reason="needs the playwright package and chromium (CI installs both)",
-)
 
 XSS = "<script>window.__xss = 1</script><img src=x onerror='window.__xss = 2'>"
 
@@ -165,21 +145,19 @@ async def page_server(system: System) -> AsyncIterator[tuple[str, dict[str, Any]
 
 
 @pytest_asyncio.fixture
-async def browser_page() -> AsyncIterator[Any]:
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = await browser.new_page(viewport={"width": 1140, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.errors = errors
-            yield page
-        finally:
-            await browser.close()
+async def browser_page(browser: Any) -> AsyncIterator[Any]:
+    """A tab of tests/browser.py's chromium (skipped without it, failed in CI)."""
+    page = await browser.new_page(viewport={"width": 1140, "height": 900})
+    try:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.errors = errors
+        yield page
+    finally:
+        await page.close()
 
 
-@needs_browser
 async def test_graph_and_timeline_of_a_real_run_in_chromium(
     page_server: tuple[str, dict[str, Any]], browser_page: Any, tmp_path: Path
 ) -> None:
@@ -322,7 +300,6 @@ async def bare_page(browser_page: Any) -> AsyncIterator[Any]:
         await runner.cleanup()
 
 
-@needs_browser
 async def test_a_running_loop_shows_live_progress_then_turns_completed_in_place(system: System, bare_page: Any) -> None:
     page = bare_page
     playbook = load_playbook(LIVE)
