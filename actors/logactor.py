@@ -11,9 +11,7 @@ The inputs are acked last: if the process dies anywhere before, they are redeliv
 and the next actor rebuilds its state by replaying the log (`rehydrate`): fold every
 input again (same effects, by determinism) and publish only what the log shows is
 missing. A first delivery of the input that opens the log needs no replay: nothing
-precedes it. One exception (`ack_before_record`, the engine): once a decision's
-commands are stored, its input is acked with the decision record's publish instead of
-after its PubAck (`Outbox.send` says why that is safe).
+precedes it.
 
 Failures are handled by the host (actors/hosting.py `handle_until_done`): transient
 ones are waited out, deterministic ones are tried a few times and then given up on
@@ -33,7 +31,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from actors.codec import codec_of
 from actors.core.effects import Effects
 from actors.hosting import PartitionHost, hand_back
-from actors.natsio import ack_once, dead_letter, log_time, stream_seq
+from actors.natsio import ack, dead_letter, log_time, stream_seq
 from actors.outbox import Outbox
 from streams import ids
 
@@ -61,9 +59,6 @@ class LogActor:
     source: ClassVar[str]  # who dead-letters (the `dlq.<source>` subject) and logs
     stream: ClassVar[str]  # the stream holding the log
     max_batch: ClassVar[int] = 1  # inputs taken from the mailbox at once
-    # ack the inputs before the decision record once the decision's commands are stored
-    # (`Outbox.send`): only for a log whose replay re-sends a missing record (the engine's)
-    ack_before_record: ClassVar[bool] = False
 
     def __init__(self, host: PartitionHost[Any, Any], key: Any, execution_id: str, outbox: Outbox) -> None:
         self.host = host
@@ -74,7 +69,6 @@ class LogActor:
         self.hydrated = False
         self.replayed = False  # set once a failure made this actor rebuild itself from the log
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
-        self.acking: list[Msg] = []  # the live inputs whose effects are being published
         self.task: asyncio.Task[None] | None = None
         self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
         self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
@@ -148,21 +142,12 @@ class LogActor:
             if seq > self.last_seq:
                 await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg)), into=effects)
         if effects:
-            self.acking = batch
-            try:
-                await self.publish(effects)
-            finally:
-                self.acking = []
+            await self.publish(effects)
         for m in batch:
-            await ack_once(m)  # queued on the connection, not a round trip: no task per ack
+            await ack(m)  # queued on the connection, not a round trip: no task per ack
 
     async def publish(self, effects: Effects) -> None:
-        early = self._ack_inputs if self.ack_before_record and self.acking else None
-        await self.outbox.send(effects, before_record=early)
-
-    async def _ack_inputs(self) -> None:
-        for m in self.acking:
-            await ack_once(m)
+        await self.outbox.send(effects)
 
     async def decode(self, decoder: msgspec.json.Decoder[T], entry: LogEntry) -> T | None:
         """The input, or None when it cannot be decoded: it is skipped (a replay skips it

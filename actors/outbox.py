@@ -6,8 +6,7 @@ Order (`send`): commands and child starts, loops handed over, timers, the parent
 result, cancels of children and loops, commands stopped, a loop's verdict, then the
 decision record and lifecycle events. Each step waits for its PubAcks before the
 next: a decision record in the log proves that everything it decided was stored, so
-a replay that finds the record sends nothing of that decision again. The input is
-acked after all of it, except where `send` is given `before_record` (see there).
+a replay that finds the record sends nothing of that decision again.
 
 Values too large for a message (commands, child payloads, loop collections and scopes,
 results) go as blobs (actors/blobs.py), named from the message.
@@ -16,7 +15,6 @@ results) go as blobs (actors/blobs.py), named from the message.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 from msgspec import UNSET
 from nats.aio.client import Client as NATS
@@ -61,21 +59,7 @@ class Outbox:
         self.cap = layout.max_value_bytes  # larger ones are refused (`ValueTooLarge`)
         self.codec = codec_of(js)  # values encrypted when the pod has a payload key (actors/codec.py)
 
-    async def send(self, fx: Effects, *, before_record: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Publish what `fx` asks for, in the order above. `before_record` (the
-        engine's: ack the input) runs just before the decision record is published
-        when the decision stored a command, so the ack goes out with the record in one
-        write instead of a write of its own after the record's PubAck.
-
-        Why acking before the record is stored is safe: everything else the decision
-        asked for is stored by then (each step awaited its PubAcks), and a stored
-        command is answered into this log whatever happens (its tool's `call.done` or
-        `call.error`, `Cancelled`, or `DeliveryExhausted` once the server gives up on
-        it). If the record (or a lifecycle event after it) is then lost with the
-        process, that answer is an input the next actor for this execution replays the
-        log for, and the replay re-sends what the log lacks (`ExecutionActor._missing`:
-        a decision without its record is re-sent whole but for its stored commands).
-        Nothing waits on the record meanwhile: the fold reads only inputs."""
+    async def send(self, fx: Effects) -> None:
         js = self.js
         starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
         await publish_all(
@@ -87,8 +71,6 @@ class Outbox:
         await self.stop(fx.cancels)
         if fx.verdict is not None:
             await self.send_verdict(fx.verdict)
-        if before_record is not None and fx.commands:
-            await before_record()
         await self.record(fx)
 
     async def hand_over_loops(self, loops: list[LoopSpec]) -> None:

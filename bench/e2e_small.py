@@ -66,7 +66,7 @@ from actors.client import Client  # noqa: E402
 from actors.natsio import MSG_ID  # noqa: E402
 from actors.runtime import connect  # noqa: E402
 from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout  # noqa: E402
-from streams.server import NatsServer  # noqa: E402
+from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
 from streams.subjects import ExecSubjects  # noqa: E402
 from tests.pods import PodProcess  # noqa: E402
 
@@ -337,7 +337,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     assert me is not None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, me.cancel)  # the `finally` below still stops pod and server
-    server = await NatsServer.start()
+    server = await NatsServer.start(sync=args.sync)
     nc: NATS | None = None
     nc_raw: NATS | None = None
     pod: PodProcess | None = None
@@ -399,6 +399,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     n_con = args.concurrent * args.rounds
     result: dict[str, Any] = {
         "tool": args.tool,
+        "sync": args.sync,
         "steps": STEPS,
         "runs": args.runs,
         "p50_ms": ms(pct(eng_lat, 50)),
@@ -443,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=200, help="executions started at once")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of concurrent executions (and raw ones)")
     parser.add_argument("--tool", choices=("python", "sleep"), default="python", help="step tool (default python)")
+    parser.add_argument(
+        "--sync",
+        choices=SYNC_MODES,
+        default=SYNC_DEFAULT,
+        help="JetStream file store sync: default (every 2 minutes) or always (fsync before each PubAck)",
+    )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     if min(args.runs, args.concurrent, args.rounds) < 1:

@@ -79,7 +79,7 @@ from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
-from streams.server import NatsServer, find_binary
+from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer, find_binary
 
 RAW_CMD_STREAM, RAW_LOG_STREAM = "RAWCMD", "RAWLOG"
 FETCH_BATCH = 64  # the tool actor fetches `concurrency - inflight` (64 when idle)
@@ -582,7 +582,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     assert me is not None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, me.cancel)
-    server = await NatsServer.start()
+    server = await NatsServer.start(sync=args.sync)
     nc_raw: NATS | None = None
     nc: NATS | None = None
     runtime: Runtime | None = None
@@ -667,6 +667,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     n_eng = len(step_lat)
     result: dict[str, Any] = {
         "tool": args.tool,
+        "sync": args.sync,
         "steps": args.steps,
         "runs": args.runs,
         "step_p50_ms": ms(step_p50),
@@ -749,6 +750,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured executions (and raw chains)")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     parser.add_argument("--tool", choices=("python", "sleep"), default="python", help="step tool (default python)")
+    parser.add_argument(
+        "--sync",
+        choices=SYNC_MODES,
+        default=SYNC_DEFAULT,
+        help="JetStream file store sync: default (every 2 minutes) or always (fsync before each PubAck)",
+    )
     parser.add_argument("--cprofile", metavar="FILE", help="cProfile the measured engine runs into FILE")
     parser.add_argument(
         "--raw-runs",

@@ -18,9 +18,6 @@ Variants (none of them is a valid engine; they bound what a change could gain):
   separate engine and tool pods does, on the same machine.
 * ``no_decision_record``: decisions that issue commands publish no decision record
   (a lower bound on what the per-step record costs).
-* ``ack_after_record``: the engine acks an input after its decision record's PubAck,
-  as before it acked it with the record's publish (a valid engine: what that change
-  gained).
 
 Prints step_latency's JSON line, with the variant added as "variant".
 """
@@ -126,10 +123,6 @@ def tools_subprocess() -> None:
     setattr(sl, "start_roles", start_roles)  # noqa: B010
 
 
-def ack_after_record() -> None:
-    engine_mod.ExecutionActor.ack_before_record = False
-
-
 VARIANTS = {
     "base": lambda: None,
     "cache_playbook": cache_playbook,
@@ -137,7 +130,6 @@ VARIANTS = {
     "request_publish": request_publish,
     "tools_subprocess": tools_subprocess,
     "no_decision_record": no_decision_record,
-    "ack_after_record": ack_after_record,
 }
 
 

@@ -14,7 +14,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, publishing, subject_taken
-from actors.natsio.fast import ack, ack_once, send
+from actors.natsio.fast import ack, send
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
@@ -74,24 +74,6 @@ async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServ
         assert got[0].subject == "t.ack" and got[0].data == b""
         with pytest.raises(nats.errors.MsgAlreadyAckdError):
             await ack(msg)  # as msg.ack() would
-    finally:
-        await nc.close()
-
-
-async def test_ack_once_acks_a_message_once(nats_server: NatsServer) -> None:
-    """An input acked early (before its decision record) meets its usual ack later:
-    the second is not sent and raises nothing."""
-    nc = await nats.connect(nats_server.url)
-    try:
-        done, got = await received(nc, 2)
-        sub = await nc.subscribe("q.in")
-        await nc.publish("q.in", b"job", reply="t.ack")
-        msg = await sub.next_msg(timeout=5)
-        await ack_once(msg)
-        await ack_once(msg)
-        await nc.publish("t.end", b"")  # after any second ack on the wire
-        await asyncio.wait_for(done.wait(), 10)
-        assert [(m.subject, m.data) for m in got] == [("t.ack", b""), ("t.end", b"")]
     finally:
         await nc.close()
 

@@ -46,7 +46,7 @@ from actors.events import (
 )
 from actors.hosting import PartitionHost, engine_error
 from actors.logactor import LogActor, LogEntry
-from actors.natsio import ack_once, command_sent, has_message, log_time, publish_all, stream_seq
+from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
 from actors.outbox import Outbox
 from actors.wire import (
     EngineFault,
@@ -88,7 +88,6 @@ class Recorded:
 class ExecutionActor(LogActor):
     source = "engine"
     stream = EXEC_STREAM
-    ack_before_record = True  # a replay re-sends a missing decision record (`_missing`)
 
     def __init__(self, engine: Engine, execution_id: str) -> None:
         subjects = ExecSubjects.of(execution_id, engine.layout.partitions)
@@ -139,7 +138,7 @@ class ExecutionActor(LogActor):
         )
         await self.outbox.record(Effects(cause=seq, lifecycle=[ended]))
         self.state.status = ExecState.FAILED
-        await ack_once(msg)
+        await ack(msg)
         return True
 
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:

@@ -1,7 +1,7 @@
 """Small NATS helpers shared by every actor: publish with a deterministic message id,
 dead-lettering, message metadata. One module per idea:
 
-* `fast`: `send`, `ack` and `ack_once`, a publish without nats-py's per-message overhead
+* `fast`: `send` and `ack`, a publish without nats-py's per-message overhead
 * `publishing`: a connection's `Publisher` (PubAcks, re-sends) and `publish_all`
 * `puback`: a PubAck reply read into a PubAck or the error it stands for; a publish
   stored only on a subject still empty (`EXPECTED_LAST_SUBJECT_SEQUENCE`, `subject_taken`)
@@ -16,7 +16,7 @@ dead-lettering, message metadata. One module per idea:
 The names below are what the rest of the tree imports from `actors.natsio`."""
 
 from actors.natsio.deadletter import dead_letter
-from actors.natsio.fast import ack, ack_once, send
+from actors.natsio.fast import ack, send
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
@@ -33,7 +33,6 @@ __all__ = [
     "PublishOutcomeUnknown",
     "Publisher",
     "ack",
-    "ack_once",
     "command_sent",
     "dead_letter",
     "has_message",

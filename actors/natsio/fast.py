@@ -1,4 +1,4 @@
-"""The publish path, without nats-py's per-message overhead: `send` and `ack` (`ack_once`).
+"""The publish path, without nats-py's per-message overhead: `send` and `ack`.
 
 `Client.publish` validates the subject with a regex, rebuilds the header block key by
 key, formats the command with an f-string and awaits two coroutines: about 3 us per
@@ -66,10 +66,3 @@ async def ack(msg: Msg) -> None:
         return
     await send(nc, msg.reply)
     mark_acked(msg)
-
-
-async def ack_once(msg: Msg) -> None:
-    """`ack(msg)` unless it was acked already: a log actor may ack an input before its
-    decision record (actors/outbox.py `Outbox.send`), then reach its usual ack."""
-    if not msg.is_acked:
-        await ack(msg)
