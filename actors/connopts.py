@@ -8,6 +8,8 @@ What it carries (each a `Settings` field, README "Connecting securely"):
   Kubernetes Secret), never only from argv, which any user of the host sees in `ps`;
 * a credentials file (user JWT and NKEY seed) or an NKEY seed file: nats-py signs the
   server's nonce with the seed (the `nkeys` package);
+* the inbox prefix (`NATS_INBOX_PREFIX`): the first token of the subjects replies come
+  back on, which the deployed permissions allow each user for its own only;
 * TLS: a CA file the server's certificate must chain to, and a client certificate and
   key for a server that verifies clients. Any of them makes TLS required (a `tls://`
   URL does too, with the system's CAs when none is given).
@@ -18,12 +20,16 @@ Files are read and checked here, once, at start-up: a missing or unreadable one 
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from actors.settings import Settings, SettingsInvalid
+
+DEFAULT_INBOX_PREFIX = "_INBOX"  # nats-py's
+_INBOX_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +45,10 @@ class ConnectOptions:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    # where replies to this connection arrive: nats-py makes every reply subject (request
+    # replies, PubAcks, ordered consumers' and KV watches' deliveries) `<prefix>.<random>`,
+    # so a server can let each user read its own replies and no one else's
+    inbox_prefix: str = DEFAULT_INBOX_PREFIX
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectOptions:
@@ -56,6 +66,13 @@ class ConnectOptions:
             raise SettingsInvalid("NATS_PASSWORD (or NATS_PASSWORD_FILE) is set but NATS_USER is not")
         if settings.nats_creds and settings.nats_nkey:
             raise SettingsInvalid("NATS_CREDS and NATS_NKEY: give one (a creds file holds its own seed)")
+        if not _INBOX_PREFIX.match(settings.nats_inbox_prefix):
+            # one subject token: the server allows a user `<prefix>.>`, which a dot or a
+            # wildcard in the prefix would make replies miss (or ask for more than that)
+            raise SettingsInvalid(
+                f"NATS_INBOX_PREFIX={settings.nats_inbox_prefix!r}: one subject token (letters, digits, '_' and '-'), "
+                "like _INBOX_cli"
+            )
         if settings.tls_key and not settings.tls_cert:
             raise SettingsInvalid("NATS_TLS_KEY is set but NATS_TLS_CERT is not")
         for path, var in (
@@ -76,6 +93,7 @@ class ConnectOptions:
             tls_ca=settings.tls_ca,
             tls_cert=settings.tls_cert,
             tls_key=settings.tls_key,
+            inbox_prefix=settings.nats_inbox_prefix,
         )
         options.tls_context()  # a bad certificate or key is refused now, in one line
         return options
@@ -114,7 +132,7 @@ class ConnectOptions:
     def nats_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for nats-py's `connect` (only those that are set, so a
         password in the URL still counts when no option overrides it)."""
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"inbox_prefix": self.inbox_prefix}
         if self.user:
             kwargs["user"] = self.user
         if self.password:

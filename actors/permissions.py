@@ -27,7 +27,9 @@ Users (account ACTORS):
 
 Every user may look a stream or consumer up (``$JS.API.STREAM.INFO.*``,
 ``$JS.API.CONSUMER.INFO.*.*``: metadata, no message), which is how a role that may not
-declare the streams finds that they exist. Passwords are not here: the rendered
+declare the streams finds that they exist. Each user reads only its own replies
+(``_INBOX_<user>.>``): its connections set that inbox prefix (`NATS_INBOX_PREFIX`,
+which the Deployments in deploy/k8s set per role). Passwords are not here: the rendered
 configuration reads each from an environment variable of the server
 (`password_variable`), which the Helm values fill from a Kubernetes Secret.
 
@@ -79,11 +81,21 @@ from streams.subjects import (
 ACCOUNT = "ACTORS"
 USERS = ("engine", "counter", "tools", "projector", "cli")
 JS_API = "$JS.API"
-# where a JetStream publish's PubAck, a request's reply and an ordered consumer's
-# messages arrive (nats-py's inboxes)
-INBOX = "_INBOX.>"
 # nats-server sends max-deliveries advisories here (actors/deadletters.py)
 MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+
+
+def inbox_prefix(user: str) -> str:
+    """The inbox prefix a connection of `user` must set (`NATS_INBOX_PREFIX`): where its
+    PubAcks, request replies, ordered consumers' and KV watches' messages arrive."""
+    return f"_INBOX_{user}"
+
+
+def inbox(user: str) -> str:
+    """What `user` may subscribe to for its replies: its own inboxes only. A shared
+    `_INBOX.>` would let any role read every other's replies (the engine's and the
+    cli's reads of EXEC, KV status and the catalog, PubAcks)."""
+    return f"{inbox_prefix(user)}.>"
 
 
 def obj_stream(bucket: str) -> str:
@@ -247,7 +259,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *reads(EXEC_STREAM, CMD_STREAM),
                 *blobs(),
             ),
-            subscribe=(*engine_sub, START_REQUEST_SUBJECT, MAX_DELIVERIES_ADVISORY, INBOX),
+            subscribe=(*engine_sub, START_REQUEST_SUBJECT, MAX_DELIVERIES_ADVISORY, inbox("engine")),
             responds=True,
         ),
         User(
@@ -271,7 +283,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *reads(LOOP_STREAM, CMD_STREAM, EXEC_STREAM),
                 *blobs(),
             ),
-            subscribe=tuple([*counter_sub, INBOX]),
+            subscribe=tuple([*counter_sub, inbox("counter")]),
         ),
         User(
             "tools",
@@ -284,7 +296,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *blobs(),
                 _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names
             ),
-            subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, INBOX),
+            subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, inbox("tools")),
         ),
         User(
             "projector",
@@ -299,7 +311,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 _dlq("projector"),
                 *reads(obj_stream(BLOB_BUCKET)),
             ),
-            subscribe=(*projector_sub, INBOX),
+            subscribe=(*projector_sub, inbox("projector")),
         ),
         User(
             "cli",
@@ -327,7 +339,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                     kv_stream(SCHEDULES_BUCKET),
                 ),
             ),
-            subscribe=("progress.>", INBOX),
+            subscribe=("progress.>", inbox("cli")),
         ),
     ]
 

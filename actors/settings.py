@@ -131,6 +131,15 @@ class Settings:
     tls_key: str | None = _setting(
         None, "NATS_TLS_KEY", "private key (PEM) of NATS_TLS_CERT", flag="--tls-key", minimum=None
     )
+    nats_inbox_prefix: str = _setting(
+        "_INBOX",
+        "NATS_INBOX_PREFIX",
+        "first token of every reply subject this connection makes (requests, PubAcks, ordered consumers, KV "
+        "watches); with deploy/nats's permissions each user may read only `_INBOX_<user>.>`, so set "
+        '`_INBOX_<user>` (README "Least privilege")',
+        flag="--nats-inbox-prefix",
+        minimum=None,
+    )
     nats_sync: str = _setting(
         SYNC_DEFAULT,
         "ACTORS_NATS_SYNC",

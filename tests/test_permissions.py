@@ -24,9 +24,11 @@ from nats.js.errors import NotFoundError
 
 from actors import permissions
 from actors.client import Client
+from actors.connopts import ConnectOptions
 from actors.deadletters import MaxDeliveriesWatcher
 from actors.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.runtime import ROLES, Runtime, connect, start_roles
+from actors.settings import Settings, SettingsInvalid
 from actors.wire import ExecutionStatus, encode
 from streams.layout import CMD_STREAM, EXEC_STREAM, STATUS_BUCKET, Layout, tool_consumer
 from streams.server import NatsServer
@@ -50,6 +52,11 @@ class Secured:
     def url(self, user: str) -> str:
         return f"nats://{user}:{self.passwords[user]}@127.0.0.1:{self.server.port}"
 
+    def options(self, user: str) -> ConnectOptions:
+        """A connection of `user` as its Deployment makes one: its own inbox prefix, the
+        only inboxes the server lets it read (the password is in the URL)."""
+        return ConnectOptions(inbox_prefix=permissions.inbox_prefix(user))
+
     def log(self) -> str:
         return (self.server.store / "nats-server.log").read_text(errors="replace")
 
@@ -60,14 +67,13 @@ class Secured:
 @pytest_asyncio.fixture
 async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Secured]:
     """A nats-server with deploy/nats/permissions.conf as committed, each password in
-    the server's environment as the file expects. `no_auth_user`: the readiness check of
-    NatsServer.start connects without credentials (as the cli user)."""
+    the server's environment as the file expects. No user without credentials: the
+    server is ready once its monitoring endpoint says so (a connection of a user of the
+    file could not ask, its replies refused on the default `_INBOX`)."""
     passwords = {u: secrets.token_hex(8) for u in permissions.USERS}
     for u in permissions.users(permissions.deployed_layout()):
         monkeypatch.setenv(u.password_variable, passwords[u.name])
-    config = tmp_path / "nats.conf"
-    config.write_text(permissions.CONF_FILE.read_text() + "\nno_auth_user: cli\n")
-    server = await NatsServer.start(extra_args=["-c", str(config)])
+    server = await NatsServer.start(config=permissions.CONF_FILE.read_text())
     try:
         yield Secured(server, passwords, permissions.deployed_layout())
     finally:
@@ -81,7 +87,7 @@ class Pods:
         self.running: list[tuple[NATS, Runtime]] = []
 
     async def start(self, secured: Secured, role: str, layout: Layout | None = None) -> Runtime:
-        nc = await connect(secured.url(role), name=f"actors-{role}")
+        nc = await connect(secured.url(role), name=f"actors-{role}", options=secured.options(role))
         runtime = await start_roles(nc, layout=layout or secured.layout, roles=[role], tool_concurrency=4)
         self.running.append((nc, runtime))
         return runtime
@@ -165,7 +171,7 @@ async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods:
         await pods.start(secured, role)
     (tmp_path / "child.yaml").write_text(CHILD)
     (tmp_path / "parent.yaml").write_text(PARENT)
-    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         await client.register(tmp_path / "child.yaml")
         parent = await client.register(tmp_path / "parent.yaml")
         eid = await client.start(parent.path, payload={"marker": str(tmp_path / "marker")})
@@ -190,11 +196,38 @@ async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods:
     # a retry from the last step: a new execution the starter links to this one
     code, out, err = await cli("retry", eid, "--from", "child", url=secured.url("cli"))
     assert code == 0, err
-    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         retried = await client.wait(out.strip(), timeout=60)
         assert retried.state == "COMPLETED", retried
     assert json.loads(done[2][1])["result"] == RESULT
     assert secured.violations() == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("other", ["_INBOX_cli.>", "_INBOX_engine.*", "_INBOX.>", ">"])
+async def test_a_user_cannot_read_another_users_replies(secured: Secured, other: str) -> None:
+    """A tool user's connection that subscribes to another user's inboxes (or the shared
+    `_INBOX.>`), to read the cli's or the engine's replies (EXEC and KV reads, PubAcks):
+    the server refuses the subscription, and it names the user."""
+    errors: list[Exception] = []
+    told = asyncio.Event()
+
+    async def on_error(e: Exception) -> None:
+        errors.append(e)
+        told.set()
+
+    nc = await nats.connect(
+        secured.url("tools"), inbox_prefix=permissions.inbox_prefix("tools"), error_cb=on_error, allow_reconnect=False
+    )
+    try:
+        await nc.subscribe(other)
+        await asyncio.wait_for(told.wait(), timeout=10)  # the server's -ERR, handed to error_cb in a task
+        assert any("permissions violation" in str(e).lower() for e in errors), errors
+        # its own inboxes still work: a JetStream request through them is answered
+        await nc.jetstream().account_info()
+    finally:
+        await nc.close()
+    assert any(f'user:tools" - Subscription Violation - Subject "{other}"' in line for line in secured.violations())
 
 
 SLEEPER = (
@@ -216,7 +249,12 @@ async def cli(*args: str, url: str) -> tuple[int, str, str]:
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NATS_URL": url, "ACTORS_PARTITIONS": str(permissions.deployed_layout().partitions)},
+        env={
+            **os.environ,
+            "NATS_URL": url,
+            "ACTORS_PARTITIONS": str(permissions.deployed_layout().partitions),
+            "NATS_INBOX_PREFIX": permissions.inbox_prefix("cli"),
+        },
     )
     out, err = await proc.communicate()
     assert proc.returncode is not None
@@ -237,7 +275,9 @@ async def refused(secured: Secured, user: str, subject: str, data: bytes) -> Non
     async def on_error(e: Exception) -> None:
         errors.append(e)
 
-    nc = await nats.connect(secured.url(user), error_cb=on_error, allow_reconnect=False)
+    nc = await nats.connect(
+        secured.url(user), inbox_prefix=permissions.inbox_prefix(user), error_cb=on_error, allow_reconnect=False
+    )
     try:
         with pytest.raises(nats.errors.TimeoutError):
             await nc.jetstream().publish(subject, data, timeout=1.0)
@@ -267,7 +307,7 @@ async def test_only_the_engine_user_writes_lifecycle_events_and_only_the_project
     for role in ("engine", "tools", "projector"):
         await pods.start(secured, role)
     (tmp_path / "sleeper.yaml").write_text(SLEEPER)
-    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         entry = await client.register(tmp_path / "sleeper.yaml")
         eid = await client.start(entry.path)
         await wait_for(lambda: running(client, eid), timeout=30)  # the projector wrote RUNNING
@@ -330,7 +370,7 @@ async def test_the_cli_user_cannot_create_streams_and_says_so(secured: Secured) 
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "may not create them" in err and "stream 'EXEC'" in err
     assert secured.passwords["cli"] not in err
-    nc = await nats.connect(secured.url("engine"))
+    nc = await nats.connect(secured.url("engine"), inbox_prefix=permissions.inbox_prefix("engine"))
     try:
         with pytest.raises(NotFoundError):
             await nc.jsm().stream_info(EXEC_STREAM)
@@ -343,7 +383,7 @@ async def test_the_cli_user_reads_a_log_longer_than_the_flow_control_window(secu
     """An ordered consumer (how `events`, `logs` and `status` read a log) stalls after
     about 2 MB unless its reader may answer the server's flow control."""
     await pods.start(secured, "engine")
-    nc = await nats.connect(secured.url("engine"))
+    nc = await nats.connect(secured.url("engine"), inbox_prefix=permissions.inbox_prefix("engine"))
     subject = secured.layout.execution("long").decision
     try:
         js = nc.jetstream()
@@ -351,7 +391,7 @@ async def test_the_cli_user_reads_a_log_longer_than_the_flow_control_window(secu
             await js.publish(subject, bytes(60_000), headers={"Nats-Msg-Id": f"long-{i}"})
     finally:
         await nc.close()
-    reader = await nats.connect(secured.url("cli"))
+    reader = await nats.connect(secured.url("cli"), inbox_prefix=permissions.inbox_prefix("cli"))
     try:
         sub = await reader.jetstream().subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
         for _ in range(100):
@@ -391,7 +431,7 @@ async def test_cancelling_reaches_a_loop_its_children_and_their_commands(
         await pods.start(secured, role)
     (tmp_path / "napper.yaml").write_text(NAPPER)
     (tmp_path / "nappers.yaml").write_text(NAPPERS)
-    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         await client.register(tmp_path / "napper.yaml")
         eid = await client.start((await client.register(tmp_path / "nappers.yaml")).path)
 
@@ -426,7 +466,7 @@ async def test_the_cli_user_manages_schedules_and_the_engine_user_starts_their_f
     for role in ("engine", "tools", "projector"):
         await pods.start(secured, role)
     (tmp_path / "tick.yaml").write_text(TICK)
-    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         path = (await client.register(tmp_path / "tick.yaml")).path
         await client.schedule_add("tick", playbook=path, cron="* * * * * *")
 
@@ -450,12 +490,12 @@ async def test_a_tool_pod_answers_a_command_the_server_gave_up_on(secured: Secur
     for watcher in engine.find(MaxDeliveriesWatcher):  # only the tool user's hears it
         await watcher.stop()
     await pods.start(secured, "projector", layout)
-    tools = await nats.connect(secured.url("tools"))
+    tools = await nats.connect(secured.url("tools"), inbox_prefix=permissions.inbox_prefix("tools"))
     watcher = MaxDeliveriesWatcher(tools)
     await watcher.start()
     try:
         (tmp_path / "doomed.yaml").write_text(HEAD % "doomed" + DOOMED)
-        async with Client.connect(secured.url("cli"), layout=layout) as client:
+        async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=layout) as client:
             eid = await client.start((await client.register(tmp_path / "doomed.yaml")).path)
             # a tool "pod" that takes the command and dies before answering, each time
             dying = await tools.jetstream().pull_subscribe_bind(tool_consumer("python"), stream=CMD_STREAM)
@@ -517,6 +557,7 @@ def test_each_deployment_connects_as_its_own_user() -> None:
             env = {e["name"]: e for e in container["env"]}
             assert "NATS_URL" not in env  # the ConfigMap's, with no credentials in it
             assert env["NATS_USER"]["value"] == user
+            assert env["NATS_INBOX_PREFIX"]["value"] == permissions.inbox_prefix(user)  # else its replies are refused
             password = env["NATS_PASSWORD_FILE"]["value"]
             (mount,) = [m for m in container["volumeMounts"] if password.startswith(m["mountPath"] + "/")]
             (volume,) = [v for v in doc["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
@@ -526,3 +567,17 @@ def test_each_deployment_connects_as_its_own_user() -> None:
     assert roles == {*ROLES, "ui"}
     scaled = yaml.safe_load((k8s / "tools-scaledobject.yaml").read_text())
     assert {t["metadata"]["account"] for t in scaled["spec"]["triggers"]} == {permissions.ACCOUNT}
+
+
+def test_a_connection_takes_its_inbox_prefix_from_the_settings() -> None:
+    """NATS_INBOX_PREFIX (or --nats-inbox-prefix) reaches nats-py's connect, which makes
+    every reply subject under it; nats-py's `_INBOX` when unset; a prefix that is not one
+    subject token (it would not match the server's `<prefix>.>`) is refused, naming it."""
+    assert ConnectOptions.from_settings(Settings.from_env({})).nats_kwargs()["inbox_prefix"] == "_INBOX"
+    env = {"NATS_INBOX_PREFIX": permissions.inbox_prefix("tools")}
+    assert ConnectOptions.from_settings(Settings.from_env(env)).nats_kwargs()["inbox_prefix"] == "_INBOX_tools"
+    flagged = Settings.from_env(env).with_flags(nats_inbox_prefix="_INBOX_cli")
+    assert ConnectOptions.from_settings(flagged).inbox_prefix == "_INBOX_cli"
+    for bad in ("_INBOX.cli", "_INBOX_*", ">", "a b"):
+        with pytest.raises(SettingsInvalid, match="NATS_INBOX_PREFIX"):
+            ConnectOptions.from_settings(Settings.from_env({"NATS_INBOX_PREFIX": bad}))

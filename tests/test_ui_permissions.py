@@ -23,7 +23,7 @@ async def test_the_ui_works_as_the_cli_user(secured: Secured, pods: Pods, tmp_pa
     for role in ("engine", "counter", "tools", "projector"):  # the engine first: it declares the streams
         await pods.start(secured, role)
     (tmp_path / "loop.yaml").write_text(LOOP)
-    async with Client.connect(secured.url("cli"), layout=secured.layout) as client:
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         await client.register(tmp_path / "loop.yaml")
         app = make_app(client, read_only=False, token=None)
         async with TestClient(TestServer(app)) as ui:

@@ -37,6 +37,7 @@ CONNECTION_FLAGS = (
     "nats_token_file",
     "nats_creds",
     "nats_nkey",
+    "nats_inbox_prefix",
     "tls_ca",
     "tls_cert",
     "tls_key",

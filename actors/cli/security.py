@@ -30,6 +30,12 @@ def add_connection_flags(sp: argparse.ArgumentParser, *, url: bool = True) -> ar
     group.add_argument("--nats-token-file", metavar="FILE", help="file holding a token (default $NATS_TOKEN_FILE)")
     group.add_argument("--nats-creds", metavar="FILE", help="credentials file: user JWT and NKEY seed ($NATS_CREDS)")
     group.add_argument("--nats-nkey", metavar="FILE", help="file holding an NKEY user seed ($NATS_NKEY)")
+    group.add_argument(
+        "--nats-inbox-prefix",
+        metavar="PREFIX",
+        help="first token of the subjects replies arrive on: _INBOX_<user> with deploy/nats's permissions "
+        "($NATS_INBOX_PREFIX, default _INBOX)",
+    )
     group.add_argument("--tls-ca", metavar="FILE", help="CA the server's certificate must chain to ($NATS_TLS_CA)")
     group.add_argument("--tls-cert", metavar="FILE", help="client certificate, PEM ($NATS_TLS_CERT)")
     group.add_argument("--tls-key", metavar="FILE", help="client certificate's private key, PEM ($NATS_TLS_KEY)")
