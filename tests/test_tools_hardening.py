@@ -1,0 +1,119 @@
+"""Tool actor hardening after the security review: what a step or a server could make a
+tool actor publish, or send where it should not."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from actors.tools.credentials import CredentialSource
+from actors.tools.executors import run_tool
+from actors.tools.failures import ToolFailure
+from actors.tools.resources import ToolResources
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, int(runner.addresses[0][1])
+
+
+@pytest_asyncio.fixture
+async def runners() -> AsyncIterator[list[web.AppRunner]]:
+    made: list[web.AppRunner] = []
+    yield made
+    for r in made:
+        await r.cleanup()
+
+
+@pytest.mark.asyncio
+async def test_an_http_error_masks_an_echoed_credential_before_cutting_the_excerpt(
+    runners: list[web.AppRunner],
+) -> None:
+    token = "tok-SUPERSECRET-0123456789abcdef"
+
+    async def echo(request: web.Request) -> web.Response:
+        # a debug 401 page echoing the header, placed so the 200-character excerpt cuts it
+        return web.Response(status=401, text="x" * 170 + " got header " + request.headers["Authorization"])
+
+    app = web.Application()
+    app.router.add_get("/", echo)
+    runner, port = await _serve(app)
+    runners.append(runner)
+    resources = ToolResources(credentials=CredentialSource(None, {"API": token}))
+    try:
+        with pytest.raises(ToolFailure) as caught:
+            await run_tool(
+                "http",
+                {"kind": "http", "url": f"http://127.0.0.1:{port}/", "credential": "api"},
+                {},
+                timeout=10,
+                resources=resources,
+            )
+    finally:
+        await resources.close()
+    assert caught.value.type == "HTTPError"
+    assert "Bearer ***" in caught.value.message
+    assert token[:6] not in caught.value.message
+
+
+@pytest.mark.asyncio
+async def test_http_credential_headers_follow_a_redirect_on_the_same_origin_only(
+    runners: list[web.AppRunner],
+) -> None:
+    seen: dict[str, dict[str, str]] = {}
+
+    def record(where: str, request: web.Request) -> None:
+        seen[where] = {k.lower(): v for k, v in request.headers.items() if k.lower() in ("x-api-key", "authorization")}
+
+    async def other(request: web.Request) -> web.Response:
+        record("other", request)
+        return web.json_response({"at": "other"})
+
+    other_app = web.Application()
+    other_app.router.add_get("/", other)
+    runner, other_port = await _serve(other_app)
+    runners.append(runner)
+
+    async def start(request: web.Request) -> web.Response:
+        record("start", request)
+        raise web.HTTPFound("/same")  # the same origin: the credential goes along
+
+    async def same(request: web.Request) -> web.Response:
+        record("same", request)
+        # another origin (host and port differ): the credential must not reach it
+        raise web.HTTPTemporaryRedirect(f"http://localhost:{other_port}/")
+
+    app = web.Application()
+    app.router.add_get("/", start)
+    app.router.add_get("/same", same)
+    runner, port = await _serve(app)
+    runners.append(runner)
+
+    for cred, header in (
+        ({"header.X-Api-Key": "key-0123456789secret"}, "x-api-key"),
+        ({"token": "tok-0123456789secret"}, "authorization"),
+    ):
+        seen.clear()
+        resources = ToolResources(credentials=CredentialSource(None, {"API": json.dumps(cred)}))
+        try:
+            out = await run_tool(
+                "http",
+                {"kind": "http", "url": f"http://127.0.0.1:{port}/", "credential": "api"},
+                {},
+                timeout=10,
+                resources=resources,
+            )
+        finally:
+            await resources.close()
+        assert json.loads(out)["data"] == {"at": "other"}
+        assert header in seen["start"] and header in seen["same"]
+        assert seen["other"] == {}, cred
