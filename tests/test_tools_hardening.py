@@ -10,9 +10,11 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from actors.dial import redact
 from actors.tools.credentials import CredentialSource
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
+from actors.tools.redact import Redactor
 from actors.tools.resources import ToolResources
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -117,3 +119,17 @@ async def test_http_credential_headers_follow_a_redirect_on_the_same_origin_only
         assert json.loads(out)["data"] == {"at": "other"}
         assert header in seen["start"] and header in seen["same"]
         assert seen["other"] == {}, cred
+
+
+def test_url_userinfo_is_masked_to_the_last_at_before_the_host() -> None:
+    r = Redactor()
+    assert r.text("GET http://svc:p@ssw0rd-long@example.com/x failed") == "GET http://***@example.com/x failed"
+    assert r.data(b"http://svc:p@ss@h/x@y") == b"http://***@h/x@y"  # a later `@` in the path is not userinfo
+    assert r.text("see http://h/p@q and a@b.c") == "see http://h/p@q and a@b.c"
+
+
+def test_dial_redact_masks_a_password_holding_an_at_whole() -> None:
+    assert redact("nats://svc:p@ssw0rd-long@host:4222") == "nats://svc:***@host:4222"
+    assert redact("nats://tok@en-long@host") == "nats://***@host"
+    assert redact("nats://a:b@h1:4222,nats://c:d@e@h2") == "nats://a:***@h1:4222,nats://c:***@h2"
+    assert redact("nats://host:4222") == "nats://host:4222"
