@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -133,3 +134,32 @@ def test_dial_redact_masks_a_password_holding_an_at_whole() -> None:
     assert redact("nats://tok@en-long@host") == "nats://***@host"
     assert redact("nats://a:b@h1:4222,nats://c:d@e@h2") == "nats://a:***@h1:4222,nats://c:***@h2"
     assert redact("nats://host:4222") == "nats://host:4222"
+
+
+def test_a_yaml_credential_file_keeps_every_value_as_written_and_masks_numbers(tmp_path: Path) -> None:
+    (tmp_path / "api").write_text(
+        "username: svc\npassword: 0777123\ntoken2: 12:30:45\npin: 98765432\nanswer: yes\ntls: true\n"
+        "nothing: ~\nfloat: 1e5\n"
+    )
+    r = Redactor()
+    values = CredentialSource(tmp_path, redactor=r).resolve("api")
+    # YAML 1.1 would read 261715 (octal), 45045 (sexagesimal), true and 100000.0
+    assert values == {
+        "username": "svc",
+        "password": "0777123",
+        "token2": "12:30:45",
+        "pin": "98765432",
+        "answer": "yes",
+        "tls": "true",
+        "nothing": "",
+        "float": "1e5",
+    }
+    masked = r.text("pw 0777123 / 12:30:45 / pin 98765432 / tls true / svc")
+    assert masked == "pw *** / *** / pin *** / tls true / svc"  # a short value keeps the old rule
+
+
+def test_a_json_credential_file_keeps_numbers_as_written_and_masks_them(tmp_path: Path) -> None:
+    (tmp_path / "api").write_text('{"pin": 1234, "big": 1.50e3, "flag": false}')
+    r = Redactor()
+    assert CredentialSource(tmp_path, redactor=r).resolve("api") == {"pin": "1234", "big": "1.50e3", "flag": "false"}
+    assert r.text("1234 1.50e3 false") == "*** *** false"
