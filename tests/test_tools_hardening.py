@@ -15,6 +15,7 @@ from actors.dial import redact
 from actors.tools.credentials import CredentialSource
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
+from actors.tools.pypool import PythonPool
 from actors.tools.redact import Redactor
 from actors.tools.resources import ToolResources
 
@@ -163,3 +164,30 @@ def test_a_json_credential_file_keeps_numbers_as_written_and_masks_them(tmp_path
     r = Redactor()
     assert CredentialSource(tmp_path, redactor=r).resolve("api") == {"pin": "1234", "big": "1.50e3", "flag": "false"}
     assert r.text("1234 1.50e3 false") == "*** *** false"
+
+
+@pytest.mark.asyncio
+async def test_a_python_step_cannot_leave_c_environment_variables_to_the_next_one() -> None:
+    pool = PythonPool(size=1)  # one worker: both steps run in it
+    show = (
+        "import subprocess\n"
+        "def main():\n"
+        "    return subprocess.run(['sh', '-c', 'echo \"$LEAKED_TOKEN|$HOME|${PATH:+path}\"'],\n"
+        "                          capture_output=True, text=True).stdout.strip()\n"
+    )
+    # os.putenv and os.unsetenv change what subprocesses inherit, not os.environ
+    leak = (
+        "import os\n"
+        "def main():\n"
+        "    os.putenv('LEAKED_TOKEN', 'tok-from-step-A-0123')\n"
+        "    os.putenv('HOME', '/leaked')\n"
+        "    os.unsetenv('PATH')\n"
+        "    return 1\n"
+    )
+    try:
+        before = await pool.run(show, {}, timeout=30)
+        assert before.startswith("|") and before.endswith("|path")
+        assert await pool.run(leak, {}, timeout=30) == 1
+        assert await pool.run(show, {}, timeout=30) == before
+    finally:
+        await pool.close()

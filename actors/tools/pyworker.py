@@ -29,8 +29,9 @@ the same code do not recompile; the module body is run in a fresh namespace each
 then ``main(**args)`` (an ``async def main`` is run with `asyncio.run`). Module globals
 do not survive a call; imported modules do (a worker imports a heavy library once).
 ``os.environ`` is put back as the worker started (the clean environment the pool gives
-it) after every call, so one step's ``env``, or what its code set, is never seen by the
-next. The result is encoded once, here: that is the check that it is JSON data, and the pool
+it) after every call, and so is the C environment subprocesses inherit (``os.putenv`` and
+C code change it without ``os.environ`` knowing), so one step's ``env``, or what its code
+set, is never seen by the next. The result is encoded once, here: that is the check that it is JSON data, and the pool
 passes the same text on. Workers exit by themselves when the parent process disappears.
 """
 
