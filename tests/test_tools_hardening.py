@@ -3,6 +3,7 @@ tool actor publish, or send where it should not."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,13 +12,19 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from actors.client import Client
 from actors.dial import redact
+from actors.runtime import connect, start_roles
+from actors.settings import Settings
 from actors.tools.credentials import CredentialSource
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
+from actors.tools.podguard import dumpable, pod_secrets
 from actors.tools.pypool import PythonPool
 from actors.tools.redact import Redactor
 from actors.tools.resources import ToolResources
+from streams.server import NatsServer
+from tests.conftest import System, make_layout, of_type
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -191,3 +198,59 @@ async def test_a_python_step_cannot_leave_c_environment_variables_to_the_next_on
         assert await pool.run(show, {}, timeout=30) == before
     finally:
         await pool.close()
+
+
+def test_the_pods_secrets_are_masked_in_every_spelling(tmp_path: Path) -> None:
+    raw = bytes(range(200, 232))  # base64 with '+' and '/', so the URL-safe spelling differs
+    key = base64.b64encode(raw).decode()
+    (tmp_path / "password").write_text("np-from-file-0123\n")
+    (tmp_path / "keys").write_text(f"# current first\nnew:{key}\n")
+    settings = Settings(
+        nats_password_file=str(tmp_path / "password"),
+        nats_token="nt-token-4567",
+        payload_key_file=str(tmp_path / "keys"),
+        payload_old_keys="old:" + base64.b64encode(b"o" * 32).decode(),
+    )
+    r = Redactor()
+    r.add(pod_secrets(settings))
+    urlsafe = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    for secret in (
+        "np-from-file-0123",
+        "nt-token-4567",
+        f"new:{key}",
+        key,
+        urlsafe,
+        base64.b64encode(b"o" * 32).decode(),
+    ):
+        assert r.text(f"[{secret}]") == "[***]", secret
+
+
+@pytest.mark.asyncio
+async def test_a_step_printing_the_pods_nats_password_or_payload_key_shows_masks(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    password = "np-pod-password-0123"
+    key = base64.b64encode(bytes(range(32))).decode()
+    (tmp_path / "password").write_text(password + "\n")
+    # what a step could find: the pod's environment through /proc (as root), a mounted file
+    found = tmp_path / "found"
+    found.write_text(f"NATS_PASSWORD={password}\nACTORS_PAYLOAD_KEY=k1:{key}\nraw {key}\n")
+    settings = Settings(python_workers=1, nats_password_file=str(tmp_path / "password"), payload_key=f"k1:{key}")
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    runtime = await start_roles(nc, layout=layout, settings=settings)
+    try:
+        # a tool pod's process is undumpable: its /proc files are root's, not the step's user's
+        assert dumpable() == 0
+        system = System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
+        text = (
+            "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: snoop}\nworkflow:\n"
+            f"  - step: snoop\n    tool: {{kind: shell, command: 'cat {found}'}}\n"
+        )
+        eid, status = await system.run_yaml(text)
+        assert status.state == "COMPLETED"
+        [done] = of_type(await system.events(eid), "call.done", "snoop")
+        assert done.data["result"]["stdout"] == "NATS_PASSWORD=***\nACTORS_PAYLOAD_KEY=***\nraw ***\n"
+    finally:
+        await runtime.stop()
+        await nc.close()
