@@ -208,6 +208,7 @@ def test_the_pods_secrets_are_masked_in_every_spelling(tmp_path: Path) -> None:
     settings = Settings(
         nats_password_file=str(tmp_path / "password"),
         nats_token="nt-token-4567",
+        ui_token="ui-token-8901",
         payload_key_file=str(tmp_path / "keys"),
         payload_old_keys="old:" + base64.b64encode(b"o" * 32).decode(),
     )
@@ -217,6 +218,7 @@ def test_the_pods_secrets_are_masked_in_every_spelling(tmp_path: Path) -> None:
     for secret in (
         "np-from-file-0123",
         "nt-token-4567",
+        "ui-token-8901",
         f"new:{key}",
         key,
         urlsafe,

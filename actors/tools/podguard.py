@@ -13,8 +13,8 @@ Linux lets a process of the same user do.
    back when they ``exec`` (a step's process is dumpable, but holds only its clean
    environment). Root (any uid 0 step, or one with CAP_SYS_PTRACE) still reads everything:
    run the pod as a non-root user (the image runs as uid 10001).
-2. `pod_secrets`: the pod's NATS password and token (given or read from their files) and
-   its payload keys, handed to the redactor, so a step that finds them anyway (root, a
+2. `pod_secrets`: the pod's NATS password and token (given or read from their files), its
+   payload keys and the web UI's token, handed to the redactor, so a step that finds them anyway (root, a
    mounted file) cannot publish them in clear: ``***`` wherever credentials are masked.
 """
 
@@ -105,6 +105,7 @@ def pod_secrets(settings: Settings) -> list[str]:
     for value in (
         settings.nats_password,
         settings.nats_token,
+        settings.ui_token,  # a pod running `all` roles, or one env shared by every pod
         _file_text(settings.nats_password_file),
         _file_text(settings.nats_token_file),
     ):
