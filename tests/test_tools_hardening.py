@@ -256,3 +256,46 @@ async def test_a_step_printing_the_pods_nats_password_or_payload_key_shows_masks
     finally:
         await runtime.stop()
         await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_http_redirects_followed_by_hand_keep_aiohttps_rules(runners: list[web.AppRunner]) -> None:
+    got: list[tuple[str, bytes]] = []
+
+    async def loop(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/loop")
+
+    async def post(request: web.Request) -> web.Response:
+        raise web.HTTPSeeOther("/after")  # 303: the next request is a GET, without the body
+
+    async def after(request: web.Request) -> web.Response:
+        got.append((request.method, await request.read()))
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/loop", loop)
+    app.router.add_post("/post", post)
+    app.router.add_get("/after", after)
+    runner, port = await _serve(app)
+    runners.append(runner)
+    resources = ToolResources(credentials=CredentialSource(None, {"API": "tok-0123456789secret"}))
+    try:
+        with pytest.raises(ToolFailure) as caught:
+            await run_tool(
+                "http",
+                {"kind": "http", "url": f"http://127.0.0.1:{port}/loop", "credential": "api"},
+                {},
+                timeout=10,
+                resources=resources,
+            )
+        assert caught.value.type == "TooManyRedirects"
+        out = await run_tool(
+            "http",
+            {"kind": "http", "method": "POST", "url": f"http://127.0.0.1:{port}/post", "credential": "api"},
+            {"a": 1},
+            timeout=10,
+            resources=resources,
+        )
+    finally:
+        await resources.close()
+    assert json.loads(out)["data"] == {"ok": True} and got == [("GET", b"")]
