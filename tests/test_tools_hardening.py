@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -299,3 +303,29 @@ async def test_http_redirects_followed_by_hand_keep_aiohttps_rules(runners: list
     finally:
         await resources.close()
     assert json.loads(out)["data"] == {"ok": True} and got == [("GET", b"")]
+
+
+_SNOOP = """
+import subprocess, sys
+from actors.tools.podguard import make_undumpable
+assert make_undumpable()
+# a step: a child of the pod's process, as its user, reading the pod's environment
+r = subprocess.run(["sh", "-c", "cat /proc/$PPID/environ"], capture_output=True)
+sys.stdout.write("leaked" if b"NATS_PASSWORD=np-snooped-0123" in r.stdout else "refused")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_a_step_of_the_pods_user_cannot_read_an_undumpable_pods_environment() -> None:
+    # as root, /proc is readable whatever the flag: the pod runs as a non-root user (uid 10001)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root, and no setpriv to run as another user")
+        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NATS_PASSWORD": "np-snooped-0123"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run([*prefix, sys.executable, "-c", _SNOOP], env=env, capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout == b"refused"
