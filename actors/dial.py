@@ -37,9 +37,19 @@ class NatsUnavailable(Exception):
     does not answer. The message is one line for a user, with no password in it."""
 
 
+# the userinfo of each URL in a list: to the LAST `@` before the host's end (`/` or the `,`
+# between servers), so a password holding an `@` (`u:p@ss@host`) is masked whole
+_USERINFO = re.compile(r"://([^/,]*)@")
+
+
 def redact(url: str) -> str:
-    """The URL(s) without passwords or tokens: `nats://user:***@host:4222`."""
-    return re.sub(r"://([^:@/,]*):[^@/,]*@", r"://\1:***@", re.sub(r"://([^:@/,]+)@", "://***@", url))
+    """The URL(s) without passwords or tokens: `nats://user:***@host:4222`, `nats://***@host`."""
+
+    def mask(m: re.Match[str]) -> str:
+        user, colon, _ = m.group(1).partition(":")  # a user name holds no `:`; the password may
+        return f"://{user}:***@" if colon else "://***@"
+
+    return _USERINFO.sub(mask, url)
 
 
 def is_auth_error(e: BaseException) -> bool:

@@ -228,6 +228,7 @@ async def start_roles(
                 python_workers=settings.python_workers,
                 limits=settings.limits,
                 credentials=CredentialSource(settings.credentials_dir, settings.credentials),
+                settings=settings,
             )
         )
     hosts: list[Counter | Engine] = []

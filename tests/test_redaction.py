@@ -241,13 +241,13 @@ def test_short_values_are_not_masked_and_escaped_forms_are() -> None:
     assert masked.kept == b"x" * 10 + b"***" and masked.tail == b"*** end"
 
 
-def test_numbers_and_booleans_of_a_mapping_are_not_masked(tmp_path: Path) -> None:
+def test_numbers_of_a_mapping_are_masked_booleans_are_not(tmp_path: Path) -> None:
     (tmp_path / "db").write_text('{"password": "pw-typed-1234", "port": 5432, "tls": true, "host": "db.internal"}')
     r = Redactor()
     CredentialSource(tmp_path, redactor=r).resolve("db")
-    # a port or a flag is no secret, and masking `true` would garble every JSON log line
+    # a number may be a PIN; masking `true` would garble every JSON log line
     line = '{"host": "db.internal", "port": 5432, "tls": true, "password": "pw-typed-1234"}'
-    assert r.text(line) == '{"host": "***", "port": 5432, "tls": true, "password": "***"}'
+    assert r.text(line) == '{"host": "***", "port": ***, "tls": true, "password": "***"}'
 
 
 @pytest.mark.asyncio

@@ -29,6 +29,7 @@ from actors.settings import Settings, limits_from_env
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
 from actors.tools.credentials import CredentialSource
+from actors.tools.podguard import guard_pod
 from actors.tools.pull import KindPull, wake_now_and_then
 from actors.tools.redact import install_log_redaction
 from actors.tools.resources import ToolResources
@@ -73,6 +74,7 @@ class ToolActor:
         python_workers: int | None = None,
         limits: Limits | None = None,
         credentials: CredentialSource | None = None,
+        settings: Settings | None = None,
     ) -> None:
         """`concurrency`: commands in flight per kind, one number for every kind or a
         mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`).
@@ -81,8 +83,14 @@ class ToolActor:
         worker pool (None: the CPUs this process may use). `limits`: the pod's (`Settings.limits`;
         None: read from the environment). `credentials`: where steps' credentials are found
         (None: `Settings.credentials_dir` and `Settings.credentials` read from the environment).
-        Every log record of this process is masked from now on (actors/tools/redact.py)."""
+        `settings`: the pod's (None: read from the environment), whose NATS password and token
+        and payload keys are masked like credentials. Every log record of this process is
+        masked from now on (actors/tools/redact.py), and the process is made undumpable, so
+        steps cannot read its environment through /proc (actors/tools/podguard.py)."""
         install_log_redaction()
+        if settings is None:
+            settings = Settings.from_env()
+        guard_pod(settings)
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
@@ -92,7 +100,6 @@ class ToolActor:
         self.limits = limits if limits is not None else limits_from_env()
         # the pool and the session are made on first use and closed by `stop`
         if credentials is None:
-            settings = Settings.from_env()
             credentials = CredentialSource(settings.credentials_dir, settings.credentials)
         self.resources = ToolResources(python_workers=python_workers, credentials=credentials)
         self._off_loop = OffLoop(threads=2, name="sink-render")  # long sink renders

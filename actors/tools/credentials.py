@@ -11,9 +11,10 @@ at once, without a restart):
    rule as a file, read once at start-up with the other settings.
 
 Text is stripped of surrounding whitespace. A credential is a flat mapping of string
-keys to string values (a number or a boolean in a JSON/YAML file is read as its text).
-Each value is handed to the redactor as it is resolved (actors/tools/redact.py), except
-one a JSON/YAML file gave as a number or a boolean (a port, a flag).
+keys to string values, each the text it was written as in a JSON/YAML file (YAML is read
+without type resolution: ``0777123`` stays that, never an octal 261715). Each value is
+handed to the redactor as it is resolved (actors/tools/redact.py), numbers too (a PIN),
+except an unquoted boolean (a flag).
 
 A credential that is in neither source fails the step with ``CredentialNotFound``; one
 that cannot be read or is not a flat mapping with ``CredentialInvalid``. Messages name
@@ -154,50 +155,84 @@ def _from_folder(name: str, folder: Path) -> dict[str, str]:
 
 
 def _maskable(values: dict[str, str], typed: frozenset[str]) -> list[str]:
-    """The values to mask: all but those a JSON/YAML file gave as a number or a boolean
-    (a port or a flag is no secret, and masking ``true`` would garble every JSON log line)."""
+    """The values to mask: all but the booleans a JSON/YAML file gave unquoted (masking
+    ``true`` would garble every JSON log line). Numbers are masked: a PIN is a secret."""
     return [v for k, v in values.items() if k not in typed]
+
+
+# unquoted YAML words read as a boolean or as nothing (YAML 1.1 and 1.2): kept as their text
+_YAML_BOOLS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n"})
+_YAML_NULLS = frozenset({"", "~", "null"})
 
 
 def _from_text(name: str, text: str, where: str) -> tuple[dict[str, str], frozenset[str]]:
     """A mapping (JSON or YAML) or a plain token, ``{"token": text}``; and the keys whose
-    values were numbers or booleans."""
+    values were unquoted booleans (not masked)."""
     s = text.strip()
     if not s:
         raise _invalid(name, f"{where} is empty")
-    data: Any = None
-    try:
-        data = json.loads(s) if s.startswith("{") else yaml.safe_load(s)
-    except ValueError:
-        try:
-            data = yaml.safe_load(s)  # YAML's flow mapping: {user: a, password: b}
-        except yaml.YAMLError:
-            data = None
-    except yaml.YAMLError:
-        data = None
-    if isinstance(data, dict):
-        return _flat(name, data, where)
+    found: tuple[dict[str, str], frozenset[str]] | None = None
+    if s.startswith("{"):
+        found = _json(name, s, where)
+    if found is None:
+        found = _yaml(name, s, where)
+    if found is not None:
+        if not found[0]:
+            raise _invalid(name, f"{where} is an empty mapping")
+        return found
     if s.startswith("{"):
         raise _invalid(name, f"{where} starts with '{{' but is not a JSON or YAML mapping")
     return {"token": s}, frozenset()
 
 
-def _flat(name: str, data: dict[Any, Any], where: str) -> tuple[dict[str, str], frozenset[str]]:
+def _json(name: str, s: str, where: str) -> tuple[dict[str, str], frozenset[str]] | None:
+    # numbers kept as written (`1e5`, `007`), not as float or int would print them
+    try:
+        data = json.loads(s, parse_int=str, parse_float=str)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
     values: dict[str, str] = {}
     typed: set[str] = set()
     for key, value in data.items():
         if isinstance(value, bool):
-            values[str(key)] = "true" if value else "false"
-            typed.add(str(key))
-        elif isinstance(value, (int, float)):
-            values[str(key)] = str(value)
-            typed.add(str(key))
+            values[key] = "true" if value else "false"
+            typed.add(key)
         elif isinstance(value, str):
-            values[str(key)] = value.strip()
+            values[key] = value.strip()
         elif value is None:
-            values[str(key)] = ""
+            values[key] = ""
         else:
-            raise _invalid(name, f"{where}: key {str(key)!r} must be a string or a number, not {type(value).__name__}")
-    if not values:
-        raise _invalid(name, f"{where} is an empty mapping")
+            raise _invalid(name, f"{where}: key {key[:80]!r} must be a string or a number, not {type(value).__name__}")
+    return values, frozenset(typed)
+
+
+def _yaml(name: str, s: str, where: str) -> tuple[dict[str, str], frozenset[str]] | None:
+    """A YAML mapping read with the base loader, every scalar as the text it was written as:
+    YAML 1.1's resolvers would turn ``0777123`` into 261715 (octal), ``12:30:45`` into 45045
+    (sexagesimal) and ``yes`` into true, and the value the step gets, or the one masked,
+    would not be the secret."""
+    try:
+        node = yaml.compose(s, Loader=yaml.BaseLoader)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    values: dict[str, str] = {}
+    typed: set[str] = set()
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise _invalid(name, f"{where}: a key must be text")
+        key = str(key_node.value)
+        if not isinstance(value_node, yaml.ScalarNode):
+            kind = "mapping" if isinstance(value_node, yaml.MappingNode) else "list"
+            raise _invalid(name, f"{where}: key {key[:80]!r} must be a string or a number, not a {kind}")
+        value = str(value_node.value)
+        plain = value_node.style is None  # unquoted: a word YAML reads as a boolean or null
+        if plain and value.lower() in _YAML_NULLS:
+            value = ""
+        elif plain and value.lower() in _YAML_BOOLS:
+            typed.add(key)
+        values[key] = value.strip()
     return values, frozenset(typed)

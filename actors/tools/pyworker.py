@@ -29,8 +29,9 @@ the same code do not recompile; the module body is run in a fresh namespace each
 then ``main(**args)`` (an ``async def main`` is run with `asyncio.run`). Module globals
 do not survive a call; imported modules do (a worker imports a heavy library once).
 ``os.environ`` is put back as the worker started (the clean environment the pool gives
-it) after every call, so one step's ``env``, or what its code set, is never seen by the
-next. The result is encoded once, here: that is the check that it is JSON data, and the pool
+it) after every call, and so is the C environment subprocesses inherit (``os.putenv`` and
+C code change it without ``os.environ`` knowing), so one step's ``env``, or what its code
+set, is never seen by the next. The result is encoded once, here: that is the check that it is JSON data, and the pool
 passes the same text on. Workers exit by themselves when the parent process disappears.
 """
 
@@ -155,6 +156,50 @@ def _execute(msg: Any, cache: OrderedDict[str, CodeType], cache_size: int) -> tu
         if os.environ != _BOOT_ENV:
             os.environ.clear()
             os.environ.update(_BOOT_ENV)
+        _restore_c_environ()
+
+
+def _c_environ() -> dict[bytes, bytes] | None:
+    """The process's C environment (libc's ``environ``), which subprocesses inherit: not
+    ``os.environ``, which ``os.putenv``, ``os.unsetenv`` and C extensions change behind its
+    back. None where libc's ``environ`` cannot be read (not Linux)."""
+    if _ENVIRON is None:
+        return None
+    env: dict[bytes, bytes] = {}
+    i = 0
+    while True:
+        entry = _ENVIRON[i]
+        if entry is None:
+            return env
+        name, _, value = entry.partition(b"=")
+        env.setdefault(name, value)  # the first of a duplicated name is the one getenv finds
+        i += 1
+
+
+def _restore_c_environ() -> None:
+    """Put the C environment back as the worker started: drop every name a call added
+    (``os.putenv``, ctypes ``setenv``) and reset every one it changed or removed, so the
+    next step's subprocesses never inherit what this step set."""
+    now = _c_environ()
+    if now is None or now == _BOOT_C_ENV:
+        return
+    for name in now.keys() - _BOOT_C_ENV.keys():
+        try:
+            os.unsetenv(name)
+        except (OSError, ValueError):  # a name libc holds but cannot unset (no name, '=' in it): leave it
+            pass
+    for name, value in _BOOT_C_ENV.items():
+        if now.get(name) != value:
+            os.putenv(name, value)
+
+
+def _libc_environ() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _wants_credential(main: Any) -> bool:
@@ -214,11 +259,16 @@ BOOT = (
 
 
 _BOOT_ENV: dict[str, str] = {}  # the environment the worker started with: every call starts from it
+_BOOT_C_ENV: dict[bytes, bytes] = {}  # the same, as libc holds it (what subprocesses inherit)
+_ENVIRON: Any = None  # libc's `environ` array, when it can be read
 
 
 def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
     """Entry point of a worker process: serve requests until the socket closes."""
     _BOOT_ENV.update(os.environ)
+    global _ENVIRON
+    _ENVIRON = _libc_environ()
+    _BOOT_C_ENV.update(_c_environ() or {})
     sock = socket.socket(fileno=fd)
     sock.set_inheritable(False)  # the user's subprocesses must not hold our channel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop

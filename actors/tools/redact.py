@@ -34,9 +34,10 @@ __all__ = ["MASK", "MIN_SECRET", "REDACTOR", "Redactor", "install_log_redaction"
 MASK = "***"
 MIN_SECRET = 4
 
-# scheme://userinfo@ : userinfo is everything up to the `@` that is not a separator
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#@'\"<>]+@")
-_USERINFO_B = re.compile(rb"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#@'\"<>]+@")
+# scheme://userinfo@host : userinfo runs to the LAST `@` before the path (greedy, `@` allowed):
+# a password with an unescaped `@` (`svc:p@ss@host`) is masked whole, not up to its own `@`
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'\"<>]+@")
+_USERINFO_B = re.compile(rb"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'\"<>]+@")
 
 
 def _forms(value: str) -> set[str]:

@@ -136,16 +136,13 @@ async def _request(
 
     try:
         session = resources.http_session()
-        async with session.request(method, url, params=query or None, headers=headers or None, data=data) as resp:
-            raw = await resp.read()
-            status = resp.status
-            reason = resp.reason or ""
-            rheaders: dict[str, str] = {}
-            for hk, hv in resp.headers.items():
-                k, v = str(hk), str(hv)  # multidict's istr keys are not plain str
-                rheaders[k] = f"{rheaders[k]}, {v}" if k in rheaders else v
-            charset = resp.charset or "utf-8"
-            content_type = resp.content_type
+        if credential is None:
+            async with session.request(method, url, params=query or None, headers=headers or None, data=data) as resp:
+                status, reason, rheaders, raw, charset, content_type = await _response(resp)
+        else:
+            status, reason, rheaders, raw, charset, content_type = await _request_with_credential(
+                session, method, url, query, headers, data, secret=frozenset(k.lower() for k in given)
+            )
     except aiohttp.InvalidURL as exc:
         raise ToolFailure("ToolConfigError", f"invalid url {url!r}: {exc}") from None
     except TimeoutError:
@@ -172,8 +169,71 @@ async def _request(
                 payload = text
     result = {"status": status, "headers": rheaders, "data": payload}
     if status >= 400 and raise_for_status:
-        excerpt = " ".join(text.split())[:_EXCERPT]
+        # masked before it is cut: a cut through a credential the server echoed would leave
+        # its start, which the mask (matching whole values only) would no longer find
+        excerpt = REDACTOR.text(" ".join(text.split()))[:_EXCERPT]
         msg = f"HTTP {status}{' ' + reason if reason else ''} for {method} {url}" + (f": {excerpt}" if excerpt else "")
         retryable = status in _RETRYABLE_STATUS or status >= 500
         raise ToolFailure("HTTPError", msg, retryable=retryable, status=status, data=result)
     return result
+
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 10  # aiohttp's own default
+
+
+async def _response(resp: Any) -> tuple[int, str, dict[str, str], bytes, str, str]:
+    raw = await resp.read()
+    rheaders: dict[str, str] = {}
+    for hk, hv in resp.headers.items():
+        k, v = str(hk), str(hv)  # multidict's istr keys are not plain str
+        rheaders[k] = f"{rheaders[k]}, {v}" if k in rheaders else v
+    return resp.status, resp.reason or "", rheaders, raw, resp.charset or "utf-8", resp.content_type
+
+
+def _origin(u: Any) -> tuple[str, str | None, int | None]:
+    return (u.scheme.lower(), (u.host or "").lower(), u.port)
+
+
+async def _request_with_credential(
+    session: Any,
+    method: str,
+    url: str,
+    query: dict[str, Any],
+    headers: dict[str, str],
+    data: bytes | None,
+    *,
+    secret: frozenset[str],
+) -> tuple[int, str, dict[str, str], bytes, str, str]:
+    """A request carrying a credential's headers (`secret`, lower-cased names), its redirects
+    followed here rather than by aiohttp: aiohttp sends every header again to wherever a
+    `Location` points, so a server could send the credential to another origin. Once a
+    redirect leaves the first request's origin (scheme, host, port), the credential's headers
+    are dropped for the rest of the chain, even back on the first origin (the chain was
+    steered by a server that was not the credential's)."""
+    import yarl
+
+    params: dict[str, Any] | None = query or None
+    first: Any = None
+    for _ in range(_MAX_REDIRECTS + 1):
+        async with session.request(
+            method, url, params=params, headers=headers or None, data=data, allow_redirects=False
+        ) as resp:
+            location = resp.headers.get("Location")
+            if resp.status not in _REDIRECTS or not location:
+                return await _response(resp)
+            here = resp.url
+            if first is None:
+                first = here
+            target = here.join(yarl.URL(location))
+            if target.scheme not in ("http", "https"):
+                return await _response(resp)  # not followed: the 3xx is the result
+        if _origin(target) != _origin(first):
+            headers = {k: v for k, v in headers.items() if k.lower() not in secret}
+        # what a client does with the method: 303 asks for a GET; 301 and 302 turn a POST into a
+        # GET (every browser, and aiohttp); 307 and 308 repeat the request as it was
+        if (resp.status == 303 and method != "HEAD") or (resp.status in (301, 302) and method == "POST"):
+            method, data = "GET", None
+            headers = {k: v for k, v in headers.items() if k.lower() not in ("content-type", "content-length")}
+        url, params = str(target), None  # the Location is the whole next url, query included
+    raise ToolFailure("TooManyRedirects", f"http request to {url}: more than {_MAX_REDIRECTS} redirects")
