@@ -18,12 +18,15 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from actors.blobs import command_items
 from actors.client import Client
-from actors.codec import PayloadCodec, PayloadKeys, PayloadUnreadable, parse_key
+from actors.codec import CLEAR, PayloadCodec, PayloadKeys, PayloadUnreadable, bind, parse_key
 from actors.runtime import Runtime, connect, start_roles
 from actors.settings import Settings
+from actors.wire import CallError, Command, command_decoder, input_decoder
 from streams.layout import Layout
 from streams.server import NatsServer
+from streams.subjects import ExecSubjects
 from tests.conftest import make_layout
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
@@ -326,6 +329,47 @@ async def test_a_tool_pod_without_the_key_fails_the_step_saying_so(nats_server: 
     finally:
         await tools.stop()
         await engine.stop()
+        await clear.close()
+        await keyed.close()
+
+
+async def test_a_tool_pod_without_the_key_fails_a_step_whose_command_is_a_blob_at_once(
+    nats_server: NatsServer,
+) -> None:
+    """A command too large for a message travels as a stub naming a sealed blob. A stub
+    the tools pod reads (here one written in clear) whose blob is sealed with a key it
+    lacks: the step fails PayloadUnreadable naming the key id at the first delivery,
+    not after redeliveries ending in the dead-letter stream."""
+    layout = make_layout()
+    keyed = await connect(nats_server.url, name="keyed")
+    clear = await connect(nats_server.url, name="tools-without-key")
+    bind(keyed, codec(KEY_A))
+    tools = await start_roles(clear, layout=layout, roles=("tools",), settings=Settings())
+    try:
+        eid = "blobcmd1"
+        reply_to = ExecSubjects.of(eid, layout.partitions).result("c1")
+        answers = await keyed.subscribe(reply_to)
+        big = Command(
+            execution_id=eid,
+            command_id="c1",
+            step="explode",
+            kind="python",
+            reply_to=reply_to,
+            tool={"kind": "python", "code": "def main(s):\n    return s"},
+            args={"s": "PLANT-PAYLOAD-" + "x" * 2000},
+            attempt_number=1,
+        )
+        js = keyed.jetstream()
+        [(subject, data, msg_id)] = await command_items(js, [big], limit=1000, cap=layout.max_value_bytes)
+        stub = codec(KEY_A).decode(command_decoder, data)
+        assert stub.body_ref is not None
+        await js.publish(subject, CLEAR.encode(stub), headers={"Nats-Msg-Id": msg_id})
+        answer = input_decoder.decode((await answers.next_msg(timeout=20)).data)
+        assert isinstance(answer, CallError) and answer.error.type == "PayloadUnreadable"
+        assert "'a1'" in answer.error.message and "give the key" in answer.error.message
+        assert (await keyed.jsm().stream_info("DLQ")).state.messages == 0
+    finally:
+        await tools.stop()
         await clear.close()
         await keyed.close()
 
