@@ -541,3 +541,47 @@ async def test_an_input_the_engine_cannot_decrypt_fails_the_execution_at_once_na
         await tools.stop()
         await engine_nc.close()
         await tools_nc.close()
+
+
+LOOPED = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: looped}
+workflow:
+  - step: each
+    tool: {kind: python, code: "def main(x):\\n    return x"}
+    args: {x: "{{ item }}"}
+    loop: {collection: "{{ workload.items }}", element: item}
+"""
+
+
+async def test_a_loop_input_the_counter_cannot_decrypt_fails_the_loop_at_once_naming_the_key(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The counter meets iteration results sealed with a key it lacks: the loop fails
+    with PayloadUnreadable naming that key id from the first delivery (not an
+    EngineError after the host's retries), and so does the execution."""
+    layout = make_layout()
+    engine_nc = await connect(nats_server.url, name="counter-key-a")
+    tools_nc = await connect(nats_server.url, name="tools-key-b-and-a")
+    tools = await start_roles(
+        tools_nc, layout=layout, roles=("tools",), settings=Settings(payload_key=KEY_B, payload_old_keys=KEY_A)
+    )
+    engine = await start_roles(
+        engine_nc, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
+    )
+    try:
+        client = Client(engine_nc, layout=layout)
+        path = tmp_path / "looped.yaml"
+        path.write_text(LOOPED)
+        eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
+        status = await client.wait(eid, timeout=30)
+        assert status.state == "FAILED" and status.error is not None
+        # the loop's verdict carries the counter's error as its first failed "iteration"
+        assert status.error["type"] == "LoopFailed", status.error
+        assert "PayloadUnreadable: input loop." in status.error["message"], status.error
+        assert "'b2'" in status.error["message"], status.error
+    finally:
+        await engine.stop()
+        await tools.stop()
+        await engine_nc.close()
+        await tools_nc.close()
