@@ -28,6 +28,11 @@ here a nonce repeats only with its own plaintext, which reveals nothing but that
 values are equal. That equality is what the log still shows: two fields holding the same
 value under the same key have the same ciphertext.
 
+A user's value shaped like a token (text starting `$sealed:`, in a token's place) is
+never taken for one: with a key it is sealed like any value; in clear it is written
+with one more `$` (`$$sealed:...`, and so on for more) and the `$` dropped on reading,
+so it reads back exactly and a reader never tries to open it.
+
 Rotation: values are written with the current key and read with whichever key their id
 names, the current one or one of the old keys kept for reading.
 """
