@@ -28,6 +28,11 @@ here a nonce repeats only with its own plaintext, which reveals nothing but that
 values are equal. That equality is what the log still shows: two fields holding the same
 value under the same key have the same ciphertext.
 
+A user's value shaped like a token (text starting `$sealed:`, in a token's place) is
+never taken for one: with a key it is sealed like any value; in clear it is written
+with one more `$` (`$$sealed:...`, and so on for more) and the `$` dropped on reading,
+so it reads back exactly and a reader never tries to open it.
+
 Rotation: values are written with the current key and read with whichever key their id
 names, the current one or one of the old keys kept for reading.
 """
@@ -53,7 +58,6 @@ from actors.secrecy import ERROR, ERROR_SECRET_KEYS, SEAL, VALUE
 
 PREFIX = "$sealed:"
 _PREFIX_B = PREFIX.encode()
-_QUOTED_PREFIX = b'"' + _PREFIX_B  # how a sealed token starts inside a JSON message
 _KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NONCE = 12
 HOW_TO_GIVE = "ACTORS_PAYLOAD_KEY, ACTORS_PAYLOAD_KEY_FILE or --payload-key-file"
@@ -273,6 +277,55 @@ def token_of(v: Any) -> str | None:
     return None
 
 
+def _looks_sealed(s: str) -> bool:
+    """A string in a token's place that a reader would take for a token once one `$` is
+    dropped: `$sealed:...`, `$$sealed:...`, and so on."""
+    return s.startswith("$") and s.lstrip("$").startswith(PREFIX[1:])
+
+
+def _escape(s: str) -> str:
+    # one more `$`: a user's "$sealed:x:y" is written "$$sealed:x:y", never taken for a token
+    return "$" + s if _looks_sealed(s) else s
+
+
+def _unescape(s: str) -> str:
+    return s[1:] if s.startswith("$$") and _looks_sealed(s) else s
+
+
+def _in_token_place(v: Any, f: Callable[[str], str]) -> Any:
+    """`v` with `f` applied to the string where a token would sit (the value itself, the
+    `{"$sealed": ...}` mapping's string, or that mapping's in a list of one); `v` itself
+    (the same object) when `f` changes nothing."""
+    if isinstance(v, str):
+        return f(v)
+    if isinstance(v, dict) and len(v) == 1:
+        s = v.get(PREFIX[:-1])
+        if isinstance(s, str):
+            ns = f(s)
+            return v if ns is s else {PREFIX[:-1]: ns}
+        return v
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], dict):
+        inner = _in_token_place(v[0], f)
+        return v if inner is v[0] else [inner]
+    return v
+
+
+def escape_value(v: Any) -> Any:
+    """A clear value as written: one that looks sealed gets one more `$` (see `unescape_value`)."""
+    if isinstance(v, msgspec.Raw):  # a tool's result, encoded once where it was measured
+        if _PREFIX_B not in bytes(v):
+            return v
+        plain = msgspec.json.decode(v)
+        escaped = _in_token_place(plain, _escape)
+        return v if escaped is plain else msgspec.Raw(_encode(escaped))
+    return _in_token_place(v, _escape)
+
+
+def unescape_value(v: Any) -> Any:
+    """A clear value as read: the `$` `escape_value` added is dropped, so it reads back exactly."""
+    return _in_token_place(v, _unescape)
+
+
 def _key_id_of(token: str) -> str:
     return token[len(PREFIX) :].split(":", 1)[0]
 
@@ -304,8 +357,8 @@ class PayloadCodec:
     # values
     def seal_value(self, v: Any) -> Any:
         assert self._writer is not None
-        if token_of(v) is not None:
-            return v  # sealed already (copied from a message that carried it)
+        # a value that looks sealed is sealed like any other (it reads back as the text it
+        # is): passing it through would let a user's text be taken for a token and opened
         token = PREFIX + self._writer.key_id + ":" + _b64(self._writer.seal(msgspec.json.encode(v)))
         if isinstance(v, dict):
             return {PREFIX[:-1]: token}
@@ -316,7 +369,7 @@ class PayloadCodec:
     def open_value(self, v: Any) -> Any:
         token = token_of(v)
         if token is None:
-            return v  # clear: written before a key was set
+            return unescape_value(v)  # clear: written with no key set (and escaped if it looked sealed)
         key_id, _, body = token[len(PREFIX) :].partition(":")
         return msgspec.json.decode(self._cipher(key_id).open(_unb64(body)))
 
@@ -335,7 +388,7 @@ class PayloadCodec:
     # Structs
     def seal(self, obj: T) -> T:
         """`obj` with its marked values encrypted (a copy; `obj` unchanged)."""
-        return obj if self._writer is None else _walk(obj, self.seal_value)
+        return _walk(obj, escape_value if self._writer is None else self.seal_value)  # type: ignore[no-any-return]
 
     def open(self, obj: T) -> T:
         """`obj` with its sealed values decrypted. Raises `PayloadUnreadable`."""
@@ -356,12 +409,17 @@ class PayloadCodec:
 
     # messages
     def encode(self, obj: Any) -> bytes:
+        if self._writer is None:
+            data = _encode(obj)
+            # in clear, only a message holding a text that looks sealed needs the walk (escaping it)
+            return data if _PREFIX_B not in data else _encode(_walk(obj, escape_value))
         return _encode(self.seal(obj))
 
     def decode(self, decoder: Decoder[T], data: bytes) -> T:
         obj = decoder.decode(data)
-        if _QUOTED_PREFIX not in data:
-            return obj  # nothing sealed in it: skip the walk (a log written in clear, or no values)
+        if _PREFIX_B not in data:
+            # nothing sealed or escaped in it ("$$sealed:" holds "$sealed:" too): skip the walk
+            return obj
         return self.open(obj)
 
     def encode_value(self, v: Any) -> bytes:
@@ -371,12 +429,13 @@ class PayloadCodec:
     # the object store's bytes
     def seal_bytes(self, data: bytes) -> bytes:
         if self._writer is None:
-            return data
+            # bytes that start like a sealed blob (a step's output can) get one more `$`, as values do
+            return b"$" + data if _bytes_look_sealed(data) else data
         return _PREFIX_B + self._writer.key_id.encode() + b":" + self._writer.seal(data)
 
     def open_bytes(self, data: bytes) -> bytes:
         if not data.startswith(_PREFIX_B):
-            return data
+            return data[1:] if data.startswith(b"$$") and _bytes_look_sealed(data) else data
         key_id, _, body = data[len(_PREFIX_B) :].partition(b":")
         return self._cipher(key_id.decode(errors="replace")).open(body)
 
@@ -385,6 +444,10 @@ class PayloadCodec:
 
 
 _encode = msgspec.json.Encoder().encode
+
+
+def _bytes_look_sealed(data: bytes) -> bool:
+    return data.startswith(b"$") and data.lstrip(b"$").startswith(_PREFIX_B[1:])
 
 
 def _b64(data: bytes) -> str:

@@ -143,6 +143,16 @@ class LoopActor(LogActor):
         fails the same way and sends the same verdict, which the engine counts once."""
         first = batch[0]
         info = engine_error(error, subject=first.subject, seq=int(first.metadata.sequence.stream), data=first.data)
+        await self._fail(info)
+        for m in batch:
+            await ack(m)
+        return True
+
+    async def unreadable(self, entry: LogEntry, error: ErrorInfo) -> None:
+        """The loop fails at once with `error` (which names the key id), as `give_up` fails it."""
+        await self._fail(error)
+
+    async def _fail(self, info: ErrorInfo) -> None:
         spec = self.state.spec
         step = spec.step if spec is not None else ""
         verdict = loop_failed(self.execution_id, self.loop_id, step, info, total=self.state.total)
@@ -156,9 +166,6 @@ class LoopActor(LogActor):
             )
         )
         self.state.finished = True
-        for m in batch:
-            await ack(m)
-        return True
 
     async def _resolve(self, spec: LoopSpec) -> Step | None:
         """Fetch what the spec references, and the step it runs. A spec that cannot be

@@ -28,11 +28,12 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from actors.codec import codec_of
+from actors.codec import PayloadUnreadable, codec_of
 from actors.core.effects import Effects
 from actors.hosting import PartitionHost, hand_back
 from actors.natsio import ack, dead_letter, log_time, stream_seq
 from actors.outbox import Outbox
+from actors.wire import ErrorInfo
 from streams import ids
 
 REPLAY_IDLE_TIMEOUT = 10.0  # seconds without a message before a replay reader decides
@@ -97,6 +98,12 @@ class LogActor:
         execution (or the loop) ends instead of waiting. True: the batch is dealt with."""
         raise NotImplementedError
 
+    async def unreadable(self, entry: LogEntry, error: ErrorInfo) -> None:
+        """An input holds a value sealed with a payload key this pod lacks (or that does
+        not open it): record `error` so the execution (or the loop) fails now. Trying
+        again cannot help until the pod is given the key, so no retries are spent on it."""
+        raise NotImplementedError
+
     # --- live ------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -151,9 +158,16 @@ class LogActor:
 
     async def decode(self, decoder: msgspec.json.Decoder[T], entry: LogEntry) -> T | None:
         """The input, or None when it cannot be decoded: it is skipped (a replay skips it
-        the same way) and, the first time it is met live, dead-lettered with the reason."""
+        the same way) and, the first time it is met live, dead-lettered with the reason.
+        One holding a value this pod cannot decrypt is skipped too, and recorded as the
+        failure of the execution (or the loop) naming the key id (`unreadable`)."""
         try:
             return codec_of(self.host.js).decode(decoder, entry.data)  # values decrypted: the fold sees plaintext
+        except PayloadUnreadable as e:
+            # deterministic for this pod: the host's retries would only delay the same failure
+            message = f"input {entry.subject} (stream seq {entry.seq}): {e}"
+            await self.unreadable(entry, ErrorInfo(type=type(e).__name__, message=message))
+            return None
         except msgspec.DecodeError as e:
             if self.hydrated:
                 await dead_letter(

@@ -319,10 +319,32 @@ class Settings:
     ui_token: str | None = _setting(
         None,
         "ACTORS_UI_TOKEN",
-        "a secret every action of the web UI (start, cancel, retry) must carry. Unset: actions need none",
-        flag="ui --token",
+        "a secret every action of the web UI (start, cancel, retry) must carry. Unset: actions need none "
+        "(no flag: a command line shows in `ps`; see ACTORS_UI_TOKEN_FILE)",
         minimum=None,
         secret=True,
+    )
+    ui_token_file: str | None = _setting(
+        None,
+        "ACTORS_UI_TOKEN_FILE",
+        "file holding ACTORS_UI_TOKEN (a mounted Secret); trailing newline ignored; wins over ACTORS_UI_TOKEN",
+        flag="ui --token-file",
+        minimum=None,
+    )
+    ui_allowed_hosts: str | None = _setting(
+        None,
+        "ACTORS_UI_ALLOWED_HOSTS",
+        "host names (comma-separated) a request's `Host` may carry besides localhost, 127.0.0.1 and [::1] "
+        "(a proxy's name). A UI bound to a loopback address refuses any other (DNS rebinding); one bound "
+        "elsewhere checks the names only when this is set",
+        flag="ui --allow-host",
+        minimum=None,
+    )
+    ui_max_streams: int = _setting(
+        100,
+        "ACTORS_UI_MAX_STREAMS",
+        "live feeds (server-sent events) one UI process keeps open at once; more are refused with 503 "
+        "(each holds NATS consumers)",
     )
     ui_user_header: str | None = _setting(
         None,

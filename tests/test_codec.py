@@ -150,6 +150,47 @@ def test_equal_values_give_equal_ciphertext_and_different_values_different_nonce
     assert c.open_bytes(c.seal_bytes(b"blob")) == b"blob" and b"blob" not in c.seal_bytes(b"blob")
 
 
+LOOKALIKES: list[Any] = [
+    "$sealed:x:hello",
+    "$$sealed:x:hello",
+    "$$$sealed:",
+    {"$sealed": "$sealed:zz:secretdata-in-clear"},
+    {"$sealed": "$$sealed:zz"},
+    [{"$sealed": "$sealed:zz:x"}],
+    "sealed:x",
+    {"$sealed": 1},
+]
+
+
+@pytest.mark.parametrize("value", LOOKALIKES)
+@pytest.mark.parametrize("raw", [False, True], ids=["value", "raw"])
+def test_a_value_that_looks_sealed_reads_back_exactly_in_clear_with_a_key_and_after_the_key_is_set(
+    value: Any, raw: bool
+) -> None:
+    """A user's text is never taken for a token: in clear it is written escaped, with a
+    key it is sealed like any value; each reads back as it was (a clear log read by a
+    pod given a key later, too). `raw`: a tool's result, already encoded."""
+    msg = wire.CallDone(
+        execution_id="e1",
+        command_id="c1",
+        step="s",
+        attempt_number=1,
+        result=msgspec.Raw(msgspec.json.encode(value)) if raw else value,
+    )
+    decoder = msgspec.json.Decoder(wire.CallDone)
+    in_clear, sealed = PayloadCodec(None).encode(msg), codec(KEY).encode(msg)
+    assert PayloadCodec(None).decode(decoder, in_clear).result == value
+    assert codec(KEY).decode(decoder, in_clear).result == value
+    assert codec(KEY).decode(decoder, sealed).result == value
+
+
+@pytest.mark.parametrize("blob", [b"$sealed:x:hello", b"$$sealed:x", b"$", b"plain"])
+def test_a_blob_that_looks_sealed_reads_back_exactly(blob: bytes) -> None:
+    assert PayloadCodec(None).open_bytes(PayloadCodec(None).seal_bytes(blob)) == blob
+    assert codec(KEY).open_bytes(PayloadCodec(None).seal_bytes(blob)) == blob
+    assert codec(KEY).open_bytes(codec(KEY).seal_bytes(blob)) == blob
+
+
 def test_rotation_reads_old_values_and_writes_with_the_new_key() -> None:
     old = codec(KEY).encode(wire.StartMessage(playbook="p", payload={"v": 1}))
     rotated = codec(NEW, KEY)

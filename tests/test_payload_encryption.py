@@ -18,12 +18,15 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from actors.blobs import command_items
 from actors.client import Client
-from actors.codec import PayloadCodec, PayloadKeys, PayloadUnreadable, parse_key
+from actors.codec import CLEAR, PayloadCodec, PayloadKeys, PayloadUnreadable, bind, parse_key
 from actors.runtime import Runtime, connect, start_roles
 from actors.settings import Settings
+from actors.wire import CallError, Command, command_decoder, input_decoder
 from streams.layout import Layout
 from streams.server import NatsServer
+from streams.subjects import ExecSubjects
 from tests.conftest import make_layout
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
@@ -302,7 +305,7 @@ async def test_pods_without_the_old_key_fail_the_execution_naming_the_key(pods: 
     client = await pods.start(KEY_B)  # no old key: the log's values cannot be read
     status = await client.wait(eid, timeout=60)
     assert status.state == "FAILED" and status.error is not None
-    assert status.error["type"] == "EngineError"
+    assert status.error["type"] == "PayloadUnreadable"  # recorded at once, not an EngineError after retries
     assert "'a1'" in status.error["message"] and "not among the keys given" in status.error["message"]
 
 
@@ -326,6 +329,47 @@ async def test_a_tool_pod_without_the_key_fails_the_step_saying_so(nats_server: 
     finally:
         await tools.stop()
         await engine.stop()
+        await clear.close()
+        await keyed.close()
+
+
+async def test_a_tool_pod_without_the_key_fails_a_step_whose_command_is_a_blob_at_once(
+    nats_server: NatsServer,
+) -> None:
+    """A command too large for a message travels as a stub naming a sealed blob. A stub
+    the tools pod reads (here one written in clear) whose blob is sealed with a key it
+    lacks: the step fails PayloadUnreadable naming the key id at the first delivery,
+    not after redeliveries ending in the dead-letter stream."""
+    layout = make_layout()
+    keyed = await connect(nats_server.url, name="keyed")
+    clear = await connect(nats_server.url, name="tools-without-key")
+    bind(keyed, codec(KEY_A))
+    tools = await start_roles(clear, layout=layout, roles=("tools",), settings=Settings())
+    try:
+        eid = "blobcmd1"
+        reply_to = ExecSubjects.of(eid, layout.partitions).result("c1")
+        answers = await keyed.subscribe(reply_to)
+        big = Command(
+            execution_id=eid,
+            command_id="c1",
+            step="explode",
+            kind="python",
+            reply_to=reply_to,
+            tool={"kind": "python", "code": "def main(s):\n    return s"},
+            args={"s": "PLANT-PAYLOAD-" + "x" * 2000},
+            attempt_number=1,
+        )
+        js = keyed.jetstream()
+        [(subject, data, msg_id)] = await command_items(js, [big], limit=1000, cap=layout.max_value_bytes)
+        stub = codec(KEY_A).decode(command_decoder, data)
+        assert stub.body_ref is not None
+        await js.publish(subject, CLEAR.encode(stub), headers={"Nats-Msg-Id": msg_id})
+        answer = input_decoder.decode((await answers.next_msg(timeout=20)).data)
+        assert isinstance(answer, CallError) and answer.error.type == "PayloadUnreadable"
+        assert "'a1'" in answer.error.message and "give the key" in answer.error.message
+        assert (await keyed.jsm().stream_info("DLQ")).state.messages == 0
+    finally:
+        await tools.stop()
         await clear.close()
         await keyed.close()
 
@@ -423,3 +467,121 @@ async def test_a_schedule_keeps_its_payload_encrypted_and_its_fires_run(pods: Po
     stored = await every_stored_byte(pods.nc)
     for plant in PLANTS:
         assert plant not in stored, plant
+
+
+# A step's result that is ordinary text shaped like a sealed token (an http response can
+# carry one), in each of the three places a token can sit, and at the end as it is.
+LOOKALIKE = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: lookalike}
+workflow:
+  - step: fetch
+    tool: {kind: python, code: "def main():\\n    return '$sealed:x:hello'"}
+    next: shaped
+  - step: shaped
+    tool: {kind: python, code: "def main():\\n    return {'$sealed': '$$sealed:x:hello'}"}
+    next: listed
+  - step: listed
+    tool: {kind: python, code: "def main():\\n    return [{'$sealed': '$sealed:x:hello'}]"}
+    next: last
+  - step: last
+    tool: {kind: python, code: "def main(a, b, c):\\n    return {'a': a, 'b': b, 'c': c}"}
+    args: {a: "{{ fetch }}", b: "{{ shaped }}", c: "{{ listed }}"}
+"""
+
+
+@pytest.mark.parametrize("key", [None, KEY_A], ids=["clear", "keyed"])
+async def test_a_result_that_looks_sealed_completes_and_reads_back_exactly(pods: Pods, key: str | None) -> None:
+    """Text starting `$sealed:` is a user's value, never taken for a token: with no key
+    it is written escaped (one more `$`) and read back as it was; with a key it is
+    sealed like any value."""
+    if key is None:
+        pods.nc = await connect(pods.server.url, name="clear")
+        pods.runtime = await start_roles(pods.nc, layout=pods.layout, settings=Settings())
+        client = Client(pods.nc, layout=pods.layout)
+    else:
+        client = await pods.start(key)
+    eid = await client.start(await pods.register(client, "lookalike.yaml", LOOKALIKE))
+    status = await client.wait(eid, timeout=60)
+    assert status.state == "COMPLETED", status.error
+    # each step's result travelled alone (where a token sits) and came to `last` as it was
+    assert await client.result(eid) == {
+        "last": {"a": "$sealed:x:hello", "b": {"$sealed": "$$sealed:x:hello"}, "c": [{"$sealed": "$sealed:x:hello"}]}
+    }
+
+
+async def test_an_input_the_engine_cannot_decrypt_fails_the_execution_at_once_naming_the_key(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The engine meets a step's result sealed with a key it lacks (a tools pod given
+    another key): the execution fails with PayloadUnreadable naming that key id, from
+    the first delivery (an EngineFault recorded at once), not after the host's retries
+    as an EngineError."""
+    layout = make_layout()
+    engine_nc = await connect(nats_server.url, name="engine-key-a")
+    tools_nc = await connect(nats_server.url, name="tools-key-b-and-a")
+    # the tools pod reads commands (key a1, kept as an old key) and writes results with b2
+    tools = await start_roles(
+        tools_nc, layout=layout, roles=("tools",), settings=Settings(payload_key=KEY_B, payload_old_keys=KEY_A)
+    )
+    engine = await start_roles(
+        engine_nc, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
+    )
+    try:
+        client = Client(engine_nc, layout=layout)
+        path = tmp_path / "slow.yaml"
+        path.write_text(SLOW)
+        eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
+        status = await client.wait(eid, timeout=30)
+        assert status.state == "FAILED" and status.error is not None
+        assert status.error["type"] == "PayloadUnreadable", status.error
+        assert "'b2'" in status.error["message"] and "not among the keys given" in status.error["message"]
+    finally:
+        await engine.stop()
+        await tools.stop()
+        await engine_nc.close()
+        await tools_nc.close()
+
+
+LOOPED = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: looped}
+workflow:
+  - step: each
+    tool: {kind: python, code: "def main(x):\\n    return x"}
+    args: {x: "{{ item }}"}
+    loop: {collection: "{{ workload.items }}", element: item}
+"""
+
+
+async def test_a_loop_input_the_counter_cannot_decrypt_fails_the_loop_at_once_naming_the_key(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The counter meets iteration results sealed with a key it lacks: the loop fails
+    with PayloadUnreadable naming that key id from the first delivery (not an
+    EngineError after the host's retries), and so does the execution."""
+    layout = make_layout()
+    engine_nc = await connect(nats_server.url, name="counter-key-a")
+    tools_nc = await connect(nats_server.url, name="tools-key-b-and-a")
+    tools = await start_roles(
+        tools_nc, layout=layout, roles=("tools",), settings=Settings(payload_key=KEY_B, payload_old_keys=KEY_A)
+    )
+    engine = await start_roles(
+        engine_nc, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
+    )
+    try:
+        client = Client(engine_nc, layout=layout)
+        path = tmp_path / "looped.yaml"
+        path.write_text(LOOPED)
+        eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
+        status = await client.wait(eid, timeout=30)
+        assert status.state == "FAILED" and status.error is not None
+        # the loop's verdict carries the counter's error as its first failed "iteration"
+        assert status.error["type"] == "LoopFailed", status.error
+        assert "PayloadUnreadable: input loop." in status.error["message"], status.error
+        assert "'b2'" in status.error["message"], status.error
+    finally:
+        await engine.stop()
+        await tools.stop()
+        await engine_nc.close()
+        await tools_nc.close()

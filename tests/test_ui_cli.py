@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -167,3 +168,61 @@ def test_ui_settings_from_the_environment_and_flags() -> None:
     assert Settings.from_env({"ACTORS_UI_READ_ONLY": "no"}).ui_read_only is False
     with pytest.raises(SettingsInvalid, match="ACTORS_UI_READ_ONLY"):
         Settings.from_env({"ACTORS_UI_READ_ONLY": "maybe"})
+
+
+@pytest.mark.asyncio
+async def test_the_ui_token_comes_from_a_file_or_the_environment_never_argv(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """`--token T` would show the secret to every user of the machine (`ps`): the flag
+    is `--token-file FILE`, and ACTORS_UI_TOKEN still works."""
+    secret = tmp_path / "ui-token"
+    secret.write_text("s3cret-from-file\n")  # as `echo` leaves it: the newline is not part of it
+
+    async def start_status(url: str, token: str | None) -> int:
+        def post() -> int:
+            headers = {"Content-Type": "application/json", **({"X-Actors-Token": token} if token else {})}
+            req = urllib.request.Request(url + "api/playbooks/x/start", data=b"{}", headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        return await asyncio.to_thread(post)
+
+    for args, env, token in (
+        (("--token-file", str(secret)), {}, "s3cret-from-file"),
+        ((), {"ACTORS_UI_TOKEN": "s3cret-from-env"}, "s3cret-from-env"),
+        ((), {"ACTORS_UI_TOKEN_FILE": str(secret)}, "s3cret-from-file"),
+    ):
+        proc, url = await running("ui", "--nats", nats_server.url, "--port", "0", *args, env=env)
+        try:
+            _, config = await fetch(url + "api/config")
+            assert json.loads(config)["token_required"] is True
+            assert await start_status(url, None) == 401
+            assert await start_status(url, token) != 401  # past the guard (the playbook is unknown)
+        finally:
+            assert await stop(proc) == 0
+
+    old = await asyncio.create_subprocess_exec(
+        *CLI, "ui", "--token", "T", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(old.communicate(), 30)
+    assert old.returncode == 3 and b"--token is refused" in err, err
+
+    missing = await asyncio.create_subprocess_exec(
+        *CLI,
+        "ui",
+        "--nats",
+        nats_server.url,
+        "--port",
+        "0",
+        "--token-file",
+        str(tmp_path / "nope"),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(missing.communicate(), 30)
+    assert missing.returncode == 3 and b"ACTORS_UI_TOKEN_FILE" in err and len(err.strip().splitlines()) == 1, err

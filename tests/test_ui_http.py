@@ -8,12 +8,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
-from actors.ui.server import make_app
+from actors.ui.server import allowed_hosts, make_app, serve_ui
 from tests.conftest import System, of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
@@ -288,3 +289,76 @@ async def test_actions_are_guarded(system: System) -> None:
     assert await answer(open_app, {"Content-Type": "text/plain"}) == 400
     assert await answer(open_app, {**json_ct, "Origin": "http://evil.example"}) == 403
     assert await answer(open_app, json_ct, body="not json") == 400
+
+
+async def test_a_dns_rebound_request_is_refused_on_every_route(system: System) -> None:
+    """The proof's request (/tmp/review/rebind.py) over real HTTP: a page at
+    attacker.example whose name now resolves to 127.0.0.1 sends its own Host (and
+    Origin). A UI bound to loopback refuses it on every route, GETs and SSE included;
+    this machine's names, and one given with --allow-host, pass."""
+    await register(system, QUICK)
+    runner, url = await serve_ui(system.client, host="127.0.0.1", port=0)
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    routes = [
+        ("GET", "/"),
+        ("GET", "/static/app.js"),
+        ("GET", "/api/config"),
+        ("GET", "/api/executions"),
+        ("GET", "/api/executions/stream"),
+        ("GET", "/api/executions/x1/stream"),
+        ("GET", "/api/executions/x1/events"),
+        ("GET", "/api/playbooks"),
+        ("POST", "/api/playbooks/ui/quick/start"),
+    ]
+
+    def rebound(name: str) -> dict[str, str]:
+        return {"Host": f"{name}:{port}", "Origin": f"http://{name}:{port}", "Content-Type": "application/json"}
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            for method, path in routes:
+                async with http.request(
+                    method, url.rstrip("/") + path, headers=rebound("attacker.example"), data="{}"
+                ) as r:
+                    assert r.status == 403, (method, path, r.status)
+                    assert "attacker.example" in (await r.json())["error"]
+            for name in ("localhost", "127.0.0.1", "[::1]", "LOCALHOST"):
+                async with http.get(url + "api/config", headers={"Host": f"{name}:{port}"}) as r:
+                    assert r.status == 200, name
+            start = url + "api/playbooks/ui/quick/start"
+            async with http.post(start, headers=rebound("localhost"), data="{}") as r:
+                assert r.status == 200, await r.text()
+    finally:
+        await runner.cleanup()
+
+    runner, url = await serve_ui(system.client, host="127.0.0.1", port=0, extra_hosts=["ui.example.com"])
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url + "api/config", headers={"Host": f"ui.example.com:{port}"}) as r:
+                assert r.status == 200
+            async with http.get(url + "api/config", headers={"Host": f"attacker.example:{port}"}) as r:
+                assert r.status == 403
+    finally:
+        await runner.cleanup()
+    # bound elsewhere (a pod behind a Service): names checked only when given
+    assert allowed_hosts("0.0.0.0") is None
+    assert allowed_hosts("0.0.0.0", ["ui.example.com"]) == {"ui.example.com"}
+    assert allowed_hosts("::1") == {"localhost", "127.0.0.1", "[::1]"}
+
+
+async def test_live_feeds_are_capped_per_process(system: System) -> None:
+    """Each live feed holds NATS consumers: past `max_streams` open at once, a feed is
+    refused with 503 (the list's feed and an execution's alike)."""
+    app = make_app(system.client, read_only=False, token=None, max_streams=2)
+    async with TestClient(TestServer(app)) as c:
+        first = await c.get("/api/executions/stream")
+        second = await c.get("/api/executions/x1/stream")
+        assert (first.status, second.status) == (200, 200)
+        for path in ("/api/executions/stream", "/api/executions/x2/stream"):
+            refused = await c.get(path)
+            assert refused.status == 503 and "ACTORS_UI_MAX_STREAMS" in (await refused.json())["error"]
+        async with await c.get("/api/executions") as listed:
+            assert listed.status == 200  # what is not a feed is not capped
+        first.close()
+        second.close()

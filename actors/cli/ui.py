@@ -18,17 +18,45 @@ def add_ui_parser(sub: Any) -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, help="port to serve on (default $ACTORS_UI_PORT, else 8233)")
     sp.add_argument("--host", help="address to bind (default $ACTORS_UI_HOST, else 127.0.0.1: this machine only)")
     sp.add_argument("--read-only", action="store_true", default=None, help="refuse start, cancel and retry")
-    sp.add_argument("--token", help="a secret every action must carry (default $ACTORS_UI_TOKEN; unset: none)")
+    # a file, not the token itself: a command line is visible to every user of the machine (`ps`)
+    sp.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="file holding a secret every action must carry (default $ACTORS_UI_TOKEN_FILE, else $ACTORS_UI_TOKEN; "
+        "unset: none)",
+    )
+    # taken only to refuse it in one line (otherwise argparse reads `--token T` as `--token-file T`)
+    sp.add_argument("--token", help=argparse.SUPPRESS)
+    sp.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        help="a host name requests may carry in Host besides localhost (a proxy in front); repeatable "
+        "(default $ACTORS_UI_ALLOWED_HOSTS, comma-separated)",
+    )
     return sp
 
 
 def ui_settings(args: argparse.Namespace) -> Settings:
+    if getattr(args, "token", None) is not None:
+        raise UsageError("--token is refused: a command line shows in `ps`; use --token-file FILE or ACTORS_UI_TOKEN")
     return settings_of(args).with_flags(
         ui_port=getattr(args, "port", None),
         ui_host=getattr(args, "host", None),
         ui_read_only=getattr(args, "read_only", None),
-        ui_token=getattr(args, "token", None),
+        ui_token_file=getattr(args, "token_file", None),
+        ui_allowed_hosts=",".join(args.allow_host) if getattr(args, "allow_host", None) else None,
     )
+
+
+def ui_token(settings: Settings) -> str | None:
+    """The UI's token: the file's content (ACTORS_UI_TOKEN_FILE, --token-file) or
+    ACTORS_UI_TOKEN. SettingsInvalid (one line naming the file) when it cannot be read."""
+    if settings.ui_token_file:
+        from actors.connopts import _secret_file
+
+        return _secret_file(settings.ui_token_file, "ACTORS_UI_TOKEN_FILE")
+    return settings.ui_token
 
 
 async def start_ui(client: Any, settings: Settings) -> tuple[Any, str]:
@@ -41,8 +69,10 @@ async def start_ui(client: Any, settings: Settings) -> tuple[Any, str]:
             host=settings.ui_host,
             port=settings.ui_port,
             read_only=settings.ui_read_only,
-            token=settings.ui_token,
+            token=ui_token(settings),
             user_header=settings.ui_user_header,
+            extra_hosts=(settings.ui_allowed_hosts or "").split(","),
+            max_streams=settings.ui_max_streams,
         )
     except OSError as e:
         where = f"{settings.ui_host}:{settings.ui_port}"

@@ -50,6 +50,7 @@ from actors.natsio import ack, command_sent, has_message, log_time, publish_all,
 from actors.outbox import Outbox
 from actors.wire import (
     EngineFault,
+    ErrorInfo,
     Input,
     StartRecord,
     input_decoder,
@@ -141,15 +142,23 @@ class ExecutionActor(LogActor):
         await ack(msg)
         return True
 
+    async def unreadable(self, entry: LogEntry, error: ErrorInfo) -> None:
+        """An `EngineFault` naming the input, as `give_up` records one, but at once: its
+        fold fails the execution with `error` (which names the key id)."""
+        eid, js = self.execution_id, self.engine.js
+        fault = EngineFault(execution_id=eid, input_seq=entry.seq, input_subject=entry.subject, error=error)
+        await publish_all(js, [(self.subjects.fault, codec_of(js).encode(fault), ids.fault_id(eid, entry.seq))])
+        self.skip.add(entry.seq)
+
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
         self.last_seq = entry.seq
+        if entry.seq in self.skip:
+            return None  # given up on (EngineFault): folding it failed, and would again (checked before decoding)
         inp = await self.decode(input_decoder, entry)
         if inp is None:
             return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
-        if entry.seq in self.skip:
-            return None  # given up on (EngineFault): folding it failed, and would again
         inp = await self._read_back(inp)
         state = self.state
         fx = await self.engine.fold_off_loop(

@@ -126,6 +126,13 @@ class CommandRunner:
                 await self.reply(cmd, None, missing, time.time(), time.time())
                 await ack(msg)
                 return
+            except PayloadUnreadable as e:
+                # the blob is sealed with a key this pod lacks: as for an inline command, the
+                # step fails saying so (a redelivery would meet the same key and end dead-lettered)
+                unreadable = ErrorInfo(type="PayloadUnreadable", message=f"step '{cmd.step}': {e}")
+                await self.reply(cmd, None, unreadable, time.time(), time.time())
+                await ack(msg)
+                return
         # a loop iteration's result may go out with others of its loop (see actors/tools/batching.py)
         subject = (
             result_batch_subject(cmd.reply_to)

@@ -12,6 +12,12 @@ Actions are POSTs and only POSTs change anything. Each one must:
 * be JSON (`Content-Type: application/json`) from this origin: a page elsewhere can
   send neither without a CORS preflight, which this server never answers, so a
   malicious site cannot make a user's browser cancel executions (no CSRF).
+
+Every request, when the UI is bound to a loopback address, must name it in `Host`
+(localhost, 127.0.0.1, [::1], or a name given with --allow-host): a site whose DNS
+name is rebound to 127.0.0.1 is then the same origin as the UI for the browser, and
+only the Host it sends gives it away (403). Live feeds are capped per process
+(`max_streams`, 503 beyond): each holds NATS consumers.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import asyncio
 import contextlib
 import hmac
 import importlib.resources
+import ipaddress
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -36,6 +44,8 @@ UPDATES_PER_SECOND = 4  # an execution page's updates at most, however fast its 
 START_WAIT = 5.0  # seconds a cancel waits for a start still queued
 MAX_BODY = 1024 * 1024  # bytes of a POST body (a start payload)
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")  # what a browser on this machine sends as Host
+MAX_STREAMS = 100  # live feeds open at once in one UI process (ACTORS_UI_MAX_STREAMS)
 
 CLIENT = web.AppKey("client", Client)
 CONFIG = web.AppKey("config", dict)
@@ -49,17 +59,40 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def _refuse(status: int, message: str) -> web.HTTPException:
     """An HTTP error whose body is `{"error": message}` (one line, for the page to show)."""
-    kinds = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden, 404: web.HTTPNotFound}
+    kinds: dict[int, type[web.HTTPException]] = {
+        400: web.HTTPBadRequest,
+        401: web.HTTPUnauthorized,
+        403: web.HTTPForbidden,
+        404: web.HTTPNotFound,
+        503: web.HTTPServiceUnavailable,
+    }
     return kinds[status](text=msgspec.json.encode({"error": message}).decode(), content_type="application/json")
 
 
-def make_app(client: Client, *, read_only: bool, token: str | None, user_header: str | None = None) -> web.Application:
+def make_app(
+    client: Client,
+    *,
+    read_only: bool,
+    token: str | None,
+    user_header: str | None = None,
+    hosts: Collection[str] | None = None,
+    max_streams: int = MAX_STREAMS,
+) -> web.Application:
     """The UI on `client`'s NATS. `token`: what every POST must carry (None: none);
     `user_header`: a header a trusted proxy sets on authenticated requests, accepted
-    instead of the token; `read_only`: every POST refused (403)."""
+    instead of the token; `read_only`: every POST refused (403); `hosts`: the only host
+    names a request's Host may carry (None: any; see `allowed_hosts`); `max_streams`:
+    live feeds open at once (503 beyond)."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_guard])
     app[CLIENT] = client
-    app[CONFIG] = {"read_only": read_only, "token": token or None, "user_header": user_header or None}
+    app[CONFIG] = {
+        "read_only": read_only,
+        "token": token or None,
+        "user_header": user_header or None,
+        "hosts": None if hosts is None else frozenset(h.lower() for h in hosts),
+        "max_streams": max_streams,
+        "streams": 0,  # live feeds open now
+    }
     app[HUB] = StatusHub(client.nc, client.codec.open_for_display)
     app[CACHE] = DetailCache()
     app.on_startup.append(_start_hub)
@@ -97,8 +130,10 @@ async def _stop_hub(app: web.Application) -> None:
 
 @web.middleware
 async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every POST: not read-only, authorised, JSON from this origin. Every answer: no
-    framing, no sniffing, scripts only from here."""
+    """Every request: to a host name this UI answers to. Every POST: not read-only,
+    authorised, JSON from this origin. Every answer: no framing, no sniffing, scripts
+    only from here."""
+    _check_host(request)
     if request.method == "POST":
         _check_action(request)
     response: web.StreamResponse = await handler(request)
@@ -111,6 +146,60 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
         "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
     )
     return response
+
+
+def allowed_hosts(bound: str, extra: Collection[str] = ()) -> frozenset[str] | None:
+    """The host names a UI bound to `bound` answers to: on a loopback address, this
+    machine's names and `extra`; elsewhere `extra` alone, or None (any) when none is given
+    (a pod behind a Service is reached by names it cannot know)."""
+    names = {h.strip().lower() for h in extra if h.strip()}
+    if _is_loopback(bound):
+        return frozenset(names | set(LOOPBACK_NAMES))
+    return frozenset(names) if names else None
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host: str) -> str:
+    """`Host` without its port: `[::1]:8233` -> `[::1]`, `localhost:8233` -> `localhost`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rpartition(":")[0] if ":" in host else host
+
+
+def _check_host(request: web.Request) -> None:
+    # DNS rebinding: attacker.example resolving to 127.0.0.1 makes its page same-origin
+    # with the UI (GETs read, POSTs pass the Origin check); only the Host header tells
+    hosts = request.app[CONFIG].get("hosts")
+    if hosts is None:
+        return
+    host = request.headers.get("Host", "")
+    if _host_name(host) not in hosts:
+        raise _refuse(
+            403, f"host {host!r} is not one this UI answers to (add it with --allow-host or ACTORS_UI_ALLOWED_HOSTS)"
+        )
+
+
+@contextlib.contextmanager
+def _stream_slot(app: web.Application) -> Any:
+    """One of the process's live feeds, or 503 when all are taken: each feed holds NATS
+    consumers, so an unbounded number of open pages (or a script) would exhaust them."""
+    cfg = app[CONFIG]
+    if cfg["streams"] >= cfg["max_streams"]:
+        raise _refuse(503, f"too many live feeds open ({cfg['max_streams']}, ACTORS_UI_MAX_STREAMS); try again later")
+    cfg["streams"] += 1
+    try:
+        yield
+    finally:
+        cfg["streams"] -= 1
 
 
 def _check_action(request: web.Request) -> None:
@@ -218,6 +307,11 @@ async def _send(response: web.StreamResponse, event: str, data: Any) -> None:
 async def executions_stream(request: web.Request) -> web.StreamResponse:
     """`event: status` with a row, for every status change that passes the filters."""
     filters = _filters(request)
+    with _stream_slot(request.app):
+        return await _status_feed(request, filters)
+
+
+async def _status_feed(request: web.Request, filters: dict[str, str | None]) -> web.StreamResponse:
     hub = request.app[HUB]
     queue = hub.listen()
     response = await _sse(request)
@@ -251,8 +345,13 @@ async def execution(request: web.Request) -> web.Response:
 async def execution_stream(request: web.Request) -> web.StreamResponse:
     """`event: update` with the execution's detail, at once and then whenever its log,
     status or loops' progress change (at most UPDATES_PER_SECOND a second)."""
-    app = request.app
     eid = _execution_id(request)
+    with _stream_slot(request.app):
+        return await _execution_feed(request, eid)
+
+
+async def _execution_feed(request: web.Request, eid: str) -> web.StreamResponse:
+    app = request.app
     client = app[CLIENT]
     response = await _sse(request)
     stopping = asyncio.ensure_future(_app_stopping(app))
@@ -407,11 +506,22 @@ async def serve_ui(
     read_only: bool = False,
     token: str | None = None,
     user_header: str | None = None,
+    extra_hosts: Collection[str] = (),
+    max_streams: int = MAX_STREAMS,
 ) -> tuple[web.AppRunner, str]:
     """Bind the UI; returns its runner (`await runner.cleanup()` stops it) and its address.
-    OSError when the port is taken."""
+    OSError when the port is taken. `extra_hosts`: host names it answers to besides this
+    machine's (`allowed_hosts`)."""
+    app = make_app(
+        client,
+        read_only=read_only,
+        token=token,
+        user_header=user_header,
+        hosts=allowed_hosts(host, extra_hosts),
+        max_streams=max_streams,
+    )
     runner = web.AppRunner(
-        make_app(client, read_only=read_only, token=token, user_header=user_header),
+        app,
         access_log=None,
         shutdown_timeout=2.0,
     )
