@@ -108,6 +108,7 @@ def pod_secrets(settings: Settings) -> list[str]:
         settings.ui_token,  # a pod running `all` roles, or one env shared by every pod
         _file_text(settings.nats_password_file),
         _file_text(settings.nats_token_file),
+        _file_text(settings.ui_token_file),
     ):
         if value:
             found.append(value)
