@@ -24,12 +24,13 @@ import builtins
 import re
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from actors.client.session import Session
 from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
+from actors.natsio.kvkeys import kv_keys
 from actors.wire import CatalogEntry, ExecutionStatus, index_decoder, status_decoder
 from streams.layout import CATALOG_BUCKET, ENDED_STREAM, INDEX_STREAM, STATUS_BUCKET
 from streams.subjects import index_ends
@@ -115,17 +116,21 @@ class Lister(Session):
 
     async def _playbooks_once(self) -> builtins.list[CatalogEntry]:
         kv = await self.js.key_value(CATALOG_BUCKET)
-        try:
-            keys = [k for k in await kv.keys() if _VERSION_KEY.match(k)]
-        except NoKeysError:
-            return []
-        values = await asyncio.gather(*(kv.get(k) for k in keys))
-        entries = [_catalog_entry.decode(v.value or b"") for v in values]
+        keys = [k for k in await kv_keys(self.js, CATALOG_BUCKET) if _VERSION_KEY.match(k)]
+        values = await asyncio.gather(*(_value(kv, k) for k in keys))
+        entries = [_catalog_entry.decode(v) for v in values if v is not None]
         return sorted(entries, key=lambda e: (e.path, e.version))
 
 
 def _wanted(runs: str | None, playbook: str | None) -> bool:
     return playbook is None or (runs or "").strip("/") == playbook.strip("/")
+
+
+async def _value(kv: KeyValue, key: str) -> bytes | None:
+    try:
+        return (await kv.get(key)).value or b""
+    except KeyNotFoundError:  # deleted: its marker keeps the subject
+        return None
 
 
 async def _status(kv: KeyValue, execution_id: str) -> ExecutionStatus | None:

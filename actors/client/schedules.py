@@ -21,12 +21,12 @@ import time
 from typing import Any
 
 import msgspec
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from actors.catalog import CatalogReader
 from actors.client.checks import check_size
 from actors.client.session import Session
-from actors.natsio import MSG_ID, publisher
+from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
 from actors.wire import ScheduleSpec, StartMessage, encode
 from streams.ids import schedule_definition_id
@@ -119,10 +119,7 @@ class Scheduling(Session):
     async def schedules(self) -> list[ScheduleView]:
         """Every schedule, by name, with its next fire time when it has one."""
         kv = await self.js.key_value(SCHEDULES_BUCKET)
-        try:
-            names = sorted(await kv.keys())
-        except NoKeysError:
-            return []
+        names = await kv_keys(self.js, SCHEDULES_BUCKET)
         views = []
         for name in names:
             try:

@@ -11,12 +11,14 @@ dead-lettering, message metadata. One module per idea:
 * `replay`: is an output already in the streams (`has_message`, `command_sent`)
 * `schedules`: the headers of a durable timer (a scheduled message)
 * `batchget`: many stored messages in one request (a batched direct get)
+* `kvkeys`: a KV bucket's keys without nats-py's `keys()` race
 * `private`: every use of a private name of nats-py
 
 The names below are what the rest of the tree imports from `actors.natsio`."""
 
 from actors.natsio.deadletter import dead_letter
 from actors.natsio.fast import ack, send
+from actors.natsio.kvkeys import kv_keys
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
@@ -36,6 +38,7 @@ __all__ = [
     "command_sent",
     "dead_letter",
     "has_message",
+    "kv_keys",
     "log_time",
     "num_delivered",
     "publish_all",
