@@ -510,17 +510,12 @@ async def test_a_result_that_looks_sealed_completes_and_reads_back_exactly(pods:
     }
 
 
-async def test_an_input_the_engine_cannot_decrypt_fails_the_execution_at_once_naming_the_key(
-    nats_server: NatsServer, tmp_path: Path
-) -> None:
-    """The engine meets a step's result sealed with a key it lacks (a tools pod given
-    another key): the execution fails with PayloadUnreadable naming that key id, from
-    the first delivery (an EngineFault recorded at once), not after the host's retries
-    as an EngineError."""
+async def run_with_results_under_another_key(nats_server: NatsServer, tmp_path: Path, playbook: str) -> Any:
+    """Run `playbook` where the tools pod writes results with key b2 (reading commands
+    with a1, kept as an old key) and the engine and counter hold only a1; its status."""
     layout = make_layout()
     engine_nc = await connect(nats_server.url, name="engine-key-a")
     tools_nc = await connect(nats_server.url, name="tools-key-b-and-a")
-    # the tools pod reads commands (key a1, kept as an old key) and writes results with b2
     tools = await start_roles(
         tools_nc, layout=layout, roles=("tools",), settings=Settings(payload_key=KEY_B, payload_old_keys=KEY_A)
     )
@@ -529,18 +524,28 @@ async def test_an_input_the_engine_cannot_decrypt_fails_the_execution_at_once_na
     )
     try:
         client = Client(engine_nc, layout=layout)
-        path = tmp_path / "slow.yaml"
-        path.write_text(SLOW)
+        path = tmp_path / "playbook.yaml"
+        path.write_text(playbook)
         eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
-        status = await client.wait(eid, timeout=30)
-        assert status.state == "FAILED" and status.error is not None
-        assert status.error["type"] == "PayloadUnreadable", status.error
-        assert "'b2'" in status.error["message"] and "not among the keys given" in status.error["message"]
+        return await client.wait(eid, timeout=30)
     finally:
         await engine.stop()
         await tools.stop()
         await engine_nc.close()
         await tools_nc.close()
+
+
+async def test_an_input_the_engine_cannot_decrypt_fails_the_execution_at_once_naming_the_key(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The engine meets a step's result sealed with a key it lacks (a tools pod given
+    another key): the execution fails with PayloadUnreadable naming that key id, from
+    the first delivery (an EngineFault recorded at once), not after the host's retries
+    as an EngineError."""
+    status = await run_with_results_under_another_key(nats_server, tmp_path, SLOW)
+    assert status.state == "FAILED" and status.error is not None
+    assert status.error["type"] == "PayloadUnreadable", status.error
+    assert "'b2'" in status.error["message"] and "not among the keys given" in status.error["message"]
 
 
 LOOPED = """apiVersion: actors/v1
@@ -560,28 +565,9 @@ async def test_a_loop_input_the_counter_cannot_decrypt_fails_the_loop_at_once_na
     """The counter meets iteration results sealed with a key it lacks: the loop fails
     with PayloadUnreadable naming that key id from the first delivery (not an
     EngineError after the host's retries), and so does the execution."""
-    layout = make_layout()
-    engine_nc = await connect(nats_server.url, name="counter-key-a")
-    tools_nc = await connect(nats_server.url, name="tools-key-b-and-a")
-    tools = await start_roles(
-        tools_nc, layout=layout, roles=("tools",), settings=Settings(payload_key=KEY_B, payload_old_keys=KEY_A)
-    )
-    engine = await start_roles(
-        engine_nc, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
-    )
-    try:
-        client = Client(engine_nc, layout=layout)
-        path = tmp_path / "looped.yaml"
-        path.write_text(LOOPED)
-        eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
-        status = await client.wait(eid, timeout=30)
-        assert status.state == "FAILED" and status.error is not None
-        # the loop's verdict carries the counter's error as its first failed "iteration"
-        assert status.error["type"] == "LoopFailed", status.error
-        assert "PayloadUnreadable: input loop." in status.error["message"], status.error
-        assert "'b2'" in status.error["message"], status.error
-    finally:
-        await engine.stop()
-        await tools.stop()
-        await engine_nc.close()
-        await tools_nc.close()
+    status = await run_with_results_under_another_key(nats_server, tmp_path, LOOPED)
+    assert status.state == "FAILED" and status.error is not None
+    # the loop's verdict carries the counter's error as its first failed "iteration"
+    assert status.error["type"] == "LoopFailed", status.error
+    assert "PayloadUnreadable: input loop." in status.error["message"], status.error
+    assert "'b2'" in status.error["message"], status.error
