@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
 
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
 
-__all__ = ["add_sync_flag", "start_server"]
+__all__ = ["add_sync_flag", "chain_playbook", "start_server"]
 
 
 def add_sync_flag(parser: argparse.ArgumentParser) -> None:
@@ -34,3 +34,28 @@ def add_sync_flag(parser: argparse.ArgumentParser) -> None:
 async def start_server(*, sync: str = SYNC_DEFAULT) -> NatsServer:
     """A fresh embedded nats-server (temporary store) with `sync`."""
     return await NatsServer.start(sync=sync)
+
+
+def chain_playbook(name: str, steps: int, tool: str) -> str:
+    """A playbook `bench/<name>` of `steps` steps in a row, each adding 1 to the last
+    one's result: `python` (a worker call) or `sleep` 0 s (the same engine path, no
+    worker process)."""
+    lines = ["apiVersion: actors/v1", "kind: Playbook", "metadata:", f"  name: bench_{name}", f"  path: bench/{name}"]
+    lines += ["workload:", "  i: 0", "workflow:"]
+    for k in range(1, steps + 1):
+        prev = "workload.i" if k == 1 else f"s{k - 1}"
+        lines.append(f"  - step: s{k}")
+        if tool == "python":
+            lines += [
+                "    tool:",
+                "      kind: python",
+                "      code: |",
+                "        def main(i):",
+                "            return i + 1",
+            ]
+        else:
+            lines += ["    tool:", "      kind: sleep", "      seconds: 0"]
+        lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
+        if k < steps:
+            lines.append(f"    next: s{k + 1}")
+    return "\n".join(lines) + "\n"

@@ -65,6 +65,7 @@ from nats.js.api import RawStreamMsg  # noqa: E402
 from actors.client import Client  # noqa: E402
 from actors.natsio import MSG_ID  # noqa: E402
 from actors.runtime import connect  # noqa: E402
+from bench.common import chain_playbook  # noqa: E402
 from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout  # noqa: E402
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
 from streams.subjects import ExecSubjects  # noqa: E402
@@ -237,36 +238,6 @@ class RawExecutions:
 # --- engine -----------------------------------------------------------------------------
 
 
-def playbook_yaml(tool: str) -> str:
-    lines = [
-        "apiVersion: actors/v1",
-        "kind: Playbook",
-        "metadata:",
-        f"  name: bench_e2e_small_{tool}",
-        f"  path: bench/e2e_small_{tool}",
-        "workload:",
-        "  i: 0",
-        "workflow:",
-    ]
-    for k in range(1, STEPS + 1):
-        prev = "workload.i" if k == 1 else f"s{k - 1}"
-        lines.append(f"  - step: s{k}")
-        if tool == "python":
-            lines += [
-                "    tool:",
-                "      kind: python",
-                "      code: |",
-                "        def main(i):",
-                "            return i + 1",
-            ]
-        else:
-            lines += ["    tool:", "      kind: sleep", "      seconds: 0"]
-        lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
-        if k < STEPS:
-            lines.append(f"    next: s{k + 1}")
-    return "\n".join(lines) + "\n"
-
-
 @dataclass
 class Engine:
     client: Client
@@ -352,7 +323,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await raw.setup()
             client = Client(nc, layout=Layout())
             pb = Path(tmp) / "e2e.yaml"
-            pb.write_text(playbook_yaml(args.tool))
+            pb.write_text(chain_playbook(f"e2e_small_{args.tool}", STEPS, args.tool))
             entry = await client.register(pb)
             engine = Engine(client, entry.path, entry.version)
 

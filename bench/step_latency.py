@@ -72,12 +72,15 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.common
+
 from actors.client import Client
 from actors.codec import CLEAR, PayloadCodec, PayloadKeys, bind, parse_key
 from actors.events import decision_decoder
 from actors.natsio import MSG_ID
 from actors.runtime import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
+from bench.common import chain_playbook
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer, find_binary
 
@@ -369,37 +372,6 @@ class RawChain:
 # --- engine -----------------------------------------------------------------------------
 
 
-def playbook_yaml(steps: int, tool: str) -> str:
-    lines = [
-        "apiVersion: actors/v1",
-        "kind: Playbook",
-        "metadata:",
-        f"  name: bench_step_latency_{tool}_{steps}",
-        f"  path: bench/step_latency_{tool}_{steps}",
-        "workload:",
-        "  i: 0",
-        "workflow:",
-    ]
-    for k in range(1, steps + 1):
-        prev = "workload.i" if k == 1 else f"s{k - 1}"
-        lines.append(f"  - step: s{k}")
-        if tool == "python":
-            lines += [
-                "    tool:",
-                "      kind: python",
-                "      code: |",
-                "        def main(i):",
-                "            return i + 1",
-            ]
-            lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
-        else:  # sleep 0: same engine path, no worker process
-            lines += ["    tool:", "      kind: sleep", "      seconds: 0"]
-            lines += ["    args:", f'      i: "{{{{ {prev} }}}}"']
-        if k < steps:
-            lines.append(f"    next: s{k + 1}")
-    return "\n".join(lines) + "\n"
-
-
 @dataclass
 class Breakdown:
     """Per step, from the log itself (server store times and the tool's own clock)."""
@@ -605,7 +577,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         client = Client(nc, layout=layout)
         with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
             pb = Path(tmp) / "steps.yaml"
-            pb.write_text(playbook_yaml(args.steps, args.tool))
+            pb.write_text(chain_playbook(f"step_latency_{args.tool}_{args.steps}", args.steps, args.tool))
             entry = await client.register(pb)
 
         for chain in chains:
