@@ -310,27 +310,10 @@ async def test_pods_without_the_old_key_fail_the_execution_naming_the_key(pods: 
 
 
 async def test_a_tool_pod_without_the_key_fails_the_step_saying_so(nats_server: NatsServer, tmp_path: Path) -> None:
-    layout = make_layout()
-    keyed = await connect(nats_server.url, name="keyed")
-    clear = await connect(nats_server.url, name="tools-without-key")
-    engine = await start_roles(
-        keyed, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
-    )
-    tools = await start_roles(clear, layout=layout, roles=("tools",), settings=Settings())
-    try:
-        client = Client(keyed, layout=layout)
-        path = tmp_path / "failing.yaml"
-        path.write_text(FAILING)
-        eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
-        status = await client.wait(eid, timeout=30)
-        assert status.state == "FAILED" and status.error is not None
-        assert status.error["type"] == "PayloadUnreadable" and status.error["step"] == "explode"
-        assert "give the key" in status.error["message"]
-    finally:
-        await tools.stop()
-        await engine.stop()
-        await clear.close()
-        await keyed.close()
+    status = await run_split(nats_server, tmp_path, FAILING, engine=Settings(payload_key=KEY_A), tools=Settings())
+    assert status.state == "FAILED" and status.error is not None
+    assert status.error["type"] == "PayloadUnreadable" and status.error["step"] == "explode"
+    assert "give the key" in status.error["message"]
 
 
 async def test_a_tool_pod_without_the_key_fails_a_step_whose_command_is_a_blob_at_once(
@@ -510,18 +493,16 @@ async def test_a_result_that_looks_sealed_completes_and_reads_back_exactly(pods:
     }
 
 
-async def run_with_results_under_another_key(nats_server: NatsServer, tmp_path: Path, playbook: str) -> Any:
-    """Run `playbook` where the tools pod writes results with key b2 (reading commands
-    with a1, kept as an old key) and the engine and counter hold only a1; its status."""
+async def run_split(
+    nats_server: NatsServer, tmp_path: Path, playbook: str, *, engine: Settings, tools: Settings
+) -> Any:
+    """Run `playbook` with the tools pod on settings `tools` and the engine, counter
+    and projector on `engine` (each its own connection); its final status."""
     layout = make_layout()
-    engine_nc = await connect(nats_server.url, name="engine-key-a")
-    tools_nc = await connect(nats_server.url, name="tools-key-b-and-a")
-    tools = await start_roles(
-        tools_nc, layout=layout, roles=("tools",), settings=Settings(payload_key=KEY_B, payload_old_keys=KEY_A)
-    )
-    engine = await start_roles(
-        engine_nc, layout=layout, roles=("engine", "counter", "projector"), settings=Settings(payload_key=KEY_A)
-    )
+    engine_nc = await connect(nats_server.url, name="engine-pod")
+    tools_nc = await connect(nats_server.url, name="tools-pod")
+    tools_rt = await start_roles(tools_nc, layout=layout, roles=("tools",), settings=tools)
+    engine_rt = await start_roles(engine_nc, layout=layout, roles=("engine", "counter", "projector"), settings=engine)
     try:
         client = Client(engine_nc, layout=layout)
         path = tmp_path / "playbook.yaml"
@@ -529,10 +510,22 @@ async def run_with_results_under_another_key(nats_server: NatsServer, tmp_path: 
         eid = await client.start((await client.register(path)).path, payload=PAYLOAD)
         return await client.wait(eid, timeout=30)
     finally:
-        await engine.stop()
-        await tools.stop()
+        await engine_rt.stop()
+        await tools_rt.stop()
         await engine_nc.close()
         await tools_nc.close()
+
+
+async def run_with_results_under_another_key(nats_server: NatsServer, tmp_path: Path, playbook: str) -> Any:
+    """Run `playbook` where the tools pod writes results with key b2 (reading commands
+    with a1, kept as an old key) and the engine and counter hold only a1; its status."""
+    return await run_split(
+        nats_server,
+        tmp_path,
+        playbook,
+        engine=Settings(payload_key=KEY_A),
+        tools=Settings(payload_key=KEY_B, payload_old_keys=KEY_A),
+    )
 
 
 async def test_an_input_the_engine_cannot_decrypt_fails_the_execution_at_once_naming_the_key(
