@@ -5,7 +5,6 @@ every actor in this process."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -20,11 +19,10 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
     from actors.client import Client
+    from actors.client.connecting import look_up_streams
     from actors.connopts import ConnectOptions
-    from actors.dial import NatsUnavailable, connect_within, redact
-    from actors.natsio import ride_out
+    from actors.dial import connect_within
     from actors.runtime import connect, start_roles, tune_gc
-    from streams.layout import StreamsMissing, ensure
     from streams.server import NatsServer
 
     settings = settings_of(args)
@@ -51,16 +49,9 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
             runtime = await start_roles(nc, settings=settings)
             tune_gc()
         else:
+            # idempotent: works before any pod has started
             left = max(0.1, budget - (time.monotonic() - started))
-            try:
-                async with asyncio.timeout(left):
-                    # idempotent: works before any pod has started; asked again through an election.
-                    # Looked up, not updated: the engine declares them (actors/permissions.py)
-                    await ride_out(lambda: ensure(nc.jetstream(), layout, update=False), budget=left)
-            except TimeoutError:
-                raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {budget:g}s") from None
-            except StreamsMissing as e:
-                raise NatsUnavailable(f"NATS at {redact(url)}: {e}") from None
+            await look_up_streams(nc, layout, url, budget=left, timeout=budget)
         yield Client(nc, layout=layout, timeout=budget, codec=settings.payload_codec)
     finally:
         if runtime is not None:

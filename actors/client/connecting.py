@@ -28,6 +28,20 @@ from streams.layout import Layout, StreamsMissing, ensure
 C = TypeVar("C")
 
 
+async def look_up_streams(nc: NATS, layout: Layout, url: str, *, budget: float, timeout: float) -> None:
+    """The streams looked up, not updated (the engine declares them: actors/permissions.py),
+    created only where missing and this user may; asked again through an election, for
+    `budget` seconds. NatsUnavailable past it (naming the command's `timeout`), or when
+    a stream is missing that this user may not create."""
+    try:
+        async with asyncio.timeout(budget):
+            await ride_out(lambda: ensure(nc.jetstream(), layout, update=False), budget=budget)
+    except TimeoutError:
+        raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {timeout:g}s") from None
+    except StreamsMissing as e:
+        raise NatsUnavailable(f"NATS at {redact(url)}: {e}") from None
+
+
 async def open_client(
     make: Callable[[NATS, Layout, float], C],
     url: str,
@@ -46,15 +60,7 @@ async def open_client(
     started = loop.time()
     nc = await connect_within(url, timeout=timeout, name=name, options=options)
     try:
-        left = max(0.1, timeout - (loop.time() - started))
-        try:
-            async with asyncio.timeout(left):
-                # looked up, not updated: the engine declares them (actors/permissions.py)
-                await ride_out(lambda: ensure(nc.jetstream(), layout, update=False), budget=left)
-        except TimeoutError:
-            raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {timeout:g}s") from None
-        except StreamsMissing as e:
-            raise NatsUnavailable(f"NATS at {redact(url)}: {e}") from None
+        await look_up_streams(nc, layout, url, budget=max(0.1, timeout - (loop.time() - started)), timeout=timeout)
     except BaseException:
         await nc.close()
         raise
