@@ -71,6 +71,7 @@ from streams.layout import (
 )
 from streams.subjects import (
     CANCEL_FILTER,
+    STATUS_REPUBLISH_DEST,
     ENDED_FILTER,
     INDEX_FILTER,
     START_REQUEST_SUBJECT,
@@ -339,7 +340,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                     kv_stream(SCHEDULES_BUCKET),
                 ),
             ),
-            subscribe=("progress.>", inbox("cli")),
+            subscribe=("progress.>", STATUS_REPUBLISH_DEST, inbox("cli")),
         ),
     ]
 

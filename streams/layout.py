@@ -69,6 +69,7 @@ from streams.subjects import (
     SCH,
     SCHEDULE_FIRES_FILTER,
     START_SUBJECT,
+    STATUS_REPUBLISH_DEST,
     ExecSubjects,
     LoopSubjects,
     class_of,
@@ -79,6 +80,7 @@ from streams.subjects import (
     dlq_subject,
     engine_filter,
     execution_of,
+    kv_key_subject,
     kv_stream,
     loop_class,
     loop_key,
@@ -444,15 +446,32 @@ async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, 
             storage=api.StorageType.FILE,
         )
     for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1), (SCHEDULES_BUCKET, 1)):
+        republish = STATUS_REPUBLISH if bucket == STATUS_BUCKET else None
         try:
             await js.key_value(bucket)
         except NotFoundError:
             await js.create_key_value(
-                bucket=bucket,
-                history=history,
-                replicas=layout.replicas,
-                storage=api.StorageType.FILE,
+                api.KeyValueConfig(
+                    bucket=bucket,
+                    history=history,
+                    replicas=layout.replicas,
+                    storage=api.StorageType.FILE,
+                    republish=republish,
+                )
             )
+            continue
+        if republish is not None:
+            # a bucket made by an earlier version has no RePublish: add it (an update
+            # that changes only RePublish keeps every key)
+            info = await js.stream_info(kv_stream(bucket))
+            now = info.config.republish
+            if now is None or (now.src, now.dest) != (republish.src, republish.dest):
+                info.config.republish = republish
+                await js.update_stream(info.config)
+
+
+# Every stored status is republished on core NATS (`status_subject`), for waiting clients.
+STATUS_REPUBLISH = api.RePublish(src=kv_key_subject(STATUS_BUCKET, ">"), dest=STATUS_REPUBLISH_DEST)
 
 
 __all__ = [

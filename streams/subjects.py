@@ -268,6 +268,18 @@ def cancel_target(subject: str) -> tuple[str, str | None]:
     return parts[1], (parts[2] if len(parts) > 2 else None)
 
 
+# The server republishes each stored status (KV `status`, its stream's RePublish) here,
+# on core NATS: a waiting client subscribes to one execution's subject instead of making
+# a JetStream consumer per wait. Only what the stream stored is republished, so a
+# compare-and-set the stream refused is never seen.
+STATUS_REPUBLISH_DEST = "status.>"
+
+
+def status_subject(execution_id: str) -> str:
+    """Core NATS: the execution's status, each time the status bucket stored it."""
+    return f"status.{execution_id}"
+
+
 def progress_subject(execution_id: str) -> str:
     """Core NATS (not stored): loop progress for people watching, never for decisions."""
     return f"progress.{execution_id}"

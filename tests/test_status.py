@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import nats
+import pytest
+from nats.js.errors import KeyWrongLastSequenceError
+
+from actors.client import Client
 from actors.events import (
     AnyEvent,
     DecisionRecord,
+    ExecState,
     PlaybookCompletedData,
     PlaybookFailedData,
     PlaybookInitializedData,
@@ -15,8 +21,10 @@ from actors.events import (
     make_event,
 )
 from actors.projector import Projector
-from actors.wire import CallDone, encode
-from streams.layout import STATUS_BUCKET
+from actors.wire import CallDone, ExecutionStatus, encode
+from streams.layout import STATUS_BUCKET, Layout, ensure
+from streams.server import NatsServer
+from streams.subjects import kv_stream
 from tests.conftest import System, of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -153,3 +161,47 @@ async def test_a_projector_with_a_stale_status_in_memory_never_moves_a_status_ba
     status = await system.client.status("stale-1")
     assert status is not None
     assert (status.state, status.terminal_event, status.ended_at) == ("COMPLETED", "playbook.completed", 2.0)
+
+
+async def test_a_waiting_client_takes_only_a_status_the_bucket_stored(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Client.wait` follows each status as the server republishes it once stored: a
+    compare-and-set the stream refused (a projector with a stale revision) is never
+    taken for the execution's status, however terminal it looks."""
+    kv = await system.nc.jetstream().key_value(STATUS_BUCKET)
+    eid = "stored-only-1"
+    revision = await kv.create(eid, encode(ExecutionStatus(execution_id=eid, state=ExecState.RUNNING)))
+    subscribed = asyncio.Event()
+    read_once = system.client._status_once
+
+    async def status_once(execution_id: str) -> ExecutionStatus | None:
+        st = await read_once(execution_id)
+        subscribed.set()  # the wait subscribes before it reads: the server has its interest now
+        return st
+
+    monkeypatch.setattr(system.client, "_status_once", status_once)
+    waiting = asyncio.create_task(system.client.wait(eid, timeout=30))
+    await subscribed.wait()
+    with pytest.raises(KeyWrongLastSequenceError):
+        await kv.update(eid, encode(ExecutionStatus(execution_id=eid, state=ExecState.COMPLETED)), last=revision + 7)
+    await kv.update(eid, encode(ExecutionStatus(execution_id=eid, state=ExecState.FAILED)), last=revision)
+    assert (await waiting).state == ExecState.FAILED
+
+
+async def test_engine_pods_give_a_status_bucket_of_an_earlier_version_its_republish(nats_server: NatsServer) -> None:
+    """Buckets made before waits followed republished statuses have no RePublish: an
+    engine pod's `ensure` adds it and keeps the statuses already there."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket=STATUS_BUCKET, history=1)
+        await kv.put("old-1", encode(ExecutionStatus(execution_id="old-1", state=ExecState.COMPLETED)))
+        assert (await js.stream_info(kv_stream(STATUS_BUCKET))).config.republish is None
+        await ensure(js, Layout())
+        republish = (await js.stream_info(kv_stream(STATUS_BUCKET))).config.republish
+        assert republish is not None and republish.dest == "status.>"
+        client = Client(nc, layout=Layout())
+        assert (await client.wait("old-1", timeout=10)).state == ExecState.COMPLETED
+    finally:
+        await nc.close()

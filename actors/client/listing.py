@@ -105,7 +105,7 @@ class Lister(Session):
         """The statuses of these executions, in their order, read at once; one the
         projector has not created yet (it writes the index entry first) is left out.
         (A batched get measured no faster than these gets: the cost is per message.)"""
-        kv = await self.js.key_value(STATUS_BUCKET)
+        kv = await self.bucket(STATUS_BUCKET)
         got = await asyncio.gather(*(_status(kv, eid) for eid in execution_ids))
         return [st for st in got if st is not None]
 
@@ -115,7 +115,7 @@ class Lister(Session):
         return await self._ride("reading the catalog", self._playbooks_once)
 
     async def _playbooks_once(self) -> builtins.list[CatalogEntry]:
-        kv = await self.js.key_value(CATALOG_BUCKET)
+        kv = await self.bucket(CATALOG_BUCKET)
         keys = [k for k in await kv_keys(self.js, CATALOG_BUCKET) if _VERSION_KEY.match(k)]
         values = await asyncio.gather(*(_value(kv, k) for k in keys))
         entries = [_catalog_entry.decode(v) for v in values if v is not None]

@@ -34,7 +34,7 @@ from actors.wire import (
     status_decoder,
 )
 from streams.layout import DLQ_STREAM, EXEC_STREAM, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
-from streams.subjects import dlq_filter, loop_results_filter
+from streams.subjects import dlq_filter, loop_results_filter, status_subject
 
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _progress = msgspec.json.Decoder(LoopProgress)
@@ -52,7 +52,7 @@ class Reader(Session):
         )
 
     async def _status_once(self, execution_id: str) -> ExecutionStatus | None:
-        kv = await self.js.key_value(STATUS_BUCKET)
+        kv = await self.bucket(STATUS_BUCKET)
         try:
             entry = await kv.get(check_execution_id(execution_id))
         except KeyNotFoundError:
@@ -82,21 +82,24 @@ class Reader(Session):
                     return st
 
     async def _watch_terminal(self, execution_id: str) -> ExecutionStatus:
-        kv = await self.js.key_value(STATUS_BUCKET)
-        watcher = await kv.watch(execution_id)
+        """Subscribe to the execution's status as the server republishes it once stored
+        (core NATS: no JetStream consumer per wait), then read the key. A status stored
+        before the subscription is in the read; one stored after it comes on the
+        subscription: the server takes a connection's subscribe and then its request
+        in order, and the read goes to the stream's leader."""
+        sub = await self.nc.subscribe(status_subject(execution_id), pending_msgs_limit=-1)
         try:
-            while True:
-                entry = await watcher.updates(timeout=3600)  # type: ignore[no-untyped-call]
-                if entry is None or not entry.value:
-                    continue
-                st = self.codec.open_for_display(status_decoder.decode(entry.value))
-                if st.state in TERMINAL_STATES:
-                    return st
+            st = await self._status_once(execution_id)
+            while st is None or st.state not in TERMINAL_STATES:
+                msg = await sub.next_msg(timeout=None)
+                # empty: the key was deleted or purged (its status is gone, not terminal)
+                st = self.codec.open_for_display(status_decoder.decode(msg.data)) if msg.data else None
+            return st
         finally:
             try:
-                await watcher.stop()  # type: ignore[no-untyped-call]
+                await sub.unsubscribe()
             except Exception:
-                pass
+                pass  # the connection is closing: the subscription goes with it
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
         """The execution's log from its start, then live (`async for item in

@@ -104,7 +104,7 @@ class Scheduling(Session):
             created=time.time(),
         )
         check_size(f"schedule {name}'s payload", len(encode(spec)), self.value_limit())
-        kv = await self.js.key_value(SCHEDULES_BUCKET)
+        kv = await self.bucket(SCHEDULES_BUCKET)
         try:
             revision = await kv.create(name, self.codec.encode(spec))
         except KeyWrongLastSequenceError:
@@ -118,7 +118,7 @@ class Scheduling(Session):
 
     async def schedules(self) -> list[ScheduleView]:
         """Every schedule, by name, with its next fire time when it has one."""
-        kv = await self.js.key_value(SCHEDULES_BUCKET)
+        kv = await self.bucket(SCHEDULES_BUCKET)
         names = await kv_keys(self.js, SCHEDULES_BUCKET)
         views = []
         for name in names:
@@ -136,7 +136,7 @@ class Scheduling(Session):
         was_running = not spec.paused
         if was_running:
             spec.paused = True
-            await (await self.js.key_value(SCHEDULES_BUCKET)).update(name, self.codec.encode(spec), last=revision)
+            await (await self.bucket(SCHEDULES_BUCKET)).update(name, self.codec.encode(spec), last=revision)
         # removed even when the spec says paused: a pause cut short before this line is finished
         await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
         return was_running
@@ -148,9 +148,7 @@ class Scheduling(Session):
         if not spec.paused:
             return False
         spec.paused = False
-        revision = await (await self.js.key_value(SCHEDULES_BUCKET)).update(
-            name, self.codec.encode(spec), last=revision
-        )
+        revision = await (await self.bucket(SCHEDULES_BUCKET)).update(name, self.codec.encode(spec), last=revision)
         await self._define(spec, revision)
         return True
 
@@ -158,11 +156,11 @@ class Scheduling(Session):
         """Remove `name` for good: no further fire (executions it started stay)."""
         await self._spec(name)  # ScheduleError if there is no such schedule
         await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
-        await (await self.js.key_value(SCHEDULES_BUCKET)).delete(name)
+        await (await self.bucket(SCHEDULES_BUCKET)).delete(name)
 
     async def _spec(self, name: str) -> tuple[ScheduleSpec, int]:
         check_schedule_name(name)
-        kv = await self.js.key_value(SCHEDULES_BUCKET)
+        kv = await self.bucket(SCHEDULES_BUCKET)
         try:
             entry = await kv.get(name)
         except KeyNotFoundError:

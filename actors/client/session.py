@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.js.api import PubAck
+from nats.js.kv import KeyValue
 
 from actors.codec import PayloadCodec, bind, codec_of
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
@@ -51,6 +52,15 @@ class Session:
         self.timeout = timeout
         # a publish without a PubAck is re-sent only within the streams' duplicate window
         publisher(nc).duplicate_window = layout.duplicate_window
+        self._buckets: dict[str, KeyValue] = {}
+
+    async def bucket(self, name: str) -> KeyValue:
+        """The KV bucket `name`, looked up once per client: nats-py's `key_value` asks
+        the server for the stream's info on every call, a round trip per status read."""
+        kv = self._buckets.get(name)
+        if kv is None:
+            kv = self._buckets[name] = await self.js.key_value(name)
+        return kv
 
     async def close(self) -> None:
         """Close the connection if this client made it (`Client.connect`); a connection
