@@ -47,7 +47,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, NoStreamResponseError, ServerError, ServiceUnavailableError
 
 from actors.metrics import EVICTED_ACTORS
-from actors.natsio import PublishOutcomeUnknown
+from actors.natsio import PublishOutcomeUnknown, ack
+from actors.natsio.dispatch import subscribe_direct
 from actors.playbook.templates import (
     RenderHalted,
     SliceExhausted,
@@ -154,6 +155,7 @@ class PartitionHost(Generic[K, A]):
         self.retired: OrderedDict[K, None] = OrderedDict()
         self._retired_cache = retired_cache
         self._subs: dict[int, Subscription] = {}
+        self._acks: set[asyncio.Future[None]] = set()  # acks of late inputs, in flight
         self._consumer = consumer
         self._key_of = key_of
         self._partition_of = partition_of
@@ -181,9 +183,8 @@ class PartitionHost(Generic[K, A]):
         if self._beat is None:
             self._beat = asyncio.create_task(self._keep_alive(), name=f"{type(self).__name__}:keep-alive")
         name = self._consumer(partition)
-        self._subs[partition] = await self.nc.subscribe(
-            deliver_subject(name), queue=name, cb=self._on_msg, pending_msgs_limit=-1
-        )
+        # inputs go into their actor's mailbox as they are read: no queue hop, no task switch
+        self._subs[partition] = await subscribe_direct(self.nc, deliver_subject(name), self._on_msg, queue=name)
 
     async def lose(self, partition: int) -> None:
         """Stop taking `partition`'s inputs and hand back what its actors hold: the
@@ -198,14 +199,14 @@ class PartitionHost(Generic[K, A]):
                 a.task.cancel()
         await asyncio.gather(*(a.task for _, a in doomed if a.task), return_exceptions=True)
 
-    async def _on_msg(self, msg: Msg) -> None:
+    def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
             return  # flow-control/heartbeat status messages carry no ack subject
         key = self._key_of(msg.subject)
         actor = self.actors.pop(key, None)
         if actor is None:
             if key in self.retired and not self.wakes_retired(msg.subject):
-                await msg.ack()  # a late input for an actor that finished
+                self._ack_late(msg)  # a late input for an actor that finished
                 return
             self.retired.pop(key, None)
             actor = self.spawn(key)
@@ -214,6 +215,17 @@ class PartitionHost(Generic[K, A]):
         actor.mailbox.put_nowait(msg)
         if len(self.actors) > self.max_resident:
             self._evict()
+
+    def _ack_late(self, msg: Msg) -> None:
+        """Ack an input no actor needs (called from the read loop: the ack is a task)."""
+        done = asyncio.ensure_future(ack(msg))
+        self._acks.add(done)
+        done.add_done_callback(self._ack_sent)
+
+    def _ack_sent(self, done: asyncio.Future[None]) -> None:
+        self._acks.discard(done)
+        if not done.cancelled() and done.exception() is not None:
+            log.debug("ack of a late input: %r", done.exception())  # it comes back and is acked then
 
     def wakes_retired(self, subject: str) -> bool:
         """Whether an input on `subject` is folded even by an actor that finished (it is

@@ -71,11 +71,11 @@ from streams.layout import (
 )
 from streams.subjects import (
     CANCEL_FILTER,
-    STATUS_REPUBLISH_DEST,
     ENDED_FILTER,
     INDEX_FILTER,
     START_REQUEST_SUBJECT,
     START_SUBJECT,
+    STATUS_REPUBLISH_DEST,
     kv_stream,
 )
 

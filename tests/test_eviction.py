@@ -55,8 +55,8 @@ async def test_a_flood_of_executions_stays_within_the_resident_bound_and_decides
     over: list[tuple[str, int, int]] = []  # (host, resident, working) where the bound did not hold
     real_on_msg = PartitionHost._on_msg
 
-    async def on_msg(self: PartitionHost[Any, Any], msg: Any) -> None:
-        await real_on_msg(self, msg)
+    def on_msg(self: PartitionHost[Any, Any], msg: Any) -> None:
+        real_on_msg(self, msg)
         # after each input: at most max_resident actors, unless more than that are working
         if len(self.actors) > max(self.max_resident, working(self)):
             over.append((type(self).__name__, len(self.actors), working(self)))
@@ -133,14 +133,14 @@ async def test_eviction_takes_least_recently_used_idle_actors_and_never_a_busy_o
             role="test",
         )
         for key in ("busy", "idle1", "idle2"):
-            await host._on_msg(_Input(key))  # type: ignore[arg-type]
+            host._on_msg(_Input(key))  # type: ignore[arg-type]
         busy = host.actors["busy"]
         await asyncio.wait_for(busy.working.wait(), 5)  # the oldest one is mid-work, the others idle
         idle = [host.actors["idle1"], host.actors["idle2"]]
         for actor in idle:
             actor.release.set()
             await asyncio.wait_for(actor.waiting.wait(), 5)
-        await host._on_msg(_Input("new"))  # type: ignore[arg-type]  # 4 > 3: evict down to 2, oldest first
+        host._on_msg(_Input("new"))  # type: ignore[arg-type]  # 4 > 3: evict down to 2, oldest first
         assert list(host.actors) == ["busy", "new"] and host.evicted == 2
         await asyncio.gather(*(a.task for a in idle if a.task), return_exceptions=True)
         assert all(a.task is not None and a.task.cancelled() for a in idle)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from typing import Any
 
 import nats
 import nats.errors
@@ -17,6 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import ConsumerConfig, StreamConfig
 
 from actors.natsio import private
+from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.fast import ack, send
 from actors.natsio.publishing import MSG_ID, publish_all, publisher
 from streams.server import NatsServer
@@ -152,3 +154,38 @@ async def test_a_connection_keeps_its_own_publisher(nats_server: NatsServer) -> 
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_direct_subscription_hands_each_message_over_as_read_in_order(nats_server: NatsServer) -> None:
+    """`subscribe_direct`: the handler sees every message in order, in the read loop (no
+    task of the subscription's); the subscription counts nothing as pending, so no
+    slow-consumer limit is ever reached; a handler that raises costs that message only,
+    not the connection; after unsubscribe nothing more arrives."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        got: list[bytes] = []
+        done = asyncio.Event()
+        n = 2_000
+
+        def handler(msg: Any) -> None:
+            got.append(msg.data)
+            if msg.data == b"boom":
+                raise RuntimeError("a bug in a handler")
+            if len(got) == n + 1:
+                done.set()
+
+        sub = await subscribe_direct(nc, "direct.>", handler)
+        assert sub._wait_for_msgs_task is None  # nats-py made no task for it
+        await nc.publish("direct.x", b"boom")
+        for i in range(n):
+            await nc.publish(f"direct.{i % 7}", str(i).encode())
+        await asyncio.wait_for(done.wait(), 10)
+        assert got == [b"boom", *(str(i).encode() for i in range(n))]
+        assert sub.pending_msgs == 0 and sub._pending_size == 0
+        assert nc.is_connected
+        await sub.unsubscribe()
+        await nc.publish("direct.after", b"late")
+        await nc.flush()
+        assert got[-1] == str(n - 1).encode()
+    finally:
+        await nc.close()

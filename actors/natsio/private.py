@@ -28,6 +28,14 @@ per-message overhead (`fast.send`):
 * `_nc` (the Client): the connection under a context. `publish_all(js, ...)` takes a
   context (its callers hold one) and publishes through the connection's Publisher.
 
+`Subscription` (nats.aio.subscription), for a subscription whose messages are handed
+to a function as they are parsed (`dispatch.subscribe_direct`):
+* `_pending_queue` (asyncio.Queue): where `Client._process_msg` puts each message for
+  the subscription's task or `next_msg`; replaced by a stand-in that calls the handler.
+* `_pending_size` (int): the bytes `_process_msg` counts as pending for a message it
+  queued (and checks against the subscription's bytes limit); the stand-in takes them
+  off again at once, as the subscription's task does after its callback.
+
 Our own attribute on a `Client` (it has no `__slots__`): `_actors_publisher`, the
 connection's Publisher (`connection_publisher`): a publisher belongs to its connection
 and goes away with it, with no module-level table keyed by `id(nc)`.
@@ -35,11 +43,13 @@ and goes away with it, with no module-level table keyed by `id(nc)`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 T = TypeVar("T")
@@ -96,6 +106,45 @@ def ack_connection(msg: Msg) -> NATS | None:
 def mark_acked(msg: Msg) -> None:
     """Record that `msg` was acked, as `Msg.ack` does after sending."""
     msg._ackd = True
+
+
+class _Handoff:
+    """Stands in for a subscription's queue: `put_nowait` (what `Client._process_msg`
+    calls for each message) hands the message to `handler` at once. It is never
+    waited on: every other queue method answers "empty"."""
+
+    __slots__ = ("handler", "sub")
+
+    def __init__(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
+        self.sub = sub
+        self.handler = handler
+
+    def put_nowait(self, msg: Msg) -> None:
+        self.sub._pending_size -= len(msg.data)
+        self.handler(msg)
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    def task_done(self) -> None:
+        pass
+
+    async def join(self) -> None:
+        pass
+
+
+def hand_off(sub: Subscription, handler: Callable[[Msg], None]) -> None:
+    """From now on `sub`'s messages go straight to `handler` (see `_Handoff`); any
+    already queued go first."""
+    queued: asyncio.Queue[Msg] = sub._pending_queue
+    sub._pending_queue = _Handoff(sub, handler)  # type: ignore[assignment]
+    while not queued.empty():
+        msg = queued.get_nowait()
+        sub._pending_size -= len(msg.data)
+        handler(msg)
 
 
 def connection_of(js: JetStreamContext) -> NATS:

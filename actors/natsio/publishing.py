@@ -15,6 +15,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.fast import send
 from actors.natsio.private import connection_of, connection_publisher
 from actors.natsio.puback import puback_outcome
@@ -75,7 +76,8 @@ class Publisher:
             self._starting = self._loop.create_future()
             try:
                 self._prefix = self.nc.new_inbox() + "."
-                self._sub = await self.nc.subscribe(self._prefix + "*", cb=self._on_ack, pending_msgs_limit=-1)
+                # PubAcks resolve futures: handed over as they are read (no queue, no task)
+                self._sub = await subscribe_direct(self.nc, self._prefix + "*", self._on_ack)
             except BaseException as e:
                 self._starting.set_exception(e)
                 self._starting.exception()  # retrieved: later callers re-raise it
@@ -222,7 +224,7 @@ class Publisher:
         done = iter(await asyncio.gather(*pending, return_exceptions=True))
         return [next(done) if isinstance(f, asyncio.Future) else f for f in futs]
 
-    async def _on_ack(self, msg: Msg) -> None:
+    def _on_ack(self, msg: Msg) -> None:
         entry = self._waiting.pop(msg.subject[len(self._prefix) :], None)
         if entry is None or entry[0].done():
             return

@@ -110,6 +110,7 @@ class ToolActor:
         self._cancels = Cancels()
         self._held: dict[str, Msg] = {}  # ack subject -> command not acked yet (kept alive)
         self._inflight: set[asyncio.Task[None]] = set()
+        self._naks: set[asyncio.Future[None]] = set()  # commands given back while stopping
         self._cancel_sub: Subscription | None = None
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -169,10 +170,13 @@ class ToolActor:
     async def _on_cancel(self, msg: Msg) -> None:
         self._cancels.on_cancel(msg.subject)
 
-    async def _deliver(self, msg: Msg) -> asyncio.Task[None] | None:
-        """A command the server delivered: run it (a task), or give it back when stopping."""
+    def _deliver(self, msg: Msg) -> asyncio.Task[None] | None:
+        """A command the server delivered: run it (a task), or give it back when
+        stopping. Called as the message is read (actors/natsio/dispatch.py): no waiting."""
         if self._stopping.is_set():
-            await msg.nak()  # back to the stream at once, for another pod
+            nak = asyncio.ensure_future(msg.nak())  # back to the stream at once, for another pod
+            self._naks.add(nak)
+            nak.add_done_callback(self._nak_sent)
             return None
         loop = self._loop
         assert loop is not None
@@ -181,6 +185,11 @@ class ToolActor:
         self._inflight.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def _nak_sent(self, nak: asyncio.Future[None]) -> None:
+        self._naks.discard(nak)
+        if not nak.cancelled() and nak.exception() is not None:
+            log.debug("nak of a command while stopping: %r", nak.exception())  # it comes back after ack_wait
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -22,6 +22,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import DEFAULT_PREFIX
 
 from actors.natsio import send
+from actors.natsio.dispatch import subscribe_direct
 from streams.layout import CMD_STREAM, tool_consumer
 
 __all__ = ["PULL_EXPIRES", "PULL_HEARTBEAT", "KindPull", "wake_now_and_then"]
@@ -31,7 +32,7 @@ PULL_EXPIRES = 5.0  # seconds a pull request waits at the server for commands (a
 PULL_HEARTBEAT = 2.0  # the server's idle heartbeat while a pull request waits
 
 # a delivered command -> the task running it (None: not taken, e.g. nak'ed while stopping)
-Deliver = Callable[[Msg], Awaitable["asyncio.Task[None] | None"]]
+Deliver = Callable[[Msg], "asyncio.Task[None] | None"]
 
 
 class KindPull:
@@ -67,7 +68,8 @@ class KindPull:
     async def subscribe(self) -> None:
         """Our inbox, where the server delivers commands and status messages."""
         self.loop = asyncio.get_running_loop()
-        self.sub = await self.nc.subscribe(self.nc.new_inbox(), cb=self._on_delivery, pending_msgs_limit=-1)
+        # handed over as read: a command's task starts without a queue hop and task switch first
+        self.sub = await subscribe_direct(self.nc, self.nc.new_inbox(), self._on_delivery)
 
     async def unsubscribe(self) -> None:
         if self.sub is not None:
@@ -100,7 +102,7 @@ class KindPull:
                 await send(self.nc, subject, msgspec.json.encode(request), reply=inbox)
             await self.wake.wait()
 
-    async def _on_delivery(self, msg: Msg) -> None:
+    def _on_delivery(self, msg: Msg) -> None:
         loop = self.loop
         assert loop is not None
         self.last_seen = loop.time()
@@ -108,7 +110,7 @@ class KindPull:
             self._on_status(msg)
             return
         self.requested = max(0, self.requested - 1)
-        task = await self.deliver(msg)
+        task = self.deliver(msg)
         if task is not None:
             self.running.add(task)
             task.add_done_callback(self._finished)

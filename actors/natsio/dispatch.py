@@ -1,0 +1,41 @@
+"""Core subscriptions whose messages are handed to a plain function in the client's
+read loop, as they are parsed.
+
+nats-py gives each subscription with a callback an asyncio.Queue and a task: every
+message is queued, the task wakes, takes it and awaits the callback. For a message
+whose handling is only bookkeeping (a PubAck resolving a future, an input put into an
+actor's mailbox, a command handed to a task) that queue hop and task switch cost more
+than the handling, on every message of the hot path. `subscribe_direct` calls the
+handler at once instead. The handler must not block: it runs inside the read loop, so
+it is a plain function, and anything it raises is logged and dropped here (raised, it
+would make the client drop the connection)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from actors.natsio.private import hand_off
+
+log = logging.getLogger("actors")
+
+Handler = Callable[[Msg], None]
+
+
+async def subscribe_direct(nc: NATS, subject: str, handler: Handler, *, queue: str = "") -> Subscription:
+    """Subscribe to `subject` (in queue group `queue`) with `handler` called for each
+    message as it arrives, in order. Unsubscribe as usual."""
+
+    def guarded(msg: Msg) -> None:
+        try:
+            handler(msg)
+        except Exception:
+            log.exception("handling a message on %s", msg.subject)
+
+    sub = await nc.subscribe(subject, queue=queue, pending_msgs_limit=-1)  # no callback: no task
+    hand_off(sub, guarded)
+    return sub
