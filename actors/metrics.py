@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -72,12 +73,18 @@ class _Metric(Generic[_Lib]):
         self.lib: _Lib = lib
         self.name = name  # as given: the library drops a counter's `_total` from its own
         self.labelnames = tuple(labelnames)
+        self._keys: dict[tuple[tuple[str, str], ...], LabelKey] = {}  # label sets resolved so far
 
     def key(self, **labels: str) -> LabelKey:
-        """A label set resolved once, for the `*_key` methods on hot paths."""
-        if set(labels) != set(self.labelnames):
-            raise ValueError(f"{self.name}: labels are {self.labelnames}, got {tuple(labels)}")
-        return self.lib.labels(**labels) if self.labelnames else self.lib
+        """A label set resolved once (the library's `labels()` costs microseconds a
+        call), for the `*_key` methods on hot paths."""
+        seen = tuple(labels.items())
+        found = self._keys.get(seen)
+        if found is None:
+            if set(labels) != set(self.labelnames):
+                raise ValueError(f"{self.name}: labels are {self.labelnames}, got {tuple(labels)}")
+            found = self._keys[seen] = self.lib.labels(**labels) if self.labelnames else self.lib
+        return found
 
     def value(self, **labels: str) -> float:
         """The current value of one series (0 if it does not exist yet)."""
@@ -312,29 +319,95 @@ def observe_lifecycle(*, execution_id: str, event_type: str, state: str, changed
             EXECUTIONS_STARTED.inc()
         elif state in TERMINAL_STATES:
             EXECUTIONS_FINISHED.inc(state=state)
-    if lifecycle_log.isEnabledFor(logging.INFO):
-        lifecycle_log.info(
-            orjson.dumps(
-                {
-                    "ts": round(time.time(), 3),
-                    "logger": "actors.lifecycle",
-                    "execution_id": execution_id,
-                    "type": event_type,
-                    "state": state,
-                    "changed": changed,
-                }
-            ).decode()
-        )
+    lines = _lifecycle_lines
+    if lines is not None or lifecycle_log.isEnabledFor(logging.INFO):
+        line = orjson.dumps(
+            {
+                "ts": round(time.time(), 3),
+                "logger": "actors.lifecycle",
+                "execution_id": execution_id,
+                "type": event_type,
+                "state": state,
+                "changed": changed,
+            }
+        ).decode()
+        if lines is not None:
+            lines.append(line)  # a pod's JSON lines: no log record to build per event
+        else:
+            lifecycle_log.info(line)
+
+
+class LineBatcher(logging.Handler):
+    """Writes its records to `stream` one line each, a batch at a time: a line joins a
+    buffer that a thread writes out `interval` seconds after the batch's first line
+    (at once past `limit` characters, and on `flush`, which logging calls at exit).
+    A pod's projector logs several lifecycle events per execution; a write and a flush
+    per line cost more than the event's handling."""
+
+    def __init__(self, stream: Any, *, interval: float = 0.2, limit: int = 64 * 1024) -> None:
+        super().__init__()
+        self.stream = stream
+        self.interval = interval
+        self.limit = limit
+        self._buf: list[str] = []
+        self._size = 0
+        self._due = threading.Event()  # set: a batch waits to be written
+        threading.Thread(target=self._write_batches, daemon=True, name="log-lines").start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self.append(line)
+
+    def append(self, line: str) -> None:
+        """One formatted line (without its newline)."""
+        with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__
+            self._buf.append(line)
+            self._size += len(line) + 1
+            first, full = len(self._buf) == 1, self._size >= self.limit
+        if full:
+            self.flush()
+        elif first:
+            self._due.set()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # the stream's writes keep the lines' order
+            if not self._buf:
+                return
+            batch = "\n".join(self._buf) + "\n"
+            self._buf.clear()
+            self._size = 0
+            try:
+                self.stream.write(batch)
+                self.stream.flush()
+            except Exception:
+                pass  # a closed or broken stream: logging must never take the pod down
+
+    def _write_batches(self) -> None:
+        while True:
+            self._due.wait()
+            time.sleep(self.interval)  # what comes meanwhile joins this batch
+            self._due.clear()
+            self.flush()
+
+
+_lifecycle_lines: LineBatcher | None = None  # set by `log_lifecycle_as_json`
 
 
 def log_lifecycle_as_json(stream: Any) -> None:
     """Send `actors.lifecycle` lines to `stream` as bare JSON objects, one per line (a
-    log collector parses them as they are), whatever the root logger's format."""
-    handler = logging.StreamHandler(stream)
+    log collector parses them as they are), whatever the root logger's format; written
+    in batches, at most a fraction of a second late (`LineBatcher`)."""
+    global _lifecycle_lines
+    handler = LineBatcher(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     lifecycle_log.handlers[:] = [handler]
     lifecycle_log.setLevel(logging.INFO)
     lifecycle_log.propagate = False
+    _lifecycle_lines = handler
 
 
 # --- JetStream consumers ---------------------------------------------------------------

@@ -36,6 +36,7 @@ from actors.events import (
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter, publish_all
+from actors.natsio.kvput import put_if_last
 from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
 from streams.ids import index_end_id, index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
@@ -170,9 +171,9 @@ class Projector:
                 if revision is None:
                     # the index entry first: every status then has one (a re-send is dropped by its id)
                     await self._index(new)
-                    written = await kv.create(eid, encode(new))
+                    written = await self._create(eid, encode(new))
                 else:
-                    written = await kv.update(eid, encode(new), last=revision)
+                    written = await put_if_last(self.js, STATUS_BUCKET, eid, encode(new), last=revision)
             except KeyWrongLastSequenceError:
                 known = None  # another writer got there first; read and decide again
                 continue
@@ -184,6 +185,16 @@ class Projector:
                 log.info("execution %s %s", eid, new.state)
             return
         raise RuntimeError(f"status of {eid}: too many concurrent updates")
+
+    async def _create(self, eid: str, value: bytes) -> int:
+        """The execution's first status. A key with a message already (another writer's
+        status, or a delete marker) is left to nats-py's `create`, which takes over a
+        deleted key and raises KeyWrongLastSequenceError for a live one."""
+        assert self._kv is not None
+        try:
+            return await put_if_last(self.js, STATUS_BUCKET, eid, value, last=0)
+        except KeyWrongLastSequenceError:
+            return await self._kv.create(eid, value)
 
     async def _index(self, status: ExecutionStatus) -> None:
         entry = IndexEntry(

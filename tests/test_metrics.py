@@ -4,13 +4,14 @@ consumer lag read from a real JetStream."""
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import pytest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.metrics import EVICTED_ACTORS, ConsumerCollector, Registry, consumers_for, pod_registry
+from actors.metrics import EVICTED_ACTORS, ConsumerCollector, LineBatcher, Registry, consumers_for, pod_registry
 from actors.runtime import connect
 from streams.layout import (
     CMD_STREAM,
@@ -137,3 +138,35 @@ async def test_consumer_lag_is_read_from_jetstream(nats_server: NatsServer) -> N
         assert values[("actors_consumer_up", (("consumer", "no-such"), ("stream", CMD_STREAM)))] == 0
     finally:
         await nc.close()
+
+
+class _Sink:
+    """A stream that records each write, and says when one came."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+        self.wrote = threading.Event()
+
+    def write(self, text: str) -> None:
+        self.writes.append(text)
+        self.wrote.set()
+
+    def flush(self) -> None:
+        pass
+
+
+def test_lifecycle_lines_are_written_in_order_a_batch_at_a_time() -> None:
+    """A pod's lifecycle lines (`LineBatcher`): every line, in order, one write for the
+    lines of a moment; what is left is written on flush (logging flushes at exit)."""
+    sink = _Sink()
+    lines = LineBatcher(sink, interval=0.05)
+    for i in range(3):
+        lines.append(f'{{"n": {i}}}')
+    assert sink.wrote.wait(5), "the batch was never written"
+    assert sink.writes == ['{"n": 0}\n{"n": 1}\n{"n": 2}\n']
+    lines.append('{"n": 3}')
+    lines.flush()
+    assert "".join(sink.writes).splitlines() == [f'{{"n": {i}}}' for i in range(4)]
+    small = LineBatcher(sink := _Sink(), interval=60, limit=10)
+    small.append("x" * 12)  # past the limit: written at once, no waiting for the interval
+    assert sink.writes == ["x" * 12 + "\n"]

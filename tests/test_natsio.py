@@ -12,9 +12,11 @@ import nats
 import nats.errors
 import pytest
 from nats.js.api import StreamConfig
+from nats.js.errors import KeyWrongLastSequenceError
 
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, publishing, subject_taken
 from actors.natsio.fast import ack, send
+from actors.natsio.kvput import put_if_last
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
@@ -133,5 +135,24 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
                 await pub.send([message])
         assert lost, "the fault was not injected"
         assert (await js.stream_info("LOST")).state.messages == 1
+    finally:
+        await nc.close()
+
+
+async def test_a_compare_and_set_write_stores_only_on_the_revision_it_names(nats_server: NatsServer) -> None:
+    """`put_if_last`: stored when the key's last revision is `last` (0: no message yet),
+    refused with nats-py's KeyWrongLastSequenceError otherwise, storing nothing."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket="cas", history=1)
+        first = await put_if_last(js, "cas", "k", b"one", last=0)
+        with pytest.raises(KeyWrongLastSequenceError):
+            await put_if_last(js, "cas", "k", b"again", last=0)
+        with pytest.raises(KeyWrongLastSequenceError):
+            await put_if_last(js, "cas", "k", b"stale", last=first + 1)
+        second = await put_if_last(js, "cas", "k", b"two", last=first)
+        entry = await kv.get("k")
+        assert (entry.value, entry.revision) == (b"two", second) and second > first
     finally:
         await nc.close()

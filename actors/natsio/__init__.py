@@ -12,6 +12,8 @@ dead-lettering, message metadata. One module per idea:
 * `schedules`: the headers of a durable timer (a scheduled message)
 * `batchget`: many stored messages in one request (a batched direct get)
 * `kvkeys`: a KV bucket's keys without nats-py's `keys()` race
+* `kvput`: a compare-and-set write of a KV key, pipelined (`put_if_last`)
+* `dispatch`: subscriptions whose messages go to a handler as they are read
 * `private`: every use of a private name of nats-py
 
 The names below are what the rest of the tree imports from `actors.natsio`."""
