@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-import nats
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
@@ -25,6 +24,7 @@ from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
 from actors.natsio import publisher, ride_out
+from actors.natsio.fastread import use_fast_reader
 from actors.ownership import Leases, pod_name
 from actors.projector import Projector
 from actors.settings import Settings
@@ -47,10 +47,13 @@ class Actor(Protocol):
     async def stop(self) -> None: ...
 
 
-async def connect(url: str, *, name: str = "actors", options: ConnectOptions | None = None) -> NATS:
+async def connect(
+    url: str, *, name: str = "actors", options: ConnectOptions | None = None, fast_reader: bool = True
+) -> NATS:
     """A pod's connection: tries `url` until it answers, and reconnects for ever.
     `options`: credentials and TLS (default: the environment's, so a caller that passes
-    none still authenticates as the pod's settings say)."""
+    none still authenticates as the pod's settings say). `fast_reader=False` keeps
+    nats-py's own read path (actors/natsio/fastread.py; the benches' raw baselines)."""
     options = options if options is not None else ConnectOptions.from_environment()
 
     said: dict[str, float] = {}  # line -> when it was last logged
@@ -68,14 +71,18 @@ async def connect(url: str, *, name: str = "actors", options: ConnectOptions | N
     # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
     # does not depend on one node being up (one that refuses is skipped for the next)
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    return await nats.connect(
+    nc = NATS()
+    if fast_reader:
+        use_fast_reader(nc)
+    await nc.connect(
         servers,
         name=name,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
+        reconnect_time_wait=0.5,  # type: ignore[arg-type]  # annotated int; takes fractions of a second
         error_cb=on_error,
         **options.nats_kwargs(),
     )
+    return nc
 
 
 class Runtime:
