@@ -1,13 +1,15 @@
 """Handling a subscription's messages side by side, those of one key in turn.
 
-A nats-py subscription runs its callback for one message at a time. Actors whose
-messages each cost a few round trips (the starter: is it started, which playbook, a
-PubAck; the projector: a compare-and-set) and rarely depend on each other would spend
-almost all their time waiting. `KeyedLimiter` runs up to `limit` at once; the callback
-waits for a free slot, so a flood stays in the stream (the consumer's
-max_ack_pending), not in memory. Work on one key (an execution) takes turns, in
-arrival order: asyncio.Lock wakes its waiters first come, first served, and each task
-reaches the lock in the order it was created.
+Actors whose messages each cost a few round trips (the starter: is it started, which
+playbook, a PubAck; the projector: a compare-and-set) and rarely depend on each other
+would spend almost all their time waiting if they took one message at a time.
+`KeyedLimiter` runs up to `limit` at once. It is fed from the read loop
+(actors/natsio/dispatch.py): `submit` never waits; work beyond the limit waits in
+arrival order for a slot, and what waits is bounded by the consumer's max_ack_pending
+(the server sends no more unacked messages than that), so a flood stays in the stream,
+not in memory. Work on one key (an execution) takes turns, in arrival order:
+asyncio.Lock wakes its waiters first come, first served, and each task reaches the lock
+in the order it was created.
 """
 
 from __future__ import annotations
@@ -15,29 +17,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 log = logging.getLogger("actors")
+
+Work = Callable[[], Awaitable[None]]
 
 
 class KeyedLimiter:
     """Runs up to `limit` pieces of work at once; those of one key in turn."""
 
     def __init__(self, *, limit: int, what: str) -> None:
-        self._slots = asyncio.Semaphore(limit)
+        self._free = limit  # slots not taken
+        self._waiting: deque[tuple[Work, str | None]] = deque()  # for a slot, in arrival order
         self._tasks: set[asyncio.Task[None]] = set()
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # key -> its lock, tasks using it
         self._what = what
 
-    async def submit(self, work: Callable[[], Awaitable[None]], *, key: str | None = None) -> None:
-        """Start `work` once a slot is free (waiting here is the back-pressure); with a
-        `key`, after every earlier work of that key."""
-        await self._slots.acquire()
-        task = asyncio.create_task(self._run(work, key))
+    def submit(self, work: Work, *, key: str | None = None) -> None:
+        """Start `work` now if a slot is free, else once one is, after the work that
+        came before; with a `key`, after every earlier work of that key."""
+        if self._free and not self._waiting:
+            self._free -= 1
+            self._start(work, key)
+        else:
+            self._waiting.append((work, key))
+
+    def _start(self, work: Work, key: str | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(work, key))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, work: Callable[[], Awaitable[None]], key: str | None) -> None:
+    async def _run(self, work: Work, key: str | None) -> None:
         try:
             if key is None:
                 await work()
@@ -47,7 +59,10 @@ class KeyedLimiter:
         except Exception:  # work handles its own failures; this is a bug, not an outage
             log.exception("%s: unexpected failure", self._what)
         finally:
-            self._slots.release()
+            if self._waiting:
+                self._start(*self._waiting.popleft())  # the slot passes to the next in line
+            else:
+                self._free += 1
 
     @contextlib.asynccontextmanager
     async def turn(self, key: str) -> AsyncIterator[None]:
@@ -65,5 +80,6 @@ class KeyedLimiter:
                 self._turns[key] = (lock, users - 1)
 
     async def drain(self) -> None:
-        """Wait for the work under way."""
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for the work under way and the work waiting for a slot."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -36,6 +36,7 @@ from actors.events import (
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
 from actors.natsio import dead_letter, publish_all
+from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
 from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
 from streams.ids import index_end_id, index_entry_id
@@ -108,8 +109,8 @@ class Projector:
 
     async def start(self) -> None:
         self._kv = await self.js.key_value(STATUS_BUCKET)
-        self._sub = await self.nc.subscribe(
-            deliver_subject(PROJECTOR_CONSUMER), queue=PROJECTOR_CONSUMER, cb=self._on_msg, pending_msgs_limit=-1
+        self._sub = await subscribe_direct(
+            self.nc, deliver_subject(PROJECTOR_CONSUMER), self._on_msg, queue=PROJECTOR_CONSUMER
         )
 
     async def stop(self) -> None:
@@ -118,10 +119,10 @@ class Projector:
             self._sub = None
         await self._limiter.drain()
 
-    async def _on_msg(self, msg: Msg) -> None:
+    def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
             return  # a status message, or stopping: unacked, it goes to another projector
-        await self._limiter.submit(functools.partial(self._handle, msg), key=execution_of(msg.subject))
+        self._limiter.submit(functools.partial(self._handle, msg), key=execution_of(msg.subject))
 
     async def _handle(self, msg: Msg) -> None:
         try:

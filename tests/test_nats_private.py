@@ -68,16 +68,17 @@ async def test_a_buffered_publish_is_stored_without_a_flush(nats_server: NatsSer
 
 
 async def test_the_flusher_is_kicked_once_per_batch(nats_server: NatsServer) -> None:
-    """The first command into an idle buffer returns the flusher's kick; one queued
-    behind it needs none; both reach the server."""
+    """The first command into an idle buffer kicks the flusher (a future on its queue,
+    no coroutine to await); one queued behind it needs no kick; both reach the server."""
     nc = await nats.connect(nats_server.url)
     try:
         done, got = await received(nc, 2, "kick.>")
         await nc.flush()  # the subscription's own kick is served: the buffer is idle
-        kick = private.buffer_publish(nc, b"PUB kick.a 1\r\na\r\n", 1)
-        assert kick is not None
-        await kick  # queues the kick; the flusher has not run yet
+        assert nc._flush_queue is not None and nc._flush_queue.empty()
+        assert private.buffer_publish(nc, b"PUB kick.a 1\r\na\r\n", 1) is None
+        assert nc._flush_queue.qsize() == 1  # kicked; the flusher has not run yet
         assert private.buffer_publish(nc, b"PUB kick.b 1\r\nb\r\n", 1) is None
+        assert nc._flush_queue.qsize() == 1  # one kick for both
         await asyncio.wait_for(done.wait(), 10)
         assert [(m.subject, m.data) for m in got] == [("kick.a", b"a"), ("kick.b", b"b")]
     finally:

@@ -15,7 +15,7 @@ from nats.js.api import StreamConfig
 from nats.js.errors import KeyWrongLastSequenceError
 
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, publishing, subject_taken
-from actors.natsio.fast import ack, send
+from actors.natsio.fast import ack, send, send_nowait
 from actors.natsio.kvput import put_if_last
 from streams.server import NatsServer
 
@@ -114,17 +114,17 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
     try:
         js = nc.jetstream()
         await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
-        real_send, lost = send, []
+        real_send, lost = send_nowait, []
 
-        async def lose_first_puback(
+        def lose_first_puback(
             nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
-        ) -> None:
+        ) -> Any:
             if not lost:
                 lost.append(reply)
                 reply = "_INBOX.nobody.listens"
-            await real_send(nc, subject, payload, reply=reply, headers=headers)
+            return real_send(nc, subject, payload, reply, headers)
 
-        monkeypatch.setattr(publishing, "send", lose_first_puback)  # what Publisher.publish calls
+        monkeypatch.setattr(publishing, "send_nowait", lose_first_puback)  # what Publisher calls per publish
         pub = publishing.Publisher(nc, timeout=0.3, duplicate_window=window)
         message = ("lost.a", b"x", {publishing.MSG_ID: "a-1"})
         if window > 1:

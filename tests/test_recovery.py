@@ -171,16 +171,16 @@ async def test_a_lost_puback_past_the_duplicate_window_doubles_no_event(
     duplicate window (0.1 s here; minutes in production, but an election can outlast
     a short one). Sending it again would store it twice; the engine must instead
     rebuild by replay, find it there, and send nothing."""
-    real_send = natsio.send
+    real_send = natsio.publishing.send_nowait
     dropped: list[str] = []
 
-    async def lose_one_puback(nc, subject, payload=b"", reply="", headers=None):  # type: ignore[no-untyped-def]
+    def lose_one_puback(nc, subject, payload=b"", reply="", headers=None):  # type: ignore[no-untyped-def]
         if subject.endswith(".lc.playbook.completed") and not dropped:
             dropped.append(subject)
             reply = "_INBOX.nobody.listens"  # stored, and its PubAck goes nowhere
-        await real_send(nc, subject, payload, reply=reply, headers=headers)
+        return real_send(nc, subject, payload, reply, headers)
 
-    monkeypatch.setattr(natsio.publishing, "send", lose_one_puback)
+    monkeypatch.setattr(natsio.publishing, "send_nowait", lose_one_puback)
     natsio.publisher(system.nc).timeout = 0.5  # no PubAck: TimeoutError after 0.5-1 s, past the window
     eid, status = await system.run_yaml("""
 apiVersion: actors/v1

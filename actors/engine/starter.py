@@ -48,6 +48,7 @@ from actors.natsio import (
     stream_seq,
     subject_taken,
 )
+from actors.natsio.dispatch import subscribe_direct
 from actors.settings import limits_from_env
 from actors.wire import ErrorInfo, Limits, RetriedBy, RetryOf, StartMessage, StartRecord, StartReply, encode
 from streams.ids import retried_id, start_record_id
@@ -129,10 +130,11 @@ class Starter:
 
     async def start(self) -> None:
         name = STARTER_CONSUMER
-        self._sub = await self.nc.subscribe(deliver_subject(name), queue=name, cb=self._on_msg)
-        self._requests = await self.nc.subscribe(START_REQUEST_SUBJECT, queue=name, cb=self._on_request)
+        # handed over as read (actors/natsio/dispatch.py); the limiter bounds the work at once
+        self._sub = await subscribe_direct(self.nc, deliver_subject(name), self._on_msg, queue=name)
+        self._requests = await subscribe_direct(self.nc, START_REQUEST_SUBJECT, self._on_request, queue=name)
         fires = SCHEDULE_FIRES_CONSUMER
-        self._fires = await self.nc.subscribe(deliver_subject(fires), queue=fires, cb=self._on_fire)
+        self._fires = await subscribe_direct(self.nc, deliver_subject(fires), self._on_fire, queue=fires)
 
     async def stop(self) -> None:
         """Stop taking start messages, requests and fires, and finish those being handled
@@ -143,10 +145,10 @@ class Starter:
         self._requests = self._sub = self._fires = None
         await self._limiter.drain()
 
-    async def _on_request(self, msg: Msg) -> None:
+    def _on_request(self, msg: Msg) -> None:
         if not msg.reply or self._requests is None:
             return  # no one to answer (a plain publish is not stored either: it is not a start)
-        await self._limiter.submit(functools.partial(self._answer, msg))
+        self._limiter.submit(functools.partial(self._answer, msg))
 
     async def _answer(self, msg: Msg) -> None:
         try:
@@ -164,15 +166,15 @@ class Starter:
         except Exception:
             log.exception("starter: could not answer a start request")  # the caller's request times out
 
-    async def _on_msg(self, msg: Msg) -> None:
+    def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:
             return  # a status message, or stopping: unacked, it comes back to a starter
-        await self._limiter.submit(functools.partial(self._handle_one, msg, self.handle, "start"))
+        self._limiter.submit(functools.partial(self._handle_one, msg, self.handle, "start"))
 
-    async def _on_fire(self, msg: Msg) -> None:
+    def _on_fire(self, msg: Msg) -> None:
         if not msg.reply or self._fires is None:
             return
-        await self._limiter.submit(functools.partial(self._handle_one, msg, self.handle_fire, "schedule"))
+        self._limiter.submit(functools.partial(self._handle_one, msg, self.handle_fire, "schedule"))
 
     async def _handle_one(self, msg: Msg, handle: Callable[[Msg], Awaitable[None]], source: str) -> None:
         try:

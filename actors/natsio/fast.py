@@ -13,6 +13,7 @@ handles it.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -22,19 +23,19 @@ from actors.natsio.private import ack_connection, buffer_publish, can_write_dire
 _NO_WS = re.compile(r"[ \t\r\n]")
 
 
-async def send(
+def send_nowait(
     nc: NATS, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
-) -> None:
-    """`nc.publish(subject, payload, reply=reply, headers=headers)`, cheaper."""
+) -> Awaitable[None] | None:
+    """`send` without a coroutine of its own: None once the message is in the client's
+    buffer (its flusher kicked), else what the caller must await to send it (the way
+    of `Client.publish`, or a flush the client's pending limit forces)."""
     if not can_write_directly(nc, len(payload)) or _NO_WS.search(subject) or (reply and _NO_WS.search(reply)):
-        await nc.publish(subject, payload, reply=reply, headers=headers)
-        return
+        return nc.publish(subject, payload, reply=reply, headers=headers)
     if headers:
         lines = [b"NATS/1.0\r\n"]
         for k, v in headers.items():
             if "\r" in v or "\n" in v or _NO_WS.search(k) or ":" in k:
-                await nc.publish(subject, payload, reply=reply, headers=headers)
-                return
+                return nc.publish(subject, payload, reply=reply, headers=headers)
             lines.append(b"%s: %s\r\n" % (k.encode(), v.encode()))
         lines.append(b"\r\n")
         hdr = b"".join(lines)
@@ -53,9 +54,16 @@ async def send(
         cmd = b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
     else:
         cmd = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
-    flush = buffer_publish(nc, cmd, len(payload))
-    if flush is not None:
-        await flush
+    return buffer_publish(nc, cmd, len(payload))
+
+
+async def send(
+    nc: NATS, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+) -> None:
+    """`nc.publish(subject, payload, reply=reply, headers=headers)`, cheaper."""
+    pending = send_nowait(nc, subject, payload, reply, headers)
+    if pending is not None:
+        await pending
 
 
 async def ack(msg: Msg) -> None:

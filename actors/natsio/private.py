@@ -16,8 +16,10 @@ per-message overhead (`fast.send`):
 * `_pending` (list of bytes) and `_pending_data_size` (int): the outgoing buffer and
   its size, which the flusher writes to the socket and empties.
 * `_max_pending_size` (int): past it a publish forces a flush (the client's own limit).
-* `_flush_queue` (asyncio.Queue or None before connect) and `_flush_pending` (coroutine
-  method): kicking the flusher task when no kick is queued yet, as `_send_publish` does.
+* `_flush_queue` (asyncio.Queue or None before connect), `_flusher_task` (the task that
+  writes the buffer) and `_flush_pending` (coroutine method): kicking the flusher when
+  no kick is queued yet, as `_send_publish` does: a future put on its queue while it
+  runs, else `_flush_pending` (which writes inline when it does not).
 
 `Msg` (nats.aio.msg), for an ack sent by `fast.send` instead of `Msg.ack`:
 * `_ackd` (bool): read, so that a second ack raises as `Msg.ack` does; set after the
@@ -61,6 +63,7 @@ from nats.js import JetStreamContext
 T = TypeVar("T")
 
 CLIENT_ATTRS = (
+    "_flusher_task",
     "_pending",
     "_pending_data_size",
     "_flush_queue",
@@ -95,8 +98,14 @@ def buffer_publish(nc: NATS, command: bytes, payload_size: int) -> Coroutine[Any
     nc._pending_data_size += len(command)
     if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
         return nc._flush_pending(force_flush=True)
-    if nc._flush_queue is not None and nc._flush_queue.empty():
-        return nc._flush_pending()
+    queue = nc._flush_queue
+    if queue is not None and queue.empty():
+        flusher = nc._flusher_task
+        if flusher is not None and not flusher.done():
+            # the kick `_flush_pending` gives, without a coroutine: a future the flusher resolves
+            queue.put_nowait(asyncio.get_running_loop().create_future())
+            return None
+        return nc._flush_pending()  # no flusher (closing, reconnecting): it writes inline
     return None
 
 

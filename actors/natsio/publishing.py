@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import logging
 import math
+from collections.abc import Awaitable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -16,7 +17,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from actors.natsio.dispatch import subscribe_direct
-from actors.natsio.fast import send
+from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_of, connection_publisher
 from actors.natsio.puback import puback_outcome
 from actors.natsio.transient import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX, TRANSIENT
@@ -91,6 +92,14 @@ class Publisher:
         """Send now; the returned future resolves with the PubAck (or the server's error)."""
         if self._sub is None:
             await self._start()
+        token, fut = self._expect()
+        pending = send_nowait(self.nc, subject, payload, self._prefix + token, headers)
+        if pending is not None:
+            await self._sent(pending, token)
+        return fut
+
+    def _expect(self) -> tuple[str, asyncio.Future[PubAck]]:
+        """A token for the next publish's reply subject and the future its PubAck resolves."""
         loop = self._loop
         assert loop is not None
         token = str(next(self._tokens))
@@ -99,12 +108,15 @@ class Publisher:
         self._waiting[token] = (fut, loop.time() + self.timeout, nc.stats["reconnects"] + (not nc.is_connected))
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = loop.create_task(self._sweep())
+        return token, fut
+
+    async def _sent(self, pending: Awaitable[None], token: str) -> None:
+        """Await a publish that took the slow way; if it fails, its PubAck is not waited for."""
         try:
-            await send(self.nc, subject, payload, reply=self._prefix + token, headers=headers)
+            await pending
         except BaseException:
             self._waiting.pop(token, None)
             raise
-        return fut
 
     def _connection(self) -> int:
         """Which connection a publish goes out on: the client counts reconnects, and a
@@ -128,8 +140,14 @@ class Publisher:
         started = loop.time()
         futs: list[asyncio.Future[PubAck]] = []
         try:
-            for subject, payload, headers in messages:
-                futs.append(await self.publish(subject, payload, headers))
+            if self._sub is None:
+                await self._start()
+            for subject, payload, headers in messages:  # `publish`, inlined: no coroutine per message
+                token, fut = self._expect()
+                pending = send_nowait(self.nc, subject, payload, self._prefix + token, headers)
+                if pending is not None:
+                    await self._sent(pending, token)
+                futs.append(fut)
             return [await futs[0]] if len(futs) == 1 else list(await asyncio.gather(*futs))
         except TRANSIENT as e:
             refused = e  # every call that is not in an outage has returned above, at no extra cost
