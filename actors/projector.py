@@ -35,7 +35,7 @@ from actors.events import (
 )
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
-from actors.natsio import dead_letter, publish_all
+from actors.natsio import ack, dead_letter, publish_all
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
 from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
@@ -135,14 +135,14 @@ class Projector:
                 msg=msg,
                 execution_id=execution_of(msg.subject),
             )
-            await msg.ack()
+            await ack(msg)  # a plain publish to the reply subject (actors/natsio/fast.py)
             return
         try:
             await self.apply(ev)
         except Exception:
             log.exception("projector: failed to apply %s for %s", ev.type, ev.execution_id)
             return
-        await msg.ack()
+        await ack(msg)  # a plain publish to the reply subject (actors/natsio/fast.py)
 
     async def apply(self, ev: AnyEvent) -> None:
         assert self._kv is not None

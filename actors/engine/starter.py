@@ -42,6 +42,7 @@ from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
 from actors.natsio import (
     EXPECTED_LAST_SUBJECT_SEQUENCE,
+    ack,
     dead_letter,
     num_delivered,
     publish_all,
@@ -195,7 +196,7 @@ class Starter:
             except Exception:
                 log.exception("starter: could not dead-letter a start message")
                 return
-        await msg.ack()
+        await ack(msg)  # a plain publish to the reply subject (actors/natsio/fast.py)
 
     async def handle(self, msg: Msg) -> None:
         start = parse_start(msg.data, codec_of(self.nc))

@@ -82,12 +82,48 @@ def _compile(source: str) -> tuple[bool, Callable[..., Any]]:
     try:
         m = _SINGLE_EXPR.match(source)
         if m:
-            expr = ENVIRONMENT.compile_expression(m.group("expr").strip(), undefined_to_none=False)
+            text = m.group("expr").strip()
+            expr = ENVIRONMENT.compile_expression(text, undefined_to_none=False)
+            if _PATH.match(text):
+                return True, _Path(text.split("."), expr)
             return True, expr
         template = ENVIRONMENT.from_string(source)
         return False, functools.partial(_render_text, template)
     finally:
         end_budget(outer)
+
+
+# `{{ name }}` and `{{ name.key.key }}`: most templates in playbooks (a step's argument
+# taken from the workload or an earlier step's result)
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_DICT_ATTRS = frozenset(dir(dict))  # `d.items` is the method to Jinja, not the key
+
+
+class _Path:
+    """A template that only reads a name and keys of mappings under it, looked up
+    directly: Jinja builds a context and runs its code for it on every render. The
+    lookup is Jinja's own result wherever it is direct (a scope name, then keys of
+    plain dicts that are not dict attributes); anything else (a missing name or key,
+    another type, a name that is also a dict method) is left to the compiled
+    expression, which gives Jinja's value or error."""
+
+    __slots__ = ("expr", "head", "tail")
+
+    def __init__(self, parts: list[str], expr: Callable[..., Any]) -> None:
+        self.head, self.tail, self.expr = parts[0], parts[1:], expr
+
+    def __call__(self, **scope: Any) -> Any:
+        return self.get(scope)
+
+    def get(self, scope: Mapping[str, Any]) -> Any:
+        value = scope.get(self.head, _Path)  # the class itself: a value no scope holds
+        if value is _Path:
+            return self.expr(**scope)
+        for key in self.tail:
+            if type(value) is not dict or key in _DICT_ATTRS or key not in value:
+                return self.expr(**scope)
+            value = value[key]
+        return value
 
 
 def _render_text(template: jinja2.Template, **scope: Any) -> str:
@@ -168,7 +204,7 @@ def _render(value: Any, scope: Mapping[str, Any], where: str) -> Any:
             return value
         try:
             single, fn = _compile(value)
-            out = fn(**scope)
+            out = fn.get(scope) if type(fn) is _Path else fn(**scope)
             if single:
                 if isinstance(out, jinja2.Undefined):
                     str(out)  # a StrictUndefined leaking out of an expression: raises, naming it
