@@ -119,9 +119,13 @@ async def test_an_ack_marks_the_message_and_a_second_ack_sends_nothing(nats_serv
         (msg,) = await sub.fetch(1, timeout=5)
         assert msg._ackd is False and msg._client is nc
         assert private.ack_connection(msg) is nc
+        await nc.flush()  # nothing buffered
+        assert nc._flush_queue is not None and nc._flush_queue.empty()
         await ack(msg)
         assert msg._ackd is True and msg.is_acked
         assert private.ack_connection(msg) is None
+        # lazy: in the buffer, the flusher not kicked; it leaves within LAZY_FLUSH all the same
+        assert nc._pending and nc._flush_queue.empty()
 
         async def acked() -> bool:
             return (await js.consumer_info("WORK", "w")).num_ack_pending == 0

@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from actors.natsio.private import ack_connection, buffer_publish, can_write_directly, mark_acked
+from actors.natsio.private import ack_connection, buffer_lazily, buffer_publish, can_write_directly, mark_acked
 
 _NO_WS = re.compile(r"[ \t\r\n]")
 
@@ -67,10 +67,16 @@ async def send(
 
 
 async def ack(msg: Msg) -> None:
-    """`msg.ack()`, through `send`."""
+    """`msg.ack()`, buffered lazily: it leaves with the connection's next write, or
+    within `private.LAZY_FLUSH` (no write of its own on the hot path). Unusual cases
+    (a reply subject with whitespace, not connected) take `send`'s slow way."""
     nc = ack_connection(msg)
     if nc is None:
         await msg.ack()  # raises as it always did
         return
-    await send(nc, msg.reply)
+    reply = msg.reply
+    if can_write_directly(nc, 0) and not _NO_WS.search(reply):
+        buffer_lazily(nc, b"PUB %s 0\r\n\r\n" % reply.encode())
+    else:
+        await send(nc, reply)
     mark_acked(msg)

@@ -44,9 +44,10 @@ subclass before connecting), `Client._subs` (sid -> Subscription), `Client._proc
 `_received` (its count of messages) and `_max_msgs` (0: no limit), which
 `_process_msg` reads and updates.
 
-Our own attribute on a `Client` (it has no `__slots__`): `_actors_publisher`, the
+Our own attributes on a `Client` (it has no `__slots__`): `_actors_publisher`, the
 connection's Publisher (`connection_publisher`): a publisher belongs to its connection
-and goes away with it, with no module-level table keyed by `id(nc)`.
+and goes away with it, with no module-level table keyed by `id(nc)`; and
+`_actors_lazy_flush`, the timer that writes lazily buffered acks (`buffer_lazily`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,39 @@ def buffer_publish(nc: NATS, command: bytes, payload_size: int) -> Coroutine[Any
             return None
         return nc._flush_pending()  # no flusher (closing, reconnecting): it writes inline
     return None
+
+
+LAZY_FLUSH = 0.002  # seconds a lazily buffered command may wait for the connection's next write
+_LAZY_ATTR = "_actors_lazy_flush"  # our own attribute on a Client: its pending lazy-flush timer
+
+
+def buffer_lazily(nc: NATS, command: bytes) -> None:
+    """Append a complete command (an ack) to `nc`'s outgoing buffer without kicking the
+    flusher: it goes out with the next write the connection makes anyway, or after
+    LAZY_FLUSH seconds when none comes. An ack is never on anyone's critical path, and
+    on loopback every separate write wakes the server (and may pre-empt this process)."""
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    nc._pending.append(command)
+    nc._pending_data_size += len(command)
+    if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
+        _kick(nc)
+    elif getattr(nc, _LAZY_ATTR, None) is None:
+        setattr(nc, _LAZY_ATTR, asyncio.get_running_loop().call_later(LAZY_FLUSH, _lazy_flush, nc))
+
+
+def _lazy_flush(nc: NATS) -> None:
+    setattr(nc, _LAZY_ATTR, None)
+    if nc._pending_data_size > 0:
+        _kick(nc)
+
+
+def _kick(nc: NATS) -> None:
+    """Have the flusher write what is buffered (if it runs: else the next connection's
+    first flush does, as for any publish buffered while reconnecting)."""
+    queue, flusher = nc._flush_queue, nc._flusher_task
+    if queue is not None and queue.empty() and flusher is not None and not flusher.done():
+        queue.put_nowait(asyncio.get_running_loop().create_future())
 
 
 def ack_connection(msg: Msg) -> NATS | None:
