@@ -54,6 +54,7 @@ from actors.playbook.templates import (
     SliceExhausted,
 )
 from actors.render_process import OffLoop
+from actors.stopping import cancel_and_wait
 from actors.wire import ErrorInfo
 from streams.layout import Layout, deliver_subject
 
@@ -193,11 +194,9 @@ class PartitionHost(Generic[K, A]):
         if sub is not None:
             await sub.unsubscribe()
         doomed = [(k, a) for k, a in self.actors.items() if self._partition_of(k) == partition]
-        for k, a in doomed:
+        for k, _ in doomed:
             del self.actors[k]
-            if a.task is not None:
-                a.task.cancel()
-        await asyncio.gather(*(a.task for _, a in doomed if a.task), return_exceptions=True)
+        await cancel_and_wait(a.task for _, a in doomed)
 
     def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
@@ -268,15 +267,10 @@ class PartitionHost(Generic[K, A]):
         for sub in self._subs.values():
             await sub.unsubscribe()
         self._subs.clear()
-        tasks = [a.task for a in self.actors.values() if a.task]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(a.task for a in self.actors.values())
         self.actors.clear()
-        if self._beat is not None:
-            self._beat.cancel()
-            await asyncio.gather(self._beat, return_exceptions=True)
-            self._beat = None
+        await cancel_and_wait([self._beat])
+        self._beat = None
         self._off_loop.close()  # a render still running ends at once
 
     async def handle_until_done(

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client as NATS
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyValueError, NotFoundError
 
+from actors.stopping import cancel_and_wait
 from streams.layout import OWNERS_BUCKET
 
 log = logging.getLogger("actors.ownership")
@@ -83,9 +84,7 @@ class Leases:
     async def stop(self) -> None:
         """Hand every partition back at once (a graceful stop does not make the others
         wait for a TTL)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait([self._task])
         for p in sorted(self.held):
             await self._release(p)
         try:

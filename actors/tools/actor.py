@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 
 from actors.render_process import OffLoop
 from actors.settings import Settings, limits_from_env
+from actors.stopping import cancel_and_wait
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
 from actors.tools.credentials import CredentialSource
@@ -147,21 +148,15 @@ class ToolActor:
         alive). What is still running then is left unacked and will be redelivered to
         another pod."""
         self._stopping.set()
-        for t in self._loops:
-            t.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await cancel_and_wait(self._loops)
         for k in self._pulls.values():
             await k.unsubscribe()
         deadline = asyncio.get_running_loop().time() + drain_timeout
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=drain_timeout)
-        for t in list(self._inflight):
-            t.cancel()
-        await asyncio.gather(*self._inflight, return_exceptions=True)
+        await cancel_and_wait(list(self._inflight))
         await self._batcher.drain(max(0.1, deadline - asyncio.get_running_loop().time()))
-        if self._beat is not None:
-            self._beat.cancel()
-            await asyncio.gather(self._beat, return_exceptions=True)
+        await cancel_and_wait([self._beat])
         if self._cancel_sub is not None:
             await self._cancel_sub.unsubscribe()
         await self.resources.close()
