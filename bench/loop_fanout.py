@@ -20,8 +20,10 @@ this order, each in a fresh child process (so peak RSS is that run's own):
    iterations/s = N / wall. It reports the CPU time the child spent per iteration
    (``cpu_us_per_iteration``: every actor runs in that one process, so this is what an
    iteration costs the client side, the python pool's worker processes aside; steadier
-   than wall time on a busy machine), the execution log's event count, the peak RSS of the child
-   (``ru_maxrss``) and its RSS before the run.
+   than wall time on a busy machine), the CPU its child processes (the python pool's
+   workers) and nats-server spent per iteration (``workers_cpu_us_per_iteration``,
+   ``server_cpu_us_per_iteration``, from /proc), the execution log's event count, the peak
+   RSS of the child (``ru_maxrss``) and its RSS before the run.
 
 Figures: iterations/s as a ratio of the raw round-trip rate at the same N
 (``ratio_vs_raw_roundtrip``) and of the plain publish+consume rate
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -57,6 +60,27 @@ def rss_mb() -> float:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(exclude: int) -> list[int]:
+    """Pids of this process's children (the python pool's workers), `exclude` aside."""
+    me, found = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != exclude:
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                        found.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
 
 
 # --- child: raw baselines --------------------------------------------------------------
@@ -188,7 +212,7 @@ workflow:
 TOOLS = {"noop": "{kind: noop}", "python": '{kind: python, code: "def main(i): return i"}'}
 
 
-async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
+async def loop(url: str, n: int, tool: str, concurrency: int, server_pid: int) -> dict[str, Any]:
     from actors.client import Client
     from actors.runtime import connect, start_roles, tune_gc
     from streams.layout import Layout
@@ -203,10 +227,13 @@ async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
         pb.write_text(PLAYBOOK % {"tool": tool, "tool_yaml": TOOLS[tool], "conc": concurrency})
         entry = await client.register(pb)
     base = rss_mb()
+    workers = children(server_pid)
+    w0, s0 = sum(cpu_s(p) for p in workers), cpu_s(server_pid)
     t0, c0 = time.perf_counter(), time.process_time()
     eid = await client.start(entry.path, payload={"n": n})
     status = await client.wait(eid, timeout=3600)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    w1, s1 = sum(cpu_s(p) for p in workers), cpu_s(server_pid)
     items = await client.events(eid)
     result = None
     for it in items:
@@ -219,6 +246,8 @@ async def loop(url: str, n: int, tool: str, concurrency: int) -> dict[str, Any]:
         "wall_s": wall,
         "iterations_s": n / wall,
         "cpu_us_per_iteration": cpu / n * 1e6,
+        "workers_cpu_us_per_iteration": (w1 - w0) / n * 1e6,
+        "server_cpu_us_per_iteration": (s1 - s0) / n * 1e6,
         "log_events": len(items),
         "rss_before_mb": base,
         "rss_peak_mb": peak_rss_mb(),
@@ -246,6 +275,7 @@ def main() -> int:
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--tool", help=argparse.SUPPRESS)
+    ap.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     import uvloop
 
@@ -253,7 +283,7 @@ def main() -> int:
         print(json.dumps(uvloop.run(raw(a.url, a.n, a.concurrency))))
         return 0
     if a.child == "loop":
-        print(json.dumps(uvloop.run(loop(a.url, a.n, a.tool, a.concurrency))))
+        print(json.dumps(uvloop.run(loop(a.url, a.n, a.tool, a.concurrency, a.server_pid))))
         return 0
 
     from streams.server import NatsServer
@@ -279,6 +309,8 @@ def main() -> int:
                         tool,
                         "--concurrency",
                         str(a.concurrency),
+                        "--server-pid",
+                        str(server.proc.pid),
                     ]
                 )
                 row = {
@@ -292,7 +324,8 @@ def main() -> int:
                 rows.append(row)
                 print(
                     f"{n:>7} {tool:6}  {r['iterations_s']:>8,.0f} it/s  wall {r['wall_s']:6.2f} s  "
-                    f"cpu {r['cpu_us_per_iteration']:4.0f} us/it  "
+                    f"cpu {r['cpu_us_per_iteration']:4.0f} us/it (workers {r['workers_cpu_us_per_iteration']:3.0f}, "
+                    f"nats-server {r['server_cpu_us_per_iteration']:3.0f})  "
                     f"raw rt {base['raw_roundtrip_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_roundtrip']:.2f}  "
                     f"raw pub+sub {base['raw_pubsub_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_pubsub']:.2f}  "
                     f"log events {r['log_events']}  rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",
@@ -316,8 +349,6 @@ def main() -> int:
 
 
 def _cores() -> int:
-    import os
-
     return len(os.sched_getaffinity(0))
 
 

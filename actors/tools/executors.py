@@ -94,7 +94,25 @@ async def run_tool(
     output are masked (see the module docstring).
     """
     try:
-        return await _run(kind, tool, args, timeout=timeout, resources=resources, cancel=cancel, output=output)
+        try:  # one coroutine for the checks and the call: a python call resumes through it once
+            if args is None:
+                args = {}
+            if not isinstance(args, dict):
+                raise ToolFailure("ToolConfigError", f"step args must be a mapping, got {type(args).__name__}")
+            if timeout is not None:
+                timeout = fields.seconds(timeout, "timeout")
+            executor = EXECUTORS.get(kind)
+            if executor is None:
+                if kind == "playbook":
+                    raise ToolFailure("ToolConfigError", "playbook tool runs in the engine")
+                raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
+            name = tool.get("credential")
+            credential = resources.credentials.resolve(name) if name is not None and kind in USES_CREDENTIAL else None
+            return await executor(ToolCall(tool, args, timeout, cancel, resources, output, credential))
+        except (ToolFailure, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise failure_from_exception(exc) from exc
     except ToolFailure as f:
         f.message = REDACTOR.text(f.message)
         f.traceback = REDACTOR.maybe(f.traceback)
@@ -103,36 +121,3 @@ async def run_tool(
     finally:
         if output is not None and output.captured is not None:
             output.captured = REDACTOR.captured(output.captured)
-
-
-async def _run(
-    kind: str,
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    *,
-    timeout: float | None,
-    resources: ToolResources,
-    cancel: asyncio.Event | None,
-    output: OutputBox | None,
-) -> bytes:
-    try:
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise ToolFailure("ToolConfigError", f"step args must be a mapping, got {type(args).__name__}")
-        if timeout is not None:
-            timeout = fields.seconds(timeout, "timeout")
-        executor = EXECUTORS.get(kind)
-        if executor is None:
-            if kind == "playbook":
-                raise ToolFailure("ToolConfigError", "playbook tool runs in the engine")
-            raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
-        name = tool.get("credential")
-        credential = resources.credentials.resolve(name) if name is not None and kind in USES_CREDENTIAL else None
-        return await executor(ToolCall(tool, args, timeout, cancel, resources, output, credential))
-    except ToolFailure:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        raise failure_from_exception(exc) from exc

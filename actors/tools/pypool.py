@@ -44,7 +44,7 @@ from actors.tools.capture import TAIL, Captured, OutputBox, read_capture
 from actors.tools.cpus import available_cpus
 from actors.tools.environment import base_environment
 from actors.tools.failures import ToolFailure, cancelled_failure, timeout_failure
-from actors.tools.pyprocess import Call, Stop, WorkerProcess, bounded, describe_end, reap, wait_reaped
+from actors.tools.pyprocess import Bounds, Call, Stop, WorkerProcess, bounded, describe_end, reap, wait_reaped
 from actors.tools.pyworker import ERR, HDR, OK, OUT, READY, REQ, SKIPPED
 
 __all__ = ["QUEUE_DEPTH", "QUICK_CALL", "PythonPool"]
@@ -55,9 +55,13 @@ __all__ = ["QUEUE_DEPTH", "QUICK_CALL", "PythonPool"]
 # the parent's event loop gets round to it (one kernel wake-up and one round trip a call).
 # A call of other code (not seen yet, or slower) only goes to a free worker, and nothing
 # is queued behind it. A queued call that times out or is cancelled before its worker
-# starts it is taken back (the worker skips it): it never runs.
+# starts it is taken back (the worker skips it): it never runs. 32, not 8: the python
+# tool's 64 commands in flight then all sit at the 2 workers of a 2-CPU pod instead of
+# waiting in line here (a future and a wake-up more each), and each write and read
+# carries more calls (bench/python_pool.py: pod CPU per call -15%, workers' -20%). The
+# price: a quick call that turns slow can hold up to 31 others (their timeouts run).
 QUICK_CALL = 0.001
-QUEUE_DEPTH = 8
+QUEUE_DEPTH = 32
 _SPEED_KEPT = 1024  # snippets whose speed is remembered
 _REQ, _SKIPPED = bytes((REQ,)), bytes((SKIPPED,))
 
@@ -203,10 +207,16 @@ class PythonPool:
         deadline = None if timeout is None else loop.time() + timeout
         quick = self._is_quick(code)
         while True:
-            worker, deadline = await self._acquire(loop, deadline, timeout, cancel, quick)
+            worker = self._grab(loop, quick)
+            if worker is None or not worker.ready:  # to wait for: a worker, or its boot
+                worker, deadline = await self._acquire(loop, deadline, timeout, cancel, quick, worker)
             call = worker.submit(loop, frame)
+            bounds = Bounds(call.fut, loop, deadline, cancel)
             try:
-                reply: bytes = await bounded(call.fut, loop, deadline, cancel)
+                try:
+                    reply: bytes = await call.fut
+                finally:
+                    bounds.disarm()
             except Stop as stop:
                 if stop.reason == "requeue":  # its worker died before starting it: another one will
                     self._done_with(worker, quick)
@@ -244,7 +254,7 @@ class PythonPool:
             raise ToolFailure("WorkerCrashed", f"python worker sent an unexpected frame (status {status})")
         size, kept_n, tail_n, micros = OUT.unpack_from(reply, 1)
         at = 1 + OUT.size
-        if output is not None:
+        if output is not None and size:  # printed nothing: nothing to mask or store
             kept = reply[at : at + kept_n]
             tail = reply[at + kept_n : at + kept_n + tail_n] if tail_n else kept[-TAIL:]
             output.captured = Captured(size=size, kept=kept, tail=tail)
@@ -427,16 +437,10 @@ class PythonPool:
             self._kill(worker)
         return bool(stuck)
 
-    async def _acquire(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        deadline: float | None,
-        limit: float | None,
-        cancel: asyncio.Event | None,
-        quick: bool,
-    ) -> tuple[WorkerProcess, float | None]:
-        """A worker for one call, held for it (`_done_with` lets it go): an idle one, a
-        new one, for quick code a busy one with only quick calls, else the first freed."""
+    def _grab(self, loop: asyncio.AbstractEventLoop, quick: bool) -> WorkerProcess | None:
+        """A worker for one call now, held for it (`_done_with` lets it go): an idle one,
+        for quick code a busy one with only quick calls (when nobody waits before it), a
+        new one; None when the call must wait for one. It may not have booted yet."""
         while True:
             if self._closed:
                 raise cancelled_failure("python worker pool closed")
@@ -458,42 +462,56 @@ class PythonPool:
                         worker = self._spawn()
                     except Exception as exc:
                         raise ToolFailure("WorkerCrashed", f"cannot start a python worker: {exc}") from None
-            if worker is not None:
-                worker.held += 1
-                if not quick:
-                    worker.slow += 1
-                worker.loop = loop
-            else:
-                fut: asyncio.Future[WorkerProcess] = loop.create_future()
-                entry = (fut, quick)
-                self._waiters.append(entry)
+            if worker is None:
+                return None
+            worker.held += 1
+            if not quick:
+                worker.slow += 1
+            worker.loop = loop
+            return worker
+
+    async def _acquire(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float | None,
+        limit: float | None,
+        cancel: asyncio.Event | None,
+        quick: bool,
+        worker: WorkerProcess | None,
+    ) -> tuple[WorkerProcess, float | None]:
+        """A booted worker for one call, held for it: `worker` (grabbed, still booting),
+        else the first freed (the call waits in line for it)."""
+        if worker is None:
+            fut: asyncio.Future[WorkerProcess] = loop.create_future()
+            entry = (fut, quick)
+            self._waiters.append(entry)
+            try:
+                await bounded(fut, loop, deadline, cancel)
+            except BaseException as exc:
+                # still queued unless `_release`/`_offer` or `close` took it
                 try:
-                    await bounded(fut, loop, deadline, cancel)
-                except BaseException as exc:
-                    # still queued unless `_release`/`_offer` or `close` took it
-                    try:
-                        self._waiters.remove(entry)
-                    except ValueError:
-                        pass
-                    if fut.done() and not fut.cancelled() and fut.exception() is None:
-                        self._done_with(fut.result(), quick)  # handed over just then: give it back
-                    if isinstance(exc, Stop):
-                        if exc.reason == "cancel":
-                            raise cancelled_failure() from None
-                        raise timeout_failure(limit) from None
-                    raise
-                worker = fut.result()  # held for us by whoever handed it over
-            if not worker.ready:
-                t0 = loop.time()
-                try:
-                    await self._await_ready(worker, loop, cancel)
-                except BaseException:
-                    if not worker.dead:
-                        self._done_with(worker, quick)
-                    raise
-                if deadline is not None:
-                    deadline += loop.time() - t0  # a cold boot is not the user's time
-            return worker, deadline
+                    self._waiters.remove(entry)
+                except ValueError:
+                    pass
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._done_with(fut.result(), quick)  # handed over just then: give it back
+                if isinstance(exc, Stop):
+                    if exc.reason == "cancel":
+                        raise cancelled_failure() from None
+                    raise timeout_failure(limit) from None
+                raise
+            worker = fut.result()  # held for us by whoever handed it over
+        if not worker.ready:
+            t0 = loop.time()
+            try:
+                await self._await_ready(worker, loop, cancel)
+            except BaseException:
+                if not worker.dead:
+                    self._done_with(worker, quick)
+                raise
+            if deadline is not None:
+                deadline += loop.time() - t0  # a cold boot is not the user's time
+        return worker, deadline
 
     async def _await_ready(
         self, worker: WorkerProcess, loop: asyncio.AbstractEventLoop, cancel: asyncio.Event | None

@@ -3,6 +3,8 @@ actor's pool (`ToolResources.python_pool`), outside the event loop."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from actors.tools.call import ToolCall
 from actors.tools.environment import step_environment
 from actors.tools.failures import ToolFailure
@@ -10,13 +12,15 @@ from actors.tools.failures import ToolFailure
 __all__ = ["run_python"]
 
 
-async def run_python(call: ToolCall) -> bytes:
-    """The JSON text the worker wrote (checked there: passed on as is, never encoded again)."""
+def run_python(call: ToolCall) -> Awaitable[bytes]:
+    """The JSON text the worker wrote (checked there: passed on as is, never encoded again).
+    Not a coroutine itself: the caller awaits the pool's, one frame less each time a call
+    resumes."""
     code = call.tool.get("code")
     if not isinstance(code, str) or not code.strip():
         raise ToolFailure("ToolConfigError", "python tool needs `code` defining def main(**args)")
     env = step_environment(call.tool.get("env"), "python env")
-    return await call.resources.python_pool().run_json(
+    return call.resources.python_pool().run_json(
         code,
         call.args,
         timeout=call.limit,
