@@ -3,14 +3,17 @@
 It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
 events never reach it, so none of them can decide an execution's status (seed 001).
 States only move forward (PENDING < RUNNING < terminal) and a terminal state never
-changes: each write is a compare-and-set on the key's revision. Before it creates an
-execution's status it appends the execution's entry to stream INDEX (start order), and
-after it records a terminal state the final status (`index.end.<state>.<id>`), which
-`Client.list` reads backwards.
+changes: each write is a compare-and-set on the key's revision. With an execution's
+first status it appends the execution's entry to stream INDEX (start order; the two in
+one round trip), and after it records a terminal state the final status
+(`index.end.<state>.<id>`), which `Client.list` reads backwards. Each index entry is
+written only on a subject still empty: a redelivery, however late, neither duplicates
+nor moves it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections import OrderedDict
@@ -19,6 +22,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -35,7 +39,7 @@ from actors.events import (
 )
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
-from actors.natsio import ack, dead_letter, publish_all
+from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, subject_taken
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
 from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
@@ -148,6 +152,8 @@ class Projector:
         assert self._kv is not None
         kv, eid = self._kv, ev.execution_id
         known = self._known.pop(eid, None)
+        if known is None and ev.type == EventType.PLAYBOOK_INITIALIZED and await self._first(ev):
+            return
         current: ExecutionStatus | None
         revision: int | None
         for _ in range(50):
@@ -163,6 +169,8 @@ class Projector:
             if new is None:
                 if current is not None and current.terminal_event == ev.type:
                     await self._index_end(current)  # again: a crash may have come between status and index
+                if current is not None and ev.type == EventType.PLAYBOOK_INITIALIZED:
+                    await self._index(current)  # again: `_first` may have stored the status only
                 state = current.state if current else ExecState.PENDING
                 observe_lifecycle(execution_id=eid, event_type=ev.type, state=state, changed=False)
                 if current is not None and revision is not None:
@@ -187,6 +195,30 @@ class Projector:
             return
         raise RuntimeError(f"status of {eid}: too many concurrent updates")
 
+    async def _first(self, ev: AnyEvent) -> bool:
+        """An execution's first status, with its index entry, in one round trip: both
+        are written only on subjects still empty, so neither can be written twice, however
+        late a redelivery comes. False when the status exists already (a redelivery,
+        another projector): the caller reads it and decides as for any event."""
+        new = project(None, ev)
+        if new is None:
+            return False
+        eid = ev.execution_id
+        index, status = await asyncio.gather(
+            self._index(new), put_if_last(self.js, STATUS_BUCKET, eid, encode(new), last=0), return_exceptions=True
+        )
+        if isinstance(status, KeyWrongLastSequenceError):
+            if isinstance(index, BaseException):
+                raise index
+            return False  # a status exists (a delete marker too): read it
+        for outcome in (index, status):
+            if isinstance(outcome, BaseException):
+                raise outcome  # not acked: redelivered, and the status (if stored) gets its entry then
+        assert isinstance(status, int)
+        self._remember(eid, new, status)
+        observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
+        return True
+
     async def _create(self, eid: str, value: bytes) -> int:
         """The execution's first status. A key with a message already (another writer's
         status, or a delete marker) is left to nats-py's `create`, which takes over a
@@ -204,15 +236,24 @@ class Projector:
             version=status.version,
             started_at=status.started_at,
         )
-        await publish_all(
-            self.js, [(index_subject(status.execution_id), encode(entry), index_entry_id(status.execution_id))]
-        )
+        eid = status.execution_id
+        await _write_once(self.js, index_subject(eid), encode(entry), index_entry_id(eid))
 
     async def _index_end(self, status: ExecutionStatus) -> None:
         eid = status.execution_id
-        await publish_all(self.js, [(index_end_subject(status.state, eid), encode(status), index_end_id(eid))])
+        await _write_once(self.js, index_end_subject(status.state, eid), encode(status), index_end_id(eid))
 
     def _remember(self, eid: str, status: ExecutionStatus, revision: int) -> None:
         self._known[eid] = (status, revision)
         if len(self._known) > KNOWN_STATUSES:
             self._known.popitem(last=False)
+
+
+async def _write_once(js: JetStreamContext, subject: str, data: bytes, msg_id: str) -> None:
+    """Store an index entry unless its subject (one per execution) holds one already:
+    a re-send, even past the duplicate window, neither duplicates nor moves it."""
+    try:
+        await publish_all(js, [(subject, data, msg_id)], headers=[{EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}])
+    except Exception as e:
+        if not subject_taken(e):
+            raise

@@ -22,9 +22,9 @@ from actors.events import (
 )
 from actors.projector import Projector
 from actors.wire import CallDone, ExecutionStatus, encode
-from streams.layout import STATUS_BUCKET, Layout, ensure
+from streams.layout import INDEX_STREAM, STATUS_BUCKET, Layout, ensure
 from streams.server import NatsServer
-from streams.subjects import kv_stream
+from streams.subjects import index_subject, kv_stream
 from tests.conftest import System, of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -205,3 +205,34 @@ async def test_engine_pods_give_a_status_bucket_of_an_earlier_version_its_republ
         assert (await client.wait("old-1", timeout=10)).state == ExecState.COMPLETED
     finally:
         await nc.close()
+
+
+async def test_an_executions_index_entry_is_written_once_and_follows_a_status_stored_without_it(
+    system: System,
+) -> None:
+    """The first status and the index entry go out together; a redelivered
+    `playbook.initialized` (another projector, a restart) neither duplicates nor moves
+    the entry, and a status stored without its entry (the entry's write failed) gets it."""
+    js = system.nc.jetstream()
+    kv = await js.key_value(STATUS_BUCKET)
+
+    def initialized(eid: str) -> AnyEvent:
+        return make_event(
+            PlaybookInitializedData(playbook="p", version=1, started_at=1.0), execution_id=eid, at=1.0, cause=1
+        )
+
+    first = Projector(system.nc)
+    first._kv = kv
+    await first.apply(initialized("idx-1"))
+    entry = await js.get_last_msg(INDEX_STREAM, index_subject("idx-1"))
+    status = await system.client.status("idx-1")
+    assert status is not None and status.state == ExecState.RUNNING
+
+    again = Projector(system.nc)  # nothing remembered: reads the status, decides nothing
+    again._kv = kv
+    await again.apply(initialized("idx-1"))
+    assert (await js.get_last_msg(INDEX_STREAM, index_subject("idx-1"))).seq == entry.seq
+
+    await kv.create("idx-2", encode(ExecutionStatus(execution_id="idx-2", state=ExecState.RUNNING, playbook="p")))
+    await again.apply(initialized("idx-2"))
+    assert (await js.get_last_msg(INDEX_STREAM, index_subject("idx-2"))).subject == index_subject("idx-2")
