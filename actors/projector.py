@@ -169,8 +169,6 @@ class Projector:
             if new is None:
                 if current is not None and current.terminal_event == ev.type:
                     await self._index_end(current)  # again: a crash may have come between status and index
-                if current is not None and ev.type == EventType.PLAYBOOK_INITIALIZED:
-                    await self._index(current)  # again: `_first` may have stored the status only
                 state = current.state if current else ExecState.PENDING
                 observe_lifecycle(execution_id=eid, event_type=ev.type, state=state, changed=False)
                 if current is not None and revision is not None:
@@ -213,7 +211,7 @@ class Projector:
             return False  # a status exists (a delete marker too): read it
         for outcome in (index, status):
             if isinstance(outcome, BaseException):
-                raise outcome  # not acked: redelivered, and the status (if stored) gets its entry then
+                raise outcome  # not acked: redelivered, `_first` writes the entry then (the status is there)
         assert isinstance(status, int)
         self._remember(eid, new, status)
         observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
