@@ -42,6 +42,7 @@ import logging
 import math
 import os
 import platform
+import pstats
 import signal
 import statistics
 import sys
@@ -315,7 +316,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     raw: RawExecutions | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
-            pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=Path(tmp), name="pod")
+            env = {}
+            if args.pod_cprofile:  # bench/podprofile/sitecustomize.py profiles the pod
+                env = {"PYTHONPATH": str(ROOT / "bench" / "podprofile"), "BENCH_POD_CPROFILE": args.pod_cprofile}
+            pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=Path(tmp), name="pod", env=env)
             await pod.ready()
             nc = await connect(server.url, name="bench-e2e")
             nc_raw = await connect(server.url, name="bench-e2e-raw", fast_reader=False)
@@ -391,6 +395,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "timeline_p50_ms": timeline,
         "python": platform.python_version(),
     }
+    if args.pod_cprofile:
+        # Python calls per execution: a measure of the pod's work that the host's noise
+        # does not move (start-up included, spread over every execution of the run)
+        executions = 5 + min(args.concurrent, 50) + args.runs + args.concurrent * args.rounds
+        stats = pstats.Stats(args.pod_cprofile)
+        calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]  # untyped in typeshed
+        result["pod_python_calls_per_execution"] = round(calls / executions)
     say(f"{STEPS}-step {args.tool} playbook, a warm pod (serve --role all), python {result['python']}")
     say(f"{'':28}{'p50 ms':>9}{'p99 ms':>9}{'per s':>10}   ({args.runs} one by one; {args.concurrent} at once)")
     say(f"{'raw JetStream':28}{result['raw_p50_ms']:>9.3f}{result['raw_p99_ms']:>9.3f}{result['raw_per_s']:>10.1f}")
@@ -422,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
         help="JetStream file store sync: default (every 2 minutes) or always (fsync before each PubAck)",
     )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
+    parser.add_argument(
+        "--pod-cprofile", metavar="FILE", help="cProfile the pod into FILE; report its Python calls per execution"
+    )
     args = parser.parse_args(argv)
     if min(args.runs, args.concurrent, args.rounds) < 1:
         parser.error("--runs, --concurrent and --rounds must be at least 1")
