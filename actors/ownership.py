@@ -72,6 +72,7 @@ class Leases:
         self._renewed_at = 0.0  # monotonic time of the last successful balance
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._balancing = asyncio.Lock()
 
     def _key(self, p: int) -> str:
         return f"{self.role}.p{p}"
@@ -112,6 +113,13 @@ class Leases:
                     self._changed.set()
 
     async def balance(self) -> None:
+        """Renew, give back and take leases until this pod holds its fair share. One
+        balance at a time: two at once would renew the same lease twice on one
+        revision, and the loser would drop a lease this pod holds."""
+        async with self._balancing:
+            await self._balance()
+
+    async def _balance(self) -> None:
         started = time.monotonic()
         await self.kv.put(f"members.{self.role}.{self.pod}", b"")
         members = await self._members()
