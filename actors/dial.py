@@ -19,7 +19,6 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from actors.connopts import ConnectOptions
-from actors.natsio.fastread import use_fast_reader
 
 log = logging.getLogger("actors.dial")
 # Seconds a client command (and `actors.client.Client`, per call) keeps trying when NATS
@@ -118,7 +117,6 @@ async def connect_within(
         "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout)),
     }
     nc = NATS()
-    use_fast_reader(nc)
     connecting: asyncio.Future[Any] = asyncio.ensure_future(
         nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **tuning, **options.nats_kwargs())
     )

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from typing import Protocol
 
+import nats
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
@@ -24,7 +25,6 @@ from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
 from actors.natsio import publisher, ride_out
-from actors.natsio.fastread import use_fast_reader
 from actors.ownership import Leases, pod_name
 from actors.projector import Projector
 from actors.settings import Settings
@@ -47,13 +47,10 @@ class Actor(Protocol):
     async def stop(self) -> None: ...
 
 
-async def connect(
-    url: str, *, name: str = "actors", options: ConnectOptions | None = None, fast_reader: bool = True
-) -> NATS:
+async def connect(url: str, *, name: str = "actors", options: ConnectOptions | None = None) -> NATS:
     """A pod's connection: tries `url` until it answers, and reconnects for ever.
     `options`: credentials and TLS (default: the environment's, so a caller that passes
-    none still authenticates as the pod's settings say). `fast_reader=False` keeps
-    nats-py's own read path (actors/natsio/fastread.py; the benches' raw baselines)."""
+    none still authenticates as the pod's settings say)."""
     options = options if options is not None else ConnectOptions.from_environment()
 
     said: dict[str, float] = {}  # line -> when it was last logged
@@ -71,18 +68,14 @@ async def connect(
     # "nats://a:4222,nats://b:4222": every node of a cluster, so the first connection
     # does not depend on one node being up (one that refuses is skipped for the next)
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    nc = NATS()
-    if fast_reader:
-        use_fast_reader(nc)
-    await nc.connect(
+    return await nats.connect(
         servers,
         name=name,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,  # type: ignore[arg-type]  # annotated int; takes fractions of a second
+        reconnect_time_wait=0.5,
         error_cb=on_error,
         **options.nats_kwargs(),
     )
-    return nc
 
 
 class Runtime:

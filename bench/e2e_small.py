@@ -322,7 +322,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=Path(tmp), name="pod", env=env)
             await pod.ready()
             nc = await connect(server.url, name="bench-e2e")
-            nc_raw = await connect(server.url, name="bench-e2e-raw", fast_reader=False)
+            nc_raw = await connect(server.url, name="bench-e2e-raw")
             raw = RawExecutions(nc_raw)
             await raw.setup()
             client = Client(nc, layout=Layout())

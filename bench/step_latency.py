@@ -563,7 +563,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     enc_lat: list[float] = []
     try:
         # raw: its own connection (one for both its sides, as the actors share one)
-        nc_raw = await connect(server.url, name="bench-raw", fast_reader=False)
+        nc_raw = await connect(server.url, name="bench-raw")
         raws: dict[str, RawRuns] = {}
         for shape in (PUSH, FETCH):
             await raw_setup(nc_raw, shape)

@@ -20,7 +20,6 @@ from nats.js.api import ConsumerConfig, StreamConfig
 from actors.natsio import private
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.fast import ack, send
-from actors.natsio.fastread import use_fast_reader
 from actors.natsio.publishing import MSG_ID, publish_all, publisher
 from streams.server import NatsServer
 from tests.conftest import wait_for
@@ -195,70 +194,3 @@ async def test_a_direct_subscription_hands_each_message_over_as_read_in_order(na
         assert got[-1] == str(n - 1).encode()
     finally:
         await nc.close()
-
-
-async def test_the_fast_reader_delivers_what_nats_py_delivers(nats_server: NatsServer) -> None:
-    """A connection reading with `FastParser` and a stock one, subscribed alike, get the
-    same messages: subjects, reply subjects, payloads (empty, small, larger than a
-    read) and headers (plain, odd values, a name nats-py drops), on direct and on
-    callback subscriptions; a status reply (no responders) still reaches its request."""
-    fast = NATS()
-    use_fast_reader(fast)
-    await fast.connect(nats_server.url)
-    plain = await nats.connect(nats_server.url)
-    sender = await nats.connect(nats_server.url)
-    try:
-        messages: list[tuple[str, bytes, str, dict[str, str] | None]] = [
-            ("t.a", b"", "", None),
-            ("t.b", b"small", "reply.to.me", None),
-            ("t.c", b"x" * 300_000, "", None),  # more than one read
-            ("t.d", b"h", "", {"Nats-Msg-Id": "id-1", "A": " spaced value ", "U": "h\u00e9llo"}),
-            ("t.e", b"odd", "r.1", {"Bad Name": "dropped by nats-py", "Good": "kept"}),
-            ("t.f", b"", "", {"Empty": ""}),
-        ] * 50
-        seen: dict[str, list[tuple[str, str, bytes, dict[str, str] | None]]] = {}
-        done: dict[str, asyncio.Event] = {}
-        for nc, name in ((fast, "fast"), (plain, "plain")):
-            for how in ("direct", "callback"):
-                key, got, event = f"{name}/{how}", [], asyncio.Event()
-                seen[key], done[key] = got, event
-
-                def record(msg: Any, got: list[Any] = got, event: asyncio.Event = event) -> None:
-                    got.append((msg.subject, msg.reply, msg.data, msg.headers))
-                    if len(got) == len(messages):
-                        event.set()
-
-                async def on_msg(msg: Any, record: Any = record) -> None:
-                    record(msg)
-
-                if how == "direct":
-                    await subscribe_direct(nc, "t.>", record)
-                else:
-                    await nc.subscribe("t.>", cb=on_msg)
-            await nc.flush()
-        for subject, data, reply, headers in messages:
-            if headers and "Bad Name" in headers:  # nats-py refuses to send it: written by hand
-                block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
-                block = b"NATS/1.0\r\n" + block + b"\r\n"
-                cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
-                    subject.encode(),
-                    reply.encode(),
-                    len(block),
-                    len(block) + len(data),
-                    block,
-                    data,
-                )
-                flush = private.buffer_publish(sender, cmd, len(data))
-                if flush is not None:
-                    await flush
-                continue
-            await sender.publish(subject, data, reply=reply, headers=headers)
-        await sender.flush()
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in done.values())), 20)
-        assert seen["fast/direct"] == seen["plain/direct"] == seen["plain/callback"] == seen["fast/callback"]
-        assert len(seen["fast/direct"]) == len(messages)
-        with pytest.raises(nats.errors.NoRespondersError):
-            await fast.request("nobody.listens", b"", timeout=5)
-    finally:
-        for nc in (fast, plain, sender):
-            await nc.close()

@@ -38,12 +38,6 @@ to a function as they are parsed (`dispatch.subscribe_direct`):
   queued (and checks against the subscription's bytes limit); the stand-in takes them
   off again at once, as the subscription's task does after its callback.
 
-For the read path (`fastread`): `Client._ps` (its protocol parser, replaced by a
-subclass before connecting), `Client._subs` (sid -> Subscription), `Client._process_msg`
-(what the parser calls for each message), `Client.msg_class`, and a subscription's
-`_received` (its count of messages) and `_max_msgs` (0: no limit), which
-`_process_msg` reads and updates.
-
 Our own attributes on a `Client` (it has no `__slots__`): `_actors_publisher`, the
 connection's Publisher (`connection_publisher`): a publisher belongs to its connection
 and goes away with it, with no module-level table keyed by `id(nc)`; and
@@ -172,21 +166,6 @@ class _Handoff:
         self.sub._pending_size -= len(msg.data)
         self.handler(msg)
 
-    def deliver(
-        self, nc: NATS, sid: int, subject: bytes, reply: bytes, data: bytes, headers: dict[str, str] | None
-    ) -> None:
-        """What `Client._process_msg` does for a message of this subscription (counted,
-        built, handed over), without its coroutines, JetStream checks and queue."""
-        stats = nc.stats
-        stats["in_msgs"] += 1
-        stats["in_bytes"] += len(data)
-        self.sub._received += 1
-        self.handler(
-            nc.msg_class(
-                subject=subject.decode(), reply=reply.decode(), data=data, headers=headers, _client=nc, _sid=sid
-            )
-        )
-
     def qsize(self) -> int:
         return 0
 
@@ -209,26 +188,6 @@ def hand_off(sub: Subscription, handler: Callable[[Msg], None]) -> None:
         msg = queued.get_nowait()
         sub._pending_size -= len(msg.data)
         handler(msg)
-
-
-def handoff_of(nc: NATS, sid: int) -> _Handoff | None:
-    """The stand-in of subscription `sid` when its messages may be handed over without
-    `Client._process_msg`: a `hand_off` subscription with no message limit."""
-    sub = nc._subs.get(sid)
-    if sub is None or sub._max_msgs:
-        return None
-    queue: object = sub._pending_queue
-    return queue if type(queue) is _Handoff else None
-
-
-def use_parser(nc: NATS, make: Callable[[NATS], Any]) -> None:
-    """Read `nc`'s protocol with `make(nc)` (a nats-py Parser subclass); before connecting."""
-    nc._ps = make(nc)
-
-
-async def process_msg(nc: NATS, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-    """nats-py's own handling of a message (any subscription, any header block)."""
-    await nc._process_msg(sid, subject, reply, data, headers or b"")  # b"": no headers, as None
 
 
 def connection_of(js: JetStreamContext) -> NATS:
