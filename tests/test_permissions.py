@@ -70,7 +70,8 @@ async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     the server's environment as the file expects. No user without credentials: the
     server is ready once its monitoring endpoint says so (a connection of a user of the
     file could not ask, its replies refused on the default `_INBOX`)."""
-    passwords = {u: secrets.token_hex(8) for u in permissions.USERS}
+    # a letter first: nats-server reads a `$VAR` of digits only as a number and refuses the file
+    passwords = {u: "p" + secrets.token_hex(8) for u in permissions.USERS}
     for u in permissions.users(permissions.deployed_layout()):
         monkeypatch.setenv(u.password_variable, passwords[u.name])
     server = await NatsServer.start(config=permissions.CONF_FILE.read_text())
