@@ -84,24 +84,14 @@ def can_write_directly(nc: NATS, payload_size: int) -> bool:
 def buffer_publish(nc: NATS, command: bytes, payload_size: int) -> Coroutine[Any, Any, Any] | None:
     """Append a complete PUB/HPUB `command` to `nc`'s outgoing buffer and count it, as
     `Client._send_publish` does. Returns the flush the caller must await (a forced one
-    past the client's pending limit, else a kick of the flusher when none is queued),
-    or None: returned, not awaited here, to spare a coroutine per message."""
-    stats = nc.stats
-    stats["out_msgs"] += 1
-    stats["out_bytes"] += payload_size
-    nc._pending.append(command)
-    nc._pending_data_size += len(command)
-    if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
+    past the client's pending limit, or one inline when no flusher runs), or None: the
+    flusher is kicked without a coroutine, to spare one per message."""
+    if _append(nc, command, payload_size):
         return nc._flush_pending(force_flush=True)
     queue = nc._flush_queue
-    if queue is not None and queue.empty():
-        flusher = nc._flusher_task
-        if flusher is not None and not flusher.done():
-            # the kick `_flush_pending` gives, without a coroutine: a future the flusher resolves
-            queue.put_nowait(asyncio.get_running_loop().create_future())
-            return None
-        return nc._flush_pending()  # no flusher (closing, reconnecting): it writes inline
-    return None
+    if queue is None or not queue.empty() or _kick(nc):
+        return None  # a kick is queued already, or was just now
+    return nc._flush_pending()  # no flusher (closing, reconnecting): it writes inline
 
 
 LAZY_FLUSH = 0.002  # seconds a lazily buffered command may wait for the connection's next write
@@ -113,11 +103,7 @@ def buffer_lazily(nc: NATS, command: bytes) -> None:
     flusher: it goes out with the next write the connection makes anyway, or after
     LAZY_FLUSH seconds when none comes. An ack is never on anyone's critical path, and
     on loopback every separate write wakes the server (and may pre-empt this process)."""
-    stats = nc.stats
-    stats["out_msgs"] += 1
-    nc._pending.append(command)
-    nc._pending_data_size += len(command)
-    if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
+    if _append(nc, command, 0):
         _kick(nc)
     elif getattr(nc, _LAZY_ATTR, None) is None:
         setattr(nc, _LAZY_ATTR, asyncio.get_running_loop().call_later(LAZY_FLUSH, _lazy_flush, nc))
@@ -129,12 +115,27 @@ def _lazy_flush(nc: NATS) -> None:
         _kick(nc)
 
 
-def _kick(nc: NATS) -> None:
-    """Have the flusher write what is buffered (if it runs: else the next connection's
-    first flush does, as for any publish buffered while reconnecting)."""
+def _append(nc: NATS, command: bytes, payload_size: int) -> bool:
+    """Append `command` to `nc`'s outgoing buffer and count it; True when the buffer is
+    past the client's own pending limit (a flush is due now)."""
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += payload_size
+    nc._pending.append(command)
+    nc._pending_data_size += len(command)
+    return nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size
+
+
+def _kick(nc: NATS) -> bool:
+    """Have the running flusher write what is buffered: a future on its queue, as
+    `_flush_pending` puts there, unless a kick is queued already. False when no flusher
+    runs (closing, reconnecting): the next connection's first flush writes it then."""
     queue, flusher = nc._flush_queue, nc._flusher_task
-    if queue is not None and queue.empty() and flusher is not None and not flusher.done():
+    if flusher is None or flusher.done():
+        return False
+    if queue is not None and queue.empty():
         queue.put_nowait(asyncio.get_running_loop().create_future())
+    return True
 
 
 def ack_connection(msg: Msg) -> NATS | None:
