@@ -202,17 +202,13 @@ class Projector:
         if new is None:
             return False
         eid = ev.execution_id
-        index, status = await asyncio.gather(
-            self._index(new), put_if_last(self.js, STATUS_BUCKET, eid, encode(new), last=0), return_exceptions=True
-        )
+        index, status = await asyncio.gather(self._index(new), self._create(eid, encode(new)), return_exceptions=True)
+        if isinstance(index, BaseException):
+            raise index  # not acked: redelivered, and `_first` writes the entry then
         if isinstance(status, KeyWrongLastSequenceError):
-            if isinstance(index, BaseException):
-                raise index
-            return False  # a status exists (a delete marker too): read it
-        for outcome in (index, status):
-            if isinstance(outcome, BaseException):
-                raise outcome  # not acked: redelivered, `_first` writes the entry then (the status is there)
-        assert isinstance(status, int)
+            return False  # a status exists: read it
+        if isinstance(status, BaseException):
+            raise status
         self._remember(eid, new, status)
         observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
         return True
