@@ -288,10 +288,38 @@ class NatsServer:
         await self.stop()
 
 
+def _ephemeral_low(default: int = 32768) -> int:
+    """The first port of the kernel's range for outgoing connections (Linux; the
+    default elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
 def free_port() -> int:
+    """A loopback port nothing is bound to, picked below the kernel's ephemeral range.
+    bind(0) hands out an ephemeral port, the kind every outgoing connection (another
+    test's client, a cluster route) takes: between our pick and the server's bind, or
+    while a killed node is down and waits to come back on the same port, one of them
+    can take it (CI saw `bind: address already in use` on a cluster's route port).
+    Below the range only a listener picked the same way can collide."""
+    import random
     import socket
 
-    with socket.socket() as sock:
+    low = _ephemeral_low()
+    candidates = range(max(1024, low - 22000), low)
+    if len(candidates) >= 1000:
+        pick = random.SystemRandom()
+        for _ in range(64):
+            port = pick.choice(candidates)
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as sock:  # an odd port range: what the kernel hands out
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
@@ -339,12 +367,23 @@ class NatsCluster:
         )
 
     @classmethod
-    async def start(cls, n: int = 3) -> NatsCluster:
+    async def start(cls, n: int = 3, *, attempts: int = 3) -> NatsCluster:
+        """`attempts`: how many sets of ports to try when a node finds one of its
+        ports taken (a free port can still be taken between its pick and the bind)."""
         cluster = cls(n)
-        # JetStream is ready on a node only once the cluster has a meta leader, which
-        # needs a quorum: start them together
-        await asyncio.gather(*(cluster._start_node(i) for i in range(n)))
-        return cluster
+        for attempt in range(1, attempts + 1):
+            # JetStream is ready on a node only once the cluster has a meta leader,
+            # which needs a quorum: start them together
+            outcomes = await asyncio.gather(*(cluster._start_node(i) for i in range(n)), return_exceptions=True)
+            failures = [o for o in outcomes if isinstance(o, BaseException)]
+            if not failures:
+                return cluster
+            await cluster.stop()
+            taken = all("address already in use" in str(f) for f in failures)
+            if attempt == attempts or not taken:
+                raise failures[0]
+            cluster = cls(n)
+        raise AssertionError("the loop returns or raises")
 
     def kill(self, i: int) -> None:
         node = self.nodes[i]

@@ -4,6 +4,7 @@ loops and retries run on it exactly once, also when a node dies mid-run."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from nats.aio.msg import Msg
 from actors.client import Client
 from actors.runtime import connect, start_roles
 from actors.wire import ResultBatch, loop_input_decoder
+from streams import server
 from streams.layout import (
     CMD_STREAM,
     DLQ_STREAM,
@@ -26,7 +28,7 @@ from streams.layout import (
     Layout,
     ensure,
 )
-from streams.server import NatsCluster
+from streams.server import NatsCluster, free_port
 from tests.conftest import of_type
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
@@ -70,6 +72,34 @@ async def cluster() -> AsyncIterator[NatsCluster]:
         yield c
     finally:
         await c.stop()
+
+
+async def test_a_cluster_starts_when_a_port_it_picked_is_taken_before_the_bind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A free port can be taken between its pick and nats-server's bind (CI saw a route
+    port taken by another test's connection): the cluster picks new ports and starts."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        picks = iter([taken])
+        monkeypatch.setattr(server, "free_port", lambda: next(picks, None) or free_port())
+        cluster = await NatsCluster.start(3)
+        try:
+            assert taken not in cluster.client_ports + cluster.route_ports
+            nc = await connect(cluster.url)
+            try:
+                await ensure(nc.jetstream(), Layout(replicas=3))  # JetStream answers at R3
+            finally:
+                await nc.close()
+        finally:
+            await cluster.stop()
+
+
+async def test_free_ports_come_from_below_the_range_outgoing_connections_use() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])  # noqa: ASYNC240 - a tiny proc file
+    assert all(free_port() < low for _ in range(20))
 
 
 async def test_streams_and_buckets_are_r3_and_executions_run_on_the_cluster(
