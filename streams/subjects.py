@@ -26,6 +26,10 @@ START_SUBJECT = "start"
 # a start sent as a request: core NATS, answered by a starter (not captured by START, whose
 # PubAck would otherwise be the only answer the requester gets)
 START_REQUEST_SUBJECT = "start.request"
+# a header on a start request: handle it as the same start published to START would be
+# (a start that cannot run, an unknown playbook, is written as an execution that fails
+# saying why, not refused): Client.start's fast path, with the stream's semantics
+START_AS_MESSAGE = "Actors-Start-As-Message"
 
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"

@@ -1,19 +1,27 @@
 """Start messages as an API: a start sent as a request on `start.request` is answered
 with the execution id or why it was refused, and a refused start that names an
-execution id is dead-lettered under that id (also when published to the stream)."""
+execution id is dead-lettered under that id (also when published to the stream).
+`Client.start` sends its starts as such requests, handled as the stream would handle
+them, and falls back to the stream when no starter answers."""
 
 from __future__ import annotations
 
+import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from actors.client import Client, StartRefused
+from actors.codec import PayloadCodec, PayloadKeys, parse_key
+from actors.runtime import connect, start_roles
 from actors.wire import StartReply
-from streams.layout import START_SUBJECT
+from streams.layout import START_STREAM, START_SUBJECT, ensure
+from streams.server import NatsServer
 from streams.subjects import START_REQUEST_SUBJECT
-from tests.conftest import System, of_type, wait_for
+from tests.conftest import System, make_layout, of_type, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -121,3 +129,57 @@ async def test_a_bad_start_published_to_the_stream_is_dead_lettered_under_the_id
         return [i for i in await system.client.dead_letters("start") if i.data["execution_id"] is None]
 
     assert len(await wait_for(unnamed)) == 1
+
+
+async def test_client_start_returns_with_the_start_record_written_not_only_queued(system: System) -> None:
+    """`Client.start` asks a starter (`start.request`, as a message): when it returns,
+    the execution exists, where a start through stream START was only queued; nothing
+    went through START."""
+    playbook = await register(system)
+    before = (await system.nc.jsm().stream_info(START_STREAM)).state.last_seq
+    eid = await system.client.start(playbook, payload={"name": "fast"})
+    assert await system.client._start_record(eid) is not None  # no wait: it is there
+    assert (await system.nc.jsm().stream_info(START_STREAM)).state.last_seq == before
+    assert (await system.client.wait(eid, timeout=20)).state == "COMPLETED"
+
+
+async def test_client_start_with_no_starter_running_is_kept_by_the_stream_and_runs_once_one_starts(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    try:
+        await ensure(nc.jetstream(), layout)
+        client = Client(nc, layout=layout, timeout=10)
+        path = tmp_path / "requested.yaml"
+        path.write_text(OK)
+        playbook = (await client.register(path)).path
+        eid = await client.start(playbook, payload={"name": "later"}, execution_id="no-starter-yet")
+        assert eid == "no-starter-yet"
+        assert (await nc.jsm().stream_info(START_STREAM)).state.messages == 1  # queued for a starter
+        assert await client.exists(eid, timeout=0.5) is None  # queued, not started yet
+        runtime = await start_roles(nc, layout=layout)
+        try:
+            assert (await client.wait(eid, timeout=20)).state == "COMPLETED"
+            assert len(of_type(await client.events(eid), "execution.start")) == 1
+        finally:
+            await runtime.stop()
+    finally:
+        await nc.close()
+
+
+async def test_client_start_that_the_starters_cannot_read_is_refused_naming_why(system: System) -> None:
+    """A start a starter cannot read (here: its payload sealed with a key the pods lack)
+    would be dead-lettered from the stream all the same: the caller is told at once."""
+    playbook = await register(system)
+    key = parse_key("k1:" + base64.b64encode(b"k" * 32).decode(), where="test")
+    nc = await connect(system.server.url, name="sealing client")  # its own codec: not the pods'
+    try:
+        sealed = Client(nc, layout=system.layout, codec=PayloadCodec(PayloadKeys(key)))
+        with pytest.raises(StartRefused, match="refused: start message"):
+            await sealed.start(playbook, payload={"name": "secret"}, execution_id="sealed-start")
+    finally:
+        await nc.close()
+    letters = [i for i in await system.events("sealed-start") if i.cls == "dlq"]
+    assert [i.type for i in letters] == ["dead_letter.start"]
+    assert await system.client.exists("sealed-start", timeout=1) is False

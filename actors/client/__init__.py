@@ -41,7 +41,7 @@ from actors.client.outputs import StepOutputs
 from actors.client.reading import Reader
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
-from actors.client.writing import StartOutcome, Writer
+from actors.client.writing import StartOutcome, StartRefused, Writer
 from actors.codec import PayloadCodec
 from actors.connopts import ConnectOptions
 from actors.settings import Settings
@@ -95,6 +95,7 @@ __all__ = [
     "ScheduleError",
     "ScheduleView",
     "StartOutcome",
+    "StartRefused",
     "TooLarge",
     "UnknownExecution",
     "check_execution_id",

@@ -6,12 +6,14 @@ a start record, which is what a start or a cancel is checked against."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from actors import catalog
@@ -19,11 +21,28 @@ from actors.blobs import payload_blob, start_payload
 from actors.catalog import CatalogError, CatalogReader
 from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
-from actors.wire import CancelRequest, CatalogEntry, ParentRef, StartMessage, StartRecord, encode, input_decoder
+from actors.wire import (
+    CancelRequest,
+    CatalogEntry,
+    ParentRef,
+    StartMessage,
+    StartRecord,
+    StartReply,
+    encode,
+    input_decoder,
+)
 from streams.ids import cancel_id, start_id
 from streams.layout import EXEC_STREAM, START_STREAM, START_SUBJECT
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT
 
 START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
+START_REQUEST_WAIT = 2.0  # seconds `start` waits for a starter's answer before it uses the stream
+_start_reply_decoder = msgspec.json.Decoder(StartReply)
+
+
+class StartRefused(ValueError):
+    """A starter refused the start as it was sent (it is dead-lettered under its id):
+    it could not be read (a payload key the starters lack, a bad field)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +86,12 @@ class Writer(Session):
         execution_id: str | None = None,
         parent: ParentRef | None = None,
     ) -> str:
-        """Publish a start message; returns the execution id. A start with the id of an
-        existing execution changes nothing (see `start_execution` to find out)."""
+        """Send a start message; returns the execution id once a starter has written
+        its start record, or, when none answers within `START_REQUEST_WAIT`, once
+        stream START has stored it for one to take. Either way it runs as a start on
+        the stream does (an unknown playbook: an execution that fails saying why). A
+        start with the id of an existing execution changes nothing (see
+        `start_execution` to find out). StartRefused: the starters could not read it."""
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
         msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
         # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
@@ -77,8 +100,35 @@ class Writer(Session):
         msg = await self._ride(
             what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
         )
-        await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid))
+        data = self.codec.encode(msg)
+        began = time.monotonic()
+        if await self._started_by_request(eid, data):
+            return eid
+        # no starter answered in time: the stream keeps the start until one takes it
+        budget = self.timeout - (time.monotonic() - began)
+        await self._publish(what, START_SUBJECT, data, start_id(eid), budget=budget)
         return eid
+
+    async def _started_by_request(self, eid: str, data: bytes) -> bool:
+        """The start sent to the starters as a request (`start.request`, handled as the
+        same start on the stream would be): True once a starter says its start record
+        is written, which is all a start through the stream would have achieved, with
+        one store and one delivery less. False when none answered in time (none
+        running, a partition, a slow starter); then the caller publishes the start to
+        the stream, where it waits for a starter. Sending both is harmless: a start
+        record is written once per execution id."""
+        wait = min(START_REQUEST_WAIT, self.timeout / 4)
+        try:
+            answer = await self.nc.request(START_REQUEST_SUBJECT, data, timeout=wait, headers={START_AS_MESSAGE: "1"})
+            reply = _start_reply_decoder.decode(answer.data)
+        except (TimeoutError, NatsError, OSError, msgspec.DecodeError):
+            return False
+        if reply.started:
+            return True
+        if reply.error is not None and not reply.error.retryable:
+            # the stream would have dead-lettered it the same way: say so now
+            raise StartRefused(f"the start of execution {eid} was refused: {reply.error.message}")
+        return False
 
     async def start_execution(
         self,

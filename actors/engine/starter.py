@@ -14,7 +14,9 @@ starters) is answered on its reply subject with a `StartReply`: the execution id
 its start record is written, or why it was refused. There the caller is told, so a
 start that would only fail (unknown playbook or version, a payload past the cap) is
 refused instead: nothing is written but its dead letter, and the same id may be sent
-again once the playbook is registered.
+again once the playbook is registered. A request with the header `START_AS_MESSAGE` is
+handled as the same start published to START would be (`Client.start` sends its starts
+that way: one hop less than through the stream, the same outcome).
 
 It also reads schedules' fires (stream SCHEDULES, actors/engine/fires.py): each is a
 start whose execution id is derived from the schedule and the fire time.
@@ -61,7 +63,7 @@ from streams.layout import (
     Layout,
     deliver_subject,
 )
-from streams.subjects import START_REQUEST_SUBJECT
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT
 
 log = logging.getLogger("actors.starter")
 _start_decoder = msgspec.json.Decoder(StartMessage)
@@ -221,16 +223,18 @@ class Starter:
             await self._write(await self._record(eid, start))
 
     async def handle_request(self, msg: Msg) -> StartReply:
-        """A start sent as a request: started, or refused with the reason (and dead-lettered)."""
+        """A start sent as a request: started, or refused with the reason (and dead-lettered).
+        As a message (`START_AS_MESSAGE`): a start that cannot run is started, failing."""
         start = parse_start(msg.data, codec_of(self.nc))
         if isinstance(start, ErrorInfo):
             return await self._refuse(msg, start)
         # a request is not stored anywhere: an id of its own cannot be derived from a
         # stream position, so a caller that may send it again must name one
         eid = start.execution_id or uuid.uuid4().hex
+        as_message = bool(msg.headers and msg.headers.get(START_AS_MESSAGE))
         async with self._limiter.turn(eid):
             record = await self._record(eid, start)
-            if record.error is not None:
+            if record.error is not None and not as_message:
                 if await self._already_started(self.layout.execution(eid).start):
                     await self._link_retry(eid, start.retry_of)
                     return StartReply(execution_id=eid, started=True, existing=True)
