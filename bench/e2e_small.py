@@ -2,13 +2,16 @@
 message to the terminal status the client sees, on a warm pod; against a raw JetStream
 floor of the same shape, measured in the same run.
 
-    python bench/e2e_small.py [--runs 50] [--concurrent 200] [--rounds 3] [--tool python|sleep] [--json-only]
+    python bench/e2e_small.py [--runs 50] [--concurrent 200] [--rounds 3] [--tool python|sleep]
+                               [--start request|stream] [--json-only]
 
 Set-up: a fresh nats-server (file store), one pod as its own process (``actors-cli serve
 --role all``, as deployed; its python pool warm), the client (``actors.client.Client``)
 in this process. The playbook is registered and run a few times before measuring.
 
-* **Sequential**: ``--runs`` executions one after the other: ``Client.start`` then
+* **Sequential**: ``--runs`` executions one after the other: ``Client.start`` (a start
+  request, answered once the start record is written; ``--start stream``: a start
+  message published to stream START instead, as a user's code may) then
   ``Client.wait`` (a watch of the status key: what ``actors-cli run --nats`` does), each
   right after one raw execution (interleaved: both see the same moment). p50 and p99
   latency.
@@ -66,8 +69,9 @@ from nats.js.api import RawStreamMsg  # noqa: E402
 from actors.client import Client  # noqa: E402
 from actors.natsio import MSG_ID  # noqa: E402
 from actors.runtime import connect  # noqa: E402
+from actors.wire import StartMessage, encode  # noqa: E402
 from bench.common import chain_playbook  # noqa: E402
-from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout  # noqa: E402
+from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout  # noqa: E402
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
 from streams.subjects import ExecSubjects  # noqa: E402
 from tests.pods import PodProcess  # noqa: E402
@@ -247,9 +251,16 @@ class Engine:
     # execution id -> (client's clock before the start, after the terminal status was seen)
     clocks: dict[str, tuple[float, float]] = field(default_factory=dict)
 
+    via_stream: bool = False  # `--start stream`: a start message published to START, as a user's code may
+
     async def one(self) -> float:
         t0, w0 = time.perf_counter(), time.time()
-        eid = await self.client.start(self.path, version=self.version, payload={"i": 0})
+        if self.via_stream:
+            eid = uuid.uuid4().hex
+            start = StartMessage(playbook=self.path, version=self.version, payload={"i": 0}, execution_id=eid)
+            await self.client.js.publish(START_SUBJECT, encode(start), headers={MSG_ID: eid})
+        else:
+            eid = await self.client.start(self.path, version=self.version, payload={"i": 0})
         st = await self.client.wait(eid, timeout=WAIT_TIMEOUT)
         took = time.perf_counter() - t0
         self.clocks[eid] = (w0, time.time())
@@ -329,7 +340,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pb = Path(tmp) / "e2e.yaml"
             pb.write_text(chain_playbook(f"e2e_small_{args.tool}", STEPS, args.tool))
             entry = await client.register(pb)
-            engine = Engine(client, entry.path, entry.version)
+            engine = Engine(client, entry.path, entry.version, via_stream=args.start == "stream")
 
             for _ in range(5):  # warm: the pod's caches, the python pool, both sides' connections
                 await engine.one()
@@ -375,6 +386,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "tool": args.tool,
         "sync": args.sync,
+        "start": args.start,
         "steps": STEPS,
         "runs": args.runs,
         "p50_ms": ms(pct(eng_lat, 50)),
@@ -431,6 +443,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=SYNC_MODES,
         default=SYNC_DEFAULT,
         help="JetStream file store sync: default (every 2 minutes) or always (fsync before each PubAck)",
+    )
+    parser.add_argument(
+        "--start",
+        choices=("request", "stream"),
+        default="request",
+        help="how the engine side starts: Client.start (a start request, answered once the start "
+        "record is written; the default) or a start message published to stream START",
     )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     parser.add_argument(
