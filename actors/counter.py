@@ -35,7 +35,7 @@ from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
 from actors.hosting import PartitionHost, engine_error
 from actors.logactor import LogActor, LogEntry
-from actors.natsio import ack, dead_letter, has_message
+from actors.natsio import ack, dead_letter, has_message, last_message
 from actors.outbox import Outbox
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
@@ -220,18 +220,18 @@ class LoopActor(LogActor):
         """Command ids answered in the loop's log after sequence `seq`."""
         results = self.subjects.results_filter
         try:
-            last = await self.counter.nc.jsm().get_last_msg(LOOP_STREAM, results, direct=True)
+            last = await last_message(self.counter.nc, LOOP_STREAM, results)
         except NotFoundError:
             return set()
         if (last.seq or 0) <= seq:
             return set()
         answered: set[str] = set()
-        for entry in await self.read_log(results, after=seq):
+        for entry in await self.read_log(results, after=seq, through=last.seq or 0):
             answered |= _answers(entry)
         return answered
 
     async def rehydrate(self) -> None:
-        inputs = await self.read_log(self.subjects.inputs)
+        inputs = await self.read_log(self.subjects.inputs, through=self.replay_through)
         answered: set[str] = set()
         for entry in inputs:
             answered |= _answers(entry)

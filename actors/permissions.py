@@ -257,7 +257,8 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_writes(OWNERS_BUCKET),
                 *kv_reads(OWNERS_BUCKET),
                 *kv_reads(CATALOG_BUCKET),
-                *reads(EXEC_STREAM, CMD_STREAM),
+                # LOOP: a replay asks whether a loop's spec was handed over (actors/engine/actor.py)
+                *reads(EXEC_STREAM, CMD_STREAM, LOOP_STREAM),
                 *blobs(),
             ),
             subscribe=(*engine_sub, START_REQUEST_SUBJECT, MAX_DELIVERIES_ADVISORY, inbox("engine")),

@@ -21,7 +21,7 @@ from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
 from actors.codec import PayloadUnreadable
 from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
-from actors.natsio import log_time, stream_seq
+from actors.natsio import last_message, log_time, stream_seq
 from actors.wire import (
     CallDone,
     CallError,
@@ -161,7 +161,7 @@ class Reader(Session):
         try:
             msg = await self._ride(
                 f"reading the end of execution {execution_id}",
-                lambda: self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True),
+                lambda: last_message(self.nc, EXEC_STREAM, subject),
             )
         except NotFoundError:
             return status, None
@@ -217,10 +217,14 @@ class Reader(Session):
         out: list[Any] = []
         sub = await self.js.subscribe(subject, stream=stream, ordered_consumer=True, pending_msgs_limit=-1)
         try:
+            read = 0
             while True:
-                msg = await sub.next_msg(timeout=10)
+                msg = await sub.next_msg(timeout=10)  # TimeoutError: transient, `_ride` reads again
+                read += 1
                 out.extend(expand(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-                if msg.metadata.num_pending == 0:
+                # `total` is the stream leader's count; the consumer may sit on a replica
+                # still catching up, which says "nothing pending" before it has them all
+                if msg.metadata.num_pending == 0 and read >= total:
                     return out
         finally:
             await sub.unsubscribe()

@@ -21,6 +21,7 @@ from actors.blobs import payload_blob, start_payload
 from actors.catalog import CatalogError, CatalogReader
 from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
+from actors.natsio import last_message
 from actors.wire import (
     CancelRequest,
     CatalogEntry,
@@ -184,7 +185,7 @@ class Writer(Session):
     async def _start_record(self, execution_id: str) -> StartRecord | None:
         subject = self.layout.execution(execution_id).start
         try:
-            msg = await self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
+            msg = await last_message(self.nc, EXEC_STREAM, subject)
         except NotFoundError:
             return None
         record = self.codec.open_for_display(input_decoder.decode(msg.data or b""))

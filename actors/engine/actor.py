@@ -177,7 +177,7 @@ class ExecutionActor(LogActor):
         inputs: list[LogEntry] = []
         seen = Recorded()
         recorded: dict[tuple[int, int], FailureDecidedData] = {}
-        for entry in await self.read_log(self.subjects.log):
+        for entry in await self.read_log(self.subjects.log, through=self.replay_through):
             cls = class_of(entry.subject)
             if cls == IN:
                 inputs.append(entry)

@@ -46,6 +46,7 @@ from actors.natsio import (
     EXPECTED_LAST_SUBJECT_SEQUENCE,
     ack,
     dead_letter,
+    last_message,
     num_delivered,
     publish_all,
     stream_seq,
@@ -323,7 +324,7 @@ class Starter:
 
     async def _already_started(self, subject: str) -> bool:
         try:
-            await self.nc.jsm().get_last_msg(EXEC_STREAM, subject, direct=True)
+            await last_message(self.nc, EXEC_STREAM, subject)
             return True
         except NotFoundError:
             return False

@@ -6,16 +6,31 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from nats.aio.client import Client as NATS
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from actors.wire import Command
 from streams.layout import CMD_STREAM, cmd_subject
 
 
+async def last_message(nc: NATS, stream: str, subject: str) -> RawStreamMsg:
+    """The last message of `stream` on `subject` (a filter may hold wildcards), as the
+    stream leader has it; NotFoundError when there is none.
+
+    Not a direct get: with `allow_direct` every replica answers those, and a follower
+    still catching up after a restart answers from what it has (nats-server starts
+    answering at 90% applied, and nothing stops it when it falls behind later). A
+    read that decides something (a replay's "was this sent?", "does this execution
+    exist?", the terminal event behind a status just read) must see every stored
+    message, so it asks the leader ($JS.API.STREAM.MSG.GET, answered by the leader
+    only). During an election it is not answered: callers ride that out."""
+    return await nc.jsm().get_last_msg(stream, subject, direct=False)
+
+
 async def has_message(nc: NATS, stream: str, subject: str) -> bool:
-    """Does `stream` hold a message on `subject` (a direct get of the last one)?"""
+    """Does `stream` hold a message on `subject` (the stream leader's answer)?"""
     try:
-        await nc.jsm().get_last_msg(stream, subject, direct=True)
+        await last_message(nc, stream, subject)
         return True
     except NotFoundError:
         return False
