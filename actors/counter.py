@@ -220,7 +220,7 @@ class LoopActor(LogActor):
         """Command ids answered in the loop's log after sequence `seq`."""
         results = self.subjects.results_filter
         try:
-            last = await last_message(self.counter.nc, LOOP_STREAM, results)
+            last = await last_message(self.counter.nc, LOOP_STREAM, results, newest=True)
         except NotFoundError:
             return set()
         if (last.seq or 0) <= seq:

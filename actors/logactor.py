@@ -27,6 +27,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 import msgspec
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from actors.codec import PayloadUnreadable, codec_of
 from actors.core.effects import Effects
@@ -210,6 +211,8 @@ class LogActor:
                 try:
                     msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
                 except TimeoutError:
+                    if through > (entries[-1].seq if entries else after) and not await self._stored(through):
+                        break  # the input being handled is gone since (expired, removed): no use waiting
                     if entries or through or (await sub.consumer_info()).num_pending:
                         raise LogStalled(
                             f"{self.source} {self.key}: the log stalled after {len(entries)} messages"
@@ -222,3 +225,12 @@ class LogActor:
         finally:
             await sub.unsubscribe()
         return entries
+
+    async def _stored(self, seq: int) -> bool:
+        """Does the stream leader still hold message `seq`? (An input expired by the
+        stream's age limit, or removed, since it was delivered is no longer waited for.)"""
+        try:
+            await self.host.js.get_msg(self.stream, seq)
+            return True
+        except NotFoundError:
+            return False

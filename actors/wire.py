@@ -63,6 +63,12 @@ class RetryOf(_Wire, forbid_unknown_fields=True):
     results: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
 
 
+# StartReply error types that sending the start again, or through stream START, cannot
+# cure: the message as sent cannot be read (a bad field or JSON; a payload sealed with a
+# key the starters lack). Any other error is the starter's own (`retryable` or not).
+UNREADABLE_START = ("InvalidStart", "PayloadUnreadable")
+
+
 class StartReply(Struct):  # every field written out: a user's code reads it
     """A starter's answer to a start message sent as a request on `start.request`.
     `started`: the execution's start record is written (by this request, or before it

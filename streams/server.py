@@ -288,6 +288,10 @@ class NatsServer:
         await self.stop()
 
 
+MIN_PORT_CHOICE = 1000  # ports below the ephemeral range needed to pick from there
+_handed_out: set[int] = set()  # ports `free_port` gave this process
+
+
 def _ephemeral_low(default: int = 32768) -> int:
     """The first port of the kernel's range for outgoing connections (Linux; the
     default elsewhere)."""
@@ -303,22 +307,26 @@ def free_port() -> int:
     test's client, a cluster route) takes: between our pick and the server's bind, or
     while a killed node is down and waits to come back on the same port, one of them
     can take it (CI saw `bind: address already in use` on a cluster's route port).
-    Below the range only a listener picked the same way can collide."""
+    Below the range only a listener picked the same way can collide; a port is not
+    handed out twice by one process (a cluster picks six before any is bound)."""
     import random
     import socket
 
     low = _ephemeral_low()
     candidates = range(max(1024, low - 22000), low)
-    if len(candidates) >= 1000:
+    if len(candidates) >= MIN_PORT_CHOICE:
         pick = random.SystemRandom()
         for _ in range(64):
             port = pick.choice(candidates)
+            if port in _handed_out:
+                continue
             with socket.socket() as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-                return port
+            _handed_out.add(port)
+            return port
     with socket.socket() as sock:  # an odd port range: what the kernel hands out
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

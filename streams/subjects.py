@@ -30,6 +30,10 @@ START_REQUEST_SUBJECT = "start.request"
 # (a start that cannot run, an unknown playbook, is written as an execution that fails
 # saying why, not refused): Client.start's fast path, with the stream's semantics
 START_AS_MESSAGE = "Actors-Start-As-Message"
+# a header on a start request: seconds the caller waits for the answer. A starter that
+# takes the request from its backlog later drops it unanswered: the caller has sent the
+# start to START by then, and handling both would double the work of an overload
+START_WAIT = "Actors-Start-Wait"
 
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from actors.runtime import connect, start_roles
 from actors.wire import StartReply
 from streams.layout import START_STREAM, START_SUBJECT, ensure
 from streams.server import NatsServer
-from streams.subjects import START_REQUEST_SUBJECT
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
 from tests.conftest import System, make_layout, of_type, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -183,3 +184,42 @@ async def test_client_start_that_the_starters_cannot_read_is_refused_naming_why(
     letters = [i for i in await system.events("sealed-start") if i.cls == "dlq"]
     assert [i.type for i in letters] == ["dead_letter.start"]
     assert await system.client.exists("sealed-start", timeout=1) is False
+
+
+async def test_client_start_that_no_starter_answers_in_time_goes_to_the_stream(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Something takes the request and never answers (a starter stuck, or gone after
+    taking it): the client waits its share of the timeout, then the stream keeps the
+    start, and it runs once a starter comes."""
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    try:
+        await ensure(nc.jetstream(), layout)
+        silent = await nc.subscribe(START_REQUEST_SUBJECT)  # takes requests, answers none
+        client = Client(nc, layout=layout, timeout=2)  # waits min(2 s, 2 / 4) for an answer
+        path = tmp_path / "requested.yaml"
+        path.write_text(OK)
+        playbook = (await client.register(path)).path
+        began = time.monotonic()
+        assert await client.start(playbook, payload={"name": "late"}, execution_id="unanswered") == "unanswered"
+        assert time.monotonic() - began >= 0.5
+        assert (await silent.next_msg(timeout=1)).headers == {START_AS_MESSAGE: "1", START_WAIT: "0.5"}
+        assert (await nc.jsm().stream_info(START_STREAM)).state.messages == 1
+        runtime = await start_roles(nc, layout=layout)
+        try:
+            assert (await client.wait("unanswered", timeout=20)).state == "COMPLETED"
+        finally:
+            await runtime.stop()
+    finally:
+        await nc.close()
+
+
+async def test_a_start_request_whose_caller_stopped_waiting_is_dropped_unanswered(system: System) -> None:
+    """A request that sat in a starter's backlog past the wait its caller named is not
+    handled: that caller has sent the start to the stream meanwhile."""
+    playbook = await register(system)
+    body = json.dumps({"playbook": playbook, "payload": {"name": "x"}, "execution_id": "too-late"}).encode()
+    with pytest.raises(TimeoutError):
+        await system.nc.request(START_REQUEST_SUBJECT, body, timeout=1, headers={START_WAIT: "0"})
+    assert await system.client.exists("too-late", timeout=1) is False

@@ -23,6 +23,7 @@ from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
 from actors.natsio import last_message
 from actors.wire import (
+    UNREADABLE_START,
     CancelRequest,
     CatalogEntry,
     ParentRef,
@@ -34,7 +35,7 @@ from actors.wire import (
 )
 from streams.ids import cancel_id, start_id
 from streams.layout import EXEC_STREAM, START_STREAM, START_SUBJECT
-from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
 
 START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
 START_REQUEST_WAIT = 2.0  # seconds `start` waits for a starter's answer before it uses the stream
@@ -42,8 +43,8 @@ _start_reply_decoder = msgspec.json.Decoder(StartReply)
 
 
 class StartRefused(ValueError):
-    """A starter refused the start as it was sent (it is dead-lettered under its id):
-    it could not be read (a payload key the starters lack, a bad field)."""
+    """A starter could not read the start as it was sent (a bad field, a payload sealed
+    with a key the starters lack); it is dead-lettered under its execution id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,17 +120,18 @@ class Writer(Session):
         the stream, where it waits for a starter. Sending both is harmless: a start
         record is written once per execution id."""
         wait = min(START_REQUEST_WAIT, self.timeout / 4)
+        headers = {START_AS_MESSAGE: "1", START_WAIT: f"{wait:g}"}
         try:
-            answer = await self.nc.request(START_REQUEST_SUBJECT, data, timeout=wait, headers={START_AS_MESSAGE: "1"})
+            answer = await self.nc.request(START_REQUEST_SUBJECT, data, timeout=wait, headers=headers)
             reply = _start_reply_decoder.decode(answer.data)
         except (TimeoutError, NatsError, OSError, msgspec.DecodeError):
             return False
         if reply.started:
             return True
-        if reply.error is not None and not reply.error.retryable:
-            # the stream would have dead-lettered it the same way: say so now
+        if reply.error is not None and reply.error.type in UNREADABLE_START:
+            # dead-lettered, as it would have been from the stream: say so now
             raise StartRefused(f"the start of execution {eid} was refused: {reply.error.message}")
-        return False
+        return False  # the starter's own failure: the stream's starter tries again (and dead-letters)
 
     async def start_execution(
         self,

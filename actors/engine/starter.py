@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -54,7 +55,17 @@ from actors.natsio import (
 )
 from actors.natsio.dispatch import subscribe_direct
 from actors.settings import limits_from_env
-from actors.wire import ErrorInfo, Limits, RetriedBy, RetryOf, StartMessage, StartRecord, StartReply, encode
+from actors.wire import (
+    UNREADABLE_START,
+    ErrorInfo,
+    Limits,
+    RetriedBy,
+    RetryOf,
+    StartMessage,
+    StartRecord,
+    StartReply,
+    encode,
+)
 from streams.ids import retried_id, start_record_id
 from streams.layout import (
     EXEC_STREAM,
@@ -64,12 +75,12 @@ from streams.layout import (
     Layout,
     deliver_subject,
 )
-from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
 
 log = logging.getLogger("actors.starter")
 _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
-INVALID_START = "InvalidStart"  # the error type of a start message that cannot be used as sent
+INVALID_START = UNREADABLE_START[0]  # the error type of a start message that cannot be used as sent
 
 
 class _Named(msgspec.Struct):
@@ -109,6 +120,16 @@ def parse_start(data: bytes, codec: PayloadCodec = CLEAR) -> StartMessage | Erro
             message=f"invalid start message: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
         )
     return start
+
+
+def _given_up(msg: Msg, received: float) -> bool:
+    """Has the caller stopped waiting for this request (`START_WAIT`) while it sat in
+    the backlog? `Client.start` has then sent the start to stream START."""
+    try:
+        wait = float((msg.headers or {}).get(START_WAIT, "inf"))
+    except ValueError:
+        return False
+    return time.monotonic() - received > wait
 
 
 # Start messages handled at once (actors/keyed_limiter.py): each costs a few round trips and
@@ -152,9 +173,12 @@ class Starter:
     def _on_request(self, msg: Msg) -> None:
         if not msg.reply or self._requests is None:
             return  # no one to answer (a plain publish is not stored either: it is not a start)
-        self._limiter.submit(functools.partial(self._answer, msg))
+        self._limiter.submit(functools.partial(self._answer, msg, time.monotonic()))
 
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, msg: Msg, received: float) -> None:
+        if _given_up(msg, received):
+            log.info("starter: a start request waited past its caller's wait; left to stream START")
+            return
         try:
             reply = await self.handle_request(msg)
         except Exception as e:

@@ -13,17 +13,25 @@ from actors.wire import Command
 from streams.layout import CMD_STREAM, cmd_subject
 
 
-async def last_message(nc: NATS, stream: str, subject: str) -> RawStreamMsg:
-    """The last message of `stream` on `subject` (a filter may hold wildcards), as the
-    stream leader has it; NotFoundError when there is none.
+async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = False) -> RawStreamMsg:
+    """The last message of `stream` on `subject`; NotFoundError when the stream leader
+    has none.
 
-    Not a direct get: with `allow_direct` every replica answers those, and a follower
-    still catching up after a restart answers from what it has (nats-server starts
-    answering at 90% applied, and nothing stops it when it falls behind later). A
-    read that decides something (a replay's "was this sent?", "does this execution
-    exist?", the terminal event behind a status just read) must see every stored
-    message, so it asks the leader ($JS.API.STREAM.MSG.GET, answered by the leader
-    only). During an election it is not answered: callers ride that out."""
+    With `allow_direct` every replica answers a direct get, and a follower still
+    catching up after a restart answers from what it has (nats-server lets it answer
+    from 90% applied on, and nothing stops it when it falls behind later). For a
+    subject that holds one message (a start record, a command, a loop spec, a
+    terminal event), as the lookups that decide something ask, any replica's "found"
+    is right and only "not found" may be stale: so any replica is asked first (a
+    direct get, outside the server's JetStream API queue and answered during an
+    election), then the leader ($JS.API.STREAM.MSG.GET, answered by the leader only).
+    `newest`: the subject (a filter) gains messages and the newest is wanted: a
+    replica's answer may be an older one, so only the leader is asked."""
+    if not newest:
+        try:
+            return await nc.jsm().get_last_msg(stream, subject, direct=True)
+        except NotFoundError:
+            pass  # maybe a replica behind: the leader knows
     return await nc.jsm().get_last_msg(stream, subject, direct=False)
 
 

@@ -33,7 +33,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from actors.client import Client, InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution, check_execution_id
+from actors.client import (
+    Client,
+    InvalidExecutionId,
+    RetryRefused,
+    StartRefused,
+    TooLarge,
+    UnknownExecution,
+    check_execution_id,
+)
 from actors.events import TERMINAL_STATES
 from actors.ui import listing
 from actors.ui.detail import DetailCache, NotFound, execution_detail
@@ -490,7 +498,7 @@ async def start(request: web.Request) -> web.Response:
     entry = await _entry(request, version)
     try:
         eid = await request.app[CLIENT].start(entry.path, payload=payload, version=entry.version)
-    except TooLarge as e:
+    except (TooLarge, StartRefused) as e:
         raise _refuse(400, str(e)) from None
     return _json({"id": eid})
 
