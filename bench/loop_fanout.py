@@ -1,6 +1,7 @@
 """Loop fan-out throughput and memory against raw JetStream, same server, same run.
 
-    python bench/loop_fanout.py [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500] [--sync always]
+    python bench/loop_fanout.py [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500]
+                                [--rounds 1] [--sync always]
 
 One nats-server (file store, temporary dir; `--sync always`: fsync before each PubAck)
 for the whole run. For each size N, in
@@ -27,7 +28,10 @@ this order, each in a fresh child process (so peak RSS is that run's own):
 
 Figures: iterations/s as a ratio of the raw round-trip rate at the same N
 (``ratio_vs_raw_roundtrip``) and of the plain publish+consume rate
-(``ratio_vs_raw_pubsub``). The last line is one JSON object.
+(``ratio_vs_raw_pubsub``). ``--rounds R`` runs raw and the loops R times per size,
+alternating, and also reports each figure's median over the rounds (``medians``): on a
+host whose speed drifts, one raw run measured before the loops makes a noisy ratio. The
+last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -270,6 +275,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--tools", default="noop,python")
     ap.add_argument("--concurrency", type=int, default=500)
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="raw and loop runs alternated this many times per size; medians"
+    )
     add_sync_flag(ap)
     ap.add_argument("--child", choices=["raw", "loop"], help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -294,7 +302,7 @@ def main() -> int:
     server = asyncio.run(serve())
     rows: list[dict[str, Any]] = []
     try:
-        for n in [int(x) for x in a.sizes.split(",")]:
+        for n, rnd in [(int(x), r) for x in a.sizes.split(",") for r in range(a.rounds)]:
             base = child(["--child", "raw", "--url", server.url, "--n", str(n), "--concurrency", str(a.concurrency)])
             for tool in a.tools.split(","):
                 r = child(
@@ -316,6 +324,7 @@ def main() -> int:
                 row = {
                     "n": n,
                     "tool": tool,
+                    "round": rnd,
                     **r,
                     **base,
                     "ratio_vs_raw_roundtrip": r["iterations_s"] / base["raw_roundtrip_msgs_s"],
@@ -333,6 +342,16 @@ def main() -> int:
                 )
     finally:
         asyncio.run(server.stop())
+    medians = _medians(rows)
+    if a.rounds > 1:
+        print(f"medians of {a.rounds} rounds (each against its own raw run):")
+        for m in medians:
+            print(
+                f"{m['n']:>7} {m['tool']:6}  {m['iterations_s']:>8,.0f} it/s  "
+                f"ratio {m['ratio_vs_raw_roundtrip']:.2f} of raw round trips  "
+                f"{m['ratio_vs_raw_pubsub']:.2f} of raw pub+sub",
+                flush=True,
+            )
     print(
         json.dumps(
             {
@@ -341,11 +360,26 @@ def main() -> int:
                 "cores": _cores(),
                 "concurrency": a.concurrency,
                 "sync": a.sync,
+                "rounds": a.rounds,
                 "rows": rows,
+                "medians": medians,
             }
         )
     )
     return 0
+
+
+def _medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size and tool, the median over rounds of its rate and of its ratios (each
+    round's ratio is against the raw run just before it: the host's drift cancels)."""
+    keys = ("iterations_s", "ratio_vs_raw_roundtrip", "ratio_vs_raw_pubsub")
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["n"], row["tool"]), []).append(row)
+    return [
+        {"n": n, "tool": tool, **{k: statistics.median(r[k] for r in group) for k in keys}}
+        for (n, tool), group in groups.items()
+    ]
 
 
 def _cores() -> int:

@@ -9,7 +9,8 @@ all``) warmed with ``--warm`` executions, the client in this process. Then one e
 their store times. Messages already removed (a work queue's commands and start messages,
 a status replaced) are counted but cannot be placed. Prints a table and, as its last
 line, one JSON object: ``{"client_ms", "stored", "removed", "rows": [[ms, stream, subject,
-bytes], ...]}``.
+bytes], ...]}``. The inside of one step (the engine's and the tool's own points) is
+``bench/step_trace.py``'s.
 """
 
 from __future__ import annotations
