@@ -66,7 +66,8 @@ class RetryOf(_Wire, forbid_unknown_fields=True):
 # StartReply error types that sending the start again, or through stream START, cannot
 # cure: the message as sent cannot be read (a bad field or JSON; a payload sealed with a
 # key the starters lack). Any other error is the starter's own (`retryable` or not).
-UNREADABLE_START = ("InvalidStart", "PayloadUnreadable")
+INVALID_START = "InvalidStart"  # a bad field or JSON: the start cannot be used as sent
+UNREADABLE_START = (INVALID_START, "PayloadUnreadable")
 
 
 class StartReply(Struct):  # every field written out: a user's code reads it

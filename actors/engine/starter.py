@@ -35,7 +35,6 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.errors import NotFoundError
 
 from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.catalog import CatalogError, CatalogReader
@@ -47,7 +46,7 @@ from actors.natsio import (
     EXPECTED_LAST_SUBJECT_SEQUENCE,
     ack,
     dead_letter,
-    last_message,
+    has_message,
     num_delivered,
     publish_all,
     stream_seq,
@@ -56,7 +55,7 @@ from actors.natsio import (
 from actors.natsio.dispatch import subscribe_direct
 from actors.settings import limits_from_env
 from actors.wire import (
-    UNREADABLE_START,
+    INVALID_START,
     ErrorInfo,
     Limits,
     RetriedBy,
@@ -80,7 +79,6 @@ from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
 log = logging.getLogger("actors.starter")
 _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
-INVALID_START = UNREADABLE_START[0]  # the error type of a start message that cannot be used as sent
 
 
 class _Named(msgspec.Struct):
@@ -260,7 +258,7 @@ class Starter:
         async with self._limiter.turn(eid):
             record = await self._record(eid, start)
             if record.error is not None and not as_message:
-                if await self._already_started(self.layout.execution(eid).start):
+                if await has_message(self.nc, EXEC_STREAM, self.layout.execution(eid).start):
                     await self._link_retry(eid, start.retry_of)
                     return StartReply(execution_id=eid, started=True, existing=True)
                 return await self._refuse(msg, record.error, eid)
@@ -300,7 +298,7 @@ class Starter:
 
         One execution per id, in one round trip: the record is stored only while its
         subject is empty (the server checks, `EXPECTED_LAST_SUBJECT_SEQUENCE`), where a
-        lookup of the subject first (`_already_started`) cost a request more per start.
+        lookup of the subject first (`has_message`) cost a request more per start.
         The server makes that check before the duplicate window's: a second copy is
         refused whatever its message id, even our own re-sent after a lost PubAck (it
         then counts as found, not written: the record is there all the same). Either
@@ -345,10 +343,3 @@ class Starter:
         except ValueTooLarge as e:
             record.error = ErrorInfo(type="ValueTooLarge", message=str(e))
         record.payload = {}
-
-    async def _already_started(self, subject: str) -> bool:
-        try:
-            await last_message(self.nc, EXEC_STREAM, subject)
-            return True
-        except NotFoundError:
-            return False
