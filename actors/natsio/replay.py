@@ -36,7 +36,7 @@ async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = Fa
 
 
 async def has_message(nc: NATS, stream: str, subject: str) -> bool:
-    """Does `stream` hold a message on `subject` (the stream leader's answer)?"""
+    """Does `stream` hold a message on `subject`? (`last_message`: a stale "no" is checked with the leader.)"""
     try:
         await last_message(nc, stream, subject)
         return True
