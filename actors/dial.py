@@ -19,6 +19,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from actors.connopts import ConnectOptions
+from actors.natsio.reader import install_reader
 
 log = logging.getLogger("actors.dial")
 # Seconds a client command (and `actors.client.Client`, per call) keeps trying when NATS
@@ -116,7 +117,7 @@ async def connect_within(
         "reconnect_time_wait": RECONNECT_WAIT,
         "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout)),
     }
-    nc = NATS()
+    nc = install_reader(NATS())  # the faster protocol reader (actors/natsio/reader.py)
     connecting: asyncio.Future[Any] = asyncio.ensure_future(
         nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **tuning, **options.nats_kwargs())
     )

@@ -24,16 +24,20 @@ serves `Registry.render()`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import math
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from actors.events import TERMINAL_STATES, ExecState
 from streams.layout import (
@@ -150,13 +154,13 @@ class _Gathered:
 class Registry:
     def __init__(self) -> None:
         self.lib = CollectorRegistry(auto_describe=True)
-        self._metrics: dict[str, _Metric[Any]] = {}
+        self._metrics: dict[str, _Metric[Any] | StepSeconds | InFlight] = {}
         self._collectors: list[Collector] = []
         self._gathered = _Gathered()
         self.lib.register(self._gathered)
         self.scrape_errors = 0
 
-    def include(self, metric: _Metric[Any]) -> Any:
+    def include(self, metric: _Metric[Any] | StepSeconds | InFlight) -> Any:
         existing = self._metrics.get(metric.name)
         if existing is not None:
             if type(existing) is not type(metric) or existing.labelnames != metric.labelnames:
@@ -215,17 +219,65 @@ def gauge_family(name: str, help: str, labels: Sequence[str], values: Iterable[t
 # steps range from a noop (sub-millisecond) to long python or http calls
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-STEP_SECONDS = histogram(
-    "actors_step_seconds",
-    "Time a tool actor in this pod spent running a command, by tool kind and outcome.",
-    ("kind", "outcome"),
-    buckets=STEP_BUCKETS,
-)
-COMMANDS_IN_FLIGHT = gauge(
-    "actors_commands_in_flight", "Commands a tool actor in this pod is running now, by tool kind.", ("kind",)
-)
-for _kind in TOOL_KINDS:
-    COMMANDS_IN_FLIGHT.set(0, kind=_kind)  # every series exists from the start: no gaps on dashboards
+
+class StepSeconds:
+    """`actors_step_seconds{kind,outcome}`, a histogram kept here rather than by
+    prometheus-client, whose Histogram takes a lock for each of the two values an
+    observation updates: on every command a tool actor runs, a loop's iterations
+    included. Observations and scrapes all run on the pod's event loop thread, so plain
+    counts do. `collect` hands the library the same family its Histogram would."""
+
+    name = "actors_step_seconds"
+    labelnames = ("kind", "outcome")
+    help = "Time a tool actor in this pod spent running a command, by tool kind and outcome."
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.bounds = (*buckets, math.inf)
+        # (kind, outcome) -> observations per bucket (not cumulative) and their sum, last
+        self.series: dict[tuple[str, str], list[float]] = {}
+        self.lib = self  # what a `Registry` registers with the library
+
+    def observe(self, kind: str, outcome: str, seconds: float) -> None:
+        counts = self.series.get((kind, outcome))
+        if counts is None:
+            counts = self.series[(kind, outcome)] = [0.0] * (len(self.bounds) + 1)
+        counts[bisect_left(self.bounds, seconds)] += 1  # the first bucket whose bound >= seconds
+        counts[-1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.help, labels=self.labelnames)
+        for labels, counts in self.series.items():
+            cumulative = list(itertools.accumulate(counts[:-1]))
+            family.add_metric(
+                list(labels),
+                [(floatToGoString(b), c) for b, c in zip(self.bounds, cumulative, strict=True)],  # type: ignore[no-untyped-call]
+                counts[-1],
+            )
+        yield family
+
+
+class InFlight:
+    """`actors_commands_in_flight{kind}`, a gauge kept here for the reason `StepSeconds`
+    is: it moves twice for every command. Every tool kind's series exists from the start
+    (no gaps on dashboards)."""
+
+    name = "actors_commands_in_flight"
+    labelnames = ("kind",)
+    help = "Commands a tool actor in this pod is running now, by tool kind."
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self.running = dict.fromkeys(kinds, 0)
+        self.lib = self
+
+    def add(self, kind: str, delta: int) -> None:
+        self.running[kind] = self.running.get(kind, 0) + delta
+
+    def collect(self) -> Iterator[Metric]:
+        yield gauge_family(self.name, self.help, self.labelnames, (((k,), n) for k, n in self.running.items()))
+
+
+STEP_SECONDS = StepSeconds(STEP_BUCKETS)
+COMMANDS_IN_FLIGHT = InFlight(TOOL_KINDS)
 
 EXECUTIONS_STARTED = counter(
     "actors_executions_started_total", "Executions whose status this pod's projector moved to RUNNING."
@@ -279,26 +331,15 @@ def resident_actors(counts: Iterable[tuple[str, int]]) -> Metric:
 lifecycle_log = logging.getLogger("actors.lifecycle")
 
 
-# label sets resolved once: these two run for every command a tool actor runs
-_step_keys: dict[tuple[str, str], LabelKey] = {}
-_flight_keys: dict[str, LabelKey] = {}
-
-
 def observe_step(kind: str, outcome: str, seconds: float) -> None:
     """A tool actor ran a command of `kind` for `seconds`; outcome: ok, error, timeout
     or cancelled (keep it to a few values: each is a series per bucket)."""
-    key = _step_keys.get((kind, outcome))
-    if key is None:
-        key = _step_keys[(kind, outcome)] = STEP_SECONDS.key(kind=kind, outcome=outcome)
-    STEP_SECONDS.observe_key(key, seconds)
+    STEP_SECONDS.observe(kind, outcome, seconds)
 
 
 def commands_in_flight(kind: str, delta: int) -> None:
     """+1 when a tool actor starts running a command of `kind`, -1 when it ends."""
-    key = _flight_keys.get(kind)
-    if key is None:
-        key = _flight_keys[kind] = COMMANDS_IN_FLIGHT.key(kind=kind)
-    COMMANDS_IN_FLIGHT.inc_key(key, delta)
+    COMMANDS_IN_FLIGHT.add(kind, delta)
 
 
 def step_outcome(error_type: str | None) -> str:

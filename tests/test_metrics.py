@@ -11,7 +11,17 @@ import pytest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.metrics import EVICTED_ACTORS, ConsumerCollector, LineBatcher, Registry, consumers_for, pod_registry
+from actors.metrics import (
+    EVICTED_ACTORS,
+    STEP_BUCKETS,
+    ConsumerCollector,
+    InFlight,
+    LineBatcher,
+    Registry,
+    StepSeconds,
+    consumers_for,
+    pod_registry,
+)
 from actors.runtime import connect
 from streams.layout import (
     CMD_STREAM,
@@ -67,6 +77,32 @@ async def test_text_format_parses_with_escaping_and_cumulative_buckets() -> None
         c.inc(kind="a", extra="b")
     with pytest.raises(ValueError):
         reg.gauge("t_events_total", "registered as a counter already", ("kind",))
+
+
+@pytest.mark.asyncio
+async def test_the_step_histogram_and_in_flight_gauge_render_as_prometheus_clients_own() -> None:
+    """The two metrics a tool actor moves for every command are kept without the
+    library's locks (actors/metrics.py `StepSeconds`, `InFlight`); a scrape must read
+    exactly what the library's Histogram and Gauge would have written."""
+    ours_steps, ours_flight = StepSeconds(STEP_BUCKETS), InFlight(("python", "noop"))
+    lib = Registry()
+    lib_steps = lib.histogram(ours_steps.name, ours_steps.help, ours_steps.labelnames, buckets=STEP_BUCKETS)
+    lib_flight = lib.gauge(ours_flight.name, ours_flight.help, ours_flight.labelnames)
+    lib_flight.set(0, kind="python")
+    lib_flight.set(0, kind="noop")
+    observed = [("python", "ok", v) for v in (0.0, 0.001, 0.0011, 0.3, 1.0, 599.9, 600.0, 601.0, 1e9)]
+    observed += [("noop", "ok", 0.0004), ("python", "timeout", 30.0), ("http", "error", 0.02)]
+    for kind, outcome, seconds in observed:
+        ours_steps.observe(kind, outcome, seconds)
+        lib_steps.observe(seconds, kind=kind, outcome=outcome)
+    for kind, delta in (("python", 1), ("python", 1), ("http", 1), ("python", -1)):
+        ours_flight.add(kind, delta)
+        lib_flight.inc(delta, kind=kind)
+    ours = Registry()
+    ours.include(ours_steps)
+    ours.include(ours_flight)
+    assert parsed(await ours.render()) == parsed(await lib.render())
+    assert parsed(await ours.render())[("actors_commands_in_flight", (("kind", "python"),))] == 1
 
 
 @pytest.mark.asyncio

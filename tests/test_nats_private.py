@@ -16,16 +16,33 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import ConsumerConfig, StreamConfig
+from nats.protocol.parser import Parser
 
 from actors.natsio import private
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.fast import ack, send
 from actors.natsio.publishing import MSG_ID, publish_all, publisher
+from actors.natsio.reader import Reader, install_reader, reader_of
+from actors.runtime import connect
 from streams.server import NatsServer
 from tests.conftest import wait_for
 from tests.test_natsio import received
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def test_the_readers_internals_exist() -> None:
+    """actors/natsio/reader.py: the client's read loop calls the parser it finds in
+    `_ps` for each chunk; the parser keeps a `buf` the client's `reset` empties; the
+    client's handlers the reader calls are still coroutines."""
+    nc = NATS()
+    assert isinstance(nc._ps, Parser) and nc._ps.nc is nc
+    assert "self._ps.parse(" in inspect.getsource(NATS._read_loop)
+    assert isinstance(nc._ps.buf, bytearray) and callable(nc._ps.reset)
+    assert isinstance(nc._subs, dict) and {"in_msgs", "in_bytes"} <= set(nc.stats)
+    for name in ("_process_msg", "_process_err", "_process_ping", "_process_pong", "_process_info", "_process_headers"):
+        assert inspect.iscoroutinefunction(getattr(nc, name)), name
+    assert install_reader(nc) is nc and isinstance(nc._ps, Reader)
 
 
 async def test_client_internals_exist_with_their_types(nats_server: NatsServer) -> None:
@@ -161,12 +178,17 @@ async def test_a_connection_keeps_its_own_publisher(nats_server: NatsServer) -> 
         await b.close()
 
 
-async def test_a_direct_subscription_hands_each_message_over_as_read_in_order(nats_server: NatsServer) -> None:
+@pytest.mark.parametrize("reader", [True, False], ids=["actors-reader", "nats-py-parser"])
+async def test_a_direct_subscription_hands_each_message_over_as_read_in_order(
+    nats_server: NatsServer, reader: bool
+) -> None:
     """`subscribe_direct`: the handler sees every message in order, in the read loop (no
     task of the subscription's); the subscription counts nothing as pending, so no
     slow-consumer limit is ever reached; a handler that raises costs that message only,
-    not the connection; after unsubscribe nothing more arrives."""
-    nc = await nats.connect(nats_server.url)
+    not the connection; after unsubscribe nothing more arrives. Through the actors'
+    reader (`connect`) and through nats-py's own parser (`nats.connect`) alike."""
+    nc = await (connect(nats_server.url) if reader else nats.connect(nats_server.url))
+    assert (reader_of(nc) is not None) == reader
     try:
         got: list[bytes] = []
         done = asyncio.Event()

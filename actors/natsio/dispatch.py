@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from actors.natsio.private import hand_off
+from actors.natsio.reader import has_status, plain_headers, reader_of
 
 log = logging.getLogger("actors")
 
@@ -37,5 +38,17 @@ async def subscribe_direct(nc: NATS, subject: str, handler: Handler, *, queue: s
             log.exception("handling a message on %s", msg.subject)
 
     sub = await nc.subscribe(subject, queue=queue, pending_msgs_limit=-1)  # no callback: no task
-    hand_off(sub, guarded)
+    hand_off(sub, guarded)  # messages that come through nats-py's `_process_msg`
+    reader = reader_of(nc)
+    if reader is not None:  # the others: built into a Msg by the reader (actors/natsio/reader.py)
+        make, sid = nc.msg_class, sub._id
+
+        def direct(subject: bytes, reply: bytes, data: bytes, block: bytes | None) -> bool:
+            if block is not None and has_status(block):
+                return True  # a heartbeat, "no messages": nats-py reads it
+            headers = None if block is None else plain_headers(block)
+            handler(make(nc, subject.decode(), reply.decode(), data, headers, _sid=sid))
+            return False
+
+        reader.raw[sid] = direct
     return sub

@@ -1,4 +1,5 @@
-"""Every use of a private name of nats-py, in one place.
+"""Every use of a private name of nats-py, in one place (and in reader.py, the
+protocol reader that stands in for nats-py's parser, which lists its own).
 
 The rest of the tree reads and writes nats-py objects only through their public API
 and the functions here. Each private name below is used for speed on the hot path

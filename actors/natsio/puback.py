@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from nats.aio.msg import Msg
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 
@@ -23,14 +22,15 @@ class _Ack(msgspec.Struct):
 _ack_decoder = msgspec.json.Decoder(_Ack)
 
 
-def puback_outcome(msg: Msg) -> PubAck | Exception:
-    """The PubAck in `msg`, or the exception it means: NoStreamResponseError for a 503
-    (no stream leader: an election), the matching APIError subclass for an error the
-    stream answered, msgspec.DecodeError for a reply that is not a PubAck."""
-    if msg.headers and msg.headers.get("Status") == "503":
+def puback_outcome(data: bytes, headers: bytes | None = None) -> PubAck | Exception:
+    """The PubAck in a reply (payload `data`, raw header block `headers`), or the
+    exception it means: NoStreamResponseError for a 503 (no stream leader: an election),
+    the matching APIError subclass for an error the stream answered, msgspec.DecodeError
+    for a reply that is not a PubAck."""
+    if headers is not None and headers.startswith(b"NATS/1.0 503"):
         return NoStreamResponseError()
     try:
-        ack = _ack_decoder.decode(msg.data)
+        ack = _ack_decoder.decode(data)
     except msgspec.DecodeError as e:
         return e
     if ack.error is not None:

@@ -11,15 +11,14 @@ import math
 from collections.abc import Awaitable
 
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
-from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_of, connection_publisher
 from actors.natsio.puback import puback_outcome
+from actors.natsio.reader import subscribe_raw
 from actors.natsio.transient import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX, TRANSIENT
 
 MSG_ID = "Nats-Msg-Id"
@@ -61,6 +60,7 @@ class Publisher:
         # publish may be re-sent (RESEND_SHARE); `start_roles` sets it from the layout
         self.duplicate_window = duplicate_window
         self._prefix = ""
+        self._prefix_size = 0
         self._sub: Subscription | None = None
         self._starting: asyncio.Future[None] | None = None
         self._tokens = itertools.count()
@@ -77,8 +77,9 @@ class Publisher:
             self._starting = self._loop.create_future()
             try:
                 self._prefix = self.nc.new_inbox() + "."
-                # PubAcks resolve futures: handed over as they are read (no queue, no task)
-                self._sub = await subscribe_direct(self.nc, self._prefix + "*", self._on_ack)
+                self._prefix_size = len(self._prefix.encode())
+                # PubAcks resolve futures: handed over as they are read (no Msg, no queue, no task)
+                self._sub = await subscribe_raw(self.nc, self._prefix + "*", self._on_ack)
             except BaseException as e:
                 self._starting.set_exception(e)
                 self._starting.exception()  # retrieved: later callers re-raise it
@@ -242,11 +243,11 @@ class Publisher:
         done = iter(await asyncio.gather(*pending, return_exceptions=True))
         return [next(done) if isinstance(f, asyncio.Future) else f for f in futs]
 
-    def _on_ack(self, msg: Msg) -> None:
-        entry = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+    def _on_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        entry = self._waiting.pop(subject[self._prefix_size :].decode(), None)
         if entry is None or entry[0].done():
             return
-        outcome = puback_outcome(msg)
+        outcome = puback_outcome(data, headers)
         if isinstance(outcome, PubAck):
             entry[0].set_result(outcome)
         else:

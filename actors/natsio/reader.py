@@ -1,0 +1,230 @@
+"""A faster reader of the server's protocol for a nats-py connection, and messages
+handed to a function as raw bytes.
+
+nats-py's `Parser` matches every control line against regular expressions, tried in
+turn (a message with headers fails the MSG one first), and deletes each message from
+the front of its buffer (a copy of the rest). A pod reads some 30 messages per small
+execution (deliveries, PubAcks), and that parser was its largest single cost after the
+event loop. `Reader` does what `Parser.parse` does, in one pass over each chunk read:
+it finds each line's end, splits MSG and HMSG lines on spaces, slices payloads out of
+the chunk, and keeps only a message split across reads. Every other operation (+OK,
+-ERR, PING, PONG, INFO) goes through nats-py's own expressions and handlers, as before.
+
+A message goes to `Client._process_msg` as before, unless its subscription was made by
+`subscribe_raw`: then its handler gets the subject, reply, payload and header block as
+bytes, with no `Msg` built and no header parsed. A PubAck needs nothing more.
+
+Private names of nats-py used here (`tests/test_nats_private.py` pins them): `Parser`'s
+`buf` (bytearray: what is left of a message split across reads), `reset` (called by
+the client on a reconnect) and `nc` (the client); the client's `_ps` (the parser its
+read loop calls, looked up for each chunk), `_subs` (sid -> Subscription: a message for
+a sid no longer there is dropped, as `_process_msg` does), `_process_msg`,
+`_process_err`, `_process_ping`, `_process_pong`, `_process_info` and `stats`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import ProtocolError
+from nats.protocol.parser import ERR_RE, INFO_RE, OK_RE, PING_RE, PONG_RE, Parser
+
+log = logging.getLogger("actors")
+
+# subject, reply ("" as b""), payload, header block (None: the message has none); a
+# true return declines the message: it goes the usual way (`Client._process_msg`)
+RawHandler = Callable[[bytes, bytes, bytes, bytes | None], bool | None]
+
+_CRLF = b"\r\n"
+_PLAIN = b"NATS/1.0\r\n"
+_PLAIN_SIZE = len(_PLAIN)
+_SPACE = re.compile(r"\s")
+_names: dict[bytes, str | None] = {}  # header names read so far (a few distinct ones); None: skipped
+_NAMES_KEPT = 256
+
+
+class Reader(Parser):
+    """`Parser` with a one-pass `parse` (see the module docstring)."""
+
+    def __init__(self, nc: NATS) -> None:
+        super().__init__(nc)
+        self.raw: dict[int, RawHandler] = {}  # sid -> handler of a `subscribe_raw` subscription
+        self._wanted = 0  # bytes `buf` must hold before a split message is complete
+
+    def reset(self) -> None:
+        super().reset()
+        self._wanted = 0
+
+    async def parse(self, data: bytes = b"") -> None:
+        buf = self.buf
+        if buf:  # the rest of a message split across reads
+            buf.extend(data)
+            if len(buf) < self._wanted:
+                return
+            data = bytes(buf)
+            buf.clear()
+        self._wanted = 0
+        nc = self.nc
+        subs = nc._subs
+        raw = self.raw
+        stats = nc.stats
+        end = len(data)
+        pos = 0
+        while pos < end:
+            eol = data.find(_CRLF, pos)
+            if eol < 0:
+                break  # the rest of the line is still to come
+            if data.startswith(b"MSG ", pos):
+                args = data[pos + 4 : eol].split()
+                if len(args) == 3:
+                    subject, sid_b, size_b = args
+                    reply = b""
+                elif len(args) == 4:
+                    subject, sid_b, reply, size_b = args
+                else:
+                    raise ProtocolError("nats: malformed MSG")
+                header_b = b"0"
+            elif data.startswith(b"HMSG ", pos):
+                args = data[pos + 5 : eol].split()
+                if len(args) == 4:
+                    subject, sid_b, header_b, size_b = args
+                    reply = b""
+                elif len(args) == 5:
+                    subject, sid_b, reply, header_b, size_b = args
+                else:
+                    raise ProtocolError("nats: malformed MSG")
+            else:
+                await self._control(data[pos : eol + 2])
+                if self.buf is not buf:
+                    return  # the client reset its parser meanwhile (a reconnect)
+                pos = eol + 2
+                continue
+            try:
+                sid, size, header_size = int(sid_b), int(size_b), int(header_b)
+            except ValueError:
+                raise ProtocolError("nats: malformed MSG") from None
+            start = eol + 2
+            stop = start + size
+            if stop + 2 > end:  # the payload is still to come: wait for all of it
+                self._wanted = stop + 2 - pos
+                break
+            if header_size:
+                headers: bytes | None = data[start : start + header_size]
+                payload = data[start + header_size : stop]
+            else:
+                headers, payload = None, data[start:stop]
+            pos = stop + 2
+            handler = raw.get(sid)
+            if handler is not None:
+                if sid not in subs:
+                    del raw[sid]  # unsubscribed: dropped, as `_process_msg` drops it
+                    continue
+                try:
+                    declined = handler(subject, reply, payload, headers)
+                except Exception:
+                    # raised here, it would make the client drop the connection
+                    log.exception("handling a message on %s", subject.decode(errors="replace"))
+                    declined = False
+                if not declined:
+                    stats["in_msgs"] += 1
+                    stats["in_bytes"] += size - header_size
+                    continue
+            await nc._process_msg(sid, subject, reply, payload, headers)
+            if self.buf is not buf:
+                return  # the client reset its parser meanwhile (a reconnect)
+        if pos < end:
+            buf.extend(memoryview(data)[pos:])
+
+    async def _control(self, line: bytes) -> None:
+        """Any other operation, as `Parser.parse` handles it."""
+        nc = self.nc
+        if OK_RE.match(line):
+            return
+        if (err := ERR_RE.match(line)) is not None:
+            await nc._process_err(err.groups()[0].decode().lower())
+        elif PING_RE.match(line):
+            await nc._process_ping()
+        elif PONG_RE.match(line):
+            await nc._process_pong()
+        elif (info := INFO_RE.match(line)) is not None:
+            await nc._process_info(json.loads(info.groups()[0].decode()))
+        else:
+            raise ProtocolError("nats: unknown protocol")
+
+
+def install_reader(nc: NATS) -> NATS:
+    """Give `nc` a `Reader` (before it connects: the parser holds what was read)."""
+    nc._ps = Reader(nc)
+    return nc
+
+
+def reader_of(nc: NATS) -> Reader | None:
+    """`nc`'s Reader, or None for a connection made without one (`nats.connect`)."""
+    reader = nc._ps
+    return reader if isinstance(reader, Reader) else None
+
+
+def has_status(block: bytes) -> bool:
+    """Does a header block start with a status (a heartbeat, a 503, "no messages")?
+    nats-py's own code reads those (`plain_headers` does not)."""
+    return not block.startswith(_PLAIN)
+
+
+def plain_headers(block: bytes) -> dict[str, str] | None:
+    """The headers of a header block without a status ("NATS/1.0\\r\\n" then
+    name-value lines), as nats-py's `Client._process_headers` reads them: None when
+    there are none."""
+    out: dict[str, str] = {}
+    names = _names
+    for line in block[_PLAIN_SIZE:].split(_CRLF):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = names[name]
+        except KeyError:
+            key = _header_name(name)
+            if len(names) < _NAMES_KEPT:
+                names[name] = key
+        if key is not None:
+            out[key] = value.strip().decode("utf-8", "replace")
+    return out or None
+
+
+def _header_name(name: bytes) -> str | None:
+    """A header's name as nats-py reads it, or None for one it skips (not ASCII, or with
+    a space inside)."""
+    try:
+        key = name.strip().decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return None if _SPACE.search(key) else key
+
+
+async def subscribe_raw(nc: NATS, subject: str, handler: RawHandler) -> Subscription:
+    """Subscribe to `subject` with `handler` called with each message's bytes as it is
+    read (see the module docstring). It must not block, and what it raises is logged.
+    On a connection without a `Reader`, messages go through a `Msg` to the same handler."""
+    sub = await nc.subscribe(subject, pending_msgs_limit=-1)  # no callback: no task
+    reader = reader_of(nc)
+    if reader is not None:
+        reader.raw[sub._id] = handler
+    else:  # a connection made elsewhere (nats.connect): the same handler, through a Msg
+        from actors.natsio.private import hand_off
+
+        def from_msg(msg: Msg) -> None:
+            status = (msg.headers or {}).get("Status")
+            block = None if status is None else b"NATS/1.0 " + status.encode() + b"\r\n\r\n"
+            try:
+                handler(msg.subject.encode(), msg.reply.encode(), msg.data, block)
+            except Exception:
+                log.exception("handling a message on %s", msg.subject)
+
+        hand_off(sub, from_msg)
+    return sub

@@ -1,0 +1,233 @@
+"""actors/natsio/reader.py: the protocol reader that replaces nats-py's parser on every
+connection the actors make. It must hand on exactly what nats-py's own parser hands
+on, however the server's bytes are split across reads, and read header blocks exactly
+as nats-py does; against a real server, large and small messages, raw and direct
+subscriptions, and status replies all arrive as they did."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
+from nats.protocol.parser import Parser
+
+from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.publishing import publish_all
+from actors.natsio.reader import Reader, has_status, plain_headers, reader_of, subscribe_raw
+from actors.runtime import connect
+from streams.server import NatsServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Recorder:
+    """What a parser hands the client: every message and every other operation, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self._subs: dict[int, object] = {7: object()}
+        self.stats = {"in_msgs": 0, "in_bytes": 0}
+
+    async def _process_msg(self, sid: int, subject: Any, reply: Any, data: Any, headers: Any) -> None:
+        h = None if headers is None else bytes(headers)
+        self.calls.append(("msg", sid, bytes(subject), bytes(reply), bytes(data), h))
+
+    async def _process_err(self, err: str) -> None:
+        self.calls.append(("err", err))
+
+    async def _process_ping(self) -> None:
+        self.calls.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.calls.append(("pong",))
+
+    async def _process_info(self, info: dict[str, Any]) -> None:
+        self.calls.append(("info", info))
+
+
+HEADERS = b"NATS/1.0\r\nNats-Msg-Id: e1:cmd:0-1\r\nActors-Start-Wait: 2.5\r\n\r\n"
+STATUS = b"NATS/1.0 503\r\n\r\n"
+WIRE = b"".join(
+    [
+        b'INFO {"server_id":"x","max_payload":1048576}\r\n',
+        b"MSG t.a 1 5\r\nhello\r\n",
+        b'MSG t.b 2 _INBOX.abc.17 11\r\n{"seq": 12}\r\n',
+        b"MSG t.empty 3 0\r\n\r\n",
+        b"PING\r\n",
+        b"MSG t.tricky 4 24\r\nMSG t.x 1 3\r\nabc\r\nPING\r\n\r\n",  # a payload that looks like protocol
+        b"HMSG t.h 5 %d %d\r\n%sbody\r\n" % (len(HEADERS), len(HEADERS) + 4, HEADERS),
+        b"HMSG t.hr 6 $JS.ACK.EXEC.c.1.2.3.4.0 %d %d\r\n%s\r\n" % (len(HEADERS), len(HEADERS), HEADERS),
+        b"+OK\r\n",
+        b"HMSG _INBOX.x.1 7 %d %d\r\n%s\r\n" % (len(STATUS), len(STATUS), STATUS),
+        b"PONG\r\n",
+        b"MSG t.big 8 3000\r\n" + bytes(random.Random(1).choice(b"ab\r\n ") for _ in range(3000)) + b"\r\n",
+        b"-ERR 'Slow Consumer'\r\n",
+        b"MSG  t.spaces\t9   12\r\nwide spacing\r\n",
+    ]
+)
+
+
+async def feed(parser: Parser, chunks: list[bytes]) -> None:
+    for chunk in chunks:
+        await parser.parse(chunk)
+
+
+async def dispatched(make: type[Parser], chunks: list[bytes], raw: dict[int, Any] | None = None) -> list[Any]:
+    nc = Recorder()
+    parser = make(nc)
+    if raw:
+        assert isinstance(parser, Reader)
+        parser.raw.update(raw)
+    await feed(parser, chunks)
+    return nc.calls
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    edges = [0, *sorted(cuts), len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
+
+
+@pytest.mark.asyncio
+async def test_the_reader_hands_on_what_nats_py_parser_does_however_the_bytes_are_split() -> None:
+    expected = await dispatched(Parser, [WIRE])
+    assert len([c for c in expected if c[0] == "msg"]) == 9  # the sample means what it says
+    assert await dispatched(Reader, [WIRE]) == expected
+    for cut in range(1, len(WIRE)):  # every place one read can end
+        assert await dispatched(Reader, split(WIRE, [cut])) == expected, cut
+    rng = random.Random(7)
+    for _ in range(200):  # many reads of random sizes, one byte included
+        cuts = rng.sample(range(1, len(WIRE)), rng.randint(2, 60))
+        assert await dispatched(Reader, split(WIRE, cuts)) == expected, cuts
+
+
+@pytest.mark.asyncio
+async def test_a_raw_subscription_gets_bytes_and_a_declined_message_goes_the_usual_way() -> None:
+    got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
+
+    def handler(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> bool:
+        got.append((subject, reply, data, headers))
+        return headers is not None and has_status(headers)  # a status: declined
+
+    calls = await dispatched(Reader, split(WIRE, [100, 101, 400]), raw={7: handler})
+    assert got == [(b"_INBOX.x.1", b"", b"", STATUS)]
+    assert ("msg", 7, b"_INBOX.x.1", b"", b"", STATUS) in calls  # declined: handed on as before
+    # a raw handler for a sid no longer subscribed is dropped, with its message
+    assert await dispatched(Reader, [WIRE], raw={1: handler}) == [
+        c for c in await dispatched(Parser, [WIRE]) if c[:2] != ("msg", 1)
+    ]
+
+
+@pytest.mark.asyncio
+async def test_protocol_garbage_is_a_protocol_error_as_in_nats_py() -> None:
+    for bad in (b"NOPE what\r\n", b"MSG t 1\r\n", b"MSG t x 3\r\nabc\r\n", b"HMSG t 1 2\r\n"):
+        with pytest.raises(nats.errors.ProtocolError):
+            await Reader(Recorder()).parse(bad)  # type: ignore[arg-type]
+
+
+BLOCKS = [
+    b"NATS/1.0\r\n\r\n",
+    HEADERS,
+    b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n",  # the last one wins
+    b"NATS/1.0\r\nNo-Space:value\r\nTabbed:\tv \r\nColon: a:b:c\r\nEmpty:\r\n\r\n",
+    b"NATS/1.0\r\nNot a header line\r\nBad Name: x\r\n: nameless\r\nGood: y\r\n\r\n",
+    "NATS/1.0\r\nCaf\u00e9: x\r\nUtf: caf\u00e9 \u2603\r\n\r\n".encode(),
+    b"NATS/1.0\r\nBroken: \xff\xfe\r\n\r\n",
+    b"NATS/1.0\r\nSep\x1cName: x\r\n\r\n",
+]
+
+
+@pytest.mark.asyncio
+async def test_header_blocks_read_as_nats_py_reads_them() -> None:
+    nc = NATS()
+    for block in BLOCKS:
+        assert not has_status(block)
+        assert plain_headers(block) == await nc._process_headers(block), block
+        assert plain_headers(block) == await nc._process_headers(block), block  # names now cached
+    for block in (STATUS, b"NATS/1.0 100 Idle Heartbeat\r\n\r\n", b"NATS/1.0 404 No Messages\r\n\r\n"):
+        assert has_status(block)
+
+
+@pytest.mark.asyncio
+async def test_a_pods_connection_reads_every_message_through_the_reader(nats_server: NatsServer) -> None:
+    """Small and large messages (a large one spans many reads), with and without headers
+    and replies, reach plain, direct and raw subscriptions intact and in order; a status
+    reply (no responders) still raises as nats-py raises it; PubAcks resolve."""
+    nc = await connect(nats_server.url, name="reader-test")
+    try:
+        assert reader_of(nc) is not None
+        sizes = [0, 1, 100, 70_000, 5, 900_000, 3]
+        plain: list[Any] = []
+        direct: list[Any] = []
+        raw: list[Any] = []
+        done = asyncio.Event()
+
+        def arrived(into: list[Any], item: Any) -> None:
+            into.append(item)
+            if len(plain) == len(direct) == len(raw) == len(sizes):
+                done.set()
+
+        async def cb(msg: Any) -> None:
+            arrived(plain, (msg.subject, msg.reply, msg.data, msg.headers))
+
+        await nc.subscribe("plain.>", cb=cb)
+        await subscribe_direct(nc, "direct.>", lambda m: arrived(direct, (m.subject, m.reply, m.data, m.headers)))
+        await subscribe_raw(nc, "raw.>", lambda *a: arrived(raw, a))
+        sent = []
+        for i, size in enumerate(sizes):
+            data = bytes([65 + i % 26]) * size
+            headers = {"Nats-Msg-Id": f"m-{i}", "X": "y z"} if i % 2 else None
+            reply = f"r.{i}" if i % 3 else ""
+            sent.append((f"plain.{i}", reply, data, headers))
+            for prefix in ("plain", "direct", "raw"):
+                await nc.publish(f"{prefix}.{i}", data, reply=reply, headers=headers)
+        await asyncio.wait_for(done.wait(), 20)
+        assert plain == sent
+        assert direct == [(f"direct.{s[6:]}", r, d, h) for s, r, d, h in sent]
+        assert [(s.decode(), r.decode(), d, h is not None) for s, r, d, h in raw] == [
+            (f"raw.{s[6:]}", r, d, h is not None) for s, r, d, h in sent
+        ]
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("nobody.listens", b"?", timeout=5)
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="READ", subjects=["read.>"]))
+        acks = await publish_all(js, [(f"read.{i}", b"x" * i, f"read-{i}") for i in range(50)])
+        assert [a.seq for a in acks] == list(range(1, 51))
+        info = await js.stream_info("READ")
+        assert info.state.messages == 50
+        assert json.loads((await nc.request("$JS.API.INFO", b"", timeout=5)).data)["type"]
+    finally:
+        await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_a_connection_made_elsewhere_gets_raw_messages_through_a_msg(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)  # nats-py's own parser
+    try:
+        assert reader_of(nc) is None
+        got: list[Any] = []
+        both = asyncio.Event()
+
+        def handler(*a: Any) -> None:
+            got.append(a)
+            if len(got) == 2:
+                both.set()
+
+        await subscribe_raw(nc, "raw.>", handler)
+        await nc.publish("raw.a", b"one", reply="back", headers={"K": "v"})
+        await nc.publish("raw.b", b"two")
+        await asyncio.wait_for(both.wait(), 10)
+        assert [(s, r, d) for s, r, d, _ in got] == [(b"raw.a", b"back", b"one"), (b"raw.b", b"", b"two")]
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="ELSE", subjects=["else.>"]))
+        (ack,) = await publish_all(js, [("else.a", b"x", "else-1")])
+        assert ack.seq == 1
+    finally:
+        await nc.close()
