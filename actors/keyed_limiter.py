@@ -15,10 +15,9 @@ in the order it was created.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("actors")
 
@@ -64,22 +63,45 @@ class KeyedLimiter:
             else:
                 self._free += 1
 
-    @contextlib.asynccontextmanager
-    async def turn(self, key: str) -> AsyncIterator[None]:
-        """Exclusive use of `key` among this limiter's work."""
-        lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
-        self._turns[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._turns[key]
-            if users == 1:
-                del self._turns[key]
-            else:
-                self._turns[key] = (lock, users - 1)
+    def turn(self, key: str) -> _Turn:
+        """Exclusive use of `key` among this limiter's work (`async with limiter.turn(key)`)."""
+        return _Turn(self._turns, key)
 
     async def drain(self) -> None:
         """Wait for the work under way and the work waiting for a slot."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class _Turn:
+    """`KeyedLimiter.turn`: a class, not an async generator, because every message of
+    the starter and the projector takes one (a generator-based context manager costs a
+    generator, its hooks and two extra frames a use). The lock of a key lives while
+    some work holds or waits for it."""
+
+    __slots__ = ("key", "lock", "turns")
+
+    def __init__(self, turns: dict[str, tuple[asyncio.Lock, int]], key: str) -> None:
+        self.turns = turns
+        self.key = key
+        lock, users = turns.get(key) or (asyncio.Lock(), 0)
+        turns[key] = (lock, users + 1)
+        self.lock = lock
+
+    async def __aenter__(self) -> None:
+        try:
+            await self.lock.acquire()
+        except BaseException:  # cancelled while waiting: no longer a user of the key
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        lock, users = self.turns[self.key]
+        if users == 1:
+            del self.turns[self.key]
+        else:
+            self.turns[self.key] = (lock, users - 1)
