@@ -68,9 +68,13 @@ class KeyedLimiter:
         return _Turn(self._turns, key)
 
     async def drain(self) -> None:
-        """Wait for the work under way and the work waiting for a slot."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for the work under way and the work waiting for a slot (a task that
+        ends starts the next in line first, so while any waits, some task runs)."""
+        while running := [t for t in self._tasks if not t.done()]:
+            # not `while self._tasks`: a done task leaves the set in a callback of its
+            # own, and on Python 3.12 gathering done tasks returns without letting it
+            # run, so that loop never ended
+            await asyncio.wait(running)
 
 
 class _Turn:
