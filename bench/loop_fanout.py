@@ -28,7 +28,10 @@ this order, each in a fresh child process (so peak RSS is that run's own):
 
 Figures: iterations/s as a ratio of the raw round-trip rate at the same N
 (``ratio_vs_raw_roundtrip``) and of the plain publish+consume rate
-(``ratio_vs_raw_pubsub``). ``--rounds R`` runs raw and the loops R times per size,
+(``ratio_vs_raw_pubsub``). The raw runs use nats-py as it comes; they run a second time
+on a connection reading with the actors' protocol reader (actors/natsio/reader.py, which
+every actor connection uses), and ``ratio_vs_raw_pubsub_reader`` is the loop's rate
+against that faster raw publish+consume. ``--rounds R`` runs raw and the loops R times per size,
 alternating, and also reports each figure's median over the rounds (``medians``): on a
 host whose speed drifts, one raw run measured before the loops makes a noisy ratio. The
 last line is one JSON object.
@@ -91,13 +94,16 @@ def children(exclude: int) -> list[int]:
 # --- child: raw baselines --------------------------------------------------------------
 
 
-async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
-    import nats
+async def raw(url: str, n: int, concurrency: int, *, reader: bool = False) -> dict[str, float]:
+    from nats.aio.client import Client as NATS
     from nats.js import api
 
-    nc = await nats.connect(url)
+    from actors.natsio.reader import install_reader
+
+    nc = install_reader(NATS()) if reader else NATS()
+    await nc.connect(url)
     js = nc.jetstream()
-    tag = f"{n}x{int(time.time() * 1000) % 10**8}"
+    tag = f"{n}x{int(time.time() * 1000) % 10**8}{'r' if reader else ''}"
     cmd_stream, res_stream = f"RAWC{tag}", f"RAWR{tag}"
     await js.add_stream(
         api.StreamConfig(name=cmd_stream, subjects=[f"rawc{tag}.>"], retention=api.RetentionPolicy.WORK_QUEUE)
@@ -195,7 +201,8 @@ async def raw(url: str, n: int, concurrency: int) -> dict[str, float]:
     for s in (cmd_stream, res_stream, ps):
         await js.delete_stream(s)
     await nc.close()
-    return {"raw_roundtrip_msgs_s": roundtrip, "raw_pubsub_msgs_s": pubsub}
+    suffix = "_reader" if reader else ""
+    return {f"raw_roundtrip_msgs_s{suffix}": roundtrip, f"raw_pubsub_msgs_s{suffix}": pubsub}
 
 
 # --- child: the loop -------------------------------------------------------------------
@@ -288,7 +295,14 @@ def main() -> int:
     import uvloop
 
     if a.child == "raw":
-        print(json.dumps(uvloop.run(raw(a.url, a.n, a.concurrency))))
+
+        async def both() -> dict[str, float]:
+            return {
+                **await raw(a.url, a.n, a.concurrency),
+                **await raw(a.url, a.n, a.concurrency, reader=True),
+            }
+
+        print(json.dumps(uvloop.run(both())))
         return 0
     if a.child == "loop":
         print(json.dumps(uvloop.run(loop(a.url, a.n, a.tool, a.concurrency, a.server_pid))))
@@ -329,6 +343,7 @@ def main() -> int:
                     **base,
                     "ratio_vs_raw_roundtrip": r["iterations_s"] / base["raw_roundtrip_msgs_s"],
                     "ratio_vs_raw_pubsub": r["iterations_s"] / base["raw_pubsub_msgs_s"],
+                    "ratio_vs_raw_pubsub_reader": r["iterations_s"] / base["raw_pubsub_msgs_s_reader"],
                 }
                 rows.append(row)
                 print(
@@ -337,6 +352,8 @@ def main() -> int:
                     f"nats-server {r['server_cpu_us_per_iteration']:3.0f})  "
                     f"raw rt {base['raw_roundtrip_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_roundtrip']:.2f}  "
                     f"raw pub+sub {base['raw_pubsub_msgs_s']:>8,.0f}/s  ratio {row['ratio_vs_raw_pubsub']:.2f}  "
+                    f"(with our reader {base['raw_pubsub_msgs_s_reader']:>8,.0f}/s  "
+                    f"ratio {row['ratio_vs_raw_pubsub_reader']:.2f})  "
                     f"log events {r['log_events']}  rss {r['rss_before_mb']:.0f}->{r['rss_peak_mb']:.0f} MB",
                     flush=True,
                 )
@@ -349,7 +366,8 @@ def main() -> int:
             print(
                 f"{m['n']:>7} {m['tool']:6}  {m['iterations_s']:>8,.0f} it/s  "
                 f"ratio {m['ratio_vs_raw_roundtrip']:.2f} of raw round trips  "
-                f"{m['ratio_vs_raw_pubsub']:.2f} of raw pub+sub",
+                f"{m['ratio_vs_raw_pubsub']:.2f} of raw pub+sub "
+                f"({m['ratio_vs_raw_pubsub_reader']:.2f} of it with our reader)",
                 flush=True,
             )
     print(
@@ -372,7 +390,7 @@ def main() -> int:
 def _medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per size and tool, the median over rounds of its rate and of its ratios (each
     round's ratio is against the raw run just before it: the host's drift cancels)."""
-    keys = ("iterations_s", "ratio_vs_raw_roundtrip", "ratio_vs_raw_pubsub")
+    keys = ("iterations_s", "ratio_vs_raw_roundtrip", "ratio_vs_raw_pubsub", "ratio_vs_raw_pubsub_reader")
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["n"], row["tool"]), []).append(row)
