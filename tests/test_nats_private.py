@@ -43,6 +43,11 @@ async def test_the_readers_internals_exist() -> None:
     for name in ("_process_msg", "_process_err", "_process_ping", "_process_pong", "_process_info", "_process_headers"):
         assert inspect.iscoroutinefunction(getattr(nc, name)), name
     assert install_reader(nc) is nc and isinstance(nc._ps, Reader)
+    # nats-py reads header blocks with fast_mail_parser when it is installed; the
+    # reader's `plain_headers` follows the other way it has
+    import nats.aio.client
+
+    assert nats.aio.client.parse_email is None
 
 
 async def test_client_internals_exist_with_their_types(nats_server: NatsServer) -> None:

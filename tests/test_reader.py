@@ -10,17 +10,19 @@ import asyncio
 import itertools
 import json
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import NoStreamResponseError
 from nats.protocol.parser import Parser
 
 from actors.natsio.dispatch import subscribe_direct
-from actors.natsio.publishing import publish_all
+from actors.natsio.publishing import publish_all, publisher
 from actors.natsio.reader import Reader, has_status, plain_headers, reader_of, subscribe_raw
 from actors.runtime import connect
 from streams.server import NatsServer
@@ -33,7 +35,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
-        self._subs: dict[int, object] = {7: object()}
+        self._subs: dict[int, object] = {7: SimpleNamespace(_max_msgs=0)}
         self.stats = {"in_msgs": 0, "in_bytes": 0}
 
     async def _process_msg(self, sid: int, subject: Any, reply: Any, data: Any, headers: Any) -> None:
@@ -119,15 +121,73 @@ async def test_a_raw_subscription_gets_bytes_and_a_declined_message_goes_the_usu
     calls = await dispatched(Reader, split(WIRE, [100, 101, 400]), raw={7: handler})
     assert got == [(b"_INBOX.x.1", b"", b"", STATUS)]
     assert ("msg", 7, b"_INBOX.x.1", b"", b"", STATUS) in calls  # declined: handed on as before
-    # a raw handler for a sid no longer subscribed is dropped, with its message
-    assert await dispatched(Reader, [WIRE], raw={1: handler}) == [
+    got.clear()
+
+    def taken(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        got.append((subject, reply, data, headers))
+
+    nc = Recorder()
+    reader = Reader(nc)  # type: ignore[arg-type]
+    reader.raw[7] = taken
+    await feed(reader, [WIRE])
+    assert got == [(b"_INBOX.x.1", b"", b"", STATUS)]  # taken: not handed on, counted here
+    assert not any(c[:2] == ("msg", 7) for c in nc.calls)
+    assert nc.stats == {"in_msgs": 1, "in_bytes": 0}
+    # a raw handler for a sid no longer subscribed is not called: the message is dropped
+    got.clear()
+    assert await dispatched(Reader, [WIRE], raw={1: taken}) == [
         c for c in await dispatched(Parser, [WIRE]) if c[:2] != ("msg", 1)
     ]
+    assert got == []
+
+
+class Resetting(Recorder):
+    """A client that resets its parser while handling one operation (`on`: a PING or
+    message 4), as a reconnect does while the read loop awaits."""
+
+    parser: Parser
+    on: str
+
+    async def _process_ping(self) -> None:
+        await super()._process_ping()
+        if self.on == "ping":
+            self.parser.reset()
+
+    async def _process_msg(self, sid: int, subject: Any, reply: Any, data: Any, headers: Any) -> None:
+        await super()._process_msg(sid, subject, reply, data, headers)
+        if self.on == "msg4" and sid == 4:
+            self.parser.reset()
+
+
+@pytest.mark.asyncio
+async def test_a_reset_while_handling_drops_the_rest_of_the_read_as_nats_py_does() -> None:
+    """The rest of the read that held the operation is the old connection's: dropped;
+    the next read (the new connection's) is parsed from scratch."""
+    after = b"MSG t.after 1 2\r\nok\r\n"
+    for on, at in (("ping", WIRE.index(b"PING")), ("msg4", WIRE.index(b"MSG t.tricky"))):
+        for cuts in ([], [5], [at // 2], [at - 1], [3, 40, at - 2]):
+            calls = []
+            for make in (Parser, Reader):
+                nc = Resetting()
+                nc.on, nc.parser = on, make(nc)  # type: ignore[arg-type]
+                await feed(nc.parser, [*split(WIRE[:at], cuts), WIRE[at:], after])
+                calls.append(nc.calls)
+            assert calls[1] == calls[0], (on, cuts)
+            assert calls[1][-1] == ("msg", 1, b"t.after", b"", b"ok", None), (on, cuts)
+            assert ("msg", 5, b"t.h", b"", b"body", HEADERS) not in calls[1]  # dropped with the read
 
 
 @pytest.mark.asyncio
 async def test_protocol_garbage_is_a_protocol_error_as_in_nats_py() -> None:
-    for bad in (b"NOPE what\r\n", b"MSG t 1\r\n", b"MSG t x 3\r\nabc\r\n", b"HMSG t 1 2\r\n"):
+    for bad in (
+        b"NOPE what\r\n",
+        b"MSG t 1\r\n",
+        b"MSG t x 3\r\nabc\r\n",
+        b"HMSG t 1 2\r\n",
+        b"MSG t 1 +2\r\nab\r\n",
+        b"MSG t 1 -1\r\n\r\n",
+        b"HMSG t 1 -5 2\r\nab\r\n",
+    ):
         with pytest.raises(nats.errors.ProtocolError):
             await Reader(Recorder()).parse(bad)  # type: ignore[arg-type]
 
@@ -191,8 +251,8 @@ async def test_a_pods_connection_reads_every_message_through_the_reader(nats_ser
         await asyncio.wait_for(done.wait(), 20)
         assert plain == sent
         assert direct == [(f"direct.{s[6:]}", r, d, h) for s, r, d, h in sent]
-        assert [(s.decode(), r.decode(), d, h is not None) for s, r, d, h in raw] == [
-            (f"raw.{s[6:]}", r, d, h is not None) for s, r, d, h in sent
+        assert [(s.decode(), r.decode(), d, h and plain_headers(h)) for s, r, d, h in raw] == [
+            (f"raw.{s[6:]}", r, d, h) for s, r, d, h in sent
         ]
         with pytest.raises(nats.errors.NoRespondersError):
             await nc.request("nobody.listens", b"?", timeout=5)
@@ -203,6 +263,32 @@ async def test_a_pods_connection_reads_every_message_through_the_reader(nats_ser
         info = await js.stream_info("READ")
         assert info.state.messages == 50
         assert json.loads((await nc.request("$JS.API.INFO", b"", timeout=5)).data)["type"]
+    finally:
+        await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_status_replies_reach_direct_and_raw_subscriptions_as_nats_py_reads_them(
+    nats_server: NatsServer,
+) -> None:
+    """A pull request on an empty consumer is answered "404 No Messages" on the tool
+    actor's direct inbox subscription (read by nats-py's own code, the handler gets its
+    Status header); a publish no stream takes is answered 503, which the Publisher's raw
+    subscription turns into NoStreamResponseError."""
+    nc = await connect(nats_server.url, name="reader-status")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="PULLED", subjects=["pulled.>"]))
+        await js.add_consumer("PULLED", ConsumerConfig(durable_name="w", ack_policy=AckPolicy.EXPLICIT))
+        answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        inbox = nc.new_inbox()
+        await subscribe_direct(nc, inbox, lambda m: answered.done() or answered.set_result(m))
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.PULLED.w", b'{"batch": 1, "no_wait": true}', reply=inbox)
+        msg = await asyncio.wait_for(answered, 10)
+        assert msg.headers is not None and msg.headers["Status"] == "404" and msg.data == b""
+        sent = await publisher(nc).publish("nowhere.stored", b"x", {"Nats-Msg-Id": "n-1"})
+        with pytest.raises(NoStreamResponseError):
+            await asyncio.wait_for(sent, 10)
     finally:
         await nc.close()
 

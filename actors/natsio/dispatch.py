@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from actors.natsio.private import hand_off
-from actors.natsio.reader import has_status, plain_headers, reader_of
+from actors.natsio.reader import has_status, plain_headers, reader_of, register_raw
 
 log = logging.getLogger("actors")
 
@@ -50,5 +50,5 @@ async def subscribe_direct(nc: NATS, subject: str, handler: Handler, *, queue: s
             handler(make(nc, subject.decode(), reply.decode(), data, headers, _sid=sid))
             return False
 
-        reader.raw[sid] = direct
+        register_raw(reader, sid, direct)
     return sub

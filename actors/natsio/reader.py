@@ -105,10 +105,9 @@ class Reader(Parser):
                     return  # the client reset its parser meanwhile (a reconnect)
                 pos = eol + 2
                 continue
-            try:
-                sid, size, header_size = int(sid_b), int(size_b), int(header_b)
-            except ValueError:
-                raise ProtocolError("nats: malformed MSG") from None
+            if not (sid_b.isdigit() and size_b.isdigit() and header_b.isdigit()):
+                raise ProtocolError("nats: malformed MSG")  # as nats-py's \\d+ refuses it
+            sid, size, header_size = int(sid_b), int(size_b), int(header_b)
             start = eol + 2
             stop = start + size
             if stop + 2 > end:  # the payload is still to come: wait for all of it
@@ -122,19 +121,23 @@ class Reader(Parser):
             pos = stop + 2
             handler = raw.get(sid)
             if handler is not None:
-                if sid not in subs:
-                    del raw[sid]  # unsubscribed: dropped, as `_process_msg` drops it
-                    continue
-                try:
-                    declined = handler(subject, reply, payload, headers)
-                except Exception:
-                    # raised here, it would make the client drop the connection
-                    log.exception("handling a message on %s", subject.decode(errors="replace"))
-                    declined = False
-                if not declined:
+                sub = subs.get(sid)
+                if sub is None:
+                    del raw[sid]  # unsubscribed: counted and dropped, as `_process_msg` does
                     stats["in_msgs"] += 1
                     stats["in_bytes"] += size - header_size
                     continue
+                if not sub._max_msgs:  # one that unsubscribes after N messages: nats-py counts them
+                    try:
+                        declined = handler(subject, reply, payload, headers)
+                    except Exception:
+                        # raised here, it would make the client drop the connection
+                        log.exception("handling a message on %s", subject.decode(errors="replace"))
+                        declined = False
+                    if not declined:
+                        stats["in_msgs"] += 1
+                        stats["in_bytes"] += size - header_size
+                        continue
             await nc._process_msg(sid, subject, reply, payload, headers)
             if self.buf is not buf:
                 return  # the client reset its parser meanwhile (a reconnect)
@@ -162,6 +165,15 @@ def install_reader(nc: NATS) -> NATS:
     """Give `nc` a `Reader` (before it connects: the parser holds what was read)."""
     nc._ps = Reader(nc)
     return nc
+
+
+def register_raw(reader: Reader, sid: int, handler: RawHandler) -> None:
+    """Hand `sid`'s messages to `handler`, and forget the handlers of subscriptions that
+    have ended since (an entry otherwise goes only when a message for it comes)."""
+    subs = reader.nc._subs
+    for gone in [s for s in reader.raw if s not in subs]:
+        del reader.raw[gone]
+    reader.raw[sid] = handler
 
 
 def reader_of(nc: NATS) -> Reader | None:
@@ -210,21 +222,35 @@ def _header_name(name: bytes) -> str | None:
 async def subscribe_raw(nc: NATS, subject: str, handler: RawHandler) -> Subscription:
     """Subscribe to `subject` with `handler` called with each message's bytes as it is
     read (see the module docstring). It must not block, and what it raises is logged.
-    On a connection without a `Reader`, messages go through a `Msg` to the same handler."""
+    What does not come that way (no `Reader` on `nc`, a message the handler declines, a
+    subscription given a message limit) reaches the same handler through a `Msg`, its
+    header block rebuilt from the parsed headers."""
     sub = await nc.subscribe(subject, pending_msgs_limit=-1)  # no callback: no task
+    from actors.natsio.private import hand_off
+
+    def from_msg(msg: Msg) -> None:
+        try:
+            handler(msg.subject.encode(), msg.reply.encode(), msg.data, header_block(msg.headers))
+        except Exception:
+            log.exception("handling a message on %s", msg.subject)
+
+    hand_off(sub, from_msg)
     reader = reader_of(nc)
     if reader is not None:
-        reader.raw[sub._id] = handler
-    else:  # a connection made elsewhere (nats.connect): the same handler, through a Msg
-        from actors.natsio.private import hand_off
-
-        def from_msg(msg: Msg) -> None:
-            status = (msg.headers or {}).get("Status")
-            block = None if status is None else b"NATS/1.0 " + status.encode() + b"\r\n\r\n"
-            try:
-                handler(msg.subject.encode(), msg.reply.encode(), msg.data, block)
-            except Exception:
-                log.exception("handling a message on %s", msg.subject)
-
-        hand_off(sub, from_msg)
+        register_raw(reader, sub._id, handler)
     return sub
+
+
+def header_block(headers: dict[str, str] | None) -> bytes | None:
+    """A header block with `headers` (as nats-py parsed them: a status in "Status" and
+    "Description"), for a handler of raw bytes given a `Msg`."""
+    if not headers:
+        return None
+    status = headers.get("Status")
+    first = b"NATS/1.0" if status is None else b"NATS/1.0 " + status.encode()
+    if status is not None and headers.get("Description"):
+        first += b" " + headers["Description"].encode()
+    lines = [first] + [
+        f"{k}: {v}".encode() for k, v in headers.items() if status is None or k not in ("Status", "Description")
+    ]
+    return b"\r\n".join(lines) + b"\r\n\r\n"

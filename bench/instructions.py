@@ -1,0 +1,158 @@
+"""Instructions per execution or per loop iteration, counted by valgrind (callgrind):
+a figure that does not move with the host's noise, to compare two versions of the code.
+
+    python bench/instructions.py [--what e2e|fanout] [--tool sleep|python|noop] [--n 100]
+                                 [--parser reader|nats-py]
+
+Wall time and CPU time on a shared host drift by 2x from minute to minute; instruction
+counts repeat within about 0.2% for the same code and input. Each measurement runs the
+workload twice under ``valgrind --tool=callgrind`` (one fresh nats-server each, not
+itself counted): once with `--n` executions or iterations, once with one, and reports the
+difference divided by `n - 1` (start-up, imports and stream set-up cancel out).
+
+* ``--what e2e``: every actor and the client in one process, as ``actors-cli run`` does;
+  a 3-step playbook of `--tool` steps (``sleep`` 0 s: no worker process; ``python``: the
+  pool's workers are not counted, only the process that talks to them), 10 executions at
+  a time, each ``Client.start`` then ``Client.wait``.
+* ``--what fanout``: ``bench/loop_fanout.py``'s loop child (one loop step of `--n`
+  iterations of `--tool` in async mode, then a step reading the results).
+
+``--parser nats-py``: the connections read with nats-py's own parser instead of the
+actors' reader (actors/natsio/reader.py), to see what the reader saves. To compare two
+commits, run this file from a worktree of each. Needs valgrind; slow (about 50x, and 30 s
+of start-up per run). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import runpy
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import chain_playbook, start_server  # noqa: E402
+
+
+async def e2e_child(url: str, n: int, tool: str) -> None:
+    """`n` executions of a 3-step playbook, every actor and the client in this process."""
+    from actors.client import Client
+    from actors.runtime import connect, start_roles
+    from streams.layout import Layout
+
+    nc_pod = await connect(url, name="instructions-pod")
+    runtime = await start_roles(nc_pod, layout=Layout())
+    nc = await connect(url, name="instructions-client")
+    client = Client(nc, layout=Layout())
+    with tempfile.TemporaryDirectory() as d:
+        pb = Path(d) / "chain.yaml"
+        pb.write_text(chain_playbook("instructions", 3, tool))
+        entry = await client.register(pb)
+
+    async def one() -> None:
+        eid = await client.start(entry.path, version=entry.version)
+        status = await client.wait(eid, timeout=600)
+        assert status.state == "COMPLETED", status
+
+    for start in range(0, n, 10):
+        await asyncio.gather(*(one() for _ in range(min(10, n - start))))
+    await runtime.stop()
+    await nc.close()
+    await nc_pod.close()
+
+
+def counted(cmd: list[str], env: dict[str, str]) -> int:
+    """Instructions callgrind counted for `cmd` (its own process, not its children)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out", *cmd],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+    found = re.findall(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"{' '.join(cmd)} failed under callgrind:\n{out.stderr[-3000:]}")
+    return int(found[-1])
+
+
+async def measure(what: str, tool: str, n: int, parser: str) -> int:
+    server = await start_server()
+    try:
+        env = {**os.environ, "ACTORS_BENCH_PARSER": parser}
+        if what == "e2e":
+            cmd = [sys.executable, __file__, "--child", "--url", server.url, "--n", str(n), "--tool", tool]
+        else:  # loop_fanout.py's own child, run through this file (`--parser`)
+            cmd = [sys.executable, __file__, "--fanout-child", "--child", "loop", "--url", server.url]
+            cmd += ["--n", str(n), "--tool", tool, "--server-pid", str(server.proc.pid)]
+        return await asyncio.to_thread(counted, cmd, env)
+    finally:
+        await server.stop()
+
+
+def use_parser(parser: str) -> None:
+    """In a child: read with nats-py's own parser when asked (the reader is installed
+    by `runtime.connect`)."""
+    if parser == "nats-py":
+        import actors.runtime
+
+        actors.runtime.install_reader = lambda nc: nc  # type: ignore[assignment]
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--fanout-child"]:
+        use_parser(os.environ.get("ACTORS_BENCH_PARSER", "reader"))
+        sys.argv = [str(ROOT / "bench" / "loop_fanout.py"), *sys.argv[2:]]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--what", choices=["e2e", "fanout"], default="e2e")
+    ap.add_argument("--tool", default=None, help="e2e: sleep (default) or python; fanout: noop (default) or python")
+    ap.add_argument("--n", type=int, default=None, help="executions (e2e, default 100) or iterations (fanout, 5000)")
+    ap.add_argument("--parser", choices=["reader", "nats-py"], default="reader")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        import uvloop
+
+        use_parser(os.environ.get("ACTORS_BENCH_PARSER", "reader"))
+        uvloop.run(e2e_child(a.url, a.n, a.tool))
+        return 0
+    tool = a.tool or ("sleep" if a.what == "e2e" else "noop")
+    n = a.n or (100 if a.what == "e2e" else 5000)
+    if n < 2:
+        raise SystemExit("--n must be at least 2")
+    full = asyncio.run(measure(a.what, tool, n, a.parser))
+    one = asyncio.run(measure(a.what, tool, 1, a.parser))
+    per = (full - one) / (n - 1)
+    unit = "execution" if a.what == "e2e" else "iteration"
+    print(f"{a.what} {tool} ({a.parser}): {per:,.0f} instructions per {unit} ({n} against 1: {full:,} - {one:,})")
+    print(
+        json.dumps(
+            {
+                "bench": "instructions",
+                "what": a.what,
+                "tool": tool,
+                "parser": a.parser,
+                "n": n,
+                "instructions_total": full,
+                "instructions_start_up": one,
+                f"instructions_per_{unit}": round(per),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
