@@ -61,17 +61,25 @@ class Outbox:
 
     async def send(self, fx: Effects) -> None:
         js = self.js
-        starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
-        await publish_all(
-            js, await command_items(js, fx.commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
-        )
-        await self.hand_over_loops(fx.loops)
-        await self.arm(fx.timers)
-        await publish_all(js, await self.signals(fx))
-        await self.stop(fx.cancels)
+        # each step only when it has something to send: most inputs decide a command or
+        # two and a record, and every empty step cost a coroutine or two, per input
+        if fx.commands or fx.starts:
+            starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
+            await publish_all(
+                js, await command_items(js, fx.commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
+            )
+        if fx.loops:
+            await self.hand_over_loops(fx.loops)
+        if fx.timers:
+            await self.arm(fx.timers)
+        if fx.reply is not None or fx.child_cancels or fx.loop_cancels:
+            await publish_all(js, await self.signals(fx))
+        if fx.cancels:
+            await self.stop(fx.cancels)
         if fx.verdict is not None:
             await self.send_verdict(fx.verdict)
-        await self.record(fx)
+        if fx.events or fx.lifecycle:
+            await self.record(fx)
 
     async def hand_over_loops(self, loops: list[LoopSpec]) -> None:
         """Each loop goes to the counter as one spec on the loop's own log; a large

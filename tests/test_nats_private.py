@@ -42,6 +42,7 @@ async def test_the_readers_internals_exist() -> None:
     assert isinstance(nc._subs, dict) and {"in_msgs", "in_bytes"} <= set(nc.stats)
     for name in ("_process_msg", "_process_err", "_process_ping", "_process_pong", "_process_info", "_process_headers"):
         assert inspect.iscoroutinefunction(getattr(nc, name)), name
+    assert "self._parse_header_lines(" in inspect.getsource(NATS._process_headers)
     assert install_reader(nc) is nc and isinstance(nc._ps, Reader)
     # nats-py reads header blocks with fast_mail_parser when it is installed; the
     # reader's `plain_headers` follows the other way it has

@@ -23,7 +23,7 @@ from nats.protocol.parser import Parser
 
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.publishing import publish_all, publisher
-from actors.natsio.reader import Reader, has_status, plain_headers, reader_of, subscribe_raw
+from actors.natsio.reader import Reader, has_status, install_reader, plain_headers, reader_of, subscribe_raw
 from actors.runtime import connect
 from streams.server import NatsServer
 
@@ -206,11 +206,18 @@ BLOCKS = [
 
 @pytest.mark.asyncio
 async def test_header_blocks_read_as_nats_py_reads_them() -> None:
-    nc = NATS()
+    nc, ours = NATS(), install_reader(NATS())
     for block in BLOCKS:
         assert not has_status(block)
         assert plain_headers(block) == await nc._process_headers(block), block
         assert plain_headers(block) == await nc._process_headers(block), block  # names now cached
+        assert await ours._process_headers(block) == await nc._process_headers(block), block
+    for block in (
+        b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 3\r\nNats-Last-Stream: 7\r\n\r\n",
+        b"NATS/1.0 503\r\n\r\n",
+        b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 1\r\nBad Name: x\r\n\r\n",
+    ):  # with a status: read by nats-py's code, its lines by `header_lines` on our connections
+        assert await ours._process_headers(block) == await nc._process_headers(block), block
     for block in (STATUS, b"NATS/1.0 100 Idle Heartbeat\r\n\r\n", b"NATS/1.0 404 No Messages\r\n\r\n"):
         assert has_status(block)
 

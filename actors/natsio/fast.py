@@ -21,6 +21,16 @@ from nats.aio.msg import Msg
 from actors.natsio.private import ack_connection, buffer_lazily, buffer_publish, can_write_directly, mark_acked
 
 _NO_WS = re.compile(r"[ \t\r\n]")
+_NAMES_OK: set[str] = set()  # header names checked already (a few, sent again and again)
+
+
+def _name_ok(name: str) -> bool:
+    """May `name` go in a header line as it is (no whitespace, no colon)? Remembered."""
+    if _NO_WS.search(name) or ":" in name:
+        return False
+    if len(_NAMES_OK) < 256:
+        _NAMES_OK.add(name)
+    return True
 
 
 def send_nowait(
@@ -34,7 +44,7 @@ def send_nowait(
     if headers:
         lines = [b"NATS/1.0\r\n"]
         for k, v in headers.items():
-            if "\r" in v or "\n" in v or _NO_WS.search(k) or ":" in k:
+            if "\r" in v or "\n" in v or (k not in _NAMES_OK and not _name_ok(k)):
                 return nc.publish(subject, payload, reply=reply, headers=headers)
             lines.append(b"%s: %s\r\n" % (k.encode(), v.encode()))
         lines.append(b"\r\n")

@@ -19,7 +19,9 @@ Private names of nats-py used here (`tests/test_nats_private.py` pins them): `Pa
 the client on a reconnect) and `nc` (the client); the client's `_ps` (the parser its
 read loop calls, looked up for each chunk), `_subs` (sid -> Subscription: a message for
 a sid no longer there is dropped, as `_process_msg` does), `_process_msg`,
-`_process_err`, `_process_ping`, `_process_pong`, `_process_info` and `stats`.
+`_process_err`, `_process_ping`, `_process_pong`, `_process_info` and `stats`; and its
+`_parse_header_lines`, which `_process_headers` calls through the instance (replaced by
+`header_lines` on a connection with a Reader).
 """
 
 from __future__ import annotations
@@ -162,8 +164,10 @@ class Reader(Parser):
 
 
 def install_reader(nc: NATS) -> NATS:
-    """Give `nc` a `Reader` (before it connects: the parser holds what was read)."""
+    """Give `nc` a `Reader` (before it connects: the parser holds what was read), and
+    `header_lines` for the header blocks nats-py's `_process_headers` still reads."""
     nc._ps = Reader(nc)
+    nc._parse_header_lines = header_lines  # type: ignore[method-assign]
     return nc
 
 
@@ -192,9 +196,18 @@ def plain_headers(block: bytes) -> dict[str, str] | None:
     """The headers of a header block without a status ("NATS/1.0\\r\\n" then
     name-value lines), as nats-py's `Client._process_headers` reads them: None when
     there are none."""
+    return header_lines(block[_PLAIN_SIZE:]) or None
+
+
+def header_lines(raw: bytes) -> dict[str, str]:
+    """Name-value lines as nats-py's `Client._parse_header_lines` reads them, the names
+    decoded and checked once and cached (a few distinct ones come again and again; that
+    check is a generator over each name's characters in nats-py). `install_reader` puts
+    it in place of nats-py's on the connection, for the messages nats-py's own code reads
+    (a status watch, a request's reply)."""
     out: dict[str, str] = {}
     names = _names
-    for line in block[_PLAIN_SIZE:].split(_CRLF):
+    for line in raw.split(_CRLF):
         name, sep, value = line.partition(b":")
         if not sep:
             continue
@@ -206,7 +219,7 @@ def plain_headers(block: bytes) -> dict[str, str] | None:
                 names[name] = key
         if key is not None:
             out[key] = value.strip().decode("utf-8", "replace")
-    return out or None
+    return out
 
 
 def _header_name(name: bytes) -> str | None:
