@@ -6,9 +6,11 @@ message is queued, the task wakes, takes it and awaits the callback. For a messa
 whose handling is only bookkeeping (a PubAck resolving a future, an input put into an
 actor's mailbox, a command handed to a task) that queue hop and task switch cost more
 than the handling, on every message of the hot path. `subscribe_direct` calls the
-handler at once instead. The handler must not block: it runs inside the read loop, so
-it is a plain function, and anything it raises is logged and dropped here (raised, it
-would make the client drop the connection)."""
+handler at once instead: on a connection with the actors' reader (actors/natsio/reader.py)
+with a `Msg` the reader builds as it reads; otherwise, and for status messages, from
+nats-py's `_process_msg` through a stand-in for the subscription's queue. The handler
+must not block: it runs inside the read loop, so it is a plain function, and anything it
+raises is logged and dropped (raised, it would make the client drop the connection)."""
 
 from __future__ import annotations
 

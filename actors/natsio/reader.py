@@ -10,9 +10,10 @@ it finds each line's end, splits MSG and HMSG lines on spaces, slices payloads o
 the chunk, and keeps only a message split across reads. Every other operation (+OK,
 -ERR, PING, PONG, INFO) goes through nats-py's own expressions and handlers, as before.
 
-A message goes to `Client._process_msg` as before, unless its subscription was made by
-`subscribe_raw`: then its handler gets the subject, reply, payload and header block as
-bytes, with no `Msg` built and no header parsed. A PubAck needs nothing more.
+A message goes to `Client._process_msg` as before, unless its subscription registered a
+handler here (`register_raw`): one made by `subscribe_raw` gets the subject, reply,
+payload and header block as bytes, with no `Msg` built and no header parsed (a PubAck
+needs nothing more); one made by `dispatch.subscribe_direct` gets a `Msg` built here.
 
 Private names of nats-py used here (`tests/test_nats_private.py` pins them): `Parser`'s
 `buf` (bytearray: what is left of a message split across reads), `reset` (called by
@@ -36,6 +37,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import ProtocolError
 from nats.protocol.parser import ERR_RE, INFO_RE, OK_RE, PING_RE, PONG_RE, Parser
+
+from actors.natsio.private import hand_off
 
 log = logging.getLogger("actors")
 
@@ -239,7 +242,6 @@ async def subscribe_raw(nc: NATS, subject: str, handler: RawHandler) -> Subscrip
     subscription given a message limit) reaches the same handler through a `Msg`, its
     header block rebuilt from the parsed headers."""
     sub = await nc.subscribe(subject, pending_msgs_limit=-1)  # no callback: no task
-    from actors.natsio.private import hand_off
 
     def from_msg(msg: Msg) -> None:
         try:
