@@ -74,7 +74,12 @@ class KeyedLimiter:
             # not `while self._tasks`: a done task leaves the set in a callback of its
             # own, and on Python 3.12 gathering done tasks returns without letting it
             # run, so that loop never ended
-            await asyncio.wait(running)
+            try:
+                await asyncio.wait(running)
+            except asyncio.CancelledError:  # the stop was cancelled: so is the work (as gather did)
+                for t in running:
+                    t.cancel()
+                raise
 
 
 class _Turn:

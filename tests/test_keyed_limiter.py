@@ -98,3 +98,27 @@ async def test_a_turn_cancelled_while_waiting_leaves_the_key_to_the_next() -> No
     await asyncio.gather(first, last)
     assert got == ["holder", "last"]
     assert limiter._turns == {}
+
+
+async def test_a_cancelled_drain_cancels_the_work_it_waited_for() -> None:
+    limiter = KeyedLimiter(limit=2, what="test")
+    started, never = asyncio.Event(), asyncio.Event()
+    cancelled: list[str] = []
+
+    async def run() -> None:
+        started.set()
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.append("work")
+            raise
+
+    limiter.submit(run)
+    await started.wait()
+    drain = asyncio.create_task(limiter.drain())
+    await asyncio.sleep(0)
+    drain.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await drain
+    await asyncio.gather(*limiter._tasks, return_exceptions=True)
+    assert cancelled == ["work"]
