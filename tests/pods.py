@@ -103,6 +103,23 @@ class PodProcess:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
             await until_status(http, f"http://127.0.0.1:{self.port}/readyz", 200, timeout=timeout, proc=self.proc)
 
+    async def dump_tasks(self, timeout: float = 5) -> str:
+        """What the pod's tasks wait on (`kill -USR1`, actors/taskdump.py), read back from
+        its log: for the report of a test that found work stuck."""
+        if self.proc.returncode is not None:
+            return f"{self.log.name}: exited with {self.proc.returncode}"
+        before = self.log.read_bytes()
+        self.proc.send_signal(signal.SIGUSR1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            after = self.log.read_bytes()[len(before) :]
+            if b" asyncio tasks\n" in after:
+                await asyncio.sleep(0.2)  # the dump is written in one go; let it land
+                return self.log.read_bytes()[len(before) :].decode(errors="replace")
+            await asyncio.sleep(0.05)  # a file has no event to await
+        return f"{self.log.name}: no task dump within {timeout}s"
+
     async def kill(self) -> None:
         """kill -9: nothing is handed back, leases and unacked messages age out."""
         if self.proc.returncode is None:

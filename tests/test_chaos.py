@@ -117,7 +117,7 @@ def assert_decided_once(eid: str, items: list[LogItem]) -> None:
     assert len([i for i in items if i.type == "iterator.started"]) == 1, eid
 
 
-async def stuck_report(client: Client, stuck: list[str], logs: Path) -> str:
+async def stuck_report(client: Client, stuck: list[str], logs: Path, tool_pods: list[PodProcess]) -> str:
     """What a user would look at first: where the unfinished executions stopped."""
     lines = [f"{len(stuck)} executions did not finish"]
     jsm = client.nc.jsm()
@@ -157,8 +157,14 @@ async def stuck_report(client: Client, stuck: list[str], logs: Path) -> str:
         e = await kv.get(k)
         lines.append(f"owners {k} = {e.value!r}")
     for log in sorted(await asyncio.to_thread(lambda: list(logs.iterdir()))):
-        errors = [ln for ln in log.read_text(errors="replace").splitlines() if "ERROR" in ln or "Traceback" in ln]
-        lines += [f"{log.name}: {ln}" for ln in errors[:5]]
+        notable = [
+            ln
+            for ln in log.read_text(errors="replace").splitlines()
+            if "ERROR" in ln or "WARNING" in ln or "Traceback" in ln
+        ]
+        lines += [f"{log.name}: {ln}" for ln in notable[:10]]
+    for pod in tool_pods:
+        lines.append(await pod.dump_tasks())
     return "\n".join(lines)
 
 
@@ -197,7 +203,7 @@ async def run_chaos(
         try:
             await terminals.reach(EXECUTIONS, timeout=90)
         except TimeoutError:
-            report = await stuck_report(client, [e for e in ids if e not in terminals.seen], logs)
+            report = await stuck_report(client, [e for e in ids if e not in terminals.seen], logs, pods["tools"])
             report += f"\nmax deliveries: {len(terminals.advisories)} {terminals.advisories[:3]}"
             report += f"\ndead letters: {[(d.type, d.data) for d in (await client.dead_letters())[:3]]}"
             raise AssertionError(report) from None

@@ -96,6 +96,10 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
                 await asyncio.sleep(0.05)
             assert samples((await get(http, f"{base}/metrics"))[2])[("actors_executions_started_total", ())] == 1
 
+        # `kill -USR1`: what each task waits on, in the log (the pod goes on)
+        dump = await pod.dump_tasks()
+        assert "task 'tools:keep-alive'" in dump and "held.py" in dump and "keep_alive" in dump, dump
+        assert "waiting on <Future pending" in dump, dump
         assert await pod.stop(timeout=30) == 0  # SIGTERM
     finally:
         await pod.kill()  # if it is still running

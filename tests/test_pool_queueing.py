@@ -188,3 +188,43 @@ def _at_least(items: list[str], n: int) -> Callable[[], Awaitable[bool]]:
         return len(items) >= n
 
     return enough
+
+
+@pytest.mark.asyncio
+async def test_a_worker_killed_just_after_it_was_handed_to_a_waiting_call_does_not_strand_that_call(
+    pool: PythonPool, tmp_path: Path
+) -> None:
+    """The worker is handed to a call waiting in line (a queued call taken back made
+    room), and, before that call gets to send its request, the call running there is
+    cancelled, which kills the worker. The waiting call must run on another worker: it
+    has no timeout, so a request sent to the dead one would wait for ever (its command
+    held and kept alive by the tool actor, its execution stuck)."""
+    path = tmp_path / "log"
+    await _learn_slow(pool, path)
+    stop_running, take_back = CancelSignal(), CancelSignal()
+    running = asyncio.create_task(
+        pool.run(SLOW, {"tag": "running", "path": str(path), "wait": 30}, cancel=stop_running)
+    )
+    await _started(path, "running")
+    queued = [
+        asyncio.create_task(pool.run(SLOW, {"tag": f"q{i}", "path": str(path)}, cancel=take_back if i == 0 else None))
+        for i in range(QUEUE_DEPTH - 1)  # the worker is full: the next call waits in line
+    ]
+    waiting = asyncio.create_task(pool.run(SLOW, {"tag": "waiting", "path": str(path)}))
+    await wait_for(_in_line(pool))
+    take_back.set()  # q0 taken back: its place goes to `waiting`...
+    stop_running.set()  # ...and the worker is killed before `waiting` sends its request
+    with pytest.raises(ToolFailure) as caught:
+        await running
+    assert caught.value.type == "Cancelled"
+    assert await asyncio.wait_for(waiting, 20) == "waiting"
+    outcomes = await asyncio.gather(*queued, return_exceptions=True)
+    assert isinstance(outcomes[0], ToolFailure) and outcomes[0].type == "Cancelled"
+    assert outcomes[1:] == [f"q{i}" for i in range(1, QUEUE_DEPTH - 1)]
+
+
+def _in_line(pool: PythonPool) -> Callable[[], Awaitable[bool]]:
+    async def waiting() -> bool:
+        return bool(pool._waiters)
+
+    return waiting

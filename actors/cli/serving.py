@@ -56,6 +56,9 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     # first of all: a SIGTERM that comes while the pod is still starting must not be
     # lost (as PID 1 in a container, an unhandled SIGTERM is ignored, not fatal)
     stop = _stop_on_signal()
+    from actors import taskdump
+
+    taskdump.install()  # `kill -USR1 <pid>`: what every task waits on, to stderr
     settings = settings_of(args)
     if settings.nats_url is None:
         raise UsageError("serve needs --nats URL or NATS_URL")

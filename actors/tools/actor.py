@@ -30,6 +30,7 @@ from actors.stopping import cancel_and_wait
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
 from actors.tools.credentials import CredentialSource
+from actors.tools.held import HOLD_MARGIN, HeldCommands
 from actors.tools.podguard import guard_pod
 from actors.tools.pull import KindPull, wake_now_and_then
 from actors.tools.redact import install_log_redaction
@@ -76,6 +77,7 @@ class ToolActor:
         limits: Limits | None = None,
         credentials: CredentialSource | None = None,
         settings: Settings | None = None,
+        hold_margin: float = HOLD_MARGIN,
     ) -> None:
         """`concurrency`: commands in flight per kind, one number for every kind or a
         mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`).
@@ -85,9 +87,11 @@ class ToolActor:
         None: read from the environment). `credentials`: where steps' credentials are found
         (None: `Settings.credentials_dir` and `Settings.credentials` read from the environment).
         `settings`: the pod's (None: read from the environment), whose NATS password and token
-        and payload keys are masked like credentials. Every log record of this process is
-        masked from now on (actors/tools/redact.py), and the process is made undumpable, so
-        steps cannot read its environment through /proc (actors/tools/podguard.py)."""
+        and payload keys are masked like credentials. `hold_margin`: seconds a command may
+        be held past its step's timeout before it is let go (actors/tools/held.py). Every
+        log record of this process is masked from now on (actors/tools/redact.py), and the
+        process is made undumpable, so steps cannot read its environment through /proc
+        (actors/tools/podguard.py)."""
         install_log_redaction()
         if settings is None:
             settings = Settings.from_env()
@@ -109,7 +113,7 @@ class ToolActor:
         }
         self._loops: list[asyncio.Task[None]] = []
         self._cancels = Cancels()
-        self._held: dict[str, Msg] = {}  # ack subject -> command not acked yet (kept alive)
+        self._held = HeldCommands(margin=hold_margin)  # commands not acked yet (kept alive)
         self._inflight: set[asyncio.Task[None]] = set()
         self._naks: set[asyncio.Future[None]] = set()  # commands given back while stopping
         self._cancel_sub: Subscription | None = None
@@ -141,7 +145,9 @@ class ToolActor:
             await k.subscribe()
             self._loops.append(asyncio.create_task(k.run(self._stopping), name=f"tools:{k.kind}"))
         self._loops.append(asyncio.create_task(wake_now_and_then(self._pulls.values()), name="tools:watch"))
-        self._beat = asyncio.create_task(self._keep_alive(), name="tools:keep-alive")
+        # each held command gets a beat within `ack_wait / 3` of being fetched, then every `ack_wait / 3`
+        period = max(self.layout.ack_wait / 3, 0.5)
+        self._beat = asyncio.create_task(self._held.keep_alive(period), name="tools:keep-alive")
 
     async def stop(self, *, drain_timeout: float = 5.0) -> None:
         """Stop pulling; give running commands `drain_timeout` to finish (still kept
@@ -199,16 +205,3 @@ class ToolActor:
             self._active -= 1
             if not self._active and self._batcher.waiting:
                 self._batcher.flush_all()  # nothing running here could join them
-
-    async def _keep_alive(self) -> None:
-        """One task keeps every held command alive (`in_progress`) while it runs: each
-        gets a beat within `ack_wait / 3` of being fetched, then every `ack_wait / 3`."""
-        period = max(self.layout.ack_wait / 3, 0.5)
-        while True:
-            await asyncio.sleep(period)
-            for reply, msg in list(self._held.items()):
-                if reply in self._held:
-                    try:
-                        await msg.in_progress()
-                    except Exception as e:  # a closed connection: the next beat tries again
-                        log.debug("keep-alive of %s: %s", reply, e)

@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 
 from actors.codec import codec_of
 from actors.natsio import MSG_ID, ack, publisher
+from actors.tools.held import HeldCommands
 from actors.wire import Command, ErrorInfo, IterationResult, ResultBatchOut, encode
 from streams.ids import result_batch_id
 from streams.layout import loop_key
@@ -72,7 +73,7 @@ class ResultBatcher:
         window: float,
         worker: str,
         answer_alone: AnswerAlone,
-        held: dict[str, Msg],
+        held: HeldCommands,
     ) -> None:
         """`limit`: bytes a message may take; `answer_alone`: sends one command's answer
         (a batch of one); `held`: commands kept alive until acked (a batch's leave it)."""
@@ -214,10 +215,10 @@ class ResultBatcher:
             # unacked: the commands come back after ack_wait (here or on another pod)
             log.warning("publishing %d loop results on %s failed: %r", len(group.items), group.subject, e)
             for _, _, msg in group.items:
-                self.held.pop(msg.reply, None)
+                self.held.release(msg.reply)
             return
         for _, _, msg in group.items:
-            self.held.pop(msg.reply, None)
+            self.held.release(msg.reply)
             try:
                 await ack(msg)
             except Exception as e:  # a closed connection: the command comes back, is answered again, ignored

@@ -235,7 +235,14 @@ class WorkerProcess:
 
     def submit(self, loop: asyncio.AbstractEventLoop, frame: bytes) -> Call:
         """Send a request frame (``REQ``); its reply will resolve the returned call. The
-        requests submitted in one turn of the event loop go out in one write."""
+        requests submitted in one turn of the event loop go out in one write. On a worker
+        killed since it was handed to the caller (a call running there was cancelled
+        before the caller's turn came), the call fails at once with Stop("requeue"): it
+        never started, and nothing would ever answer it."""
+        if self.dead:
+            gone = Call(loop.create_future(), -1)
+            gone.fut.set_exception(Stop("requeue"))
+            return gone
         self.watch(loop)
         call = Call(loop.create_future(), self.next_seq)
         self.next_seq += 1

@@ -34,6 +34,7 @@ from actors.tools.cancels import Cancels
 from actors.tools.capture import OutputBox
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
+from actors.tools.held import HeldCommands
 from actors.tools.outputs import publish_output
 from actors.tools.resources import ToolResources
 from actors.wire import (
@@ -69,7 +70,7 @@ class CommandRunner:
         off_loop: OffLoop,
         resources: ToolResources,
         cancels: Cancels,
-        held: dict[str, Msg],
+        held: HeldCommands,
         batch_max: int,
         batch_window: float,
     ) -> None:
@@ -143,8 +144,7 @@ class CommandRunner:
         if key:
             self.batcher.started(key)
         cancel = self.cancels.begin(cmd)
-        held = msg.reply
-        self.held[held] = msg
+        self.held.hold(msg, cmd)
         handed_over = False
         commands_in_flight(cmd.kind, 1)
         try:
@@ -189,7 +189,7 @@ class CommandRunner:
                 await self.reply(cmd, result, error, started, time.time())
         finally:
             if not handed_over:
-                del self.held[held]
+                self.held.release(msg.reply)
         await ack(msg)
 
     async def _run(
