@@ -24,6 +24,7 @@ from actors.runtime import connect
 from streams.layout import EXEC_STREAM, Layout, ensure
 from streams.server import NatsCluster, NatsServer
 from tests.pods import PodProcess
+from tests.stuck import stuck_report
 from tests.test_cluster import leader_of
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240)]
@@ -117,57 +118,6 @@ def assert_decided_once(eid: str, items: list[LogItem]) -> None:
     assert len([i for i in items if i.type == "iterator.started"]) == 1, eid
 
 
-async def stuck_report(client: Client, stuck: list[str], logs: Path, tool_pods: list[PodProcess]) -> str:
-    """What a user would look at first: where the unfinished executions stopped."""
-    lines = [f"{len(stuck)} executions did not finish"]
-    jsm = client.nc.jsm()
-    for eid in stuck[:5]:
-        tail = [(x.cls, x.type, x.step) for x in (await client.events(eid))[-6:]]
-        p = client.layout.partition_of(eid)
-        lines.append(f"{eid} (partition {p}): {tail}")
-        loop = await jsm.stream_info("LOOP", subjects_filter=f"loop.{p}.{eid}.>")
-        cmd = await jsm.stream_info("CMD", subjects_filter=f"cmd.*.{eid}.>")
-        lines.append(f"  loop log {len(loop.state.subjects or {})} subjects; commands waiting {cmd.state.messages}")
-    from streams.layout import counter_consumer, engine_consumer
-
-    for name in [engine_consumer(p) for p in range(client.layout.partitions)] + [
-        counter_consumer(p) for p in range(client.layout.partitions)
-    ]:
-        info = await jsm.consumer_info("EXEC" if name.startswith("engine") else "LOOP", name)
-        lines.append(
-            f"{name}: pending {info.num_pending} ack_pending {info.num_ack_pending} "
-            f"redelivered {info.num_redelivered} waiting {info.num_waiting} push_bound {info.push_bound}"
-        )
-    cmd_info = await jsm.stream_info("CMD")
-    for seq in range(cmd_info.state.first_seq, cmd_info.state.last_seq + 1):
-        try:
-            m = await jsm.get_msg("CMD", seq)
-        except Exception:
-            continue
-        if len(lines) < 60:
-            lines.append(f"CMD seq {seq} {m.subject} {m.headers}")
-    info = await jsm.consumer_info("CMD", "tools-python")
-    lines.append(
-        f"tools-python: pending {info.num_pending} ack_pending {info.num_ack_pending} "
-        f"redelivered {info.num_redelivered} waiting {info.num_waiting} delivered {info.delivered} "
-        f"ack_floor {info.ack_floor} stream {cmd_info.state}"
-    )
-    kv = await client.js.key_value("owners")
-    for k in await kv.keys():
-        e = await kv.get(k)
-        lines.append(f"owners {k} = {e.value!r}")
-    for log in sorted(await asyncio.to_thread(lambda: list(logs.iterdir()))):
-        notable = [
-            ln
-            for ln in log.read_text(errors="replace").splitlines()
-            if "ERROR" in ln or "WARNING" in ln or "Traceback" in ln
-        ]
-        lines += [f"{log.name}: {ln}" for ln in notable[:10]]
-    for pod in tool_pods:
-        lines.append(await pod.dump_tasks())
-    return "\n".join(lines)
-
-
 async def run_chaos(
     url: str,
     layout: Layout,
@@ -203,7 +153,9 @@ async def run_chaos(
         try:
             await terminals.reach(EXECUTIONS, timeout=90)
         except TimeoutError:
-            report = await stuck_report(client, [e for e in ids if e not in terminals.seen], logs, pods["tools"])
+            unfinished = [e for e in ids if e not in terminals.seen]
+            every_pod = [p for group in pods.values() for p in group]
+            report = await stuck_report(client, unfinished, logs=logs, pods=every_pod)
             report += f"\nmax deliveries: {len(terminals.advisories)} {terminals.advisories[:3]}"
             report += f"\ndead letters: {[(d.type, d.data) for d in (await client.dead_letters())[:3]]}"
             raise AssertionError(report) from None

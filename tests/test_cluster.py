@@ -30,6 +30,7 @@ from streams.layout import (
 )
 from streams.server import NatsCluster, free_port
 from tests.conftest import of_type
+from tests.stuck import stuck_report
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
@@ -200,7 +201,12 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
         cluster.kill(dead)
         await asyncio.sleep(OUTAGE)  # the deliberate outage
         await cluster.restart(dead)
-        statuses = await asyncio.gather(*(client.wait(eid, timeout=60) for eid in ids))
+        try:
+            statuses = await asyncio.gather(*(client.wait(eid, timeout=60) for eid in ids))
+        except TimeoutError:
+            ended = {eid for eid in ids if getattr(await client.status(eid), "state", None) in ("COMPLETED", "FAILED")}
+            report = await stuck_report(client, [e for e in ids if e not in ended], in_process=True)
+            raise AssertionError(report) from None
         recovered = time.monotonic() - started
         assert [s.state for s in statuses] == ["COMPLETED"] * EXECUTIONS
         for eid in ids:
