@@ -3,16 +3,17 @@ message to the terminal status the client sees, on a warm pod; against a raw Jet
 floor of the same shape, measured in the same run.
 
     python bench/e2e_small.py [--runs 50] [--concurrent 200] [--rounds 3] [--tool python|sleep]
-                               [--start request|stream] [--json-only]
+                               [--start run|request|stream] [--json-only]
 
 Set-up: a fresh nats-server (file store), one pod as its own process (``actors-cli serve
 --role all``, as deployed; its python pool warm), the client (``actors.client.Client``)
 in this process. The playbook is registered and run a few times before measuring.
 
-* **Sequential**: ``--runs`` executions one after the other: ``Client.start`` (a start
-  request, answered once the start record is written; ``--start stream``: a start
-  message published to stream START instead, as a user's code may) then
-  ``Client.wait`` (a watch of the status key: what ``actors-cli run --nats`` does), each
+* **Sequential**: ``--runs`` executions one after the other: ``Client.run`` (the status
+  watched from before a start request, which is answered once the start record is
+  written; as the raw floor's client does), or ``--start request``: ``Client.start`` then
+  ``Client.wait`` (a watch and a read of the status key), or ``--start stream``: a start
+  message published to stream START, as a user's code may, then ``Client.wait``; each
   right after one raw execution (interleaved: both see the same moment). p50 and p99
   latency.
 * **Concurrent**: ``--rounds`` times, ``--concurrent`` executions started at once
@@ -251,17 +252,20 @@ class Engine:
     # execution id -> (client's clock before the start, after the terminal status was seen)
     clocks: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    via_stream: bool = False  # `--start stream`: a start message published to START, as a user's code may
+    how: str = "run"  # `--start`: run (Client.run), request (Client.start, Client.wait) or stream
 
     async def one(self) -> float:
         t0, w0 = time.perf_counter(), time.time()
-        if self.via_stream:
-            eid = uuid.uuid4().hex
-            start = StartMessage(playbook=self.path, version=self.version, payload={"i": 0}, execution_id=eid)
-            await self.client.js.publish(START_SUBJECT, encode(start), headers={MSG_ID: eid})
+        if self.how == "run":
+            eid, st = await self.client.run(self.path, version=self.version, payload={"i": 0}, timeout=WAIT_TIMEOUT)
         else:
-            eid = await self.client.start(self.path, version=self.version, payload={"i": 0})
-        st = await self.client.wait(eid, timeout=WAIT_TIMEOUT)
+            if self.how == "stream":
+                eid = uuid.uuid4().hex
+                start = StartMessage(playbook=self.path, version=self.version, payload={"i": 0}, execution_id=eid)
+                await self.client.js.publish(START_SUBJECT, encode(start), headers={MSG_ID: eid})
+            else:
+                eid = await self.client.start(self.path, version=self.version, payload={"i": 0})
+            st = await self.client.wait(eid, timeout=WAIT_TIMEOUT)
         took = time.perf_counter() - t0
         self.clocks[eid] = (w0, time.time())
         if st.state != "COMPLETED":
@@ -340,7 +344,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pb = Path(tmp) / "e2e.yaml"
             pb.write_text(chain_playbook(f"e2e_small_{args.tool}", STEPS, args.tool))
             entry = await client.register(pb)
-            engine = Engine(client, entry.path, entry.version, via_stream=args.start == "stream")
+            engine = Engine(client, entry.path, entry.version, how=args.start)
 
             for _ in range(5):  # warm: the pod's caches, the python pool, both sides' connections
                 await engine.one()
@@ -446,10 +450,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--start",
-        choices=("request", "stream"),
-        default="request",
-        help="how the engine side starts: Client.start (a start request, answered once the start "
-        "record is written; the default) or a start message published to stream START",
+        choices=("run", "request", "stream"),
+        default="run",
+        help="how the engine side starts and waits: Client.run (the default: the status watched from "
+        "before the start, as the raw floor does), Client.start (a start request, answered once the "
+        "start record is written) then Client.wait (a watch and a read of the status key), or a start "
+        "message published to stream START then Client.wait",
     )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     parser.add_argument(

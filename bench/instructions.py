@@ -2,7 +2,7 @@
 a figure that does not move with the host's noise, to compare two versions of the code.
 
     python bench/instructions.py [--what e2e|fanout] [--tool sleep|python|noop] [--n 100]
-                                 [--parser reader|nats-py]
+                                 [--parser reader|nats-py] [--start run|request]
 
 Wall time and CPU time on a shared host drift by 2x from minute to minute; instruction
 counts repeat within about 0.2% for the same code and input. Each measurement runs the
@@ -13,7 +13,8 @@ difference divided by `n - 1` (start-up, imports and stream set-up cancel out).
 * ``--what e2e``: every actor and the client in one process, as ``actors-cli run`` does;
   a 3-step playbook of `--tool` steps (``sleep`` 0 s: no worker process; ``python``: the
   pool's workers are not counted, only the process that talks to them), 10 executions at
-  a time, each ``Client.start`` then ``Client.wait``.
+  a time, each ``Client.run`` (``--start request``: ``Client.start`` then ``Client.wait``,
+  as before `Client.run` existed).
 * ``--what fanout``: ``bench/loop_fanout.py``'s loop child (one loop step of `--n`
   iterations of `--tool` in async mode, then a step reading the results).
 
@@ -42,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import chain_playbook, start_server  # noqa: E402
 
 
-async def e2e_child(url: str, n: int, tool: str) -> None:
+async def e2e_child(url: str, n: int, tool: str, how: str) -> None:
     """`n` executions of a 3-step playbook, every actor and the client in this process."""
     from actors.client import Client
     from actors.runtime import connect, start_roles
@@ -58,8 +59,11 @@ async def e2e_child(url: str, n: int, tool: str) -> None:
         entry = await client.register(pb)
 
     async def one() -> None:
-        eid = await client.start(entry.path, version=entry.version)
-        status = await client.wait(eid, timeout=600)
+        if how == "run":
+            _, status = await client.run(entry.path, version=entry.version, timeout=600)
+        else:
+            eid = await client.start(entry.path, version=entry.version)
+            status = await client.wait(eid, timeout=600)
         assert status.state == "COMPLETED", status
 
     for start in range(0, n, 10):
@@ -85,10 +89,10 @@ def counted(cmd: list[str], env: dict[str, str]) -> int:
     return int(found[-1])
 
 
-async def measure(what: str, tool: str, n: int, parser: str) -> int:
+async def measure(what: str, tool: str, n: int, parser: str, how: str) -> int:
     server = await start_server()
     try:
-        env = {**os.environ, "ACTORS_BENCH_PARSER": parser}
+        env = {**os.environ, "ACTORS_BENCH_PARSER": parser, "ACTORS_BENCH_START": how}
         if what == "e2e":
             cmd = [sys.executable, __file__, "--child", "--url", server.url, "--n", str(n), "--tool", tool]
         else:  # loop_fanout.py's own child, run through this file (`--parser`)
@@ -119,6 +123,7 @@ def main() -> int:
     ap.add_argument("--tool", default=None, help="e2e: sleep (default) or python; fanout: noop (default) or python")
     ap.add_argument("--n", type=int, default=None, help="executions (e2e, default 100) or iterations (fanout, 5000)")
     ap.add_argument("--parser", choices=["reader", "nats-py"], default="reader")
+    ap.add_argument("--start", choices=["run", "request"], default="run", help="e2e: Client.run, or start then wait")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -126,14 +131,14 @@ def main() -> int:
         import uvloop
 
         use_parser(os.environ.get("ACTORS_BENCH_PARSER", "reader"))
-        uvloop.run(e2e_child(a.url, a.n, a.tool))
+        uvloop.run(e2e_child(a.url, a.n, a.tool, os.environ.get("ACTORS_BENCH_START", "run")))
         return 0
     tool = a.tool or ("sleep" if a.what == "e2e" else "noop")
     n = a.n or (100 if a.what == "e2e" else 5000)
     if n < 2:
         raise SystemExit("--n must be at least 2")
-    full = asyncio.run(measure(a.what, tool, n, a.parser))
-    one = asyncio.run(measure(a.what, tool, 1, a.parser))
+    full = asyncio.run(measure(a.what, tool, n, a.parser, a.start))
+    one = asyncio.run(measure(a.what, tool, 1, a.parser, a.start))
     per = (full - one) / (n - 1)
     unit = "execution" if a.what == "e2e" else "iteration"
     print(f"{a.what} {tool} ({a.parser}): {per:,.0f} instructions per {unit} ({n} against 1: {full:,} - {one:,})")
@@ -144,6 +149,7 @@ def main() -> int:
                 "what": a.what,
                 "tool": tool,
                 "parser": a.parser,
+                "start": a.start,
                 "n": n,
                 "instructions_total": full,
                 "instructions_start_up": one,

@@ -49,6 +49,23 @@ async def test_connect_as_a_context_manager_register_start_wait_events_result_ca
     assert client.nc.is_closed  # the context manager closed the connection it made
 
 
+async def test_run_starts_and_waits_and_a_timeout_leaves_the_execution_running(system: System) -> None:
+    client = Client(system.nc, layout=system.layout)
+    entry = await client.register(ROOT / "examples" / "hello.yaml")
+    eid, status = await client.run(entry.path, payload={"name": "run"}, timeout=30)
+    subscriptions = len(system.nc._subs)  # the connection's own inboxes are made by now
+    assert status.state == "COMPLETED" and status.execution_id == eid
+    assert (await client.result(eid))["shout"] == "HELLO, RUN!"
+    slow = system.tmp / "slow.yaml"
+    slow.write_text(SLOW)
+    with pytest.raises(TimeoutError):
+        await client.run((await client.register(slow)).path, timeout=0.5)
+    assert len(system.nc._subs) == subscriptions  # no status watch left behind
+    (running,) = [s for s in await client.list(playbook="slow") if s.state == "RUNNING"]
+    await client.cancel(running.execution_id, reason="enough")
+    assert (await client.wait(running.execution_id, timeout=30)).state == "CANCELLED"
+
+
 async def test_await_connect_and_close_leave_a_given_connection_open(system: System) -> None:
     client = await Client.connect(system.server.url, layout=system.layout)
     assert await client.status("never-started") is None

@@ -18,6 +18,7 @@ One module per idea:
 * `session`: what every call shares (connection, timeout, ride-out, publish with its id)
 * `writing`: register, start (`StartOutcome`), cancel, and whether an execution exists
 * `reading`: status, wait, follow, events, result, iterations, progress, dead letters
+* `runs`: run, a start and a wait with the status watched from before the start
 * `listing`: executions newest first (`list`, from stream INDEX) and the catalog (`playbooks`)
 * `outcome`: what `result(ID)` raises for an execution without a result; running steps
 * `outputs`: what steps printed (`StepOutput`), read, followed, whole text
@@ -38,17 +39,17 @@ from actors.client.listing import Lister
 from actors.client.logview import LogItem, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.outputs import StepOutputs
-from actors.client.reading import Reader
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
+from actors.client.runs import Runs
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
-from actors.client.writing import StartOutcome, StartRefused, Writer
+from actors.client.writing import StartOutcome, StartRefused
 from actors.codec import PayloadCodec
 from actors.connopts import ConnectOptions
 from actors.settings import Settings
 from streams.layout import Layout
 
 
-class Client(Retrier, Writer, StepOutputs, Reader, Scheduling, Lister):
+class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import nats.errors
+from nats.aio.subscription import Subscription
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors.blobs import get_blob
@@ -64,15 +65,23 @@ class Reader(Session):
         authority on it) and return it; past `timeout` seconds raise TimeoutError.
         Rides out a NATS node going away: a watch that fails or goes quiet is checked
         against the key and started again."""
-        check_execution_id(execution_id)
+        return await self._wait(check_execution_id(execution_id), timeout, None)
+
+    async def _wait(self, execution_id: str, timeout: float | None, watching: Subscription | None) -> ExecutionStatus:
+        """`wait`; `watching`: a subscription to the execution's status made before it
+        was started (`Client.run`), so its first round needs no read of the key: nothing
+        can have been stored before it. It is unsubscribed when that round ends."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
+                if watching is not None:
+                    await _unsubscribe(watching)
                 raise TimeoutError(f"execution {execution_id} not terminal after {timeout}s")
+            watch, watching = self._watch_terminal(execution_id, watching), None
             try:
-                return await asyncio.wait_for(self._watch_terminal(execution_id), min(left or WATCH_ROUND, WATCH_ROUND))
+                return await asyncio.wait_for(watch, min(left or WATCH_ROUND, WATCH_ROUND))
             except (TimeoutError, nats.errors.Error):
                 try:
                     st = await self._status_once(execution_id)  # the watch's own rounds are the retries
@@ -81,25 +90,25 @@ class Reader(Session):
                 if st is not None and st.state in TERMINAL_STATES:
                     return st
 
-    async def _watch_terminal(self, execution_id: str) -> ExecutionStatus:
+    async def _watch_terminal(self, execution_id: str, sub: Subscription | None = None) -> ExecutionStatus:
         """Subscribe to the execution's status as the server republishes it once stored
         (core NATS: no JetStream consumer per wait), then read the key. A status stored
         before the subscription is in the read; one stored after it comes on the
         subscription: the server takes a connection's subscribe and then its request
-        in order, and the read goes to the stream's leader."""
-        sub = await self.nc.subscribe(status_subject(execution_id), pending_msgs_limit=-1)
+        in order, and the read goes to the stream's leader. `sub`: that subscription,
+        made before the execution started (no read then)."""
+        fresh = sub is not None
+        if sub is None:
+            sub = await self.nc.subscribe(status_subject(execution_id), pending_msgs_limit=-1)
         try:
-            st = await self._status_once(execution_id)
+            st = None if fresh else await self._status_once(execution_id)
             while st is None or st.state not in TERMINAL_STATES:
                 msg = await sub.next_msg(timeout=None)
                 # empty: the key was deleted or purged (its status is gone, not terminal)
                 st = self.codec.open_for_display(status_decoder.decode(msg.data)) if msg.data else None
             return st
         finally:
-            try:
-                await sub.unsubscribe()
-            except Exception:
-                pass  # the connection is closing: the subscription goes with it
+            await _unsubscribe(sub)
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
         """The execution's log from its start, then live (`async for item in
@@ -245,3 +254,10 @@ def _single(batch: ResultBatch, r: IterationResult) -> CallDone | CallError:
     if r.error is not None:
         return CallError(error=r.error, **common)
     return CallDone(result=r.result, **common)
+
+
+async def _unsubscribe(sub: Subscription) -> None:
+    try:
+        await sub.unsubscribe()
+    except Exception:
+        pass  # the connection is closing: the subscription goes with it
