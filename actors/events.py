@@ -345,7 +345,15 @@ class _Event(Struct, omit_defaults=True, tag_field="type"):
 
     @property
     def type(self) -> EventType:
-        return EventType(str(self.__struct_config__.tag))
+        # read about twenty times per execution: the enum is made once per class, not per read
+        cls = self.__class__
+        found = _EVENT_TYPES.get(cls)
+        if found is None:
+            found = _EVENT_TYPES[cls] = EventType(str(cls.__struct_config__.tag))
+        return found
+
+
+_EVENT_TYPES: dict[type[_Event], EventType] = {}  # event class -> its type (`_Event.type`)
 
 
 # `data` is keyword-only so it follows `step` on the wire, as it always did
