@@ -11,7 +11,6 @@ from typing import Any
 
 import msgspec
 import nats.errors
-from nats.aio.subscription import Subscription
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from actors.blobs import get_blob
@@ -20,6 +19,7 @@ from actors.client.logview import LogItem, dead_letter_items, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
+from actors.client.watch import StatusWatch
 from actors.codec import PayloadUnreadable
 from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
 from actors.natsio import last_message, log_time, stream_seq
@@ -35,7 +35,7 @@ from actors.wire import (
     status_decoder,
 )
 from streams.layout import DLQ_STREAM, EXEC_STREAM, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
-from streams.subjects import dlq_filter, loop_results_filter, status_subject
+from streams.subjects import dlq_filter, loop_results_filter
 
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _progress = msgspec.json.Decoder(LoopProgress)
@@ -67,48 +67,41 @@ class Reader(Session):
         against the key and started again."""
         return await self._wait(check_execution_id(execution_id), timeout, None)
 
-    async def _wait(self, execution_id: str, timeout: float | None, watching: Subscription | None) -> ExecutionStatus:
-        """`wait`; `watching`: a subscription to the execution's status made before it
-        was started (`Client.run`), so its first round needs no read of the key: nothing
-        can have been stored before it. It is unsubscribed when that round ends."""
+    async def _wait(self, execution_id: str, timeout: float | None, watch: StatusWatch | None) -> ExecutionStatus:
+        """`wait`; `watch`: a watch of the execution's status opened before it was started
+        (`Client.run`), so its first round needs no read of the key: nothing can have
+        been stored before it. A round is a watch (the status republished once stored,
+        actors/client/watch.py) and, for a watch opened here, a read of the key after
+        subscribing: a status stored before the subscription is in the read, one stored
+        after it comes on the subscription (the server takes a connection's subscribe
+        and then its request in order, and the read goes to the stream's leader)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
-                if watching is not None:
-                    await _unsubscribe(watching)
+                if watch is not None:
+                    await watch.close()
                 raise TimeoutError(f"execution {execution_id} not terminal after {timeout}s")
-            watch, watching = self._watch_terminal(execution_id, watching), None
             try:
-                return await asyncio.wait_for(watch, min(left or WATCH_ROUND, WATCH_ROUND))
+                if watch is None:
+                    watch = await StatusWatch.open(self.nc, execution_id, self.codec)
+                    watch.offer(await self._status_once(execution_id))
+                await asyncio.wait([watch.terminal], timeout=min(left or WATCH_ROUND, WATCH_ROUND))
+                if watch.terminal.done():
+                    return watch.terminal.result()
             except (TimeoutError, nats.errors.Error):
-                try:
-                    st = await self._status_once(execution_id)  # the watch's own rounds are the retries
-                except (TimeoutError, nats.errors.Error):
-                    st = None
-                if st is not None and st.state in TERMINAL_STATES:
-                    return st
-
-    async def _watch_terminal(self, execution_id: str, sub: Subscription | None = None) -> ExecutionStatus:
-        """Subscribe to the execution's status as the server republishes it once stored
-        (core NATS: no JetStream consumer per wait), then read the key. A status stored
-        before the subscription is in the read; one stored after it comes on the
-        subscription: the server takes a connection's subscribe and then its request
-        in order, and the read goes to the stream's leader. `sub`: that subscription,
-        made before the execution started (no read then)."""
-        fresh = sub is not None
-        if sub is None:
-            sub = await self.nc.subscribe(status_subject(execution_id), pending_msgs_limit=-1)
-        try:
-            st = None if fresh else await self._status_once(execution_id)
-            while st is None or st.state not in TERMINAL_STATES:
-                msg = await sub.next_msg(timeout=None)
-                # empty: the key was deleted or purged (its status is gone, not terminal)
-                st = self.codec.open_for_display(status_decoder.decode(msg.data)) if msg.data else None
-            return st
-        finally:
-            await _unsubscribe(sub)
+                pass  # a failed round: the key is read below, and a new watch opened
+            finally:
+                if watch is not None:
+                    await watch.close()
+                watch = None
+            try:
+                st = await self._status_once(execution_id)  # the watch's own rounds are the retries
+            except (TimeoutError, nats.errors.Error):
+                st = None
+            if st is not None and st.state in TERMINAL_STATES:
+                return st
 
     async def follow(self, execution_id: str, *, until_terminal: bool = True) -> AsyncIterator[LogItem]:
         """The execution's log from its start, then live (`async for item in
@@ -254,10 +247,3 @@ def _single(batch: ResultBatch, r: IterationResult) -> CallDone | CallError:
     if r.error is not None:
         return CallError(error=r.error, **common)
     return CallDone(result=r.result, **common)
-
-
-async def _unsubscribe(sub: Subscription) -> None:
-    try:
-        await sub.unsubscribe()
-    except Exception:
-        pass  # the connection is closing: the subscription goes with it

@@ -7,10 +7,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from actors.client.reading import Reader, _unsubscribe
+from actors.client.reading import Reader
+from actors.client.watch import StatusWatch
 from actors.client.writing import Writer
 from actors.wire import ExecutionStatus
-from streams.subjects import status_subject
 
 
 class Runs(Writer, Reader):
@@ -27,10 +27,10 @@ class Runs(Writer, Reader):
         the key: a status stored after the subscription comes on it, and a fresh id has
         none before. Past `timeout` seconds TimeoutError (the execution goes on)."""
         eid = uuid.uuid4().hex
-        sub = await self.nc.subscribe(status_subject(eid), pending_msgs_limit=-1)
+        watch = await StatusWatch.open(self.nc, eid, self.codec)
         try:
             await self.start(playbook, payload=payload, version=version, execution_id=eid)
         except BaseException:
-            await _unsubscribe(sub)
+            await watch.close()
             raise
-        return eid, await self._wait(eid, timeout, sub)
+        return eid, await self._wait(eid, timeout, watch)
