@@ -3,11 +3,13 @@ message to the terminal status the client sees, on a warm pod; against a raw Jet
 floor of the same shape, measured in the same run.
 
     python bench/e2e_small.py [--runs 50] [--concurrent 200] [--rounds 3] [--tool python|sleep]
-                               [--start run|request|stream] [--json-only]
+                               [--start run|request|stream] [--pods all|roles] [--json-only]
 
 Set-up: a fresh nats-server (file store), one pod as its own process (``actors-cli serve
---role all``, as deployed; its python pool warm), the client (``actors.client.Client``)
-in this process. The playbook is registered and run a few times before measuring.
+--role all``; its python pool warm) or, ``--pods roles``, one pod per role (engine,
+counter, tools, projector: each ``actors-cli serve --role ROLE``, as deploy/ runs them),
+the client (``actors.client.Client``) in this process. The playbook is registered and
+run a few times before measuring.
 
 * **Sequential**: ``--runs`` executions one after the other: ``Client.run`` (the status
   watched from before a start request, which is answered once the start record is
@@ -30,8 +32,8 @@ push-consumer "worker" acks it and publishes the result (awaited PubAck) into th
 after the third result the engine side publishes the status (awaited PubAck) to a
 limits stream, and acks its input. The client is done when the status arrives.
 
-CPU per execution, measured phases only, in microseconds: the pod (its process and
-every child: python workers, render processes), nats-server, this process (the client;
+CPU per execution, measured phases only, in microseconds: the pod or pods (their
+processes and every child: python workers, render processes), nats-server, this process (the client;
 for raw: client and raw actors), from ``/proc/<pid>/task/*/schedstat``.
 
 Prints a table and, as its last line, one JSON object.
@@ -69,7 +71,7 @@ from nats.js.api import RawStreamMsg  # noqa: E402
 
 from actors.client import Client  # noqa: E402
 from actors.natsio import MSG_ID  # noqa: E402
-from actors.runtime import connect  # noqa: E402
+from actors.runtime import ROLES, connect  # noqa: E402
 from actors.wire import StartMessage, encode  # noqa: E402
 from bench.common import chain_playbook  # noqa: E402
 from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout  # noqa: E402
@@ -123,16 +125,16 @@ def cpu_ns(pid: int) -> int:
 class TreeMeter:
     """CPU of a set of process trees (a root and its descendants) over measured phases."""
 
-    def __init__(self, roots: dict[str, int], *, alone: tuple[str, ...] = ()) -> None:
-        self.roots = roots
+    def __init__(self, roots: dict[str, tuple[int, ...]], *, alone: tuple[str, ...] = ()) -> None:
+        self.roots = roots  # name -> the processes counted under it (the pods: one or one per role)
         self.alone = alone  # roots counted without their children (this process: pod and server are its)
         self.total: dict[str, int] = dict.fromkeys(roots, 0)
         self._mark: dict[str, dict[int, int]] = {}
 
     def _now(self) -> dict[str, dict[int, int]]:
         return {
-            name: {p: cpu_ns(p) for p in ([root] if name in self.alone else tree(root))}
-            for name, root in self.roots.items()
+            name: {p: cpu_ns(p) for root in roots for p in ([root] if name in self.alone else tree(root))}
+            for name, roots in self.roots.items()
         }
 
     def start(self) -> None:
@@ -327,15 +329,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     server = await NatsServer.start(sync=args.sync)
     nc: NATS | None = None
     nc_raw: NATS | None = None
-    pod: PodProcess | None = None
+    pods: list[PodProcess] = []
     raw: RawExecutions | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
             env = {}
             if args.pod_cprofile:  # bench/podprofile/sitecustomize.py profiles the pod
                 env = {"PYTHONPATH": str(ROOT / "bench" / "podprofile"), "BENCH_POD_CPROFILE": args.pod_cprofile}
-            pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=Path(tmp), name="pod", env=env)
-            await pod.ready()
+            for role in ("all",) if args.pods == "all" else ROLES:
+                pod = await PodProcess.start(role, url=server.url, layout=Layout(), logs=Path(tmp), name=role, env=env)
+                pods.append(pod)
+            for pod in pods:
+                await pod.ready()
             nc = await connect(server.url, name="bench-e2e")
             nc_raw = await connect(server.url, name="bench-e2e-raw")
             raw = RawExecutions(nc_raw)
@@ -352,7 +357,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await concurrently(engine.one, min(args.concurrent, 50))
             await concurrently(raw.one, min(args.concurrent, 50))
 
-            roots = {"pod": pod.proc.pid, "nats_server": server.proc.pid, "bench": os.getpid()}
+            roots = {
+                "pod": tuple(pod.proc.pid for pod in pods),
+                "nats_server": (server.proc.pid,),
+                "bench": (os.getpid(),),
+            }
             eng_seq, raw_seq = TreeMeter(roots, alone=("bench",)), TreeMeter(roots, alone=("bench",))
             eng_lat, raw_lat = [], []
             for _ in range(args.runs):
@@ -374,12 +383,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     meter.start()
                     rates.append(await concurrently(one, args.concurrent))
                     meter.stop()
-            await pod.stop()
-            pod = None
+            while pods:
+                await pods.pop().stop()
     finally:
         if raw is not None:
             await raw.stop()
-        if pod is not None:
+        for pod in pods:
             await pod.stop()
         for conn in (nc, nc_raw):
             if conn is not None:
@@ -391,6 +400,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "tool": args.tool,
         "sync": args.sync,
         "start": args.start,
+        "pods": args.pods,
         "steps": STEPS,
         "runs": args.runs,
         "p50_ms": ms(pct(eng_lat, 50)),
@@ -418,12 +428,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         stats = pstats.Stats(args.pod_cprofile)
         calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]  # untyped in typeshed
         result["pod_python_calls_per_execution"] = round(calls / executions)
-    say(f"{STEPS}-step {args.tool} playbook, a warm pod (serve --role all), python {result['python']}")
+    shape = "a warm pod (serve --role all)" if args.pods == "all" else "warm pods, one per role"
+    say(f"{STEPS}-step {args.tool} playbook, {shape}, python {result['python']}")
     say(f"{'':28}{'p50 ms':>9}{'p99 ms':>9}{'per s':>10}   ({args.runs} one by one; {args.concurrent} at once)")
     say(f"{'raw JetStream':28}{result['raw_p50_ms']:>9.3f}{result['raw_p99_ms']:>9.3f}{result['raw_per_s']:>10.1f}")
     say(f"{'engine':28}{result['p50_ms']:>9.3f}{result['p99_ms']:>9.3f}{result['per_s']:>10.1f}")
     say(f"{'ratio engine/raw':28}{result['ratio_p50']:>9.2f}{'':>9}{result['ratio_per_s']:>10.3f}")
-    say("CPU us per execution (one by one | at once): pod (with workers), nats-server, this process")
+    say("CPU us per execution (one by one | at once): pod(s) (with workers), nats-server, this process")
     for name in ("execution", "raw_execution"):
         a, b = result[f"cpu_per_{name}"], result[f"cpu_per_{name}_concurrent"]
         say(
@@ -456,6 +467,13 @@ def main(argv: list[str] | None = None) -> int:
         "before the start, as the raw floor does), Client.start (a start request, answered once the "
         "start record is written) then Client.wait (a watch and a read of the status key), or a start "
         "message published to stream START then Client.wait",
+    )
+    parser.add_argument(
+        "--pods",
+        choices=("all", "roles"),
+        default="all",
+        help="one pod with every role (serve --role all; the default) or one pod per role (engine, counter, "
+        "tools, projector), as deploy/ runs them",
     )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     parser.add_argument(

@@ -66,6 +66,37 @@ async def test_run_starts_and_waits_and_a_timeout_leaves_the_execution_running(s
     assert (await client.wait(running.execution_id, timeout=30)).state == "CANCELLED"
 
 
+async def test_a_cancel_sent_while_the_start_is_still_queued_ends_the_execution_as_it_starts(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    from actors.runtime import connect, start_roles
+    from streams.layout import ensure
+    from tests.conftest import make_layout
+
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    try:
+        await ensure(nc.jetstream(), layout)
+        client = Client(nc, layout=layout)
+        slow = tmp_path / "slow.yaml"
+        slow.write_text(SLOW)
+        eid = await client.start((await client.register(slow)).path)  # no starter yet: queued in START
+        assert await client.exists(eid, timeout=0.5) is None  # queued: it cannot be told yet
+        await client.cancel(eid, reason="not any more")
+        runtime = await start_roles(nc, layout=layout)
+        try:
+            status = await client.wait(eid, timeout=20)
+        finally:
+            await runtime.stop()
+        assert status.state == "CANCELLED"
+        log = await client.events(eid)
+        assert not [i for i in log if i.type in ("step.enter", "command.issued")], log  # nothing ran
+        (cancelled,) = [i for i in log if i.type == "execution.cancelled"]
+        assert cancelled.data["reason"] == "not any more"
+    finally:
+        await nc.close()
+
+
 async def test_await_connect_and_close_leave_a_given_connection_open(system: System) -> None:
     client = await Client.connect(system.server.url, layout=system.layout)
     assert await client.status("never-started") is None

@@ -292,6 +292,19 @@ def test_a_cancelled_execution_schedules_no_remediation() -> None:
     assert run.lifecycle().count("execution.cancelled") == 1
 
 
+def test_a_cancel_logged_before_the_start_record_cancels_the_execution_as_it_starts() -> None:
+    """A start still queued in stream START when the cancel was sent: the cancel is in
+    the log first. The execution starts and ends CANCELLED at once: no step runs."""
+    h = Harness()
+    h.cancel("early", "changed my mind")
+    h.cancel("early", "a second cancel")
+    h.start(HEAD % "early" + f"  - step: a\n    tool: {PY}\n", execution_id="early")
+    run = h.run()
+    assert run.status == "CANCELLED" and not run.calls and "a" not in run.entered()
+    assert run.events("execution.cancelled")[0].data["reason"] == "changed my mind"
+    assert run.lifecycle() == ["playbook.initialized", "workflow.initialized", "execution.cancelled"]
+
+
 def test_cancelling_a_terminal_execution_changes_nothing() -> None:
     h = Harness()
     run = h.run(HEAD % "done" + "  - step: a\n")

@@ -245,9 +245,10 @@ class Writer(Session):
 
     async def cancel(self, execution_id: str, reason: str = "") -> None:
         """Ask the execution to stop: its running commands are stopped and it ends
-        CANCELLED (a terminal execution is left as it is). Call it once `exists(id)` is
-        True (as `actors-cli cancel` does): the cancel is written to the execution's
-        log whatever is there, and one that lands before the start record is ignored."""
+        CANCELLED (a terminal execution is left as it is). The cancel is written to the
+        execution's log whatever is there: one that lands before the start record (a
+        start still queued in stream START) cancels the execution as it starts, before
+        its first step. `actors-cli cancel` checks that the id exists first."""
         subject = self.layout.execution(check_execution_id(execution_id)).cancel
         await self._publish(
             f"the cancel of execution {execution_id}",

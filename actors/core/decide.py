@@ -103,6 +103,8 @@ def _fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubje
         engine_fault(decision, inp)
     elif isinstance(inp, RetriedBy):
         _retried(decision, inp)  # a link in the log, whatever the state: it decides nothing
+    elif isinstance(inp, CancelRequest) and ex.status == ExecState.PENDING:
+        ex.early_cancel = ex.early_cancel or inp  # kept for the start (the first reason wins)
     elif ex.terminal or ex.playbook is None:
         pass  # late results after the end, or inputs before a start: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
@@ -218,6 +220,9 @@ def _start(decision: Decision, rec: StartRecord) -> None:
         initialized.parent_step = rec.parent.step
     decision.lifecycle(initialized)
     decision.lifecycle(WorkflowInitializedData(entry=entry))
+    if ex.early_cancel is not None:
+        cancel(decision, ex.early_cancel)  # cancelled before it started: no step is entered
+        return
     _enter(decision, entry, from_activation=None)
 
 

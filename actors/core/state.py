@@ -12,7 +12,7 @@ from typing import Any, Literal
 from actors.core.retry import Gathered
 from actors.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
 from actors.playbook.model import Playbook
-from actors.wire import ErrorInfo, Limits, ParentRef
+from actors.wire import CancelRequest, ErrorInfo, Limits, ParentRef
 
 # Routing work a decision has yet to do (actors/core/decide.py): start an activation,
 # or see whether the branch that just left was the last one before `end`
@@ -78,6 +78,9 @@ class Execution:
     # only when one decision reached its share of routing (decide.ROUTING_SLICE)
     pending: list[Pending] = field(default_factory=list)
     retries: list[str] = field(default_factory=list)  # executions started as retries of this one
+    # a cancel that reached the log before the start record (a start still queued in
+    # stream START when it was sent): the execution ends CANCELLED as soon as it starts
+    early_cancel: CancelRequest | None = None
 
     @property
     def terminal(self) -> bool:
