@@ -34,6 +34,7 @@ import asyncio
 import itertools
 import logging
 import random
+import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -300,7 +301,7 @@ class PartitionHost(Generic[K, A]):
         Cancellation (the partition lost, a stop) propagates: the caller hands the
         inputs back."""
         token = next(self._holds)
-        self._held[token] = (held, asyncio.get_running_loop().time())
+        self._held[token] = (held, time.monotonic())  # not the loop's time: no getpid() per input (3.11)
         failures = poisoned = 0
         try:
             while True:
@@ -378,10 +379,9 @@ class PartitionHost(Generic[K, A]):
         the mailbox behind the original). Most inputs are acked in milliseconds and
         never beaten."""
         period = max(self.layout.ack_wait / 3, 0.1)
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
-            now = loop.time()
+            now = time.monotonic()
             for held, since in list(self._held.values()):
                 if now - since < period:
                     continue

@@ -33,6 +33,7 @@ class KeyedLimiter:
         self._tasks: set[asyncio.Task[None]] = set()
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # key -> its lock, tasks using it
         self._what = what
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it runs on (set on first use)
 
     def submit(self, work: Work, *, key: str | None = None) -> None:
         """Start `work` now if a slot is free, else once one is, after the work that
@@ -44,7 +45,11 @@ class KeyedLimiter:
             self._waiting.append((work, key))
 
     def _start(self, work: Work, key: str | None) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(work, key))
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            # looked up once: `get_running_loop` costs a getpid() system call on Python 3.11
+            loop = self._loop = asyncio.get_running_loop()
+        task = loop.create_task(self._run(work, key))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

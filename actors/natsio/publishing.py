@@ -137,7 +137,9 @@ class Publisher:
         lifts that limit where a second stored copy is harmless because every reader
         ignores it (a tool's result: the fold counts a command's result once), and
         failing would cost more (the tool would run again)."""
-        loop = asyncio.get_running_loop()
+        # the loop known since the first publish: `get_running_loop` costs a getpid()
+        # system call on Python 3.11, and this runs for every publish
+        loop = self._loop or asyncio.get_running_loop()
         started = loop.time()
         futs: list[asyncio.Future[PubAck]] = []
         try:

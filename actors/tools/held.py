@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 
 from nats.aio.msg import Msg
 
@@ -44,7 +45,7 @@ class HeldCommands:
 
     def __init__(self, *, margin: float = HOLD_MARGIN) -> None:
         self.margin = margin
-        self._held: dict[str, tuple[Msg, float, Command]] = {}
+        self._held: dict[str, tuple[Msg, float, Command]] = {}  # ack subject -> (msg, held since, command)
         self.let_go = 0  # commands given up on, for tests and metrics
 
     def __len__(self) -> int:
@@ -52,8 +53,7 @@ class HeldCommands:
 
     def hold(self, msg: Msg, cmd: Command) -> None:
         """`msg` (carrying `cmd`) runs here: keep it alive until `release`."""
-        until = asyncio.get_running_loop().time() + hold_bound(cmd) + self.margin
-        self._held[msg.reply] = (msg, until, cmd)
+        self._held[msg.reply] = (msg, time.monotonic(), cmd)  # its bound is worked out at the beats
 
     def release(self, reply: str) -> None:
         """The command is answered (or failed before its answer): no more beats."""
@@ -63,14 +63,13 @@ class HeldCommands:
         """Every `period` seconds, an `in_progress` for each command held; the ones held
         past their bound are let go instead (see the module docstring). Runs until
         cancelled."""
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
-            now = loop.time()
-            for reply, (msg, until, cmd) in list(self._held.items()):
+            now = time.monotonic()
+            for reply, (msg, since, cmd) in list(self._held.items()):
                 if reply not in self._held:
                     continue  # released while an earlier beat was sent
-                if now > until:
+                if now - since > hold_bound(cmd) + self.margin:
                     del self._held[reply]
                     self.let_go += 1
                     log.error(
