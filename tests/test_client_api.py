@@ -14,8 +14,10 @@ import pytest
 from actors.client import Client
 from actors.dial import NatsUnavailable
 from actors.events import TERMINAL_EVENTS
+from actors.runtime import connect, start_roles
+from streams.layout import ensure
 from streams.server import NatsServer, free_port
-from tests.conftest import System
+from tests.conftest import System, make_layout
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,10 +71,6 @@ async def test_run_starts_and_waits_and_a_timeout_leaves_the_execution_running(s
 async def test_a_cancel_sent_while_the_start_is_still_queued_ends_the_execution_as_it_starts(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    from actors.runtime import connect, start_roles
-    from streams.layout import ensure
-    from tests.conftest import make_layout
-
     layout = make_layout()
     nc = await connect(nats_server.url, name="test")
     try:
