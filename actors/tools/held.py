@@ -41,7 +41,7 @@ def hold_bound(cmd: Command) -> float:
 
 
 class HeldCommands:
-    """Ack subject -> the command's message and the loop time it is let go at."""
+    """The commands held: by ack subject, the message, when it was taken and the command."""
 
     def __init__(self, *, margin: float = HOLD_MARGIN) -> None:
         self.margin = margin
