@@ -46,10 +46,7 @@ class HeldCommands:
     def __init__(self, *, margin: float = HOLD_MARGIN) -> None:
         self.margin = margin
         self._held: dict[str, tuple[Msg, float, Command]] = {}  # ack subject -> (msg, held since, command)
-        self.let_go = 0  # commands given up on, for tests and metrics
-
-    def __len__(self) -> int:
-        return len(self._held)
+        self.let_go = 0  # commands given up on so far
 
     def hold(self, msg: Msg, cmd: Command) -> None:
         """`msg` (carrying `cmd`) runs here: keep it alive until `release`."""
