@@ -66,17 +66,20 @@ class HeldCommands:
             for reply, (msg, since, cmd) in list(self._held.items()):
                 if reply not in self._held:
                     continue  # released while an earlier beat was sent
-                if now - since > hold_bound(cmd) + self.margin:
+                allowed = hold_bound(cmd)
+                if now - since > allowed + self.margin:
                     del self._held[reply]
                     self.let_go += 1
+                    # `allowed`, not the step's timeout: a chunk runs it once per item, a sink twice
                     log.error(
-                        "command %s (execution %s, step %r) still unanswered %gs past its timeout of %gs; "
-                        "no longer kept alive: the server will deliver it again",
+                        "command %s (execution %s, step %r) still unanswered after %.0fs, more than the %gs "
+                        "its timeout allows plus %gs; no longer kept alive: the server will deliver it again",
                         cmd.command_id,
                         cmd.execution_id,
                         cmd.step,
+                        now - since,
+                        allowed,
                         self.margin,
-                        cmd.timeout,
                     )
                     continue
                 try:
