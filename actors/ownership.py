@@ -29,8 +29,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
+from nats.errors import ConnectionReconnectingError
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyValueError, NotFoundError
 
+from actors.natsio import TRANSIENT_REQUEST
 from actors.stopping import cancel_and_wait
 from streams.layout import OWNERS_BUCKET
 
@@ -84,10 +86,28 @@ class Leases:
 
     async def stop(self) -> None:
         """Hand every partition back at once (a graceful stop does not make the others
-        wait for a TTL)."""
+        wait for a TTL). Without NATS (a stop during an outage) each partition is still
+        let go here, at once; its lease then expires after the TTL: asking the server
+        would only wait out a request timeout per partition."""
         await cancel_and_wait([self._task])
+        unreachable: BaseException | None = None if self.nc.is_connected else ConnectionReconnectingError()
         for p in sorted(self.held):
-            await self._release(p)
+            if unreachable is None:
+                try:
+                    await self._release(p)
+                    continue
+                except TRANSIENT_REQUEST as e:
+                    unreachable = e
+            await self._let_go(p)
+            self._changed.set()
+        if unreachable is not None:
+            log.warning(
+                "%s leases: not handed back (%s); they expire within %.0fs",
+                self.role,
+                str(unreachable) or type(unreachable).__name__,
+                self.ttl,
+            )
+            return
         try:
             await self.kv.delete(f"members.{self.role}.{self.pod}")
         except Exception:
@@ -171,9 +191,14 @@ class Leases:
                 raise
         return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
 
-    async def _release(self, p: int) -> None:
+    async def _let_go(self, p: int) -> int | None:
+        """No longer consume partition `p` (its lease left as it is): the revision held."""
         rev = self.held.pop(p, None)
         await self.on_lose(p)
+        return rev
+
+    async def _release(self, p: int) -> None:
+        rev = await self._let_go(p)
         if rev is not None:
             try:
                 await self.kv.delete(self._key(p), last=rev)

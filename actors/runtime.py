@@ -23,7 +23,7 @@ from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.health import HealthServer, PodState
 from actors.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
-from actors.natsio import publisher, ride_out
+from actors.natsio import close_connection, publisher, ride_out
 from actors.natsio.reader import install_reader
 from actors.ownership import Leases, pod_name
 from actors.projector import Projector
@@ -264,7 +264,7 @@ async def running(settings: Settings, *, roles: Iterable[str] = ROLES) -> AsyncI
         yield rt
     finally:
         await rt.stop()
-        await nc.close()
+        await close_connection(nc)
 
 
 async def wait_forever() -> None:
@@ -320,7 +320,7 @@ async def serve(
                 extra=extra,
             )
         finally:
-            await nc.close()
+            await close_connection(nc)
     finally:
         if http is not None:
             await http.stop()

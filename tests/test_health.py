@@ -198,3 +198,34 @@ async def test_sigterm_while_waiting_for_nats_exits_0(tmp_path: Path) -> None:
         assert await pod.stop(timeout=15) == 0  # SIGTERM
     finally:
         await pod.kill()  # if it is still running
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_sigterm_after_nats_went_away_exits_0_without_a_traceback(tmp_path: Path) -> None:
+    """A pod whose server went away (an outage, a NATS upgrade) and is then stopped, as
+    Kubernetes does in a rollout, exits 0 with a warning: its leases are let go here and
+    expire on the server, and what its connection buffered while reconnecting is
+    dropped. It used to exit 1 with a traceback (nats-py's close wrote that buffer to
+    the lost socket) after a request timeout per leased role."""
+    server = await NatsServer.start()
+    pod = await PodProcess.start(
+        "all", url=server.url, layout=Layout(partitions=PARTITIONS, lease_ttl=2), logs=tmp_path, name="pod"
+    )
+    try:
+        await pod.ready()
+        await server.stop()
+        # the pod's lease renewals (every ttl/4) are buffered while it reconnects, until
+        # one times out: then there is something buffered for the close to drop
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while b"balance failed" not in pod.log.read_bytes():
+            assert loop.time() < deadline, pod.log.read_text()
+            await asyncio.sleep(0.1)  # a log file has no event to await
+        assert await pod.stop(timeout=20) == 0, pod.log.read_text()  # SIGTERM
+        text = pod.log.read_text()
+        assert "Traceback" not in text, text
+        assert "leases: not handed back" in text, text
+    finally:
+        await pod.kill()
+        await server.stop()

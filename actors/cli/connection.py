@@ -22,6 +22,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     from actors.client.connecting import look_up_streams
     from actors.connopts import ConnectOptions
     from actors.dial import connect_within
+    from actors.natsio import close_connection
     from actors.runtime import connect, start_roles, tune_gc
     from streams.server import NatsServer
 
@@ -58,6 +59,6 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
             # our server dies with us, and with it whatever still runs: draining tool commands
             # (5 s by default) would only delay the exit after a timeout or a Ctrl-C
             await runtime.stop(drain_timeout=0)
-        await nc.close()
+        await close_connection(nc)
         if server is not None:
             await server.stop()

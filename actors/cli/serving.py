@@ -19,6 +19,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
     from actors.connopts import ConnectOptions
     from actors.dial import CLIENT_TIMEOUT, connect_within
+    from actors.natsio import close_connection
     from actors.runtime import start_roles, tune_gc
     from streams.server import NatsServer
 
@@ -44,7 +45,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
         if ui is not None:
             await ui.cleanup()
         await rt.stop()
-        await nc.close()
+        await close_connection(nc)
         await server.stop()
     return EXIT_OK
 

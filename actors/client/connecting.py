@@ -21,7 +21,7 @@ from nats.aio.client import Client as NATS
 
 from actors.connopts import ConnectOptions
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
-from actors.natsio import ride_out
+from actors.natsio import close_connection, ride_out
 from actors.settings import Settings
 from streams.layout import Layout, StreamsMissing, ensure
 
@@ -62,7 +62,7 @@ async def open_client(
     try:
         await look_up_streams(nc, layout, url, budget=max(0.1, timeout - (loop.time() - started)), timeout=timeout)
     except BaseException:
-        await nc.close()
+        await close_connection(nc)
         raise
     return make(nc, layout, timeout)
 

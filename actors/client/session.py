@@ -13,7 +13,7 @@ from nats.js.kv import KeyValue
 
 from actors.codec import PayloadCodec, bind, codec_of
 from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
-from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, publisher, ride_out
+from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, close_connection, publisher, ride_out
 from streams.layout import Layout
 
 # room a message needs around the value it carries (ids, limits, headers): what a
@@ -65,8 +65,8 @@ class Session:
     async def close(self) -> None:
         """Close the connection if this client made it (`Client.connect`); a connection
         given to the constructor is the caller's to close."""
-        if self.owns_connection and not self.nc.is_closed:
-            await self.nc.close()
+        if self.owns_connection:
+            await close_connection(self.nc)
 
     async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (idempotent), asked again through an election or a reconnect; past

@@ -15,7 +15,7 @@ dead-lettering, message metadata. One module per idea:
 * `kvkeys`: a KV bucket's keys without nats-py's `keys()` race
 * `kvput`: a compare-and-set write of a KV key, pipelined (`put_if_last`)
 * `dispatch`: subscriptions whose messages go to a handler as they are read
-* `private`: every use of a private name of nats-py
+* `private`: every use of a private name of nats-py (and `close_connection`, which needs one)
 
 The names below are what the rest of the tree imports from `actors.natsio`."""
 
@@ -23,6 +23,7 @@ from actors.natsio.deadletter import dead_letter
 from actors.natsio.fast import ack, send
 from actors.natsio.kvkeys import kv_keys
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
+from actors.natsio.private import close_connection
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
 from actors.natsio.replay import command_sent, has_message, last_message
@@ -38,6 +39,7 @@ __all__ = [
     "PublishOutcomeUnknown",
     "Publisher",
     "ack",
+    "close_connection",
     "command_sent",
     "dead_letter",
     "has_message",
