@@ -97,50 +97,61 @@ def ms(seconds: float) -> float:
 # --- CPU of a process tree --------------------------------------------------------------
 
 
+def _threads(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""  # gone meanwhile
+
+
 def tree(pid: int) -> list[int]:
     """`pid` and its descendants now (Linux /proc children lists)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        for children in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                todo += [int(c) for c in children.read_text().split()]
-            except (OSError, ValueError):
-                pass  # gone meanwhile
+        for t in _threads(p):
+            todo += [int(c) for c in _read(f"/proc/{p}/task/{t}/children").split()]
     return out
 
 
 def cpu_ns(pid: int) -> int:
     """CPU ns used so far by every thread of `pid` (0 once it is gone)."""
     total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
+    for t in _threads(pid):
+        fields = _read(f"/proc/{pid}/task/{t}/schedstat").split()
+        total += int(fields[0]) if fields else 0
     return total
 
 
 class TreeMeter:
-    """CPU of a set of process trees (a root and its descendants) over measured phases."""
+    """CPU of a set of process trees (a root and its descendants) over measured phases,
+    and of this process (`own`: without its children, the pods and the server)."""
 
-    def __init__(self, roots: dict[str, tuple[int, ...]], *, alone: tuple[str, ...] = ()) -> None:
+    def __init__(self, roots: dict[str, tuple[int, ...]], *, own: str) -> None:
         self.roots = roots  # name -> the processes counted under it (the pods: one or one per role)
-        self.alone = alone  # roots counted without their children (this process: pod and server are its)
-        self.total: dict[str, int] = dict.fromkeys(roots, 0)
+        self.own = own
+        self.total: dict[str, int] = dict.fromkeys([*roots, own], 0)
         self._mark: dict[str, dict[int, int]] = {}
+        self._own_mark = 0
 
     def _now(self) -> dict[str, dict[int, int]]:
-        return {
-            name: {p: cpu_ns(p) for root in roots for p in ([root] if name in self.alone else tree(root))}
-            for name, roots in self.roots.items()
-        }
+        return {name: {p: cpu_ns(p) for root in roots for p in tree(root)} for name, roots in self.roots.items()}
 
     def start(self) -> None:
         self._mark = self._now()
+        self._own_mark = time.process_time_ns()  # last: walking /proc (~1 ms) is the meter's work
 
     def stop(self) -> None:
+        self.total[self.own] += time.process_time_ns() - self._own_mark  # first, for the same reason
         now = self._now()
         for name, pids in now.items():
             before = self._mark.get(name, {})
@@ -357,12 +368,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await concurrently(engine.one, min(args.concurrent, 50))
             await concurrently(raw.one, min(args.concurrent, 50))
 
-            roots = {
-                "pod": tuple(pod.proc.pid for pod in pods),
-                "nats_server": (server.proc.pid,),
-                "bench": (os.getpid(),),
-            }
-            eng_seq, raw_seq = TreeMeter(roots, alone=("bench",)), TreeMeter(roots, alone=("bench",))
+            roots = {"pod": tuple(pod.proc.pid for pod in pods), "nats_server": (server.proc.pid,)}
+            eng_seq, raw_seq = TreeMeter(roots, own="bench"), TreeMeter(roots, own="bench")
             eng_lat, raw_lat = [], []
             for _ in range(args.runs):
                 raw_seq.start()
@@ -373,7 +380,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 eng_seq.stop()
 
             timeline = await engine.timeline(nc, list(engine.clocks)[-args.runs :])
-            eng_con, raw_con = TreeMeter(roots, alone=("bench",)), TreeMeter(roots, alone=("bench",))
+            eng_con, raw_con = TreeMeter(roots, own="bench"), TreeMeter(roots, own="bench")
             eng_rate, raw_rate = [], []
             for r in range(args.rounds):
                 for meter, one, rates in (
