@@ -13,6 +13,8 @@ import asyncio
 import logging
 import re
 import ssl
+import time
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
@@ -94,12 +96,42 @@ def _one_line(e: BaseException) -> str:
     return text.removeprefix("nats: ").strip("'")
 
 
+class OutageNotices:
+    """A line (`say`) when a connected client loses NATS and one when it has it again.
+    A command that waits for an execution (`run`, `status --watch`) rides out an outage
+    as the connection reconnects; its user should know that it now waits for NATS, not
+    for the execution. `down_since`: wall time the connection went down, None while up."""
+
+    def __init__(self, url: str, say: Callable[[str], None]) -> None:
+        self.url = redact(url)
+        self.say = say
+        self.nc: NATS | None = None
+        self.down_since: float | None = None
+
+    async def lost(self) -> None:
+        if self.nc is None or self.nc.is_closed:
+            return  # our own close: nothing lost
+        self.down_since = time.time()
+        self.say(f"lost the connection to NATS at {self.url}; trying again (the execution goes on without us)")
+
+    async def back(self) -> None:
+        if self.down_since is not None:
+            self.say(f"connected to NATS again after {time.time() - self.down_since:.0f}s")
+        self.down_since = None
+
+
 async def connect_within(
-    url: str, *, timeout: float, name: str = "actors-cli", options: ConnectOptions | None = None
+    url: str,
+    *,
+    timeout: float,
+    name: str = "actors-cli",
+    options: ConnectOptions | None = None,
+    notices: OutageNotices | None = None,
 ) -> NATS:
     """Connect to `url` (comma-separated for a cluster) within `timeout` seconds or
     raise NatsUnavailable saying why; refused credentials or a failed TLS handshake
-    raise at once. `options`: credentials and TLS (default: the environment's)."""
+    raise at once. `options`: credentials and TLS (default: the environment's).
+    `notices`: told when the connection, once made, goes down and comes back."""
     options = options if options is not None else ConnectOptions.from_environment()
     servers = [u.strip() for u in url.split(",") if u.strip()]
     refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -117,7 +149,11 @@ async def connect_within(
         "reconnect_time_wait": RECONNECT_WAIT,
         "connect_timeout": max(0.1, min(ATTEMPT_TIMEOUT, timeout)),
     }
+    if notices is not None:
+        tuning |= {"disconnected_cb": notices.lost, "reconnected_cb": notices.back}
     nc = install_reader(NATS())  # the faster protocol reader (actors/natsio/reader.py)
+    if notices is not None:
+        notices.nc = nc
     connecting: asyncio.Future[Any] = asyncio.ensure_future(
         nc.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=on_error, **tuning, **options.nats_kwargs())
     )

@@ -20,6 +20,7 @@ from actors.client import Client
 from actors.dial import CLIENT_TIMEOUT
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsServer, free_port
+from streams.subjects import status_subject
 from tests.conftest import System, make_layout
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -182,6 +183,52 @@ async def test_status_watch_past_its_timeout_exits_4_with_one_line(system: Syste
 
 
 # --- item 8: NATS unreachable or refusing the credentials ----------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_watch_whose_server_goes_away_says_so_and_exits_5_not_4(tmp_path: Path) -> None:
+    """`status --watch` rides out an outage (the connection reconnects), but says at once
+    that it lost NATS, and when its --timeout ends with NATS still gone it exits 5 saying
+    the outcome is unknown, not 4 ("not finished")."""
+    from actors.natsio import close_connection
+    from actors.runtime import connect, start_roles
+
+    server = await NatsServer.start()
+    nc = await connect(server.url, name="test")
+    rt = await start_roles(nc, layout=make_layout())
+    watch: asyncio.subprocess.Process | None = None
+    try:
+        client = Client(nc, layout=make_layout())
+        (tmp_path / "slow.yaml").write_text(SLOW)
+        entry = await client.register(tmp_path / "slow.yaml")
+        statuses = await nc.subscribe(status_subject("*"))  # the bucket's writes, republished
+        eid = await client.start(entry.path, version=entry.version)
+        if await client.status(eid) is None:
+            await statuses.next_msg(timeout=20)  # RUNNING: the CLI prints it once it watches
+        watch = await asyncio.create_subprocess_exec(
+            *CLI,
+            *("status", eid, "--watch", "--timeout", "8"),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "NATS_URL": server.url, "ACTORS_PARTITIONS": str(make_layout().partitions)},
+        )
+        assert watch.stdout is not None and watch.stderr is not None
+        assert (await asyncio.wait_for(watch.stdout.readline(), 20)).strip() == b"RUNNING"  # it watches now
+        await server.stop()
+        _, err = await asyncio.wait_for(watch.communicate(), 30)
+        lines = err.decode().strip().splitlines()
+        assert "Traceback" not in err.decode(), err
+        assert len(lines) == 2 and "lost the connection to NATS" in lines[0], err
+        assert watch.returncode == EXIT_NATS and "NATS is unreachable: its outcome is unknown here" in lines[1], err
+    finally:
+        if watch is not None and watch.returncode is None:
+            watch.kill()
+            await watch.wait()
+        await rt.stop(drain_timeout=0)
+        await close_connection(nc)
+        await server.stop()
+
 
 CLIENT_COMMANDS: list[tuple[str, ...]] = [
     ("register", "examples/hello.yaml"),

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from actors.cli.connection import connection
-from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
+from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_NATS, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
 from actors.cli.inputs import checked_execution_id, payload_of, settings_of, timeout_of
 from actors.cli.live import ProgressBars, follow_steps, progress_bars
 from actors.cli.output import (
@@ -106,6 +106,19 @@ async def cmd_start(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def not_finished(client: Any, execution_id: str, timeout: float) -> tuple[str, int]:
+    """What a command that waited `timeout` seconds for an execution's end says, and its
+    exit code: 4, or 5 when the wait ended with NATS unreachable (the execution's fate
+    is then unknown here, not late)."""
+    if not client.nc.is_connected:
+        return (
+            f"execution {execution_id}: no end seen within {timeout:g}s, and NATS is unreachable: "
+            "its outcome is unknown here",
+            EXIT_NATS,
+        )
+    return f"execution {execution_id}: not finished after {timeout:g}s", EXIT_TIMEOUT
+
+
 async def cmd_status(args: argparse.Namespace) -> int:
     from actors.events import TERMINAL_STATES
 
@@ -123,8 +136,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
             try:
                 st = await client.wait(args.execution_id, timeout=left)
             except TimeoutError:
-                print_error(f"execution {args.execution_id}: not finished after {args.timeout:g}s")
-                return EXIT_TIMEOUT
+                line, code = not_finished(client, args.execution_id, args.timeout)
+                print_error(line)
+                return code
         assert st is not None
         running = [] if st.state in TERMINAL_STATES else await client.running_steps(args.execution_id)
         (print_json({**status_row(st), "running_steps": running}) if args.json else print_status(st, running))
@@ -218,21 +232,25 @@ async def cmd_run(args: argparse.Namespace) -> int:
         except TimeoutError:
             if bars is not None:
                 bars.settle()
+            line, code = not_finished(client, eid, args.timeout)
             if args.json:
                 print_json(
                     {
                         "execution_id": eid,
                         "state": "TIMEOUT",
                         "result": None,
-                        "error": {"type": "Timeout", "message": f"not finished after {args.timeout}s"},
+                        "error": {
+                            "type": "Timeout" if code == EXIT_TIMEOUT else "NatsUnavailable",
+                            "message": line.partition(": ")[2],
+                        },
                         "started_at": None,
                         "ended_at": None,
                         "existing": outcome.existing,
                     }
                 )
             else:
-                print_error(f"execution {eid}: not finished after {args.timeout}s")
-            return EXIT_TIMEOUT
+                print_error(line)
+            return code
         finally:
             await _stop_task(bar)
         data = terminal.data

@@ -18,10 +18,11 @@ from actors.cli.inputs import settings_of, timeout_of
 async def connection(args: argparse.Namespace, *, embedded: bool = False) -> AsyncIterator[Any]:
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
+    from actors.cli.output import print_error
     from actors.client import Client
     from actors.client.connecting import look_up_streams
     from actors.connopts import ConnectOptions
-    from actors.dial import connect_within
+    from actors.dial import OutageNotices, connect_within
     from actors.natsio import close_connection
     from actors.runtime import connect, start_roles, tune_gc
     from streams.server import NatsServer
@@ -40,10 +41,11 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     started = time.monotonic()
     # a server of our own is local and up; anyone else's is given the command's --timeout
     # (the credentials and TLS of the settings are for someone else's server, not ours)
+    notices = OutageNotices(url, lambda line: print_error(f"actors-cli: {line}"))
     nc = (
         await connect(url, name="actors-cli", options=ConnectOptions())
         if server is not None
-        else await connect_within(url, timeout=budget, options=ConnectOptions.from_settings(settings))
+        else await connect_within(url, timeout=budget, options=ConnectOptions.from_settings(settings), notices=notices)
     )
     try:
         if server is not None:
