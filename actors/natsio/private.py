@@ -22,7 +22,7 @@ per-message overhead (`fast.send`):
   no kick is queued yet, as `_send_publish` does: a future put on its queue while it
   runs, else `_flush_pending` (which writes inline when it does not).
 * `_pending` and `_pending_data_size` again, emptied before closing a connection that
-  is not CONNECTED (`close_connection`): `close` would write them to the lost transport.
+  is not connected (`close_connection`): `close` would write them to the lost transport.
 
 `Msg` (nats.aio.msg), for an ack sent by `fast.send` instead of `Msg.ack`:
 * `_ackd` (bool): read, so that a second ack raises as `Msg.ack` does; set after the
@@ -216,10 +216,11 @@ async def close_connection(nc: NATS) -> None:
     on a closed transport, and the close stops half-way (its subscriptions, transport
     and callbacks not cleaned up), which took `serve` down with a traceback on SIGTERM
     during a NATS outage. Closing means that buffer is never sent: it is dropped first.
-    Connected, everything buffered is written before the close, as nats-py does."""
+    Connected (or draining), everything buffered is written before the close, as
+    nats-py does."""
     if nc.is_closed:
         return
-    if nc._status != _CONNECTED:
+    if not nc.is_connected:  # reconnecting, or not connected yet
         nc._pending = []
         nc._pending_data_size = 0
     await nc.close()
