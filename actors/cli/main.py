@@ -24,6 +24,7 @@ from actors.cli.commands import (
 )
 from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
+from actors.cli.interrupt import interruptible
 from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
 from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
@@ -261,8 +262,8 @@ def _run(coro: Any) -> Any:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is not built for every platform
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        return asyncio.run(interruptible(coro))
+    return uvloop.run(interruptible(coro))
 
 
 def entrypoint() -> None:

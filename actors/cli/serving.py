@@ -23,6 +23,9 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     from actors.runtime import start_roles, tune_gc
     from streams.server import NatsServer
 
+    # first of all, as `serve` does: a Ctrl-C during start-up stops dev once it has
+    # started (and cleanly), where a cancel of start-up could be lost (actors/cli/interrupt.py)
+    stop = _stop_on_signal()
     settings = settings_of(args).with_flags(ui_port=getattr(args, "ui_port", None))
     config = Path(args.server_config).read_text() if args.server_config else None  # noqa: ASYNC240 - once, at start
     # a server of our own asks for nothing unless its configuration says so
@@ -40,7 +43,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     print(f"  export NATS_URL={server.url}", flush=True)
     ui = await _dev_ui(nc, settings)
     try:
-        await _until_signal()
+        await stop.wait()
     finally:
         if ui is not None:
             await ui.cleanup()
@@ -103,13 +106,17 @@ def _ui_pod(settings: Settings) -> Any:
 
 
 def _stop_on_signal() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM, handlers installed now."""
+    """An event set by SIGINT or SIGTERM, handlers installed now; a second signal
+    cancels the command (a start-up that hangs can still be left)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set() and task is not None:
+            task.cancel()
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     return stop
-
-
-async def _until_signal() -> None:
-    await _stop_on_signal().wait()

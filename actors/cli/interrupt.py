@@ -1,0 +1,65 @@
+"""Ctrl-C for a CLI command, for sure.
+
+`asyncio.run` answers the first SIGINT by cancelling the command's task once. On
+Python 3.11, `asyncio.wait_for` (nats-py waits for every request with it) swallows a
+cancel that arrives in the same turn of the event loop as the result it waits for
+(CPython gh-86296, fixed in 3.12; actors/stopping.py meets it for tasks): the command
+then carries on as if no Ctrl-C had come, and `run` followed its execution to the
+end, or `dev` went on to wait for a second signal. Here a SIGINT cancels the
+command's task, and again every `CANCEL_AGAIN` seconds while it runs; once it ends
+cancelled, KeyboardInterrupt is raised (exit 130, as before).
+
+A command with signal handling of its own (`dev`, `serve`: a stop event) replaces
+this handler when it installs its own. A SIGINT ignored when the CLI started (a job
+a non-interactive shell put in the background) stays ignored."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Seconds between cancels of a command that did not end. Long enough for the clean-up
+# an interrupted command does after the first cancel (stopping the embedded actors and
+# server takes well under a second), so that a cancel that was not swallowed is not
+# followed by one that cuts that clean-up short.
+CANCEL_AGAIN = 3.0
+
+
+async def interruptible(command: Coroutine[Any, Any, T]) -> T:
+    """Await `command`; on SIGINT cancel it (again every CANCEL_AGAIN seconds until it
+    ends) and raise KeyboardInterrupt once it has ended cancelled."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return await command  # ignored (or someone else's): left as it is
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    interrupted = False
+    again: asyncio.TimerHandle | None = None
+
+    def cancel() -> None:
+        nonlocal again
+        task.cancel()
+        again = loop.call_later(CANCEL_AGAIN, cancel)
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        if again is not None:
+            again.cancel()
+        interrupted = True
+        cancel()  # Ctrl-C again: at once
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        return await command
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if again is not None:
+            again.cancel()  # the command has ended: nothing more to cancel
+        loop.remove_signal_handler(signal.SIGINT)
