@@ -22,6 +22,7 @@ from actors.catalog import CatalogError, CatalogReader
 from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
 from actors.natsio import last_message
+from actors.natsio.requests import requester
 from actors.wire import (
     UNREADABLE_START,
     CancelRequest,
@@ -99,10 +100,12 @@ class Writer(Session):
         # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
         limit = self.value_limit()
         what = f"the start of execution {eid}"
-        msg = await self._ride(
-            what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
-        )
         data = self.codec.encode(msg)
+        if len(data) > limit:
+            msg = await self._ride(
+                what, lambda: start_payload(self.js, msg, eid, limit=limit, cap=self.layout.max_value_bytes)
+            )
+            data = self.codec.encode(msg)
         began = time.monotonic()
         if await self._started_by_request(eid, data):
             return eid
@@ -122,8 +125,8 @@ class Writer(Session):
         wait = min(START_REQUEST_WAIT, self.timeout / 4)
         headers = {START_AS_MESSAGE: "1", START_WAIT: f"{wait:g}"}
         try:
-            answer = await self.nc.request(START_REQUEST_SUBJECT, data, timeout=wait, headers=headers)
-            reply = _start_reply_decoder.decode(answer.data)
+            answer = await requester(self.nc).request(START_REQUEST_SUBJECT, data, timeout=wait, headers=headers)
+            reply = _start_reply_decoder.decode(answer)
         except (TimeoutError, NatsError, OSError, msgspec.DecodeError):
             return False
         if reply.started:

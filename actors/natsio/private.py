@@ -43,8 +43,9 @@ to a function as they are parsed (`dispatch.subscribe_direct`):
 
 Our own attributes on a `Client` (it has no `__slots__`): `_actors_publisher`, the
 connection's Publisher (`connection_publisher`): a publisher belongs to its connection
-and goes away with it, with no module-level table keyed by `id(nc)`; and
-`_actors_lazy_flush`, the timer that writes lazily buffered acks (`buffer_lazily`).
+and goes away with it, with no module-level table keyed by `id(nc)`; `_actors_requester`,
+its Requester (`connection_requester`, the same way); and `_actors_lazy_flush`, the
+timer that writes lazily buffered acks (`buffer_lazily`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ CLIENT_ATTRS = (
 DIRECT_WRITE = all(hasattr(NATS(), a) for a in CLIENT_ATTRS)
 _CONNECTED = NATS.CONNECTED
 _PUBLISHER_ATTR = "_actors_publisher"
+_REQUESTER_ATTR = "_actors_requester"
 
 
 def can_write_directly(nc: NATS, payload_size: int) -> bool:
@@ -203,10 +205,19 @@ def connection_of(js: JetStreamContext) -> NATS:
 def connection_publisher(nc: NATS, make: Callable[[NATS], T]) -> T:
     """The publisher kept on `nc` for its lifetime, made by `make(nc)` on first use:
     one per connection, gone with it."""
-    kept: T | None = getattr(nc, _PUBLISHER_ATTR, None)
+    return _kept(nc, _PUBLISHER_ATTR, make)
+
+
+def connection_requester(nc: NATS, make: Callable[[NATS], T]) -> T:
+    """The requester kept on `nc` for its lifetime (as `connection_publisher`)."""
+    return _kept(nc, _REQUESTER_ATTR, make)
+
+
+def _kept(nc: NATS, attr: str, make: Callable[[NATS], T]) -> T:
+    kept: T | None = getattr(nc, attr, None)
     if kept is None:
         kept = make(nc)
-        setattr(nc, _PUBLISHER_ATTR, kept)
+        setattr(nc, attr, kept)
     return kept
 
 

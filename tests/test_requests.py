@@ -1,0 +1,92 @@
+"""natsio.requests: a request gets its own reply (headers delivered as sent), a
+subject nobody listens on fails at once, a reply that never comes times out, and a
+reply after that is dropped, on connections with and without the actors' reader."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+
+from actors.natsio.requests import requester
+from actors.runtime import connect
+from streams.server import NatsServer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def answering(nc: Any, subject: str) -> list[Any]:
+    """A responder on `subject` that answers each request with its payload and headers
+    reversed back; the requests it saw."""
+    seen: list[Any] = []
+
+    async def cb(msg: Any) -> None:
+        seen.append(msg)
+        await msg.respond(msg.data[::-1] + b"|" + (msg.headers or {}).get("X-Test", "").encode())
+
+    await nc.subscribe(subject, cb=cb)
+    return seen
+
+
+@pytest.mark.parametrize("ours", [True, False], ids=["our reader", "nats-py's parser"])
+async def test_each_request_gets_its_own_reply_with_its_headers(nats_server: NatsServer, ours: bool) -> None:
+    server_side = await nats.connect(nats_server.url)
+    nc = await (connect(nats_server.url) if ours else nats.connect(nats_server.url))
+    try:
+        seen = await answering(server_side, "svc.echo")
+        await server_side.flush()
+        replies = await asyncio.gather(
+            *(
+                requester(nc).request("svc.echo", f"req-{i}".encode(), timeout=5, headers={"X-Test": str(i)})
+                for i in range(50)
+            )
+        )
+        assert replies == [f"req-{i}".encode()[::-1] + b"|" + str(i).encode() for i in range(50)]
+        assert len(seen) == 50
+        assert requester(nc) is requester(nc)  # one per connection: one reply subscription
+    finally:
+        await nc.close()
+        await server_side.close()
+
+
+@pytest.mark.parametrize("ours", [True, False], ids=["our reader", "nats-py's parser"])
+async def test_a_request_nobody_listens_to_fails_at_once(nats_server: NatsServer, ours: bool) -> None:
+    nc = await (connect(nats_server.url) if ours else nats.connect(nats_server.url))
+    try:
+        # a long timeout: the server's "no responders" status, not the timer, ends it
+        task = asyncio.ensure_future(requester(nc).request("svc.nobody", b"x", timeout=25))
+        with pytest.raises(nats.errors.NoRespondersError):
+            await asyncio.wait_for(task, 10)
+    finally:
+        await nc.close()
+
+
+async def test_a_reply_that_does_not_come_times_out_and_a_late_one_is_dropped(nats_server: NatsServer) -> None:
+    server_side = await nats.connect(nats_server.url)
+    nc = await connect(nats_server.url)
+    held: list[Any] = []
+    got_it = asyncio.Event()
+
+    async def slow(msg: Any) -> None:  # answers only when told to
+        held.append(msg)
+        got_it.set()
+
+    try:
+        await server_side.subscribe("svc.slow", cb=slow)
+        await server_side.flush()
+        with pytest.raises(nats.errors.TimeoutError):
+            await requester(nc).request("svc.slow", b"x", timeout=0.5)
+        await got_it.wait()
+        await held[0].respond(b"late")  # to a request that gave up: dropped
+        await server_side.flush()
+        # the next request on the connection still gets its own reply, not the late one
+        echo = await answering(server_side, "svc.echo")
+        await server_side.flush()
+        assert await requester(nc).request("svc.echo", b"ab", timeout=5) == b"ba|"
+        assert len(echo) == 1
+    finally:
+        await nc.close()
+        await server_side.close()
