@@ -324,3 +324,23 @@ async def test_a_connection_made_elsewhere_gets_raw_messages_through_a_msg(nats_
         assert ack.seq == 1
     finally:
         await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_raw_handlers_of_ended_subscriptions_do_not_pile_up(nats_server: NatsServer) -> None:
+    """A client that watches executions one after another (a subscription each, closed
+    after) keeps a bounded table of raw handlers, and a live one still gets its messages."""
+    nc = await connect(nats_server.url, name="reader-churn")
+    try:
+        reader = reader_of(nc)
+        assert reader is not None
+        got = asyncio.Event()
+        await subscribe_raw(nc, "live.x", lambda *a: got.set())
+        for i in range(500):
+            sub = await subscribe_raw(nc, f"gone.{i}", lambda *a: None)
+            await sub.unsubscribe()
+            assert len(reader.raw) <= 2 * 2 + 65  # two live subscriptions at most here
+        await nc.publish("live.x", b"still here")
+        await asyncio.wait_for(got.wait(), 10)
+    finally:
+        await nc.close()
