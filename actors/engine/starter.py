@@ -49,6 +49,7 @@ from actors.natsio import (
     has_message,
     num_delivered,
     publish_all,
+    send,
     stream_seq,
     subject_taken,
 )
@@ -188,7 +189,8 @@ class Starter:
                 error=ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e)),
             )
         try:
-            await msg.respond(encode(reply))
+            # the fast path (`Msg.respond` would also echo the request's headers back)
+            await send(self.nc, msg.reply, encode(reply))
         except Exception:
             log.exception("starter: could not answer a start request")  # the caller's request times out
 
