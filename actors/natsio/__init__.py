@@ -16,6 +16,7 @@ dead-lettering, message metadata. One module per idea:
 * `kvput`: a compare-and-set write of a KV key, pipelined (`put_if_last`)
 * `dispatch`: subscriptions whose messages go to a handler as they are read
 * `requests`: core requests without nats-py's per-request overhead (`requester`)
+* `replies`: the one reply subscription a Publisher or a Requester keeps
 * `private`: every use of a private name of nats-py (and `close_connection`, which needs one)
 
 The names below are what the rest of the tree imports from `actors.natsio`."""

@@ -11,14 +11,13 @@ import math
 from collections.abc import Awaitable
 
 from nats.aio.client import Client as NATS
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_of, connection_publisher
 from actors.natsio.puback import puback_outcome
-from actors.natsio.reader import subscribe_raw
+from actors.natsio.replies import ReplyInbox
 from actors.natsio.transient import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX, TRANSIENT
 
 MSG_ID = "Nats-Msg-Id"
@@ -44,7 +43,7 @@ class PublishOutcomeUnknown(Exception):
 Message = tuple[str, bytes, dict[str, str]]  # subject, payload, headers (with its Nats-Msg-Id)
 
 
-class Publisher:
+class Publisher(ReplyInbox):
     """Pipelined JetStream publishes on one connection: each publish returns a future
     for its PubAck at once, so many can be in flight; acks come back on one wildcard
     inbox. What nats-py's `publish_async` does, without its per-message random token,
@@ -54,40 +53,17 @@ class Publisher:
     the acks and re-sends what failed transiently."""
 
     def __init__(self, nc: NATS, *, timeout: float = PUBACK_TIMEOUT, duplicate_window: float = 120.0) -> None:
-        self.nc = nc
+        super().__init__(nc)
         self.timeout = timeout
         # the streams' duplicate window (Layout.duplicate_window): how long a doubtful
         # publish may be re-sent (RESEND_SHARE); `start_roles` sets it from the layout
         self.duplicate_window = duplicate_window
-        self._prefix = ""
-        self._prefix_size = 0
-        self._sub: Subscription | None = None
-        self._starting: asyncio.Future[None] | None = None
         self._tokens = itertools.count()
         # token -> (future, deadline, connection it went out on: the client's reconnect count)
         self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, int]] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._refused = 0  # re-sent publishes not reported yet
         self._refused_logged = -1.0  # loop time of the last report
-
-    async def _start(self) -> None:
-        if self._starting is None:
-            self._loop = asyncio.get_running_loop()
-            self._starting = self._loop.create_future()
-            try:
-                self._prefix = self.nc.new_inbox() + "."
-                self._prefix_size = len(self._prefix.encode())
-                # PubAcks resolve futures: handed over as they are read (no Msg, no queue, no task)
-                self._sub = await subscribe_raw(self.nc, self._prefix + "*", self._on_ack)
-            except BaseException as e:
-                self._starting.set_exception(e)
-                self._starting.exception()  # retrieved: later callers re-raise it
-                self._starting = None
-                raise
-            self._starting.set_result(None)
-        else:
-            await asyncio.shield(self._starting)
 
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> asyncio.Future[PubAck]:
         """Send now; the returned future resolves with the PubAck (or the server's error)."""
@@ -245,7 +221,8 @@ class Publisher:
         done = iter(await asyncio.gather(*pending, return_exceptions=True))
         return [next(done) if isinstance(f, asyncio.Future) else f for f in futs]
 
-    def _on_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    def _on_reply(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """A PubAck, read as it arrives: it settles its publish's future."""
         entry = self._waiting.pop(subject[self._prefix_size :].decode(), None)
         if entry is None or entry[0].done():
             return

@@ -21,46 +21,23 @@ import itertools
 
 import nats.errors
 from nats.aio.client import Client as NATS
-from nats.aio.subscription import Subscription
 
 from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_requester
-from actors.natsio.reader import subscribe_raw
+from actors.natsio.replies import ReplyInbox
 
 __all__ = ["Requester", "requester"]
 
 _NO_RESPONDERS = b"NATS/1.0 503"
 
 
-class Requester:
+class Requester(ReplyInbox):
     """Requests on one connection, their replies on one wildcard subscription."""
 
     def __init__(self, nc: NATS) -> None:
-        self.nc = nc
-        self._prefix = ""
-        self._prefix_size = 0
-        self._sub: Subscription | None = None
-        self._starting: asyncio.Future[None] | None = None
+        super().__init__(nc)
         self._tokens = itertools.count()
         self._waiting: dict[str, asyncio.Future[bytes]] = {}  # token -> the reply's future
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    async def _start(self) -> None:
-        if self._starting is None:
-            self._loop = asyncio.get_running_loop()
-            self._starting = self._loop.create_future()
-            try:
-                self._prefix = self.nc.new_inbox() + "."
-                self._prefix_size = len(self._prefix.encode())
-                self._sub = await subscribe_raw(self.nc, self._prefix + "*", self._on_reply)
-            except BaseException as e:
-                self._starting.set_exception(e)
-                self._starting.exception()  # retrieved: later callers re-raise it
-                self._starting = None
-                raise
-            self._starting.set_result(None)
-        else:
-            await asyncio.shield(self._starting)
 
     async def request(
         self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None
