@@ -95,10 +95,10 @@ class Leases:
             if unreachable is None:
                 try:
                     await self._release(p)
-                    continue
                 except TRANSIENT_REQUEST as e:
-                    unreachable = e
-            await self._let_go(p)
+                    unreachable = e  # `p` was let go before its delete failed; the rest only are
+            else:
+                await self._let_go(p)
             self._changed.set()
         if unreachable is not None:
             log.warning(

@@ -48,9 +48,9 @@ async def interruptible(command: Coroutine[Any, Any, T]) -> T:
     def on_sigint() -> None:
         nonlocal interrupted
         if again is not None:
-            again.cancel()
+            again.cancel()  # a second Ctrl-C cancels at once, then on the same rhythm
         interrupted = True
-        cancel()  # Ctrl-C again: at once
+        cancel()
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
