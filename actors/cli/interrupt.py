@@ -52,7 +52,10 @@ async def interruptible(command: Coroutine[Any, Any, T]) -> T:
         interrupted = True
         cancel()
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError):  # a loop without signal handlers: asyncio.run's own
+        return await command
     try:
         return await command
     except asyncio.CancelledError:
