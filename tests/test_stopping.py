@@ -78,3 +78,18 @@ async def test_a_cli_command_that_ended_after_a_ctrl_c_is_not_cancelled_again(mo
     assert current is not None
     current.uncancel()  # the cancel the command took
     await asyncio.sleep(0.3)  # several CANCEL_AGAIN: no further cancel comes (nothing to await)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_a_cli_command_run_in_a_thread_leaves_signals_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cli.main` in a thread (as tests/test_ride_out.py runs it): uvloop refuses signal
+    handlers outside the main thread, and the command must run all the same."""
+    import uvloop
+
+    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.default_int_handler)
+
+    async def command() -> str:
+        return "done"
+
+    assert await asyncio.to_thread(uvloop.run, interrupt.interruptible(command())) == "done"

@@ -11,12 +11,14 @@ cancelled, KeyboardInterrupt is raised (exit 130, as before).
 
 A command with signal handling of its own (`dev`, `serve`: a stop event) replaces
 this handler when it installs its own. A SIGINT ignored when the CLI started (a job
-a non-interactive shell put in the background) stays ignored."""
+a non-interactive shell put in the background) stays ignored, and `cli.main` called
+in another thread than the main one (tests do) leaves signals alone."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -32,6 +34,8 @@ CANCEL_AGAIN = 3.0
 async def interruptible(command: Coroutine[Any, Any, T]) -> T:
     """Await `command`; on SIGINT cancel it (again every CANCEL_AGAIN seconds until it
     ends) and raise KeyboardInterrupt once it has ended cancelled."""
+    if threading.current_thread() is not threading.main_thread():
+        return await command  # `cli.main` called in a thread: signals are the main thread's
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return await command  # ignored (or someone else's): left as it is
     loop = asyncio.get_running_loop()
@@ -54,7 +58,7 @@ async def interruptible(command: Coroutine[Any, Any, T]) -> T:
 
     try:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError):  # a loop without signal handlers: asyncio.run's own
+    except (NotImplementedError, RuntimeError, ValueError):  # a loop without signal handlers: asyncio.run's own
         return await command
     try:
         return await command
