@@ -15,7 +15,7 @@ from actors.client import Client
 from actors.dial import NatsUnavailable
 from actors.events import TERMINAL_EVENTS
 from actors.runtime import connect, start_roles
-from streams.layout import ensure
+from streams.layout import EXEC_STREAM, ensure
 from streams.server import NatsServer, free_port
 from tests.conftest import System, make_layout
 
@@ -93,6 +93,38 @@ async def test_a_cancel_sent_while_the_start_is_still_queued_ends_the_execution_
         assert cancelled.data["reason"] == "not any more"
     finally:
         await nc.close()
+
+
+async def test_events_read_while_a_message_of_the_log_goes_ends_at_once(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message of the log deleted (or expired) between the read's count and the read
+    itself: `events` returns what is there, without waiting for the message that went
+    (it used to wait out a 10 s read timeout, then read everything again)."""
+    from nats.js.manager import JetStreamManager
+
+    async with Client.connect(system.server.url, layout=system.layout) as client:
+        entry = await client.register(ROOT / "examples" / "hello.yaml")
+        eid, status = await client.run(entry.path, payload={"name": "gone"}, timeout=30)
+        assert status.state == "COMPLETED"
+        whole = await client.events(eid)
+        log = system.layout.execution(eid).log
+        last = await client.js.get_last_msg(EXEC_STREAM, system.layout.execution(eid).lifecycle("playbook.completed"))
+        counted = JetStreamManager.stream_info
+        deleted: list[int] = []
+
+        async def count_then_delete(self: JetStreamManager, name: str, subjects_filter: str | None = None) -> object:
+            info = await counted(self, name, subjects_filter=subjects_filter)
+            if subjects_filter == log and not deleted:  # the race: the count is made, then the message goes
+                await counted_js.delete_msg(EXEC_STREAM, last.seq)
+                deleted.append(last.seq)
+            return info
+
+        counted_js = system.nc.jsm()
+        monkeypatch.setattr(JetStreamManager, "stream_info", count_then_delete)
+        items = await asyncio.wait_for(client.events(eid), 8)  # not the 10 s read timeout
+        assert deleted == [last.seq]
+        assert len(items) == len(whole) - 1 and items == whole[:-1]
 
 
 async def test_await_connect_and_close_leave_a_given_connection_open(system: System) -> None:

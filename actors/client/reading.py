@@ -208,12 +208,16 @@ class Reader(Session):
         )
         return items if since is None else [i for i in items if i.at >= since]
 
-    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
+    async def _count(self, stream: str, subject: str) -> int:
+        """Messages stored under `subject` now (the stream leader's count)."""
         try:
             info = await self.nc.jsm().stream_info(stream, subjects_filter=subject)
         except NotFoundError:
-            return []
-        total = sum((info.state.subjects or {}).values())
+            return 0
+        return sum((info.state.subjects or {}).values())
+
+    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
+        total = await self._count(stream, subject)
         if not total:
             return []
         out: list[Any] = []
@@ -226,6 +230,10 @@ class Reader(Session):
                 out.extend(expand(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
                 # `total` is the stream leader's count; the consumer may sit on a replica
                 # still catching up, which says "nothing pending" before it has them all
+                if msg.metadata.num_pending == 0 and read < total:
+                    # or messages went (expired, deleted) since the count: count again
+                    # rather than wait out the 10 s for one that will never come
+                    total = await self._count(stream, subject)
                 if msg.metadata.num_pending == 0 and read >= total:
                     return out
         finally:
