@@ -9,8 +9,8 @@ end, or `dev` went on to wait for a second signal. Here a SIGINT cancels the
 command's task, and again every `CANCEL_AGAIN` seconds while it runs; once it ends
 cancelled, KeyboardInterrupt is raised (exit 130, as before).
 
-A command with signal handling of its own (`dev`, `serve`: a stop event) replaces
-this handler when it installs its own. A SIGINT ignored when the CLI started (a job
+A command that runs until told to stop (`dev`, `serve`, `ui`) replaces this handler
+with `stop_on_signal`'s, a stop event. A SIGINT ignored when the CLI started (a job
 a non-interactive shell put in the background) stays ignored, and `cli.main` called
 in another thread than the main one (tests do) leaves signals alone."""
 
@@ -70,3 +70,21 @@ async def interruptible(command: Coroutine[Any, Any, T]) -> T:
         if again is not None:
             again.cancel()  # the command has ended: nothing more to cancel
         loop.remove_signal_handler(signal.SIGINT)
+
+
+def stop_on_signal() -> asyncio.Event:
+    """For a command that runs until told to stop (`dev`, `serve`, `ui`): an event set by
+    SIGINT or SIGTERM, handlers installed now (replacing `interruptible`'s); a second
+    signal cancels the command (a start-up or a stop that hangs can still be left)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set() and task is not None:
+            task.cancel()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    return stop

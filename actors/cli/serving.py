@@ -1,16 +1,15 @@
 """The commands that run until stopped: `dev` (an embedded NATS and every actor) and
-`serve` (one role, a pod), and the signals that stop them."""
+`serve` (one role, a pod); the signals that stop them: actors/cli/interrupt.py."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from typing import Any
 
 from actors.cli.exits import EXIT_FAILED, EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
+from actors.cli.interrupt import stop_on_signal
 from actors.settings import Settings
 
 
@@ -25,7 +24,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
     # first of all, as `serve` does: a Ctrl-C during start-up stops dev once it has
     # started (and cleanly), where a cancel of start-up could be lost (actors/cli/interrupt.py)
-    stop = _stop_on_signal()
+    stop = stop_on_signal()
     settings = settings_of(args).with_flags(ui_port=getattr(args, "ui_port", None))
     config = Path(args.server_config).read_text() if args.server_config else None  # noqa: ASYNC240 - once, at start
     # a server of our own asks for nothing unless its configuration says so
@@ -59,7 +58,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
     # first of all: a SIGTERM that comes while the pod is still starting must not be
     # lost (as PID 1 in a container, an unhandled SIGTERM is ignored, not fatal)
-    stop = _stop_on_signal()
+    stop = stop_on_signal()
     from actors import taskdump
 
     taskdump.install()  # `kill -USR1 <pid>`: what every task waits on, to stderr
@@ -103,20 +102,3 @@ def _ui_pod(settings: Settings) -> Any:
         return runner.cleanup
 
     return start
-
-
-def _stop_on_signal() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM, handlers installed now; a second signal
-    cancels the command (a start-up that hangs can still be left)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-
-    def on_signal() -> None:
-        if stop.is_set() and task is not None:
-            task.cancel()
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    return stop

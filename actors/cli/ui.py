@@ -4,12 +4,11 @@ UI that `dev` starts beside its actors."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 from typing import Any
 
 from actors.cli.exits import EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
+from actors.cli.interrupt import stop_on_signal
 from actors.settings import Settings
 
 
@@ -85,10 +84,7 @@ async def cmd_ui(args: argparse.Namespace) -> int:
     settings = ui_settings(args)
     if settings.ui_port < 0 or settings.ui_port > 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {settings.ui_port}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signal()
     async with connection(args) as client:
         runner, url = await start_ui(client, settings)
         mode = " (read-only)" if settings.ui_read_only else ""
