@@ -230,12 +230,13 @@ class Reader(Session):
                 out.extend(expand(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
                 # `total` is the stream leader's count; the consumer may sit on a replica
                 # still catching up, which says "nothing pending" before it has them all
-                if msg.metadata.num_pending == 0 and read < total:
-                    # or messages went (expired, deleted) since the count: count again
-                    # rather than wait out the 10 s for one that will never come
-                    total = await self._count(stream, subject)
-                if msg.metadata.num_pending == 0 and read >= total:
-                    return out
+                if msg.metadata.num_pending == 0:
+                    if read < total:
+                        # or messages went (expired, deleted) since the count: count again
+                        # rather than wait out the 10 s for one that will never come
+                        total = await self._count(stream, subject)
+                    if read >= total:
+                        return out
         finally:
             await sub.unsubscribe()
 
