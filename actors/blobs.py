@@ -6,7 +6,17 @@ value or its key, never a truncated value.
 Keys are derived from what the value belongs to (execution, command) and a digest of
 its encoding, so a replay or a redelivery that produces the same value writes the same
 blob, and one that produces a different value (a tool run again) never overwrites the
-blob an earlier message in the log names.
+blob an earlier message in the log names. Every read checks the bytes against that
+digest (`BlobCorrupt` on a mismatch): a blob changed after it was written (by anyone
+who may write the bucket) is refused, never used. Keys written before every key
+carried a digest (`<execution>/result`, a loop's `collection` and `results`) are read
+unchecked.
+
+Start payloads go to a bucket of their own, `payloads` (`PAYLOAD_BUCKET`): the one the
+`cli` NATS user may write (actors/permissions.py). NATS permissions cannot tell one
+key of a bucket from another (nats-py names an object's chunks by a random id and its
+metadata by the base64 of its whole name, one subject token), so a bucket is the unit
+of write permission; results, commands and step output stay in `blobs`.
 
 Past the cap on values (`cap`: `Layout.max_value_bytes`, 64 MB, env
 `ACTORS_MAX_VALUE_BYTES` read by `actors.settings`) a value is refused with
@@ -17,16 +27,18 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError, ObjectDeletedError
+from nats.js.errors import BadObjectMetaError, DigestMismatchError, NotFoundError, ObjectDeletedError
 
-from actors.codec import codec_of
+from actors.codec import PayloadUnreadable, codec_of
+from actors.nesting import START_MESSAGE_DEPTH, json_within
 from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
 from streams.ids import attempt_of, command_msg_id, result_id, start_id
-from streams.layout import BLOB_BUCKET, START_SUBJECT, cmd_subject
+from streams.layout import BLOB_BUCKET, PAYLOAD_BUCKET, START_SUBJECT, cmd_subject
 
 # A value whose encoding is larger than this goes to the object store. Well under the
 # message limit, so the message around it (ids, counts, headers) always fits.
@@ -39,15 +51,47 @@ MAX_VALUE_ENV = "ACTORS_MAX_VALUE_BYTES"
 
 # what a missing blob (expired, removed) is reported as
 BLOB_MISSING = (NotFoundError, ObjectDeletedError)
+# the error type of a step or execution whose value's blob is not what its key names
+VALUE_CORRUPT = "ValueCorrupt"
+
+
+# the last part of a key written by `blob_key`: 12 bytes of BLAKE2b, in hex
+_DIGEST = re.compile(r"[0-9a-f]{24}")
 
 
 class ValueTooLarge(ValueError):
     """A value over the cap: the message names what it is (step and field)."""
 
 
+class BlobCorrupt(PayloadUnreadable):
+    """A blob whose bytes are not those its key names (their digest differs): changed
+    after it was written, or damaged. One line naming the key. A `PayloadUnreadable`:
+    whoever cannot read a value fails saying so, at once (the CLI exits 3; a tool fails
+    the step; the engine fails the step or the execution, actors/engine/readback.py)."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"blob {key!r}: {why}; refusing to use it (changed after it was written, or damaged)")
+        self.key = key
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
 def blob_key(*parts: str, data: bytes) -> str:
     """`<parts>/<digest of data>`: the same value for the same owner, the same key."""
-    return "/".join((*parts, hashlib.blake2b(data, digest_size=12).hexdigest()))
+    return "/".join((*parts, _digest(data)))
+
+
+def check_digest(key: str, data: bytes) -> None:
+    """Raise `BlobCorrupt` unless `data` (as stored: sealed) has the digest that ends
+    `key`. A key without one (written by an earlier version) cannot be checked."""
+    named = key.rsplit("/", 1)[-1]
+    if not _DIGEST.fullmatch(named):
+        return
+    found = _digest(data)
+    if found != named:
+        raise BlobCorrupt(key, f"its content's digest is {found}, not the {named} its key names")
 
 
 def too_large(what: str, size: int, cap: int) -> str:
@@ -62,27 +106,29 @@ def sealed(js: JetStreamContext, data: bytes) -> bytes:
     return codec_of(js).seal_bytes(data)
 
 
-async def put_blob(js: JetStreamContext, key: str, data: bytes) -> None:
+async def put_blob(js: JetStreamContext, key: str, data: bytes, *, bucket: str = BLOB_BUCKET) -> None:
     """Store `data` (already `sealed`: its key was computed from these bytes)."""
-    store = await js.object_store(BLOB_BUCKET)
+    store = await js.object_store(bucket)
     await store.put(key, data)
 
 
-async def offload(js: JetStreamContext, key: str, value: Any) -> str | None:
-    """Store `value` under `key` when its encoding is over `INLINE_LIMIT` and return the
-    key; None when it fits in a message. Encodes once. Idempotent: a replay may store
-    the same key and value again."""
+async def offload(js: JetStreamContext, owner: str, value: Any) -> str | None:
+    """Store `value` under `<owner>/<digest>` when its encoding is over `INLINE_LIMIT`
+    and return the key; None when it fits in a message. Encodes once. Idempotent: a
+    replay stores the same key and value again."""
     data = encode(value)
     if len(data) <= INLINE_LIMIT:
         return None
-    await put_blob(js, key, sealed(js, data))
+    data = sealed(js, data)
+    key = blob_key(owner, data=data)
+    await put_blob(js, key, data)
     return key
 
 
 async def get_blob(js: JetStreamContext, key: str) -> Any:
     """The value stored under `key` (msgspec: integers of any size survive). Raises one
-    of `BLOB_MISSING` when it is gone, `PayloadUnreadable` when it is encrypted with a
-    key this connection does not hold."""
+    of `BLOB_MISSING` when it is gone, `BlobCorrupt` when it is not what its key names,
+    `PayloadUnreadable` when it is encrypted with a key this connection does not hold."""
     return msgspec.json.decode(await _read(js, key) or b"null")
 
 
@@ -91,13 +137,32 @@ async def get_blob_bytes(js: JetStreamContext, key: str) -> bytes:
     return await _read(js, key)
 
 
-async def _read(js: JetStreamContext, key: str) -> bytes:
+async def get_payload(js: JetStreamContext, key: str) -> Any:
+    """A start payload stored by `payload_blob`: from bucket `payloads`, or from `blobs`
+    where payloads were stored before they had a bucket of their own. Raises as `get_blob`."""
+    try:
+        data = await _read(js, key, bucket=PAYLOAD_BUCKET)
+    except BLOB_MISSING:
+        data = await _read(js, key)
+    if not json_within(data, START_MESSAGE_DEPTH):  # measured first: decoding recurses per level
+        raise BlobCorrupt(key, f"a payload nested deeper than {START_MESSAGE_DEPTH} levels")
+    return msgspec.json.decode(data or b"null")
+
+
+async def _read(js: JetStreamContext, key: str, *, bucket: str = BLOB_BUCKET) -> bytes:
     # into a buffer: without one, nats.py joins the chunks by `bytes +=`, quadratic in
     # the value's size (a 60 MB value took 19 s end to end; see README, Big values)
-    store = await js.object_store(BLOB_BUCKET)
+    store = await js.object_store(bucket)
     buf = io.BytesIO()
-    await store.get(key, writeinto=buf)
-    return codec_of(js).open_bytes(buf.getvalue())
+    try:
+        await store.get(key, writeinto=buf)
+    except DigestMismatchError:  # chunks added or changed behind the object's own SHA-256
+        raise BlobCorrupt(key, "its chunks do not match the object's recorded SHA-256") from None
+    except BadObjectMetaError:
+        raise BlobCorrupt(key, "its object metadata is not readable") from None
+    data = buf.getvalue()
+    check_digest(key, data)  # before decrypting: a changed blob is never opened
+    return codec_of(js).open_bytes(data)
 
 
 # --- results: tool actor (or a child execution) -> the execution or loop log ----------
@@ -131,6 +196,8 @@ async def resolve_result(js: JetStreamContext, msg: CallDone) -> CallDone | Call
     except BLOB_MISSING:
         missing = f"step '{msg.step}': result blob {msg.result_ref} not found (expired or removed)"
         return msg.failed(ErrorInfo(type="ValueMissing", message=missing))
+    except BlobCorrupt as e:
+        return msg.failed(ErrorInfo(type=VALUE_CORRUPT, message=f"step '{msg.step}': result {e}"))
     msg.result_ref = None
     return msg
 
@@ -172,6 +239,10 @@ async def resolve_chunk(js: JetStreamContext, done: ChunkDone) -> ChunkDone:
             o.error = ErrorInfo(
                 type="ValueMissing",
                 message=(f"step '{done.step}' iteration {o.iteration_index}: result blob {o.result_ref} not found"),
+            )
+        except BlobCorrupt as e:
+            o.error = ErrorInfo(
+                type=VALUE_CORRUPT, message=f"step '{done.step}' iteration {o.iteration_index}: result {e}"
             )
         o.result_ref = None
     return done
@@ -254,13 +325,14 @@ async def start_payload(
 
 
 async def payload_blob(js: JetStreamContext, payload: dict[str, Any], execution_id: str, *, cap: int) -> str:
-    """Store a start payload; its key. Raises `ValueTooLarge` past the cap."""
+    """Store a start payload (bucket `payloads`: see the module's docstring); its key.
+    Raises `ValueTooLarge` past the cap."""
     data = encode(payload)
     if len(data) > cap:
         raise ValueTooLarge(f"start of {execution_id}: {too_large('the payload', len(data), cap)}")
     data = sealed(js, data)
     key = blob_key(execution_id, "payload", data=data)
-    await put_blob(js, key, data)
+    await put_blob(js, key, data, bucket=PAYLOAD_BUCKET)
     return key
 
 

@@ -4,10 +4,19 @@ Keys: `<path>.v<version>` (the entry) and `<path>.latest` (the newest version nu
 Registering the same source again returns the existing version; a new source without
 `metadata.version` gets latest+1; a `metadata.version` that exists with other content
 is refused, because running executions replay the version they started with.
+
+A catalog path is its own key, unchanged (`PATH_RULE`): one path, one key, and a path
+that would need rewriting to be a key (a `.`, a space, a `/` at either end) is refused
+(`CatalogPathInvalid`) by `register`, `resolve` and so by the starter. Before paths
+were checked such characters became `_`, so `ops/nightly.backup` and
+`ops/nightly_backup` shared a key; an entry whose stored path is not the one asked for
+is such a collision, refused too. A record that cannot be read (a `latest` that is not
+a version number, an entry that is not one) is `CatalogRecordInvalid`, naming its key.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import OrderedDict
 
@@ -17,37 +26,74 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from actors.playbook.loader import load_playbook
+from actors.records import RecordInvalid
 from actors.settings import limits_from_env
 from actors.wire import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
 
 _entry = msgspec.json.Decoder(CatalogEntry)
+# letters, digits, `_`, `-`, `=` (what a KV key allows but `.`, its token separator),
+# in segments separated by single `/`
+_PATH = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")
+PATH_RULE = (
+    "a catalog path is letters, digits, '_', '-' and '=' in segments separated by single '/' "
+    "(no '.', no spaces, no '/' at either end)"
+)
+_VERSION = re.compile(r"[1-9][0-9]{0,17}")
 
 
 class CatalogError(Exception):
-    pass
+    """A playbook that cannot be registered or resolved; one line. `error_type`: the
+    error a start of it fails with (`StartRecord.error`, a start request's reply)."""
+
+    error_type = "PlaybookNotFound"
+
+
+class PlaybookNotRegistered(CatalogError):
+    """No such path, or no such version of it."""
+
+
+class CatalogPathInvalid(CatalogError):
+    """A path that breaks `PATH_RULE`, or one whose key holds another path's entries."""
+
+    error_type = "PlaybookPathInvalid"
+
+
+class CatalogRecordInvalid(CatalogError, RecordInvalid):
+    """A catalog record that cannot be read; the message names its key."""
+
+    error_type = "CatalogRecordInvalid"
+
+
+def check_path(path: str) -> str:
+    """`path`, when it is a catalog path (`PATH_RULE`); CatalogPathInvalid otherwise."""
+    if not _PATH.fullmatch(path):
+        raise CatalogPathInvalid(f"catalog path {path!r} is not allowed: {PATH_RULE}")
+    return path
 
 
 def _key(path: str, suffix: str) -> str:
-    # KV keys allow [-/_=.a-zA-Z0-9]; a path is already [a-z0-9_/-] by convention
-    safe = "".join(c if c.isalnum() or c in "-/_=" else "_" for c in path.strip("/"))
-    return f"{safe}.{suffix}"
+    # the path is the key as it is: no two paths share one (a path has no `.`, so the
+    # suffix after the last `.` cannot be mistaken for part of it)
+    return f"{check_path(path)}.{suffix}"
 
 
 async def register(js: JetStreamContext, source: str, *, file: str = "<string>") -> CatalogEntry:
     # raises PlaybookInvalid with every error; retries bounded as the pod's starter will bound them
     pb = load_playbook(source, file=file, max_attempts=limits_from_env().max_attempts)
     path = pb.metadata.catalog_path
+    try:
+        check_path(path)
+    except CatalogPathInvalid as e:
+        raise CatalogPathInvalid(f"{file}: {e} (metadata.path, or metadata.name when no path is given)") from None
     kv = await js.key_value(CATALOG_BUCKET)
     for _ in range(20):  # optimistic concurrency on `latest`
-        try:
-            latest_entry = await kv.get(_key(path, "latest"))
-            latest, latest_rev = int(latest_entry.value or b"0"), latest_entry.revision
-        except KeyNotFoundError:
-            latest, latest_rev = 0, None
+        latest, latest_rev = await _latest(kv, path)
+        # read even when a version is given: the key may hold another path's entries
+        current = await _current(kv, path, latest)
         if pb.metadata.version is not None:
             version = pb.metadata.version
-        elif latest and (current := await _get(kv, path, latest)).source == source:
+        elif current is not None and current.source == source:
             return current
         else:
             version = latest + 1
@@ -74,9 +120,56 @@ async def register(js: JetStreamContext, source: str, *, file: str = "<string>")
     raise CatalogError(f"{file}: could not register {path}: too much contention on its latest version")
 
 
+async def _latest(kv: KeyValue, path: str) -> tuple[int, int | None]:
+    """The newest version of `path` and the revision of its `latest` key; (0, None)
+    when it has none. CatalogRecordInvalid when the key holds no version number."""
+    key = _key(path, "latest")
+    try:
+        got = await kv.get(key)
+    except KeyNotFoundError:
+        return 0, None
+    text = (got.value or b"").decode("utf-8", "replace").strip()
+    if not _VERSION.fullmatch(text):
+        raise CatalogRecordInvalid(
+            f"KV {CATALOG_BUCKET!r} key {key!r}: not a version number ({text[:40]!r}); "
+            "it must hold the newest registered version of the path: fix or delete it"
+        )
+    return int(text), got.revision
+
+
+def decode_entry(data: bytes, *, key: str) -> CatalogEntry:
+    """The catalog entry stored under `key`; CatalogRecordInvalid when it is not one."""
+    try:
+        return _entry.decode(data)
+    except msgspec.DecodeError as e:
+        why = " ".join(str(e).split())[:200]
+        raise CatalogRecordInvalid(f"KV {CATALOG_BUCKET!r} key {key!r}: not a catalog entry ({why})") from None
+
+
+async def _current(kv: KeyValue, path: str, latest: int) -> CatalogEntry | None:
+    """The entry `latest` names; None when there is none (no version yet, or removed)."""
+    if not latest:
+        return None
+    try:
+        return await _get(kv, path, latest)
+    except KeyNotFoundError:
+        return None
+
+
 async def _get(kv: KeyValue, path: str, version: int) -> CatalogEntry:
-    e = await kv.get(_key(path, f"v{version}"))
-    return _entry.decode(e.value or b"")
+    """The entry of `path` at `version`. KeyNotFoundError when absent; CatalogRecordInvalid
+    when it is not an entry; CatalogPathInvalid when it is another path's."""
+    key = _key(path, f"v{version}")
+    entry = decode_entry((await kv.get(key)).value or b"", key=key)
+    if entry.path != path:
+        # registered before paths were checked, when both became this key
+        raise CatalogPathInvalid(
+            f"catalog path {path!r} collides with {entry.path!r}, registered before under the same key {key!r}: "
+            f"{PATH_RULE}; register the playbook under a path of its own"
+        )
+    if entry.version != version:
+        raise CatalogRecordInvalid(f"KV {CATALOG_BUCKET!r} key {key!r}: holds version {entry.version}, not {version}")
+    return entry
 
 
 class CatalogReader:
@@ -92,12 +185,18 @@ class CatalogReader:
         self._cache = cache
 
     async def resolve(self, path: str, version: int | None = None) -> CatalogEntry:
-        """The entry for `path` at `version` (latest when None); CatalogError if absent."""
+        """The entry for `path` at `version` (latest when None): PlaybookNotRegistered if
+        absent, CatalogPathInvalid for a path that is not one (or whose key holds another
+        path's entries), CatalogRecordInvalid for a record that cannot be read."""
+        check_path(path)
         if self._kv is None:
             self._kv = await self.js.key_value(CATALOG_BUCKET)
         try:
             if version is None:
-                version = int((await self._kv.get(_key(path, "latest"))).value or b"0")
+                latest = (await _latest(self._kv, path))[0]
+                if not latest:
+                    raise PlaybookNotRegistered(f"playbook {path!r} is not registered")
+                version = latest
             entry = self._entries.get((path, version))
             if entry is None:
                 entry = self._entries[(path, version)] = await _get(self._kv, path, version)
@@ -106,4 +205,4 @@ class CatalogReader:
             return entry
         except KeyNotFoundError:
             at = f" version {version}" if version is not None else ""
-            raise CatalogError(f"playbook {path!r}{at} is not registered") from None
+            raise PlaybookNotRegistered(f"playbook {path!r}{at} is not registered") from None

@@ -54,6 +54,7 @@ from msgspec import UNSET, Struct
 from nats.js import JetStreamContext
 
 from actors.natsio.private import connection_of
+from actors.nesting import START_MESSAGE_DEPTH, json_within
 from actors.secrecy import ERROR, ERROR_SECRET_KEYS, SEAL, VALUE
 
 PREFIX = "$sealed:"
@@ -371,7 +372,10 @@ class PayloadCodec:
         if token is None:
             return unescape_value(v)  # clear: written with no key set (and escaped if it looked sealed)
         key_id, _, body = token[len(PREFIX) :].partition(":")
-        return msgspec.json.decode(self._cipher(key_id).open(_unb64(body)))
+        plain = self._cipher(key_id).open(_unb64(body))
+        if not json_within(plain, START_MESSAGE_DEPTH):  # measured first: decoding recurses per level
+            raise PayloadUnreadable(f"a sealed value nests deeper than {START_MESSAGE_DEPTH} levels")
+        return msgspec.json.decode(plain)
 
     def _cipher(self, key_id: str) -> _Cipher:
         cipher = self._readers.get(key_id)

@@ -21,6 +21,8 @@ keeps a replay after hours from duplicating anything.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import time
 
@@ -29,7 +31,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from actors.blobs import get_blob, resolve_chunk, resolve_result
+from actors.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
 from actors.codec import codec_of
 from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
@@ -39,7 +41,8 @@ from actors.natsio import ack, dead_letter, has_message, last_message
 from actors.outbox import Outbox
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
-from actors.playbook.templates import DEFAULT_LIMITS, call_with_limits
+from actors.playbook.templates import DEFAULT_LIMITS, RenderFault, call_with_limits
+from actors.render_process import RenderBounds
 from actors.wire import (
     CallDone,
     ChunkDone,
@@ -68,6 +71,12 @@ from streams.subjects import (
 log = logging.getLogger("actors.counter")
 BATCH = 4096  # most inputs folded before one publish round
 PROGRESS_EVERY = 0.25  # seconds between progress messages of one loop
+
+
+def _clear(fx: Effects) -> None:
+    empty = Effects()
+    for f in dataclasses.fields(Effects):
+        setattr(fx, f.name, getattr(empty, f.name))
 
 
 class LoopActor(LogActor):
@@ -134,7 +143,17 @@ class LoopActor(LogActor):
                 limits, lambda: fold_loop(self.state, folded, at=entry.at, subjects=self.subjects, step=step, into=into)
             )
 
-        return await self.counter.fold_off_loop(self, fold)
+        try:
+            return await self.counter.fold_off_loop(self, fold)
+        except RenderFault as fault:
+            # cut short by a bound of the render process (not a pure function of the
+            # log): the loop fails now with what happened, and nothing else this batch
+            # decided is sent. Its verdict, in the execution's log, is the record.
+            log.warning("loop %s: input %d: %s", self.loop_id, entry.seq, fault.describe())
+            await self._fail(ErrorInfo(type="TemplateLimit", message=fault.describe()))
+            if into is not None:
+                _clear(into)
+            return None
 
     async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
         """Handling these inputs failed deterministically, again and again: the loop
@@ -175,11 +194,17 @@ class LoopActor(LogActor):
                 spec.collection = await get_blob(self.counter.js, spec.collection_ref)
             if spec.scope_ref is not None:
                 spec.scope = await get_blob(self.counter.js, spec.scope_ref)
-            step = parsed_playbook(spec.playbook_source, spec.playbook_path, spec.limits.max_attempts).step(spec.step)
+            # loading is user computation: a big playbook is loaded in a render process
+            pb = await self.counter.fold_off_loop(
+                self,
+                functools.partial(parsed_playbook, spec.playbook_source, spec.playbook_path, spec.limits.max_attempts),
+            )
+            step = pb.step(spec.step)
             if step.loop is None:
                 raise KeyError(f"step {spec.step!r} has no loop")
             return step
-        except (PlaybookInvalid, KeyError, NotFoundError) as e:
+        # BlobCorrupt: a blob changed; RenderFault: loading was cut short by a render process's limits
+        except (PlaybookInvalid, KeyError, NotFoundError, BlobCorrupt, RenderFault) as e:
             reason = f"loop {spec.loop_id} of step '{spec.step}' cannot run: {e}"
             await dead_letter(
                 self.counter.js,
@@ -189,7 +214,9 @@ class LoopActor(LogActor):
                 data=codec_of(self.counter.js).encode(spec),
                 execution_id=self.execution_id,
             )
-            invalid = ErrorInfo(type="LoopSpecInvalid", message=reason)
+            invalid = ErrorInfo(
+                type="TemplateLimit" if isinstance(e, RenderFault) else "LoopSpecInvalid", message=reason
+            )
             verdict = loop_failed(spec.execution_id, spec.loop_id, spec.step, invalid)
             await self.outbox.send_verdict(verdict)
             self.state.finished = True
@@ -316,7 +343,9 @@ class Counter(PartitionHost[tuple[str, str], LoopActor]):
     """Hosts loop actors for the partitions it owns (a loop's partition is its
     execution's)."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000) -> None:
+    def __init__(
+        self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000, render_bounds: RenderBounds | None = None
+    ) -> None:
         super().__init__(
             nc,
             layout=layout,
@@ -326,6 +355,7 @@ class Counter(PartitionHost[tuple[str, str], LoopActor]):
             retired_cache=retired_cache,
             max_resident=layout.counter_max_resident,
             role="counter",
+            render_bounds=render_bounds,
         )
 
     def spawn(self, key: tuple[str, str]) -> LoopActor:

@@ -16,11 +16,13 @@ same way every time, so after `POISON_TRIES` failures in a row the actor gives u
 it (`give_up`: the engine fails the execution with an `EngineError`, the counter the
 loop) and goes on.
 
-A fold whose templates need more than their inline slice of operations raises
-`SliceExhausted` (actors/playbook/templates.py): the actor is rebuilt and folds from
-then on on a worker thread (`fold_off_loop`) whose renders run in a render process
+A fold that meets a template that is not cheap by construction (or whose templates
+need more than their inline slice of operations) raises `SliceExhausted`
+(actors/playbook/templates.py): the actor is rebuilt and folds from then on on a worker
+thread (`fold_off_loop`) whose renders run in a render process with OS limits
 (actors/render_process.py), so a runaway template holds neither the event loop nor the
-interpreter lock that every other execution's steps need.
+interpreter lock that every other execution's steps need. A render the process's
+limits cut short is recorded in the log by the actor, which then raises `Refold`.
 
 Memory is bounded by `max_resident`, not by how many executions (or loops) are open: a
 flood of long-running executions would otherwise keep an actor each in memory for as
@@ -54,7 +56,7 @@ from actors.playbook.templates import (
     RenderHalted,
     SliceExhausted,
 )
-from actors.render_process import OffLoop
+from actors.render_process import OffLoop, RenderBounds
 from actors.stopping import cancel_and_wait
 from actors.wire import ErrorInfo
 from streams.layout import Layout, deliver_subject
@@ -62,7 +64,7 @@ from streams.layout import Layout, deliver_subject
 log = logging.getLogger("actors")
 FAILURE_PAUSE_FIRST = 0.5  # seconds before the second try of inputs an actor failed to handle
 FAILURE_PAUSE_MAX = 15.0  # ... doubling up to this: an outage costs little, a long one is not hammered
-FOLD_THREADS = 2  # folds of actors moved off the event loop, at once, per host
+FOLD_THREADS = 4  # folds of actors moved off the event loop, at once, per host (a render process each)
 POISON_TRIES = 3  # deterministic failures in a row before an actor gives up on its inputs
 
 # What waiting cures: the server unreachable, reconnecting, electing a stream leader, a
@@ -118,6 +120,12 @@ def engine_error(e: BaseException, *, subject: str, seq: int, data: bytes) -> Er
     )
 
 
+class Refold(BaseException):
+    """An actor recorded in its log something that changes how its inputs fold (a render
+    fault, actors/render_process.py): rebuild it by replay and try again at once. Not a
+    failure: nothing is counted against the input."""
+
+
 class Hosted(Protocol):
     mailbox: asyncio.Queue[Msg]
     task: asyncio.Task[None] | None
@@ -144,6 +152,7 @@ class PartitionHost(Generic[K, A]):
         retired_cache: int = 10_000,
         max_resident: int = 50_000,
         role: str = "",
+        render_bounds: RenderBounds | None = None,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -164,7 +173,8 @@ class PartitionHost(Generic[K, A]):
         self._held: dict[int, tuple[list[Msg], float]] = {}  # inputs being handled -> since (loop time)
         self._holds = itertools.count()
         self._beat: asyncio.Task[None] | None = None
-        self._off_loop = OffLoop(threads=FOLD_THREADS, name=f"{self.role}-fold")  # folds of actors moved off
+        # folds of actors moved off the event loop, their renders in render processes
+        self._off_loop = OffLoop(threads=FOLD_THREADS, name=f"{self.role}-fold", bounds=render_bounds)
 
     def spawn(self, key: K) -> A:
         raise NotImplementedError
@@ -308,8 +318,11 @@ class PartitionHost(Generic[K, A]):
                 try:
                     await handle()
                 except SliceExhausted:
-                    log.info("%s: a template needs more than its inline slice; folding off the event loop", what)
+                    log.info("%s: a template must render in isolation; folding off the event loop", what)
                     actor.off_loop = True
+                    reset()
+                    continue
+                except Refold:
                     reset()
                     continue
                 except RenderHalted:

@@ -171,7 +171,7 @@ class LogActor:
             message = f"input {entry.subject} (stream seq {entry.seq}): {e}"
             await self.unreadable(entry, ErrorInfo(type=type(e).__name__, message=message))
             return None
-        except msgspec.DecodeError as e:
+        except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: a record nested past any sense
             if self.hydrated:
                 await dead_letter(
                     self.host.js,

@@ -12,7 +12,7 @@ here is async, and `Registry.render` awaits them all before the library writes t
 text. Everything runs on the event loop.
 
 Multiprocess mode is not needed: no process that records a metric forks. The python
-pool's workers (`subprocess`) and the render processes (multiprocessing's spawn) are
+pool's workers and the render processes (both `subprocess`, never forked) are
 fresh interpreters that record nothing; every `observe_*` runs in the pod's process.
 
 Module-level helpers are what actors call: `observe_step` and `commands_in_flight`

@@ -23,7 +23,9 @@ Users (account ACTORS):
   ENDED streams.
 * ``cli``: the operator (`actors-cli` and `actors.client.Client`): register, start,
   retry, cancel, schedule; reads statuses, logs, outputs, dead letters and the catalog.
-  It may neither write a decision, a result nor a lifecycle event, nor KV ``status``.
+  It may neither write a decision, a result nor a lifecycle event, nor KV ``status``;
+  of the object stores it writes only ``payloads`` (its starts' large payloads), never
+  ``blobs`` (results, commands, step output).
 
 Every user may look a stream or consumer up (``$JS.API.STREAM.INFO.*``,
 ``$JS.API.CONSUMER.INFO.*.*``: metadata, no message), which is how a role that may not
@@ -54,6 +56,7 @@ from streams.layout import (
     INDEX_STREAM,
     LOOP_STREAM,
     OWNERS_BUCKET,
+    PAYLOAD_BUCKET,
     PROJECTOR_CONSUMER,
     SCHEDULE_FIRES_CONSUMER,
     SCHEDULE_STREAM,
@@ -183,12 +186,14 @@ def kv_reads(bucket: str) -> list[str]:
     return reads(kv_stream(bucket))
 
 
-def blobs() -> list[str]:
-    """Read and write the object store of large values (actors/blobs.py). nats-py's
-    put purges the chunks a key had before (a replay storing a value again) and those
-    of a put that failed half way: a writer may purge the bucket's stream."""
-    stream = obj_stream(BLOB_BUCKET)
-    return [f"$O.{BLOB_BUCKET}.>", _api("STREAM", "PURGE", stream), *reads(stream)]
+def blobs(bucket: str = BLOB_BUCKET) -> list[str]:
+    """Read and write an object store of large values (actors/blobs.py): `blobs`, or
+    `payloads` (start payloads). nats-py's put purges the chunks a key had before (a
+    replay storing a value again) and those of a put that failed half way: a writer may
+    purge the bucket's stream. A bucket is the finest grain: an object's chunks go to a
+    random subject and its name is one base64 token, so no key prefix can be allowed."""
+    stream = obj_stream(bucket)
+    return [f"$O.{bucket}.>", _api("STREAM", "PURGE", stream), *reads(stream)]
 
 
 def declared_streams(layout: Layout) -> list[str]:
@@ -198,6 +203,7 @@ def declared_streams(layout: Layout) -> list[str]:
         *(c.name for c in stream_configs(layout) if c.name),
         *(kv_stream(b) for b in buckets),
         obj_stream(BLOB_BUCKET),
+        obj_stream(PAYLOAD_BUCKET),
     ]
 
 
@@ -260,6 +266,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 # LOOP: a replay asks whether a loop's spec was handed over (actors/engine/actor.py)
                 *reads(EXEC_STREAM, CMD_STREAM, LOOP_STREAM),
                 *blobs(),
+                *blobs(PAYLOAD_BUCKET),  # payloads of starts and child starts, read back
             ),
             subscribe=(*engine_sub, START_REQUEST_SUBJECT, MAX_DELIVERIES_ADVISORY, inbox("engine")),
             responds=True,
@@ -284,6 +291,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_reads(OWNERS_BUCKET),
                 *reads(LOOP_STREAM, CMD_STREAM, EXEC_STREAM),
                 *blobs(),
+                *blobs(PAYLOAD_BUCKET),  # children's large payloads
             ),
             subscribe=tuple([*counter_sub, inbox("counter")]),
         ),
@@ -327,7 +335,8 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_writes(SCHEDULES_BUCKET),
                 "schedules.def.>",
                 _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
-                *blobs(),  # a large start payload; a large result read
+                *blobs(PAYLOAD_BUCKET),  # a large start payload (a retry's read back)
+                *reads(obj_stream(BLOB_BUCKET)),  # a large result, step output: read, never written
                 *reads(
                     EXEC_STREAM,
                     LOOP_STREAM,

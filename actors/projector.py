@@ -37,12 +37,14 @@ from actors.events import (
     PlaybookInitializedData,
     event_decoder,
 )
+from actors.hosting import POISON_TRIES, is_transient
 from actors.keyed_limiter import KeyedLimiter
 from actors.metrics import observe_lifecycle
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, subject_taken
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
-from actors.wire import ExecutionStatus, IndexEntry, encode, status_decoder
+from actors.records import RecordInvalid, status_record
+from actors.wire import ExecutionStatus, IndexEntry, encode
 from streams.ids import index_end_id, index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
 from streams.subjects import index_end_subject, index_subject
@@ -88,6 +90,17 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
         if isinstance(data, PlaybookFailedData):
             new.error = data.error
     return new
+
+
+def _stored_status(value: bytes | None, eid: str) -> ExecutionStatus | None:
+    """The status stored for `eid`; None (written anew from the event being applied, on
+    the same revision) when what is stored is not a status: only the projector writes
+    this bucket, so garbage there is damage to repair, not a state to keep."""
+    try:
+        return status_record(value or b"", key=eid)
+    except RecordInvalid as e:
+        log.warning("projector: %s; writing it anew from the next lifecycle event", e)
+        return None
 
 
 # Lifecycle events applied at once (actors/keyed_limiter.py), those of one execution in turn
@@ -143,9 +156,18 @@ class Projector:
             return
         try:
             await self.apply(ev)
-        except Exception:
-            log.exception("projector: failed to apply %s for %s", ev.type, ev.execution_id)
-            return
+        except Exception as e:
+            if is_transient(e) or msg.metadata.num_delivered < POISON_TRIES:
+                log.exception("projector: failed to apply %s for %s", ev.type, ev.execution_id)
+                return  # delivered again after ack_wait
+            # the same event failing the same way every time: a bug, not an outage
+            await dead_letter(
+                self.js,
+                source="projector",
+                reason=f"lifecycle event {ev.type} could not be applied ({POISON_TRIES} deliveries): {e!r}"[:2000],
+                msg=msg,
+                execution_id=ev.execution_id,
+            )
         await ack(msg)  # a plain publish to the reply subject (actors/natsio/fast.py)
 
     async def apply(self, ev: AnyEvent) -> None:
@@ -162,7 +184,7 @@ class Projector:
             else:
                 try:
                     entry = await kv.get(eid)
-                    current, revision = status_decoder.decode(entry.value or b""), entry.revision
+                    current, revision = _stored_status(entry.value, eid), entry.revision
                 except KeyNotFoundError:
                     current, revision = None, None
             new = project(current, ev)

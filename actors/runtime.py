@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
+from actors.children import protect_pod
 from actors.codec import bind
 from actors.connopts import ConnectOptions
 from actors.counter import Counter
@@ -27,6 +28,7 @@ from actors.natsio import close_connection, publisher, ride_out
 from actors.natsio.reader import install_reader
 from actors.ownership import Leases, pod_name
 from actors.projector import Projector
+from actors.render_process import RenderBounds
 from actors.settings import Settings
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
@@ -127,6 +129,8 @@ class Runtime:
 # deployment (so an advisory finds a pod while tool pods crash-loop on a command) and
 # its NATS user may answer a command, as the tools' may
 WATCHERS = {"engine", "tools"}
+# the roles that start processes: render processes (engine, counter, tools' sinks), step workers (tools)
+PARENTS = {"engine", "counter", "tools"}
 # the role that declares (creates and updates) the streams; the others look them up
 DECLARES = "engine"
 STREAMS_WAIT = 2.0  # seconds between two looks of a pod waiting for its streams
@@ -180,6 +184,7 @@ async def start_roles(
     pod: str | None = None,
     settings: Settings | None = None,
     registry: Registry | None = None,
+    step_user_fallback: bool = False,
 ) -> Runtime:
     """Start `roles` on `nc`. Engine and counter consume only the partitions whose
     leases they hold in the `owners` bucket (actors/ownership.py), rebalanced as pods
@@ -195,7 +200,9 @@ async def start_roles(
 
     `settings`: default `Settings.from_env()`; `layout`, `tool_concurrency` and `pod`,
     when given, win over it (tests and benches set them directly). `registry`: the
-    metrics registry the runtime reports to (default: a new one)."""
+    metrics registry the runtime reports to (default: a new one). `step_user_fallback`:
+    `run` and `dev` (a developer's own machine) run steps as this process's user, with
+    a warning, when the default step user cannot (actors/tools/actor.py)."""
     settings = settings if settings is not None else Settings.from_env()
     layout = layout if layout is not None else settings.layout
     tool_concurrency = tool_concurrency if tool_concurrency is not None else settings.tool_concurrency
@@ -203,6 +210,8 @@ async def start_roles(
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
+    if PARENTS & set(roles):
+        protect_pod()  # its environment holds its secrets: not for its children's user to read (actors/children.py)
     codec = settings.payload_codec
     if codec.encrypts:  # every actor on `nc` encrypts values it writes and decrypts what it reads (actors/codec.py)
         bind(nc, codec)
@@ -225,13 +234,15 @@ async def start_roles(
                 limits=settings.limits,
                 credentials=CredentialSource(settings.credentials_dir, settings.credentials),
                 settings=settings,
+                step_user_fallback=step_user_fallback,
             )
         )
     hosts: list[Counter | Engine] = []
+    bounds = RenderBounds(seconds=settings.template_seconds, memory=settings.template_memory_mb << 20)
     if "counter" in roles:
-        hosts.append(Counter(nc, layout=layout))
+        hosts.append(Counter(nc, layout=layout, render_bounds=bounds))
     if "engine" in roles:
-        hosts.append(Engine(nc, layout=layout))
+        hosts.append(Engine(nc, layout=layout, render_bounds=bounds))
     for host in hosts:
         # the leases start after their host and stop before it: a partition is gained
         # by a running host, and handed back (host.lose) while the host still runs

@@ -222,6 +222,20 @@ class Settings:
     )
 
     # --- this pod ---
+    template_seconds: float = _setting(
+        10.0,
+        "ACTORS_TEMPLATE_SECONDS",
+        "CPU seconds a template render in a render process may use (and 6 times that of wall-clock time) "
+        "before the pod kills it (recorded in the log; the execution fails `TemplateLimit`, template_seconds)",
+        minimum=0.1,
+    )
+    template_memory_mb: int = _setting(
+        1024,
+        "ACTORS_TEMPLATE_MEMORY_MB",
+        "address space of a render process, in MiB (RLIMIT_AS); a render past it fails its execution "
+        "`TemplateLimit` (template_memory)",
+        minimum=256,
+    )
     python_workers: int | None = _setting(
         None,
         "ACTORS_PYTHON_WORKERS",
@@ -303,6 +317,16 @@ class Settings:
             "mapping, or a plain token. Steps never see these variables",
             "minimum": None,
         },
+    )
+    # --- who python and shell steps run as (actors/children.py): the tool role reads it ---
+    step_user: str | None = _setting(
+        None,
+        "ACTORS_STEP_USER",
+        "user (`NAME`, `UID`, `USER:GROUP`) python and shell steps run as, so they cannot read the pod's "
+        "environment or files. Unset: `nobody` when the pod runs as root, else the pod's own user. One the pod "
+        "cannot switch to, or who cannot run the pod's python, stops a `serve` pod at start (`run` and `dev`: "
+        "left unset, steps then run as the process's own user, with a warning)",
+        minimum=None,
     )
 
     # --- the web UI (`actors-cli ui`, `dev`, `serve --role ui`) ---

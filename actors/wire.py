@@ -21,7 +21,7 @@ class _Wire(Struct, omit_defaults=True):
 
 
 class ErrorInfo(_Wire):
-    type: str
+    type: Annotated[str, SECRET]  # a python step's is its exception's class name: any text (actors/secrecy.py)
     message: Annotated[str, SECRET]
     retryable: bool = False
     status: int | None = None
@@ -75,6 +75,8 @@ class StartReply(Struct):  # every field written out: a user's code reads it
     `started`: the execution's start record is written (by this request, or before it
     when `existing`). Otherwise `error` says why the start was refused (`InvalidStart`:
     bad JSON, field or execution id; `PlaybookNotFound`: unknown playbook or version;
+    `PlaybookPathInvalid`: not a catalog path, or its key holds another path's playbook;
+    `CatalogRecordInvalid`: a catalog record that cannot be read, named by its key;
     `ValueTooLarge`; `retryable` when the starter could not reach NATS: send it again,
     same id). `execution_id` is None only when the message named no usable one."""
 

@@ -42,9 +42,10 @@ to the execution's inputs when the loop ends.
 to ``schedules.fire.<name>`` at each tick, and the starter starts each fire under an id
 derived from the schedule and the fire time. KV ``schedules`` keeps each schedule's spec.
 
-Object store ``blobs``: values too large for one message (a step result, a command, a start
-payload, a loop's collection, scope or aggregated results, a large execution result),
-referenced by key from the message (actors/blobs.py).
+Object store ``blobs``: values too large for one message (a step result, a command, a
+loop's collection, scope or aggregated results, a large execution result), referenced by
+key from the message (actors/blobs.py). Object store ``payloads``: start payloads too
+large for one message, apart so that clients may write them and nothing else.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ EXEC_STREAM = "EXEC"
 CMD_STREAM = "CMD"
 LOOP_STREAM = "LOOP"
 BLOB_BUCKET = "blobs"
+# start payloads too large for a message: a bucket of their own, the one clients may
+# write (actors/blobs.py, actors/permissions.py)
+PAYLOAD_BUCKET = "payloads"
 START_STREAM = "START"
 DLQ_STREAM = "DLQ"
 STATUS_BUCKET = "status"
@@ -404,7 +408,7 @@ async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tup
         for stream, consumers in consumer_configs(layout, tool_kinds).items()
         for c in consumers
     ]
-    checks += [exists(f"bucket {BLOB_BUCKET!r}", js.stream_info(f"OBJ_{BLOB_BUCKET}"))]
+    checks += [exists(f"bucket {b!r}", js.stream_info(f"OBJ_{b}")) for b in (BLOB_BUCKET, PAYLOAD_BUCKET)]
     checks += [
         exists(f"bucket {b!r}", js.stream_info(kv_stream(b)))
         for b in (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET)
@@ -426,15 +430,16 @@ async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, 
                 # exists with different settings: recreate is unsafe (loses ack state),
                 # so keep the existing one; settings changes are a deploy decision.
                 pass
-    try:
-        await js.object_store(BLOB_BUCKET)
-    except NotFoundError:
-        await js.create_object_store(
-            BLOB_BUCKET,
-            config=api.ObjectStoreConfig(
-                bucket=BLOB_BUCKET, replicas=layout.replicas, storage=api.StorageType.FILE, ttl=layout.exec_max_age
-            ),
-        )
+    for store in (BLOB_BUCKET, PAYLOAD_BUCKET):
+        try:
+            await js.object_store(store)
+        except NotFoundError:
+            await js.create_object_store(
+                store,
+                config=api.ObjectStoreConfig(
+                    bucket=store, replicas=layout.replicas, storage=api.StorageType.FILE, ttl=layout.exec_max_age
+                ),
+            )
     try:
         await js.key_value(OWNERS_BUCKET)
     except NotFoundError:
@@ -488,6 +493,7 @@ __all__ = [
     "LC",
     "LOOP_STREAM",
     "OWNERS_BUCKET",
+    "PAYLOAD_BUCKET",
     "PROJECTOR_CONSUMER",
     "PROJECTOR_FILTER",
     "SCH",

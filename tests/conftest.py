@@ -4,6 +4,7 @@ the actors running against it in this process."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +14,22 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from actors import children
 from actors.client import Client, LogItem
 from actors.runtime import Runtime, connect, start_roles
 from streams.layout import Layout
 from streams.server import NatsServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# The suite's steps run as the user running it, as they did before ACTORS_STEP_USER: they
+# read and write the tests' own files, and CI runs as root with an interpreter `nobody`
+# may not be able to read (a pyenv under /root). Pods in this process take it as a root
+# pod's default, pods in subprocesses from the environment. tests/test_step_secrets.py
+# runs a pod with the real default.
+TEST_USER = f"{os.geteuid()}:{os.getegid()}"
+children.DEFAULT_STEP_USER = TEST_USER
+os.environ.setdefault(children.STEP_USER_SETTING, TEST_USER)
 
 
 @pytest_asyncio.fixture

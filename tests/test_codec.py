@@ -98,7 +98,8 @@ def test_sealed_messages_keep_names_clear_hide_values_and_round_trip() -> None:
     rec = a_decision()
     data = c.encode(rec)
     assert b"s3cr3t" not in data and b'"tb"' not in data
-    assert b'"fetch"' in data and b'"ValueError"' in data and b"step.failure_decided" in data
+    assert b'"ValueError"' not in data  # an error's type is a value too (actors/secrecy.py)
+    assert b'"fetch"' in data and b"step.failure_decided" in data
     assert c.encode(rec) == data  # deterministic: a replay republishes the same bytes
     back = c.decode(events.decision_decoder, data)
     assert msgspec.json.encode(back) == msgspec.json.encode(rec)
@@ -218,3 +219,18 @@ def test_key_settings_parse_and_refuse_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(SettingsInvalid, match="ACTORS_PAYLOAD_KEY"):
         _ = Settings.from_env({"ACTORS_PAYLOAD_KEY": "nope!"}).payload_codec
     assert "ACTORS_PAYLOAD_KEY" not in repr(Settings(payload_key=KEY)) and KEY not in repr(Settings(payload_key=KEY))
+
+
+def test_a_sealed_value_nested_past_any_sense_is_unreadable_not_a_recursion_error() -> None:
+    """Its depth is measured on the decrypted text before decoding: a value sealed by a
+    hostile writer holding the key cannot crash a reader with RecursionError."""
+    from actors.nesting import START_MESSAGE_DEPTH
+
+    deep: Any = 1
+    for _ in range(START_MESSAGE_DEPTH + 1):
+        deep = [deep]
+    sealed = codec(KEY).seal_value(deep)
+    with pytest.raises(PayloadUnreadable, match="nests deeper"):
+        codec(KEY).open_value(sealed)
+    shallow = [[[1]]]
+    assert codec(KEY).open_value(codec(KEY).seal_value(shallow)) == shallow

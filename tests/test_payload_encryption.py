@@ -1,9 +1,10 @@
 """Payload encryption end to end (actors/codec.py): pods with a payload key run
 playbooks (python steps, a loop, a failure, a big value in the object store, a child
 playbook), and every stored byte on the server (streams, the status bucket, the object
-store: all JetStream streams) is read raw to find no planted value. Status and list
-work for a client without the key; the CLI with the key prints the result; a log
-written under an old key is replayed after rotation; a wrong key is one clear error."""
+store: all JetStream streams) is read raw to find no planted value, an error's type
+included. Status and list work for a client without the key; the CLI with the key
+prints the result; a log written under an old key is replayed after rotation, one
+written in clear is still read; a wrong key is one clear error."""
 
 from __future__ import annotations
 
@@ -200,14 +201,58 @@ async def test_no_planted_value_is_stored_in_clear_and_a_keyless_client_still_se
     try:
         st = await keyless.status(failed)
         assert st is not None and st.state == "FAILED"
-        assert st.error is not None and st.error["type"] == "ValueError" and st.error["step"] == "explode"
-        assert st.error["message"] == "<encrypted with payload key 'a1'>"
+        assert st.error is not None and st.error["step"] == "explode"
+        assert st.error["type"] == st.error["message"] == "<encrypted with payload key 'a1'>"
         listed = {s.execution_id: s.state for s in await keyless.list()}
         assert listed[eid] == "COMPLETED" and listed[failed] == "FAILED"
         with pytest.raises(PayloadUnreadable, match="give the key"):
             await keyless.result(eid)
         items = await keyless.events(eid)
         assert any(i.type == "step.exit" and i.step == "big" for i in items)  # the log's shape is readable
+    finally:
+        await keyless.close()
+
+
+# the error's type is the name of a class the step's code made from the payload
+TYPED = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: typed}
+workflow:
+  - step: named
+    tool: {kind: python, code: "def main(s):\\n    raise type('-'.join(['PLANT', 'TYPE', s]), (Exception,), {})('x')"}
+    args: {s: "{{ workload.secret }}"}
+    on_error: [{when: "{{ workload.secret in error.type }}", decision: ignore, result: "{{ error.type }}"}]
+    next: plain
+  - step: plain
+    tool: {kind: python, code: "def main():\\n    raise KeyError('x')"}
+"""
+
+
+async def test_an_errors_type_is_sealed_and_one_written_in_clear_is_still_read(pods: Pods) -> None:
+    pods.nc = await connect(pods.server.url, name="clear")  # before any key was set
+    pods.runtime = await start_roles(pods.nc, layout=pods.layout, settings=Settings())
+    client = Client(pods.nc, layout=pods.layout)
+    before = await client.start(await pods.register(client, "failing.yaml", FAILING), payload=PAYLOAD)
+    assert (await client.wait(before, timeout=30)).state == "FAILED"
+    await pods.stop()
+
+    client = await pods.start(KEY_A)
+    eid = await client.start(await pods.register(client, "typed.yaml", TYPED), payload=PAYLOAD)
+    status = await client.wait(eid, timeout=30)
+    assert status.state == "FAILED" and status.error is not None and status.error["type"] == "KeyError"
+    # the engine read the sealed type: its rule matched, and made the type the step's result
+    [named] = [i for i in await client.events(eid) if i.type == "step.failure_decided" and i.step == "named"]
+    assert (named.data["decision"], named.data["result"]) == ("ignore", "PLANT-TYPE-PLANT-PAYLOAD-7731")
+    old = await client.status(before)  # written in clear: read as it was
+    assert old is not None and old.error is not None and old.error["type"] == "ValueError"
+
+    assert pods.nc is not None
+    assert b"PLANT-TYPE" not in await every_stored_byte(pods.nc)
+    keyless = await keyless_client(pods.server, pods.layout)
+    try:
+        st = await keyless.status(eid)
+        assert st is not None and st.error is not None and st.error["step"] == "plain"
+        assert st.error["type"] == "<encrypted with payload key 'a1'>"
     finally:
         await keyless.close()
 

@@ -228,6 +228,54 @@ async def test_url_userinfo_is_masked_in_errors(pod: tuple[System, list[Msg]]) -
     assert message.startswith(f"http GET http://{MASK}@127.0.0.1:1/x") and URL_KEY not in message
 
 
+# a python step names its error by its exception's class, which its code may build from anything
+NAMED = playbook(
+    "named",
+    """
+  - step: login
+    tool:
+      kind: python
+      credential: db
+      code: |
+        def main(credential):
+            raise type(credential["password"], (Exception,), {})("x")
+""",
+)
+
+# a sink's error quotes what its templates read: here the step's result, the password
+SUNK = playbook(
+    "sunk",
+    """
+  - step: fetch
+    tool:
+      kind: python
+      credential: db
+      code: |
+        def main(credential):
+            return credential["password"]
+    sink: {tool: noop, args: {x: "{{ {}[result] }}"}}
+""",
+)
+
+
+@pytest.mark.asyncio
+async def test_an_error_type_or_a_sinks_error_made_of_a_credential_is_masked(pod: tuple[System, list[Msg]]) -> None:
+    system, carried = pod
+    eid, status = await system.run_yaml(NAMED)
+    assert status.state == "FAILED" and status.error is not None
+    assert (status.error["type"], status.error["message"]) == (MASK, "x")  # what `status`, `list` and the UI show
+    [error] = of_type(await system.events(eid), "call.error", "login")
+    assert error.data["error"]["type"] == MASK and PASSWORD not in error.data["error"]["traceback"]
+
+    eid, status = await system.run_yaml(SUNK)
+    assert status.state == "FAILED" and status.error is not None
+    assert status.error["message"].endswith(f"'dict object' has no attribute '{MASK}'"), status.error
+
+    stored = await everything_stored(system)
+    for blob in stored + [repr(m.headers).encode() + m.data for m in carried]:
+        assert PASSWORD.encode() not in blob, blob[:600]
+
+
 def test_short_values_are_not_masked_and_escaped_forms_are() -> None:
     r = Redactor()
     r.add(["abc", 'q"ote\\slash-4'])

@@ -362,3 +362,12 @@ async def test_live_feeds_are_capped_per_process(system: System) -> None:
             assert listed.status == 200  # what is not a feed is not capped
         first.close()
         second.close()
+
+
+@pytest.mark.asyncio
+async def test_a_request_body_nested_past_any_sense_is_refused_with_400(ui: TestClient[Any, Any]) -> None:
+    """Measured before it is decoded (decoding recurses per level): a 400, never a 500."""
+    body = b'{"payload": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    response = await ui.post("/api/playbooks/any/start", data=body, headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    assert "nests deeper" in (await response.json())["error"]

@@ -27,17 +27,16 @@ from actors.cli.output import (
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from actors.playbook.lint import lint
-    from actors.playbook.loader import PlaybookInvalid, load_playbook_file
+    from actors.playbook.loader import PlaybookInvalid, load_playbook, read_playbook_text
 
     ceiling = settings_of(args).max_attempts_ceiling
     bad = 0
     for f in args.files:
         try:
-            pb = load_playbook_file(f, max_attempts=ceiling)
-            found = lint(pb, Path(f).read_bytes().decode("utf-8-sig"), file=f)
+            text = read_playbook_text(f)  # once: a file that changes between two reads is not two playbooks
+            pb = load_playbook(text, file=f, max_attempts=ceiling)
+            found = lint(pb, text, file=f)
             bad += bool(found.errors)
             if args.json:
                 print_json(

@@ -18,6 +18,7 @@ from actors.cli.inputs import settings_of, timeout_of
 async def connection(args: argparse.Namespace, *, embedded: bool = False) -> AsyncIterator[Any]:
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
+    from actors.children import child_environment
     from actors.cli.output import print_error
     from actors.client import Client
     from actors.client.connecting import look_up_streams
@@ -35,7 +36,8 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     if url is None:
         if not embedded:
             raise UsageError("no NATS server: pass --nats URL or set NATS_URL (or use `actors-cli dev`)")
-        server = await NatsServer.start(sync=settings.nats_sync)
+        # from a clean environment: this process's holds the pod's secrets (actors/children.py)
+        server = await NatsServer.start(sync=settings.nats_sync, env=child_environment())
         url = server.url
     budget = timeout_of(args)
     started = time.monotonic()
@@ -49,7 +51,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     )
     try:
         if server is not None:
-            runtime = await start_roles(nc, settings=settings)
+            runtime = await start_roles(nc, settings=settings, step_user_fallback=True)
             tune_gc()
         else:
             # idempotent: works before any pod has started

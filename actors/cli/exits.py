@@ -7,7 +7,9 @@ Exit codes:
   2  CANCELLED
   3  invalid input or usage: a bad playbook, payload or execution id, a value over the
     message limit, an unknown execution, a port already in use, a bad or unknown
-    schedule (name, cron, time zone), a retry refused
+    schedule (name, cron, time zone), a retry refused, a catalog path that is not one;
+    a stored record the command asked about that cannot be read (a status, a catalog
+    record: RecordInvalid), a blob that is not what its key names (BlobCorrupt)
   4  timeout: the execution (run, status --watch) did not end within --timeout;
      result of an execution still running
   5  NATS unavailable: unreachable, credentials refused, a TLS handshake failed, or
@@ -41,7 +43,10 @@ def exit_code_for(e: Exception) -> int | None:
     from actors.dial import NatsUnavailable
     from actors.health import HttpPortUnavailable
     from actors.natsio import PublishOutcomeUnknown
+    from actors.nesting import TooDeep
     from actors.playbook.loader import PlaybookInvalid
+    from actors.records import RecordInvalid
+    from actors.userfiles import UnreadableFile
     from streams.layout import StreamsMissing
     from streams.server import ServerError
 
@@ -58,7 +63,10 @@ def exit_code_for(e: Exception) -> int | None:
             SettingsInvalid,
             RetryRefused,
             UnknownExecution,
-            PayloadUnreadable,  # an encrypted value and no key (or the wrong one)
+            PayloadUnreadable,  # an encrypted value and no key (or the wrong one); a blob changed (BlobCorrupt)
+            RecordInvalid,  # a malformed status or catalog record, named by its key
+            UnreadableFile,  # a file named that is not a regular file, or too large (`PATH: why`)
+            TooDeep,  # a payload nested too deep
         ),
     ):
         return EXIT_INVALID

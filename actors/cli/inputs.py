@@ -4,8 +4,8 @@ and the user's execution id and payload, checked before they get near NATS."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -16,11 +16,17 @@ from actors.settings import Settings
 
 
 def payload_of(raw: str | None) -> dict[str, Any]:
+    """The JSON object of --payload: the text given, or `@file`'s contents (a regular
+    file of at most the value cap, ACTORS_MAX_VALUE_BYTES: past it the payload would be
+    refused anyway), nested at most `MAX_DEPTH` deep (checked before it is decoded)."""
     if raw is None:
         return {}
     from actors.jsonvalues import loads  # integers beyond 64 bits too
+    from actors.nesting import json_within, too_deep
 
-    text = Path(raw[1:]).read_bytes() if raw.startswith("@") else raw
+    text = _payload_file(raw[1:]) if raw.startswith("@") else raw
+    if not json_within(text):
+        raise UsageError(f"--payload: {too_deep('it')}")
     try:
         value = loads(text)
     except msgspec.DecodeError as e:
@@ -28,6 +34,42 @@ def payload_of(raw: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError("--payload: must be a JSON object")
     return value
+
+
+def _payload_file(path: str) -> bytes:
+    from actors.userfiles import UnreadableFile, read_regular_file
+
+    cap = Settings.from_env(os.environ).max_value_bytes  # past it the payload is refused anyway
+    try:
+        return read_regular_file(
+            path, limit=cap, what="the payload", over=f"the {cap:,}-byte cap on values (ACTORS_MAX_VALUE_BYTES)"
+        )
+    except UnreadableFile as e:
+        raise UsageError(f"--payload @{path}: {e.strerror}") from None
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds that a wait can last, finite and above 0
+    (`nan` compares false with everything, so a timeout of nan would never end)."""
+    value = _number(text)
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a finite number of seconds, 0 included (0: no wait at all)."""
+    value = _number(text)
+    if not (0 <= value < math.inf):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds, 0 or more")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 # the flags of actors/cli/security.py, named as their `Settings` fields

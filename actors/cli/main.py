@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from actors.cli import exits
 from actors.cli.commands import (
@@ -24,6 +24,7 @@ from actors.cli.commands import (
 )
 from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
+from actors.cli.inputs import seconds, seconds_or_zero
 from actors.cli.interrupt import interruptible
 from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
 from actors.cli.logs import cmd_logs
@@ -39,7 +40,7 @@ from actors.dial import CLIENT_TIMEOUT
 def build_parser() -> argparse.ArgumentParser:
     doc = exits.__doc__ or ""
     exit_codes = doc[doc.index("Exit codes:") : doc.index("A user error")] if "Exit codes:" in doc else None
-    p = argparse.ArgumentParser(
+    p = _OneLineErrors(
         prog="actors-cli",
         description="Run YAML playbooks on NATS JetStream.",
         epilog=exit_codes,
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=None,
         help="seconds the execution may take (exit 4 past it); with --nats also the bound on reaching "
         f"NATS (default {CLIENT_TIMEOUT:g}; exit 5)",
@@ -108,14 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--http-host", help="address the HTTP server binds (default $ACTORS_HTTP_HOST, else 0.0.0.0)")
     sp.add_argument(
         "--drain-timeout",
-        type=float,
+        type=seconds_or_zero,
         help="seconds running tool commands get to finish after SIGTERM (default $ACTORS_DRAIN_TIMEOUT, else 10)",
     )
 
     def with_timeout(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument(
             "--timeout",
-            type=float,
+            type=seconds,
             default=None,
             help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}); exit 5 past it",
         )
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--watch", action="store_true", help="wait until it is terminal")
     sp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         help=f"seconds to reach NATS (default {CLIENT_TIMEOUT:g}; exit 5) and, with --watch, to wait "
         "for the end (default: for ever; exit 4)",
     )
@@ -195,11 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
 EXECUTION_ID_HELP = "the execution's id, ^[A-Za-z0-9_-]{1,128}$ (default: a new random one)"
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A usage error is one line, as every user error is (argparse prints the usage
+    first, which can take a screen for `run`); --help still shows it all."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser_with(*parents: argparse.ArgumentParser, epilog: str | None) -> type[argparse.ArgumentParser]:
     """A subcommand parser class that adds `parents`' options to every subcommand and
     ends its --help with the exit codes."""
 
-    class Parser(argparse.ArgumentParser):
+    class Parser(_OneLineErrors):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["parents"] = [*kwargs.get("parents", ()), *parents]
             kwargs.setdefault("epilog", epilog)

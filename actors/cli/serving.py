@@ -14,8 +14,7 @@ from actors.settings import Settings
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from actors.children import child_environment
     from actors.connopts import ConnectOptions
     from actors.dial import CLIENT_TIMEOUT, connect_within
     from actors.natsio import close_connection
@@ -26,17 +25,20 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     # started (and cleanly), where a cancel of start-up could be lost (actors/cli/interrupt.py)
     stop = stop_on_signal()
     settings = settings_of(args).with_flags(ui_port=getattr(args, "ui_port", None))
-    config = Path(args.server_config).read_text() if args.server_config else None  # noqa: ASYNC240 - once, at start
+    config = _server_config(args.server_config) if args.server_config else None
     # a server of our own asks for nothing unless its configuration says so
     options = ConnectOptions.from_settings(settings) if config is not None else ConnectOptions()
-    server = await NatsServer.start(port=args.port, store_dir=args.store, config=config, sync=settings.nats_sync)
+    # from a clean environment: this process's holds the pod's secrets (actors/children.py)
+    server = await NatsServer.start(
+        port=args.port, store_dir=args.store, config=config, sync=settings.nats_sync, env=child_environment()
+    )
     try:
         # within a bound: a configuration that refuses our own credentials must say so, not hang
         nc = await connect_within(server.url, timeout=CLIENT_TIMEOUT, name="actors-dev", options=options)
     except BaseException:
         await server.stop()
         raise
-    rt = await start_roles(nc, settings=settings)
+    rt = await start_roles(nc, settings=settings, step_user_fallback=True)
     tune_gc()
     print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)
     print(f"  export NATS_URL={server.url}", flush=True)
@@ -50,6 +52,25 @@ async def cmd_dev(args: argparse.Namespace) -> int:
         await close_connection(nc)
         await server.stop()
     return EXIT_OK
+
+
+# a nats-server configuration is a few KB; this only bounds what a wrong path can make us read
+_SERVER_CONFIG_MAX = 1024 * 1024
+
+
+def _server_config(path: str) -> str:
+    """The text of `dev --server-config`: a regular file (not a FIFO or a device), UTF-8."""
+    from actors.userfiles import UnreadableFile, read_regular_file
+
+    try:
+        data = read_regular_file(
+            path, limit=_SERVER_CONFIG_MAX, what="it", over=f"the {_SERVER_CONFIG_MAX:,} bytes read of a configuration"
+        )
+        return data.decode()
+    except UnreadableFile as e:
+        raise UsageError(f"--server-config {e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--server-config {path}: not UTF-8 text ({e})") from None
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:

@@ -15,6 +15,10 @@ of each window, so `--state FAILED` reads only failed executions, the latest to 
 (then sorted by start). A `playbook` filter, or PENDING/RUNNING, reads further back
 until it has `limit` of them or the stream's start; a `since` stops at the first entry
 that started (or ended) before it.
+
+A record that cannot be read (an index entry, a final status, a status, a catalog
+entry) is left out with a warning naming where it is (actors/records.py): one bad
+record never fails a listing.
 """
 
 from __future__ import annotations
@@ -23,20 +27,20 @@ import asyncio
 import builtins
 import re
 
-import msgspec
 from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
+from actors.catalog import decode_entry
 from actors.client.session import Session
 from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
 from actors.natsio.kvkeys import kv_keys
-from actors.wire import CatalogEntry, ExecutionStatus, index_decoder, status_decoder
+from actors.records import RecordInvalid, ended_statuses, index_entries, skipped, status_or_none
+from actors.wire import CatalogEntry, ExecutionStatus
 from streams.layout import CATALOG_BUCKET, ENDED_STREAM, INDEX_STREAM, STATUS_BUCKET
 from streams.subjects import index_ends
 
 FIRST_WINDOW = 64  # index entries read in the first window (at least twice the limit)
-_catalog_entry = msgspec.json.Decoder(CatalogEntry)
 _VERSION_KEY = re.compile(r"^(?P<path>.+)\.v(?P<version>[0-9]+)$")
 
 
@@ -76,14 +80,14 @@ class Lister(Session):
                 assert state is not None
                 # the server picks them out; those past `hi` (fewer than `limit`: counted already) are dropped
                 got = await from_sequence(self.nc, ENDED_STREAM, lo, window, subject=index_ends(state), up_to=hi)
-                ends = [self.codec.open_for_display(status_decoder.decode(data)) for _, data in reversed(got)]
+                ends = [self.codec.open_for_display(st) for _, st in ended_statuses(got[::-1])]
                 ends = [st for st in ends if _wanted(st.playbook, playbook)]
                 # ended before `since`: started before it too, and so did those that ended earlier
                 older = since is not None and any(st.ended_at is not None and st.ended_at < since for st in ends)
                 found += [st for st in ends if since is None or (st.started_at or 0.0) >= since]
             else:
                 got = await from_sequence(self.nc, INDEX_STREAM, lo, hi - lo + 1, up_to=hi)
-                entries = [index_decoder.decode(data) for _, data in reversed(got)]
+                entries = [e for _, e in index_entries(got[::-1])]
                 entries = [e for e in entries if _wanted(e.playbook, playbook)]
                 older = since is not None and any(e.started_at is not None and e.started_at < since for e in entries)
                 if since is not None:
@@ -118,7 +122,7 @@ class Lister(Session):
         kv = await self.bucket(CATALOG_BUCKET)
         keys = [k for k in await kv_keys(self.js, CATALOG_BUCKET) if _VERSION_KEY.match(k)]
         values = await asyncio.gather(*(_value(kv, k) for k in keys))
-        entries = [_catalog_entry.decode(v) for v in values if v is not None]
+        entries = [e for k, v in zip(keys, values, strict=True) if v is not None and (e := _entry_or_none(k, v))]
         return sorted(entries, key=lambda e: (e.path, e.version))
 
 
@@ -138,4 +142,13 @@ async def _status(kv: KeyValue, execution_id: str) -> ExecutionStatus | None:
         entry = await kv.get(execution_id)
     except KeyNotFoundError:
         return None
-    return status_decoder.decode(entry.value or b"")
+    return status_or_none(entry.value or b"", key=execution_id)
+
+
+def _entry_or_none(key: str, data: bytes) -> CatalogEntry | None:
+    """The catalog entry stored under `key`, or None (warned) when it is not one."""
+    try:
+        return decode_entry(data, key=key)
+    except RecordInvalid as e:
+        skipped(e)
+        return None

@@ -23,6 +23,7 @@ from actors.client.watch import StatusWatch
 from actors.codec import PayloadUnreadable
 from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
 from actors.natsio import last_message, log_time, stream_seq
+from actors.records import status_record
 from actors.wire import (
     CallDone,
     CallError,
@@ -32,7 +33,6 @@ from actors.wire import (
     LoopProgress,
     ResultBatch,
     loop_input_decoder,
-    status_decoder,
 )
 from streams.layout import DLQ_STREAM, EXEC_STREAM, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
 from streams.subjects import dlq_filter, loop_results_filter
@@ -46,7 +46,8 @@ class Reader(Session):
 
     async def status(self, execution_id: str) -> ExecutionStatus | None:
         """The execution's status as projected now (state, playbook, times, result or
-        error), or None when no status exists for it (yet)."""
+        error), or None when no status exists for it (yet). RecordInvalid (one line
+        naming the key) when what is stored is not a status."""
         check_execution_id(execution_id)
         return await self._ride(
             f"reading the status of execution {execution_id}", lambda: self._status_once(execution_id)
@@ -58,7 +59,7 @@ class Reader(Session):
             entry = await kv.get(check_execution_id(execution_id))
         except KeyNotFoundError:
             return None
-        return self.codec.open_for_display(status_decoder.decode(entry.value or b""))
+        return self.codec.open_for_display(status_record(entry.value or b"", key=execution_id))
 
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
         """Wait until the projected status is terminal (the status KV is the only

@@ -24,6 +24,7 @@ from actors.client.reading import Reader
 from actors.client.writing import Writer
 from actors.core.rerun import RetryRefused
 from actors.events import FailureDecidedData, FailureDecidedEvent, decision_decoder
+from actors.nesting import check_value_depth
 from actors.wire import EngineFault, Input, StartMessage, StartRecord, encode, input_decoder
 from streams.ids import retry_execution_id, start_id
 from streams.layout import EXEC_STREAM, START_SUBJECT
@@ -68,6 +69,7 @@ class Retrier(Writer, Reader):
         from actors.core.rerun import plan_retry  # the engine's fold: imported by retry alone
 
         check_execution_id(execution_id)
+        check_value_depth("the payload", payload)  # merged recursively below (TooDeep, a ValueError)
         old, record = await self._ride(f"reading execution {execution_id}", lambda: self._fold_log(execution_id))
         if record is None:
             raise UnknownExecution(f"no execution {execution_id!r}")

@@ -28,6 +28,7 @@ from actors.client.checks import check_size
 from actors.client.session import Session
 from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
+from actors.nesting import check_value_depth
 from actors.wire import ScheduleSpec, StartMessage, encode
 from streams.ids import schedule_definition_id
 from streams.layout import SCHEDULE_STREAM, SCHEDULES_BUCKET
@@ -92,6 +93,7 @@ class Scheduling(Session):
         or time zone is one the server cannot use; CatalogError for an unknown playbook.
         Nothing is left behind by a refused add."""
         check_schedule_name(name)
+        check_value_depth(f"schedule {name}'s payload", payload)  # every fire's starter would refuse it
         pattern = cron_pattern(cron)
         await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
         spec = ScheduleSpec(

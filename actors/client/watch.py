@@ -13,7 +13,8 @@ from nats.aio.subscription import Subscription
 from actors.codec import PayloadCodec
 from actors.events import TERMINAL_STATES
 from actors.natsio.reader import subscribe_raw
-from actors.wire import ExecutionStatus, status_decoder
+from actors.records import status_record
+from actors.wire import ExecutionStatus
 from streams.subjects import status_subject
 
 __all__ = ["StatusWatch"]
@@ -23,14 +24,15 @@ class StatusWatch:
     """The first terminal status of one execution seen on its status subject (or handed
     in with `offer`): `terminal`, a future. `close` when done with it."""
 
-    def __init__(self, codec: PayloadCodec) -> None:
+    def __init__(self, codec: PayloadCodec, execution_id: str = "") -> None:
         self.codec = codec
+        self.execution_id = execution_id
         self.terminal: asyncio.Future[ExecutionStatus] = asyncio.get_running_loop().create_future()
         self._sub: Subscription | None = None
 
     @classmethod
     async def open(cls, nc: NATS, execution_id: str, codec: PayloadCodec) -> StatusWatch:
-        watch = cls(codec)
+        watch = cls(codec, execution_id)
         watch._sub = await subscribe_raw(nc, status_subject(execution_id), watch._on_status)
         return watch
 
@@ -38,8 +40,8 @@ class StatusWatch:
         if not data or self.terminal.done():
             return  # empty: the key was deleted or purged (its status is gone, not terminal)
         try:
-            status = self.codec.open_for_display(status_decoder.decode(data))
-        except Exception as e:  # a status this client cannot read: the waiter is told, not left waiting
+            status = self.codec.open_for_display(status_record(data, key=self.execution_id))
+        except Exception as e:  # a status this client cannot read (RecordInvalid): the waiter is told
             self.terminal.set_exception(e)
             return
         self.offer(status)

@@ -18,11 +18,13 @@ from nats.js.errors import NotFoundError
 
 from actors import catalog
 from actors.blobs import payload_blob, start_payload
-from actors.catalog import CatalogError, CatalogReader
+from actors.catalog import CatalogReader, PlaybookNotRegistered, check_path
 from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
 from actors.natsio import last_message
 from actors.natsio.requests import requester
+from actors.nesting import check_value_depth
+from actors.playbook.loader import read_playbook_text
 from actors.wire import (
     UNREADABLE_START,
     CancelRequest,
@@ -68,9 +70,11 @@ class Writer(Session):
     async def register(self, path: str | Path) -> CatalogEntry:
         """Register the playbook file in the catalog; returns its entry (`path`, the
         catalog path to start, and `version`). The same source again gets the version
-        it had; a new source gets the next one. A bad playbook raises PlaybookInvalid."""
+        it had; a new source gets the next one. A bad playbook raises PlaybookInvalid; a
+        path that is not a regular file (a FIFO, a device), or one over the most a
+        playbook may be, UnreadableFile (an OSError)."""
         p = Path(path)
-        source = await asyncio.to_thread(p.read_text)
+        source = await asyncio.to_thread(read_playbook_text, p)
         check_size(f"{p}: the playbook", len(msgspec.json.encode(source)), self.value_limit())
         # registering the same source again returns the version it got: safe to ask again
         return await self._ride(f"registering {p}", lambda: catalog.register(self.js, source, file=str(p)))
@@ -94,8 +98,11 @@ class Writer(Session):
         stream START has stored it for one to take. Either way it runs as a start on
         the stream does (an unknown playbook: an execution that fails saying why). A
         start with the id of an existing execution changes nothing (see
-        `start_execution` to find out). StartRefused: the starters could not read it."""
+        `start_execution` to find out). StartRefused: the starters could not read it;
+        CatalogPathInvalid: `playbook` is not a catalog path (nothing is sent)."""
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
+        check_path(playbook)
+        check_value_depth("the payload", payload)  # before encoding it recurses (TooDeep, a ValueError)
         msg = StartMessage(playbook=playbook, version=version, payload=payload or {}, execution_id=eid, parent=parent)
         # a payload too large for the message goes as a blob; past the cap: ValueTooLarge
         limit = self.value_limit()
@@ -148,15 +155,19 @@ class Writer(Session):
         """`start`, checked: says whether an execution with this id already exists
         (then nothing is published) and how its start differs from this one, and
         refuses a payload that would not fit in the start record with the playbook.
-        A few round trips more than `start`: for people and scripts, not floods."""
+        A few round trips more than `start`: for people and scripts, not floods.
+        CatalogPathInvalid, or CatalogRecordInvalid (a catalog record of the playbook
+        that cannot be read, naming its key): nothing is sent."""
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
+        check_path(playbook)
+        check_value_depth("the payload", payload)  # TooDeep (a ValueError): nothing is sent
         payload = payload or {}
         what = f"the start of execution {eid}"
         running = await self._ride(what, lambda: self._start_record(eid))
         if running is None:
             try:
                 entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
-            except CatalogError:
+            except PlaybookNotRegistered:
                 entry = None  # the execution starts and fails with PlaybookNotFound, as with `start`
             size = len(msgspec.json.encode(payload))
             source = len(msgspec.json.encode(entry.source)) if entry is not None else 0

@@ -292,7 +292,7 @@ def _run_end(decision: Decision, act: Activation, step: Step) -> None:
     if isinstance(step.tool, NoopTool):
         if step.args:
             try:
-                result = render_value(step.args, ex.scope(), where="args")
+                result = render_value(step.args, ex.scope(), where="args", step=END)
             except TemplateError as e:
                 finish(decision, act, result=None, end_error=_template_error(END, e))
                 return

@@ -220,7 +220,7 @@ def _decide_on_error(decision: Decision, act: Activation, step: Step, error: Err
     chosen: tuple[int, OnErrorRule] | None = None
     try:
         for i, rule in enumerate(step.on_error):
-            if render_condition(rule.when, scope, where=f"on_error[{i}].when"):
+            if render_condition(rule.when, scope, where=f"on_error[{i}].when", step=step.step):
                 chosen = (i, rule)
                 break
         decided = FailureDecidedData(
@@ -230,9 +230,9 @@ def _decide_on_error(decision: Decision, act: Activation, step: Step, error: Err
             i, rule = chosen
             decided.decision, decided.rule = rule.decision, f"on_error[{i}]"
             if rule.decision == "ignore":
-                decided.result = render_value(rule.result, scope, where=f"on_error[{i}].result")
+                decided.result = render_value(rule.result, scope, where=f"on_error[{i}].result", step=step.step)
             if rule.args is not None:
-                decided.args = render_value(rule.args, scope, where=f"on_error[{i}].args")
+                decided.args = render_value(rule.args, scope, where=f"on_error[{i}].args", step=step.step)
             if rule.decision == "retry_later":
                 decided.delay = rule.delay if rule.delay is not None else ON_ERROR_RETRY_DELAY
     except TemplateError as e:
@@ -258,7 +258,7 @@ def _remediate(decision: Decision, act: Activation, step: Step, error: ErrorInfo
     edge = ""  # the on_failure edge taken, named once a target is found
     try:
         for i, e in enumerate(step.on_failure):
-            if render_condition(e.when, scope, where=f"on_failure[{i}].when"):
+            if render_condition(e.when, scope, where=f"on_failure[{i}].when", step=step.step):
                 target, edge = e.step, f"on_failure[{i}]"
                 break
     except TemplateError as te:

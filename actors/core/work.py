@@ -39,7 +39,7 @@ def dispatch(decision: Decision, act: Activation, step: Step) -> None:
         # here saves a command round trip and is just as deterministic.
         try:
             # no args, no scope to build (it copies every result so far)
-            args = render_value(step.args, decision.ex.scope(act), where="args") if step.args else {}
+            args = render_value(step.args, decision.ex.scope(act), where="args", step=step.step) if step.args else {}
         except TemplateError as e:
             failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
             return
@@ -57,7 +57,7 @@ def issue(decision: Decision, act: Activation, step: Step) -> None:
         return
     scope = ex.scope(act)
     try:
-        args = render_value(step.args, scope, where="args")
+        args = render_value(step.args, scope, where="args", step=step.step)
         tool = render_tool(step, scope)
     except TemplateError as e:
         failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
@@ -109,7 +109,7 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
     ex = decision.ex
     scope = ex.scope(act)
     try:
-        collection = render_value(loop.collection, scope, where="loop.collection")
+        collection = render_value(loop.collection, scope, where="loop.collection", step=step.step)
     except TemplateError as e:
         failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
         return
@@ -271,7 +271,7 @@ def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]
             if scope is None:
                 scope = ex.scope(act)
                 scope.update(result=result, response=result, error=None, attempt=act.attempt)
-            if not render_condition(rule.when, scope, where=f"next[{i}].when"):
+            if not render_condition(rule.when, scope, where=f"next[{i}].when", step=step.step):
                 continue
         return list(rule.then) or [END]
     return [END]  # no rule matched: the branch converges at end

@@ -44,10 +44,12 @@ from actors.events import (
     event_decoder,
     make_event,
 )
-from actors.hosting import PartitionHost, engine_error
+from actors.hosting import PartitionHost, Refold, engine_error
 from actors.logactor import LogActor, LogEntry
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
 from actors.outbox import Outbox
+from actors.playbook.templates import RenderFault
+from actors.render_process import RenderBounds
 from actors.wire import (
     EngineFault,
     ErrorInfo,
@@ -161,9 +163,17 @@ class ExecutionActor(LogActor):
             return None
         inp = await self._read_back(inp)
         state = self.state
-        fx = await self.engine.fold_off_loop(
-            self, functools.partial(fold, state, inp, seq=entry.seq, at=entry.at, subjects=self.subjects)
-        )
+        try:
+            fx = await self.engine.fold_off_loop(
+                self, functools.partial(fold, state, inp, seq=entry.seq, at=entry.at, subjects=self.subjects)
+            )
+        except RenderFault as fault:
+            # cut short by a bound of the render process, not decided by the template:
+            # recorded first (an EngineFault naming this input, which fails the
+            # execution), and every replay folds that record instead of rendering again
+            log.warning("execution %s: input %d: %s", self.execution_id, entry.seq, fault.describe())
+            await self.unreadable(entry, ErrorInfo(type="TemplateLimit", message=fault.describe()))
+            raise Refold from None  # the fold may have changed the state part way: rebuild it
         if into is not None:
             _merge(into, fx)
         return fx
@@ -258,7 +268,9 @@ def _merge(into: Effects, fx: Effects) -> None:
 class Engine(PartitionHost[str, ExecutionActor]):
     """Hosts execution actors for the partitions it owns."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000) -> None:
+    def __init__(
+        self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000, render_bounds: RenderBounds | None = None
+    ) -> None:
         super().__init__(
             nc,
             layout=layout,
@@ -268,6 +280,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
             retired_cache=retired_cache,
             max_resident=layout.engine_max_resident,
             role="engine",
+            render_bounds=render_bounds,
         )
 
     def wakes_retired(self, subject: str) -> bool:

@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from actors.codec import CLEAR, PayloadCodec
 from actors.natsio import log_time
 from actors.natsio.schedules import SCHEDULE_NEXT
+from actors.nesting import START_MESSAGE_DEPTH, json_within, too_deep
 from actors.wire import StartMessage
 from streams.ids import scheduled_execution_id
 from streams.subjects import schedule_of_fire
@@ -41,7 +42,10 @@ def fire_time(stored: float, next_tick: str | None) -> float:
 
 def fire_start(msg: Msg, codec: PayloadCodec = CLEAR) -> tuple[str, StartMessage]:
     """The execution id and start message of a fire (msgspec errors for a body that is
-    not a start message; `PayloadUnreadable` for a payload this pod cannot decrypt)."""
+    not a start message; `PayloadUnreadable` for a payload this pod cannot decrypt;
+    `TooDeep` for one nested too deep, measured before decoding: a decoder recurses)."""
+    if not json_within(msg.data, START_MESSAGE_DEPTH):
+        raise too_deep("the start message", START_MESSAGE_DEPTH)
     start = codec.decode(_start_decoder, msg.data)
     when = fire_time(log_time(msg), (msg.headers or {}).get(SCHEDULE_NEXT))
     return scheduled_execution_id(schedule_of_fire(msg.subject), when), start

@@ -2,8 +2,9 @@
 
 It validates the message, resolves the playbook in the catalog and writes a
 StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`. A
-message it cannot use goes to `dlq.start.<execution_id>` with the reason (`dlq.start._`
-when it names no usable id); a message with a usable execution id but an unknown
+message it cannot use (not JSON, a bad field, nested too deep to decode: measured on
+its text first, actors/nesting.py) goes to `dlq.start.<execution_id>` with the reason
+(`dlq.start._` when it names no usable id); a message with a usable execution id but an unknown
 playbook still starts that execution, which fails at once with the reason in its
 `playbook.failed` event, so whoever watches that id sees why. One execution per
 execution_id: the record's Nats-Msg-Id is derived from the id, and beyond the server's
@@ -12,9 +13,10 @@ duplicate window the existing start record is looked up.
 A start sent as a request on `start.request` (core NATS, a queue group of the
 starters) is answered on its reply subject with a `StartReply`: the execution id once
 its start record is written, or why it was refused. There the caller is told, so a
-start that would only fail (unknown playbook or version, a payload past the cap) is
-refused instead: nothing is written but its dead letter, and the same id may be sent
-again once the playbook is registered. A request with the header `START_AS_MESSAGE` is
+start that would only fail (unknown playbook or version, a catalog path that is not
+one, a catalog record that cannot be read, a payload past the cap) is refused instead:
+nothing is written but its dead letter, and the same id may be sent again once the
+playbook is registered. A request with the header `START_AS_MESSAGE` is
 handled as the same start published to START would be (`Client.start` sends its starts
 that way: one hop less than through the stream, the same outcome).
 
@@ -37,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
-from actors.catalog import CatalogError, CatalogReader
+from actors.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
 from actors.codec import CLEAR, PayloadCodec, PayloadUnreadable, codec_of
 from actors.engine.fires import fire_start
 from actors.hosting import POISON_TRIES, is_transient
@@ -54,6 +56,7 @@ from actors.natsio import (
     subject_taken,
 )
 from actors.natsio.dispatch import subscribe_direct
+from actors.nesting import MAX_DEPTH, START_MESSAGE_DEPTH, TooDeep, json_within, too_deep, value_within
 from actors.settings import limits_from_env
 from actors.wire import (
     INVALID_START,
@@ -93,7 +96,11 @@ _named_decoder = msgspec.json.Decoder(_Named)
 
 def named_execution_id(data: bytes) -> str | None:
     """The execution id a start message names, when it is a usable one, however bad the
-    rest of the message: its dead letter goes under that id, where `events ID` finds it."""
+    rest of the message: its dead letter goes under that id, where `events ID` finds it.
+    None for a message nested too deep to decode (the decoder recurses even over the
+    fields it skips)."""
+    if not json_within(data, START_MESSAGE_DEPTH):
+        return None
     try:
         eid = _named_decoder.decode(data).execution_id
     except msgspec.DecodeError:
@@ -101,9 +108,20 @@ def named_execution_id(data: bytes) -> str | None:
     return eid if isinstance(eid, str) and EXECUTION_ID.fullmatch(eid) else None
 
 
+_TOO_DEEP = (
+    f"invalid start message: it nests deeper than {START_MESSAGE_DEPTH} levels of lists and mappings, "
+    f"too deep to read (a payload may nest {MAX_DEPTH})"
+)
+
+
 def parse_start(data: bytes, codec: PayloadCodec = CLEAR) -> StartMessage | ErrorInfo:
     """The start message (its payload decrypted), or why it cannot be used
-    (`InvalidStart`, `PayloadUnreadable`: one line)."""
+    (`InvalidStart`, `PayloadUnreadable`: one line). Its nesting is measured before it
+    is decoded (actors/nesting.py): a decoder meeting a payload 3,000 levels deep raises
+    RecursionError, where the start must be refused and dead-lettered like any other.
+    (A payload deeper than `MAX_DEPTH` but readable is the record's error: `_record`.)"""
+    if not json_within(data, START_MESSAGE_DEPTH):
+        return ErrorInfo(type=INVALID_START, message=_TOO_DEEP)
     try:
         start = codec.decode(_start_decoder, data)
     except PayloadUnreadable as e:
@@ -241,7 +259,7 @@ class Starter:
         schedule and the fire time (a second delivery finds that execution started)."""
         try:
             eid, start = fire_start(msg, codec_of(self.nc))
-        except (msgspec.DecodeError, PayloadUnreadable) as e:  # ValidationError included
+        except (msgspec.DecodeError, PayloadUnreadable, TooDeep) as e:  # ValidationError included
             await dead_letter(self.js, source="schedule", reason=f"invalid schedule fire: {e}", msg=msg)
             return
         async with self._limiter.turn(eid):
@@ -287,11 +305,21 @@ class Starter:
             limits=self.limits,
             retry_of=start.retry_of,
         )
+        if not value_within(record.payload):
+            # refused on request; from the stream the execution starts failed saying so
+            # (a child's parent hears of it), its payload left out: nothing walks it
+            record.error = ErrorInfo(type=INVALID_START, message=f"invalid start message: {too_deep('field payload')}")
+            record.payload = {}
+            return record
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
             record.playbook_source, record.playbook_version = entry.source, entry.version
         except CatalogError as e:
-            record.error = ErrorInfo(type="PlaybookNotFound", message=str(e))
+            # an unknown playbook, a path that is not one, a catalog record that cannot be
+            # read: the start is refused (a request) or fails saying so, never retried
+            if isinstance(e, CatalogRecordInvalid):
+                log.warning("starter: execution %s cannot start: %s", eid, e)
+            record.error = ErrorInfo(type=e.error_type, message=str(e))
         await self._payload_fits(record)
         return record
 

@@ -46,7 +46,8 @@ def grown(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         if value.bit_length() > MAX_INT_BITS:
             raise TemplateLimit(
-                f"an integer of {value.bit_length():,} bits (more than {MAX_INT_BITS:,})", limit="template_output"
+                f"an integer of {value.bit_length():,} bits (more than {MAX_INT_BITS:,}: template_output)",
+                limit="template_output",
             )
         return value
     n = size_of(value)
@@ -90,6 +91,91 @@ def deep_size(value: Any, what: str) -> int:
     return total
 
 
+_CHARGE_BATCH = 4_096  # nodes walked between two charges: a tick per node would double the walk's cost
+
+
+WALK_WEIGHT = 2  # operations per node a comparison or a check reaches: what the budget's other operations cost
+
+
+def charge_walk(value: Any) -> None:
+    """WALK_WEIGHT operations per node of `value`, a part shared by several places
+    counted each time it is reached, as a comparison or a JSON check reaches it: a list
+    holding itself twice, sixty levels deep, is 2^60 nodes here, not 60."""
+    stack, n = [value], 0
+    while stack:
+        v = stack.pop()
+        n += 1
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        if n >= _CHARGE_BATCH:
+            tick(n * WALK_WEIGHT)
+            n = 0
+    tick(n * WALK_WEIGHT)
+
+
+def charge_compare(left: Any, right: Any, *, ordered: bool) -> None:
+    """What comparing two containers may walk: nothing when `==`/`!=` answers from their
+    sizes; else the smaller of the two, whole (shared parts counted each time), which
+    is as far as a comparison can get."""
+    both_seq = isinstance(left, (list, tuple)) and isinstance(right, (list, tuple))
+    both_map = isinstance(left, dict) and isinstance(right, dict)
+    if not ordered and (both_seq or both_map) and len(left) != len(right):
+        tick()
+        return
+    charge_walk(left if size_of(left) <= size_of(right) else right)
+
+
+def _written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> int:
+    """`value`'s size written out (as `deep_size` counts), stopping past `cap`; a part in
+    `passed_on` (by identity: a value of the scope handed on) counts 1."""
+    total, stack = 0, [value]
+    while stack and total <= cap:
+        v = stack.pop()
+        if passed_on is not None and id(v) in passed_on:
+            total += 1
+        elif isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            total += 1 + len(v)
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            total += 1 + len(v)
+            stack.extend(v)
+        else:
+            total += 1
+    return total
+
+
+def bounded_result(value: Any, scope: Any) -> None:
+    """A single expression's result (`{{ [a * 60, b] }}`, a list it builds) within the
+    output bound, as a string template's output is; what it hands on from the scope as
+    it is (`{{ [fetch.data, 1] }}`) counts as one, whatever its size."""
+    if not isinstance(value, (str, list, tuple, dict)):
+        return
+    cap = output_cap()
+    if _written_size(value, cap) <= cap:
+        return
+    passed_on: set[int] = set()
+    stack = list(scope.values())
+    while stack:  # the scope's own strings and containers: linear in what the render was given
+        v = stack.pop()
+        if isinstance(v, (str, list, tuple, dict)):
+            passed_on.add(id(v))
+            if isinstance(v, dict):
+                stack.extend(v.values())
+            elif not isinstance(v, str):
+                stack.extend(v)
+    tick(len(passed_on))
+    if id(value) in passed_on:
+        return
+    size = _written_size(value, cap, passed_on)
+    if size > cap:
+        raise too_big(f"a result of more than {size:,} characters")
+
+
 def int_cost(left: Any, right: Any, operator: str) -> None:
     """Arithmetic on big integers is not one operation: charge it by the words it
     multiplies, and refuse integers past MAX_INT_BITS."""
@@ -98,7 +184,8 @@ def int_cost(left: Any, right: Any, operator: str) -> None:
     a, b = left.bit_length(), right.bit_length()
     if max(a, b) > MAX_INT_BITS:
         raise TemplateLimit(
-            f"'{operator}' on an integer of {max(a, b):,} bits (more than {MAX_INT_BITS:,})", limit="template_output"
+            f"'{operator}' on an integer of {max(a, b):,} bits (more than {MAX_INT_BITS:,}: template_output)",
+            limit="template_output",
         )
     tick(1 + (a // 64) * (b // 64) // 16)
 
@@ -125,7 +212,33 @@ def bounded_replace(s: str, old: str, new: str) -> None:
 
 
 def bounded_join(items: Any, sep: Any) -> None:
-    if isinstance(items, (list, tuple)) and isinstance(sep, str):
-        total = len(sep) * max(len(items) - 1, 0) + sum(size_of(x) if isinstance(x, str) else 1 for x in items)
-        if total > output_cap():
-            raise too_big(f"a join of {total:,} characters")
+    """A join's size, before it is built: the separator once between every two items
+    (of a list, a range, a mapping's keys: anything with a length)."""
+    if not isinstance(sep, str) or not hasattr(items, "__len__"):
+        return
+    n = len(items)
+    total = len(sep) * max(n - 1, 0)
+    if total <= output_cap() and isinstance(items, (list, tuple)):
+        total += sum(size_of(x) if isinstance(x, str) else 1 for x in items)
+    if total > output_cap():
+        raise too_big(f"a join of {total:,} characters")
+
+
+_FORMAT_FIELD = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[a-zA-Z%]")
+
+
+def bounded_percent(fmt: str, args: Any) -> None:
+    """A `%` format's size, before it is built: every conversion may print the largest
+    argument (`"%(a)s" * 2000 % {"a": big}` prints `big` 2,000 times)."""
+    fields = len(_FORMAT_FIELD.findall(fmt))
+    values = args.values() if isinstance(args, dict) else args if isinstance(args, tuple) else (args,)
+    largest = max((deep_size(v, "a '%' format") for v in values), default=0)
+    total = len(fmt) + fields * largest
+    if total > output_cap():
+        raise too_big(f"a '%' format of {fields:,} conversions, about {total:,} characters")
+
+
+def bounded_fill(s: str, fill: str, per: int, what: str) -> None:
+    """`fill` added `per` times (an indent per line, a translation per character)."""
+    if len(s) + per * len(fill) > output_cap():
+        raise too_big(f"{what} of about {len(s) + per * len(fill):,} characters")

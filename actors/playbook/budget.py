@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 from actors.wire import Limits
 
 T = TypeVar("T")
+Remote = Callable[[Any, Mapping[str, Any], str, Limits, str], Any]
+RemoteLoad = Callable[[str, str, int], Any]  # source, file, max_attempts -> Playbook
 DEFAULT_LIMITS = Limits()
 YIELD_EVERY = 2_000  # operations between two yields of the interpreter, off the event loop
 YIELD_PAUSE = 50e-6  # seconds each yield sleeps: long enough for the waiting loop thread to take over
@@ -60,11 +62,29 @@ class TemplateLimit(TemplateError):
 
 
 class SliceExhausted(BaseException):
-    """The inline slice of a fold ran out: fold this actor's inputs off the event loop."""
+    """A fold on the event loop met a template that must render in isolation (not cheap
+    by construction: actors/playbook/inline.py), or its inline slice ran out: fold this
+    actor's inputs off the event loop."""
 
 
 class RenderHalted(BaseException):
     """A render on a worker thread was told to stop (its pod is stopping)."""
+
+
+class RenderFault(BaseException):
+    """A render process was killed by a bound the pod enforces (its deadline, its memory)
+    or died: an outcome that is not a pure function of the log. The shell records it in
+    the log (the first pod to see it) and every replay reads that record instead of
+    rendering again. A BaseException: nothing in the pure core may decide from it."""
+
+    def __init__(self, message: str, *, limit: str, where: str = "", step: str = "") -> None:
+        super().__init__(message)
+        self.message, self.limit, self.where, self.step = message, limit, where, step
+
+    def describe(self) -> str:
+        """The error as an execution records it: step, field, what happened, which limit."""
+        at = f"step '{self.step}' field {self.where}" if self.step else f"field {self.where or '?'}"
+        return f"{at}: {self.message} ({self.limit})"
 
 
 # --- the budget ----------------------------------------------------------------------
@@ -121,8 +141,9 @@ class _ThreadState(threading.local):
         self.slice_left: int | None = None  # inline operations left in this fold; None: no slice
         self.polite = False  # yield the interpreter now and then (a worker thread)
         self.halt: threading.Event | None = None  # set: a render off the loop stops at its next yield
-        # renders elsewhere (actors/render_process.py): value, scope, where, limits -> value
-        self.remote: Callable[[Any, Mapping[str, Any], str, Limits], Any] | None = None
+        # renders elsewhere (actors/render_process.py): value, scope, where, limits, step -> value
+        self.remote: Remote | None = None
+        self.loader: RemoteLoad | None = None  # loads playbooks there too
         self.depth = 0
 
 
@@ -182,17 +203,19 @@ def inline_slice(ops: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def off_the_loop(
-    halt: threading.Event | None = None, remote: Callable[[Any, Mapping[str, Any], str, Limits], Any] | None = None
+    halt: threading.Event | None = None, remote: Remote | None = None, loader: RemoteLoad | None = None
 ) -> Iterator[None]:
     """For a worker thread: no slice, and a long render yields the interpreter (and
-    stops with RenderHalted at a yield once `halt` is set); with `remote`, renders are
-    handed to it instead (a render process: the thread then waits without the lock)."""
-    previous = thread_state.polite, thread_state.slice_left, thread_state.halt, thread_state.remote
-    thread_state.polite, thread_state.slice_left, thread_state.halt, thread_state.remote = True, None, halt, remote
+    stops with RenderHalted at a yield once `halt` is set); with `remote`, every render
+    that is not cheap by construction is handed to it instead (a render process: the
+    thread then waits without the lock)."""
+    st = thread_state
+    previous = st.polite, st.slice_left, st.halt, st.remote, st.loader
+    st.polite, st.slice_left, st.halt, st.remote, st.loader = True, None, halt, remote, loader
     try:
         yield
     finally:
-        thread_state.polite, thread_state.slice_left, thread_state.halt, thread_state.remote = previous
+        st.polite, st.slice_left, st.halt, st.remote, st.loader = previous
 
 
 def current_limits() -> Limits:

@@ -2,7 +2,8 @@
 
 Pure code: no NATS, no network. The loader
 
-1. composes the YAML node tree (safe tags only) and keeps a map from each value's path
+1. composes the YAML node tree (safe tags only; its size, nesting and alias expansion
+   bounded first) and keeps a map from each value's path
    (`("workflow", 2, "next", 0, "then")`) to its 1-based line; duplicate keys are errors;
 2. rewrites the shorthands of the user's form (shared/DSL.md) into the model's form
    (`tool: python`, `next: b`, `retry: 3`, `on_failure: cleanup`, ...), remembering
@@ -24,13 +25,15 @@ turns every problem found into a `PlaybookError` at the place the user wrote it.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import msgspec
 import msgspec.inspect as mi
 
+from actors.playbook.budget import SliceExhausted, thread_state
 from actors.playbook.checks import STEP_NAME, StepChecks
 from actors.playbook.errors import (
     PlaybookError,
@@ -45,17 +48,20 @@ from actors.playbook.errors import (
 )
 from actors.playbook.model import END, Playbook, RetryRule, Step
 from actors.playbook.shorthands import BAD, Partial, Shorthands
-from actors.playbook.yaml_lines import MAX_ALIAS_NODES, KeyPath, compose
+from actors.playbook.yaml_lines import MAX_ALIAS_NODES, MAX_SOURCE_BYTES, KeyPath, compose
+from actors.userfiles import read_regular_file
 from actors.wire import Limits
 
 __all__ = [
     "IMPLICIT_END_DESC",
     "MAX_ALIAS_NODES",  # re-exported: tests/test_big_values.py
     "MAX_ATTEMPTS_CEILING",
+    "MAX_SOURCE_BYTES",
     "PlaybookInvalid",
     "load_playbook",
     "load_playbook_file",
     "parsed_playbook",
+    "read_playbook_text",
 ]
 
 # the largest `max_attempts` a retry rule may ask for, unless the caller says otherwise:
@@ -76,24 +82,62 @@ def load_playbook(text: str, *, file: str = "<string>", max_attempts: int = MAX_
     return _Loader(file, max_attempts).load(text)
 
 
-@lru_cache(maxsize=256)
+INLINE_PLAYBOOK_CHARS = 16_384  # a pod loads a playbook this small itself (a few ms); a bigger one elsewhere
+_parsed: OrderedDict[tuple[str, str, int], Playbook] = OrderedDict()
+_parsed_lock = threading.Lock()  # the event loop's thread and the fold threads share it
+_PARSED_MAX = 256
+
+
 def parsed_playbook(source: str, file: str, max_attempts: int) -> Playbook:
     """`load_playbook`, once per source and ceiling: every execution of a playbook (every
-    replay, every loop's counter) shares one read-only model. Nothing mutates a Playbook."""
-    return load_playbook(source, file=file, max_attempts=max_attempts)
+    replay, every loop's counter) shares one read-only model. Nothing mutates a Playbook.
+
+    Loading is user computation (YAML, every template compiled: a second for 500 kB),
+    so in a pod a playbook over INLINE_PLAYBOOK_CHARS is never loaded on the event loop:
+    there `SliceExhausted` moves the fold to a fold thread, which has it loaded by a
+    render process (actors/render_process.py) under that process's limits."""
+    key = (source, file, max_attempts)
+    with _parsed_lock:
+        hit = _parsed.get(key)
+        if hit is not None:
+            _parsed.move_to_end(key)
+            return hit
+    st = thread_state
+    if len(source) > INLINE_PLAYBOOK_CHARS and st.loader is not None:
+        pb: Playbook = st.loader(source, file, max_attempts)
+    elif len(source) > INLINE_PLAYBOOK_CHARS and st.slice_left is not None:
+        raise SliceExhausted  # on a pod's event loop
+    else:
+        pb = load_playbook(source, file=file, max_attempts=max_attempts)
+    with _parsed_lock:
+        _parsed[key] = pb
+        if len(_parsed) > _PARSED_MAX:
+            _parsed.popitem(last=False)
+    return pb
 
 
 def load_playbook_file(path: str | Path, *, max_attempts: int = MAX_ATTEMPTS_CEILING) -> Playbook:
-    """`load_playbook` on a file; errors name the path as given."""
-    p = Path(path)
-    data = p.read_bytes()
+    """`load_playbook` on a file; errors name the path as given. UnreadableFile (an
+    OSError) for a path that is not a regular file of at most `MAX_SOURCE_BYTES`."""
+    return load_playbook(read_playbook_text(path), file=str(path), max_attempts=max_attempts)
+
+
+def read_playbook_text(path: str | Path) -> str:
+    """The text of a playbook file, read as `userfiles.read_regular_file` reads a file the
+    user names (a FIFO, a device, a directory or a file over `MAX_SOURCE_BYTES` is
+    refused with UnreadableFile); PlaybookInvalid when it is not UTF-8."""
+    data = read_regular_file(
+        path,
+        limit=MAX_SOURCE_BYTES,
+        what="the playbook",
+        over=f"the {MAX_SOURCE_BYTES:,} bytes a playbook may be (it travels in one NATS message)",
+    )
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise PlaybookInvalid(
             [PlaybookError(file=str(path), line=None, step=None, field="", message=f"not UTF-8 text: {e}")]
         ) from None
-    return load_playbook(text, file=str(path), max_attempts=max_attempts)
 
 
 _STEP_INFO = mi.type_info(Step)

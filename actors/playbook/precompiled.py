@@ -46,7 +46,7 @@ def _bare_name(source: str) -> str | None:
 _Render = Callable[[dict[str, Any]], Any]
 
 
-def _renderer(value: Any, where: str) -> _Render | None:
+def _renderer(value: Any, where: str, step: str = "") -> _Render | None:
     """A function rendering `value` like `render_value(value, scope, where=where)`, or
     None when `value` holds no template (render_value would give it back unchanged, or
     rebuilt: containers are rebuilt here too, so no iteration shares them)."""
@@ -59,14 +59,18 @@ def _renderer(value: Any, where: str) -> _Render | None:
             def lookup(scope: dict[str, Any], name: str = name, value: str = value) -> Any:
                 if name in scope:
                     return scope[name]
-                return render_value(value, scope, where=where)  # a global, or the error
+                return render_value(value, scope, where=where, step=step)  # a global, or the error
 
             return lookup
-        return lambda scope: render_value(value, scope, where=where)
+        return lambda scope: render_value(value, scope, where=where, step=step)
     if isinstance(value, dict):
-        parts = [(k, v, _renderer(v, f"{where}.{k}" if where else str(k))) for k, v in value.items()]
+        parts = [(k, v, _renderer(v, f"{where}.{k}" if where else str(k), step)) for k, v in value.items()]
         if all(r is None for _, _, r in parts):
-            return None if not _has_container(value) else (lambda scope: render_value(value, scope, where=where))
+            return (
+                None
+                if not _has_container(value)
+                else (lambda scope: render_value(value, scope, where=where, step=step))
+            )
 
         def render_dict(scope: dict[str, Any]) -> dict[str, Any]:
             out = {}
@@ -76,9 +80,13 @@ def _renderer(value: Any, where: str) -> _Render | None:
 
         return render_dict
     if isinstance(value, list):
-        items = [(v, _renderer(v, f"{where}[{i}]")) for i, v in enumerate(value)]
+        items = [(v, _renderer(v, f"{where}[{i}]", step)) for i, v in enumerate(value)]
         if all(r is None for _, r in items):
-            return None if not _has_container(value) else (lambda scope: render_value(value, scope, where=where))
+            return (
+                None
+                if not _has_container(value)
+                else (lambda scope: render_value(value, scope, where=where, step=step))
+            )
         return lambda scope: [r(scope) if r is not None else _fresh(v) for v, r in items]
     return None
 
@@ -103,7 +111,7 @@ class IterationTemplates:
     def __init__(self, step: Step, spec: LoopSpec) -> None:
         assert step.loop is not None
         varying = {step.loop.element, "iteration"}
-        self.args = _renderer(step.args, "args")
+        self.args = _renderer(step.args, "args", step.step)
         self.args_const = step.args
         raw = msgspec.to_builtins(step.tool)
         fields = {k: v for k, v in raw.items() if k not in UNRENDERED_TOOL_FIELDS}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import operator
+import re
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,9 +33,14 @@ from markupsafe import Markup
 
 from actors.playbook.bounds import (
     MAX_DEPTH,
+    MAX_INT_BITS,
+    bounded_fill,
     bounded_join,
+    bounded_percent,
     bounded_replace,
     built,
+    charge_compare,
+    charge_walk,
     deep_size,
     grown,
     int_cost,
@@ -161,7 +167,25 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
         if name == "replace" and len(values) >= 3 and all(isinstance(v, str) for v in values[:3]):
             bounded_replace(*values[:3])
         if name == "join" and values:
+            if not hasattr(values[0], "__len__"):  # a generator (`|map(...)|join`): its length first
+                items = list(values[0])
+                tick(len(items))
+                args = tuple(items if a is values[0] else a for a in args)
+                values[0] = items
             bounded_join(values[0], values[1] if len(values) > 1 else kwargs.get("d", ""))
+        if name in _SORTING_FILTERS or name in ("min", "max"):
+            if (
+                values
+                and isinstance(values[0], (list, tuple))
+                and any(isinstance(x, (list, tuple, dict)) for x in values[0])
+            ):
+                charge_walk(values[0])  # comparing structures walks them
+        if name == "format" and values and isinstance(values[0], str):
+            bounded_percent(values[0], kwargs if kwargs else tuple(values[1:]))
+        if name == "indent" and values and isinstance(values[0], str):
+            fill = values[1] if len(values) > 1 else kwargs.get("width", 4)
+            if isinstance(fill, str):
+                bounded_fill(values[0], fill, values[0].count("\n") + 1, "filter 'indent'")
         if name in _STRINGIFYING_FILTERS and values:
             deep_size(values[0], f"filter '{name}'")
         if name == "sum" and values:
@@ -172,9 +196,64 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
                 if total > output_cap():
                     raise too_big(f"filter 'sum' building {total:,} elements")
                 tick(len(values[0]) * total // 2)
-        return built(f(*args, **kwargs), *values)
+        return charged_output(built(f(*args, **kwargs), *values), values)
 
     return filtered
+
+
+_NESTED_SPEC = re.compile(r"\{[^{}]*:[^{}]*\{")  # a replacement field inside a format spec
+
+
+def charged_output(out: Any, inputs: Any) -> Any:
+    """A string or list a filter or method built, charged by its size (`center(999999)`
+    writes a million characters); one of its inputs handed back costs nothing more."""
+    if isinstance(out, (str, list)) and not any(out is x for x in inputs):
+        tick(len(out))
+    return out
+
+
+# tests that compare their two values (`x is eq y`): charged as the operators are
+_COMPARING_TESTS = frozenset(
+    {
+        "eq",
+        "equalto",
+        "==",
+        "ne",
+        "!=",
+        "lt",
+        "lessthan",
+        "<",
+        "le",
+        "<=",
+        "gt",
+        "greaterthan",
+        ">",
+        "ge",
+        ">=",
+        "sameas",
+    }
+)
+
+
+def _charged_test(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(f)
+    def tested(*args: Any, **kwargs: Any) -> Any:
+        values = [a for a in args if not isinstance(a, (Context, EvalContext, jinja2.Environment))]
+        if name in _COMPARING_TESTS and len(values) >= 2:
+            a, b = values[0], values[1]
+            if isinstance(a, (list, tuple, dict)) and isinstance(b, (list, tuple, dict)):
+                charge_compare(a, b, ordered=name not in ("eq", "equalto", "==", "ne", "!="))
+            elif isinstance(a, str) and isinstance(b, str):
+                tick(1 + min(len(a), len(b)))
+            else:
+                tick()
+        elif name == "in" and len(values) >= 2:
+            _BoundedEnvironment.contains(values[0], values[1])  # charges as `in` does (and answers the same)
+        else:
+            tick(1 + sum(size_of(v) for v in values[1:]))
+        return f(*args, **kwargs)
+
+    return tested
 
 
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
@@ -199,6 +278,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.tick = tick  # read by the instrumented code: `environment.tick()`
         self.globals.pop("lipsum", None)  # unbounded text generation, and not data
         self.filters = {name: _charged_filter(name, f) for name, f in self.filters.items()}
+        self.tests = {name: _charged_test(name, f) for name, f in self.tests.items()}  # type: ignore[arg-type]
 
     def _compile(self, source: str, filename: str) -> types.CodeType:
         tree = _Instrument().visit(ast.parse(source, filename))
@@ -220,7 +300,9 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     @staticmethod
     def compare(op: str, left: Any, right: Any) -> Any:
-        if isinstance(left, (str, list, tuple, dict)) and isinstance(right, (str, list, tuple, dict)):
+        if isinstance(left, (list, tuple, dict)) and isinstance(right, (list, tuple, dict)):
+            charge_compare(left, right, ordered=op not in ("Eq", "NotEq"))
+        elif isinstance(left, str) and isinstance(right, str):
             tick(1 + min(len(left), len(right)))
         else:
             int_cost(left, right, "compare")
@@ -246,6 +328,9 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         # a mapping or set looks up; anything else (a list, a string, `d.values()`) walks
         walks = not isinstance(container, (dict, set, frozenset)) and hasattr(container, "__len__")
         tick(1 + (len(container) if walks else 0))
+        if walks and isinstance(item, (list, tuple, dict)) and isinstance(container, (list, tuple)):
+            for x in container:  # each element compared with a structure: walked as `==` walks it
+                charge_compare(item, x, ordered=False)
         return item in container
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -262,8 +347,13 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             elif isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > 8 * cap:
                 raise too_big("'*' of two integers")
         elif operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-            if left.bit_length() * right > 8 * cap:
-                raise too_big(f"'**' building an integer of about {left.bit_length() * right:,} bits")
+            bits = (left.bit_length() - 1) * right  # at least this many: refused before it is computed
+            if bits > MAX_INT_BITS:
+                raise TemplateLimit(
+                    f"'**' building an integer of about {bits:,} bits (more than {MAX_INT_BITS:,}: template_output)",
+                    limit="template_output",
+                )
+            tick(1 + (bits // 64) ** 2 // 16)  # squarings of a number that many words long
         elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
             if len(left) + len(right) > cap:
                 raise too_big(f"'+' building {len(left) + len(right):,} elements")
@@ -271,6 +361,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             refuse_wide_format(left)
             refuse_big_ints(right if isinstance(right, tuple) else (right,), "a '%' format")
             deep_size(right, "a '%' format")
+            bounded_percent(left, right)
         return grown(super().call_binop(context, operator, left, right))
 
     def getattr(self, obj: Any, attribute: str) -> Any:
@@ -305,18 +396,29 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
                 bounded_replace(owner, args[0], args[1])
             elif name == "join" and args:
                 bounded_join(args[0], owner)
-        return built(super().call(__context, __obj, *args, **kwargs), owner, *args)
+            elif name == "translate" and args and isinstance(args[0], dict):
+                longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
+                bounded_fill(owner, "x" * min(longest, output_cap() + 1), len(owner), "str.translate")
+        return charged_output(built(super().call(__context, __obj, *args, **kwargs), owner, *args), (owner, *args))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
         if wrapped is None:
             return None
-        refuse_wide_format(value.__self__)
+        fmt = value.__self__
+        refuse_wide_format(fmt)
+        nested = _NESTED_SPEC.search(fmt) is not None
 
         def bounded(*args: Any, **kwargs: Any) -> str:
             refuse_big_ints([*args, *kwargs.values()], "str.format")  # a width given as an argument
+            if nested:  # `'{:{}}'.format('a', '>99999999999')`: a whole spec given as an argument
+                for a in [*args, *kwargs.values()]:
+                    if isinstance(a, str):
+                        refuse_wide_format(a)
             deep_size([args, kwargs], "str.format")
-            return str(built(wrapped(*args, **kwargs)))
+            out = str(built(wrapped(*args, **kwargs)))
+            tick(len(out))  # what it wrote: a width of a million is a million characters
+            return out
 
         return bounded
 
@@ -328,17 +430,52 @@ class NotData(Exception):
     pass
 
 
-def as_data(value: Any) -> Any:
+_SCALARS = (bool, int, float, str)
+AS_DATA_WEIGHT = 2  # operations per node the check reaches: about what the budget's other operations cost
+
+
+def as_data(value: Any, *, charged: bool = True) -> Any:
     """`value` itself when it is JSON data (None, bool, number, str, list, tuple, or a
     mapping with string keys, all the way down), else NotData saying what sits where.
-    Iterative (no depth limit of the interpreter's), not charged and not copied: a
-    value passed on from the scope (`{{ fetch.data }}`) may be as large as it is."""
-    stack: list[tuple[Any, str]] = [(value, "")]
+    Iterative (no depth limit of the interpreter's) and not copied. Charged per node
+    reached, so a structure a template built from shared parts costs what walking it
+    whole costs (its budget runs out long before 2^60 nodes); `charged=False` for a
+    value looked up in the scope as it is (`{{ fetch.data }}`): a tree decoded from the
+    log, which shares nothing, passed on whatever its size."""
+    stack: list[Any] = [value]
     markup = False
+    walked = 0
+    while stack:
+        v = stack.pop()
+        walked += 1
+        if walked >= 4_096 and charged:
+            tick(walked * AS_DATA_WEIGHT)
+            walked = 0
+        if v is None or isinstance(v, _SCALARS):
+            if type(v) is not str and isinstance(v, Markup):
+                markup = True
+            continue
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+            if not all(isinstance(k, str) for k in v):
+                _not_data(value)
+        else:
+            _not_data(value)
+    if charged:
+        tick(walked * AS_DATA_WEIGHT)
+    # `|safe` and `|escape` make Markup, a str the wire encoder does not take as one
+    return msgspec.to_builtins(value, enc_hook=str) if markup else value
+
+
+def _not_data(value: Any) -> None:
+    """Say what sits where in a value that is not JSON data (the fast walk found one):
+    walked again, with paths, to the first offender."""
+    stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         v, path = stack.pop()
-        if v is None or isinstance(v, (bool, int, float, str)):
-            markup = markup or isinstance(v, Markup)
+        if v is None or isinstance(v, _SCALARS):
             continue
         if isinstance(v, (list, tuple)):
             stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
@@ -351,8 +488,7 @@ def as_data(value: Any) -> Any:
             continue
         what = "an undefined value" if isinstance(v, jinja2.Undefined) else f"a {type(v).__name__}"
         raise NotData(f"{what}{' at ' + path if path else ''} is not JSON data")
-    # `|safe` and `|escape` make Markup, a str the wire encoder does not take as one
-    return msgspec.to_builtins(value, enc_hook=str) if markup else value
+    raise NotData("a value is not JSON data")  # not reached: the fast walk found an offender
 
 
 def _json_output(value: Any) -> Any:

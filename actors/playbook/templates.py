@@ -21,12 +21,14 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
-from jinja2 import meta, nodes
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 
-from actors.playbook.bounds import MAX_SOURCE, output_cap, too_big
+from actors.playbook.bounds import MAX_SOURCE, bounded_result, output_cap, too_big
 from actors.playbook.budget import (
     DEFAULT_LIMITS,
     INLINE_TEMPLATE_OPS,
+    RenderFault,
     RenderHalted,
     SliceExhausted,
     TemplateError,
@@ -41,11 +43,13 @@ from actors.playbook.budget import (
     template_limits,
     thread_state,
 )
+from actors.playbook.inline import inline_safe
 from actors.playbook.sandbox import ENVIRONMENT, NotData, as_data
 
 __all__ = [
     "DEFAULT_LIMITS",
     "INLINE_TEMPLATE_OPS",
+    "RenderFault",
     "RenderHalted",
     "SliceExhausted",
     "TemplateError",
@@ -60,6 +64,7 @@ __all__ = [
     "off_the_loop",
     "render_condition",
     "render_value",
+    "renders_inline",
     "template_limits",
 ]
 
@@ -71,12 +76,43 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and any(tok in value for tok in _HAS_SYNTAX)
 
 
+MAX_NESTING = 32  # blocks (`{% if %}`, `{% for %}`, ...) or brackets nested in one another
+_TAG = re.compile(r"\{%[-+]?\s*(\w+)")
+_OPENERS = frozenset({"if", "for", "macro", "call", "filter", "block", "with", "autoescape", "raw"})
+_BRACKETS = str.maketrans("([{)]}", "((()))")
+
+
+def _refuse_deep(source: str) -> None:
+    """Nesting is bounded before anything parses the source: Jinja's parser and Python's
+    compiler recurse once per level (3,000 nested `{% if %}` exhaust the interpreter's
+    stack; 120 its compiler's indentation). A linear scan: block tags, then brackets
+    (counted in strings too, which only errs on the side of refusing)."""
+    depth = 0
+    for m in _TAG.finditer(source):
+        word = m.group(1)
+        if word in _OPENERS:
+            depth += 1
+            if depth > MAX_NESTING:
+                raise TemplateLimit(f"blocks nested more than {MAX_NESTING} deep", limit="template_source")
+        elif word.startswith("end"):
+            depth = max(depth - 1, 0)
+    depth = 0
+    for c in source.translate(_BRACKETS):
+        if c == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise TemplateLimit(f"brackets nested more than {MAX_NESTING} deep", limit="template_source")
+        elif c == ")":
+            depth = max(depth - 1, 0)
+
+
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> tuple[bool, Callable[..., Any]]:
     if len(source) > MAX_SOURCE:
         raise TemplateLimit(
             f"template of {len(source):,} characters (more than {MAX_SOURCE:,})", limit="template_source"
         )
+    _refuse_deep(source)
     # compiling may evaluate constant parts: under a budget (the caller's, or its own)
     outer = begin_budget()
     try:
@@ -89,6 +125,8 @@ def _compile(source: str) -> tuple[bool, Callable[..., Any]]:
             return True, expr
         template = ENVIRONMENT.from_string(source)
         return False, functools.partial(_render_text, template)
+    except (SyntaxError, RecursionError) as e:  # Python's compiler refused the code Jinja made for it
+        raise TemplateLimit(f"template nested too deeply to compile ({e})", limit="template_source") from None
     finally:
         end_budget(outer)
 
@@ -145,9 +183,12 @@ def _render_text(template: jinja2.Template, **scope: Any) -> str:
 def check(source: str) -> set[str]:
     """Compile `source`; return the root names it reads. Raises TemplateError."""
     try:
+        if len(source) > MAX_SOURCE:
+            _compile(source)  # refused for its size, before anything parses it
+        _refuse_deep(source)  # before parsing: the parser recurses per level
         m = _SINGLE_EXPR.match(source)
         ast_ = ENVIRONMENT.parse("{{ " + m.group("expr") + " }}" if m else source)
-        names = set(meta.find_undeclared_variables(ast_))
+        names = _undeclared(ast_)
         _compile(source)  # unknown filters and tests are found only when compiling
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"template syntax error: {e.message}") from None
@@ -155,15 +196,48 @@ def check(source: str) -> set[str]:
         raise
     except jinja2.TemplateError as e:
         raise TemplateError(f"template error: {e}") from None
+    except RecursionError:  # a chain of 330 `.a` or `|f`: the parser recurses once per link
+        raise TemplateLimit("template nested too deeply to parse", limit="template_source") from None
     # `loop` inside a for-block is Jinja's own variable
     if any(isinstance(n, nodes.For) for n in ast_.find_all(nodes.For)):
         names.discard("loop")
     return names
 
 
+class _Names(CodeGenerator):
+    """Jinja's own introspection (`meta.find_undeclared_variables`) without its optimizer,
+    which tries to fold every filter chain into a constant at every link: cubic in the
+    chain's length (19 s for 300 `|upper`)."""
+
+    def __init__(self, environment: jinja2.Environment) -> None:
+        super().__init__(environment, "<introspection>", "<introspection>", optimized=False)
+        self.undeclared: set[str] = set()
+
+    def write(self, x: str) -> None:
+        pass
+
+    def enter_frame(self, frame: Frame) -> None:
+        super().enter_frame(frame)
+        for action, param in frame.symbols.loads.values():
+            if action == "resolve" and param not in self.environment.globals:
+                self.undeclared.add(param)
+
+
+def _undeclared(ast_: nodes.Template) -> set[str]:
+    tracker = _Names(ENVIRONMENT)
+    tracker.visit(ast_)
+    return tracker.undeclared
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CODE = re.compile(r"\{\{.*?(?:\}\}|\Z)|\{%.*?(?:%\}|\Z)", re.DOTALL)  # what is between delimiters
+
+
 def names_read(value: Any) -> set[str]:
-    """The root names every template inside `value` reads (dicts and lists walked);
-    templates that do not compile read nothing here (the loader reports them)."""
+    """Every name the templates inside `value` may read (dicts and lists walked): each
+    identifier between their delimiters, a superset of the root names they read, found without
+    parsing (what a pod ships to a render process, a loop or a sink is the scope's
+    entries of these names; an extra one costs a copy, never a wrong result)."""
     if isinstance(value, str):
         if not is_template(value):
             return set()
@@ -177,20 +251,36 @@ def names_read(value: Any) -> set[str]:
 
 @lru_cache(maxsize=4096)
 def _names_of(source: str) -> frozenset[str]:
-    try:
-        return frozenset(check(source))
-    except TemplateError:
-        return frozenset()
+    return frozenset(name for code in _CODE.findall(source) for name in _IDENTIFIER.findall(code))
 
 
-def render_value(value: Any, scope: Mapping[str, Any], *, where: str = "") -> Any:
+def renders_inline(value: Any) -> bool:
+    """Whether every template inside `value` is cheap by construction
+    (actors/playbook/inline.py): a pod may render it on its own thread."""
+    if isinstance(value, str):
+        return not is_template(value) or inline_safe(value)
+    if isinstance(value, dict):
+        return all(renders_inline(v) for v in value.values())
+    if isinstance(value, list):
+        return all(renders_inline(v) for v in value)
+    return True
+
+
+def render_value(value: Any, scope: Mapping[str, Any], *, where: str = "", step: str = "") -> Any:
     """Render every template string inside `value` (dicts and lists recursively), under
-    one budget."""
+    one budget. `step` names the step in a render process's fault.
+
+    Where it renders: on this thread when the templates are cheap by construction, or
+    when nothing else is set up (a render process, the CLI, the tests' pure harness);
+    otherwise in a render process (`remote`, off the event loop), or not at all on the
+    event loop: `SliceExhausted` moves the fold to a thread that has one."""
     if isinstance(value, str) and not is_template(value):
         return value  # the common case: nothing to render, no budget to set up
-    remote = thread_state.remote
-    if remote is not None and not thread_state.depth:
-        return remote(value, scope, where, thread_state.limits)  # this thread renders in a process of its own
+    st = thread_state
+    if not st.depth and (st.remote is not None or st.slice_left is not None) and not renders_inline(value):
+        if st.remote is None:
+            raise SliceExhausted  # on the event loop: never run what could take long
+        return st.remote(value, scope, where, st.limits, step)  # in a process of its own, with OS limits
     outer = begin_budget()
     try:
         return _render(value, scope, where)
@@ -208,7 +298,11 @@ def _render(value: Any, scope: Mapping[str, Any], where: str) -> Any:
             if single:
                 if isinstance(out, jinja2.Undefined):
                     str(out)  # a StrictUndefined leaking out of an expression: raises, naming it
-                return as_data(out)
+                if type(fn) is _Path:
+                    return as_data(out, charged=False)  # a lookup passes the scope's own tree on
+                out = as_data(out)
+                bounded_result(out, scope)
+                return out
             return out
         except TemplateError as e:
             raise type(e)(
@@ -235,11 +329,11 @@ def _short(source: str, limit: int = 200) -> str:
     return repr(source if len(source) <= limit else source[:limit] + "...")
 
 
-def render_condition(source: str | None, scope: Mapping[str, Any], *, where: str = "") -> bool:
+def render_condition(source: str | None, scope: Mapping[str, Any], *, where: str = "", step: str = "") -> bool:
     """A `when`: absent means true; a rendered string is truthy unless it says false."""
     if source is None:
         return True
-    out = render_value(source, scope, where=where)
+    out = render_value(source, scope, where=where, step=step)
     if isinstance(out, str):
         return out.strip().lower() not in ("", "false", "0", "none", "no", "null")
     return bool(out)

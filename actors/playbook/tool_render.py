@@ -17,7 +17,8 @@ def render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:
     """The step's tool with its fields rendered, except code and identity fields."""
     raw = msgspec.to_builtins(step.tool)
     return {
-        k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"tool.{k}")) for k, v in raw.items()
+        k: (v if k in UNRENDERED_TOOL_FIELDS else render_value(v, scope, where=f"tool.{k}", step=step.step))
+        for k, v in raw.items()
     }
 
 

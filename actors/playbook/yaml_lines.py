@@ -1,9 +1,17 @@
 """YAML with line numbers: a playbook's text composed into plain Python values, with
 the 1-based line of each value's path (`("workflow", 2, "next", 0, "then")`).
 
-Safe tags only; a duplicate key, a recursive alias, a `<<` merge of a non-mapping and
-aliases that expand the document past `MAX_ALIAS_NODES` are problems reported at their
-line, like a YAML syntax error (which ends the reading: nothing else can be checked).
+Safe tags only; a duplicate key, a recursive alias, a `<<` merge of a non-mapping are
+problems reported at their line, like a YAML syntax error (which ends the reading:
+nothing else can be checked).
+
+A playbook's YAML is user input that the engine parses too (from the start record), so
+what parsing it may cost is bounded before anything is built (`_Shape`, one pass over
+the parser's events, no recursion): at most `MAX_SOURCE_BYTES` of text, lists and
+mappings nested at most `MAX_DEPTH` deep (aliases included: building, checking and
+rendering the values all recurse once a level), and aliases that add at most
+`MAX_ALIAS_NODES` nodes when expanded. Past one of them the document is refused at the
+line where it went over, as a YAML error.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+
+from actors.nesting import MAX_DEPTH
 
 KeyPath = tuple[Any, ...]
 
@@ -27,6 +37,9 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same semanti
 # 100,000 is far beyond what `<<: *defaults` and shared fragments need and costs
 # milliseconds to walk; a document's own nodes (written out) never count against it.
 MAX_ALIAS_NODES = 100_000
+# A playbook travels whole in one NATS message (the catalog entry, the start record):
+# the streams' max_msg_size. Nothing larger can be registered, so nothing larger is read.
+MAX_SOURCE_BYTES = 1024 * 1024
 
 
 class Composed:
@@ -53,70 +66,135 @@ def _yaml_message(e: yaml.YAMLError) -> tuple[int | None, str]:
 
 def compose(text: str) -> Composed:
     out = Composed()
+    refused = _too_large(text) or _Shape.refusal(text)
+    if refused is not None:
+        out.problems.append(((), *refused))
+        out.fatal = True
+        return out
     loader = _YamlLoader(text)
     try:
         root = loader.get_single_node()
         if root is not None:
-            _AliasBudget(MAX_ALIAS_NODES).count(root, root.start_mark.line + 1)
             out.data = _Builder(loader, out).build(root, ())
     except yaml.YAMLError as e:
         line, message = _yaml_message(e)
         out.problems.append(((), line, message))
-        out.fatal = True
-    except _AliasesTooLarge as e:
-        out.problems.append(((), e.line, e.message))
         out.fatal = True
     finally:
         loader.dispose()
     return out
 
 
-class _AliasBudget:
-    """Counts the nodes that alias uses add to a composed document, in document order,
-    and refuses it (a YAML error at the line of the use that goes over) past `limit`.
-    Linear in the document's own nodes: each node's expanded size is computed once."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.added = 0
-        self.sizes: dict[int, int] = {}  # id(node) -> its expanded size, once walked
-        self.active: set[int] = set()  # nodes being walked (a recursive alias is the builder's error)
-
-    def count(self, node: yaml.Node, line: int) -> int:
-        key = id(node)
-        size = self.sizes.get(key)
-        if size is not None:  # met again: an alias use, which copies the whole value
-            self.added += size
-            if self.added > self.limit:
-                raise _AliasesTooLarge(
-                    line,
-                    (
-                        f"YAML aliases expand the document by more than {self.limit:,} nodes (an anchor used here "
-                        f"holds {size:,}); write the values out or nest fewer aliases"
-                    ),
-                )
-            return size
-        if key in self.active or isinstance(node, yaml.ScalarNode):
-            return 1
-        self.active.add(key)
-        size = 1
-        if isinstance(node, yaml.SequenceNode):
-            for item in node.value:
-                size += self.count(item, line if item.start_mark.line + 1 < line else item.start_mark.line + 1)
-        elif isinstance(node, yaml.MappingNode):
-            for knode, vnode in node.value:
-                kline = knode.start_mark.line + 1
-                size += self.count(knode, kline) + self.count(vnode, kline)
-        self.active.discard(key)
-        self.sizes[key] = size
-        return size
+def _too_large(text: str) -> tuple[int | None, str] | None:
+    # characters first: more characters than the limit are more bytes too, and a huge
+    # text is not copied to be measured
+    if len(text) <= MAX_SOURCE_BYTES and len(text.encode("utf-8", "surrogatepass")) <= MAX_SOURCE_BYTES:
+        return None
+    return None, (
+        f"the playbook is larger than {MAX_SOURCE_BYTES:,} bytes, the most a playbook may be "
+        "(it travels in one NATS message)"
+    )
 
 
-class _AliasesTooLarge(Exception):
+class _Refused(Exception):
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
         self.line = line
         self.message = message
+
+
+class _Frame:
+    """A list or mapping being read: its nodes so far (aliases expanded), the depth of
+    lists and mappings below and including it, and its anchor."""
+
+    __slots__ = ("anchor", "height", "nodes")
+
+    def __init__(self, anchor: str | None) -> None:
+        self.anchor = anchor
+        self.nodes = 1
+        self.height = 1
+
+
+class _Shape:
+    """The size and depth of a document as its expansion would have them, from the
+    parser's events alone: nothing is composed or built, and nothing recurses, so a
+    document nested 100,000 deep or made of nested aliases costs one pass over its
+    text. Each anchor's node count and height are remembered when its value ends; each
+    alias adds its anchor's count (the whole value again, as every later walk of the
+    built value sees it) and nests its anchor's height below where it is used."""
+
+    def __init__(self) -> None:
+        self.open: list[_Frame] = []  # the lists and mappings being read, outermost first
+        self.anchors: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, height) of its value
+        self.added = 0  # nodes the aliases so far add
+
+    @classmethod
+    def refusal(cls, text: str) -> tuple[int, str] | None:
+        """(line, why) for a document past a bound; None for one within them, and for
+        one the parser cannot read (composing it reports that error, at its line)."""
+        shape = cls()
+        loader = _YamlLoader(text)
+        try:
+            while loader.check_event():
+                shape.event(loader.get_event())
+        except yaml.YAMLError:
+            return None
+        except _Refused as e:
+            return e.line, e.message
+        finally:
+            loader.dispose()
+        return None
+
+    def event(self, ev: yaml.Event) -> None:
+        if isinstance(ev, yaml.ScalarEvent):
+            self._ended(ev.anchor, 1, 0)
+        elif isinstance(ev, yaml.CollectionStartEvent):
+            if len(self.open) >= MAX_DEPTH:
+                raise _Refused(_line(ev), _NESTED_TOO_DEEP)
+            self.open.append(_Frame(ev.anchor))
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            frame = self.open.pop()
+            self._ended(frame.anchor, frame.nodes, frame.height)
+        elif isinstance(ev, yaml.AliasEvent):
+            self._alias(ev)
+
+    def _ended(self, anchor: str | None, nodes: int, height: int) -> None:
+        """A value is read whole: remember it under its anchor, count it in its parent."""
+        if anchor is not None:
+            self.anchors[anchor] = (nodes, height)
+        if self.open:
+            parent = self.open[-1]
+            parent.nodes += nodes
+            parent.height = max(parent.height, height + 1)
+
+    def _alias(self, ev: yaml.AliasEvent) -> None:
+        line = _line(ev)
+        if any(frame.anchor == ev.anchor for frame in self.open):
+            raise _Refused(line, "YAML syntax error: recursive alias (an anchor used inside itself)")
+        if ev.anchor not in self.anchors:
+            return  # an undefined alias: composing reports it
+        nodes, height = self.anchors[ev.anchor]
+        self.added += nodes
+        if self.added > MAX_ALIAS_NODES:
+            raise _Refused(
+                line,
+                f"YAML aliases expand the document by more than {MAX_ALIAS_NODES:,} nodes (an anchor used here "
+                f"holds {nodes:,}); write the values out or nest fewer aliases",
+            )
+        if len(self.open) + height > MAX_DEPTH:
+            raise _Refused(
+                line,
+                f"the alias *{ev.anchor} nests its value here deeper than {MAX_DEPTH} levels of lists and "
+                "mappings, the most allowed",
+            )
+        self._ended(None, nodes, height)
+
+
+_NESTED_TOO_DEEP = f"YAML nested deeper than {MAX_DEPTH} levels of lists and mappings, the most allowed"
+
+
+def _line(ev: yaml.Event) -> int:
+    return ev.start_mark.line + 1 if ev.start_mark is not None else 1
 
 
 class _Builder:

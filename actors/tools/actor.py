@@ -24,8 +24,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from actors.render_process import OffLoop
-from actors.settings import Settings, limits_from_env
+from actors.children import STEP_USER_SETTING, StepUserInvalid, steps_run_as
+from actors.render_process import OffLoop, RenderBounds
+from actors.settings import Settings, SettingsInvalid, limits_from_env
 from actors.stopping import cancel_and_wait
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
@@ -78,6 +79,7 @@ class ToolActor:
         credentials: CredentialSource | None = None,
         settings: Settings | None = None,
         hold_margin: float = HOLD_MARGIN,
+        step_user_fallback: bool = False,
     ) -> None:
         """`concurrency`: commands in flight per kind, one number for every kind or a
         mapping by kind (kinds it leaves out get `KIND_CONCURRENCY`/`DEFAULT_CONCURRENCY`).
@@ -91,11 +93,19 @@ class ToolActor:
         be held past its step's timeout before it is let go (actors/tools/held.py). Every
         log record of this process is masked from now on (actors/tools/redact.py), and the
         process is made undumpable, so steps cannot read its environment through /proc
-        (actors/tools/podguard.py)."""
+        (actors/tools/podguard.py). Python and shell steps run as `settings.step_user`
+        (actors/children.py): one that cannot be used raises `SettingsInvalid`, here or,
+        when its python workers cannot start, in `start`. `step_user_fallback` (`run` and
+        `dev`): when the step user was left to its default and cannot start the workers,
+        steps run as this process's user, with a warning, instead."""
         install_log_redaction()
         if settings is None:
             settings = Settings.from_env()
         guard_pod(settings)
+        try:
+            run_as = steps_run_as(settings.step_user)
+        except StepUserInvalid as e:
+            raise SettingsInvalid(str(e)) from None
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.layout = layout
@@ -106,8 +116,14 @@ class ToolActor:
         # the pool and the session are made on first use and closed by `stop`
         if credentials is None:
             credentials = CredentialSource(settings.credentials_dir, settings.credentials)
-        self.resources = ToolResources(python_workers=python_workers, credentials=credentials)
-        self._off_loop = OffLoop(threads=2, name="sink-render")  # long sink renders
+        try:
+            self.resources = ToolResources(python_workers=python_workers, credentials=credentials, run_as=run_as)
+        except StepUserInvalid as e:
+            raise SettingsInvalid(str(e)) from None
+        self._step_user_fallback = step_user_fallback and not (settings.step_user or "").strip()
+        # sinks' templates that are not cheap by construction render in render processes
+        bounds = RenderBounds(seconds=settings.template_seconds, memory=settings.template_memory_mb << 20)
+        self._off_loop = OffLoop(threads=2, name="sink-render", bounds=bounds)
         self._pulls = {
             kind: KindPull(nc, kind, max(1, concurrency_of(kind, concurrency)), self._deliver) for kind in kinds
         }
@@ -139,7 +155,25 @@ class ToolActor:
     async def start(self) -> None:
         self._loop = self._batcher.loop = asyncio.get_running_loop()
         if "python" in self.kinds:
-            await self.resources.python_pool().start()  # warm workers now, not on the first step
+            try:
+                await self.resources.warm_python()  # workers now, not on the first step
+            except StepUserInvalid as e:
+                await self.resources.close()
+                if not self._step_user_fallback:
+                    raise SettingsInvalid(str(e)) from None
+                # `run` and `dev` on a developer's machine: their own steps, their own
+                # secrets; a root shell whose python `nobody` cannot read must still work
+                log.warning(
+                    "%s; steps run as this process's own user instead, and can read its environment "
+                    "(set %s to choose; `serve` refuses to start in this case)",
+                    e,
+                    STEP_USER_SETTING,
+                )
+                self.resources = ToolResources(
+                    python_workers=self.resources.python_workers, credentials=self.resources.credentials
+                )
+                self._runner.resources = self.resources
+                await self.resources.warm_python()
         self._cancel_sub = await self.nc.subscribe(CANCEL_FILTER, cb=self._on_cancel)
         for k in self._pulls.values():
             await k.subscribe()

@@ -30,8 +30,9 @@ Kinds (the table `EXECUTORS`, one module each under `actors.tools.kinds`):
 Credentials (``credential``: a name) are resolved for ``http``, ``python`` and ``shell``
 from the resources' `CredentialSource` at each call (`CredentialNotFound`,
 `CredentialInvalid`). Whatever leaves `run_tool` other than a result the tool returned
-itself is masked (actors/tools/redact.py): a failure's message and traceback, what the
-tool printed, a shell step's stdout and stderr.
+itself is masked (actors/tools/redact.py): a failure's type (a python step names its
+exception's class, which may be any text), message, traceback and data, what the tool
+printed, a shell step's stdout and stderr.
 
 `timeout` bounds the whole call; on expiry the work is stopped (python: the worker
 process is killed; shell: the process group is killed; http: the request is
@@ -90,8 +91,8 @@ async def run_tool(
     the step's rendered args, `timeout` the seconds the whole call may take (None: no
     limit), `resources` the pool and session the call may use, `cancel` an event that
     stops the call when set, `output` where what the tool printed goes (python and
-    shell fill it, whatever the outcome). The failure's message and traceback and the
-    output are masked (see the module docstring).
+    shell fill it, whatever the outcome). The failure's type, message, traceback and
+    data and the output are masked (see the module docstring).
     """
     try:
         try:  # one coroutine for the checks and the call: a python call resumes through it once
@@ -114,8 +115,10 @@ async def run_tool(
         except Exception as exc:
             raise failure_from_exception(exc) from exc
     except ToolFailure as f:
+        f.type = REDACTOR.text(f.type)
         f.message = REDACTOR.text(f.message)
         f.traceback = REDACTOR.maybe(f.traceback)
+        f.data = REDACTOR.value(f.data)
         f.args = (f"{f.type}: {f.message}",)
         raise
     finally:

@@ -1,77 +1,30 @@
 """What a tool pod does, once, before it runs anyone's steps, about its own secrets.
 
-Shell and python steps run as the pod's user. The pod's own process environment holds
-what steps must never see (``NATS_PASSWORD``, ``ACTORS_PAYLOAD_KEY``, the
-``ACTORS_CREDENTIAL_*`` variables): a step is given a clean environment
-(actors/tools/environment.py), but could still read its parent's through
-``/proc/<pid>/environ`` (and its memory through ``/proc/<pid>/mem`` or ptrace), which
-Linux lets a process of the same user do.
+The pod's own process environment holds what steps must never see (``NATS_PASSWORD``,
+``ACTORS_PAYLOAD_KEY``, the ``ACTORS_CREDENTIAL_*`` variables). A step starts from a
+clean environment, as another user when the pod is root, and the pod's process is not
+dumpable, so a step of its own user cannot read it through ``/proc`` or ptrace: the
+rules every child of a pod is started by (actors/children.py).
 
-1. `make_undumpable`: ``prctl(PR_SET_DUMPABLE, 0)`` on the pod's process. The kernel then
-   owns the process's ``/proc`` files as root and refuses ptrace, so a process of the same
-   (non-root) user cannot read them; it also means no core dump. Children get the flag
-   back when they ``exec`` (a step's process is dumpable, but holds only its clean
-   environment). Root (any uid 0 step, or one with CAP_SYS_PTRACE) still reads everything:
-   run the pod as a non-root user (the image runs as uid 10001).
+1. `make_undumpable` (`protect_pod`): ``prctl(PR_SET_DUMPABLE, 0)`` on the pod's
+   process, whose ``/proc`` files then are root's; no core dump either.
 2. `pod_secrets`: the pod's NATS password and token (given or read from their files), its
-   payload keys and the web UI's token, handed to the redactor, so a step that finds them anyway (root, a
-   mounted file) cannot publish them in clear: ``***`` wherever credentials are masked.
+   payload keys and the web UI's token, handed to the redactor, so a step that finds them
+   anyway (a pod configured to run steps as root, a file mounted where steps can read it)
+   cannot publish them in clear: ``***`` wherever credentials are masked.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import logging
-import sys
-import threading
 from pathlib import Path
 
+from actors.children import dumpable, make_undumpable, protect_pod
 from actors.settings import Settings
 from actors.tools.redact import REDACTOR, Redactor
 
 __all__ = ["dumpable", "guard_pod", "make_undumpable", "pod_secrets"]
-
-log = logging.getLogger("actors.tools.podguard")
-
-_PR_GET_DUMPABLE = 3
-_PR_SET_DUMPABLE = 4
-
-_lock = threading.Lock()
-_done = False
-
-
-def _prctl() -> object | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def dumpable() -> int | None:
-    """This process's dumpable flag (0: its /proc files are root's), None off Linux."""
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    result: int = prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)  # type: ignore[operator]
-    return result
-
-
-def make_undumpable() -> bool:
-    """Clear this process's dumpable flag (Linux); True when it is clear afterwards."""
-    prctl = _prctl()
-    if prctl is None:
-        return False
-    if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:  # type: ignore[operator]
-        import ctypes
-
-        log.warning("prctl(PR_SET_DUMPABLE, 0) failed (errno %d): steps may read the pod's /proc", ctypes.get_errno())
-        return False
-    return dumpable() == 0
 
 
 def _file_text(path: str | None) -> str | None:
@@ -126,13 +79,7 @@ def pod_secrets(settings: Settings) -> list[str]:
 
 
 def guard_pod(settings: Settings, redactor: Redactor = REDACTOR) -> None:
-    """Mask the pod's secrets in what it publishes and logs; make the process undumpable,
-    once per process (a second tool actor in it changes nothing)."""
+    """Mask the pod's secrets in what it publishes and logs; make the process undumpable
+    (once per process: a second tool actor in it changes nothing)."""
     redactor.add(pod_secrets(settings))
-    global _done
-    with _lock:
-        if _done:
-            return
-        _done = True
-        if not make_undumpable() and sys.platform.startswith("linux"):
-            log.warning("the tool pod's process is dumpable: a step of the same user can read its environment")
+    protect_pod()

@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from actors.children import RunAs
 from actors.jsonvalues import dumps, loads
 from actors.tools.capture import TAIL, Captured, OutputBox, read_capture
 from actors.tools.cpus import available_cpus
@@ -80,17 +81,23 @@ class PythonPool:
         code_cache_size: int = 256,
         python: str | None = None,
         environment: dict[str, str] | None = None,
+        run_as: RunAs | None = None,
+        cwd: str | None = None,
     ) -> None:
         """`size`: most workers at once (default: the CPUs this process may use, see
         `available_cpus`); `start_timeout`: seconds a
         worker may take to boot; `code_cache_size`: compiled snippets kept per worker;
         `python`: the interpreter to run workers with (default: ``sys.executable``);
         `environment`: the workers' whole environment (default: `base_environment()`,
-        never the pod's own)."""
+        never the pod's own); `run_as`: the user workers run as (default: this
+        process's; actors/children.py); `cwd`: their working directory (default: this
+        process's)."""
         self.size = max(1, size if size is not None else available_cpus())
         self.start_timeout = start_timeout
         self._python = python or sys.executable
         self.environment = dict(environment) if environment is not None else base_environment()
+        self._run_as = run_as
+        self._cwd = cwd
         self._cache_size = max(1, code_cache_size)
         self._workers: set[WorkerProcess] = set()  # live: idle, busy or starting
         self._reaping: dict[asyncio.Future[int | None], subprocess.Popen[bytes]] = {}
@@ -283,7 +290,7 @@ class PythonPool:
     # --- internals --------------------------------------------------------------------
 
     def _spawn(self) -> WorkerProcess:
-        worker = WorkerProcess(self._python, self._cache_size, self.environment)
+        worker = WorkerProcess(self._python, self._cache_size, self.environment, self._run_as, self._cwd)
         worker.handlers = (functools.partial(self._on_data, worker), functools.partial(self._on_exit, worker))
         self._workers.add(worker)
         return worker

@@ -7,7 +7,8 @@ because spawn re-runs the parent's ``__main__`` module in every worker: slow, fu
 side effects, and fatal for a script without an ``if __name__ == "__main__"`` guard.
 It is a fresh interpreter (spawn semantics, never a ``fork`` of the asyncio parent), in
 its own session/process group, gets the parent's ``sys.path`` and only the environment
-the pool gives it (actors/tools/environment.py). The parent waits with
+the pool gives it (actors/tools/environment.py), and runs as the user steps run as
+(actors/children.py), in their directory when that is another user. The parent waits with
 ``loop.add_reader`` on the socket and on a pidfd of the process (Linux): the loop is
 never blocked, and a worker that dies (``os._exit``, segfault, OOM kill) is noticed at
 once.
@@ -28,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from actors.children import RunAs
 from actors.tools.capture import capture_file
 from actors.tools.failures import CancelSignal
 from actors.tools.pyworker import BOOT, HDR, RECV, SEQ, SKIP
@@ -94,22 +96,35 @@ class WorkerProcess:
         "writing",
     )
 
-    def __init__(self, python: str, cache_size: int, environment: dict[str, str]) -> None:
+    def __init__(
+        self,
+        python: str,
+        cache_size: int,
+        environment: dict[str, str],
+        run_as: RunAs | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        """`run_as`: the user the worker runs as (None: this process's); `cwd`: its
+        working directory (None: this process's)."""
         parent_sock, child_sock = socket.socketpair()
         # the worker's stdout and stderr: what the user's code prints is captured per
         # call (actors/tools/capture.py), never written to this process's own streams
         outfd = capture_file()
+        # `''` on sys.path is the working directory: the pod's, not the one the worker is given
+        path = [p or os.getcwd() for p in sys.path] if cwd is not None else sys.path
         try:
             fd = child_sock.fileno()
             proc = subprocess.Popen(
-                [python, "-c", BOOT, orjson.dumps(sys.path).decode(), str(fd), str(os.getpid()), str(cache_size)],
+                [python, "-c", BOOT, orjson.dumps(path).decode(), str(fd), str(os.getpid()), str(cache_size)],
                 stdin=subprocess.DEVNULL,
                 stdout=outfd,
                 stderr=outfd,
                 pass_fds=(fd,),
                 close_fds=True,
                 env=environment,  # the clean environment (actors/tools/environment.py), never the pod's
+                cwd=cwd,
                 start_new_session=True,  # own process group: a kill takes the user's subprocesses too
+                **(run_as.popen_options() if run_as is not None else {}),
             )
         except BaseException:
             parent_sock.close()

@@ -33,6 +33,7 @@ it) after every call, and so is the C environment subprocesses inherit (``os.put
 C code change it without ``os.environ`` knowing), so one step's ``env``, or what its code
 set, is never seen by the next. The result is encoded once, here: that is the check that it is JSON data, and the pool
 passes the same text on. Workers exit by themselves when the parent process disappears.
+A worker makes itself undumpable before anything else: ``exec`` made it dumpable again.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from typing import Any
 
 import orjson
 
+from actors.children import make_undumpable
 from actors.jsonvalues import dumps, loads
 from actors.tools.capture import read_capture
 
@@ -279,6 +281,9 @@ _ENVIRON: Any = None  # libc's `environ` array, when it can be read
 
 def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
     """Entry point of a worker process: serve requests until the socket closes."""
+    # first: what one step leaves in this process's memory (its credential, its values)
+    # is not for another step of the same user to read through /proc (actors/children.py)
+    make_undumpable()
     _BOOT_ENV.update(os.environ)
     data = getattr(os.environ, "_data", None)
     if isinstance(data, dict):

@@ -1,16 +1,22 @@
 """What tool calls share, owned by one tool actor: the python worker pool and the HTTP
 session, made lazily on first use (a sink may call a kind its actor does not consume) and
 closed by `close()` when the actor stops; where credentials are found; the clean
-environment python and shell steps start from. Tests that call the executors make their own."""
+environment python and shell steps start from, and the user they run as (with, for
+another user than the pod's, a directory of their own: actors/children.py). Tests that
+call the executors make their own."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
 from typing import TYPE_CHECKING
 
+from actors.children import RunAs, cannot_start_steps, step_home
 from actors.tools.credentials import CredentialSource
 from actors.tools.environment import base_environment
+from actors.tools.failures import ToolFailure
 from actors.tools.pypool import PythonPool
 
 if TYPE_CHECKING:
@@ -23,7 +29,9 @@ class ToolResources:
     """The python pool (`python_workers` workers; None: the CPUs this process may use,
     `actors.tools.cpus.available_cpus`) and one aiohttp session, for one event loop;
     `credentials` (default: none); `environment`, what python and shell steps start from
-    (default: `base_environment()`, a few of this process's variables)."""
+    (default: `base_environment()`, a few of this process's variables); `run_as`, the
+    user python and shell steps run as (default: this process's). Steps of another user
+    get `home`, a directory of their own, as HOME, TMPDIR and working directory."""
 
     def __init__(
         self,
@@ -31,10 +39,15 @@ class ToolResources:
         python_workers: int | None = None,
         credentials: CredentialSource | None = None,
         environment: dict[str, str] | None = None,
+        run_as: RunAs | None = None,
     ) -> None:
         self.python_workers = python_workers
         self.credentials = credentials if credentials is not None else CredentialSource()
-        self.environment = environment if environment is not None else base_environment()
+        self.run_as = run_as
+        # the pod's HOME and working directory are not another user's to write (nor, for a root pod, to read)
+        self.home = step_home(run_as) if run_as is not None else None
+        env = environment if environment is not None else base_environment()
+        self.environment = env if self.home is None else {**env, "HOME": self.home, "TMPDIR": self.home}
         self._pool: PythonPool | None = None
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -43,8 +56,22 @@ class ToolResources:
     def python_pool(self) -> PythonPool:
         """The pool (created on first use; again after it was closed)."""
         if self._pool is None or self._pool.closed:
-            self._pool = PythonPool(size=self.python_workers, environment=self.environment)
+            self._pool = PythonPool(
+                size=self.python_workers, environment=self.environment, run_as=self.run_as, cwd=self.home
+            )
         return self._pool
+
+    async def warm_python(self) -> None:
+        """Start every python worker now, not on the first step. When steps run as
+        another user and a worker cannot start as that user (the interpreter, its
+        packages or the temporary directory unreadable to it), raises `StepUserInvalid`:
+        the pod says so when it starts, not at each step."""
+        try:
+            await self.python_pool().start()
+        except (ToolFailure, OSError, subprocess.SubprocessError) as e:
+            if self.run_as is None:
+                raise
+            raise cannot_start_steps(self.run_as, getattr(e, "message", None) or e) from None
 
     def http_session(self) -> aiohttp.ClientSession:
         """The shared ClientSession (created lazily, in the running loop: a session is
@@ -62,11 +89,15 @@ class ToolResources:
         return s
 
     async def close(self) -> None:
-        """Kill and reap the pool's workers, close the HTTP session."""
+        """Kill and reap the pool's workers, close the HTTP session, remove the steps'
+        directory."""
         pool, self._pool = self._pool, None
         # a forked child holds a copy of this object: the parent's workers are not its own
-        if pool is not None and self._pid == os.getpid():
+        mine = self._pid == os.getpid()
+        if pool is not None and mine:
             await pool.close()
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
+        if self.home is not None and mine:  # what steps left there goes with them
+            shutil.rmtree(self.home, ignore_errors=True)

@@ -27,7 +27,7 @@ from actors.jsonvalues import loads
 from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
-from actors.playbook.templates import SliceExhausted, TemplateError, render_value, template_limits
+from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
 from actors.render_process import OffLoop
 from actors.tools.batching import ResultBatcher
 from actors.tools.cancels import Cancels
@@ -36,6 +36,7 @@ from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
 from actors.tools.held import HeldCommands
 from actors.tools.outputs import publish_output
+from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
 from actors.wire import (
     CallDone,
@@ -217,7 +218,7 @@ class CommandRunner:
         if cmd.sink is not None:
             error = await self._sink(cmd, cmd.sink, loads(result), element, index, cancel)
             if error is not None:
-                return None, error
+                return None, _masked(error)
         return msgspec.Raw(result), None
 
     async def _sink(
@@ -239,10 +240,13 @@ class CommandRunner:
         try:
             try:
                 tool, args = self.off_loop.inline(render)
-            except SliceExhausted:  # a long render: off the loop, so other commands go on meanwhile
+            except SliceExhausted:  # not cheap by construction: in a render process, off the loop
                 tool, args = await self.off_loop.off_loop(render)
         except TemplateError as e:
             return ErrorInfo(type=e.kind, message=f"step '{cmd.step}' field {e}")
+        except RenderFault as fault:  # the render process's limits: the attempt's outcome records it
+            fault.step = fault.step or cmd.step
+            return ErrorInfo(type="TemplateLimit", message=fault.describe())
         kind = str(tool.get("kind"))
         try:
             await run_tool(kind, tool, args, timeout=cmd.timeout, cancel=cancel, resources=self.resources)
@@ -306,3 +310,14 @@ class CommandRunner:
         await publisher(self.nc).send(
             [(cmd.reply_to, payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})], readers_deduplicate=True
         )
+
+
+def _masked(error: ErrorInfo) -> ErrorInfo:
+    """A sink's failure with each of its texts masked (actors/tools/redact.py), as
+    `run_tool` masks a tool's: its message quotes what the sink's templates made."""
+    return msgspec.structs.replace(
+        error,
+        type=REDACTOR.text(error.type),
+        message=REDACTOR.text(error.message),
+        traceback=REDACTOR.maybe(error.traceback),
+    )

@@ -6,6 +6,8 @@ terminal state), a window at a time, statuses read only for the entries a page s
 A page ends at a stream sequence; `before` (that sequence) starts the next one there,
 so "more" never reads what the page before it read, and a page costs the same at 100
 or 10,000 executions in the bucket. `q` keeps ids that contain it (case-insensitive).
+A record that cannot be read is left out, with a warning naming where it is
+(actors/records.py): one bad record never fails the page.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from nats.js.errors import NotFoundError
 from actors.client import Client
 from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
-from actors.wire import ExecutionStatus, index_decoder, status_decoder
+from actors.records import ended_statuses, index_entries
+from actors.wire import ExecutionStatus
 from streams.layout import ENDED_STREAM, INDEX_STREAM
 from streams.subjects import index_ends
 
@@ -87,9 +90,9 @@ async def page(
         got = list(reversed(await from_sequence(client.nc, stream, lo, hi - lo + 1, subject=subject, up_to=hi)))
         if final:
             shown = client.codec.open_for_display  # error messages may be encrypted (payload keys)
-            candidates = [(seq, row_of(shown(status_decoder.decode(data)))) for seq, data in got]
+            candidates = [(seq, row_of(shown(st))) for seq, st in ended_statuses(got)]
         else:
-            entries = [(seq, index_decoder.decode(data)) for seq, data in got]
+            entries = index_entries(got)
             wanted = [
                 (seq, e)
                 for seq, e in entries

@@ -24,7 +24,8 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from actors.client import check_execution_id
-from actors.wire import ExecutionStatus, LoopProgress, status_decoder
+from actors.records import status_or_none
+from actors.wire import ExecutionStatus, LoopProgress
 from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout
 from streams.subjects import kv_key_subject, kv_stream, progress_subject
 
@@ -54,10 +55,11 @@ class StatusHub:
     async def _changed(self, msg: Msg) -> None:
         if not msg.data:  # a delete or purge marker
             return
-        try:
-            st = self.shown(status_decoder.decode(msg.data))
-        except msgspec.DecodeError:
+        # a status that is not one is left out (warned, naming its key), as listings do
+        read = status_or_none(msg.data, key=msg.subject.rsplit(".", 1)[-1])
+        if read is None:
             return
+        st = self.shown(read)
         for q in self.listeners:
             _offer(q, st)
 

@@ -13,6 +13,11 @@ Actions are POSTs and only POSTs change anything. Each one must:
   send neither without a CORS preflight, which this server never answers, so a
   malicious site cannot make a user's browser cancel executions (no CSRF).
 
+A stored record that cannot be read (a status, a catalog record: `RecordInvalid`) or a
+blob that is not what its key names (`BlobCorrupt`, a `PayloadUnreadable`) is answered
+502 with the one line that names its key, never a 500 and a traceback; listings leave
+such records out (actors/records.py).
+
 Every request, when the UI is bound to a loopback address, must name it in `Host`
 (localhost, 127.0.0.1, [::1], or a name given with --allow-host): a site whose DNS
 name is rebound to 127.0.0.1 is then the same origin as the UI for the browser, and
@@ -27,12 +32,14 @@ import contextlib
 import hmac
 import importlib.resources
 import ipaddress
+import logging
 from collections.abc import Collection
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from actors.catalog import CatalogError
 from actors.client import (
     Client,
     InvalidExecutionId,
@@ -42,11 +49,15 @@ from actors.client import (
     UnknownExecution,
     check_execution_id,
 )
+from actors.codec import PayloadUnreadable
 from actors.events import TERMINAL_STATES
+from actors.nesting import MAX_DEPTH, json_within
+from actors.records import RecordInvalid
 from actors.ui import listing
 from actors.ui.detail import DetailCache, NotFound, execution_detail
 from actors.ui.live import ExecutionWatch, StatusHub
 
+log = logging.getLogger("actors.ui")
 KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep an idle stream open
 UPDATES_PER_SECOND = 4  # an execution page's updates at most, however fast its log grows
 START_WAIT = 5.0  # seconds a cancel waits for a start still queued
@@ -72,6 +83,7 @@ def _refuse(status: int, message: str) -> web.HTTPException:
         401: web.HTTPUnauthorized,
         403: web.HTTPForbidden,
         404: web.HTTPNotFound,
+        502: web.HTTPBadGateway,
         503: web.HTTPServiceUnavailable,
     }
     return kinds[status](text=msgspec.json.encode({"error": message}).decode(), content_type="application/json")
@@ -144,7 +156,12 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
     _check_host(request)
     if request.method == "POST":
         _check_action(request)
-    response: web.StreamResponse = await handler(request)
+    try:
+        response: web.StreamResponse = await handler(request)
+    except (RecordInvalid, PayloadUnreadable) as e:
+        # what NATS holds cannot be used (a malformed record, a changed blob, a value
+        # sealed with a key this UI lacks): the upstream's fault, said in one line
+        raise _refuse(502, str(e)) from None
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault(
@@ -233,6 +250,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
+    if not json_within(raw):  # measured first: decoding recurses per level
+        raise _refuse(400, f"the request body nests deeper than {MAX_DEPTH} levels")
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as e:
@@ -382,6 +401,9 @@ async def _execution_feed(request: web.Request, eid: str) -> web.StreamResponse:
                     )
                 except NotFound:
                     continue  # not started yet: its first input will wake us
+                except RecordInvalid as e:
+                    log.warning("execution page of %s: %s", eid, e)
+                    continue  # its status cannot be read: the page keeps what it shows
                 if detail["status"]["state"] in TERMINAL_STATES:
                     watch.loops.clear()  # a finished loop's counters are the log's, not the last progress
                 await _send(response, "update", detail)
@@ -498,7 +520,7 @@ async def start(request: web.Request) -> web.Response:
     entry = await _entry(request, version)
     try:
         eid = await request.app[CLIENT].start(entry.path, payload=payload, version=entry.version)
-    except (TooLarge, StartRefused) as e:
+    except (TooLarge, StartRefused, CatalogError) as e:  # CatalogError: a path from before paths were checked
         raise _refuse(400, str(e)) from None
     return _json({"id": eid})
 

@@ -1,7 +1,8 @@
 """The `shell` kind: ``command`` run by ``/bin/sh -c`` in its own session/process group
 (killed whole on timeout or cancel), in the clean environment (actors/tools/environment.py)
 with the step's args exported as ``ARG_<NAME>``, its ``env``, and its credential's keys
-as variables (upper-cased; they win over ``env``). Its
+as variables (upper-cased; they win over ``env``), as the user steps run as (in their
+directory, unless the step gives ``cwd``: actors/children.py). Its
 output (stdout, then stderr) is also the step's printed output (`OutputBox`) once the
 command has ended; a command killed on timeout or cancel leaves none."""
 
@@ -11,6 +12,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 from typing import Any
 
 from actors.tools import fields
@@ -20,6 +22,7 @@ from actors.tools.environment import credential_environment, step_environment
 from actors.tools.failures import ToolFailure, result_json
 from actors.tools.limits import limited, wait_quietly
 from actors.tools.redact import REDACTOR
+from actors.tools.resources import ToolResources
 
 __all__ = ["run_shell"]
 
@@ -28,7 +31,7 @@ _EXCERPT = 200
 
 async def run_shell(call: ToolCall) -> bytes:
     """``{"stdout", "stderr", "exit_code"}``; a non-zero exit is ``ShellError``."""
-    shell = _shell(call.tool, call.args, call.output, call.resources.environment, call.credential)
+    shell = _shell(call.tool, call.args, call.output, call.resources, call.credential)
     return result_json(await limited(shell, call.limit, call.cancel))
 
 
@@ -43,13 +46,13 @@ async def _shell(
     tool: dict[str, Any],
     args: dict[str, Any],
     output: OutputBox | None,
-    environment: dict[str, str],
+    resources: ToolResources,
     credential: dict[str, str] | None,
 ) -> dict[str, Any]:
     command = tool.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolFailure("ToolConfigError", "shell tool needs a `command`")
-    env = dict(environment)
+    env = dict(resources.environment)
     for k, v in args.items():
         env[_arg_env_name(k)] = "" if v is None else fields.text(v)
     env.update(step_environment(tool.get("env"), "shell env"))
@@ -67,10 +70,11 @@ async def _shell(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,
-            cwd=cwd or None,
+            cwd=cwd or resources.home,
             start_new_session=True,
+            preexec_fn=resources.run_as.become if resources.run_as is not None else None,
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         raise ToolFailure("ToolConfigError", f"cannot start shell command: {exc}") from None
     try:
         out, err = await proc.communicate()
