@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import time
 
@@ -194,12 +193,10 @@ class LoopActor(LogActor):
                 spec.collection = await get_blob(self.counter.js, spec.collection_ref)
             if spec.scope_ref is not None:
                 spec.scope = await get_blob(self.counter.js, spec.scope_ref)
-            # loading is user computation: a big playbook is loaded in a render process
-            pb = await self.counter.fold_off_loop(
-                self,
-                functools.partial(parsed_playbook, spec.playbook_source, spec.playbook_path, spec.limits.max_attempts),
-            )
-            step = pb.step(spec.step)
+            # loading is user computation: a big playbook is loaded in a render process first
+            args = (spec.playbook_source, spec.playbook_path, spec.limits.max_attempts)
+            await self.counter.preload_playbook(*args)
+            step = await self.counter.fold_off_loop(self, lambda: parsed_playbook(*args).step(spec.step))
             if step.loop is None:
                 raise KeyError(f"step {spec.step!r} has no loop")
             return step

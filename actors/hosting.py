@@ -33,6 +33,7 @@ state is in the log); the next input for one spawns it again, and it rebuilds by
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import random
@@ -52,7 +53,9 @@ from nats.js.errors import BadRequestError, NoStreamResponseError, ServerError, 
 from actors.metrics import EVICTED_ACTORS
 from actors.natsio import PublishOutcomeUnknown, ack
 from actors.natsio.dispatch import subscribe_direct
+from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, parsed_playbook
 from actors.playbook.templates import (
+    RenderFault,
     RenderHalted,
     SliceExhausted,
 )
@@ -377,6 +380,18 @@ class PartitionHost(Generic[K, A]):
             log.warning("%s: could not record giving up: %r", what, again)
             await asyncio.sleep(FAILURE_PAUSE_FIRST)
             return False
+
+    async def preload_playbook(self, source: str, file: str, max_attempts: int) -> None:
+        """A playbook too big to load on the event loop (actors/playbook/loader.py) loaded
+        now by a render process, off the loop, so the fold that needs it finds it cached
+        and stays on the loop. What goes wrong is left to that fold, which meets it again
+        and decides (PlaybookInvalid) or records (RenderFault) it."""
+        if len(source) <= INLINE_PLAYBOOK_CHARS or cached_playbook(source, file, max_attempts) is not None:
+            return
+        try:
+            await self._off_loop.off_loop(functools.partial(parsed_playbook, source, file, max_attempts))
+        except (Exception, RenderFault) as e:
+            log.info("%s: loading a playbook of %d characters ahead of its fold: %r", self.role, len(source), e)
 
     async def fold_off_loop(self, actor: Hosted, fold: Callable[[], T]) -> T:
         """Run a fold inline with its slice of template operations, or, for an actor

@@ -21,13 +21,16 @@ kills the processes, which ends a render at once (`RenderHalted`: nothing is dec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import resource
 import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -56,7 +59,7 @@ T = TypeVar("T")
 # the worker's own code: sys.path from the pod (not PYTHONPATH: the environment is clean)
 _BOOT = (
     "import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-    "from actors.playbook.render_worker import main; main(int(sys.argv[2]))"
+    "from actors.playbook.render_worker import main; main(int(sys.argv[2]), int(sys.argv[3]))"
 )
 _encoder = msgspec.json.Encoder()
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -81,13 +84,52 @@ def render_environment() -> dict[str, str]:
     return {"PATH": os.defpath, "LANG": "C.UTF-8"}
 
 
+class EncodedValues:
+    """Scope values already written as JSON, by identity, for the renders that send them
+    again: a step's 60 MB result read by a router's `when` at every activation is
+    encoded once, not once a render (the encoding holds the interpreter lock the event
+    loop needs). A value is held with its encoding, so its id cannot be reused meanwhile;
+    only big ones are kept, `budget` bytes of them at most, least recently used first."""
+
+    BIG = 64 << 10
+
+    def __init__(self, budget: int = 256 << 20) -> None:
+        self.budget = budget
+        self._kept: OrderedDict[int, tuple[Any, msgspec.Raw]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def scope(self, scope: Mapping[str, Any], wanted: set[str]) -> dict[str, Any]:
+        return {k: self._encoded(v) for k, v in scope.items() if k in wanted}
+
+    def _encoded(self, value: Any) -> Any:
+        if not isinstance(value, (dict, list, str)) or (not isinstance(value, str) and not value):
+            return value
+        with self._lock:
+            kept = self._kept.get(id(value))
+            if kept is not None and kept[0] is value:
+                self._kept.move_to_end(id(value))
+                return kept[1]
+        raw = msgspec.Raw(_encoder.encode(value))
+        if len(raw) < self.BIG:
+            return raw
+        with self._lock:
+            self._kept[id(value)] = (value, raw)
+            self._bytes += len(raw)
+            while self._bytes > self.budget and self._kept:
+                _, (_, old) = self._kept.popitem(last=False)
+                self._bytes -= len(old)
+        return raw
+
+
 class RenderProcess:
     """One render process, used by one thread at a time."""
 
-    def __init__(self, bounds: RenderBounds) -> None:
+    def __init__(self, bounds: RenderBounds, encoded: EncodedValues | None = None) -> None:
         self.bounds = bounds
+        self.encoded = encoded if encoded is not None else EncodedValues()
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT, orjson.dumps(sys.path).decode(), str(bounds.memory)],
+            [sys.executable, "-I", "-c", _BOOT, orjson.dumps(sys.path).decode(), str(bounds.memory), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -125,7 +167,7 @@ class RenderProcess:
         # step's result); a template that reads an unknown name fails the same way there
         wanted = names_read(value)
         request = RenderRequest(
-            value=value, scope={k: v for k, v in scope.items() if k in wanted}, where=where, limits=limits, step=step
+            value=value, scope=self.encoded.scope(scope, wanted), where=where, limits=limits, step=step
         )
         # what comes back is the scope's own values passed on, or what the template built
         # (each within the output bound): a reply over that is refused before it is read
@@ -138,6 +180,10 @@ class RenderProcess:
         """Send `request`, read its reply: at most the request's size plus `extra` bytes."""
         body = _encoder.encode(request)
         cpu_at_start = self._cpu()
+        # the kernel's own bound beside the pod's watch: SIGXCPU a second past the deadline
+        with contextlib.suppress(OSError, ValueError):
+            soft = int(cpu_at_start + self.bounds.seconds) + 2
+            resource.prlimit(self.process.pid, resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
         try:
             self._in.write(len(body).to_bytes(4, "big") + body)
             self._in.flush()
@@ -227,6 +273,13 @@ class RenderProcess:
             self.kill()
             code = None
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
+        if code == -signal.SIGXCPU:
+            raise RenderFault(
+                f"the render used more than {self.bounds.seconds:g} s of CPU and was killed ({how})",
+                limit="template_seconds",
+                where=where,
+                step=step,
+            )
         raise RenderFault(
             f"the render process ended before answering ({how}; out of memory?)",
             limit="template_memory",
@@ -261,6 +314,7 @@ class RenderProcesses:
 
     def __init__(self, bounds: RenderBounds) -> None:
         self.bounds = bounds
+        self.encoded = EncodedValues()  # shared by this host's render processes
         self._local = threading.local()
         self._all: list[RenderProcess] = []
         self._lock = threading.Lock()
@@ -273,7 +327,7 @@ class RenderProcesses:
                 raise RenderHalted
             if proc is not None:
                 proc.kill()  # reaped, its pipes closed
-            proc = RenderProcess(self.bounds)
+            proc = RenderProcess(self.bounds, self.encoded)
             with self._lock:
                 if proc is not None and self.closed:
                     proc.kill()

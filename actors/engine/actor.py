@@ -162,6 +162,8 @@ class ExecutionActor(LogActor):
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
         inp = await self._read_back(inp)
+        if isinstance(inp, StartRecord) and inp.playbook_source:  # a big one: loaded off the loop first
+            await self.engine.preload_playbook(inp.playbook_source, inp.playbook_path, inp.limits.max_attempts)
         state = self.state
         try:
             fx = await self.engine.fold_off_loop(

@@ -128,12 +128,15 @@ def charge_compare(left: Any, right: Any, *, ordered: bool) -> None:
 
 
 def _written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> int:
-    """`value`'s size written out (as `deep_size` counts), stopping past `cap`; a part in
-    `passed_on` (by identity: a value of the scope handed on) counts 1."""
-    total, stack = 0, [value]
+    """`value`'s size written out (as `deep_size` counts), stopping past `cap`. A part
+    in `passed_on` (by identity: a value of the scope handed on) counts 1 where it is
+    first met; met again, it counts its whole size: a list of a thousand references to
+    one big string is a thousand of it once written out."""
+    total, stack, seen = 0, [value], set()
     while stack and total <= cap:
         v = stack.pop()
-        if passed_on is not None and id(v) in passed_on:
+        if passed_on is not None and id(v) in passed_on and id(v) not in seen:
+            seen.add(id(v))
             total += 1
         elif isinstance(v, str):
             total += len(v)
@@ -149,26 +152,31 @@ def _written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> in
     return total
 
 
-def bounded_result(value: Any, scope: Any) -> None:
+def bounded_result(value: Any, read: Any) -> None:
     """A single expression's result (`{{ [a * 60, b] }}`, a list it builds) within the
     output bound, as a string template's output is; what it hands on from the scope as
-    it is (`{{ [fetch.data, 1] }}`) counts as one, whatever its size."""
+    it is (`{{ [fetch.data, 1] }}`) counts once, whatever its size. `read`: the scope's
+    entries the template reads, walked (and charged) only when the result is large."""
     if not isinstance(value, (str, list, tuple, dict)):
         return
     cap = output_cap()
     if _written_size(value, cap) <= cap:
         return
     passed_on: set[int] = set()
-    stack = list(scope.values())
-    while stack:  # the scope's own strings and containers: linear in what the render was given
+    stack, n = list(read.values()), 0
+    while stack:  # the strings and containers of what the template read: charged as walked
         v = stack.pop()
         if isinstance(v, (str, list, tuple, dict)):
             passed_on.add(id(v))
+            n += 1
             if isinstance(v, dict):
                 stack.extend(v.values())
             elif not isinstance(v, str):
                 stack.extend(v)
-    tick(len(passed_on))
+        if n >= _CHARGE_BATCH:
+            tick(n)
+            n = 0
+    tick(n)
     if id(value) in passed_on:
         return
     size = _written_size(value, cap, passed_on)

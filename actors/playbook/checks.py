@@ -75,7 +75,7 @@ def _strings(value: Any, path: KeyPath, seen: set[int] | None = None) -> Iterato
 @lru_cache(maxsize=4096)
 def _template_names(source: str) -> frozenset[str]:
     try:
-        return frozenset(templates.check(source))
+        return frozenset(templates.check(source, compile=False))  # compiled where it renders
     except jinja2.TemplateError as e:  # e.g. an unknown filter, found while collecting names
         raise templates.TemplateError(f"template syntax error: {e.message or e}") from None
 

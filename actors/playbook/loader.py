@@ -82,10 +82,18 @@ def load_playbook(text: str, *, file: str = "<string>", max_attempts: int = MAX_
     return _Loader(file, max_attempts).load(text)
 
 
-INLINE_PLAYBOOK_CHARS = 16_384  # a pod loads a playbook this small itself (a few ms); a bigger one elsewhere
+# a pod loads a playbook this small itself (parsed, its templates parsed, not compiled: 25 ms
+# at most); a bigger one in a render process
+INLINE_PLAYBOOK_CHARS = 8_192
 _parsed: OrderedDict[tuple[str, str, int], Playbook] = OrderedDict()
 _parsed_lock = threading.Lock()  # the event loop's thread and the fold threads share it
 _PARSED_MAX = 256
+
+
+def cached_playbook(source: str, file: str, max_attempts: int) -> Playbook | None:
+    """The playbook `parsed_playbook` gives for these, when it needs no loading."""
+    with _parsed_lock:
+        return _parsed.get((source, file, max_attempts))
 
 
 def parsed_playbook(source: str, file: str, max_attempts: int) -> Playbook:
@@ -94,8 +102,9 @@ def parsed_playbook(source: str, file: str, max_attempts: int) -> Playbook:
 
     Loading is user computation (YAML, every template compiled: a second for 500 kB),
     so in a pod a playbook over INLINE_PLAYBOOK_CHARS is never loaded on the event loop:
-    there `SliceExhausted` moves the fold to a fold thread, which has it loaded by a
-    render process (actors/render_process.py) under that process's limits."""
+    the engine and the counter have a render process load it before they fold the input
+    that needs it (`PartitionHost.preload_playbook`), under that process's limits; should
+    it still be missing, `SliceExhausted` moves the fold to a fold thread, which does."""
     key = (source, file, max_attempts)
     with _parsed_lock:
         hit = _parsed.get(key)

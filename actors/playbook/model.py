@@ -14,7 +14,11 @@ import msgspec
 from msgspec import Meta, Struct, field
 
 StepName = Annotated[str, Meta(pattern=r"^[a-z0-9_]+$", min_length=1, max_length=128)]
-Seconds = Annotated[float, Meta(gt=0)]
+# A year: a delay or timeout must be a finite time a timer can be set to (`.inf` or 1e300
+# overflow the clock; 1e11 would keep an execution RUNNING for millennia)
+MAX_SECONDS = 365 * 24 * 3600.0
+Seconds = Annotated[float, Meta(gt=0, le=MAX_SECONDS)]
+Delay = Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
 END = "end"
 
 
@@ -114,9 +118,9 @@ class RetryPolicy(_Strict):
     max_attempts: Annotated[int, Meta(ge=1)] = 3
     backoff: Literal["fixed", "linear", "exponential"] = "exponential"
     # None: 0.5 s after an error, no delay before a success continuation (pagination)
-    initial_delay: Annotated[float, Meta(ge=0)] | None = None
-    factor: Annotated[float, Meta(ge=1)] = 2.0
-    max_delay: Annotated[float, Meta(ge=0)] = 60.0
+    initial_delay: Delay | None = None
+    factor: Annotated[float, Meta(ge=1, le=1000)] = 2.0
+    max_delay: Delay = 60.0
     jitter: Literal["none", "full", "equal"] = "none"
     next_call: NextCall | None = None
     collect: Collect | None = None
@@ -136,7 +140,7 @@ class OnErrorRule(_Strict):
     decision: Decision = "none"
     when: str | None = None
     result: Any = None
-    delay: Annotated[float, Meta(ge=0)] | None = None
+    delay: Delay | None = None
     args: dict[str, Any] | None = None
 
 

@@ -50,11 +50,15 @@ class RenderReply(msgspec.Struct, array_like=True, omit_defaults=True):
     limit: str = ""
 
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_SIGKILL = 9
 
 
-def _bound_self(memory: int) -> None:
-    """Limits set by the process on itself, before it reads any template."""
+def _bound_self(memory: int, parent: int) -> None:
+    """Limits set by the process on itself, before it reads any template. It dies with
+    its pod: a render left running by a pod killed with SIGKILL would spin with nobody
+    to enforce its deadline (the CPU limit the pod sets per render stops it too)."""
     with contextlib.suppress(OSError):
         os.nice(19)  # a runaway template gets what the pod's other work leaves
     if memory > 0:
@@ -65,7 +69,11 @@ def _bound_self(memory: int) -> None:
         with contextlib.suppress(OSError, AttributeError):
             import ctypes
 
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+            prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+            prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        os._exit(0)  # the pod died before the line above: nobody to render for
 
 
 def _read_exactly(stream: Any, n: int) -> bytes | None:
@@ -73,8 +81,8 @@ def _read_exactly(stream: Any, n: int) -> bytes | None:
     return data if data is not None and len(data) == n else None
 
 
-def main(memory: int) -> None:
-    _bound_self(memory)
+def main(memory: int, parent: int = 0) -> None:
+    _bound_self(memory, parent)
     # imported after the limits: the template machinery is what they bound
     from actors.playbook.errors import PlaybookInvalid
     from actors.playbook.loader import load_playbook

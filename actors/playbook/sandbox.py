@@ -108,27 +108,8 @@ class _Instrument(ast.NodeTransformer):
 
 _SORTING_FILTERS = frozenset({"sort", "dictsort", "unique", "groupby"})
 # filters that look at their input without walking it: one operation, not one per element
-_CONSTANT_FILTERS = frozenset(
-    {
-        "length",
-        "count",
-        "first",
-        "last",
-        "default",
-        "d",
-        "attr",
-        "abs",
-        "int",
-        "float",
-        "round",
-        "bool",
-        "safe",
-        "random",
-        "e",
-        "escape",
-        "capitalize",
-    }
-)
+# (`int`, `float`, `capitalize`, `escape`, `safe` read or copy a whole string: charged by it)
+_CONSTANT_FILTERS = frozenset({"length", "count", "first", "last", "default", "d", "attr", "abs", "round", "bool"})
 SORT_WEIGHT = 8  # a sorting filter costs n log n: about 8 per element at the sizes a budget allows
 # filters that write a whole value out as text: its written size is checked first
 _STRINGIFYING_FILTERS = frozenset(
@@ -204,6 +185,17 @@ def _charged_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
 _NESTED_SPEC = re.compile(r"\{[^{}]*:[^{}]*\{")  # a replacement field inside a format spec
 
 
+def _ordered(value: Any) -> Any:
+    """Refuse a set (`a.keys() - b.keys()`): its order comes from the process's string
+    hash seed, so `|first` or a loop over it would decide differently on a replay."""
+    if isinstance(value, (set, frozenset)):
+        raise TemplateError(
+            "a set, whose order differs from one process to the next (and so from one replay to the next): "
+            "keep lists (`a.keys() | reject('in', b) | list`)"
+        )
+    return value
+
+
 def charged_output(out: Any, inputs: Any) -> Any:
     """A string or list a filter or method built, charged by its size (`center(999999)`
     writes a million characters); one of its inputs handed back costs nothing more."""
@@ -277,6 +269,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(undefined=jinja2.StrictUndefined, autoescape=False, finalize=_json_output, optimized=False)
         self.tick = tick  # read by the instrumented code: `environment.tick()`
         self.globals.pop("lipsum", None)  # unbounded text generation, and not data
+        # a choice no replay could make again: decisions are a pure function of the log
+        self.filters.pop("random", None)
         self.filters = {name: _charged_filter(name, f) for name, f in self.filters.items()}
         self.tests = {name: _charged_test(name, f) for name, f in self.tests.items()}  # type: ignore[arg-type]
 
@@ -362,7 +356,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             refuse_big_ints(right if isinstance(right, tuple) else (right,), "a '%' format")
             deep_size(right, "a '%' format")
             bounded_percent(left, right)
-        return grown(super().call_binop(context, operator, left, right))
+        return grown(_ordered(super().call_binop(context, operator, left, right)))
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Mapping) and attribute in obj:
@@ -399,7 +393,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             elif name == "translate" and args and isinstance(args[0], dict):
                 longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
                 bounded_fill(owner, "x" * min(longest, output_cap() + 1), len(owner), "str.translate")
-        return charged_output(built(super().call(__context, __obj, *args, **kwargs), owner, *args), (owner, *args))
+        out = _ordered(super().call(__context, __obj, *args, **kwargs))
+        return charged_output(built(out, owner, *args), (owner, *args))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)

@@ -76,7 +76,9 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and any(tok in value for tok in _HAS_SYNTAX)
 
 
-MAX_NESTING = 32  # blocks (`{% if %}`, `{% for %}`, ...) or brackets nested in one another
+# blocks (`{% if %}`, `{% for %}`, ...) or brackets nested in one another: Python's compiler
+# refuses 20 nested loops, so a template that passes this check also compiles
+MAX_NESTING = 16
 _TAG = re.compile(r"\{%[-+]?\s*(\w+)")
 _OPENERS = frozenset({"if", "for", "macro", "call", "filter", "block", "with", "autoescape", "raw"})
 _BRACKETS = str.maketrans("([{)]}", "((()))")
@@ -154,12 +156,17 @@ class _Path:
         return self.get(scope)
 
     def get(self, scope: Mapping[str, Any]) -> Any:
+        value = self.direct(scope)
+        return self.expr(**scope) if value is _Path else value
+
+    def direct(self, scope: Mapping[str, Any]) -> Any:
+        """The value looked up directly, or `_Path` (the class) when it is not direct."""
         value = scope.get(self.head, _Path)  # the class itself: a value no scope holds
         if value is _Path:
-            return self.expr(**scope)
+            return _Path
         for key in self.tail:
             if type(value) is not dict or key in _DICT_ATTRS or key not in value:
-                return self.expr(**scope)
+                return _Path
             value = value[key]
         return value
 
@@ -180,8 +187,11 @@ def _render_text(template: jinja2.Template, **scope: Any) -> str:
     return "".join(parts)
 
 
-def check(source: str) -> set[str]:
-    """Compile `source`; return the root names it reads. Raises TemplateError."""
+def check(source: str, *, compile: bool = True) -> set[str]:
+    """Parse and compile `source`; return the root names it reads. Raises TemplateError.
+    `compile=False` (a playbook loaded by a pod, on its event loop: compiling is the
+    costly part, 0.3 s for 12 kB) only parses it and looks its filters and tests up;
+    each template compiles when it first renders, where that render runs."""
     try:
         if len(source) > MAX_SOURCE:
             _compile(source)  # refused for its size, before anything parses it
@@ -189,7 +199,10 @@ def check(source: str) -> set[str]:
         m = _SINGLE_EXPR.match(source)
         ast_ = ENVIRONMENT.parse("{{ " + m.group("expr") + " }}" if m else source)
         names = _undeclared(ast_)
-        _compile(source)  # unknown filters and tests are found only when compiling
+        if compile:
+            _compile(source)  # unknown filters and tests are found only when compiling
+        else:
+            _known_filters_and_tests(ast_)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"template syntax error: {e.message}") from None
     except TemplateError:
@@ -202,6 +215,15 @@ def check(source: str) -> set[str]:
     if any(isinstance(n, nodes.For) for n in ast_.find_all(nodes.For)):
         names.discard("loop")
     return names
+
+
+def _known_filters_and_tests(ast_: nodes.Template) -> None:
+    for f in ast_.find_all(nodes.Filter):
+        if f.name not in ENVIRONMENT.filters:
+            raise TemplateError(f"template error: no filter named {f.name!r}")
+    for t in ast_.find_all(nodes.Test):
+        if t.name not in ENVIRONMENT.tests:
+            raise TemplateError(f"template error: no test named {t.name!r}")
 
 
 class _Names(CodeGenerator):
@@ -294,14 +316,19 @@ def _render(value: Any, scope: Mapping[str, Any], where: str) -> Any:
             return value
         try:
             single, fn = _compile(value)
-            out = fn.get(scope) if type(fn) is _Path else fn(**scope)
+            if type(fn) is _Path:
+                out = fn.direct(scope)
+                if out is not _Path:
+                    # the scope's own value, JSON data by construction (decoded from the
+                    # log, or checked when it was made): handed on as it is, not walked
+                    return out
+                fn = fn.expr
+            out = fn(**scope)
             if single:
                 if isinstance(out, jinja2.Undefined):
                     str(out)  # a StrictUndefined leaking out of an expression: raises, naming it
-                if type(fn) is _Path:
-                    return as_data(out, charged=False)  # a lookup passes the scope's own tree on
                 out = as_data(out)
-                bounded_result(out, scope)
+                bounded_result(out, {k: scope[k] for k in _names_of(value) if k in scope})
                 return out
             return out
         except TemplateError as e:

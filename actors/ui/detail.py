@@ -12,6 +12,7 @@ execution (`DetailCache`).
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -20,8 +21,10 @@ import msgspec
 
 from actors.client import Client, LogItem
 from actors.events import TERMINAL_EVENTS, TERMINAL_STATES
-from actors.playbook.loader import load_playbook
+from actors.playbook.loader import MAX_ATTEMPTS_CEILING, parsed_playbook
 from actors.playbook.model import Playbook
+from actors.playbook.templates import RenderFault
+from actors.render_process import OffLoop
 from actors.ui.graph import execution_graph
 from actors.ui.listing import row_of
 from actors.ui.timeline import step_timeline
@@ -41,17 +44,24 @@ class DetailCache:
     def __init__(self) -> None:
         self.playbooks: OrderedDict[tuple[str, int | None, int], Playbook | None] = OrderedDict()
         self.envelopes: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
+        # loading a playbook is user computation (a second for 500 kB): off the UI's event
+        # loop, and a big one in a render process (actors/playbook/loader.py parsed_playbook)
+        self._off_loop = OffLoop(threads=1, name="ui-playbook")
 
-    def playbook(self, record: StartRecord) -> Playbook | None:
+    async def playbook(self, record: StartRecord) -> Playbook | None:
         source = record.playbook_source or ""
         key = (record.playbook_path, record.playbook_version, hash(source))
         if key not in self.playbooks:
+            load = functools.partial(parsed_playbook, source, record.playbook_path, MAX_ATTEMPTS_CEILING)
             try:
-                self.playbooks[key] = load_playbook(source, file=record.playbook_path) if source else None
-            except Exception:  # a start record whose playbook never loaded: the page shows no graph
+                self.playbooks[key] = await self._off_loop.off_loop(load) if source else None
+            except (Exception, RenderFault):  # a playbook that never loaded: the page shows no graph
                 self.playbooks[key] = None
             _bound(self.playbooks)
         return self.playbooks[key]
+
+    def close(self) -> None:
+        self._off_loop.close()
 
     def keep_envelope(self, execution_id: str, envelope: dict[str, Any] | None) -> None:
         self.envelopes[execution_id] = envelope
@@ -77,7 +87,7 @@ async def execution_detail(
     if status is None and record is None:
         raise NotFound(f"no execution {execution_id!r}")
     items = await client.events(execution_id)
-    playbook = cache.playbook(record) if record is not None else None
+    playbook = await cache.playbook(record) if record is not None else None
     graph = execution_graph(playbook, items, loops or {}) if playbook is not None else None
     if graph is not None and rates:
         for node in graph["nodes"]:

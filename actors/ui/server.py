@@ -146,6 +146,7 @@ async def _start_hub(app: web.Application) -> None:
 
 async def _stop_hub(app: web.Application) -> None:
     await app[HUB].stop()
+    app[CACHE].close()
 
 
 @web.middleware
