@@ -21,9 +21,9 @@ this process. In one run:
      walk), charged per element walked: ends `TemplateLimit` (template_ops);
    * `deadline`: strings as wide as the output bound built element by element
      (`map('center', 999999)`): within the budget, longer than --template-seconds of
-     CPU, so the pod kills it: `TemplateLimit` (template_seconds). It relies on
-     `center`'s output not being charged; once it is, it ends template_ops like the
-     others (the outcome is printed).
+     CPU, so the pod kills it. What `center` builds is now charged, so it ends
+     `TemplateLimit` (template_ops) at once: a storm of failing executions beside the
+     bystanders (the outcome is printed); the kill is tested in tests/test_containment.py.
    Blocks of --during good executions (at least: a block ends with its runaway) during
    each kind in turn, --rounds times, with a baseline block of --runs between any two.
    Figure: p50 during a kind / p50 of the baseline blocks around its blocks (target at
