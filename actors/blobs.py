@@ -35,7 +35,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BadObjectMetaError, DigestMismatchError, NotFoundError, ObjectDeletedError
 
 from actors.codec import PayloadUnreadable, codec_of
-from actors.nesting import START_MESSAGE_DEPTH, json_within
+from actors.nesting import MAX_VALUE_NODES, START_MESSAGE_DEPTH, json_nodes, json_within
 from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
 from streams.ids import attempt_of, command_msg_id, result_id, start_id
 from streams.layout import BLOB_BUCKET, PAYLOAD_BUCKET, START_SUBJECT, cmd_subject
@@ -98,6 +98,20 @@ def too_large(what: str, size: int, cap: int) -> str:
     return f"{what} is {size:,} bytes, over the {cap:,}-byte cap on values ({MAX_VALUE_ENV})"
 
 
+def too_many(what: str) -> str:
+    return f"{what} holds more than {MAX_VALUE_NODES:,} values (lists, mappings and their items), the most one may hold"
+
+
+def _decoded(key: str, data: bytes) -> Any:
+    """A blob's value, measured before it is decoded (depth, and how many values: a
+    decoded value costs the pod 50-80 bytes each)."""
+    if not json_within(data, START_MESSAGE_DEPTH):
+        raise BlobCorrupt(key, f"a value nested deeper than {START_MESSAGE_DEPTH} levels")
+    if json_nodes(data) > MAX_VALUE_NODES:
+        raise BlobCorrupt(key, too_many("the value"))
+    return msgspec.json.decode(data or b"null")
+
+
 def sealed(js: JetStreamContext, data: bytes) -> bytes:
     """`data` as the object store keeps it: encrypted when the connection's codec has a
     key (actors/codec.py). Name a blob by a digest of these bytes (`blob_key`): the
@@ -129,7 +143,7 @@ async def get_blob(js: JetStreamContext, key: str) -> Any:
     """The value stored under `key` (msgspec: integers of any size survive). Raises one
     of `BLOB_MISSING` when it is gone, `BlobCorrupt` when it is not what its key names,
     `PayloadUnreadable` when it is encrypted with a key this connection does not hold."""
-    return msgspec.json.decode(await _read(js, key) or b"null")
+    return _decoded(key, await _read(js, key))
 
 
 async def get_blob_bytes(js: JetStreamContext, key: str) -> bytes:
@@ -144,9 +158,7 @@ async def get_payload(js: JetStreamContext, key: str) -> Any:
         data = await _read(js, key, bucket=PAYLOAD_BUCKET)
     except BLOB_MISSING:
         data = await _read(js, key)
-    if not json_within(data, START_MESSAGE_DEPTH):  # measured first: decoding recurses per level
-        raise BlobCorrupt(key, f"a payload nested deeper than {START_MESSAGE_DEPTH} levels")
-    return msgspec.json.decode(data or b"null")
+    return _decoded(key, data)
 
 
 async def _read(js: JetStreamContext, key: str, *, bucket: str = BLOB_BUCKET) -> bytes:
@@ -176,8 +188,9 @@ async def result_message(js: JetStreamContext, msg: CallDone | CallError, *, lim
     if len(data) <= limit or not isinstance(msg, CallDone):
         return data
     value = encode(msg.result)
-    if len(value) > cap:
-        error = ErrorInfo(type="ValueTooLarge", message=f"step '{msg.step}': {too_large('result', len(value), cap)}")
+    if len(value) > cap or json_nodes(value) > MAX_VALUE_NODES:
+        why = too_large("result", len(value), cap) if len(value) > cap else too_many("result")
+        error = ErrorInfo(type="ValueTooLarge", message=f"step '{msg.step}': {why}")
         return codec.encode(msg.failed(error))
     value = sealed(js, value)
     key = blob_key(msg.execution_id, "result", msg.command_id, data=value)

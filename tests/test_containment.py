@@ -463,3 +463,19 @@ def test_filters_that_read_a_whole_string_are_charged_for_it(template: str) -> N
     finally:
         end_budget(outer)
     assert used >= len(s)
+
+
+@pytest.mark.asyncio
+async def test_a_result_of_more_values_than_a_pod_should_decode_fails_its_step(system: System) -> None:
+    """A 63 MB list of 21 million `{}` took a pod to 1.6 GB when the engine decoded it:
+    a value stored as a blob holds at most MAX_VALUE_NODES values, whatever its bytes."""
+    from actors.nesting import MAX_VALUE_NODES
+
+    n = MAX_VALUE_NODES + 1_000
+    tool = f'    tool: {{kind: python, code: "def main(): return [0] * {n}"}}\n'
+    eid = await system.start_yaml(one_step("many", "{}", tool=tool))
+    await good_run_completes(system)
+    status = await system.client.wait(eid, timeout=60)
+    assert status.state == "FAILED"
+    error = await failed_step_error(system, eid)
+    assert error["type"] == "ValueTooLarge" and f"more than {MAX_VALUE_NODES:,} values" in error["message"], error
