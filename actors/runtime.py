@@ -184,7 +184,7 @@ async def start_roles(
     pod: str | None = None,
     settings: Settings | None = None,
     registry: Registry | None = None,
-    step_user_fallback: bool = False,
+    step_user_fallback: bool = True,
 ) -> Runtime:
     """Start `roles` on `nc`. Engine and counter consume only the partitions whose
     leases they hold in the `owners` bucket (actors/ownership.py), rebalanced as pods
@@ -201,8 +201,9 @@ async def start_roles(
     `settings`: default `Settings.from_env()`; `layout`, `tool_concurrency` and `pod`,
     when given, win over it (tests and benches set them directly). `registry`: the
     metrics registry the runtime reports to (default: a new one). `step_user_fallback`:
-    `run` and `dev` (a developer's own machine) run steps as this process's user, with
-    a warning, when the default step user cannot (actors/tools/actor.py)."""
+    when the default step user cannot start python steps, run them as this process's
+    user, with a warning (actors/tools/actor.py): what `run`, `dev`, the tests and the
+    benches do on a developer's machine; `serve` (a pod) passes False and refuses."""
     settings = settings if settings is not None else Settings.from_env()
     layout = layout if layout is not None else settings.layout
     tool_concurrency = tool_concurrency if tool_concurrency is not None else settings.tool_concurrency
@@ -366,7 +367,8 @@ async def _run_roles(
 ) -> bool:
     # start-up runs to its end even if `stop` comes meanwhile (it is bounded, and a
     # half-started actor could not be stopped); `stop.wait()` then returns at once
-    rt = await start_roles(nc, settings=settings, roles=roles, registry=registry)
+    # a pod: a step user that cannot run is a configuration error, never a quiet fallback
+    rt = await start_roles(nc, settings=settings, roles=roles, registry=registry, step_user_fallback=False)
     tune_gc()
     collector = ConsumerCollector(nc, rt.consumers())
     registry.add_collector(collector)
