@@ -18,7 +18,7 @@ from actors.runtime import connect, serve, start_roles
 from actors.settings import Settings
 from streams.layout import CMD_STREAM, Layout, tool_consumer
 from streams.server import NatsServer
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, wait_for
 from tests.pods import PodProcess, free_port, get, until_status
 
 PARTITIONS = 2
@@ -160,9 +160,15 @@ workflow:
             await until_status(http, f"http://127.0.0.1:{port}/readyz", 503, timeout=5)
             assert await asyncio.wait_for(pod, 30) is True
 
-        # the command finished during the drain: acked, nothing queued or redelivered
-        info: Any = await jsm.consumer_info(CMD_STREAM, tool_consumer("sleep"))
-        assert (info.num_pending, info.num_ack_pending) == (0, 0)
+        # the command finished during the drain: acked, nothing queued or redelivered. The
+        # ack left on the pod's connection as it closed; the server may read it after this
+        # connection's question (two connections: no order between them), so it is asked
+        # again for a moment, well within ack_wait (5 s: past it, a lost ack would show)
+        async def settled() -> bool:
+            info: Any = await jsm.consumer_info(CMD_STREAM, tool_consumer("sleep"))
+            return (info.num_pending, info.num_ack_pending) == (0, 0)
+
+        await wait_for(settled, timeout=3)
         # its result waits in the log for the next engine: a fresh pod completes the execution
         rt = await start_roles(nc, layout=layout)
         try:
