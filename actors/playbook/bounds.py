@@ -67,26 +67,10 @@ def deep_size(value: Any, what: str) -> int:
     per other node), refused as soon as it passes the output bound: called before a
     value is turned into text, which a list of the same big string a thousand times
     over would make a gigabyte of. Iterative, and charged for what it walks."""
-    cap, total, walked = output_cap(), 0, 0
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        walked += 1
-        if isinstance(v, str):
-            total += len(v)
-        elif isinstance(v, dict):
-            total += 1 + len(v)
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            total += 1 + len(v)
-            stack.extend(v)
-        elif isinstance(v, int) and not isinstance(v, bool):
-            total += v.bit_length() // 3 + 1
-        else:
-            total += 1
-        if total > cap:
-            raise too_big(f"{what} of more than {total:,} characters")
+    cap = output_cap()
+    total, walked = written_size(value, cap)
+    if total > cap:
+        raise too_big(f"{what} of more than {total:,} characters")
     tick(walked)
     return total
 
@@ -127,14 +111,16 @@ def charge_compare(left: Any, right: Any, *, ordered: bool) -> None:
     charge_walk(left if size_of(left) <= size_of(right) else right)
 
 
-def _written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> int:
-    """`value`'s size written out (as `deep_size` counts), stopping past `cap`. A part
+def written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> tuple[int, int]:
+    """`value`'s size written out (characters of its strings and numbers, one per other
+    node), and the nodes walked to find it, stopping as soon as it passes `cap`. A part
     in `passed_on` (by identity: a value of the scope handed on) counts 1 where it is
     first met; met again, it counts its whole size: a list of a thousand references to
     one big string is a thousand of it once written out."""
-    total, stack, seen = 0, [value], set()
+    total, walked, stack, seen = 0, 0, [value], set()
     while stack and total <= cap:
         v = stack.pop()
+        walked += 1
         if passed_on is not None and id(v) in passed_on and id(v) not in seen:
             seen.add(id(v))
             total += 1
@@ -144,12 +130,14 @@ def _written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> in
             total += 1 + len(v)
             stack.extend(v.keys())
             stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
+        elif isinstance(v, (list, tuple, set, frozenset)):
             total += 1 + len(v)
             stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            total += v.bit_length() // 3 + 1
         else:
             total += 1
-    return total
+    return total, walked
 
 
 def bounded_result(value: Any, read: Any) -> None:
@@ -160,7 +148,7 @@ def bounded_result(value: Any, read: Any) -> None:
     if not isinstance(value, (str, list, tuple, dict)):
         return
     cap = output_cap()
-    if _written_size(value, cap) <= cap:
+    if written_size(value, cap)[0] <= cap:
         return
     passed_on: set[int] = set()
     stack, n = list(read.values()), 0
@@ -179,7 +167,7 @@ def bounded_result(value: Any, read: Any) -> None:
     tick(n)
     if id(value) in passed_on:
         return
-    size = _written_size(value, cap, passed_on)
+    size = written_size(value, cap, passed_on)[0]
     if size > cap:
         raise too_big(f"a result of more than {size:,} characters")
 
