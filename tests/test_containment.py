@@ -349,6 +349,11 @@ async def test_a_pod_rendering_a_runaway_template_answers_and_stops_render_proce
             (tmp_path / "bad.yaml").write_text(one_step("frozen", f"{{v: {quoted(SHARED + '{{ ns.a == ns.b }}')}}}"))
             (tmp_path / "good.yaml").write_text(GOOD)
             bad = await client.start((await client.register(tmp_path / "bad.yaml")).path)
+
+            async def rendering() -> bool:  # a process starting: no event to await but its appearance
+                return any(b"render_worker" in _cmdline(pid) for pid in _children(pod.proc.pid))
+
+            await wait_for(rendering, timeout=30)  # the render runs in a process of its own
             good = await client.start((await client.register(tmp_path / "good.yaml")).path)
             assert (await client.wait(good, timeout=60)).state == "COMPLETED"
             status = await client.status(bad)  # its first step's args are still being rendered
@@ -358,7 +363,7 @@ async def test_a_pod_rendering_a_runaway_template_answers_and_stops_render_proce
         finally:
             await nc.close()
         children = _children(pod.proc.pid)
-        assert any(b"render_worker" in _cmdline(pid) for pid in children), "the render runs in a process of its own"
+        assert any(b"render_worker" in _cmdline(pid) for pid in children), "still rendering"
         if signal == "SIGTERM":
             assert await pod.stop(timeout=30) == 0
         else:
@@ -377,10 +382,14 @@ def _children(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                found.append(int(child))
-                todo.append(int(child))
+        try:
+            kids = [
+                c for task in Path(f"/proc/{parent}/task").iterdir() for c in (task / "children").read_text().split()
+            ]
+        except OSError:  # gone meanwhile
+            continue
+        found += [int(c) for c in kids]
+        todo += [int(c) for c in kids]
     return found
 
 
