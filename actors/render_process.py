@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import msgspec
 import orjson
@@ -53,6 +53,9 @@ from actors.playbook.templates import (
     off_the_loop,
 )
 from actors.wire import Limits
+
+if TYPE_CHECKING:
+    from actors.settings import Settings
 
 T = TypeVar("T")
 
@@ -77,6 +80,11 @@ class RenderBounds:
     # a render starved of CPU (a node loaded to its limits, the process at nice 19) is
     # killed after this many times `seconds` of wall-clock time all the same
     wall_factor: float = 6.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> RenderBounds:
+        """A pod's bounds, from its settings (ACTORS_TEMPLATE_SECONDS, ACTORS_TEMPLATE_MEMORY_MB)."""
+        return cls(seconds=settings.template_seconds, memory=settings.template_memory_mb << 20)
 
 
 def render_environment() -> dict[str, str]:
@@ -160,7 +168,6 @@ class RenderProcess:
         if reply.kind == "PlaybookInvalid":
             raise PlaybookInvalid(msgspec.convert(reply.value, list[PlaybookError]))
         self._raise(reply, "playbook", "")
-        raise AssertionError("unreachable")
 
     def render(self, value: Any, scope: Mapping[str, Any], where: str, limits: Limits, step: str) -> Any:
         # only the names the templates read travel (an execution's scope holds every
@@ -329,7 +336,7 @@ class RenderProcesses:
                 proc.kill()  # reaped, its pipes closed
             proc = RenderProcess(self.bounds, self.encoded)
             with self._lock:
-                if proc is not None and self.closed:
+                if self.closed:
                     proc.kill()
                     raise RenderHalted
                 self._all = [p for p in self._all if not p.killed]

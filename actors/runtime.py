@@ -239,7 +239,7 @@ async def start_roles(
             )
         )
     hosts: list[Counter | Engine] = []
-    bounds = RenderBounds(seconds=settings.template_seconds, memory=settings.template_memory_mb << 20)
+    bounds = RenderBounds.of(settings)
     if "counter" in roles:
         hosts.append(Counter(nc, layout=layout, render_bounds=bounds))
     if "engine" in roles:

@@ -11,6 +11,7 @@ per element it touches (actors/playbook/budget.py counts them).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.playbook.budget import TemplateLimit, thread_state, tick
@@ -75,10 +76,11 @@ def deep_size(value: Any, what: str) -> int:
     return total
 
 
-_CHARGE_BATCH = 4_096  # nodes walked between two charges: a tick per node would double the walk's cost
+CHARGE_BATCH = 4_096  # nodes walked between two charges: a tick per node would double the walk's cost
 
 
-WALK_WEIGHT = 2  # operations per node a comparison or a check reaches: what the budget's other operations cost
+# operations per node a comparison or the JSON check reaches: what the budget's other operations cost
+WALK_WEIGHT = 2
 
 
 def charge_walk(value: Any) -> None:
@@ -93,7 +95,7 @@ def charge_walk(value: Any) -> None:
             stack.extend(v)
         elif isinstance(v, dict):
             stack.extend(v.values())
-        if n >= _CHARGE_BATCH:
+        if n >= CHARGE_BATCH:
             tick(n * WALK_WEIGHT)
             n = 0
     tick(n * WALK_WEIGHT)
@@ -140,18 +142,19 @@ def written_size(value: Any, cap: int, passed_on: set[int] | None = None) -> tup
     return total, walked
 
 
-def bounded_result(value: Any, read: Any) -> None:
+def bounded_result(value: Any, scope: Mapping[str, Any], names: Iterable[str]) -> None:
     """A single expression's result (`{{ [a * 60, b] }}`, a list it builds) within the
     output bound, as a string template's output is; what it hands on from the scope as
-    it is (`{{ [fetch.data, 1] }}`) counts once, whatever its size. `read`: the scope's
-    entries the template reads, walked (and charged) only when the result is large."""
+    it is (`{{ [fetch.data, 1] }}`) counts once, whatever its size. The scope's entries
+    of `names` (what the template reads) are walked, and charged, only when the result
+    is large."""
     if not isinstance(value, (str, list, tuple, dict)):
         return
     cap = output_cap()
     if written_size(value, cap)[0] <= cap:
         return
     passed_on: set[int] = set()
-    stack, n = list(read.values()), 0
+    stack, n = [scope[k] for k in names if k in scope], 0
     while stack:  # the strings and containers of what the template read: charged as walked
         v = stack.pop()
         if isinstance(v, (str, list, tuple, dict)):
@@ -161,7 +164,7 @@ def bounded_result(value: Any, read: Any) -> None:
                 stack.extend(v.values())
             elif not isinstance(v, str):
                 stack.extend(v)
-        if n >= _CHARGE_BATCH:
+        if n >= CHARGE_BATCH:
             tick(n)
             n = 0
     tick(n)

@@ -32,8 +32,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
 
 from actors.playbook.bounds import (
+    CHARGE_BATCH,
     MAX_DEPTH,
     MAX_INT_BITS,
+    WALK_WEIGHT,
     bounded_fill,
     bounded_join,
     bounded_percent,
@@ -426,25 +428,23 @@ class NotData(Exception):
 
 
 _SCALARS = (bool, int, float, str)
-AS_DATA_WEIGHT = 2  # operations per node the check reaches: about what the budget's other operations cost
 
 
-def as_data(value: Any, *, charged: bool = True) -> Any:
+def as_data(value: Any) -> Any:
     """`value` itself when it is JSON data (None, bool, number, str, list, tuple, or a
     mapping with string keys, all the way down), else NotData saying what sits where.
     Iterative (no depth limit of the interpreter's) and not copied. Charged per node
     reached, so a structure a template built from shared parts costs what walking it
-    whole costs (its budget runs out long before 2^60 nodes); `charged=False` for a
-    value looked up in the scope as it is (`{{ fetch.data }}`): a tree decoded from the
-    log, which shares nothing, passed on whatever its size."""
+    whole costs (its budget runs out long before 2^60 nodes). A value looked up in the
+    scope as it is (`{{ fetch.data }}`) is not checked at all (templates.py `_render`)."""
     stack: list[Any] = [value]
     markup = False
     walked = 0
     while stack:
         v = stack.pop()
         walked += 1
-        if walked >= 4_096 and charged:
-            tick(walked * AS_DATA_WEIGHT)
+        if walked >= CHARGE_BATCH:
+            tick(walked * WALK_WEIGHT)
             walked = 0
         if v is None or isinstance(v, _SCALARS):
             if type(v) is not str and isinstance(v, Markup):
@@ -458,8 +458,7 @@ def as_data(value: Any, *, charged: bool = True) -> Any:
                 _not_data(value)
         else:
             _not_data(value)
-    if charged:
-        tick(walked * AS_DATA_WEIGHT)
+    tick(walked * WALK_WEIGHT)
     # `|safe` and `|escape` make Markup, a str the wire encoder does not take as one
     return msgspec.to_builtins(value, enc_hook=str) if markup else value
 

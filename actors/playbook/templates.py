@@ -328,7 +328,7 @@ def _render(value: Any, scope: Mapping[str, Any], where: str) -> Any:
                 if isinstance(out, jinja2.Undefined):
                     str(out)  # a StrictUndefined leaking out of an expression: raises, naming it
                 out = as_data(out)
-                bounded_result(out, {k: scope[k] for k in _names_of(value) if k in scope})
+                bounded_result(out, scope, _names_of(value))
                 return out
             return out
         except TemplateError as e:

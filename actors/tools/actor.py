@@ -122,8 +122,7 @@ class ToolActor:
             raise SettingsInvalid(str(e)) from None
         self._step_user_fallback = step_user_fallback and not (settings.step_user or "").strip()
         # sinks' templates that are not cheap by construction render in render processes
-        bounds = RenderBounds(seconds=settings.template_seconds, memory=settings.template_memory_mb << 20)
-        self._off_loop = OffLoop(threads=2, name="sink-render", bounds=bounds)
+        self._off_loop = OffLoop(threads=2, name="sink-render", bounds=RenderBounds.of(settings))
         self._pulls = {
             kind: KindPull(nc, kind, max(1, concurrency_of(kind, concurrency)), self._deliver) for kind in kinds
         }
