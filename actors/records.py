@@ -13,6 +13,8 @@ actors/wire.py.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 
@@ -20,6 +22,7 @@ from actors.wire import ExecutionStatus, IndexEntry, index_decoder, status_decod
 from streams.layout import ENDED_STREAM, EXECUTION_ID, INDEX_STREAM, STATUS_BUCKET
 
 log = logging.getLogger("actors.records")
+T = TypeVar("T")
 
 
 class RecordInvalid(ValueError):
@@ -85,21 +88,19 @@ def status_or_none(data: bytes, *, key: str) -> ExecutionStatus | None:
 
 def index_entries(got: list[tuple[int, bytes]]) -> list[tuple[int, IndexEntry]]:
     """(sequence, entry) of the INDEX messages `got`, each malformed one left out (warned)."""
-    out = []
-    for seq, data in got:
-        try:
-            out.append((seq, index_entry(data, seq=seq)))
-        except RecordInvalid as e:
-            skipped(e)
-    return out
+    return _readable(got, index_entry)
 
 
 def ended_statuses(got: list[tuple[int, bytes]]) -> list[tuple[int, ExecutionStatus]]:
     """(sequence, status) of the ENDED messages `got`, each malformed one left out (warned)."""
+    return _readable(got, ended_status)
+
+
+def _readable(got: list[tuple[int, bytes]], read: Callable[..., T]) -> list[tuple[int, T]]:
     out = []
     for seq, data in got:
         try:
-            out.append((seq, ended_status(data, seq=seq)))
+            out.append((seq, read(data, seq=seq)))
         except RecordInvalid as e:
             skipped(e)
     return out
