@@ -38,6 +38,7 @@ from actors.client import Client
 from actors.runtime import connect
 from actors.settings import Settings
 from streams.server import NatsServer, find_binary, free_port
+from tests.test_cli_errors import cli
 
 pytestmark = [pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -268,22 +269,9 @@ def test_steps_of_a_root_pod_run_as_nobody_and_a_user_that_cannot_be_is_refused(
 
 @pytest.mark.asyncio
 async def test_a_pod_whose_step_user_does_not_exist_stops_at_start_exit_3() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "actors.cli",
-        "run",
-        "examples/hello.yaml",
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NATS_URL": "", "ACTORS_STEP_USER": "no-such-user-x"},
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 3, err
-    assert (
-        err.decode().strip() == "actors-cli: ACTORS_STEP_USER='no-such-user-x': no user 'no-such-user-x' on this host"
-    )
+    code, _, err, _ = await cli("run", "examples/hello.yaml", env={"ACTORS_STEP_USER": "no-such-user-x"})
+    assert code == 3, err
+    assert err.strip() == "actors-cli: ACTORS_STEP_USER='no-such-user-x': no user 'no-such-user-x' on this host"
 
 
 @pytest.mark.asyncio
@@ -292,23 +280,9 @@ async def test_run_as_root_with_the_default_step_user_runs_the_quick_start(tmp_p
     """README's first command, as root on a machine whose python `nobody` cannot read (a
     pyenv under /root, as CI's): `run` (and `dev`) still run the playbook, saying steps
     run as this process's user; only `serve` refuses to start then."""
-    env = {k: v for k, v in os.environ.items() if k != children.STEP_USER_SETTING}
+    default = {children.STEP_USER_SETTING: ""}  # empty: unset, the default
 
-    async def cli(*argv: str) -> tuple[int | None, str]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "actors.cli",
-            *argv,
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**env, "NATS_URL": ""},
-        )
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode, err.decode()
-
-    code, err = await cli("run", "examples/hello.yaml", "--payload", '{"name": "you"}')
+    code, _, err, _ = await cli("run", "examples/hello.yaml", "--payload", '{"name": "you"}', env=default)
     assert code == 0, err
     if "cannot start as nobody" not in err:
         pytest.skip("nobody can run this python here: no fallback to see")
@@ -316,22 +290,8 @@ async def test_run_as_root_with_the_default_step_user_runs_the_quick_start(tmp_p
 
     server = await NatsServer.start()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "actors.cli",
-            "serve",
-            "--role",
-            "tools",
-            "--http-port",
-            "0",
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**env, "NATS_URL": server.url},
-        )
-        _, served = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 3 and "cannot start as nobody" in served.decode(), served
+        code, _, served, _ = await cli("serve", "--role", "tools", "--http-port", "0", url=server.url, env=default)
+        assert code == 3 and "cannot start as nobody" in served, served
     finally:
         await server.stop()
 
@@ -344,20 +304,11 @@ async def test_a_pod_whose_steps_user_cannot_enter_its_directory_stops_at_start_
     line, not at every step (as is an interpreter it cannot read)."""
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "actors.cli",
-        "run",
-        "examples/hello.yaml",
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NATS_URL": "", "ACTORS_STEP_USER": STEP_USER, "TMPDIR": str(private)},
+    code, _, err, _ = await cli(
+        "run", "examples/hello.yaml", env={"ACTORS_STEP_USER": STEP_USER, "TMPDIR": str(private)}
     )
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 3, err
-    lines = err.decode().strip().splitlines()
+    assert code == 3, err
+    lines = err.strip().splitlines()
     assert lines == [
         f"actors-cli: ACTORS_STEP_USER='{STEP_USER}': steps run as {STEP_USER} in a directory made in {private}, "
         f"which {STEP_USER} cannot enter: set TMPDIR to a directory it can (unset, the system's: /tmp)"
