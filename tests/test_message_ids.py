@@ -13,6 +13,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from actors.events import decision_decoder
+from actors.natsio import private
 from streams import ids
 from streams.subjects import class_of, loop_class, loop_key, loop_type, type_of
 from tests.conftest import System, wait_for
@@ -160,7 +161,7 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
     await system.client.cancel(retry.execution_id, "test")
     assert (await system.client.wait(retry.execution_id, timeout=20)).state == "CANCELLED"
     await system.engine_idle()
-    await system.nc.flush()
+    await private.flush(system.nc)
     for sub in subs:
         await sub.unsubscribe()
 

@@ -218,7 +218,28 @@ async def test_a_direct_subscription_hands_each_message_over_as_read_in_order(
         assert nc.is_connected
         await sub.unsubscribe()
         await nc.publish("direct.after", b"late")
-        await nc.flush()
+        await private.flush(nc)
         assert got[-1] == str(n - 1).encode()
     finally:
         await nc.close()
+
+
+async def test_flush_returns_after_the_server_has_seen_what_was_sent_before_it(nats_server: NatsServer) -> None:
+    """`private.flush` after a subscribe: a request from another connection finds the
+    responder every time. nats-py 2.16's own `flush` sends its PING ahead of a SUB still
+    in the buffer, and some of these requests (one in fourteen in a plain script, fewer
+    under pytest) drew "no responders"."""
+    responders = await nats.connect(nats_server.url)
+    requests = await nats.connect(nats_server.url)
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(b"here")
+
+    try:
+        for i in range(1000):
+            await responders.subscribe(f"flushed.{i}", cb=answer)
+            await private.flush(responders)
+            assert await requests.request(f"flushed.{i}", b"", timeout=10) is not None
+    finally:
+        await requests.close()
+        await responders.close()

@@ -27,6 +27,7 @@ from actors.client import Client
 from actors.connopts import ConnectOptions
 from actors.deadletters import MaxDeliveriesWatcher
 from actors.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
+from actors.natsio import private
 from actors.runtime import ROLES, Runtime, connect, start_roles
 from actors.settings import Settings, SettingsInvalid
 from actors.wire import ExecutionStatus, encode
@@ -282,7 +283,7 @@ async def refused(secured: Secured, user: str, subject: str, data: bytes) -> Non
     try:
         with pytest.raises(nats.errors.TimeoutError):
             await nc.jetstream().publish(subject, data, timeout=1.0)
-        await nc.flush()
+        await private.flush(nc)
     finally:
         await nc.close()
     assert any("permissions violation" in str(e).lower() for e in errors), errors

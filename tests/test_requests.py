@@ -11,6 +11,7 @@ import nats
 import nats.errors
 import pytest
 
+from actors.natsio import private
 from actors.natsio.requests import requester
 from actors.runtime import connect
 from streams.server import NatsServer
@@ -37,7 +38,7 @@ async def test_each_request_gets_its_own_reply_with_its_headers(nats_server: Nat
     nc = await (connect(nats_server.url) if ours else nats.connect(nats_server.url))
     try:
         seen = await answering(server_side, "svc.echo")
-        await server_side.flush()
+        await private.flush(server_side)
         replies = await asyncio.gather(
             *(
                 requester(nc).request("svc.echo", f"req-{i}".encode(), timeout=5, headers={"X-Test": str(i)})
@@ -76,15 +77,15 @@ async def test_a_reply_that_does_not_come_times_out_and_a_late_one_is_dropped(na
 
     try:
         await server_side.subscribe("svc.slow", cb=slow)
-        await server_side.flush()
+        await private.flush(server_side)
         with pytest.raises(nats.errors.TimeoutError):
             await requester(nc).request("svc.slow", b"x", timeout=0.5)
         await got_it.wait()
         await held[0].respond(b"late")  # to a request that gave up: dropped
-        await server_side.flush()
+        await private.flush(server_side)
         # the next request on the connection still gets its own reply, not the late one
         echo = await answering(server_side, "svc.echo")
-        await server_side.flush()
+        await private.flush(server_side)
         assert await requester(nc).request("svc.echo", b"ab", timeout=5) == b"ba|"
         assert len(echo) == 1
     finally:

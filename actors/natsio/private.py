@@ -23,6 +23,13 @@ per-message overhead (`fast.send`):
   runs, else `_flush_pending` (which writes inline when it does not).
 * `_pending` and `_pending_data_size` again, emptied before closing a connection that
   is not connected (`close_connection`): `close` would write them to the lost transport.
+* `_transport` (nats-py's Transport, or None): `flush` writes the buffer to it before the PING.
+  nats-py 2.16's `Client.flush` writes its PING straight to the transport while
+  commands sent before it (a SUB, a PUB) may still wait in `_pending` for the flusher,
+  so its PONG can come back before the server has seen them: a responder subscribed
+  and "flushed" on one connection then drew "no responders" to a request from another
+  about 7% of the time (tests/test_nats_private.py). nats.py2 had fixed the same once
+  (its PR 24, 2017).
 
 `Msg` (nats.aio.msg), for an ack sent by `fast.send` instead of `Msg.ack`:
 * `_ackd` (bool): read, so that a second ack raises as `Msg.ack` does; set after the
@@ -70,6 +77,7 @@ CLIENT_ATTRS = (
     "_max_pending_size",
     "_max_payload",
     "_status",
+    "_transport",
     "stats",
 )
 # False when this nats-py lacks what `buffer_publish` touches: every publish then goes
@@ -235,3 +243,13 @@ async def close_connection(nc: NATS) -> None:
         nc._pending = []
         nc._pending_data_size = 0
     await nc.close()
+
+
+async def flush(nc: NATS, timeout: float = 10.0) -> None:
+    """Return once the server has processed everything sent on `nc` before this call
+    (`Client.flush`, in order: see `_transport` above)."""
+    if nc._status == _CONNECTED and nc._pending_data_size > 0 and nc._transport is not None:
+        nc._transport.writelines(nc._pending[:])  # what the flusher would write next
+        nc._pending = []
+        nc._pending_data_size = 0
+    await nc.flush(timeout)  # type: ignore[arg-type]  # typed int, used as a float
