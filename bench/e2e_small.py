@@ -75,8 +75,8 @@ from nats.js.api import RawStreamMsg  # noqa: E402
 
 from actors.client import Client  # noqa: E402
 from actors.natsio import MSG_ID  # noqa: E402
-from actors.runtime import ROLES, connect  # noqa: E402
-from actors.wire import StartMessage, encode  # noqa: E402
+from actors.pod.roles import ROLES, connect  # noqa: E402
+from actors.wire.messages import StartMessage, encode  # noqa: E402
 from bench.common import chain_playbook  # noqa: E402
 from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout  # noqa: E402
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402

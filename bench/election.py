@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.natsio import MSG_ID, publisher
-from actors.runtime import connect
+from actors.pod.roles import connect
 from streams.layout import EXEC_STREAM, START_STREAM, START_SUBJECT, Layout, ensure
 from streams.server import NatsCluster
 

@@ -56,7 +56,7 @@ CHUNK = 500
 async def flood(url: str, n: int, cap: int) -> dict[str, Any]:
     from actors.client import Client
     from actors.engine.actor import Engine
-    from actors.runtime import connect, start_roles, tune_gc
+    from actors.pod.roles import connect, start_roles, tune_gc
     from streams.layout import CMD_STREAM, Layout, cmd_subject
 
     layout = Layout(engine_max_resident=cap)

@@ -46,7 +46,7 @@ from bench.common import chain_playbook, start_server  # noqa: E402
 async def e2e_child(url: str, n: int, tool: str, how: str) -> None:
     """`n` executions of a 3-step playbook, every actor and the client in this process."""
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.pod.roles import connect, start_roles
     from streams.layout import Layout
 
     nc_pod = await connect(url, name="instructions-pod")
@@ -107,9 +107,9 @@ def use_parser(parser: str) -> None:
     """In a child: read with nats-py's own parser when asked (the reader is installed
     by `runtime.connect`)."""
     if parser == "nats-py":
-        import actors.runtime
+        import actors.pod.roles
 
-        actors.runtime.install_reader = lambda nc: nc  # type: ignore[assignment]
+        actors.pod.roles.install_reader = lambda nc: nc  # type: ignore[assignment]
 
 
 def main() -> int:

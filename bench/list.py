@@ -48,9 +48,9 @@ CHUNK = 5000
 async def grow(nc: Any, start: int, stop: int, t0: float) -> None:
     """Executions start..stop-1, as the projector writes them: index entry, status, then
     (they are all finished) the final status's index entry."""
-    from actors.events import ExecState
     from actors.natsio import MSG_ID, publisher
-    from actors.wire import ExecutionStatus, IndexEntry, encode
+    from actors.wire.events import ExecState
+    from actors.wire.messages import ExecutionStatus, IndexEntry, encode
     from streams import ids
     from streams.layout import STATUS_BUCKET
     from streams.subjects import index_end_subject, index_subject, kv_key_subject
@@ -75,7 +75,7 @@ async def grow(nc: Any, start: int, stop: int, t0: float) -> None:
 
 async def scan(nc: Any, limit: int) -> list[Any]:
     """The baseline: every status in the bucket, newest `limit` by start time."""
-    from actors.wire import status_decoder
+    from actors.wire.messages import status_decoder
     from streams.layout import STATUS_BUCKET
     from streams.subjects import kv_key_subject, kv_stream
 
@@ -117,7 +117,7 @@ def cli_ms(url: str, *args: str) -> tuple[float, bytes]:
 
 async def run(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     from actors.client import Client
-    from actors.runtime import connect
+    from actors.pod.roles import connect
     from streams.layout import STATUS_BUCKET, Layout, ensure
     from streams.server import NatsServer
 

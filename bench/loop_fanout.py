@@ -226,7 +226,7 @@ TOOLS = {"noop": "{kind: noop}", "python": '{kind: python, code: "def main(i): r
 
 async def loop(url: str, n: int, tool: str, concurrency: int, server_pid: int) -> dict[str, Any]:
     from actors.client import Client
-    from actors.runtime import connect, start_roles, tune_gc
+    from actors.pod.roles import connect, start_roles, tune_gc
     from streams.layout import Layout
 
     layout = Layout()

@@ -87,11 +87,11 @@ from nats.js import api
 
 from actors.client import Client
 from actors.engine.actor import Engine
-from actors.events import CommandIssuedEvent, RetryDueEvent, RetryScheduledEvent, decision_decoder, event_decoder
 from actors.natsio import MSG_ID, SCHEDULE, SCHEDULE_TARGET, schedule_at
-from actors.runtime import Runtime, connect, start_roles
+from actors.pod.roles import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
-from actors.wire import StartMessage, encode, input_decoder
+from actors.wire.events import CommandIssuedEvent, RetryDueEvent, RetryScheduledEvent, decision_decoder, event_decoder
+from actors.wire.messages import StartMessage, encode, input_decoder
 from streams.layout import (
     CMD_STREAM,
     EV,

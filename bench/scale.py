@@ -94,8 +94,8 @@ from nats.aio.client import Client as NATS  # noqa: E402
 from nats.aio.msg import Msg  # noqa: E402
 
 from actors.client import Client  # noqa: E402
-from actors.events import TERMINAL_EVENTS  # noqa: E402
-from actors.runtime import connect  # noqa: E402
+from actors.pod.roles import connect  # noqa: E402
+from actors.wire.events import TERMINAL_EVENTS  # noqa: E402
 from streams.layout import (  # noqa: E402
     OWNERS_BUCKET,
     PROJECTOR_CONSUMER,
@@ -239,7 +239,7 @@ async def until_split(nc: NATS, layout: Layout, n: int) -> dict[int, str]:
 
 
 def pod_of(name: str, pods: list[PodProcess]) -> PodProcess | None:
-    """The pod whose lease name (`<host>-<pid>`, actors/ownership.py) is `name`."""
+    """The pod whose lease name (`<host>-<pid>`, actors/runtime/ownership.py) is `name`."""
     return next((p for p in pods if name.endswith(f"-{p.proc.pid}")), None)
 
 

@@ -75,11 +75,11 @@ from nats.js import api
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.common
 
 from actors.client import Client
-from actors.codec import CLEAR, PayloadCodec, PayloadKeys, bind, parse_key
-from actors.events import decision_decoder
 from actors.natsio import MSG_ID
-from actors.runtime import Runtime, connect, start_roles
+from actors.pod.roles import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeys, bind, parse_key
+from actors.wire.events import decision_decoder
 from bench.common import chain_playbook
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer, find_binary
@@ -470,7 +470,7 @@ async def engine_runs(
 async def encrypted_runs(
     server: NatsServer, nc: NATS, layout: Layout, path: str, version: int, args: argparse.Namespace
 ) -> tuple[list[float], list[float]]:
-    """Step latencies of executions in clear and with a payload key (actors/codec.py),
+    """Step latencies of executions in clear and with a payload key (actors/wire/codec.py),
     alternating one of each, on the runtime already running: the codec bound to its
     connection is switched between executions (every actor looks it up per message),
     so both see the same warm worker pool, server and moment. (clear, encrypted)."""

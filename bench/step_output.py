@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.client import Client
-from actors.runtime import connect, start_roles
+from actors.pod.roles import connect, start_roles
 from streams.layout import Layout
 from streams.server import NatsServer
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import step_latency as sl
 
 import actors.engine.actor as engine_mod
-import actors.outbox as outbox_mod
+import actors.runtime.outbox as outbox_mod
 import actors.tools.actor as tools_mod
 from actors.client import Client
 from actors.natsio import stream_seq

@@ -35,10 +35,10 @@ import step_latency as sl
 
 import actors.core.decide as decide
 import actors.engine.actor as engine_mod
-import actors.outbox as outbox_mod
-from actors.events import DecisionRecord
+import actors.runtime.outbox as outbox_mod
 from actors.natsio import MSG_ID, publish_all
-from actors.wire import encode
+from actors.wire.events import DecisionRecord
+from actors.wire.messages import encode
 from streams import ids
 from streams.layout import cmd_subject
 
@@ -99,7 +99,7 @@ def tools_subprocess() -> None:
         import signal
         import subprocess
 
-        from actors.runtime import Runtime
+        from actors.pod.roles import Runtime
 
         rt = await orig(nc, layout=layout, roles=("engine", "projector"))
         url = f"nats://{nc.connected_url.netloc}"

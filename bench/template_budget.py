@@ -66,9 +66,9 @@ from actors.client import Client  # noqa: E402
 from actors.playbook.budget import begin_budget, end_budget, thread_state  # noqa: E402
 from actors.playbook.inline import inline_safe  # noqa: E402
 from actors.playbook.templates import TemplateLimit, render_value, template_limits  # noqa: E402
-from actors.render_process import RenderBounds, RenderProcess  # noqa: E402
-from actors.runtime import connect  # noqa: E402
-from actors.wire import ExecutionStatus, Limits  # noqa: E402
+from actors.pod.roles import connect  # noqa: E402
+from actors.runtime.render_process import RenderBounds, RenderProcess  # noqa: E402
+from actors.wire.messages import ExecutionStatus, Limits  # noqa: E402
 from bench.common import chain_playbook, start_server  # noqa: E402
 from streams.layout import Layout  # noqa: E402
 from tests.pods import PodProcess  # noqa: E402
@@ -241,7 +241,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ACTORS_TEMPLATE_OPS": str(args.ops),
                 "ACTORS_TEMPLATE_SECONDS": str(args.template_seconds),
                 # only sleep steps here: they run as nobody else, and a root pod refuses to
-                # start without a step user its python can run as (actors/settings.py)
+                # start without a step user its python can run as (actors/runtime/settings.py)
                 "ACTORS_STEP_USER": os.environ.get("ACTORS_STEP_USER", f"{os.geteuid()}:{os.getegid()}"),
             }
             pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=Path(tmp), name="pod", env=env)

@@ -31,7 +31,7 @@ import uvloop  # noqa: E402
 from nats.js.errors import NotFoundError  # noqa: E402
 
 from actors.client import Client  # noqa: E402
-from actors.runtime import connect  # noqa: E402
+from actors.pod.roles import connect  # noqa: E402
 from bench.common import chain_playbook  # noqa: E402
 from streams.layout import Layout  # noqa: E402
 from streams.server import NatsServer  # noqa: E402

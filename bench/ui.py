@@ -70,7 +70,7 @@ async def main(executions: int, iterations: int, repeat: int) -> dict[str, Any]:
     import aiohttp
 
     from actors.client import Client
-    from actors.runtime import connect
+    from actors.pod.roles import connect
     from actors.ui.server import serve_ui
     from bench.list import grow
     from streams.layout import Layout

@@ -65,7 +65,7 @@ workflow:
 
 async def main(out: Path) -> list[Path]:
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.pod.roles import connect, start_roles
     from actors.ui.server import serve_ui
     from streams.layout import Layout
     from streams.server import NatsServer

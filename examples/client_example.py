@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from actors.client import Client
-from actors.events import TERMINAL_EVENTS
+from actors.wire.events import TERMINAL_EVENTS
 
 HELLO = Path(__file__).with_name("hello.yaml")
 
@@ -37,7 +37,7 @@ async def use(client: Client) -> int:
 
 
 async def embedded() -> int:
-    from actors.runtime import connect, start_roles
+    from actors.pod.roles import connect, start_roles
     from streams.server import NatsServer
 
     server = await NatsServer.start()

@@ -44,7 +44,7 @@ derived from the schedule and the fire time. KV ``schedules`` keeps each schedul
 
 Object store ``blobs``: values too large for one message (a step result, a command, a
 loop's collection, scope or aggregated results, a large execution result), referenced by
-key from the message (actors/blobs.py). Object store ``payloads``: start payloads too
+key from the message (actors/store/blobs.py). Object store ``payloads``: start payloads too
 large for one message, apart so that clients may write them and nothing else.
 """
 
@@ -97,7 +97,7 @@ CMD_STREAM = "CMD"
 LOOP_STREAM = "LOOP"
 BLOB_BUCKET = "blobs"
 # start payloads too large for a message: a bucket of their own, the one clients may
-# write (actors/blobs.py, actors/permissions.py)
+# write (actors/store/blobs.py, actors/pod/permissions.py)
 PAYLOAD_BUCKET = "payloads"
 START_STREAM = "START"
 DLQ_STREAM = "DLQ"
@@ -119,7 +119,7 @@ TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 class Layout:
     """Deployment-wide settings. Partition count is fixed for the life of a deployment
     (it is part of every execution's subject). Built from a pod's environment by
-    `actors.settings.Settings.layout`."""
+    `actors.runtime.settings.Settings.layout`."""
 
     partitions: int = 8
     replicas: int = 1
@@ -137,7 +137,7 @@ class Layout:
     engine_max_resident: int = 50_000
     counter_max_resident: int = 10_000
     # a value (result, args, payload) whose encoding is over this is refused, not
-    # stored as a blob (actors/blobs.py); clients and actors of a deployment agree on it
+    # stored as a blob (actors/store/blobs.py); clients and actors of a deployment agree on it
     max_value_bytes: int = 64 * 1024 * 1024
     # bytes of what one step attempt printed kept in the object store; past it the rest
     # is counted, not kept (the event's tail still shows the end)
@@ -354,7 +354,7 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
 
 class StreamsMissing(Exception):
     """Streams, consumers or buckets are missing and this connection could not create
-    them (its NATS user may not: only the engine's may, see actors/permissions.py)."""
+    them (its NATS user may not: only the engine's may, see actors/pod/permissions.py)."""
 
     SHOWN = 6  # names in the message; the rest are counted
 
@@ -376,7 +376,7 @@ async def ensure(
 
     `update=False` (every other role, the CLI and the client): only look them up, and
     declare them only when something is missing. A NATS user that may look streams up
-    but not create them (actors/permissions.py) then starts against streams that exist;
+    but not create them (actors/pod/permissions.py) then starts against streams that exist;
     when some are missing and its create is refused (the server drops the request: no
     answer), StreamsMissing names them."""
     if not update:

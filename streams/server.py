@@ -155,7 +155,7 @@ class NatsServer:
         """`env`: the server's environment (default: none), to which the variables its
         `config` refers to (`$NAME`, `config_variables`) are added from this process's:
         it needs nothing else, and the environment of the process starting it may hold
-        secrets (a pod's: actors/children.py).
+        secrets (a pod's: actors/runtime/children.py).
         `auth`: (user, password) the server requires; its `url` then carries them.
         `config`: the text of a nats-server configuration file (TLS, users, accounts),
         written to the store dir and passed with `-c`; the flags set here (address,

@@ -38,7 +38,7 @@ START_WAIT = "Actors-Start-Wait"
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
 LOOP_RESULT, DECISION = "res", "decision"
-RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire.py RetriedBy)
+RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
 def partition_of(execution_id: str, partitions: int) -> int:

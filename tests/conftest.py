@@ -14,9 +14,9 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
-from actors import children
 from actors.client import Client, LogItem
-from actors.runtime import Runtime, connect, start_roles
+from actors.pod.roles import Runtime, connect, start_roles
+from actors.runtime import children
 from streams.layout import Layout
 from streams.server import NatsServer
 
@@ -97,11 +97,11 @@ class System:
         """Stop the named roles and start fresh instances on the same server: an
         engine or counter with its leases, which the fresh one (a new member) wins at
         once since the old one handed them back."""
-        from actors.counter import Counter
         from actors.engine.actor import Engine
         from actors.engine.starter import Starter
-        from actors.ownership import Leases
-        from actors.projector import Projector
+        from actors.loops.counter import Counter
+        from actors.runtime.ownership import Leases
+        from actors.status.projector import Projector
         from actors.tools.actor import ToolActor
 
         kinds = {"engine": (Engine, Starter), "counter": (Counter,), "tools": (ToolActor,), "projector": (Projector,)}

@@ -104,7 +104,7 @@ class PodProcess:
             await until_status(http, f"http://127.0.0.1:{self.port}/readyz", 200, timeout=timeout, proc=self.proc)
 
     async def dump_tasks(self, timeout: float = 5) -> str:
-        """What the pod's tasks wait on (`kill -USR1`, actors/taskdump.py), read back from
+        """What the pod's tasks wait on (`kill -USR1`, actors/pod/taskdump.py), read back from
         its log: for the report of a test that found work stuck."""
         if self.proc.returncode is not None:
             return f"{self.log.name}: exited with {self.proc.returncode}"

@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from actors import taskdump
 from actors.client import Client
+from actors.pod import taskdump
 from streams.layout import TOOL_KINDS, counter_consumer, engine_consumer, tool_consumer
 from tests.pods import PodProcess
 

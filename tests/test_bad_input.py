@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from actors.catalog import CatalogReader
 from actors.cli import main as cli
+from actors.store.catalog import CatalogReader
 from streams.layout import START_SUBJECT
 from tests.conftest import System, of_type, wait_for
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.blobs import get_blob
-from actors.events import TERMINAL_EVENTS
 from actors.playbook.loader import MAX_ALIAS_NODES, PlaybookInvalid, load_playbook
-from actors.wire import CallDone, StartRecord, encode
+from actors.store.blobs import get_blob
+from actors.wire.events import TERMINAL_EVENTS
+from actors.wire.messages import CallDone, StartRecord, encode
 from streams.layout import IN
 from streams.server import NatsServer
 from tests.conftest import System, of_type

@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from actors.client import Client, LogItem
-from actors.runtime import connect
+from actors.pod.roles import connect
 from streams.layout import EXEC_STREAM, Layout, ensure
 from streams.server import NatsCluster, NatsServer
 from tests.pods import PodProcess

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.blobs import ValueTooLarge
 from actors.client import Client
-from actors.dial import CLIENT_TIMEOUT
+from actors.natsio.dial import CLIENT_TIMEOUT
+from actors.store.blobs import ValueTooLarge
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsServer, free_port
 from streams.subjects import status_subject
@@ -121,7 +121,7 @@ async def test_cancel_waits_for_a_start_still_queued_and_says_when_it_cannot_tel
     """A start message not yet turned into a record (no engine running yet) is neither
     cancelled blindly nor called unknown."""
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.pod.roles import connect, start_roles
 
     layout = make_layout()
     nc = await connect(nats_server.url, name="test")
@@ -190,7 +190,7 @@ async def test_a_watch_whose_server_goes_away_says_so_and_exits_5_not_4(tmp_path
     that it lost NATS, and when its --timeout ends with NATS still gone it exits 5 saying
     the outcome is unknown, not 4 ("not finished")."""
     from actors.natsio import close_connection
-    from actors.runtime import connect, start_roles
+    from actors.pod.roles import connect, start_roles
 
     server = await NatsServer.start()
     nc = await connect(server.url, name="test")

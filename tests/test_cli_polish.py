@@ -18,7 +18,7 @@ import pytest
 
 from actors.cli.live import ProgressBars
 from actors.cli.main import build_parser
-from actors.wire import LoopProgress
+from actors.wire.messages import LoopProgress
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.timeout(120)]

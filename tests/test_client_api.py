@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from actors.client import Client
-from actors.dial import NatsUnavailable
-from actors.events import TERMINAL_EVENTS
-from actors.runtime import connect, start_roles
+from actors.natsio.dial import NatsUnavailable
+from actors.pod.roles import connect, start_roles
+from actors.wire.events import TERMINAL_EVENTS
 from streams.layout import EXEC_STREAM, ensure
 from streams.server import NatsServer, free_port
 from tests.conftest import System, make_layout

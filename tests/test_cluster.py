@@ -15,8 +15,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from actors.client import Client
-from actors.runtime import connect, start_roles
-from actors.wire import ResultBatch, loop_input_decoder
+from actors.pod.roles import connect, start_roles
+from actors.wire.messages import ResultBatch, loop_input_decoder
 from streams import server
 from streams.layout import (
     CMD_STREAM,

@@ -1,4 +1,4 @@
-"""The payload codec's pure parts (actors/codec.py): which fields it seals, that sealing
+"""The payload codec's pure parts (actors/wire/codec.py): which fields it seals, that sealing
 is deterministic and round-trips through the typed decoders, key parsing and rotation.
 End to end against a real server: tests/test_payload_encryption.py."""
 
@@ -11,9 +11,10 @@ from typing import Any
 import msgspec
 import pytest
 
-import actors.events as events
-import actors.wire as wire
-from actors.codec import (
+import actors.wire.events as events
+import actors.wire.messages as wire
+from actors.runtime.settings import Settings, SettingsInvalid
+from actors.wire.codec import (
     PayloadCodec,
     PayloadKeyInvalid,
     PayloadKeyMissing,
@@ -22,7 +23,6 @@ from actors.codec import (
     parse_key,
     plan_of,
 )
-from actors.settings import Settings, SettingsInvalid
 
 pytestmark = [pytest.mark.timeout(30)]
 
@@ -30,7 +30,7 @@ KEY = "k1:" + base64.b64encode(bytes(range(32))).decode()
 NEW = "k2:" + base64.b64encode(bytes(range(1, 33))).decode()
 
 # Fields that can hold arbitrary data but stay in clear, on purpose. A new field that
-# can hold data must be marked SECRET / SECRET_ERROR (actors/secrecy.py) or listed here.
+# can hold data must be marked SECRET / SECRET_ERROR (actors/wire/secrecy.py) or listed here.
 CLEAR_ON_PURPOSE = {
     ("UnknownEvent", "data"),  # an event of a newer engine: its values were sealed by that engine's types
     ("DeadLetter", "headers"),  # message headers (ids), not values
@@ -67,7 +67,7 @@ def test_every_field_that_can_hold_a_value_is_sealed_or_clear_on_purpose() -> No
                     continue  # a union of events: walked (plan_of), each event checked on its own
                 if _holds_data(t) and f.name not in sealed and (name, f.name) not in CLEAR_ON_PURPOSE:
                     forgotten.append(f"{name}.{f.name}")
-    assert not forgotten, f"mark these SECRET (actors/secrecy.py) or list them as clear: {forgotten}"
+    assert not forgotten, f"mark these SECRET (actors/wire/secrecy.py) or list them as clear: {forgotten}"
 
 
 def codec(*keys: str) -> PayloadCodec:
@@ -98,7 +98,7 @@ def test_sealed_messages_keep_names_clear_hide_values_and_round_trip() -> None:
     rec = a_decision()
     data = c.encode(rec)
     assert b"s3cr3t" not in data and b'"tb"' not in data
-    assert b'"ValueError"' not in data  # an error's type is a value too (actors/secrecy.py)
+    assert b'"ValueError"' not in data  # an error's type is a value too (actors/wire/secrecy.py)
     assert b'"fetch"' in data and b"step.failure_decided" in data
     assert c.encode(rec) == data  # deterministic: a replay republishes the same bytes
     back = c.decode(events.decision_decoder, data)
@@ -224,7 +224,7 @@ def test_key_settings_parse_and_refuse_in_one_line(tmp_path: Path) -> None:
 def test_a_sealed_value_nested_past_any_sense_is_unreadable_not_a_recursion_error() -> None:
     """Its depth is measured on the decrypted text before decoding: a value sealed by a
     hostile writer holding the key cannot crash a reader with RecursionError."""
-    from actors.nesting import START_MESSAGE_DEPTH
+    from actors.wire.nesting import START_MESSAGE_DEPTH
 
     deep: Any = 1
     for _ in range(START_MESSAGE_DEPTH + 1):

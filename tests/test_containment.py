@@ -21,8 +21,8 @@ import pytest_asyncio
 from actors.client import Client
 from actors.playbook.inline import inline_safe
 from actors.playbook.templates import RenderFault, TemplateError, TemplateLimit, check, render_value
-from actors.runtime import connect, start_roles
-from actors.settings import Settings
+from actors.pod.roles import connect, start_roles
+from actors.runtime.settings import Settings
 from streams.server import NatsServer
 from tests.conftest import System, make_layout, of_type, wait_for
 from tests.test_engine_hardening import GOOD, failed_step_error, good_run_completes, one_step, set_limits
@@ -306,7 +306,7 @@ def test_a_pod_never_loads_a_big_playbook_on_its_event_loop() -> None:
 
     from actors.playbook.loader import load_playbook, parsed_playbook
     from actors.playbook.templates import INLINE_TEMPLATE_OPS, SliceExhausted, call_with_slice
-    from actors.render_process import OffLoop, RenderBounds
+    from actors.runtime.render_process import OffLoop, RenderBounds
 
     source = big_playbook(30) + "\n# unique to this test\n"
     with pytest.raises(SliceExhausted):
@@ -478,7 +478,7 @@ def test_filters_that_read_a_whole_string_are_charged_for_it(template: str) -> N
 async def test_a_result_of_more_values_than_a_pod_should_decode_fails_its_step(system: System) -> None:
     """A 63 MB list of 21 million `{}` took a pod to 1.6 GB when the engine decoded it:
     a value stored as a blob holds at most MAX_VALUE_NODES values, whatever its bytes."""
-    from actors.nesting import MAX_VALUE_NODES
+    from actors.wire.nesting import MAX_VALUE_NODES
 
     n = MAX_VALUE_NODES + 1_000
     tool = f'    tool: {{kind: python, code: "def main(): return [0] * {n}"}}\n'

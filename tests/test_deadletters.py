@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from actors.client import Client
-from actors.runtime import connect, start_roles
+from actors.pod.roles import connect, start_roles
 from streams.layout import CMD_STREAM, Layout, tool_consumer
 from streams.server import NatsServer
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from actors.cli import build_parser
-from actors.runtime import ROLES
+from actors.pod.roles import ROLES
 from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -9,9 +9,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.events import FailureDecidedEvent, decision_decoder, event_decoder
 from actors.natsio import log_time, stream_seq
-from actors.wire import input_decoder
+from actors.wire.events import FailureDecidedEvent, decision_decoder, event_decoder
+from actors.wire.messages import input_decoder
 from streams.layout import EXEC_STREAM, IN, class_of
 from streams.subjects import ExecSubjects
 from tests.conftest import System, of_type

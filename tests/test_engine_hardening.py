@@ -19,7 +19,7 @@ import pytest
 
 from actors.engine.starter import Starter
 from actors.playbook.templates import TemplateError, TemplateLimit, render_value
-from actors.wire import Limits
+from actors.wire.messages import Limits
 from tests.conftest import System, of_type
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -346,7 +346,7 @@ async def test_an_output_that_cannot_be_encoded_fails_the_execution_with_engine_
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from actors.core import work
-    from actors.wire import Command
+    from actors.wire.messages import Command
 
     real = work.step_completed
 
@@ -388,7 +388,7 @@ async def test_a_loop_input_the_counter_cannot_take_fails_the_loop_step(
             raise KeyError("a bug in the counter")
         return real(run, inp, **kw)
 
-    monkeypatch.setattr("actors.counter.fold_loop", buggy)
+    monkeypatch.setattr("actors.loops.counter.fold_loop", buggy)
     eid = await system.start_yaml("""
 apiVersion: actors/v1
 kind: Playbook
@@ -404,7 +404,7 @@ workflow:
     error = await failed_step_error(system, eid, "each")
     assert error["type"] == "LoopFailed" and "EngineError" in error["message"]
     assert "a bug in the counter" in error["message"]
-    monkeypatch.setattr("actors.counter.fold_loop", real)
+    monkeypatch.setattr("actors.loops.counter.fold_loop", real)
     await good_run_completes(system)
 
 
@@ -452,8 +452,8 @@ def test_what_waiting_cures_is_told_from_what_it_does_not() -> None:
     import nats.errors
     import nats.js.errors
 
-    from actors.hosting import is_transient
     from actors.natsio import PublishOutcomeUnknown
+    from actors.runtime.hosting import is_transient
 
     for e in (
         TimeoutError(),

@@ -8,7 +8,8 @@ import msgspec
 import pytest
 
 from actors.client import log_items
-from actors.events import (
+from actors.status.projector import project
+from actors.wire.events import (
     ActivationStatus,
     DecisionRecord,
     ExecState,
@@ -22,8 +23,7 @@ from actors.events import (
     decision_decoder,
     event_decoder,
 )
-from actors.projector import project
-from actors.wire import ExecutionStatus, encode
+from actors.wire.messages import ExecutionStatus, encode
 
 pytestmark = [pytest.mark.timeout(30)]
 

@@ -11,10 +11,10 @@ from typing import Any
 import nats
 import pytest
 
-from actors.counter import Counter
 from actors.engine.actor import Engine
-from actors.hosting import PartitionHost
-from actors.metrics import EVICTED_ACTORS
+from actors.loops.counter import Counter
+from actors.runtime.hosting import PartitionHost
+from actors.runtime.metrics import EVICTED_ACTORS
 from streams.layout import Layout
 from tests.conftest import System
 

@@ -16,10 +16,10 @@ import pytest
 import pytest_asyncio
 
 from actors.client import Client
-from actors.runtime import Runtime, connect, start_roles
+from actors.pod.roles import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
 from actors.tools.held import hold_bound
-from actors.wire import Command, SinkCall
+from actors.wire.messages import Command, SinkCall
 from streams.layout import Layout
 from streams.server import NatsServer
 from tests.conftest import make_layout

@@ -21,10 +21,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.events import TERMINAL_EVENTS
-from actors.nesting import MAX_DEPTH, START_MESSAGE_DEPTH, TooDeep
 from actors.playbook.loader import MAX_SOURCE_BYTES, PlaybookInvalid
-from actors.wire import StartRecord, StartReply, encode
+from actors.wire.events import TERMINAL_EVENTS
+from actors.wire.messages import StartRecord, StartReply, encode
+from actors.wire.nesting import MAX_DEPTH, START_MESSAGE_DEPTH, TooDeep
 from streams.layout import IN, START_STREAM, START_SUBJECT
 from streams.server import NatsServer
 from streams.subjects import START_REQUEST_SUBJECT

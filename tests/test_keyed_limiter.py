@@ -1,4 +1,4 @@
-"""actors/keyed_limiter.py, pure asyncio (no server): what the starter and the projector
+"""actors/runtime/keyed_limiter.py, pure asyncio (no server): what the starter and the projector
 rely on. At most `limit` pieces of work run at once; work on one key runs one at a
 time, in arrival order; a turn given up while waiting (cancelled) leaves nothing behind."""
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from actors.keyed_limiter import KeyedLimiter
+from actors.runtime.keyed_limiter import KeyedLimiter
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(10)]
 

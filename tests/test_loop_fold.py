@@ -15,7 +15,7 @@ from actors.core.effects import Effects
 from actors.core.loop import LoopRun, fold_loop, tolerated
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.model import Loop
-from actors.wire import (
+from actors.wire.messages import (
     CallDone,
     CallError,
     ChunkDone,

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from actors.client import Client
-from actors.runtime import connect, start_roles
-from actors.wire import CallDone, CallError, ChunkDone, ResultBatch, loop_input_decoder
+from actors.pod.roles import connect, start_roles
+from actors.wire.messages import CallDone, CallError, ChunkDone, ResultBatch, loop_input_decoder
 from streams.layout import Layout, ensure
 from streams.server import NatsServer
 from tests.conftest import System, of_type, wait_for

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from actors.events import decision_decoder
 from actors.natsio import private
+from actors.wire.events import decision_decoder
 from streams import ids
 from streams.subjects import class_of, loop_class, loop_key, loop_type, type_of
 from tests.conftest import System, wait_for

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.metrics import (
+from actors.pod.roles import connect
+from actors.runtime.metrics import (
     EVICTED_ACTORS,
     STEP_BUCKETS,
     ConsumerCollector,
@@ -22,7 +23,6 @@ from actors.metrics import (
     consumers_for,
     pod_registry,
 )
-from actors.runtime import connect
 from streams.layout import (
     CMD_STREAM,
     EXEC_STREAM,
@@ -82,7 +82,7 @@ async def test_text_format_parses_with_escaping_and_cumulative_buckets() -> None
 @pytest.mark.asyncio
 async def test_the_step_histogram_and_in_flight_gauge_render_as_prometheus_clients_own() -> None:
     """The two metrics a tool actor moves for every command are kept without the
-    library's locks (actors/metrics.py `StepSeconds`, `InFlight`); a scrape must read
+    library's locks (actors/runtime/metrics.py `StepSeconds`, `InFlight`); a scrape must read
     exactly what the library's Histogram and Gauge would have written."""
     ours_steps, ours_flight = StepSeconds(STEP_BUCKETS), InFlight(("python", "noop"))
     lib = Registry()
@@ -125,7 +125,7 @@ async def test_each_pod_registry_has_the_process_metrics_and_only_its_own_collec
             self.n = n
 
         async def collect(self) -> list[Metric]:
-            from actors.metrics import resident_actors
+            from actors.runtime.metrics import resident_actors
 
             return [resident_actors([("engine", self.n)])]
 

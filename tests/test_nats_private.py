@@ -23,7 +23,7 @@ from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.fast import ack, send
 from actors.natsio.publishing import MSG_ID, publish_all, publisher
 from actors.natsio.reader import Reader, install_reader, reader_of
-from actors.runtime import connect
+from actors.pod.roles import connect
 from streams.server import NatsServer
 from tests.conftest import wait_for
 from tests.test_natsio import received

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from actors.client import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
-from actors.events import ExecState, PlaybookFailedData, make_event
-from actors.projector import Projector
-from actors.wire import ExecutionStatus, IndexEntry, encode
+from actors.status.projector import Projector
+from actors.wire.events import ExecState, PlaybookFailedData, make_event
+from actors.wire.messages import ExecutionStatus, IndexEntry, encode
 from streams import ids
 from streams.layout import ENDED_STREAM
 from streams.subjects import index_end_subject, index_ends, index_subject

@@ -12,8 +12,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from actors.client import Client
-from actors.hosting import PartitionHost
-from actors.runtime import Runtime, connect, start_roles
+from actors.pod.roles import Runtime, connect, start_roles
+from actors.runtime.hosting import PartitionHost
 from streams.layout import Layout, ensure
 from streams.server import NatsServer
 from tests.conftest import wait_for
@@ -152,7 +152,7 @@ async def test_a_graceful_stop_hands_partitions_over_at_once(tmp_path: Path) -> 
 
 
 async def test_pod_names_are_valid_kv_keys() -> None:
-    from actors.ownership import pod_name
+    from actors.runtime.ownership import pod_name
 
     assert all(c.isalnum() or c in "-_" for c in pod_name())
 

@@ -23,8 +23,8 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError
 
 from actors.client import Client
-from actors.events import TERMINAL_EVENTS
-from actors.runtime import Runtime, connect, start_roles
+from actors.pod.roles import Runtime, connect, start_roles
+from actors.wire.events import TERMINAL_EVENTS
 from streams.layout import OWNERS_BUCKET, Layout, deliver_subject
 from streams.server import NatsServer
 from tests.conftest import wait_for

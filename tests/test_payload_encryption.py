@@ -1,4 +1,4 @@
-"""Payload encryption end to end (actors/codec.py): pods with a payload key run
+"""Payload encryption end to end (actors/wire/codec.py): pods with a payload key run
 playbooks (python steps, a loop, a failure, a big value in the object store, a child
 playbook), and every stored byte on the server (streams, the status bucket, the object
 store: all JetStream streams) is read raw to find no planted value, an error's type
@@ -19,12 +19,12 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
-from actors.blobs import command_items
 from actors.client import Client
-from actors.codec import CLEAR, PayloadCodec, PayloadKeys, PayloadUnreadable, bind, parse_key
-from actors.runtime import Runtime, connect, start_roles
-from actors.settings import Settings
-from actors.wire import CallError, Command, command_decoder, input_decoder
+from actors.pod.roles import Runtime, connect, start_roles
+from actors.runtime.settings import Settings
+from actors.store.blobs import command_items
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeys, PayloadUnreadable, bind, parse_key
+from actors.wire.messages import CallError, Command, command_decoder, input_decoder
 from streams.layout import Layout
 from streams.server import NatsServer
 from streams.subjects import ExecSubjects
@@ -425,9 +425,9 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     Nats-Msg-Id, whoever publishes them again."""
     from actors.core.decide import fold
     from actors.core.state import Execution
-    from actors.events import DecisionRecord, FailureDecidedEvent, decision_decoder
     from actors.natsio import log_time, stream_seq
-    from actors.wire import input_decoder
+    from actors.wire.events import DecisionRecord, FailureDecidedEvent, decision_decoder
+    from actors.wire.messages import input_decoder
     from streams.layout import EXEC_STREAM, class_of
 
     client = await pods.start(KEY_A)

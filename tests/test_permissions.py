@@ -1,5 +1,5 @@
 """Least privilege (issue 12, item 6): one NATS user per role, allowed only the subjects
-its role needs (actors/permissions.py, rendered to deploy/nats/). A real nats-server
+its role needs (actors/pod/permissions.py, rendered to deploy/nats/). A real nats-server
 runs with exactly that account; every role runs on a connection of its own user."""
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import yaml
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
-from actors import permissions
 from actors.client import Client
-from actors.connopts import ConnectOptions
-from actors.deadletters import MaxDeliveriesWatcher
-from actors.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.natsio import private
-from actors.runtime import ROLES, Runtime, connect, start_roles
-from actors.settings import Settings, SettingsInvalid
-from actors.wire import ExecutionStatus, encode
+from actors.natsio.connopts import ConnectOptions
+from actors.pod import permissions
+from actors.pod.deadletters import MaxDeliveriesWatcher
+from actors.pod.roles import ROLES, Runtime, connect, start_roles
+from actors.runtime.settings import Settings, SettingsInvalid
+from actors.wire.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
+from actors.wire.messages import ExecutionStatus, encode
 from streams.layout import CMD_STREAM, EXEC_STREAM, STATUS_BUCKET, Layout, tool_consumer
 from streams.server import NatsServer
 from tests.conftest import wait_for
@@ -525,7 +525,7 @@ workflow:
 
 
 def test_the_deploy_files_are_rendered_from_the_description() -> None:
-    """deploy/nats/ is what actors/permissions.py renders (run `python -m actors.permissions`
+    """deploy/nats/ is what actors/pod/permissions.py renders (run `python -m actors.pod.permissions`
     after changing it), for the partitions the manifests deploy."""
     layout = permissions.deployed_layout()
     assert permissions.CONF_FILE.read_text() == permissions.server_config(layout)

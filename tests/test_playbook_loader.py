@@ -34,7 +34,7 @@ from actors.playbook.model import (
 )
 from actors.playbook.schema import playbook_schema
 from actors.playbook.shorthands import DEFAULT_RETRY_WHEN
-from actors.wire import Limits, StartRecord
+from actors.wire.messages import Limits, StartRecord
 from streams.subjects import ExecSubjects
 
 pytestmark = pytest.mark.timeout(10)

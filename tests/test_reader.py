@@ -24,7 +24,7 @@ from nats.protocol.parser import Parser
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.publishing import publish_all, publisher
 from actors.natsio.reader import Reader, has_status, install_reader, plain_headers, reader_of, subscribe_raw
-from actors.runtime import connect
+from actors.pod.roles import connect
 from streams.server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 
 from actors import natsio
 from actors.engine.actor import ExecutionActor
-from actors.wire import ResultBatch, loop_input_decoder
+from actors.wire.messages import ResultBatch, loop_input_decoder
 from streams.layout import CMD_STREAM, ensure, stream_configs
 from tests.conftest import System, of_type
 
@@ -83,7 +83,7 @@ async def test_crash_between_command_and_decision_record_is_repaired_by_replay(
         if not crashed and any(c.step == "s2" for c in out.commands):
             crashed.append(out.cause)
             from actors.natsio import publish_all
-            from actors.wire import encode
+            from actors.wire.messages import encode
             from streams.ids import command_msg_id
             from streams.layout import cmd_subject
 

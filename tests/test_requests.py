@@ -13,7 +13,7 @@ import pytest
 
 from actors.natsio import private
 from actors.natsio.requests import requester
-from actors.runtime import connect
+from actors.pod.roles import connect
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]

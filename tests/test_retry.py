@@ -18,7 +18,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from actors.client import Client
-from actors.runtime import connect
+from actors.pod.roles import connect
 from streams.layout import Layout, ensure
 from streams.server import NatsServer
 from tests.conftest import System, of_type

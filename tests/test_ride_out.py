@@ -17,11 +17,11 @@ from nats.aio.client import Client as NATS
 
 from actors import cli
 from actors.client import Client
-from actors.dial import NatsUnavailable
-from actors.events import TERMINAL_EVENTS
+from actors.natsio.dial import NatsUnavailable
 from actors.playbook.loader import load_playbook_file
-from actors.runtime import connect, serve, start_roles
-from actors.settings import Settings
+from actors.pod.roles import connect, serve, start_roles
+from actors.runtime.settings import Settings
+from actors.wire.events import TERMINAL_EVENTS
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsCluster
 from tests.conftest import wait_for

@@ -15,7 +15,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from actors.engine.fires import fire_start
-from actors.events import ExecState
+from actors.wire.events import ExecState
 from streams.layout import EXEC_STREAM, SCHEDULE_STREAM
 from streams.subjects import schedule_definition_subject, schedule_fire_subject
 from tests.conftest import System, wait_for
@@ -212,7 +212,7 @@ async def test_ticks_missed_while_nats_was_down_are_not_run_one_by_one(tmp_path:
     down, the ticks it missed are not fired one by one when it is back (at most one
     fire a second), and the schedule goes on, each fire starting one execution."""
     from actors.client import Client
-    from actors.runtime import connect, start_roles
+    from actors.pod.roles import connect, start_roles
     from streams.server import NatsServer
     from tests.conftest import make_layout
 

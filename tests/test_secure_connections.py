@@ -27,11 +27,11 @@ import trustme
 import yaml
 
 from actors.client import Client
-from actors.connopts import ConnectOptions
-from actors.dial import NatsUnavailable
-from actors.events import ExecState
-from actors.runtime import connect, start_roles
-from actors.settings import Settings, SettingsInvalid
+from actors.natsio.connopts import ConnectOptions
+from actors.natsio.dial import NatsUnavailable
+from actors.pod.roles import connect, start_roles
+from actors.runtime.settings import Settings, SettingsInvalid
+from actors.wire.events import ExecState
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES, make_layout, wait_for
 from tests.pods import ROOT, PodProcess, free_port, get
@@ -454,7 +454,7 @@ def test_a_refused_certificate_is_final_and_a_cut_handshake_is_not() -> None:
     certificate either side refuses fails the command at once."""
     import ssl
 
-    from actors.dial import is_tls_error, refusal
+    from actors.natsio.dial import is_tls_error, refusal
 
     assert is_tls_error(ssl.SSLCertVerificationError(1, "certificate verify failed"))
     assert is_tls_error(ssl.SSLError(1, "tlsv13 alert certificate required"))

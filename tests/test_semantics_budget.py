@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.wire import Limits
+from actors.wire.messages import Limits
 from tests.harness import PENDING, Fail, Harness, replay
 
 pytestmark = [pytest.mark.timeout(60)]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from actors.core.rerun import RetryRefused
-from actors.wire import RetryOf
+from actors.wire.messages import RetryOf
 from tests.harness import PENDING, Call, Fail, Harness, replay
 
 pytestmark = [pytest.mark.timeout(60)]

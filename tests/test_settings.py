@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actors.settings import Settings, SettingsInvalid, markdown_table
-from actors.wire import Limits
+from actors.runtime.settings import Settings, SettingsInvalid, markdown_table
+from actors.wire.messages import Limits
 from streams.layout import Layout
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -25,7 +25,7 @@ def test_the_readme_table_is_the_class_and_names_every_field() -> None:
     readme = (ROOT / "README.md").read_text()
     found = re.search(r"<!-- settings table[^\n]*-->\n(.*?)\n<!-- end of settings table -->", readme, re.S)
     assert found, "README has no settings table"
-    assert found.group(1) == markdown_table(), "README's table is stale: paste `python -m actors.settings`"
+    assert found.group(1) == markdown_table(), "README's table is stale: paste `python -m actors.runtime.settings`"
     documented = set(re.findall(r"^\| `([A-Z_]+(?:<NAME>)?)` \|", found.group(1), re.M))
     assert documented == {f.metadata["env"] for f in dataclasses.fields(Settings)}
     for f in dataclasses.fields(Settings):

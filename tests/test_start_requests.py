@@ -16,9 +16,9 @@ import msgspec
 import pytest
 
 from actors.client import Client, StartRefused
-from actors.codec import PayloadCodec, PayloadKeys, parse_key
-from actors.runtime import connect, start_roles
-from actors.wire import StartReply
+from actors.pod.roles import connect, start_roles
+from actors.wire.codec import PayloadCodec, PayloadKeys, parse_key
+from actors.wire.messages import StartReply
 from streams.layout import START_STREAM, START_SUBJECT, ensure
 from streams.server import NatsServer
 from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT

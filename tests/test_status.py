@@ -9,7 +9,8 @@ import pytest
 from nats.js.errors import KeyWrongLastSequenceError
 
 from actors.client import Client
-from actors.events import (
+from actors.status.projector import Projector
+from actors.wire.events import (
     AnyEvent,
     DecisionRecord,
     ExecState,
@@ -20,8 +21,7 @@ from actors.events import (
     WorkflowInitializedData,
     make_event,
 )
-from actors.projector import Projector
-from actors.wire import CallDone, ExecutionStatus, encode
+from actors.wire.messages import CallDone, ExecutionStatus, encode
 from streams.layout import INDEX_STREAM, STATUS_BUCKET, Layout, ensure
 from streams.server import NatsServer
 from streams.subjects import index_subject, kv_stream

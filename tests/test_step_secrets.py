@@ -1,4 +1,4 @@
-"""A step cannot read the pod's secrets (actors/children.py): a pod started as
+"""A step cannot read the pod's secrets (actors/runtime/children.py): a pod started as
 `actors-cli dev` starts with a NATS user and password, a credential, a payload key and
 a web UI token in its environment; a python step and a shell step read the environment
 and command line of every process they can see (`/proc/*/environ`, `/proc/*/cmdline`),
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from actors import children
-from actors.children import StepUserInvalid, child_environment, steps_run_as
 from actors.client import Client
-from actors.runtime import connect
-from actors.settings import Settings
+from actors.pod.roles import connect
+from actors.runtime import children
+from actors.runtime.children import StepUserInvalid, child_environment, steps_run_as
+from actors.runtime.settings import Settings
 from streams.server import NatsServer, find_binary, free_port
 from tests.test_cli_errors import cli
 

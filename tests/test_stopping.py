@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from actors.cli import interrupt
-from actors.stopping import cancel_and_wait
+from actors.runtime.stopping import cancel_and_wait
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 

@@ -21,12 +21,12 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from actors.blobs import BlobCorrupt, blob_key, payload_blob, put_blob, sealed
-from actors.catalog import CatalogError, CatalogPathInvalid, CatalogRecordInvalid
 from actors.client import Client
-from actors.records import RecordInvalid
+from actors.store.blobs import BlobCorrupt, blob_key, payload_blob, put_blob, sealed
+from actors.store.catalog import CatalogError, CatalogPathInvalid, CatalogRecordInvalid
+from actors.store.records import RecordInvalid
 from actors.ui.server import make_app
-from actors.wire import CallDone, ExecutionStatus, IndexEntry, StartMessage, StartReply, encode
+from actors.wire.messages import CallDone, ExecutionStatus, IndexEntry, StartMessage, StartReply, encode
 from streams.layout import BLOB_BUCKET, CATALOG_BUCKET, IN, PAYLOAD_BUCKET, START_SUBJECT, STATUS_BUCKET
 from streams.subjects import START_REQUEST_SUBJECT, index_end_subject, index_subject
 from tests.conftest import System, make_layout, of_type, wait_for
@@ -321,7 +321,7 @@ async def test_malformed_index_and_ended_entries_are_skipped_with_a_warning(
     await js.publish(index_subject("junk-1"), b"{not an index entry")
     await js.publish(index_subject("junk-2"), encode({"execution_id": "two.tokens", "playbook": "fine"}))
     ended = await js.publish(index_end_subject("COMPLETED", "junk-3"), b"NaN")
-    caplog.set_level(logging.WARNING, logger="actors.records")
+    caplog.set_level(logging.WARNING, logger="actors.store.records")
 
     assert [s.execution_id for s in await system.client.list()] == [good]
     assert [s.execution_id for s in await system.client.list(state="COMPLETED")] == [good]

@@ -2,7 +2,7 @@
 (nesting, comprehension-like filters, formatting, big numbers, structures that share
 their parts, string growth), rendered where a pod renders them.
 
-* In a real render process (actors/render_process.py), every render ends within its
+* In a real render process (actors/runtime/render_process.py), every render ends within its
   bounds: it returns JSON data, or raises `TemplateError`/`TemplateLimit` (the budget,
   the output bound), or `RenderFault` (the pod's deadline, the process's memory); the
   call returns (the deadline enforced by the kill, not by the template); and the same
@@ -53,8 +53,8 @@ from actors.playbook.templates import (
     render_value,
     template_limits,
 )
-from actors.render_process import RenderBounds, RenderProcess
-from actors.wire import Limits
+from actors.runtime.render_process import RenderBounds, RenderProcess
+from actors.wire.messages import Limits
 
 LONG = int(os.environ.get("TEMPLATE_FUZZ_EXAMPLES", "0"))
 EXAMPLES = LONG or 150  # per property in CI: the render-process one dominates (two renders each)

@@ -20,12 +20,12 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from actors.jsonvalues import loads
 from actors.tools import executors
 from actors.tools.cpus import available_cpus
 from actors.tools.failures import CancelSignal, ToolFailure
 from actors.tools.pypool import PythonPool
 from actors.tools.resources import ToolResources
+from actors.wire.jsonvalues import loads
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.timeout(30)]

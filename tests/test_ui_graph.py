@@ -16,7 +16,7 @@ from actors.playbook.loader import load_playbook, load_playbook_file
 from actors.playbook.model import Playbook
 from actors.ui.graph import execution_graph, playbook_graph
 from actors.ui.layout import Box, layered_layout
-from actors.wire import LoopProgress
+from actors.wire.messages import LoopProgress
 from tests.conftest import EXAMPLES
 from tests.harness import PENDING, Fail, Harness, Run
 

@@ -25,7 +25,7 @@ from aiohttp import web
 from actors.playbook.loader import load_playbook
 from actors.ui.graph import execution_graph, playbook_graph
 from actors.ui.timeline import step_timeline
-from actors.wire import LoopProgress
+from actors.wire.messages import LoopProgress
 from tests.browser import browser
 from tests.conftest import System
 

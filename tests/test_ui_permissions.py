@@ -1,5 +1,5 @@
 """The web UI on the `cli` NATS user of deploy/nats/permissions.conf (least privilege,
-actors/permissions.py), every role on its own user: its list, live feeds, detail and
+actors/pod/permissions.py), every role on its own user: its list, live feeds, detail and
 actions need nothing more than `actors-cli` may do, and the server refuses nothing."""
 
 from __future__ import annotations

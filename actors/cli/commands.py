@@ -119,7 +119,7 @@ def not_finished(client: Any, execution_id: str, timeout: float) -> tuple[str, i
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    from actors.events import TERMINAL_STATES
+    from actors.wire.events import TERMINAL_STATES
 
     checked_execution_id(args.execution_id)
     started = time.monotonic()
@@ -163,7 +163,7 @@ async def cmd_events(args: argparse.Namespace) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
-    from actors.events import TERMINAL_STATES
+    from actors.wire.events import TERMINAL_STATES
 
     eid = checked_execution_id(args.execution_id)
     async with connection(args) as client:

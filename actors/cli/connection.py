@@ -18,14 +18,14 @@ from actors.cli.inputs import settings_of, timeout_of
 async def connection(args: argparse.Namespace, *, embedded: bool = False) -> AsyncIterator[Any]:
     """Yield (client, layout). With no URL and embedded=True: a private server and all
     actors in-process, stopped on exit."""
-    from actors.children import child_environment
     from actors.cli.output import print_error
     from actors.client import Client
     from actors.client.connecting import look_up_streams
-    from actors.connopts import ConnectOptions
-    from actors.dial import OutageNotices, connect_within
     from actors.natsio import close_connection
-    from actors.runtime import connect, start_roles, tune_gc
+    from actors.natsio.connopts import ConnectOptions
+    from actors.natsio.dial import OutageNotices, connect_within
+    from actors.pod.roles import connect, start_roles, tune_gc
+    from actors.runtime.children import child_environment
     from streams.server import NatsServer
 
     settings = settings_of(args)
@@ -36,7 +36,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     if url is None:
         if not embedded:
             raise UsageError("no NATS server: pass --nats URL or set NATS_URL (or use `actors-cli dev`)")
-        # from a clean environment: this process's holds the pod's secrets (actors/children.py)
+        # from a clean environment: this process's holds the pod's secrets (actors/runtime/children.py)
         server = await NatsServer.start(sync=settings.nats_sync, env=child_environment())
         url = server.url
     budget = timeout_of(args)

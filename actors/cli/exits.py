@@ -21,8 +21,8 @@ A user error is one line on stderr, never a traceback.
 
 from __future__ import annotations
 
-from actors.events import ExecState
-from actors.settings import SettingsInvalid
+from actors.runtime.settings import SettingsInvalid
+from actors.wire.events import ExecState
 
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
 STATE_EXIT = {ExecState.COMPLETED: EXIT_OK, ExecState.FAILED: EXIT_FAILED, ExecState.CANCELLED: EXIT_CANCELLED}
@@ -36,17 +36,17 @@ def exit_code_for(e: Exception) -> int | None:
     """The exit code of an error that is the user's or NATS's, not a bug of ours."""
     import nats.errors
 
-    from actors.blobs import ValueTooLarge
-    from actors.catalog import CatalogError
     from actors.client import InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution
-    from actors.codec import PayloadUnreadable
-    from actors.dial import NatsUnavailable
-    from actors.health import HttpPortUnavailable
     from actors.natsio import PublishOutcomeUnknown
-    from actors.nesting import TooDeep
+    from actors.natsio.dial import NatsUnavailable
     from actors.playbook.loader import PlaybookInvalid
-    from actors.records import RecordInvalid
-    from actors.userfiles import UnreadableFile
+    from actors.playbook.userfiles import UnreadableFile
+    from actors.pod.health import HttpPortUnavailable
+    from actors.store.blobs import ValueTooLarge
+    from actors.store.catalog import CatalogError
+    from actors.store.records import RecordInvalid
+    from actors.wire.codec import PayloadUnreadable
+    from actors.wire.nesting import TooDeep
     from streams.layout import StreamsMissing
     from streams.server import ServerError
 

@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from actors.cli.exits import UsageError
-from actors.dial import CLIENT_TIMEOUT
-from actors.settings import Settings
+from actors.natsio.dial import CLIENT_TIMEOUT
+from actors.runtime.settings import Settings
 
 
 def payload_of(raw: str | None) -> dict[str, Any]:
@@ -21,8 +21,8 @@ def payload_of(raw: str | None) -> dict[str, Any]:
     refused anyway), nested at most `MAX_DEPTH` deep (checked before it is decoded)."""
     if raw is None:
         return {}
-    from actors.jsonvalues import loads  # integers beyond 64 bits too
-    from actors.nesting import json_within, too_deep
+    from actors.wire.jsonvalues import loads  # integers beyond 64 bits too
+    from actors.wire.nesting import json_within, too_deep
 
     text = _payload_file(raw[1:]) if raw.startswith("@") else raw
     if not json_within(text):
@@ -37,7 +37,7 @@ def payload_of(raw: str | None) -> dict[str, Any]:
 
 
 def _payload_file(path: str) -> bytes:
-    from actors.userfiles import UnreadableFile, read_regular_file
+    from actors.playbook.userfiles import UnreadableFile, read_regular_file
 
     cap = Settings.from_env(os.environ).max_value_bytes  # past it the payload is refused anyway
     try:

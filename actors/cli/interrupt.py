@@ -3,7 +3,7 @@
 `asyncio.run` answers the first SIGINT by cancelling the command's task once. On
 Python 3.11, `asyncio.wait_for` (nats-py waits for every request with it) swallows a
 cancel that arrives in the same turn of the event loop as the result it waits for
-(CPython gh-86296, fixed in 3.12; actors/stopping.py meets it for tasks): the command
+(CPython gh-86296, fixed in 3.12; actors/runtime/stopping.py meets it for tasks): the command
 then carries on as if no Ctrl-C had come, and `run` followed its execution to the
 end, or `dev` went on to wait for a second signal. Here a SIGINT cancels the
 command's task, and again every `CANCEL_AGAIN` seconds while it runs; once it ends

@@ -13,7 +13,7 @@ from actors.cli.exits import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT, Us
 from actors.cli.inputs import checked_execution_id
 from actors.cli.output import error_line, json_text, print_error, print_json
 from actors.cli.since import parse_since
-from actors.events import ExecState
+from actors.wire.events import ExecState
 
 
 def state_of(raw: str | None) -> str | None:

@@ -7,7 +7,7 @@ import sys
 from typing import Any, TextIO
 
 from actors.cli.logs import excerpt_lines, output_header
-from actors.events import ActivationStatus, EventType, StepOutput
+from actors.wire.events import ActivationStatus, EventType, StepOutput
 
 # iterations of one loop step whose output `run` shows under it (the rest: `actors-cli logs`)
 SHOWN_ITERATIONS = 20
@@ -79,7 +79,7 @@ async def progress_bars(client: Any, eid: str, bars: ProgressBars) -> None:
 async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars | None = None) -> Any:
     """Print a line per finished step while the execution runs; return its terminal
     lifecycle event."""
-    from actors.events import TERMINAL_EVENTS
+    from actors.wire.events import TERMINAL_EVENTS
 
     entered: dict[int, float] = {}
     printed: dict[int, list[StepOutput]] = {}  # a step's output, shown under its line

@@ -10,7 +10,7 @@ from actors.cli.connection import connection
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
 from actors.cli.inputs import checked_execution_id, timeout_of
 from actors.cli.output import print_error, print_json
-from actors.events import StepOutput
+from actors.wire.events import StepOutput
 
 __all__ = ["cmd_logs", "excerpt_lines", "output_header"]
 

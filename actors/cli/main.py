@@ -34,7 +34,7 @@ from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.security import add_connection_flags
 from actors.cli.serving import cmd_dev, cmd_serve
 from actors.cli.ui import add_ui_parser, cmd_ui
-from actors.dial import CLIENT_TIMEOUT
+from actors.natsio.dial import CLIENT_TIMEOUT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help="the actors this pod runs (default all); ui: the web UI alone (--port: $ACTORS_UI_PORT)",
     )
-    # defaults None: unset flags leave the environment's settings (actors/settings.py) as they are
+    # defaults None: unset flags leave the environment's settings (actors/runtime/settings.py) as they are
     sp.add_argument(
         "--http-port",
         type=int,

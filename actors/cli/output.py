@@ -11,7 +11,7 @@ import msgspec
 
 
 def json_text(obj: Any, *, indent: bool = False) -> str:
-    from actors.jsonvalues import dumps  # integers beyond 64 bits too
+    from actors.wire.jsonvalues import dumps  # integers beyond 64 bits too
 
     return dumps(obj, indent=indent, any_keys=True).decode()
 

@@ -42,8 +42,8 @@ def add_schedule_parser(
 
 
 async def cmd_schedule(args: argparse.Namespace) -> int:
-    from actors.catalog import CatalogError
     from actors.client import ScheduleError
+    from actors.store.catalog import CatalogError
 
     try:
         payload = payload_of(args.payload) if args.schedule_command == "add" else None

@@ -1,6 +1,6 @@
 """The flags of every command that connects to NATS for credentials and TLS (their
-`Settings` fields are in actors/settings.py, the object they build in
-actors/connopts.py). Secrets themselves have no flag, only files do: a command line
+`Settings` fields are in actors/runtime/settings.py, the object they build in
+actors/natsio/connopts.py). Secrets themselves have no flag, only files do: a command line
 is visible to every user of the host (`ps`), the environment and a file are not."""
 
 from __future__ import annotations

@@ -10,15 +10,15 @@ from typing import Any
 from actors.cli.exits import EXIT_FAILED, EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
 from actors.cli.interrupt import stop_on_signal
-from actors.settings import Settings
+from actors.runtime.settings import Settings
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
-    from actors.children import child_environment
-    from actors.connopts import ConnectOptions
-    from actors.dial import CLIENT_TIMEOUT, connect_within
     from actors.natsio import close_connection
-    from actors.runtime import start_roles, tune_gc
+    from actors.natsio.connopts import ConnectOptions
+    from actors.natsio.dial import CLIENT_TIMEOUT, connect_within
+    from actors.pod.roles import start_roles, tune_gc
+    from actors.runtime.children import child_environment
     from streams.server import NatsServer
 
     # first of all, as `serve` does: a Ctrl-C during start-up stops dev once it has
@@ -28,7 +28,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     config = _server_config(args.server_config) if args.server_config else None
     # a server of our own asks for nothing unless its configuration says so
     options = ConnectOptions.from_settings(settings) if config is not None else ConnectOptions()
-    # from a clean environment: this process's holds the pod's secrets (actors/children.py)
+    # from a clean environment: this process's holds the pod's secrets (actors/runtime/children.py)
     server = await NatsServer.start(
         port=args.port, store_dir=args.store, config=config, sync=settings.nats_sync, env=child_environment()
     )
@@ -60,7 +60,7 @@ _SERVER_CONFIG_MAX = 1024 * 1024
 
 def _server_config(path: str) -> str:
     """The text of `dev --server-config`: a regular file (not a FIFO or a device), UTF-8."""
-    from actors.userfiles import UnreadableFile, read_regular_file
+    from actors.playbook.userfiles import UnreadableFile, read_regular_file
 
     try:
         data = read_regular_file(
@@ -74,13 +74,13 @@ def _server_config(path: str) -> str:
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
-    from actors.metrics import log_lifecycle_as_json
-    from actors.runtime import ROLES, serve
+    from actors.pod.roles import ROLES, serve
+    from actors.runtime.metrics import log_lifecycle_as_json
 
     # first of all: a SIGTERM that comes while the pod is still starting must not be
     # lost (as PID 1 in a container, an unhandled SIGTERM is ignored, not fatal)
     stop = stop_on_signal()
-    from actors import taskdump
+    from actors.pod import taskdump
 
     taskdump.install()  # `kill -USR1 <pid>`: what every task waits on, to stderr
     settings = settings_of(args)

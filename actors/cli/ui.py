@@ -9,7 +9,7 @@ from typing import Any
 from actors.cli.exits import EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
 from actors.cli.interrupt import stop_on_signal
-from actors.settings import Settings
+from actors.runtime.settings import Settings
 
 
 def add_ui_parser(sub: Any) -> argparse.ArgumentParser:
@@ -52,7 +52,7 @@ def ui_token(settings: Settings) -> str | None:
     """The UI's token: the file's content (ACTORS_UI_TOKEN_FILE, --token-file) or
     ACTORS_UI_TOKEN. SettingsInvalid (one line naming the file) when it cannot be read."""
     if settings.ui_token_file:
-        from actors.connopts import _secret_file
+        from actors.natsio.connopts import _secret_file
 
         return _secret_file(settings.ui_token_file, "ACTORS_UI_TOKEN_FILE")
     return settings.ui_token

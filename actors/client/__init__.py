@@ -43,9 +43,9 @@ from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownE
 from actors.client.runs import Runs
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, StartRefused
-from actors.codec import PayloadCodec
-from actors.connopts import ConnectOptions
-from actors.settings import Settings
+from actors.natsio.connopts import ConnectOptions
+from actors.runtime.settings import Settings
+from actors.wire.codec import PayloadCodec
 from streams.layout import Layout
 
 
@@ -66,14 +66,14 @@ class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
     ) -> Connecting[Client]:
         """A client on a connection of its own to `url` (a cluster: URLs separated by
         commas; credentials in the URL, `nats://user:password@host:4222`), reached
-        within `timeout` seconds, else `actors.dial.NatsUnavailable` (at once if the
+        within `timeout` seconds, else `actors.natsio.dial.NatsUnavailable` (at once if the
         credentials are refused). `layout`: the deployment's (default: read from the
         environment, `ACTORS_PARTITIONS` etc., as `actors-cli` does). Use
         `async with Client.connect(url) as client:`, or `client = await
         Client.connect(url)` and `await client.close()`. `codec`: the payload keys
         (default: read from the environment, `ACTORS_PAYLOAD_KEY` etc., as `actors-cli`
         does; `Settings(payload_key=...).payload_codec`). `options`: credentials and
-        TLS (`actors.connopts.ConnectOptions`; default: the environment's, NATS_USER,
+        TLS (`actors.natsio.connopts.ConnectOptions`; default: the environment's, NATS_USER,
         NATS_CREDS, NATS_TLS_CA etc., as `actors-cli` reads them)."""
         keys = codec if codec is not None else Settings.from_env().payload_codec
 

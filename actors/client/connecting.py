@@ -19,17 +19,17 @@ from typing import Any, Generic, TypeVar
 
 from nats.aio.client import Client as NATS
 
-from actors.connopts import ConnectOptions
-from actors.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
 from actors.natsio import close_connection, ride_out
-from actors.settings import Settings
+from actors.natsio.connopts import ConnectOptions
+from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
+from actors.runtime.settings import Settings
 from streams.layout import Layout, StreamsMissing, ensure
 
 C = TypeVar("C")
 
 
 async def look_up_streams(nc: NATS, layout: Layout, url: str, *, budget: float, timeout: float) -> None:
-    """The streams looked up, not updated (the engine declares them: actors/permissions.py),
+    """The streams looked up, not updated (the engine declares them: actors/pod/permissions.py),
     created only where missing and this user may; asked again through an election, for
     `budget` seconds. NatsUnavailable past it (naming the command's `timeout`), or when
     a stream is missing that this user may not create."""

@@ -17,7 +17,7 @@ until it has `limit` of them or the stream's start; a `since` stops at the first
 that started (or ended) before it.
 
 A record that cannot be read (an index entry, a final status, a status, a catalog
-entry) is left out with a warning naming where it is (actors/records.py): one bad
+entry) is left out with a warning naming where it is (actors/store/records.py): one bad
 record never fails a listing.
 """
 
@@ -30,13 +30,13 @@ import re
 from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from actors.catalog import decode_entry
 from actors.client.session import Session
-from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
 from actors.natsio.kvkeys import kv_keys
-from actors.records import RecordInvalid, ended_statuses, index_entries, skipped, status_or_none
-from actors.wire import CatalogEntry, ExecutionStatus
+from actors.store.catalog import decode_entry
+from actors.store.records import RecordInvalid, ended_statuses, index_entries, skipped, status_or_none
+from actors.wire.events import TERMINAL_STATES
+from actors.wire.messages import CatalogEntry, ExecutionStatus
 from streams.layout import CATALOG_BUCKET, ENDED_STREAM, INDEX_STREAM, STATUS_BUCKET
 from streams.subjects import index_ends
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
-from actors.codec import CLEAR, PayloadCodec, PayloadUnreadable
-from actors.events import decision_decoder, event_decoder, step_output_decoder
-from actors.wire import DeadLetter, input_decoder
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
+from actors.wire.events import decision_decoder, event_decoder, step_output_decoder
+from actors.wire.messages import DeadLetter, input_decoder
 from streams.layout import EV, IN, LC, class_of
 from streams.subjects import OUT
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 from actors.client.logview import LogItem
-from actors.events import EventType, ExecState
-from actors.wire import ExecutionStatus
+from actors.wire.events import EventType, ExecState
+from actors.wire.messages import ExecutionStatus
 from streams.layout import EV
 
 

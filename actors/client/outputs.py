@@ -9,10 +9,10 @@ import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
-from actors.blobs import BLOB_MISSING, get_blob_bytes
 from actors.client.checks import check_execution_id
 from actors.client.reading import Reader
-from actors.events import StepOutput, step_output_decoder
+from actors.store.blobs import BLOB_MISSING, get_blob_bytes
+from actors.wire.events import StepOutput, step_output_decoder
 from streams.layout import EXEC_STREAM, LOOP_STREAM
 from streams.subjects import loop_outputs_filter
 

@@ -13,18 +13,18 @@ import msgspec
 import nats.errors
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
-from actors.blobs import get_blob
 from actors.client.checks import check_execution_id
 from actors.client.logview import LogItem, dead_letter_items, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
 from actors.client.watch import StatusWatch
-from actors.codec import PayloadUnreadable
-from actors.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
 from actors.natsio import last_message, log_time, stream_seq
-from actors.records import status_record
-from actors.wire import (
+from actors.store.blobs import get_blob
+from actors.store.records import status_record
+from actors.wire.codec import PayloadUnreadable
+from actors.wire.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
+from actors.wire.messages import (
     CallDone,
     CallError,
     ChunkDone,

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.blobs import start_payload
 from actors.client.checks import check_execution_id, check_size
 from actors.client.reading import Reader
 from actors.client.writing import Writer
 from actors.core.rerun import RetryRefused
-from actors.events import FailureDecidedData, FailureDecidedEvent, decision_decoder
-from actors.nesting import check_value_depth
-from actors.wire import EngineFault, Input, StartMessage, StartRecord, encode, input_decoder
+from actors.store.blobs import start_payload
+from actors.wire.events import FailureDecidedData, FailureDecidedEvent, decision_decoder
+from actors.wire.messages import EngineFault, Input, StartMessage, StartRecord, encode, input_decoder
+from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
 from streams.layout import EXEC_STREAM, START_SUBJECT
 from streams.subjects import EV, IN, ExecSubjects, class_of

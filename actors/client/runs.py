@@ -10,7 +10,7 @@ from typing import Any
 from actors.client.reading import Reader
 from actors.client.watch import StatusWatch
 from actors.client.writing import Writer
-from actors.wire import ExecutionStatus
+from actors.wire.messages import ExecutionStatus
 
 
 class Runs(Writer, Reader):

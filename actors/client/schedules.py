@@ -23,13 +23,13 @@ from typing import Any
 import msgspec
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
-from actors.catalog import CatalogReader
 from actors.client.checks import check_size
 from actors.client.session import Session
 from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
-from actors.nesting import check_value_depth
-from actors.wire import ScheduleSpec, StartMessage, encode
+from actors.store.catalog import CatalogReader
+from actors.wire.messages import ScheduleSpec, StartMessage, encode
+from actors.wire.nesting import check_value_depth
 from streams.ids import schedule_definition_id
 from streams.layout import SCHEDULE_STREAM, SCHEDULES_BUCKET
 from streams.subjects import schedule_definition_subject, schedule_fire_subject

@@ -11,9 +11,9 @@ from nats.aio.client import Client as NATS
 from nats.js.api import PubAck
 from nats.js.kv import KeyValue
 
-from actors.codec import PayloadCodec, bind, codec_of
-from actors.dial import CLIENT_TIMEOUT, NatsUnavailable
 from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, close_connection, publisher, ride_out
+from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable
+from actors.wire.codec import PayloadCodec, bind, codec_of
 from streams.layout import Layout
 
 # room a message needs around the value it carries (ids, limits, headers): what a

@@ -10,11 +10,11 @@ import asyncio
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
-from actors.codec import PayloadCodec
-from actors.events import TERMINAL_STATES
 from actors.natsio.reader import subscribe_raw
-from actors.records import status_record
-from actors.wire import ExecutionStatus
+from actors.store.records import status_record
+from actors.wire.codec import PayloadCodec
+from actors.wire.events import TERMINAL_STATES
+from actors.wire.messages import ExecutionStatus
 from streams.subjects import status_subject
 
 __all__ = ["StatusWatch"]

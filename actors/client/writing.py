@@ -16,16 +16,15 @@ import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
-from actors import catalog
-from actors.blobs import payload_blob, start_payload
-from actors.catalog import CatalogReader, PlaybookNotRegistered, check_path
 from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
 from actors.natsio import last_message
 from actors.natsio.requests import requester
-from actors.nesting import check_value_depth
 from actors.playbook.loader import read_playbook_text
-from actors.wire import (
+from actors.store import catalog
+from actors.store.blobs import payload_blob, start_payload
+from actors.store.catalog import CatalogReader, PlaybookNotRegistered, check_path
+from actors.wire.messages import (
     UNREADABLE_START,
     CancelRequest,
     CatalogEntry,
@@ -36,6 +35,7 @@ from actors.wire import (
     encode,
     input_decoder,
 )
+from actors.wire.nesting import check_value_depth
 from streams.ids import cancel_id, start_id
 from streams.layout import EXEC_STREAM, START_STREAM, START_SUBJECT
 from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT

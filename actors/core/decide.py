@@ -44,7 +44,10 @@ from actors.core.failure import cancel, engine_fault
 from actors.core.outcome import execution_error, finish, reply_to_parent
 from actors.core.state import Activation, Execution
 from actors.core.work import call_result, deep_merge, dispatch, issue, iterator_end
-from actors.events import (
+from actors.playbook.loader import PlaybookInvalid, parsed_playbook
+from actors.playbook.model import END, NoopTool, Step
+from actors.playbook.templates import TemplateError, call_with_limits, render_value
+from actors.wire.events import (
     ActivationStatus,
     ExecState,
     PlaybookFailedData,
@@ -55,10 +58,7 @@ from actors.events import (
     RoutingPausedData,
     WorkflowInitializedData,
 )
-from actors.playbook.loader import PlaybookInvalid, parsed_playbook
-from actors.playbook.model import END, NoopTool, Step
-from actors.playbook.templates import TemplateError, call_with_limits, render_value
-from actors.wire import (
+from actors.wire.messages import (
     CallDone,
     CallError,
     CancelRequest,

@@ -15,7 +15,8 @@ from typing import Any
 
 from actors.core.effects import CommandCancel, Effects, error_view
 from actors.core.state import Activation, Arrival, Execution, Pending
-from actors.events import (
+from actors.playbook.model import END
+from actors.wire.events import (
     ActivationStatus,
     ArrivalStatus,
     BudgetExceededData,
@@ -26,8 +27,7 @@ from actors.events import (
     StepExitData,
     make_event,
 )
-from actors.playbook.model import END
-from actors.wire import ErrorInfo, LoopCancel
+from actors.wire.messages import ErrorInfo, LoopCancel
 from streams.subjects import ExecSubjects
 
 

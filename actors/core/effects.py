@@ -1,5 +1,5 @@
 """What the pure cores (the engine's decide, the counter's loop) ask their shells to
-do (`Effects`: one type for both, turned into messages by actors/outbox.py), and the
+do (`Effects`: one type for both, turned into messages by actors/runtime/outbox.py), and the
 small pure helpers both use to build it. No I/O here."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.events import Event
 from actors.playbook.templates import TemplateError
-from actors.wire import (
+from actors.wire.events import Event
+from actors.wire.messages import (
     CallDone,
     CallError,
     Command,
@@ -47,7 +47,7 @@ class CommandCancel:
 @dataclass(slots=True)
 class Effects:
     """What one decision (the engine's, for one input) or one batch of decisions (the
-    counter's) asks for. The shell publishes it in this order (actors/outbox.py):
+    counter's) asks for. The shell publishes it in this order (actors/runtime/outbox.py):
     commands, child starts, loops handed over, timers, the parent's result, cancels,
     the verdict, then the decision record and lifecycle events, so a record in the log
     proves that what it decided was sent."""

@@ -22,7 +22,9 @@ from actors.core.envelope import build_envelope, failure_content
 from actors.core.outcome import execution_error, reply_to_parent
 from actors.core.retry import after_attempt
 from actors.core.state import Activation
-from actors.events import (
+from actors.playbook.model import END, OnErrorRule, Step
+from actors.playbook.templates import TemplateError, render_condition, render_value
+from actors.wire.events import (
     ActivationStatus,
     ArrivalStatus,
     EngineFaultData,
@@ -36,9 +38,7 @@ from actors.events import (
     RetrySequenceCompletedData,
     StepExitData,
 )
-from actors.playbook.model import END, OnErrorRule, Step
-from actors.playbook.templates import TemplateError, render_condition, render_value
-from actors.wire import CallDone, CallError, CancelRequest, EngineFault, ErrorInfo, TimerFired
+from actors.wire.messages import CallDone, CallError, CancelRequest, EngineFault, ErrorInfo, TimerFired
 
 ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
 

@@ -32,7 +32,7 @@ from actors.core.retry import Gathered, after_attempt
 from actors.playbook.model import Loop, PlaybookTool, Step
 from actors.playbook.precompiled import IterationTemplates
 from actors.playbook.templates import TemplateError
-from actors.wire import (
+from actors.wire.messages import (
     CallDone,
     CallError,
     ChunkDone,

@@ -9,7 +9,8 @@ from typing import Any
 from actors.core.decision import Decision
 from actors.core.effects import error_view
 from actors.core.state import Activation
-from actors.events import (
+from actors.playbook.model import END
+from actors.wire.events import (
     ActivationStatus,
     ArrivalStatus,
     ExecState,
@@ -19,8 +20,7 @@ from actors.events import (
     WorkflowCompletedData,
     WorkflowFailedData,
 )
-from actors.playbook.model import END
-from actors.wire import CallDone, CallError, ErrorInfo
+from actors.wire.messages import CallDone, CallError, ErrorInfo
 from streams.ids import attempt_of
 
 

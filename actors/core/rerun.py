@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors.playbook.model import END
-from actors.wire import RetryOf, StartRecord
+from actors.wire.messages import RetryOf, StartRecord
 
 if TYPE_CHECKING:
     from actors.core.state import Execution

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors.core.retry import Gathered
-from actors.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
 from actors.playbook.model import Playbook
-from actors.wire import CancelRequest, ErrorInfo, Limits, ParentRef
+from actors.wire.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
+from actors.wire.messages import CancelRequest, ErrorInfo, Limits, ParentRef
 
 # Routing work a decision has yet to do (actors/core/decide.py): start an activation,
 # or see whether the branch that just left was the last one before `end`

@@ -16,7 +16,10 @@ from actors.core.effects import child_start
 from actors.core.effects import template_error as _template_error
 from actors.core.outcome import finish
 from actors.core.state import Activation, Execution
-from actors.events import (
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, PlaybookTool, Step
+from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
+from actors.playbook.tool_render import render_tool, sink_call
+from actors.wire.events import (
     ActivationStatus,
     ArrivalStatus,
     CommandIssuedData,
@@ -24,10 +27,7 @@ from actors.events import (
     IteratorStartedData,
     StepExitData,
 )
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, PlaybookTool, Step
-from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
-from actors.playbook.tool_render import render_tool, sink_call
-from actors.wire import CallDone, CallError, Command, ErrorInfo, IteratorCompleted, IteratorFailed, LoopSpec
+from actors.wire.messages import CallDone, CallError, Command, ErrorInfo, IteratorCompleted, IteratorFailed, LoopSpec
 from streams.ids import child_execution_id, step_command_id
 
 # --- steps -----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 An `Engine` owns a set of partitions. Each partition is a durable push consumer on
 `exec.<p>.*.in.>` (inputs only). Messages are dispatched by execution id to an
-`ExecutionActor` (a log actor: actors/logactor.py), which processes its inputs one at
+`ExecutionActor` (a log actor: actors/runtime/logactor.py), which processes its inputs one at
 a time:
 
     input -> fold(state, input) -> publish commands -> publish decision record and
@@ -30,12 +30,18 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from actors.codec import codec_of
 from actors.core.decide import execution_error, fold
 from actors.core.effects import Effects
 from actors.core.state import Execution
 from actors.engine.readback import read_back
-from actors.events import (
+from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
+from actors.playbook.templates import RenderFault
+from actors.runtime.hosting import PartitionHost, Refold, engine_error
+from actors.runtime.logactor import LogActor, LogEntry
+from actors.runtime.outbox import Outbox
+from actors.runtime.render_process import RenderBounds
+from actors.wire.codec import codec_of
+from actors.wire.events import (
     ExecState,
     FailureDecidedData,
     FailureDecidedEvent,
@@ -44,13 +50,7 @@ from actors.events import (
     event_decoder,
     make_event,
 )
-from actors.hosting import PartitionHost, Refold, engine_error
-from actors.logactor import LogActor, LogEntry
-from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
-from actors.outbox import Outbox
-from actors.playbook.templates import RenderFault
-from actors.render_process import RenderBounds
-from actors.wire import (
+from actors.wire.messages import (
     EngineFault,
     ErrorInfo,
     Input,

@@ -16,11 +16,11 @@ import datetime
 import msgspec
 from nats.aio.msg import Msg
 
-from actors.codec import CLEAR, PayloadCodec
 from actors.natsio import log_time
 from actors.natsio.schedules import SCHEDULE_NEXT
-from actors.nesting import START_MESSAGE_DEPTH, json_within, too_deep
-from actors.wire import StartMessage
+from actors.wire.codec import CLEAR, PayloadCodec
+from actors.wire.messages import StartMessage
+from actors.wire.nesting import START_MESSAGE_DEPTH, json_within, too_deep
 from streams.ids import scheduled_execution_id
 from streams.subjects import schedule_of_fire
 

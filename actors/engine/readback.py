@@ -9,9 +9,9 @@ from __future__ import annotations
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.blobs import BLOB_MISSING, VALUE_CORRUPT, BlobCorrupt, get_blob, get_payload, resolve_result
 from actors.core.effects import loop_failed
-from actors.wire import CallDone, ErrorInfo, Input, IteratorCompleted, StartRecord
+from actors.store.blobs import BLOB_MISSING, VALUE_CORRUPT, BlobCorrupt, get_blob, get_payload, resolve_result
+from actors.wire.messages import CallDone, ErrorInfo, Input, IteratorCompleted, StartRecord
 
 
 async def read_back(js: JetStreamContext, inp: Input) -> Input:

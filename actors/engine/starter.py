@@ -3,7 +3,7 @@
 It validates the message, resolves the playbook in the catalog and writes a
 StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`. A
 message it cannot use (not JSON, a bad field, nested too deep to decode: measured on
-its text first, actors/nesting.py) goes to `dlq.start.<execution_id>` with the reason
+its text first, actors/wire/nesting.py) goes to `dlq.start.<execution_id>` with the reason
 (`dlq.start._` when it names no usable id); a message with a usable execution id but an unknown
 playbook still starts that execution, which fails at once with the reason in its
 `playbook.failed` event, so whoever watches that id sees why. One execution per
@@ -38,12 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from actors.blobs import HEADROOM, ValueTooLarge, payload_blob
-from actors.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
-from actors.codec import CLEAR, PayloadCodec, PayloadUnreadable, codec_of
 from actors.engine.fires import fire_start
-from actors.hosting import POISON_TRIES, is_transient
-from actors.keyed_limiter import KeyedLimiter
 from actors.natsio import (
     EXPECTED_LAST_SUBJECT_SEQUENCE,
     ack,
@@ -56,9 +51,13 @@ from actors.natsio import (
     subject_taken,
 )
 from actors.natsio.dispatch import subscribe_direct
-from actors.nesting import MAX_DEPTH, START_MESSAGE_DEPTH, TooDeep, json_within, too_deep, value_within
-from actors.settings import limits_from_env
-from actors.wire import (
+from actors.runtime.hosting import POISON_TRIES, is_transient
+from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.settings import limits_from_env
+from actors.store.blobs import HEADROOM, ValueTooLarge, payload_blob
+from actors.store.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable, codec_of
+from actors.wire.messages import (
     INVALID_START,
     ErrorInfo,
     Limits,
@@ -69,6 +68,7 @@ from actors.wire import (
     StartReply,
     encode,
 )
+from actors.wire.nesting import MAX_DEPTH, START_MESSAGE_DEPTH, TooDeep, json_within, too_deep, value_within
 from streams.ids import retried_id, start_record_id
 from streams.layout import (
     EXEC_STREAM,
@@ -117,7 +117,7 @@ _TOO_DEEP = (
 def parse_start(data: bytes, codec: PayloadCodec = CLEAR) -> StartMessage | ErrorInfo:
     """The start message (its payload decrypted), or why it cannot be used
     (`InvalidStart`, `PayloadUnreadable`: one line). Its nesting is measured before it
-    is decoded (actors/nesting.py): a decoder meeting a payload 3,000 levels deep raises
+    is decoded (actors/wire/nesting.py): a decoder meeting a payload 3,000 levels deep raises
     RecursionError, where the start must be refused and dead-lettered like any other.
     (A payload deeper than `MAX_DEPTH` but readable is the record's error: `_record`.)"""
     if not json_within(data, START_MESSAGE_DEPTH):
@@ -149,7 +149,7 @@ def _given_up(msg: Msg, received: float) -> bool:
     return time.monotonic() - received > wait
 
 
-# Start messages handled at once (actors/keyed_limiter.py): each costs a few round trips and
+# Start messages handled at once (actors/runtime/keyed_limiter.py): each costs a few round trips and
 # starts of different executions do not depend on each other. Starts of one execution
 # id take turns: the second must see the first's record, not race it past the
 # duplicate window.

@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 
 from actors.natsio.metadata import stream_seq
 from actors.natsio.publishing import publish_all
-from actors.wire import DeadLetter, encode
+from actors.wire.messages import DeadLetter, encode
 from streams.ids import dead_letter_id
 from streams.subjects import dead_letter_subject
 

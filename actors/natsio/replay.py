@@ -9,7 +9,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from actors.wire import Command
+from actors.wire.messages import Command
 from streams.layout import CMD_STREAM, cmd_subject
 
 

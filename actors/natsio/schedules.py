@@ -1,5 +1,5 @@
 """Durable timers' headers: a timer is stored in the log as a scheduled message
-(actors/outbox.py arms them), which the server delivers when due."""
+(actors/runtime/outbox.py arms them), which the server delivers when due."""
 
 from __future__ import annotations
 

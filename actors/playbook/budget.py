@@ -13,7 +13,7 @@ Keeping the event loop free. Renders run inline; the engine and counter shells g
 each fold a small slice of operations (`inline_slice`). A render that needs more raises
 `SliceExhausted` (a BaseException, so nothing in the pure core catches it); the shell
 then rebuilds that actor and folds its inputs on a worker thread (`off_the_loop`), which
-hands each render to a render process (actors/render_process.py) or, without one,
+hands each render to a render process (actors/runtime/render_process.py) or, without one,
 renders itself and yields the interpreter every `YIELD_EVERY` operations
 (bench/template_budget.py measures both).
 """
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from actors.wire import Limits
+from actors.wire.messages import Limits
 
 T = TypeVar("T")
 Remote = Callable[[Any, Mapping[str, Any], str, Limits, str], Any]
@@ -141,7 +141,7 @@ class _ThreadState(threading.local):
         self.slice_left: int | None = None  # inline operations left in this fold; None: no slice
         self.polite = False  # yield the interpreter now and then (a worker thread)
         self.halt: threading.Event | None = None  # set: a render off the loop stops at its next yield
-        # renders elsewhere (actors/render_process.py): value, scope, where, limits, step -> value
+        # renders elsewhere (actors/runtime/render_process.py): value, scope, where, limits, step -> value
         self.remote: Remote | None = None
         self.loader: RemoteLoad | None = None  # loads playbooks there too
         self.depth = 0

@@ -18,7 +18,7 @@ decoded from the log, so it paid as much once) or in its own source, and small:
 
 Anything else (a call, a loop, `set`, a macro, arithmetic that can grow a value, a
 filter not listed, a source over `INLINE_MAX_SOURCE` characters) renders in a render
-process with OS limits (actors/render_process.py). The check is made once per template
+process with OS limits (actors/runtime/render_process.py). The check is made once per template
 source, on its parse tree, and cached.
 """
 

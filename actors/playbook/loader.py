@@ -48,9 +48,9 @@ from actors.playbook.errors import (
 )
 from actors.playbook.model import END, Playbook, RetryRule, Step
 from actors.playbook.shorthands import BAD, Partial, Shorthands
+from actors.playbook.userfiles import read_regular_file
 from actors.playbook.yaml_lines import MAX_ALIAS_NODES, MAX_SOURCE_BYTES, KeyPath, compose
-from actors.userfiles import read_regular_file
-from actors.wire import Limits
+from actors.wire.messages import Limits
 
 __all__ = [
     "IMPLICIT_END_DESC",

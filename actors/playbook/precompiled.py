@@ -20,7 +20,7 @@ from jinja2 import nodes
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS, PlaybookTool, Step
 from actors.playbook.templates import TemplateError, is_template, names_read, render_value
 from actors.playbook.tool_render import render_tool, sink_call
-from actors.wire import LoopSpec
+from actors.wire.messages import LoopSpec
 
 _BARE_NAME = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 _jinja = jinja2.Environment()  # parsing only: same syntax as the templates' environment

@@ -1,7 +1,7 @@
 """The render process's side: a fresh interpreter that renders templates it is sent,
 under OS limits, and answers in JSON.
 
-It is started by actors/render_process.py with a clean environment and bounds itself
+It is started by actors/runtime/render_process.py with a clean environment and bounds itself
 before reading anything: its address space (`RLIMIT_AS`), no files written
 (`RLIMIT_FSIZE`), no core dumps, lowest CPU priority, and not dumpable (a step of the
 same user cannot read its memory through /proc). What it renders is bounded as an
@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from actors.wire import Limits
+from actors.wire.messages import Limits
 
 __all__ = ["RenderReply", "RenderRequest", "main"]
 

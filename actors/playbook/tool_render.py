@@ -10,7 +10,7 @@ import msgspec
 
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS, Step
 from actors.playbook.templates import current_limits, names_read, render_value
-from actors.wire import SinkCall
+from actors.wire.messages import SinkCall
 
 
 def render_tool(step: Step, scope: dict[str, Any]) -> dict[str, Any]:

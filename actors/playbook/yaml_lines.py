@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from actors.nesting import MAX_DEPTH
+from actors.wire.nesting import MAX_DEPTH
 
 KeyPath = tuple[Any, ...]
 

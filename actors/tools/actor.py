@@ -24,10 +24,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from actors.children import STEP_USER_SETTING, StepUserInvalid, steps_run_as
-from actors.render_process import OffLoop, RenderBounds
-from actors.settings import Settings, SettingsInvalid, limits_from_env
-from actors.stopping import cancel_and_wait
+from actors.runtime.children import STEP_USER_SETTING, StepUserInvalid, steps_run_as
+from actors.runtime.render_process import OffLoop, RenderBounds
+from actors.runtime.settings import Settings, SettingsInvalid, limits_from_env
+from actors.runtime.stopping import cancel_and_wait
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
 from actors.tools.credentials import CredentialSource
@@ -37,7 +37,7 @@ from actors.tools.pull import KindPull, wake_now_and_then
 from actors.tools.redact import install_log_redaction
 from actors.tools.resources import ToolResources
 from actors.tools.running import CommandRunner
-from actors.wire import Limits
+from actors.wire.messages import Limits
 from streams.layout import TOOL_KINDS, Layout
 from streams.subjects import CANCEL_FILTER
 
@@ -94,7 +94,7 @@ class ToolActor:
         log record of this process is masked from now on (actors/tools/redact.py), and the
         process is made undumpable, so steps cannot read its environment through /proc
         (actors/tools/podguard.py). Python and shell steps run as `settings.step_user`
-        (actors/children.py): one that cannot be used raises `SettingsInvalid`, here or,
+        (actors/runtime/children.py): one that cannot be used raises `SettingsInvalid`, here or,
         when its python workers cannot start, in `start`. `step_user_fallback` (`run` and
         `dev`): when the step user was left to its default and cannot start the workers,
         steps run as this process's user, with a warning, instead."""

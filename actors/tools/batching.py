@@ -21,10 +21,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from actors.codec import codec_of
 from actors.natsio import MSG_ID, ack, publisher
 from actors.tools.held import HeldCommands
-from actors.wire import Command, ErrorInfo, IterationResult, ResultBatchOut, encode
+from actors.wire.codec import codec_of
+from actors.wire.messages import Command, ErrorInfo, IterationResult, ResultBatchOut, encode
 from streams.ids import result_batch_id
 from streams.layout import loop_key
 

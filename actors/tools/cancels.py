@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from actors.tools.failures import CancelSignal
-from actors.wire import Command
+from actors.wire.messages import Command
 from streams.subjects import cancel_target
 
 __all__ = ["CANCELS_REMEMBERED", "Cancels"]
@@ -35,7 +35,7 @@ class Cancels:
 
     def begin(self, cmd: Command) -> CancelSignal:
         """The cancel signal of `cmd`, which starts running here (already set if a cancel
-        for it came first: cancelled commands stay queued, see actors/outbox.py `Outbox.stop`)."""
+        for it came first: cancelled commands stay queued, see actors/runtime/outbox.py `Outbox.stop`)."""
         cancel = CancelSignal()
         if self._cancelled and self._was_cancelled(cmd):
             cancel.set()  # answered `Cancelled` without running

@@ -1,6 +1,6 @@
 """The environment python and shell steps start from: `KEPT` copied from the pod, nothing
 else (never `NATS_URL`, an `ACTORS_*` setting, a credential variable, or whatever else
-the pod was given; the rule every child of a pod follows, actors/children.py). A step
+the pod was given; the rule every child of a pod follows, actors/runtime/children.py). A step
 adds its own `env` and, for shell, its credential.
 """
 
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from actors.children import KEPT, base_environment
+from actors.runtime.children import KEPT, base_environment
 from actors.tools import fields
 
 __all__ = ["KEPT", "base_environment", "credential_environment", "step_environment"]

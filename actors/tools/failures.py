@@ -15,7 +15,7 @@ import traceback as _traceback
 from collections.abc import Callable
 from typing import Any
 
-from actors.jsonvalues import dumps
+from actors.wire.jsonvalues import dumps
 
 __all__ = [
     "CancelSignal",

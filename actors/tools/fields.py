@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from actors.jsonvalues import dumps, loads
 from actors.tools.failures import ToolFailure
+from actors.wire.jsonvalues import dumps, loads
 
 __all__ = ["flag", "mapping", "seconds", "text"]
 

@@ -20,7 +20,7 @@ import time
 
 from nats.aio.msg import Msg
 
-from actors.wire import Command
+from actors.wire.messages import Command
 
 __all__ = ["HOLD_MARGIN", "HeldCommands", "hold_bound"]
 

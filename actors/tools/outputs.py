@@ -10,7 +10,7 @@ old logs are untouched, and a loop's iterations keep theirs in the loop's stream
 the execution's log sees a step's output before the step ends.
 
 The event keeps the first and the last `EXCERPT` bytes; a longer text is stored whole
-in the object store (actors/blobs.py) up to `Layout.step_output_max_bytes`.
+in the object store (actors/store/blobs.py) up to `Layout.step_output_max_bytes`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import time
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from actors.blobs import blob_key, put_blob, sealed
-from actors.codec import codec_of
-from actors.events import StepOutput
 from actors.natsio import MSG_ID, publisher
+from actors.store.blobs import blob_key, put_blob, sealed
 from actors.tools.capture import Captured
-from actors.wire import Command
+from actors.wire.codec import codec_of
+from actors.wire.events import StepOutput
+from actors.wire.messages import Command
 from streams.ids import output_id
 from streams.subjects import output_subject
 

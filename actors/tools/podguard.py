@@ -4,7 +4,7 @@ The pod's own process environment holds what steps must never see (``NATS_PASSWO
 ``ACTORS_PAYLOAD_KEY``, the ``ACTORS_CREDENTIAL_*`` variables). A step starts from a
 clean environment, as another user when the pod is root, and the pod's process is not
 dumpable, so a step of its own user cannot read it through ``/proc`` or ptrace: the
-rules every child of a pod is started by (actors/children.py).
+rules every child of a pod is started by (actors/runtime/children.py).
 
 1. `make_undumpable` (`protect_pod`): ``prctl(PR_SET_DUMPABLE, 0)`` on the pod's
    process, whose ``/proc`` files then are root's; no core dump either.
@@ -20,8 +20,8 @@ import base64
 import binascii
 from pathlib import Path
 
-from actors.children import dumpable, make_undumpable, protect_pod
-from actors.settings import Settings
+from actors.runtime.children import dumpable, make_undumpable, protect_pod
+from actors.runtime.settings import Settings
 from actors.tools.redact import REDACTOR, Redactor
 
 __all__ = ["dumpable", "guard_pod", "make_undumpable", "pod_secrets"]

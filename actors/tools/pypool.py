@@ -39,14 +39,14 @@ from typing import Any
 
 import orjson
 
-from actors.children import RunAs
-from actors.jsonvalues import dumps, loads
+from actors.runtime.children import RunAs
 from actors.tools.capture import TAIL, Captured, OutputBox, read_capture
 from actors.tools.cpus import available_cpus
 from actors.tools.environment import base_environment
 from actors.tools.failures import ToolFailure, cancelled_failure, timeout_failure
 from actors.tools.pyprocess import Bounds, Call, Stop, WorkerProcess, bounded, describe_end, reap, wait_reaped
 from actors.tools.pyworker import ERR, HDR, OK, OUT, READY, REQ, SKIPPED
+from actors.wire.jsonvalues import dumps, loads
 
 __all__ = ["QUEUE_DEPTH", "QUICK_CALL", "PythonPool"]
 
@@ -90,7 +90,7 @@ class PythonPool:
         `python`: the interpreter to run workers with (default: ``sys.executable``);
         `environment`: the workers' whole environment (default: `base_environment()`,
         never the pod's own); `run_as`: the user workers run as (default: this
-        process's; actors/children.py); `cwd`: their working directory (default: this
+        process's; actors/runtime/children.py); `cwd`: their working directory (default: this
         process's)."""
         self.size = max(1, size if size is not None else available_cpus())
         self.start_timeout = start_timeout

@@ -8,7 +8,7 @@ side effects, and fatal for a script without an ``if __name__ == "__main__"`` gu
 It is a fresh interpreter (spawn semantics, never a ``fork`` of the asyncio parent), in
 its own session/process group, gets the parent's ``sys.path`` and only the environment
 the pool gives it (actors/tools/environment.py), and runs as the user steps run as
-(actors/children.py), in their directory when that is another user. The parent waits with
+(actors/runtime/children.py), in their directory when that is another user. The parent waits with
 ``loop.add_reader`` on the socket and on a pidfd of the process (Linux): the loop is
 never blocked, and a worker that dies (``os._exit``, segfault, OOM kill) is noticed at
 once.
@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from actors.children import RunAs
+from actors.runtime.children import RunAs
 from actors.tools.capture import capture_file
 from actors.tools.failures import CancelSignal
 from actors.tools.pyworker import BOOT, HDR, RECV, SEQ, SKIP

@@ -56,9 +56,9 @@ from typing import Any
 
 import orjson
 
-from actors.children import make_undumpable
-from actors.jsonvalues import dumps, loads
+from actors.runtime.children import make_undumpable
 from actors.tools.capture import read_capture
+from actors.wire.jsonvalues import dumps, loads
 
 __all__ = ["BOOT", "ERR", "HDR", "OK", "OUT", "READY", "RECV", "REQ", "SEQ", "SKIP", "SKIPPED"]
 
@@ -282,7 +282,7 @@ _ENVIRON: Any = None  # libc's `environ` array, when it can be read
 def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
     """Entry point of a worker process: serve requests until the socket closes."""
     # first: what one step leaves in this process's memory (its credential, its values)
-    # is not for another step of the same user to read through /proc (actors/children.py)
+    # is not for another step of the same user to read through /proc (actors/runtime/children.py)
     make_undumpable()
     _BOOT_ENV.update(os.environ)
     data = getattr(os.environ, "_data", None)

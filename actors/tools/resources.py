@@ -2,7 +2,7 @@
 session, made lazily on first use (a sink may call a kind its actor does not consume) and
 closed by `close()` when the actor stops; where credentials are found; the clean
 environment python and shell steps start from, and the user they run as (with, for
-another user than the pod's, a directory of their own: actors/children.py). Tests that
+another user than the pod's, a directory of their own: actors/runtime/children.py). Tests that
 call the executors make their own."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from actors.children import RunAs, cannot_start_steps, step_home
+from actors.runtime.children import RunAs, cannot_start_steps, step_home
 from actors.tools.credentials import CredentialSource
 from actors.tools.environment import base_environment
 from actors.tools.failures import ToolFailure

@@ -20,15 +20,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from actors.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
-from actors.codec import PayloadUnreadable, codec_of
-from actors.deadletters import answer_undeliverable
-from actors.jsonvalues import loads
-from actors.metrics import commands_in_flight, observe_step, step_outcome
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
-from actors.render_process import OffLoop
+from actors.pod.deadletters import answer_undeliverable
+from actors.runtime.metrics import commands_in_flight, observe_step, step_outcome
+from actors.runtime.render_process import OffLoop
+from actors.store.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
 from actors.tools.batching import ResultBatcher
 from actors.tools.cancels import Cancels
 from actors.tools.capture import OutputBox
@@ -38,7 +36,9 @@ from actors.tools.held import HeldCommands
 from actors.tools.outputs import publish_output
 from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
-from actors.wire import (
+from actors.wire.codec import PayloadUnreadable, codec_of
+from actors.wire.jsonvalues import loads
+from actors.wire.messages import (
     CallDone,
     CallError,
     ChunkDone,
@@ -274,7 +274,7 @@ class CommandRunner:
     async def reply(self, cmd: Command, result: Any, error: ErrorInfo | None, started: float, ended: float) -> None:
         """Answer `cmd` alone: its `call.done` or `call.error`."""
         limit = self.layout.max_msg_size - RESULT_HEADROOM
-        # a result too large for a message goes as a blob, up to the cap (actors/blobs.py)
+        # a result too large for a message goes as a blob, up to the cap (actors/store/blobs.py)
         answer = self._answer(cmd, started, ended, result=result, error=error)
         payload = await result_message(self.js, answer, limit=limit, cap=self.layout.max_value_bytes)
         if len(payload) > limit:  # an error report (message, traceback) too large: never truncated silently

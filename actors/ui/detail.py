@@ -20,15 +20,15 @@ from typing import Any
 import msgspec
 
 from actors.client import Client, LogItem
-from actors.events import TERMINAL_EVENTS, TERMINAL_STATES
 from actors.playbook.loader import MAX_ATTEMPTS_CEILING, parsed_playbook
 from actors.playbook.model import Playbook
 from actors.playbook.templates import RenderFault
-from actors.render_process import OffLoop
+from actors.runtime.render_process import OffLoop
 from actors.ui.graph import execution_graph
 from actors.ui.listing import row_of
 from actors.ui.timeline import step_timeline
-from actors.wire import ExecutionStatus, LoopProgress, StartRecord
+from actors.wire.events import TERMINAL_EVENTS, TERMINAL_STATES
+from actors.wire.messages import ExecutionStatus, LoopProgress, StartRecord
 
 RESULT_PREVIEW = 16 * 1024  # bytes of a result sent to the page; a larger one is cut (the CLI has it whole)
 KEPT = 256  # parsed playbooks, and finished executions' envelopes, kept in memory

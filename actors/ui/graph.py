@@ -41,7 +41,7 @@ from actors.core.failure import ON_ERROR_RETRY_DELAY
 from actors.playbook.model import END, Playbook, Step
 from actors.ui.layout import Box, layered_layout
 from actors.ui.runstate import Item, LoopRun, RunState, StepRun, fold_run
-from actors.wire import LoopProgress
+from actors.wire.messages import LoopProgress
 
 NODE_H = 54.0
 LOOP_H = 98.0  # room for the progress bar and two lines of counts

@@ -7,7 +7,7 @@ A page ends at a stream sequence; `before` (that sequence) starts the next one t
 so "more" never reads what the page before it read, and a page costs the same at 100
 or 10,000 executions in the bucket. `q` keeps ids that contain it (case-insensitive).
 A record that cannot be read is left out, with a warning naming where it is
-(actors/records.py): one bad record never fails the page.
+(actors/store/records.py): one bad record never fails the page.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from actors.client import Client
-from actors.events import TERMINAL_STATES
 from actors.natsio.batchget import from_sequence
-from actors.records import ended_statuses, index_entries
-from actors.wire import ExecutionStatus
+from actors.store.records import ended_statuses, index_entries
+from actors.wire.events import TERMINAL_STATES
+from actors.wire.messages import ExecutionStatus
 from streams.layout import ENDED_STREAM, INDEX_STREAM
 from streams.subjects import index_ends
 

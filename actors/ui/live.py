@@ -7,7 +7,7 @@ Both read with ordered consumers that deliver only what is stored from now on
 never sent (the list's first page is read from the index), and an execution's log is
 never read again (its watch takes headers only: it needs to know that, not what). Being
 JetStream consumers delivering to an inbox, they need no more NATS permissions than
-`actors-cli` has (the `cli` user of actors/permissions.py), and ride out a reconnect.
+`actors-cli` has (the `cli` user of actors/pod/permissions.py), and ride out a reconnect.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from actors.client import check_execution_id
-from actors.records import status_or_none
-from actors.wire import ExecutionStatus, LoopProgress
+from actors.store.records import status_or_none
+from actors.wire.messages import ExecutionStatus, LoopProgress
 from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout
 from streams.subjects import kv_key_subject, kv_stream, progress_subject
 

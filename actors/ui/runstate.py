@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actors.events import TERMINAL_EVENTS, ExecState
 from actors.playbook.model import END
+from actors.wire.events import TERMINAL_EVENTS, ExecState
 
 # node states, as the page colours them
 PENDING = "pending"

@@ -16,7 +16,7 @@ Actions are POSTs and only POSTs change anything. Each one must:
 A stored record that cannot be read (a status, a catalog record: `RecordInvalid`) or a
 blob that is not what its key names (`BlobCorrupt`, a `PayloadUnreadable`) is answered
 502 with the one line that names its key, never a 500 and a traceback; listings leave
-such records out (actors/records.py).
+such records out (actors/store/records.py).
 
 Every request, when the UI is bound to a loopback address, must name it in `Host`
 (localhost, 127.0.0.1, [::1], or a name given with --allow-host): a site whose DNS
@@ -39,7 +39,6 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from actors.catalog import CatalogError
 from actors.client import (
     Client,
     InvalidExecutionId,
@@ -49,13 +48,14 @@ from actors.client import (
     UnknownExecution,
     check_execution_id,
 )
-from actors.codec import PayloadUnreadable
-from actors.events import TERMINAL_STATES
-from actors.nesting import MAX_DEPTH, json_within
-from actors.records import RecordInvalid
+from actors.store.catalog import CatalogError
+from actors.store.records import RecordInvalid
 from actors.ui import listing
 from actors.ui.detail import DetailCache, NotFound, execution_detail
 from actors.ui.live import ExecutionWatch, StatusHub
+from actors.wire.codec import PayloadUnreadable
+from actors.wire.events import TERMINAL_STATES
+from actors.wire.nesting import MAX_DEPTH, json_within
 
 log = logging.getLogger("actors.ui")
 KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep an idle stream open

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from actors.events import TERMINAL_EVENTS
 from actors.ui.runstate import CANCELLED, COMPLETED, FAILED, PENDING, RETRYING, RUNNING, Item, Log, one_line, split_log
+from actors.wire.events import TERMINAL_EVENTS
 
 Bar = dict[str, Any]
 _EXIT = {"COMPLETED": COMPLETED, "FAILED": FAILED, "CANCELLED": CANCELLED}

@@ -3,7 +3,7 @@
 Like a workflow replayer, it drives the pure cores the way their shells do, with no
 NATS, no I/O and no sleeps: the engine's `fold` (actors/core/decide.py, as
 actors/engine/actor.py calls it) and the counter's `fold_loop` (actors/core/loop.py,
-as actors/counter.py calls it). The harness plays every other part itself:
+as actors/loops/counter.py calls it). The harness plays every other part itself:
 * the log: each input gets a stream sequence and a log time from a synthetic clock,
   which moves only when a durable timer is due (then it jumps to the timer's `due`);
 * tool actors: a command is answered by the test's tool function (`Call` in, a result

@@ -12,7 +12,7 @@ from actors.core.effects import CommandCancel, Effects, Timer
 from actors.core.loop import LoopRun
 from actors.core.rerun import plan_retry
 from actors.core.state import Execution
-from actors.wire import (
+from actors.wire.messages import (
     CallDone,
     CallError,
     CancelRequest,

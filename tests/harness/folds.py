@@ -15,10 +15,10 @@ from actors.core.decide import fold
 from actors.core.effects import Effects
 from actors.core.loop import LoopRun, fold_loop
 from actors.core.state import Execution
-from actors.events import FailureDecidedData
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.templates import call_with_limits
-from actors.wire import LoopSpec
+from actors.wire.events import FailureDecidedData
+from actors.wire.messages import LoopSpec
 from streams.subjects import ExecSubjects, LoopSubjects
 from tests.harness.view import Run
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from actors.jsonvalues import dumps, loads
 from actors.tools import fields
 from actors.tools.call import ToolCall
 from actors.tools.failures import ToolFailure, result_json, safe_str
 from actors.tools.limits import limited
 from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
+from actors.wire.jsonvalues import dumps, loads
 
 __all__ = ["credential_headers", "run_http"]
 

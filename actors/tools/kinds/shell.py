@@ -2,7 +2,7 @@
 (killed whole on timeout or cancel), in the clean environment (actors/tools/environment.py)
 with the step's args exported as ``ARG_<NAME>``, its ``env``, and its credential's keys
 as variables (upper-cased; they win over ``env``), as the user steps run as (in their
-directory, unless the step gives ``cwd``: actors/children.py). Its
+directory, unless the step gives ``cwd``: actors/runtime/children.py). Its
 output (stdout, then stderr) is also the step's printed output (`OutputBox`) once the
 command has ended; a command killed on timeout or cancel leaves none."""
 

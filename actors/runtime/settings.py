@@ -4,7 +4,7 @@
 over it (a flag given wins). `Runtime` owns the result and hands each part to what
 needs it: the stream layout (`streams.layout.Layout`, which stays free of `actors/`),
 the limits the starter fixes in each new execution's start record (`wire.Limits`), the
-cap on values (`actors/blobs.py`), the tool actors' pool and concurrency, the pod's
+cap on values (`actors/store/blobs.py`), the tool actors' pool and concurrency, the pod's
 name and its HTTP port. No other module reads the environment.
 
 Limits that feed an engine decision are not pod settings at run time: the starter
@@ -12,7 +12,7 @@ copies them into the start record, and every pod replays a log by its record, wh
 its own environment says. A value that cannot be used is refused at start-up in one
 line naming the variable, never silently replaced by a default.
 
-`python -m actors.settings` prints the README's settings table.
+`python -m actors.runtime.settings` prints the README's settings table.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.codec import CLEAR, PayloadCodec, PayloadKeyInvalid, PayloadKeys
-from actors.wire import Limits
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeyInvalid, PayloadKeys
+from actors.wire.messages import Limits
 from streams.layout import Layout
 from streams.server import SYNC_DEFAULT, SYNC_MODES
 
@@ -75,7 +75,7 @@ class Settings:
         flag="--nats",
         minimum=None,
     )
-    # --- how a connection proves who it is and encrypts (actors/connopts.py; README "Connecting
+    # --- how a connection proves who it is and encrypts (actors/natsio/connopts.py; README "Connecting
     # securely"). Secrets come from the environment or a file, never a flag: argv shows in `ps` ---
     nats_user: str | None = _setting(
         None,
@@ -266,7 +266,7 @@ class Settings:
         flag="--http-port",
         minimum=0,
     )
-    # --- payload encryption (actors/codec.py); every pod of a deployment and its clients share the keys ---
+    # --- payload encryption (actors/wire/codec.py); every pod of a deployment and its clients share the keys ---
     payload_key: str | None = _setting(
         None,
         "ACTORS_PAYLOAD_KEY",
@@ -318,7 +318,7 @@ class Settings:
             "minimum": None,
         },
     )
-    # --- who python and shell steps run as (actors/children.py): the tool role reads it ---
+    # --- who python and shell steps run as (actors/runtime/children.py): the tool role reads it ---
     step_user: str | None = _setting(
         None,
         "ACTORS_STEP_USER",

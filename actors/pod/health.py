@@ -5,7 +5,7 @@
 * ``GET /readyz``: readiness. 200 once connected to NATS with the roles started; 503
   while starting, while NATS is unreachable, and from SIGTERM on (draining).
 * ``GET /metrics``: the Prometheus text format 0.0.4, written by prometheus-client
-  (see `actors.metrics`).
+  (see `actors.runtime.metrics`).
 
 The server starts before NATS is dialled, so liveness holds while a pod waits for
 its server, and stops last, so probes keep answering while a pod drains.
@@ -19,9 +19,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import Metric
 
-from actors.metrics import Registry, gauge_family
+from actors.runtime.metrics import Registry, gauge_family
 
-log = logging.getLogger("actors.health")
+log = logging.getLogger("actors.pod.health")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

@@ -26,7 +26,14 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from actors.events import (
+from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, subject_taken
+from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.kvput import put_if_last
+from actors.runtime.hosting import POISON_TRIES, is_transient
+from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.metrics import observe_lifecycle
+from actors.store.records import RecordInvalid, status_record
+from actors.wire.events import (
     TERMINAL_EVENTS,
     AnyEvent,
     EventType,
@@ -37,19 +44,12 @@ from actors.events import (
     PlaybookInitializedData,
     event_decoder,
 )
-from actors.hosting import POISON_TRIES, is_transient
-from actors.keyed_limiter import KeyedLimiter
-from actors.metrics import observe_lifecycle
-from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, subject_taken
-from actors.natsio.dispatch import subscribe_direct
-from actors.natsio.kvput import put_if_last
-from actors.records import RecordInvalid, status_record
-from actors.wire import ExecutionStatus, IndexEntry, encode
+from actors.wire.messages import ExecutionStatus, IndexEntry, encode
 from streams.ids import index_end_id, index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
 from streams.subjects import index_end_subject, index_subject
 
-log = logging.getLogger("actors.projector")
+log = logging.getLogger("actors.status.projector")
 
 RANK = {ExecState.PENDING: 0, ExecState.RUNNING: 1, ExecState.COMPLETED: 2, ExecState.FAILED: 2, ExecState.CANCELLED: 2}
 TRANSITIONS: dict[str, ExecState] = {
@@ -103,7 +103,7 @@ def _stored_status(value: bytes | None, eid: str) -> ExecutionStatus | None:
         return None
 
 
-# Lifecycle events applied at once (actors/keyed_limiter.py), those of one execution in turn
+# Lifecycle events applied at once (actors/runtime/keyed_limiter.py), those of one execution in turn
 EVENTS_IN_FLIGHT = 64
 KNOWN_STATUSES = 10_000  # statuses (and their KV revisions) remembered, most recent
 

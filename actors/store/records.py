@@ -1,13 +1,13 @@
 """Records one role stores and every other reads: statuses (KV `status`, written by the
 projector), the execution index (streams INDEX and ENDED, the projector too) and the
-catalog (KV `catalog`: actors/catalog.py, `CatalogRecordInvalid`).
+catalog (KV `catalog`: actors/store/catalog.py, `CatalogRecordInvalid`).
 
 One malformed record (a writer's bug, a hand edit, tampering) must not break everybody's
 commands. A listing skips it with a warning naming where it is (bucket and key, or
 stream and sequence); the one record a command was asked about raises `RecordInvalid`,
 one line naming its key (the CLI exits 3, the web UI answers 502, the starter refuses
 or fails the start). Decode these records here, not with the bare decoders of
-actors/wire.py.
+actors/wire/messages.py.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import TypeVar
 
 import msgspec
 
-from actors.wire import ExecutionStatus, IndexEntry, index_decoder, status_decoder
+from actors.wire.messages import ExecutionStatus, IndexEntry, index_decoder, status_decoder
 from streams.layout import ENDED_STREAM, EXECUTION_ID, INDEX_STREAM, STATUS_BUCKET
 
-log = logging.getLogger("actors.records")
+log = logging.getLogger("actors.store.records")
 T = TypeVar("T")
 
 
@@ -72,7 +72,7 @@ def ended_status(data: bytes, *, seq: int) -> ExecutionStatus:
 
 
 def skipped(e: RecordInvalid) -> None:
-    """Say that a listing left a malformed record out (logger `actors.records`, which the
+    """Say that a listing left a malformed record out (logger `actors.store.records`, which the
     CLI prints on stderr)."""
     log.warning("skipped a malformed record: %s", e)
 

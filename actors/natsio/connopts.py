@@ -1,6 +1,6 @@
 """How a connection to NATS proves who it is and encrypts: one typed object, built from
-`Settings`, that both places that connect take (`actors.runtime.connect` for pods,
-`actors.dial.connect_within` for the CLI and `Client.connect`), so no path can leave
+`Settings`, that both places that connect take (`actors.pod.roles.connect` for pods,
+`actors.natsio.dial.connect_within` for the CLI and `Client.connect`), so no path can leave
 the credentials or the TLS settings out.
 
 What it carries (each a `Settings` field, README "Connecting securely"):
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.settings import Settings, SettingsInvalid
+from actors.runtime.settings import Settings, SettingsInvalid
 
 DEFAULT_INBOX_PREFIX = "_INBOX"  # nats-py's
 _INBOX_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

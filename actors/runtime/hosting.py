@@ -20,7 +20,7 @@ A fold that meets a template that is not cheap by construction (or whose templat
 need more than their inline slice of operations) raises `SliceExhausted`
 (actors/playbook/templates.py): the actor is rebuilt and folds from then on on a worker
 thread (`fold_off_loop`) whose renders run in a render process with OS limits
-(actors/render_process.py), so a runaway template holds neither the event loop nor the
+(actors/runtime/render_process.py), so a runaway template holds neither the event loop nor the
 interpreter lock that every other execution's steps need. A render the process's
 limits cut short is recorded in the log by the actor, which then raises `Refold`.
 
@@ -50,7 +50,6 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, NoStreamResponseError, ServerError, ServiceUnavailableError
 
-from actors.metrics import EVICTED_ACTORS
 from actors.natsio import PublishOutcomeUnknown, ack
 from actors.natsio.dispatch import subscribe_direct
 from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, parsed_playbook
@@ -59,9 +58,10 @@ from actors.playbook.templates import (
     RenderHalted,
     SliceExhausted,
 )
-from actors.render_process import OffLoop, RenderBounds
-from actors.stopping import cancel_and_wait
-from actors.wire import ErrorInfo
+from actors.runtime.metrics import EVICTED_ACTORS
+from actors.runtime.render_process import OffLoop, RenderBounds
+from actors.runtime.stopping import cancel_and_wait
+from actors.wire.messages import ErrorInfo
 from streams.layout import Layout, deliver_subject
 
 log = logging.getLogger("actors")
@@ -125,7 +125,7 @@ def engine_error(e: BaseException, *, subject: str, seq: int, data: bytes) -> Er
 
 class Refold(BaseException):
     """An actor recorded in its log something that changes how its inputs fold (a render
-    fault, actors/render_process.py): rebuild it by replay and try again at once. Not a
+    fault, actors/runtime/render_process.py): rebuild it by replay and try again at once. Not a
     failure: nothing is counted against the input."""
 
 
@@ -395,7 +395,7 @@ class PartitionHost(Generic[K, A]):
 
     async def fold_off_loop(self, actor: Hosted, fold: Callable[[], T]) -> T:
         """Run a fold inline with its slice of template operations, or, for an actor
-        moved off the loop, on one of this host's fold threads (actors/render_process.py)."""
+        moved off the loop, on one of this host's fold threads (actors/runtime/render_process.py)."""
         if not actor.off_loop:
             return self._off_loop.inline(fold)
         return await self._off_loop.off_loop(fold)

@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from actors.events import TERMINAL_STATES, ExecState
+from actors.wire.events import TERMINAL_STATES, ExecState
 from streams.layout import (
     CMD_STREAM,
     EXEC_STREAM,
@@ -198,7 +198,7 @@ class Registry:
                 # one broken collector must not take the whole scrape (and the pod's
                 # other metrics) down with it
                 self.scrape_errors += 1
-                logging.getLogger("actors.metrics").exception("collector %s failed", type(c).__name__)
+                logging.getLogger("actors.runtime.metrics").exception("collector %s failed", type(c).__name__)
         self._gathered.families = families
         try:
             return generate_latest(self.lib).decode()
@@ -501,7 +501,7 @@ class ConsumerCollector:
         try:
             return await self.nc.jsm().consumer_info(stream, consumer, timeout=self.timeout)
         except Exception as e:  # missing, timed out, disconnected: report it as down
-            logging.getLogger("actors.metrics").warning("consumer info %s/%s: %r", stream, consumer, e)
+            logging.getLogger("actors.runtime.metrics").warning("consumer info %s/%s: %r", stream, consumer, e)
             return None
 
     async def collect(self) -> list[Metric]:

@@ -1,6 +1,6 @@
 """Connecting a short-lived client (the CLI) to NATS within a deadline.
 
-`actors.runtime.connect` retries an unreachable server for ever, which is what a pod
+`actors.pod.roles.connect` retries an unreachable server for ever, which is what a pod
 must do (it waits for its server to come up). A person at a terminal, or a script,
 needs the opposite: an answer within a bound, and at once when the server refuses
 the credentials (retrying the same password cannot help). Once connected, the
@@ -20,10 +20,10 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from actors.connopts import ConnectOptions
+from actors.natsio.connopts import ConnectOptions
 from actors.natsio.reader import install_reader
 
-log = logging.getLogger("actors.dial")
+log = logging.getLogger("actors.natsio.dial")
 # Seconds a client command (and `actors.client.Client`, per call) keeps trying when NATS
 # does not answer or refuses for a while. It covers a stream leader election: on the
 # 3-node loopback cluster (`python bench/election.py`) a stream named a new leader

@@ -14,24 +14,24 @@ from typing import Any, Protocol
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
-from actors.children import protect_pod
-from actors.codec import bind
-from actors.connopts import ConnectOptions
-from actors.counter import Counter
-from actors.deadletters import MaxDeliveriesWatcher
-from actors.dial import refusal
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
-from actors.health import HealthServer, PodState
-from actors.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
+from actors.loops.counter import Counter
 from actors.natsio import close_connection, publisher, ride_out
+from actors.natsio.connopts import ConnectOptions
+from actors.natsio.dial import refusal
 from actors.natsio.reader import install_reader
-from actors.ownership import Leases, pod_name
-from actors.projector import Projector
-from actors.render_process import RenderBounds
-from actors.settings import Settings
+from actors.pod.deadletters import MaxDeliveriesWatcher
+from actors.pod.health import HealthServer, PodState
+from actors.runtime.children import protect_pod
+from actors.runtime.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
+from actors.runtime.ownership import Leases, pod_name
+from actors.runtime.render_process import RenderBounds
+from actors.runtime.settings import Settings
+from actors.status.projector import Projector
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
+from actors.wire.codec import bind
 from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")
@@ -187,7 +187,7 @@ async def start_roles(
     step_user_fallback: bool = True,
 ) -> Runtime:
     """Start `roles` on `nc`. Engine and counter consume only the partitions whose
-    leases they hold in the `owners` bucket (actors/ownership.py), rebalanced as pods
+    leases they hold in the `owners` bucket (actors/runtime/ownership.py), rebalanced as pods
     of the same role come and go. There is no other way in: `serve`, `dev`, the
     embedded `run`, the tests and the benches all start here, so any mix of them on one
     server shares the partitions and each partition is consumed by the holder of its
@@ -212,9 +212,12 @@ async def start_roles(
     if unknown:
         raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
     if PARENTS & set(roles):
-        protect_pod()  # its environment holds its secrets: not for its children's user to read (actors/children.py)
+        # its environment holds its secrets: not for its children's user to read (actors/runtime/children.py)
+        protect_pod()
     codec = settings.payload_codec
-    if codec.encrypts:  # every actor on `nc` encrypts values it writes and decrypts what it reads (actors/codec.py)
+    if (
+        codec.encrypts
+    ):  # every actor on `nc` encrypts values it writes and decrypts what it reads (actors/wire/codec.py)
         bind(nc, codec)
     await declare_streams(nc, layout, roles)
     # how long a publish without a PubAck may be re-sent as is (natsio.RESEND_SHARE)

@@ -2,7 +2,7 @@
 
 One encode/decode pair for every message (`PayloadCodec.encode`, `.decode`) and one for
 the object store's bytes (`seal_bytes`, `open_bytes`). Which fields are values is said
-on the Structs themselves (actors/secrecy.py markers), so a field added later is
+on the Structs themselves (actors/wire/secrecy.py markers), so a field added later is
 encrypted by being marked, and `tests/test_codec.py` fails for one that can hold data
 and is neither marked nor declared clear. The pure core never sees a ciphertext: log
 actors decrypt what they read before folding and encrypt what they publish.
@@ -54,8 +54,8 @@ from msgspec import UNSET, Struct
 from nats.js import JetStreamContext
 
 from actors.natsio.private import connection_of
-from actors.nesting import START_MESSAGE_DEPTH, json_within
-from actors.secrecy import ERROR, ERROR_SECRET_KEYS, SEAL, VALUE
+from actors.wire.nesting import START_MESSAGE_DEPTH, json_within
+from actors.wire.secrecy import ERROR, ERROR_SECRET_KEYS, SEAL, VALUE
 
 PREFIX = "$sealed:"
 _PREFIX_B = PREFIX.encode()

@@ -2,7 +2,7 @@
 
 A field annotated `Annotated[T, SECRET]` holds a value (a payload, args, a result, a
 collected list, what a step printed, an error's type, message or traceback): with a
-payload key set, the codec (actors/codec.py) encrypts it whole wherever the Struct is
+payload key set, the codec (actors/wire/codec.py) encrypts it whole wherever the Struct is
 written to NATS. A field annotated `Annotated[ErrorView, SECRET_ERROR]` is an error as a
 mapping (`type`, `message`, `step`, ...): only its `type`, `message` and `traceback` are
 encrypted, so a status still says which step failed. An error's type is a value too: a

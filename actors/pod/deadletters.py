@@ -11,7 +11,7 @@ silently, and answers a command nobody will run with a `call.error`
 Tool actors dead-letter a command themselves when they see its last delivery; the
 watcher covers the case where that delivery went to a pod that died with it. Every
 engine and tool pod runs a watcher (their NATS users may answer a command; see
-actors/permissions.py), in one queue group: each advisory is handled once.
+actors/pod/permissions.py), in one queue group: each advisory is handled once.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from actors.natsio import dead_letter, publish_all
-from actors.wire import CallError, Command, ErrorInfo, command_decoder, encode
+from actors.wire.messages import CallError, Command, ErrorInfo, command_decoder, encode
 from streams.ids import dead_letter_id, result_id
 from streams.layout import CMD_STREAM, execution_of
 
-log = logging.getLogger("actors.deadletters")
+log = logging.getLogger("actors.pod.deadletters")
 ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 QUEUE = "actors-max-deliveries"
 

@@ -9,7 +9,7 @@ next: a decision record in the log proves that everything it decided was stored,
 a replay that finds the record sends nothing of that decision again.
 
 Values too large for a message (commands, child payloads, loop collections and scopes,
-results) go as blobs (actors/blobs.py), named from the message.
+results) go as blobs (actors/store/blobs.py), named from the message.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from msgspec import UNSET
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from actors.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, sealed, start_item
-from actors.codec import codec_of
 from actors.core.effects import CommandCancel, Effects, Timer
-from actors.events import DecisionRecord, Event, PlaybookCompletedData, PlaybookFailedData
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
-from actors.wire import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
+from actors.store.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, sealed, start_item
+from actors.wire.codec import codec_of
+from actors.wire.events import DecisionRecord, Event, PlaybookCompletedData, PlaybookFailedData
+from actors.wire.messages import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids
 from streams.layout import Layout
 from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject
@@ -57,7 +57,7 @@ class Outbox:
         self.timer_owner = ids.timer_owner(execution_id, loop_id)
         self.limit = layout.max_msg_size - HEADROOM  # larger values go as blobs
         self.cap = layout.max_value_bytes  # larger ones are refused (`ValueTooLarge`)
-        self.codec = codec_of(js)  # values encrypted when the pod has a payload key (actors/codec.py)
+        self.codec = codec_of(js)  # values encrypted when the pod has a payload key (actors/wire/codec.py)
 
     async def send(self, fx: Effects) -> None:
         js = self.js

@@ -5,7 +5,7 @@ small things that differ: how an input is decoded and folded, what a replay read
 back, how the actor gives up on an input.
 
     inputs (a batch from the mailbox) -> fold each, in log order -> publish the
-    effects (actors/outbox.py) -> ack the inputs
+    effects (actors/runtime/outbox.py) -> ack the inputs
 
 The inputs are acked last: if the process dies anywhere before, they are redelivered
 and the next actor rebuilds its state by replaying the log (`rehydrate`): fold every
@@ -13,7 +13,7 @@ input again (same effects, by determinism) and publish only what the log shows i
 missing. A first delivery of the input that opens the log needs no replay: nothing
 precedes it.
 
-Failures are handled by the host (actors/hosting.py `handle_until_done`): transient
+Failures are handled by the host (actors/runtime/hosting.py `handle_until_done`): transient
 ones are waited out, deterministic ones are tried a few times and then given up on
 (`give_up`); either way the actor rebuilds by replay before trying again (`reset`).
 """
@@ -29,12 +29,12 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.codec import PayloadUnreadable, codec_of
 from actors.core.effects import Effects
-from actors.hosting import PartitionHost, hand_back
 from actors.natsio import ack, dead_letter, log_time, stream_seq
-from actors.outbox import Outbox
-from actors.wire import ErrorInfo
+from actors.runtime.hosting import PartitionHost, hand_back
+from actors.runtime.outbox import Outbox
+from actors.wire.codec import PayloadUnreadable, codec_of
+from actors.wire.messages import ErrorInfo
 from streams import ids
 
 REPLAY_IDLE_TIMEOUT = 10.0  # seconds without a message before a replay reader decides

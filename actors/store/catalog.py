@@ -26,9 +26,9 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from actors.playbook.loader import load_playbook
-from actors.records import RecordInvalid
-from actors.settings import limits_from_env
-from actors.wire import CatalogEntry, encode
+from actors.runtime.settings import limits_from_env
+from actors.store.records import RecordInvalid
+from actors.wire.messages import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
 
 _entry = msgspec.json.Decoder(CatalogEntry)

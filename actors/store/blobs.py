@@ -13,13 +13,13 @@ carried a digest (`<execution>/result`, a loop's `collection` and `results`) are
 unchecked.
 
 Start payloads go to a bucket of their own, `payloads` (`PAYLOAD_BUCKET`): the one the
-`cli` NATS user may write (actors/permissions.py). NATS permissions cannot tell one
+`cli` NATS user may write (actors/pod/permissions.py). NATS permissions cannot tell one
 key of a bucket from another (nats-py names an object's chunks by a random id and its
 metadata by the base64 of its whole name, one subject token), so a bucket is the unit
 of write permission; results, commands and step output stay in `blobs`.
 
 Past the cap on values (`cap`: `Layout.max_value_bytes`, 64 MB, env
-`ACTORS_MAX_VALUE_BYTES` read by `actors.settings`) a value is refused with
+`ACTORS_MAX_VALUE_BYTES` read by `actors.runtime.settings`) a value is refused with
 `ValueTooLarge`, naming the step and field, instead of being stored.
 """
 
@@ -34,9 +34,18 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import BadObjectMetaError, DigestMismatchError, NotFoundError, ObjectDeletedError
 
-from actors.codec import PayloadUnreadable, codec_of
-from actors.nesting import MAX_VALUE_NODES, START_MESSAGE_DEPTH, json_nodes, json_within
-from actors.wire import CallDone, CallError, ChunkDone, Command, ErrorInfo, StartMessage, command_decoder, encode
+from actors.wire.codec import PayloadUnreadable, codec_of
+from actors.wire.messages import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    Command,
+    ErrorInfo,
+    StartMessage,
+    command_decoder,
+    encode,
+)
+from actors.wire.nesting import MAX_VALUE_NODES, START_MESSAGE_DEPTH, json_nodes, json_within
 from streams.ids import attempt_of, command_msg_id, result_id, start_id
 from streams.layout import BLOB_BUCKET, PAYLOAD_BUCKET, START_SUBJECT, cmd_subject
 
@@ -114,7 +123,7 @@ def _decoded(key: str, data: bytes) -> Any:
 
 def sealed(js: JetStreamContext, data: bytes) -> bytes:
     """`data` as the object store keeps it: encrypted when the connection's codec has a
-    key (actors/codec.py). Name a blob by a digest of these bytes (`blob_key`): the
+    key (actors/wire/codec.py). Name a blob by a digest of these bytes (`blob_key`): the
     same value gives the same bytes (the codec is deterministic) and the digest of a
     ciphertext says nothing of the value."""
     return codec_of(js).seal_bytes(data)

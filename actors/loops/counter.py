@@ -30,19 +30,19 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from actors.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
-from actors.codec import codec_of
 from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
-from actors.hosting import PartitionHost, engine_error
-from actors.logactor import LogActor, LogEntry
 from actors.natsio import ack, dead_letter, has_message, last_message
-from actors.outbox import Outbox
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.playbook.templates import DEFAULT_LIMITS, RenderFault, call_with_limits
-from actors.render_process import RenderBounds
-from actors.wire import (
+from actors.runtime.hosting import PartitionHost, engine_error
+from actors.runtime.logactor import LogActor, LogEntry
+from actors.runtime.outbox import Outbox
+from actors.runtime.render_process import RenderBounds
+from actors.store.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
+from actors.wire.codec import codec_of
+from actors.wire.messages import (
     CallDone,
     ChunkDone,
     Command,
@@ -67,7 +67,7 @@ from streams.subjects import (
     progress_subject,
 )
 
-log = logging.getLogger("actors.counter")
+log = logging.getLogger("actors.loops.counter")
 BATCH = 4096  # most inputs folded before one publish round
 PROGRESS_EVERY = 0.25  # seconds between progress messages of one loop
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
 
-from actors.secrecy import SECRET, SECRET_ERROR
+from actors.wire.secrecy import SECRET, SECRET_ERROR
 
 # --- states ----------------------------------------------------------------------------
 
@@ -174,7 +174,7 @@ class IteratorStartedData(_Data):
 
 class IteratorCompletedData(_Data):
     """Written by the engine itself only for an empty collection (the counter's verdicts
-    are inputs, actors/wire.py)."""
+    are inputs, actors/wire/messages.py)."""
 
     activation: int
     loop_id: str

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Struct, field
 
-# events (classes `ev` and `lc`) and execution states are typed in actors/events.py
-from actors.events import ExecState
-from actors.secrecy import SECRET, SECRET_ERROR
+# events (classes `ev` and `lc`) and execution states are typed in actors/wire/events.py
+from actors.wire.events import ExecState
+from actors.wire.secrecy import SECRET, SECRET_ERROR
 
 
 class _Wire(Struct, omit_defaults=True):
@@ -21,7 +21,7 @@ class _Wire(Struct, omit_defaults=True):
 
 
 class ErrorInfo(_Wire):
-    type: Annotated[str, SECRET]  # a python step's is its exception's class name: any text (actors/secrecy.py)
+    type: Annotated[str, SECRET]  # a python step's is its exception's class name: any text (actors/wire/secrecy.py)
     message: Annotated[str, SECRET]
     retryable: bool = False
     status: int | None = None
@@ -47,7 +47,7 @@ class StartMessage(_Wire, forbid_unknown_fields=True):
     payload: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     execution_id: str | None = None
     parent: ParentRef | None = None
-    payload_ref: str | None = None  # a payload too large for the message: a blob (actors/blobs.py)
+    payload_ref: str | None = None  # a payload too large for the message: a blob (actors/store/blobs.py)
     retry_of: RetryOf | None = None  # a retry of a terminal execution (Client.retry)
 
 
@@ -106,7 +106,7 @@ class ScheduleSpec(_Wire, forbid_unknown_fields=True):
 
 class Limits(Struct):  # every field written out: a default changed later must not change a replay
     """Bounds that feed decisions, fixed for an execution when it starts: the starter
-    copies its pod's settings (actors/settings.py) into the start record, so every pod
+    copies its pod's settings (actors/runtime/settings.py) into the start record, so every pod
     replays one log the same way whatever its own settings. A record written before a
     field existed decodes with that field's default."""
 
@@ -285,7 +285,7 @@ class IteratorFailed(_IteratorEnd, tag="iterator.failed", tag_field="type"):
 class EngineFault(_Wire, tag="engine.fault", tag_field="type"):
     """The engine gave up on one of an execution's inputs: handling it failed the same
     way several times in a row (a bug, or an input the fold cannot take; see
-    actors/hosting.py). Folding this ends the execution FAILED with `error`
+    actors/runtime/hosting.py). Folding this ends the execution FAILED with `error`
     (`EngineError`), and a replay skips the input it names, so the execution is not
     stuck on it for ever."""
 

@@ -3,7 +3,7 @@ the event loop.
 
 A template that is not cheap by construction (actors/playbook/inline.py) never renders
 on a pod's own threads: a fold that meets one on the event loop is moved to a worker
-thread (actors/hosting.py), and that thread hands the render to a render process and
+thread (actors/runtime/hosting.py), and that thread hands the render to a render process and
 waits on the pipe, without the interpreter lock, for the answer. The process
 (actors/playbook/render_worker.py) is a fresh interpreter started from a clean
 environment (it holds no pod secret), limited in address space, unable to write files
@@ -52,10 +52,10 @@ from actors.playbook.templates import (
     names_read,
     off_the_loop,
 )
-from actors.wire import Limits
+from actors.wire.messages import Limits
 
 if TYPE_CHECKING:
-    from actors.settings import Settings
+    from actors.runtime.settings import Settings
 
 T = TypeVar("T")
 

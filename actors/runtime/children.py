@@ -134,7 +134,7 @@ def protect_pod() -> None:
     if not make_undumpable() and sys.platform.startswith("linux"):
         import logging
 
-        logging.getLogger("actors.children").warning(
+        logging.getLogger("actors.runtime.children").warning(
             "prctl(PR_SET_DUMPABLE, 0) failed: a process of the pod's user can read its environment"
         )
 

@@ -33,10 +33,10 @@ from nats.errors import ConnectionReconnectingError
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyValueError, NotFoundError
 
 from actors.natsio import TRANSIENT_REQUEST
-from actors.stopping import cancel_and_wait
+from actors.runtime.stopping import cancel_and_wait
 from streams.layout import OWNERS_BUCKET
 
-log = logging.getLogger("actors.ownership")
+log = logging.getLogger("actors.runtime.ownership")
 Callback = Callable[[int], Awaitable[None]]
 
 

@@ -1,0 +1,1 @@
+"""The counter actor: loop iterations as independent messages, counted."""

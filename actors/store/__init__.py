@@ -1,0 +1,1 @@
+"""What the actors keep in NATS key-value and object stores: playbooks, big values, records."""

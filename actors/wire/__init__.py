@@ -1,0 +1,1 @@
+"""Messages on the wire: typed msgspec Structs, the events in the log, their encoding and limits."""
