@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -197,7 +196,6 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
         await asyncio.wait_for(midway.wait(), 60)
         assert nc.connected_url is not None
         dead = cmd_leader if victim == "cmd-leader" else cluster.client_ports.index(nc.connected_url.port)
-        started = time.monotonic()
         cluster.kill(dead)
         await asyncio.sleep(OUTAGE)  # the deliberate outage
         await cluster.restart(dead)
@@ -207,7 +205,6 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
             ended = {eid for eid in ids if getattr(await client.status(eid), "state", None) in ("COMPLETED", "FAILED")}
             report = await stuck_report(client, [e for e in ids if e not in ended], in_process=True)
             raise AssertionError(report) from None
-        recovered = time.monotonic() - started
         assert [s.state for s in statuses] == ["COMPLETED"] * EXECUTIONS
         for eid in ids:
             items = await client.events(eid)
@@ -221,7 +218,6 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
             assert terminal[0].data["result"] == {"flaky": 2}  # its command ran twice: one failure, one retry
             assert len(of_type(items, "retry.scheduled", "flaky")) == 1
             assert not [i for i in items if i.cls == "dlq"], eid
-        assert recovered < 45, f"took {recovered:.0f}s after the kill"  # measured: 8-12 s
     finally:
         await runtime.stop()
         await nc.close()

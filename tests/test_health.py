@@ -90,7 +90,7 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
             # the counters move right after the status write the client saw: poll briefly
             finished = ("actors_executions_finished_total", (("state", "COMPLETED"),))
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 10
+            deadline = loop.time() + 30  # a wait, not a speed bound: generous under load
             while samples((await get(http, f"{base}/metrics"))[2]).get(finished) != 1:
                 assert loop.time() < deadline, "actors_executions_finished_total{state=COMPLETED} never reached 1"
                 await asyncio.sleep(0.05)
@@ -151,7 +151,7 @@ workflow:
                 return bool(info.num_ack_pending)
 
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 10
+            deadline = loop.time() + 30  # a wait, not a speed bound: generous under load
             while not await running():
                 assert loop.time() < deadline, "the sleep command never started"
                 await asyncio.sleep(0.02)

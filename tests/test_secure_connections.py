@@ -306,13 +306,13 @@ async def test_a_wrong_credential_fails_every_command_at_once_in_one_line(server
         ("status", "some-id"),
         ("list",),
     ]
-    runs = [cli(*args, "--timeout", "25", url=srv.url, env=sec.wrong_env) for args in commands]
-    for code, out, err, took in await asyncio.gather(*runs):
+    # with --timeout 600 a command that retried would outlast `cli`'s own 40 s and fail the test
+    runs = [cli(*args, "--timeout", "600", url=srv.url, env=sec.wrong_env) for args in commands]
+    for code, out, err, _took in await asyncio.gather(*runs):
         line = one_line(err)
         assert code == EXIT_NATS, err
         assert ("TLS with NATS" in line) if sec.kind in ("tls", "mtls") else ("refused the credentials" in line)
         _no_secret(line + out)
-        assert took < 25, (line, took)  # 25 s would mean it retried until its timeout
 
 
 def test_secrets_come_from_files_and_never_show_in_a_repr(tmp_path: Path) -> None:

@@ -655,9 +655,15 @@ def test_the_pod_reads_a_templates_names_in_linear_time() -> None:
     `{{ s|upper ... }}` 150 filters (907 characters) take 2.6 s of CPU, 250 take 10 s,
     300 take 19 s."""
     template = "{{ s" + "|upper" * 150 + " }}"
-    started = time.process_time()
-    names_read(template)
-    assert time.process_time() - started < 0.25  # ~2.6 s today; milliseconds once linear
+
+    def parsed(*args: object, **kwargs: object) -> None:
+        raise AssertionError("names_read parsed the template (Jinja's optimizer runs on a parse)")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jinja2.Environment, "parse", parsed)
+        mp.setattr(jinja2.Environment, "_parse", parsed)
+        mp.setattr(jinja2.Environment, "lex", parsed)
+        assert names_read(template) >= {"s"}
 
 
 def test_a_single_expression_result_is_within_the_output_bound(renderer: Renderer) -> None:

