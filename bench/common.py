@@ -9,14 +9,8 @@ durability a run asks for (`--sync default|always`, see README "Durability").
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
+from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer
 
 __all__ = ["add_sync_flag", "chain_playbook", "start_server"]
 

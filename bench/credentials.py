@@ -1,7 +1,7 @@
 """What credentials, masking and the clean environment cost a tool call, in this process
 (no NATS: the tool actor's own part of a step).
 
-    python bench/credentials.py [--calls 500]
+    python -m bench.credentials [--calls 500]
 
 Medians over `--calls` calls, in microseconds, each against its baseline measured in the
 same run (the three python calls interleaved):

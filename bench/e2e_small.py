@@ -2,7 +2,7 @@
 message to the terminal status the client sees, on a warm pod; against a raw JetStream
 floor of the same shape, measured in the same run.
 
-    python bench/e2e_small.py [--runs 50] [--block 10] [--concurrent 200] [--rounds 3] [--tool python|sleep]
+    python -m bench.e2e_small [--runs 50] [--block 10] [--concurrent 200] [--rounds 3] [--tool python|sleep]
                                [--start run|request|stream] [--pods all|roles] [--json-only]
 
 Set-up: a fresh nats-server (file store), one pod as its own process (``actors-cli serve
@@ -64,24 +64,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import uvloop
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import api
+from nats.js.api import RawStreamMsg
 
-import uvloop  # noqa: E402
-from nats.aio.client import Client as NATS  # noqa: E402
-from nats.aio.msg import Msg  # noqa: E402
-from nats.js import api  # noqa: E402
-from nats.js.api import RawStreamMsg  # noqa: E402
+from actors.client import Client
+from actors.natsio import MSG_ID
+from actors.pod.roles import ROLES, connect
+from actors.wire.messages import StartMessage, encode
+from bench.common import chain_playbook
+from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout
+from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer
+from streams.subjects import ExecSubjects
+from tests.pods import PodProcess
 
-from actors.client import Client  # noqa: E402
-from actors.natsio import MSG_ID  # noqa: E402
-from actors.pod.roles import ROLES, connect  # noqa: E402
-from actors.wire.messages import StartMessage, encode  # noqa: E402
-from bench.common import chain_playbook  # noqa: E402
-from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout  # noqa: E402
-from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer  # noqa: E402
-from streams.subjects import ExecSubjects  # noqa: E402
-from tests.pods import PodProcess  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 
 STEPS = 3
 WAIT_TIMEOUT = 60.0
@@ -349,8 +348,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
             env = {}
-            if args.pod_cprofile:  # bench/podprofile/sitecustomize.py profiles the pod
-                env = {"PYTHONPATH": str(ROOT / "bench" / "podprofile"), "BENCH_POD_CPROFILE": args.pod_cprofile}
+            if args.pod_cprofile:  # bench/profile/podprofile/sitecustomize.py profiles the pod
+                env = {
+                    "PYTHONPATH": str(ROOT / "bench" / "profile" / "podprofile"),
+                    "BENCH_POD_CPROFILE": args.pod_cprofile,
+                }
             for role in ("all",) if args.pods == "all" else ROLES:
                 pod = await PodProcess.start(role, url=server.url, layout=Layout(), logs=Path(tmp), name=role, env=env)
                 pods.append(pod)

@@ -1,7 +1,7 @@
 """How long a client is refused while a stream elects a new leader, on the 3-node
 loopback cluster the tests use (`streams.server.NatsCluster`, streams at R3).
 
-    python bench/election.py [--runs 5] [--stream START]
+    python -m bench.election [--runs 5] [--stream START]
 
 Each run SIGKILLs the node leading `--stream`, then publishes to it (the way
 `actors-cli start` does: JetStream publish, wait for the PubAck, same Nats-Msg-Id again
@@ -17,11 +17,7 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.natsio import MSG_ID, publisher
 from actors.pod.roles import connect

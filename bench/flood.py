@@ -1,7 +1,7 @@
 """A flood of starts of long-running executions: how fast it is absorbed, and what each
 open execution costs in memory, with and without a bound on resident actors.
 
-    python bench/flood.py [--n 20000] [--caps 50000,1000]
+    python -m bench.flood [--n 20000] [--caps 50000,1000]
 
 One nats-server (file store, temporary dir) for the whole run; every measurement in a
 fresh child process, so its peak RSS is its own.
@@ -27,16 +27,12 @@ import argparse
 import asyncio
 import json
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.loop_fanout import _cores, child, peak_rss_mb, raw, rss_mb  # noqa: E402
+from bench.loop_fanout import _cores, child, peak_rss_mb, raw, rss_mb
 
 PLAYBOOK = """
 apiVersion: actors/v1
@@ -132,8 +128,10 @@ def main() -> int:
     for cap in [int(x) for x in a.caps.split(",")]:
         server = asyncio.run(serve())  # a fresh store each: the previous flood's commands stay queued
         try:
-            base = child(["--child", "raw", "--url", server.url, "--n", str(a.n)], script=__file__)
-            r = child(["--child", "flood", "--url", server.url, "--n", str(a.n), "--cap", str(cap)], script=__file__)
+            base = child(["--child", "raw", "--url", server.url, "--n", str(a.n)], module="bench.flood")
+            r = child(
+                ["--child", "flood", "--url", server.url, "--n", str(a.n), "--cap", str(cap)], module="bench.flood"
+            )
         finally:
             asyncio.run(server.stop())
         row = {"n": a.n, **r, **base, "ratio_vs_raw_roundtrip": r["starts_s"] / base["raw_roundtrip_msgs_s"]}

@@ -1,7 +1,7 @@
 """`list --limit 50` at 1k, 10k and 100k executions: the INDEX stream read backwards
 against a scan of the whole status bucket.
 
-    python bench/list.py [--sizes 1000,10000,100000] [--repeat 15]
+    python -m bench.list [--sizes 1000,10000,100000] [--repeat 15]
 
 One nats-server (file store, temporary dir). The executions are made by writing what
 the projector would have written, directly: each execution's entry in stream INDEX
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+
 
 CHUNK = 5000
 

@@ -1,6 +1,6 @@
 """Loop fan-out throughput and memory against raw JetStream, same server, same run.
 
-    python bench/loop_fanout.py [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500]
+    python -m bench.loop_fanout [--sizes 1000,10000,100000] [--tools noop,python] [--concurrency 500]
                                 [--rounds 1] [--sync always]
 
 One nats-server (file store, temporary dir; `--sync always`: fsync before each PubAck)
@@ -53,10 +53,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import add_sync_flag, start_server
 
-from bench.common import add_sync_flag, start_server  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 
 
 def rss_mb() -> float:
@@ -269,9 +268,10 @@ async def loop(url: str, n: int, tool: str, concurrency: int, server_pid: int) -
 # --- parent ----------------------------------------------------------------------------
 
 
-def child(args: list[str], script: str = __file__) -> dict[str, Any]:
-    """Run `script` with `args` in a fresh interpreter; its last line is its JSON result."""
-    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=False)
+def child(args: list[str], module: str = "bench.loop_fanout") -> dict[str, Any]:
+    """Run `python -m module` with `args` in a fresh interpreter, from the repository (so
+    `bench` imports); its last line is its JSON result."""
+    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, check=False, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

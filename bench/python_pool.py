@@ -1,7 +1,7 @@
 """The python worker pool alone: calls/s and CPU per call, in the pod's process and in
 its workers, for many calls at once (a loop) and for one at a time (a chain).
 
-    python bench/python_pool.py [--calls 20000] [--concurrency 64] [--sequential 2000]
+    python -m bench.python_pool [--calls 20000] [--concurrency 64] [--sequential 2000]
 
 `def main(i): return i` through `PythonPool.run_json` (what the python tool runs), on
 uvloop, with the pool's default size (the CPUs this process may use). CPU per call is
@@ -16,11 +16,7 @@ import asyncio
 import json
 import os
 import platform
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.tools.capture import OutputBox
 from actors.tools.pypool import PythonPool

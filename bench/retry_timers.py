@@ -1,7 +1,7 @@
 """N concurrent retries due within the same second: how late their durable timers fire,
 and how many fired exactly once. Against raw JetStream scheduled messages, same run.
 
-    python bench/retry_timers.py [--n 5000] [--delay S] [--json-only] [--timeout 300]
+    python -m bench.retry_timers [--n 5000] [--delay S] [--json-only] [--timeout 300]
 
 What it does (everything in this process on uvloop, against its own nats-server):
 

@@ -1,7 +1,7 @@
 """Scaling out: executions/s and steps/s with 1, 2 and 3 engine pods, and how long a
 SIGKILLed engine pod's executions take to move again.
 
-    python bench/scale.py [--executions 500] [--pods 1,2,3] [--steps 5] [--skip-recovery]
+    python -m bench.scale [--executions 500] [--pods 1,2,3] [--steps 5] [--skip-recovery]
 
 Every pod is a separate process (``actors-cli serve --role ROLE``, via tests/pods.py),
 as Kubernetes runs them. For each engine pod count N, in the order given, each against
@@ -87,16 +87,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
-from nats.aio.client import Client as NATS  # noqa: E402
-from nats.aio.msg import Msg  # noqa: E402
-
-from actors.client import Client  # noqa: E402
-from actors.pod.roles import connect  # noqa: E402
-from actors.wire.events import TERMINAL_EVENTS  # noqa: E402
-from streams.layout import (  # noqa: E402
+from actors.client import Client
+from actors.pod.roles import connect
+from actors.wire.events import TERMINAL_EVENTS
+from streams.layout import (
     OWNERS_BUCKET,
     PROJECTOR_CONSUMER,
     Layout,
@@ -104,8 +101,10 @@ from streams.layout import (  # noqa: E402
     ensure,
     tool_consumer,
 )
-from streams.server import NatsServer  # noqa: E402
-from tests.pods import PodProcess  # noqa: E402
+from streams.server import NatsServer
+from tests.pods import PodProcess
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 
 TIMEOUT = 180.0  # seconds any one wait may take before the configuration is abandoned
 DISTURBED = 0.2  # cores used by other processes above which a row is marked
@@ -336,7 +335,8 @@ async def raw_baseline(server: NatsServer, n: int, concurrency: int) -> dict[str
     url = server.url
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(ROOT / "bench" / "loop_fanout.py"),
+        "-m",
+        "bench.loop_fanout",
         "--child",
         "raw",
         "--url",
@@ -347,6 +347,7 @@ async def raw_baseline(server: NatsServer, n: int, concurrency: int) -> dict[str
         str(concurrency),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        cwd=ROOT,
     )
     try:
         out, err = await proc.communicate()

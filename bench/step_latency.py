@@ -1,6 +1,6 @@
 """Per-step latency of the engine against raw JetStream round trips, same server, same run.
 
-    python bench/step_latency.py [--tool sleep|python] [--steps 50] [--runs 5] [--json-only]
+    python -m bench.step_latency [--tool sleep|python] [--steps 50] [--runs 5] [--json-only]
 
 What it does (everything in this process on uvloop, against its own nats-server):
 
@@ -72,13 +72,12 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.common
-
 from actors.client import Client
 from actors.natsio import MSG_ID
+from actors.natsio.binding import bind
 from actors.pod.roles import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
-from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeys, bind, parse_key
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeys, parse_key
 from actors.wire.events import decision_decoder
 from bench.common import chain_playbook
 from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of

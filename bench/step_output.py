@@ -3,7 +3,7 @@ whose step prints a line, as a ratio to the same step printing nothing, measured
 the same run on one embedded nats-server with every role in this process (the printing
 step stores one `step.output` event before its answer).
 
-    python bench/step_output.py [--runs 200] [--loop 1000] [--loop-runs 3]
+    python -m bench.step_output [--runs 200] [--loop 1000] [--loop-runs 3]
 
 Then the same for a loop of `--loop` python iterations, each printing a line or not
 (one `step.output` per iteration, in the loop's stream): the ratio of the medians of
@@ -17,12 +17,9 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.client import Client
 from actors.pod.roles import connect, start_roles

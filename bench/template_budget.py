@@ -1,7 +1,7 @@
 """A runaway template must not slow down everybody else's executions, and isolating
 templates must cost ordinary steps little.
 
-    python bench/template_budget.py [--ops 2000000] [--template-seconds 2] [--runs 40] [--during 60]
+    python -m bench.template_budget [--ops 2000000] [--template-seconds 2] [--runs 40] [--during 60]
                                     [--rounds 3] [--chain 10] [--blocks 8] [--block 10] [--renders 2000]
 
 One nats-server; one pod process (`actors-cli serve --role all`, as in production) with
@@ -57,21 +57,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import uvloop
 
-import uvloop  # noqa: E402
-
-from actors.client import Client  # noqa: E402
-from actors.playbook.budget import begin_budget, end_budget, thread_state  # noqa: E402
-from actors.playbook.inline import inline_safe  # noqa: E402
-from actors.playbook.templates import TemplateLimit, render_value, template_limits  # noqa: E402
-from actors.pod.roles import connect  # noqa: E402
-from actors.runtime.render_process import RenderBounds, RenderProcess  # noqa: E402
-from actors.wire.messages import ExecutionStatus, Limits  # noqa: E402
-from bench.common import chain_playbook, start_server  # noqa: E402
-from streams.layout import Layout  # noqa: E402
-from tests.pods import PodProcess  # noqa: E402
+from actors.client import Client
+from actors.playbook.budget import begin_budget, end_budget, thread_state
+from actors.playbook.inline import inline_safe
+from actors.playbook.templates import TemplateLimit, render_value, template_limits
+from actors.pod.roles import connect
+from actors.runtime.render_process import RenderBounds, RenderProcess
+from actors.wire.messages import ExecutionStatus, Limits
+from bench.common import chain_playbook, start_server
+from streams.layout import Layout
+from tests.pods import PodProcess
 
 WAIT = 300.0  # seconds any one execution may take here before the bench gives up
 

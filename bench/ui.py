@@ -2,7 +2,7 @@
 how long the pages' data takes and how many bytes they send, against the client calls
 they stand on, measured in the same run.
 
-    python bench/ui.py [--executions 10000] [--iterations 100000] [--repeat 15]
+    python -m bench.ui [--executions 10000] [--iterations 100000] [--repeat 15]
 
 One nats-server (temporary store); every actor in a pod process of its own (`actors-cli
 serve --role all`), the UI in this one, as `actors-cli ui` runs it. The executions are
@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+
 
 LOOP = """apiVersion: actors/v1
 kind: Playbook

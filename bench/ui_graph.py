@@ -1,6 +1,6 @@
 """What the execution page's graph and timeline cost the UI server, per playbook size.
 
-    python bench/ui_graph.py [--sizes 20,200,1000] [--repeat 5]
+    python -m bench.ui_graph [--sizes 20,200,1000] [--repeat 5]
 
 Pure (no NATS): playbooks of N steps made like tests/test_ui_graph.py's `big_playbook`
 (a chain, every tenth step starting a side branch of ten, every chain step with
@@ -24,10 +24,7 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.client.logview import LogItem
 from actors.playbook.loader import load_playbook

@@ -1,4 +1,4 @@
-"""The Python client as its README section shows it: `Client.connect(url)` as an async
+"""The Python client as docs/client.md shows it: `Client.connect(url)` as an async
 context manager (credentials in the URL), each documented call, and
 examples/client_example.py run as a user runs it."""
 

@@ -1,5 +1,5 @@
 """A pod's settings: read once from the environment, flags over them, refused at
-start-up in one line when unusable, and documented in the README from the class."""
+start-up in one line when unusable, and documented in docs/settings.md from the class."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ pytestmark = [pytest.mark.timeout(60)]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_readme_table_is_the_class_and_names_every_field() -> None:
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- settings table[^\n]*-->\n(.*?)\n<!-- end of settings table -->", readme, re.S)
-    assert found, "README has no settings table"
-    assert found.group(1) == markdown_table(), "README's table is stale: paste `python -m actors.runtime.settings`"
+def test_the_documented_table_is_the_class_and_names_every_field() -> None:
+    page = (ROOT / "docs" / "settings.md").read_text()
+    found = re.search(r"<!-- settings table[^\n]*-->\n(.*?)\n<!-- end of settings table -->", page, re.S)
+    assert found, "docs/settings.md has no settings table"
+    assert found.group(1) == markdown_table(), "docs/settings.md is stale: paste `python -m actors.runtime.settings`"
     documented = set(re.findall(r"^\| `([A-Z_]+(?:<NAME>)?)` \|", found.group(1), re.M))
     assert documented == {f.metadata["env"] for f in dataclasses.fields(Settings)}
     for f in dataclasses.fields(Settings):

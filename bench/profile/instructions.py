@@ -1,7 +1,7 @@
 """Instructions per execution or per loop iteration, counted by valgrind (callgrind):
 a figure that does not move with the host's noise, to compare two versions of the code.
 
-    python bench/instructions.py [--what e2e|fanout] [--tool sleep|python|noop] [--n 100]
+    python -m bench.profile.instructions [--what e2e|fanout] [--tool sleep|python|noop] [--n 100]
                                  [--parser reader|nats-py] [--start run|request]
 
 Wall time and CPU time on a shared host drift by 2x from minute to minute; instruction
@@ -37,10 +37,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import chain_playbook, start_server
 
-from bench.common import chain_playbook, start_server  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent.parent  # the repository
 
 
 async def e2e_child(url: str, n: int, tool: str, how: str) -> None:
@@ -82,6 +81,7 @@ def counted(cmd: list[str], env: dict[str, str]) -> int:
             text=True,
             env=env,
             check=False,
+            cwd=ROOT,  # `-m bench...` imports from the repository
         )
     found = re.findall(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or not found:
@@ -94,9 +94,29 @@ async def measure(what: str, tool: str, n: int, parser: str, how: str) -> int:
     try:
         env = {**os.environ, "ACTORS_BENCH_PARSER": parser, "ACTORS_BENCH_START": how}
         if what == "e2e":
-            cmd = [sys.executable, __file__, "--child", "--url", server.url, "--n", str(n), "--tool", tool]
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.profile.instructions",
+                "--child",
+                "--url",
+                server.url,
+                "--n",
+                str(n),
+                "--tool",
+                tool,
+            ]
         else:  # loop_fanout.py's own child, run through this file (`--parser`)
-            cmd = [sys.executable, __file__, "--fanout-child", "--child", "loop", "--url", server.url]
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.profile.instructions",
+                "--fanout-child",
+                "--child",
+                "loop",
+                "--url",
+                server.url,
+            ]
             cmd += ["--n", str(n), "--tool", tool, "--server-pid", str(server.proc.pid)]
         return await asyncio.to_thread(counted, cmd, env)
     finally:
@@ -115,8 +135,8 @@ def use_parser(parser: str) -> None:
 def main() -> int:
     if sys.argv[1:2] == ["--fanout-child"]:
         use_parser(os.environ.get("ACTORS_BENCH_PARSER", "reader"))
-        sys.argv = [str(ROOT / "bench" / "loop_fanout.py"), *sys.argv[2:]]
-        runpy.run_path(sys.argv[0], run_name="__main__")
+        sys.argv = ["bench.loop_fanout", *sys.argv[2:]]
+        runpy.run_module("bench.loop_fanout", run_name="__main__", alter_sys=True)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--what", choices=["e2e", "fanout"], default="e2e")

@@ -3,19 +3,18 @@ playbooks.png, taken by Debian's chromium (Playwright) from a private nats-serve
 every actor in this process and a few real executions (completed, failed, cancelled,
 running, a loop, a remediated failure).
 
-    python bench/ui_screenshots.py [--out docs/ui]
+    python -m bench.tools.ui_screenshots [--out docs/ui]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent.parent  # the repository
+
 
 PLAYBOOKS = {
     "etl.yaml": """apiVersion: actors/v1

@@ -1,7 +1,7 @@
 """Group a py-spy profile of the engine process by cost, for bench/RESULTS.md.
 
     py-spy record --native --format raw -r 250 --pid PID --duration 8 -o spy.txt
-    python bench/spy_categories.py spy.txt
+    python -m bench.profile.spy_categories spy.txt
 
 Each sample goes to the category of the innermost Python frame that matches a rule
 below (so a socket write under ``publish_all`` counts as "nats-py publish path").

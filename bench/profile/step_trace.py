@@ -1,6 +1,6 @@
 """Where an engine step's time goes: a waterfall of the median step.
 
-    python bench/step_trace.py [--steps 50] [--runs 10] [--tool python|sleep]
+    python -m bench.profile.step_trace [--steps 50] [--runs 10] [--tool python|sleep]
 
 Runs the step_latency engine measurement with a few functions of the engine and the
 tool actor wrapped (in this process only, nothing is changed on disk) to stamp
@@ -23,12 +23,7 @@ import json
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import step_latency as sl
 
 import actors.engine.actor as engine_mod
 import actors.runtime.outbox as outbox_mod
@@ -36,6 +31,7 @@ import actors.tools.actor as tools_mod
 from actors.client import Client
 from actors.natsio import stream_seq
 from actors.tools.running import CommandRunner
+from bench import step_latency as sl
 from streams.layout import IN, class_of
 
 # stamps[(execution_id, point)][key] = time.time(); key = input seq (engine) or command id (tool)

@@ -1,7 +1,7 @@
 """What-if runs for bench/step_latency.py: take one engine cost away, in this process only
 (monkeypatching; nothing on disk changes), and measure again with the same harness.
 
-    python bench/step_whatif.py VARIANT[,VARIANT...] [step_latency options]
+    python -m bench.profile.step_whatif VARIANT[,VARIANT...] [step_latency options]
 
 Variants (none of them is a valid engine; they bound what a change could gain):
 
@@ -26,12 +26,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import step_latency as sl
 
 import actors.core.decide as decide
 import actors.engine.actor as engine_mod
@@ -39,6 +34,7 @@ import actors.runtime.outbox as outbox_mod
 from actors.natsio import MSG_ID, publish_all
 from actors.wire.events import DecisionRecord
 from actors.wire.messages import encode
+from bench import step_latency as sl
 from streams import ids
 from streams.layout import cmd_subject
 

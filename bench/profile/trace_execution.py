@@ -1,7 +1,7 @@
 """Where one small execution's time goes: every message it stored, in store order, with
 the time since the client sent the start (one host: one clock for client and server).
 
-    python bench/trace_execution.py [--tool python|sleep] [--steps 3] [--warm 10]
+    python -m bench.profile.trace_execution [--tool python|sleep] [--steps 3] [--warm 10]
 
 Set-up as ``bench/e2e_small.py``: a fresh nats-server, one pod (``actors-cli serve --role
 all``) warmed with ``--warm`` executions, the client in this process. Then one execution
@@ -10,7 +10,7 @@ their store times. Messages already removed (a work queue's commands and start m
 a status replaced) are counted but cannot be placed. Prints a table and, as its last
 line, one JSON object: ``{"client_ms", "stored", "removed", "rows": [[ms, stream, subject,
 bytes], ...]}``. The inside of one step (the engine's and the tool's own points) is
-``bench/step_trace.py``'s.
+``bench/profile/step_trace.py``'s.
 """
 
 from __future__ import annotations
@@ -24,18 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import uvloop
+from nats.js.errors import NotFoundError
 
-import uvloop  # noqa: E402
-from nats.js.errors import NotFoundError  # noqa: E402
-
-from actors.client import Client  # noqa: E402
-from actors.pod.roles import connect  # noqa: E402
-from bench.common import chain_playbook  # noqa: E402
-from streams.layout import Layout  # noqa: E402
-from streams.server import NatsServer  # noqa: E402
-from tests.pods import PodProcess  # noqa: E402
+from actors.client import Client
+from actors.pod.roles import connect
+from bench.common import chain_playbook
+from streams.layout import Layout
+from streams.server import NatsServer
+from tests.pods import PodProcess
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
