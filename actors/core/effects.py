@@ -4,7 +4,7 @@ small pure helpers both use to build it. No I/O here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from actors.playbook.templates import TemplateError
@@ -44,16 +44,25 @@ class CommandCancel:
     command_id: str
 
 
+NAMES_DECISION = {"names_decision": True}  # field metadata: which decision, not something asked for
+
+
 @dataclass(slots=True)
 class Effects:
     """What one decision (the engine's, for one input) or one batch of decisions (the
     counter's) asks for. The shell publishes it in this order (actors/runtime/outbox.py):
     commands, child starts, loops handed over, timers, the parent's result, cancels,
     the verdict, then the decision record and lifecycle events, so a record in the log
-    proves that what it decided was sent."""
+    proves that what it decided was sent.
 
-    cause: int = 0  # the input's stream sequence (engine): names the decision record
-    at: float = 0.0  # the input's log time
+    Emptiness, `merge`, `copy` and `clear` follow from the fields (`_kinds` below):
+    a list field is extended, a field defaulting to None holds one thing (the later
+    one wins), a field marked NAMES_DECISION says which decision it is. A new field
+    is one edit here; a field of any other kind fails at import."""
+
+    # the input's stream sequence (engine): names the decision record
+    cause: int = field(default=0, metadata=NAMES_DECISION)
+    at: float = field(default=0.0, metadata=NAMES_DECISION)  # the input's log time
     events: list[Event] = field(default_factory=list)  # the decision record (engine)
     lifecycle: list[Event] = field(default_factory=list)  # execution status (engine)
     commands: list[Command] = field(default_factory=list)
@@ -68,19 +77,58 @@ class Effects:
     verdict: IteratorCompleted | IteratorFailed | None = None  # a loop's end (counter)
 
     def __bool__(self) -> bool:
-        return bool(
-            self.events
-            or self.lifecycle
-            or self.commands
-            or self.timers
-            or self.cancels
-            or self.starts
-            or self.child_cancels
-            or self.reply
-            or self.loops
-            or self.loop_cancels
-            or self.verdict
-        )
+        """Asks for anything (what names the decision is not an ask)."""
+        return any(getattr(self, name) for name in _LISTS + _SINGLE)
+
+    def merge(self, other: Effects) -> None:
+        """Add `other`'s asks after these (one input's effects into a batch's): lists
+        extend, a single ask (the reply, the verdict) is `other`'s when it has one, and
+        an empty `self` takes `other`'s cause and time."""
+        if not self:
+            for name in _NAMING:
+                setattr(self, name, getattr(other, name))
+        for name in _LISTS:
+            getattr(self, name).extend(getattr(other, name))
+        for name in _SINGLE:
+            value = getattr(other, name)
+            if value is not None:
+                setattr(self, name, value)
+
+    def copy(self, **changes: Any) -> Effects:
+        """A copy with lists of its own (extending one leaves `self` as it was), and
+        `changes` (field name: value) in place of what `self` has."""
+        copied: dict[str, Any] = {n: list(getattr(self, n)) if n in _LISTS else getattr(self, n) for n in _ALL}
+        unknown = set(changes) - set(_ALL)
+        if unknown:
+            raise TypeError(f"Effects has no field {sorted(unknown)}")
+        return Effects(**(copied | changes))
+
+    def clear(self) -> None:
+        """Every field back to its default (a batch whose decisions are dropped)."""
+        empty = Effects()
+        for name in _ALL:
+            setattr(self, name, getattr(empty, name))
+
+
+def _kinds() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Effects' fields by how they combine: (naming the decision, lists, single asks)."""
+    naming: list[str] = []
+    lists: list[str] = []
+    single: list[str] = []
+    for f in fields(Effects):
+        if f.metadata.get("names_decision"):
+            naming.append(f.name)
+        elif f.default_factory is list:
+            lists.append(f.name)
+        elif f.default is None:
+            single.append(f.name)
+        else:  # say how it combines (one of the three) before it can be dropped by a merge
+            raise TypeError(f"Effects.{f.name}: a list, a value defaulting to None, or NAMES_DECISION")
+    return tuple(naming), tuple(lists), tuple(single)
+
+
+_NAMING, _LISTS, _SINGLE = _kinds()
+_ALL = _NAMING + _LISTS + _SINGLE
 
 
 def child_start(

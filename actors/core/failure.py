@@ -5,6 +5,10 @@ step that still fails meets its `on_error` rules (a decision, recorded once and 
 back on replay), then its `on_failure` edges (a remediation step with the failure's
 envelope in scope), else it fails unhandled. An abort fails the execution at once, a
 cancel request cancels it, an input the engine could not handle fails it.
+
+What of a decision takes the step further in its work (complete and route on, the next
+attempt now, the failure rules) is returned as a value (actors/core/attempt.py) for
+actors/core/work.py `settle` to apply: this module never calls into work.py.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UnsetType
 
-from actors.core import work
+from actors.core.attempt import REISSUE, Complete, Fail, Outcome
 from actors.core.backoff import unit_random
 from actors.core.collect import size
 from actors.core.decision import Decision, activate, cancel_activation, cancel_live, fail_step, leave, within_budget
@@ -46,11 +50,15 @@ ON_ERROR_RETRY_DELAY = 60.0  # retry_later without `delay`
 # --- retry -----------------------------------------------------------------------------
 
 
-def retry(decision: Decision, act: Activation, step: Step, res: CallDone | CallError) -> bool:
-    """Evaluate the step's retry rules after an attempt; first match wins. Returns True
-    when the rules decided what happens next (another attempt, exhaustion, a failure
-    of the rules themselves), False when no rule matched."""
-    assert step.retry is not None
+def after_result(decision: Decision, act: Activation, step: Step, res: CallDone | CallError) -> Outcome:
+    """What follows the current attempt's result: the step's retry rules, evaluated
+    after every attempt (first match wins: another attempt, a collecting sequence
+    completed, exhaustion, a failure of the rules themselves), else the result as it
+    is (a completion, or a failure for the failure rules)."""
+    if isinstance(res, CallError):
+        act.errors.append(summary_line(act.attempt, res.error))  # the retry summary
+    if not step.retry:
+        return _as_is(act, res)
     ok = isinstance(res, CallDone)
     result = res.result if isinstance(res, CallDone) else None
     error = error_view(res.error) if isinstance(res, CallError) else None
@@ -68,7 +76,7 @@ def retry(decision: Decision, act: Activation, step: Step, res: CallDone | CallE
         )
     except TemplateError as e:
         fail_step(decision, act, _template_error(step.step, e))
-        return True
+        return None
     verdict = after.verdict
     if verdict is not None:
         act.max_attempts = verdict.policy.max_attempts
@@ -76,8 +84,10 @@ def retry(decision: Decision, act: Activation, step: Step, res: CallDone | CallE
         assert verdict is not None
         if verdict.next_args is not None:
             act.next_args = verdict.next_args
-        _next_attempt(decision, act, step, delay=verdict.delay, reason="success" if ok else "error", rule=verdict.rule)
-    elif after.what == "completed":
+        return _next_attempt(
+            decision, act, step, delay=verdict.delay, reason="success" if ok else "error", rule=verdict.rule
+        )
+    if after.what == "completed":
         # a collecting sequence ends: at its rule's bound (`bounded`), or when no rule
         # asks for another attempt; the step completes with what it gathered, and says so
         decision.event(
@@ -90,8 +100,8 @@ def retry(decision: Decision, act: Activation, step: Step, res: CallDone | CallE
                 rule=verdict.rule if verdict is not None else msgspec.UNSET,
             ),
         )
-        work.step_completed(decision, act, step, after.result)
-    elif after.what == "exhausted":
+        return Complete(after.result)
+    if after.what == "exhausted":
         assert isinstance(res, CallError) and verdict is not None
         decision.event(
             step.step,
@@ -103,13 +113,22 @@ def retry(decision: Decision, act: Activation, step: Step, res: CallDone | CallE
                 rule=verdict.rule,
             ),
         )
-        apply_failure_rules(decision, act, step, res.error, exhausted=True, summarised=True)
-    return after.what != "no_rule"
+        return Fail(res.error, exhausted=True, summarised=True)
+    return _as_is(act, res)  # no rule matched
+
+
+def _as_is(act: Activation, res: CallDone | CallError) -> Outcome:
+    """The attempt's result when no retry rule takes it: a completion with what the
+    step gathered, or a failure (its error already in the retry summary)."""
+    if isinstance(res, CallDone):
+        return Complete(act.gathered.final(res.result, add=True))
+    return Fail(res.error, summarised=True)
 
 
 def _next_attempt(
     decision: Decision, act: Activation, step: Step, *, delay: float, reason: str, rule: str | None
-) -> None:
+) -> Outcome:
+    """Count and record the next attempt: sent now (`REISSUE`), or when its timer fires."""
     act.attempt += 1
     due = decision.out.at + delay
     decision.event(
@@ -125,44 +144,36 @@ def _next_attempt(
         ),
     )
     if delay <= 0:
-        work.issue(decision, act, step)
-        return
+        return REISSUE
     timer_id = f"{act.id}-{act.attempt}"
     act.timer_id = timer_id
     decision.out.timers.append(
         Timer(timer_id, due, TimerFired(execution_id=decision.ex.execution_id, timer_id=timer_id, due=due))
     )
+    return None
 
 
 # --- failure: on_error decisions, on_failure edges -------------------------------------
 
 
-def apply_failure_rules(
-    decision: Decision,
-    act: Activation,
-    step: Step,
-    error: ErrorInfo,
-    *,
-    exhausted: bool = False,
-    summarised: bool = False,
-) -> None:
+def meet_failure_rules(decision: Decision, act: Activation, step: Step, failed: Fail) -> Outcome:
     """A step failed for good: its on_error rules, then its on_failure edges, say what follows.
 
-    No retry rule takes the failure any more. The `on_error` rules say what it means;
-    with the default meaning, the `on_failure` edges may route it to remediation
-    (`_remediate`); otherwise the step fails unhandled (`fail_step`). `summarised`: a
-    tool's error, already in the retry summary when its result arrived."""
-    if not summarised:
+    No retry rule takes the failure any more. The `on_error` rules say what it means
+    (an ignored failure completes the step, a retry is the next attempt); with the
+    default meaning, the `on_failure` edges may route it to remediation (`_remediate`);
+    otherwise the step fails unhandled (`fail_step`)."""
+    error, exhausted = failed.error, failed.exhausted
+    if not failed.summarised:
         act.errors.append(summary_line(act.attempt, error))
     if step.on_error:
         decided = _decide_on_error(decision, act, step, error)
         if decided is None:
-            return  # the rules themselves failed; the step failed naming the rule
+            return None  # the rules themselves failed; the step failed naming the rule
         meaning = decided.decision
         if meaning == "ignore":
             result = None if isinstance(decided.result, UnsetType) else decided.result
-            work.step_completed(decision, act, step, result, ignored_error=error_view(error))
-            return
+            return Complete(result, ignored_error=error_view(error))
         if meaning in ("retry", "retry_later"):
             if act.attempt >= decision.ex.limits.max_attempts:
                 decision.event(
@@ -181,8 +192,7 @@ def apply_failure_rules(
                 delay = 0.0
                 if meaning == "retry_later" and not isinstance(decided.delay, UnsetType):
                     delay = float(decided.delay or 0.0)
-                _next_attempt(decision, act, step, delay=delay, reason=f"on_error:{meaning}", rule=decided.rule)
-                return
+                return _next_attempt(decision, act, step, delay=delay, reason=f"on_error:{meaning}", rule=decided.rule)
         elif meaning == "cancel":
             act.status = ActivationStatus.CANCELLED
             decision.event(
@@ -192,17 +202,18 @@ def apply_failure_rules(
                 ),
             )
             leave(decision, act, [END], status=ArrivalStatus.CANCELLED)
-            return
+            return None
         elif meaning == "handled":
             fail_step(decision, act, error, handled=True)
-            return
+            return None
         elif meaning == "abort":
             _abort(decision, act, step, error)
-            return
+            return None
     if step.on_failure:
         _remediate(decision, act, step, error, exhausted=exhausted)
-        return
+        return None
     fail_step(decision, act, error)
+    return None
 
 
 def _decide_on_error(decision: Decision, act: Activation, step: Step, error: ErrorInfo) -> FailureDecidedData | None:

@@ -1,8 +1,11 @@
 """A step's work: a router or data step decided here, else the command, child execution
 or loop (handed to the counter) it issues, and what comes back: a result, the counter's
 verdict. A step that completes routes on by its `next` rules (actors/core/decision.py
-moves its token); one that fails meets its failure rules (actors/core/failure.py, which
-issues further attempts through this module: the two import each other as modules)."""
+moves its token); one that fails meets its failure rules (actors/core/failure.py).
+
+What follows an attempt is a value (actors/core/attempt.py) that `settle` applies, here
+and nowhere else: failure.py returns the completions and next attempts its rules decide
+instead of calling back into this module, so the two import in one direction."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 import msgspec
 
 from actors.core import failure
+from actors.core.attempt import REISSUE, Complete, Fail, Outcome
 from actors.core.decision import Decision, fail_step, leave
 from actors.core.effects import child_start
 from actors.core.effects import template_error as _template_error
@@ -41,27 +45,42 @@ def dispatch(decision: Decision, act: Activation, step: Step) -> None:
             # no args, no scope to build (it copies every result so far)
             args = render_value(step.args, decision.ex.scope(act), where="args", step=step.step) if step.args else {}
         except TemplateError as e:
-            failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
+            settle(decision, act, step, Fail(_template_error(step.step, e)))
             return
         step_completed(decision, act, step, args)
         return
     issue(decision, act, step)
 
 
+def settle(decision: Decision, act: Activation, step: Step, outcome: Outcome) -> None:
+    """Apply what follows an attempt until nothing more does: the one place an
+    attempt's outcome is applied. A loop, not calls into each other: a failure can lead
+    to another attempt now, whose template fails, whose rules ask for another one..."""
+    while outcome is not None:
+        if isinstance(outcome, Complete):
+            outcome = _complete(decision, act, step, outcome.result, ignored_error=outcome.ignored_error)
+        elif isinstance(outcome, Fail):
+            outcome = failure.meet_failure_rules(decision, act, step, outcome)
+        else:
+            outcome = _issue(decision, act, step)
+
+
 def issue(decision: Decision, act: Activation, step: Step) -> None:
     """Send the command (or start the child execution, or the loop) for the current
     attempt."""
+    settle(decision, act, step, REISSUE)
+
+
+def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
     ex = decision.ex
     if step.loop is not None:
-        _start_loop(decision, act, step, step.loop)
-        return
+        return _start_loop(decision, act, step, step.loop)
     scope = ex.scope(act)
     try:
         args = render_value(step.args, scope, where="args", step=step.step)
         tool = render_tool(step, scope)
     except TemplateError as e:
-        failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
-        return
+        return Fail(_template_error(step.step, e))
     if act.next_args is not None:
         args = deep_merge(args, act.next_args)
     parent = act.command_id
@@ -81,7 +100,7 @@ def issue(decision: Decision, act: Activation, step: Step) -> None:
         decision.out.starts.append(start)
         act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
         decision.event(step.step, issued)
-        return
+        return None
     decision.out.commands.append(
         Command(
             execution_id=ex.execution_id,
@@ -97,12 +116,13 @@ def issue(decision: Decision, act: Activation, step: Step) -> None:
         )
     )
     decision.event(step.step, issued)
+    return None
 
 
 # --- loops -----------------------------------------------------------------------------
 
 
-def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> None:
+def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> Outcome:
     """Render the collection and hand the loop to the counter (one `loop.spec`); the
     iterations never pass through this log, only `iterator.started` and, at the end,
     the counter's verdict."""
@@ -111,20 +131,15 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
     try:
         collection = render_value(loop.collection, scope, where="loop.collection", step=step.step)
     except TemplateError as e:
-        failure.apply_failure_rules(decision, act, step, _template_error(step.step, e))
-        return
+        return Fail(_template_error(step.step, e))
     if not isinstance(collection, list):
-        failure.apply_failure_rules(
-            decision,
-            act,
-            step,
+        return Fail(
             ErrorInfo(
                 type="LoopCollectionInvalid",
                 message=f"step '{step.step}' field loop.collection: must render to a list, "
                 f"got {type(collection).__name__} ({str(collection)[:80]!r})",
-            ),
+            )
         )
-        return
     parent = act.command_id
     loop_id = step_command_id(act.id, act.attempt)  # the loop stands for the step's command
     act.command_id = loop_id
@@ -148,8 +163,7 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
         decision.event(
             step.step, IteratorCompletedData(activation=act.id, loop_id=loop_id, total=0, succeeded=0, failed=0)
         )
-        step_completed(decision, act, step, [])
-        return
+        return Complete([])
     wanted = _loop_names(step)
     decision.out.loops.append(
         LoopSpec(
@@ -165,6 +179,7 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
             limits=ex.limits,
         )
     )
+    return None
 
 
 def _loop_names(step: Step) -> set[str]:
@@ -203,7 +218,7 @@ def iterator_end(decision: Decision, res: IteratorCompleted | IteratorFailed) ->
         message=f"step '{step.step}': {res.failed} of {res.total} iterations failed, "
         f"more than the {res.tolerated} tolerated{detail}",
     )
-    failure.apply_failure_rules(decision, act, step, error)
+    settle(decision, act, step, Fail(error))
 
 
 # --- results ---------------------------------------------------------------------------
@@ -225,14 +240,7 @@ def call_result(decision: Decision, res: CallDone | CallError) -> None:
         else:
             finish(decision, act, result=None, end_error=res.error)
         return
-    if isinstance(res, CallError):
-        act.errors.append(failure.summary_line(act.attempt, res.error))  # the retry summary
-    if step.retry and failure.retry(decision, act, step, res):
-        return
-    if isinstance(res, CallDone):
-        step_completed(decision, act, step, act.gathered.final(res.result, add=True))
-    else:
-        failure.apply_failure_rules(decision, act, step, res.error, summarised=True)
+    settle(decision, act, step, failure.after_result(decision, act, step, res))
 
 
 # --- completion and routing ------------------------------------------------------------
@@ -242,17 +250,23 @@ def step_completed(
     decision: Decision, act: Activation, step: Step, result: Any, *, ignored_error: dict[str, Any] | None = None
 ) -> None:
     """The step completed with `result` (for an `ignore` decision, despite the error it
-    records) and routes on. A routing error after an ignored failure fails the step
-    directly: it must not re-enter the on_error rules that just decided."""
+    records) and routes on."""
+    settle(decision, act, step, Complete(result, ignored_error))
+
+
+def _complete(
+    decision: Decision, act: Activation, step: Step, result: Any, *, ignored_error: dict[str, Any] | None
+) -> Outcome:
+    """Route on. A routing error after an ignored failure fails the step directly: it
+    must not re-enter the on_error rules that just decided."""
     try:
         targets = _route(decision.ex, act, step, result)
     except TemplateError as e:
         routing_error = _template_error(step.step, e, field="next")
         if ignored_error is None:
-            failure.apply_failure_rules(decision, act, step, routing_error)
-        else:
-            fail_step(decision, act, routing_error)
-        return
+            return Fail(routing_error)
+        fail_step(decision, act, routing_error)
+        return None
     act.status = ActivationStatus.COMPLETED
     decision.ex.results[step.step] = result
     completed = StepExitData(activation=act.id, status=ActivationStatus.COMPLETED, next=targets)
@@ -260,6 +274,7 @@ def step_completed(
         completed.ignored_error = ignored_error
     decision.event(step.step, completed)
     leave(decision, act, targets, status=ArrivalStatus.COMPLETED)
+    return None
 
 
 def _route(ex: Execution, act: Activation, step: Step, result: Any) -> list[str]:

@@ -1,28 +1,23 @@
 """Hosting keyed actors for the partitions a pod owns: what the engine (an actor per
 execution) and the counter (an actor per loop) share.
 
-A host subscribes to one durable push consumer per owned partition and dispatches each
-input by key to that key's actor, creating it on first sight. Each actor works through
-its mailbox on its own task. An actor that fails to handle its inputs keeps them, waits
-(backing off, keeping them alive) and tries again after rebuilding itself by replay
-(`handle_until_done`); one that finished is retired, so late inputs for it are acked
-without a replay.
-
-Two kinds of failure, told apart by `is_transient`. NATS unreachable, electing a
-leader or reconnecting: the actor waits and tries again for as long as it takes (the
-inputs stay in the log). Anything else (an exception from the pure fold, from encoding
-its outputs, a message the server refuses) is deterministic: the same input fails the
-same way every time, so after `POISON_TRIES` failures in a row the actor gives up on
-it (`give_up`: the engine fails the execution with an `EngineError`, the counter the
-loop) and goes on.
+A host supplies what the actors cannot do for themselves, and only that: the
+partitions (a durable push consumer per partition whose lease this pod holds, `gain`,
+`lose`), delivery (each input put into its key's actor's mailbox, the actor spawned on
+first sight; a late input for an actor that finished acked unread; what an actor is
+working on kept alive, `holding`), memory (evicting idle actors) and the fold threads
+(`fold_off_loop`). Everything else is the actor's: its loop, its handling, and what a
+failure means (actors/runtime/logactor.py `LogActor.run` and `on_failure`, the policy in
+actors/runtime/supervision.py). Control goes one way: the host puts an input in a
+mailbox and never calls into an actor's handling; an actor asks its host only for
+these services.
 
 A fold that meets a template that is not cheap by construction (or whose templates
 need more than their inline slice of operations) raises `SliceExhausted`
 (actors/playbook/templates.py): the actor is rebuilt and folds from then on on a worker
 thread (`fold_off_loop`) whose renders run in a render process with OS limits
 (actors/runtime/render_process.py), so a runaway template holds neither the event loop nor the
-interpreter lock that every other execution's steps need. A render the process's
-limits cut short is recorded in the log by the actor, which then raises `Refold`.
+interpreter lock that every other execution's steps need.
 
 Memory is bounded by `max_resident`, not by how many executions (or loops) are open: a
 flood of long-running executions would otherwise keep an actor each in memory for as
@@ -33,103 +28,46 @@ state is in the log); the next input for one spawns it again, and it rebuilds by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
-import random
 import time
-import traceback
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, Protocol, TypeVar
 
-import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.errors import BadRequestError, NoStreamResponseError, ServerError, ServiceUnavailableError
 
-from actors.natsio import PublishOutcomeUnknown, ack
+from actors.natsio import ack
 from actors.natsio.dispatch import subscribe_direct
 from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, parsed_playbook
-from actors.playbook.templates import (
-    RenderFault,
-    RenderHalted,
-    SliceExhausted,
-)
+from actors.playbook.templates import RenderFault
 from actors.runtime.metrics import EVICTED_ACTORS
 from actors.runtime.render_process import OffLoop, RenderBounds
 from actors.runtime.stopping import cancel_and_wait
-from actors.wire.messages import ErrorInfo
+
+# Imported from here by the starter, the projector, the engine's and the counter's
+# actors and tests; they live in actors/runtime/supervision.py (what a failure means is
+# the actor's business, not the host's).
+from actors.runtime.supervision import POISON_TRIES as POISON_TRIES
+from actors.runtime.supervision import Refold as Refold
+from actors.runtime.supervision import engine_error as engine_error
+from actors.runtime.supervision import is_transient as is_transient
 from streams.layout import Layout, deliver_subject
 
 log = logging.getLogger("actors")
-FAILURE_PAUSE_FIRST = 0.5  # seconds before the second try of inputs an actor failed to handle
-FAILURE_PAUSE_MAX = 15.0  # ... doubling up to this: an outage costs little, a long one is not hammered
 FOLD_THREADS = 4  # folds of actors moved off the event loop, at once, per host (a render process each)
-POISON_TRIES = 3  # deterministic failures in a row before an actor gives up on its inputs
-
-# What waiting cures: the server unreachable, reconnecting, electing a stream leader, a
-# PubAck lost. (nats-py's TimeoutError is an OSError.)
-TRANSIENT: tuple[type[BaseException], ...] = (
-    OSError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionDrainingError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.NoServersError,
-    nats.errors.StaleConnectionError,
-    nats.errors.UnexpectedEOF,
-    nats.errors.FlushTimeoutError,
-    nats.errors.OutboundBufferLimitError,
-    nats.errors.NoRespondersError,
-    nats.errors.SlowConsumerError,
-    nats.errors.AuthorizationError,
-    NoStreamResponseError,
-    ServiceUnavailableError,
-    ServerError,
-    PublishOutcomeUnknown,
-    MemoryError,  # the pod is short of memory now: not the input's fault, try again later
-)
-
-
-# NATS errors that say the message itself is wrong: sending it again fails the same way
-DETERMINISTIC_NATS: tuple[type[BaseException], ...] = (
-    nats.errors.MaxPayloadError,
-    nats.errors.BadSubjectError,
-    nats.errors.BadHeaderError,
-    nats.errors.JsonParseError,
-    BadRequestError,
-)
-
-
-def is_transient(e: BaseException) -> bool:
-    """Any other error from NATS counts as transient: better an actor that waits out a
-    NATS error nobody listed than an execution failed for it."""
-    if isinstance(e, DETERMINISTIC_NATS):
-        return False
-    return isinstance(e, TRANSIENT) or isinstance(e, nats.errors.Error)
-
-
-def engine_error(e: BaseException, *, subject: str, seq: int, data: bytes) -> ErrorInfo:
-    """What an actor records when it gives up on an input: the exception, and the input
-    that caused it (its subject, stream position and the start of its content)."""
-    head = data[:500].decode("utf-8", "replace") + (" ..." if len(data) > 500 else "")
-    tb = "".join(traceback.format_exception(e))
-    return ErrorInfo(
-        type="EngineError",
-        message=f"{type(e).__name__}: {str(e)[:1000]} (input {subject}, stream seq {seq}: {head})",
-        traceback=tb[-4000:],
-    )
-
-
-class Refold(BaseException):
-    """An actor recorded in its log something that changes how its inputs fold (a render
-    fault, actors/runtime/render_process.py): rebuild it by replay and try again at once. Not a
-    failure: nothing is counted against the input."""
 
 
 class Hosted(Protocol):
+    """What a host needs of an actor: a mailbox to put inputs in, the task running its
+    loop (`run`), whether it is working (an idle one may be evicted) and whether it
+    folds off the event loop."""
+
     mailbox: asyncio.Queue[Msg]
     task: asyncio.Task[None] | None
     busy: bool  # handling inputs (between taking them from its mailbox and being done)
@@ -287,99 +225,17 @@ class PartitionHost(Generic[K, A]):
         self._beat = None
         self._off_loop.close()  # a render still running ends at once
 
-    async def handle_until_done(
-        self,
-        held: list[Msg],
-        handle: Callable[[], Awaitable[None]],
-        *,
-        reset: Callable[[], None],
-        what: str,
-        actor: Hosted,
-        give_up: Callable[[Exception, int], Awaitable[bool]],
-    ) -> None:
-        """Run an actor's `handle` (which acks `held` last) until it succeeds. After a
-        failure the actor's state may be ahead of the log (folded, not all published),
-        so `reset` makes the next try rebuild it by replay. Meanwhile `held` is kept
-        alive.
-
-        A transient failure is tried again after `failure_pause`, for as long as it
-        takes. A deterministic one is tried POISON_TRIES times; then `give_up(error,
-        level)` records it (level 1, 2, ...: how many times it was given up on already
-        plus one) and says whether `held` is dealt with (True: done) or whether to try
-        again at once (the replay then skips what was given up on). `SliceExhausted`
-        moves the actor off the event loop and tries again at once.
-
-        The inputs are never nak'ed here: a nak redelivers at once, so a failing actor
-        would replay in a tight loop, hammering a cluster that is electing a leader.
-        Cancellation (the partition lost, a stop) propagates: the caller hands the
-        inputs back."""
+    @contextlib.contextmanager
+    def holding(self, held: list[Msg]) -> Iterator[None]:
+        """While an actor works on `held` (handling it, replaying, pausing after a
+        failure), the host keeps it alive (`_keep_alive`): the server must not deliver
+        it again meanwhile."""
         token = next(self._holds)
         self._held[token] = (held, time.monotonic())  # not the loop's time: no getpid() per input (3.11)
-        failures = poisoned = 0
         try:
-            while True:
-                try:
-                    await handle()
-                except SliceExhausted:
-                    log.info("%s: a template must render in isolation; folding off the event loop", what)
-                    actor.off_loop = True
-                    reset()
-                    continue
-                except Refold:
-                    reset()
-                    continue
-                except RenderHalted:
-                    # the render process died (short of memory) or the pod stops: not an
-                    # outcome of the template, so nothing was decided; try again later
-                    failures += 1
-                    log.warning("%s: a render was cut short; will replay", what)
-                except Exception as e:
-                    failures += 1
-                    if not is_transient(e):
-                        poisoned += 1
-                        log.warning(
-                            "%s: deterministic failure %d of %d: %r",
-                            what,
-                            poisoned,
-                            POISON_TRIES,
-                            e,
-                            exc_info=poisoned == 1,
-                        )
-                        if poisoned % POISON_TRIES == 0 and await self._give_up(
-                            give_up, e, poisoned // POISON_TRIES, what
-                        ):
-                            return
-                        reset()
-                        if poisoned % POISON_TRIES == 0:
-                            continue  # given up on: the replay now skips it, no pause needed
-                        await asyncio.sleep(min(0.05 * poisoned, 0.5))  # same input, same outcome: no long wait
-                        continue
-                    if failures == 1:
-                        log.exception("%s: failed to handle its inputs; will replay", what)
-                    else:
-                        log.warning("%s: failed again (%d in a row): %r", what, failures, e)
-                else:
-                    if failures:
-                        log.info("%s: handled after %d failure(s)", what, failures)
-                    return
-                reset()
-                await asyncio.sleep(failure_pause(failures))
+            yield
         finally:
             del self._held[token]
-
-    @staticmethod
-    async def _give_up(
-        give_up: Callable[[Exception, int], Awaitable[bool]], e: Exception, level: int, what: str
-    ) -> bool:
-        log.error(
-            "%s: giving up on its input after %d deterministic failures (level %d): %r", what, POISON_TRIES, level, e
-        )
-        try:
-            return await give_up(e, level)
-        except Exception as again:  # NATS away while recording it: the next round tries again
-            log.warning("%s: could not record giving up: %r", what, again)
-            await asyncio.sleep(FAILURE_PAUSE_FIRST)
-            return False
 
     async def preload_playbook(self, source: str, file: str, max_attempts: int) -> None:
         """A playbook too big to load on the event loop (actors/playbook/loader.py) loaded
@@ -418,15 +274,6 @@ class PartitionHost(Generic[K, A]):
                         await m.in_progress()
                 except Exception as e:  # reconnecting or closed: the next beat tries again
                     log.debug("keep-alive: %r", e)
-
-
-def failure_pause(failures: int) -> float:
-    """Seconds to wait after `failures` failures in a row: doubling from
-    FAILURE_PAUSE_FIRST up to FAILURE_PAUSE_MAX, give or take a quarter, so actors that
-    failed together (one outage) do not all come back at the same instant. Only timing:
-    no decision depends on it."""
-    base: float = min(FAILURE_PAUSE_FIRST * 2.0 ** min(failures - 1, 16), FAILURE_PAUSE_MAX)
-    return base * random.uniform(0.75, 1.25)
 
 
 async def hand_back(held: list[Msg], mailbox: asyncio.Queue[Msg]) -> None:

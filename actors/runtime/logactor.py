@@ -13,15 +13,24 @@ input again (same effects, by determinism) and publish only what the log shows i
 missing. A first delivery of the input that opens the log needs no replay: nothing
 precedes it.
 
-Failures are handled by the host (actors/runtime/hosting.py `handle_until_done`): transient
-ones are waited out, deterministic ones are tried a few times and then given up on
-(`give_up`); either way the actor rebuilds by replay before trying again (`reset`).
+The actor owns its loop and its failures (as pykka's actors own `_actor_loop` and
+`on_failure`); its host (actors/runtime/hosting.py) only puts inputs in its mailbox, keeps
+held inputs alive and lends fold threads. One input's way, one direction:
+
+    host._on_msg -> mailbox -> run -> _until_done -> handle -> rehydrate (if needed)
+    -> fold_input (the engine's or the counter's) -> publish (outbox) -> ack
+
+A failure is met in `_until_done` by `on_failure`: transient ones (is_transient, a
+render process that died) are waited out, deterministic ones are tried a few times and
+then given up on (`give_up`, the engine's or the counter's); either way the actor
+rebuilds by replay before trying again (`reset`). The policy is
+actors/runtime/supervision.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import logging
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
@@ -31,12 +40,24 @@ from nats.js.errors import NotFoundError
 
 from actors.core.effects import Effects
 from actors.natsio import ack, dead_letter, log_time, stream_seq
+from actors.natsio.binding import codec_of
+from actors.playbook.templates import RenderHalted, SliceExhausted
 from actors.runtime.hosting import PartitionHost, hand_back
 from actors.runtime.outbox import Outbox
-from actors.wire.codec import PayloadUnreadable, codec_of
+from actors.runtime.supervision import (
+    FAILURE_PAUSE_FIRST,
+    POISON_TRIES,
+    Refold,
+    Strikes,
+    failure_pause,
+    is_transient,
+    poison_pause,
+)
+from actors.wire.codec import PayloadUnreadable
 from actors.wire.messages import ErrorInfo
 from streams import ids
 
+log = logging.getLogger("actors")
 REPLAY_IDLE_TIMEOUT = 10.0  # seconds without a message before a replay reader decides
 T = TypeVar("T")
 
@@ -75,6 +96,10 @@ class LogActor:
         self.task: asyncio.Task[None] | None = None
         self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
         self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
+        # set when a replay met a decision this code would not make (actors/core/replay.py
+        # `Mismatch`): nothing is folded, published or acked any more (the inputs come
+        # back after ack_wait, for code that decides as the log does)
+        self.halted: Any = None
 
     # --- what differs ----------------------------------------------------------------
 
@@ -109,28 +134,111 @@ class LogActor:
     # --- live ------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """The actor's loop: take what its mailbox holds (up to `max_batch`), handle it
+        until done, and retire once finished. Cancellation (the partition lost, a stop,
+        an eviction) hands the inputs back: the partition's next owner replays them."""
         while True:
             batch = [await self.mailbox.get()]
             while len(batch) < self.max_batch and not self.mailbox.empty():
                 batch.append(self.mailbox.get_nowait())
             self.busy = True
             try:
-                await self.host.handle_until_done(
-                    batch,
-                    functools.partial(self.handle, batch),
-                    reset=self.reset,
-                    actor=self,
-                    what=f"{self.source} {self.key} ({batch[0].subject})",
-                    give_up=functools.partial(self.give_up, batch),
-                )
+                with self.host.holding(batch):
+                    await self._until_done(batch)
             except asyncio.CancelledError:
-                await hand_back(batch, self.mailbox)  # the partition's next owner replays it
+                await hand_back(batch, self.mailbox)
                 raise
             finally:
                 self.busy = False
             if self.finished and self.mailbox.empty():
                 self.host.retire(self.key, self)
                 return
+
+    async def _until_done(self, batch: list[Msg]) -> None:
+        """Handle `batch` (which acks it last) until that succeeds or `on_failure` deals
+        with it. After a failure the state may be ahead of the log (folded, not all
+        published), so each try after one rebuilds it by replay (`reset`).
+
+        `SliceExhausted` moves the actor off the event loop and `Refold` (something
+        recorded that changes the fold) rebuilds it: both try again at once, counting
+        nothing against the input. The inputs are never nak'ed here: a nak redelivers
+        at once, so a failing actor would replay in a tight loop, hammering a cluster
+        that is electing a leader."""
+        strikes = Strikes()
+        while True:
+            try:
+                await self.handle(batch)
+            except SliceExhausted:
+                log.info("%s: a template must render in isolation; folding off the event loop", self._what(batch))
+                self.off_loop = True
+                pause: float | None = 0.0
+            except Refold:
+                pause = 0.0
+            except (Exception, RenderHalted) as e:
+                pause = await self.on_failure(batch, e, strikes)
+                if pause is None:
+                    return
+            else:
+                if strikes.failures:
+                    log.info("%s: handled after %d failure(s)", self._what(batch), strikes.failures)
+                return
+            self.reset()
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def on_failure(self, batch: list[Msg], error: Exception | RenderHalted, strikes: Strikes) -> float | None:
+        """Handling `batch` failed with `error` (`strikes`: this batch's failures so
+        far). Returns the seconds to wait before trying again, or None when the batch
+        is dealt with (given up on).
+
+        A render process that died (short of memory, the pod stopping) decided nothing,
+        and a transient error (actors/runtime/supervision.py `is_transient`) is cured by
+        waiting: try again after `failure_pause`, for as long as it takes. Anything
+        else is deterministic: tried POISON_TRIES times, then `give_up(batch, error,
+        level)` records it (level 1, 2, ...: how many times it was given up on already
+        plus one) and says whether the batch is dealt with or whether to try again at
+        once (the replay then skips what was given up on)."""
+        what = self._what(batch)
+        strikes.failures += 1
+        if isinstance(error, RenderHalted):
+            log.warning("%s: a render was cut short; will replay", what)
+            return failure_pause(strikes.failures)
+        if is_transient(error):
+            if strikes.failures == 1:
+                log.error("%s: failed to handle its inputs; will replay", what, exc_info=error)
+            else:
+                log.warning("%s: failed again (%d in a row): %r", what, strikes.failures, error)
+            return failure_pause(strikes.failures)
+        strikes.poisoned += 1
+        log.warning(
+            "%s: deterministic failure %d of %d: %r",
+            what,
+            strikes.poisoned,
+            POISON_TRIES,
+            error,
+            exc_info=error if strikes.poisoned == 1 else None,
+        )
+        if strikes.poisoned % POISON_TRIES:
+            return poison_pause(strikes.poisoned)  # same input, same outcome: no long wait
+        level = strikes.poisoned // POISON_TRIES
+        log.error(
+            "%s: giving up on its input after %d deterministic failures (level %d): %r",
+            what,
+            POISON_TRIES,
+            level,
+            error,
+        )
+        try:
+            if await self.give_up(batch, error, level):
+                return None
+        except Exception as again:  # NATS away while recording it: the next round tries again
+            log.warning("%s: could not record giving up: %r", what, again)
+            return FAILURE_PAUSE_FIRST
+        return 0.0  # given up on: the replay now skips it, no pause needed
+
+    def _what(self, batch: list[Msg]) -> str:
+        """The actor and its input, as its log lines name them."""
+        return f"{self.source} {self.key} ({batch[0].subject})"
 
     def reset(self) -> None:
         """After a failure: the state may be ahead of the log (folded, not all
@@ -139,6 +247,8 @@ class LogActor:
         self.replayed = True
 
     async def handle(self, batch: list[Msg]) -> None:
+        if self.halted is not None:
+            return
         if not self.hydrated:
             first = batch[0]
             if not self.replayed and first.metadata.num_delivered == 1 and self.opens_log(first.subject):
@@ -146,11 +256,15 @@ class LogActor:
             else:
                 self.replay_through = max(stream_seq(m) for m in batch)
                 await self.rehydrate()
+                if self.halted is not None:
+                    return
         effects = Effects()
         for msg in batch:
             seq = stream_seq(msg)
             if seq > self.last_seq:
                 await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg)), into=effects)
+        if self.halted is not None:
+            return
         if effects:
             await self.publish(effects)
         for m in batch:
