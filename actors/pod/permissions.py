@@ -447,7 +447,7 @@ def helm_values(layout: Layout) -> str:
     return "\n".join(out) + "\n"
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: actors/pod/permissions.py
 CONF_FILE = ROOT / "deploy" / "nats" / "permissions.conf"
 VALUES_FILE = ROOT / "deploy" / "nats" / "values-permissions.yaml"
 
