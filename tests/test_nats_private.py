@@ -3,12 +3,17 @@ types it expects, and still behave as it expects, against a real nats-server: a
 buffered publish reaches the stream without a flush, the flusher is kicked once per
 batch and forced past the pending limit, an ack marks the message acked and a second
 ack sends nothing, and the publisher kept on a connection is that connection's own.
-When an upgrade of nats-py breaks one of these, this fails before the actors do."""
+When an upgrade of nats-py breaks one of these, this fails before the actors do. And
+no module of actors/ or streams/ but that one door touches a private name of nats-py.
+These are tests of the fast path: they run with it on whatever ACTORS_NATS_FASTPATH
+says (tests/test_fastpath_off.py tests the switch)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -29,6 +34,107 @@ from tests.conftest import wait_for
 from tests.test_natsio import received
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+ROOT = Path(__file__).resolve().parent.parent
+DOOR = Path("actors/natsio/private.py")  # the one module allowed nats-py's private names
+
+
+@pytest.fixture(autouse=True)
+def fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(private, "FASTPATH", True)
+
+
+def nats_private_names() -> set[str]:
+    """Every private name nats-py's own code uses on an object (`x._name`) or defines
+    (`def _name`): what a module outside the door must not touch."""
+    names: set[str] = set()
+    for path in Path(nats.__file__).resolve().parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                name = node.attr
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = node.name
+            else:
+                continue
+            if name.startswith("_") and not name.startswith("__"):
+                names.add(name)
+    return names
+
+
+def private_uses(source: str, names: set[str]) -> list[str]:
+    """Where `source` reaches into nats-py: an attribute in `names` read or written on
+    anything but the object's own class (`self`, `cls`, or one `cls(...)` just made);
+    `getattr`/`hasattr`/`delattr` of a name in `names`; `setattr` of any private name
+    on another object (an attribute of our own set on a client); or an import of
+    nats-py's parser. A name given as a module constant (`_ATTR = "_x"`) is resolved."""
+    found: list[str] = []
+    tree = ast.parse(source)
+    own: set[str] = {"self", "cls"}
+    constants: dict[str, str] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            constants |= {t.id: stmt.value.value for t in stmt.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        # `watch = cls(...)`: an instance of the class being defined, as `self` is
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Name) and func.id == "cls":
+                own |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+
+    def foreign(target: ast.expr) -> bool:
+        return not (isinstance(target, ast.Name) and target.id in own)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names and foreign(node.value):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
+            arg = node.args[1]
+            name = arg.value if isinstance(arg, ast.Constant) else constants.get(getattr(arg, "id", ""))
+            if not isinstance(name, str) or not foreign(node.args[0]):
+                continue
+            private_name = name.startswith("_") and not name.startswith("__")
+            if (node.func.id in ("getattr", "hasattr", "delattr") and name in names) or (
+                node.func.id == "setattr" and private_name
+            ):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nats.protocol"):
+            found.append(f"{node.lineno}: from {node.module} import ...")
+    return found
+
+
+async def test_the_scan_finds_each_way_of_reaching_into_nats_py() -> None:
+    names = nats_private_names()
+    assert {"_pending", "_ackd", "_id", "_nc", "_ps", "_process_msg", "_pending_queue"} <= names
+    reaching = (
+        "nc._pending.append(b'x')\n"
+        "sub._id\n"
+        "_ATTR = '_actors_codec'\n"
+        "setattr(nc, _ATTR, c)\n"
+        "getattr(nc, '_pending_data_size', 0)\n"
+        "msg._ackd = True\n"
+        "from nats.protocol.parser import Parser\n"
+    )
+    assert len(private_uses(reaching, names)) == 6
+    own = "class W:\n    def f(self):\n        self._pending = 1\n    @classmethod\n    def g(cls):\n"
+    own += "        w = cls()\n        w._sub = None\n        return w\n"
+    own += "getattr(task, '_fut_waiter', None)\n"  # another library's private name: not ours to police
+    assert private_uses(own, names) == []
+
+
+async def test_only_the_door_touches_nats_py_private_names() -> None:
+    """Every use of nats-py's internals is behind actors/natsio/private.py: a module
+    elsewhere that reads `nc._something`, `sub._id`, `msg._ackd`, `js._nc`, sets an
+    attribute of its own on a client or imports nats-py's parser fails here, naming
+    the line."""
+    names = nats_private_names()
+    offenders = []
+    for top in ("actors", "streams"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel == DOOR:
+                continue
+            offenders += [f"{rel}:{where}" for where in private_uses(path.read_text(), names)]
+    assert offenders == [], "nats-py internals outside actors/natsio/private.py:\n" + "\n".join(offenders)
 
 
 async def test_the_readers_internals_exist() -> None:

@@ -21,6 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import NoStreamResponseError
 from nats.protocol.parser import Parser
 
+from actors.natsio import private
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.publishing import publish_all, publisher
 from actors.natsio.reader import Reader, has_status, install_reader, plain_headers, reader_of, subscribe_raw
@@ -28,6 +29,12 @@ from actors.pod.roles import connect
 from streams.server import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader is the fast path: tested with it on, whatever ACTORS_NATS_FASTPATH says."""
+    monkeypatch.setattr(private, "FASTPATH", True)
 
 
 class Recorder:

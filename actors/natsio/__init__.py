@@ -17,7 +17,11 @@ dead-lettering, message metadata. One module per idea:
 * `dispatch`: subscriptions whose messages go to a handler as they are read
 * `requests`: core requests without nats-py's per-request overhead (`requester`)
 * `replies`: the one reply subscription a Publisher or a Requester keeps
-* `private`: every use of a private name of nats-py (and `close_connection`, which needs one)
+* `reader`: the one-pass protocol reader and `subscribe_raw` (messages as bytes)
+* `headers`: header blocks as bytes (pure)
+* `binding`: the payload codec a connection carries (`bind`, `codec_of`)
+* `private`: the one door to nats-py's internals: every use of a private name of
+  nats-py, and the switch that turns every fast path off (`ACTORS_NATS_FASTPATH=0`)
 
 The names below are what the rest of the tree imports from `actors.natsio`."""
 

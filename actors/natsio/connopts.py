@@ -3,7 +3,7 @@
 `actors.natsio.dial.connect_within` for the CLI and `Client.connect`), so no path can leave
 the credentials or the TLS settings out.
 
-What it carries (each a `Settings` field, README "Connecting securely"):
+What it carries (each a `Settings` field, docs/security.md "Connecting securely"):
 * user and password, or a token: from the environment or from a file (a mounted
   Kubernetes Secret), never only from argv, which any user of the host sees in `ps`;
 * a credentials file (user JWT and NKEY seed) or an NKEY seed file: nats-py signs the

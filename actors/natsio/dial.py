@@ -20,6 +20,7 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from actors.errors import Unavailable
 from actors.natsio.connopts import ConnectOptions
 from actors.natsio.reader import install_reader
 
@@ -35,7 +36,7 @@ RECONNECT_WAIT = 0.5  # seconds between tries of the same server
 ATTEMPT_TIMEOUT = 2.0  # seconds one TCP connect + CONNECT/PING may take
 
 
-class NatsUnavailable(Exception):
+class NatsUnavailable(Unavailable):
     """No usable connection: the server is unreachable, refused the credentials, or
     does not answer. The message is one line for a user, with no password in it."""
 

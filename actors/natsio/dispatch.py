@@ -10,7 +10,9 @@ handler at once instead: on a connection with the actors' reader (actors/natsio/
 with a `Msg` the reader builds as it reads; otherwise, and for status messages, from
 nats-py's `_process_msg` through a stand-in for the subscription's queue. The handler
 must not block: it runs inside the read loop, so it is a plain function, and anything it
-raises is logged and dropped (raised, it would make the client drop the connection)."""
+raises is logged and dropped (raised, it would make the client drop the connection).
+With the fast path off (`ACTORS_NATS_FASTPATH=0`) it is an ordinary callback
+subscription, its task calling the handler (`private.subscribe_handler`)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from actors.natsio.private import hand_off
-from actors.natsio.reader import has_status, plain_headers, reader_of, register_raw
+from actors.natsio.headers import has_status, plain_headers
+from actors.natsio.private import reader_of, register_raw, subscribe_handler, subscription_id
 
 log = logging.getLogger("actors")
 
@@ -39,11 +41,10 @@ async def subscribe_direct(nc: NATS, subject: str, handler: Handler, *, queue: s
         except Exception:
             log.exception("handling a message on %s", msg.subject)
 
-    sub = await nc.subscribe(subject, queue=queue, pending_msgs_limit=-1)  # no callback: no task
-    hand_off(sub, guarded)  # messages that come through nats-py's `_process_msg`
+    sub = await subscribe_handler(nc, subject, guarded, queue=queue)  # what comes through `_process_msg`
     reader = reader_of(nc)
     if reader is not None:  # the others: built into a Msg by the reader (actors/natsio/reader.py)
-        make, sid = nc.msg_class, sub._id
+        make, sid = nc.msg_class, subscription_id(sub)
 
         def direct(subject: bytes, reply: bytes, data: bytes, block: bytes | None) -> bool:
             if block is not None and has_status(block):

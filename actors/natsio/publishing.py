@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from actors.errors import Unavailable
 from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_of, connection_publisher
 from actors.natsio.puback import puback_outcome
@@ -34,7 +35,7 @@ PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect 
 RESEND_SHARE = 0.5
 
 
-class PublishOutcomeUnknown(Exception):
+class PublishOutcomeUnknown(Unavailable):
     """A publish got no PubAck and it is too late to send it again safely: the stream
     may hold it, and may no longer recognise a second copy. The caller must find out by
     reading the stream (a replay), not by publishing again."""

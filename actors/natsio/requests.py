@@ -12,6 +12,7 @@ it arrives (actors/natsio/reader.py), and waits on a future with a timer.
 As with nats-py: a reply that does not come within `timeout` raises
 nats.errors.TimeoutError (a reconnect loses the replies in flight), and a request that
 nobody is subscribed to raises NoRespondersError at once (the server's 503 status).
+With the fast path off (`ACTORS_NATS_FASTPATH=0`) a request is `Client.request`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import itertools
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from actors.natsio import private
 from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_requester
 from actors.natsio.replies import ReplyInbox
@@ -43,6 +45,9 @@ class Requester(ReplyInbox):
         self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None
     ) -> bytes:
         """Send `payload` to `subject` and return the first reply's payload."""
+        if not private.FASTPATH:
+            msg = await self.nc.request(subject, payload, timeout=timeout, headers=headers)
+            return msg.data
         if self._sub is None:
             await self._start()
         loop = self._loop

@@ -7,10 +7,9 @@ encrypted by being marked, and `tests/test_codec.py` fails for one that can hold
 and is neither marked nor declared clear. The pure core never sees a ciphertext: log
 actors decrypt what they read before folding and encrypt what they publish.
 
-A connection carries its codec (`bind`, `codec_of`): the pod's runtime and the client
-bind theirs when they connect, and every writer and reader finds it from the
-connection (or JetStream context) it already holds. A connection with no codec bound
-writes in clear, and reads clear values as before.
+A connection carries its codec (`actors.natsio.binding`: `bind`, `codec_of`): the
+codec itself needs no NATS. A connection with no codec bound writes in clear, and
+reads clear values as before.
 
 Encryption: AES-256-GCM (or 128/192 by the key's length) through `cryptography`. A
 sealed value is the text `$sealed:<key id>:<base64url(nonce || ciphertext || tag)>`,
@@ -51,9 +50,8 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct
-from nats.js import JetStreamContext
 
-from actors.natsio.private import connection_of
+from actors.errors import UserError
 from actors.wire.nesting import START_MESSAGE_DEPTH, json_within
 from actors.wire.secrecy import ERROR, ERROR_SECRET_KEYS, SEAL, VALUE
 
@@ -73,7 +71,7 @@ class Decoder(Protocol[T_co]):
     def decode(self, data: bytes, /) -> T_co: ...
 
 
-class PayloadUnreadable(ValueError):
+class PayloadUnreadable(UserError, ValueError):
     """An encrypted value that cannot be read: no key given, a key id this reader does
     not hold, or a key that does not decrypt it. The message is one line."""
 
@@ -426,10 +424,6 @@ class PayloadCodec:
             return obj
         return self.open(obj)
 
-    def encode_value(self, v: Any) -> bytes:
-        """A bare value's JSON (a blob's content), encrypted as bytes when a key is set."""
-        return self.seal_bytes(_encode(v))
-
     # the object store's bytes
     def seal_bytes(self, data: bytes) -> bytes:
         if self._writer is None:
@@ -466,21 +460,3 @@ def _unb64(text: str) -> bytes:
 
 
 CLEAR = PayloadCodec(None)
-
-# --- the codec a connection carries --------------------------------------------------
-
-_ATTR = "_actors_payload_codec"  # our own attribute on a nats-py Client (it has no __slots__)
-
-
-def bind(nc: Any, codec: PayloadCodec) -> None:
-    """Every message written or read through `nc` goes through `codec` from now on."""
-    setattr(nc, _ATTR, codec)
-
-
-def codec_of(conn: Any) -> PayloadCodec:
-    """The codec bound to a connection, or to a JetStream context's connection; `CLEAR`
-    when none is."""
-    if isinstance(conn, JetStreamContext):
-        conn = connection_of(conn)
-    codec = getattr(conn, _ATTR, None)
-    return codec if isinstance(codec, PayloadCodec) else CLEAR
