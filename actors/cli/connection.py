@@ -57,7 +57,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
             # idempotent: works before any pod has started
             left = max(0.1, budget - (time.monotonic() - started))
             await look_up_streams(nc, layout, url, budget=left, timeout=budget)
-        yield Client(nc, layout=layout, timeout=budget, codec=settings.payload_codec)
+        yield Client(nc, layout=layout, timeout=budget, codec=settings.payload_codec, limits=settings.limits)
     finally:
         if runtime is not None:
             # our server dies with us, and with it whatever still runs: draining tool commands

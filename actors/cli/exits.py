@@ -16,67 +16,56 @@ Exit codes:
      it stopped answering; also an embedded nats-server that could not start, and
      streams missing that this NATS user may not create
   130 interrupted (Ctrl-C)
-A user error is one line on stderr, never a traceback.
+A user error is one line on stderr, never a traceback. Our errors are answered by their
+family (actors/errors.py: UserError 3, NotFinished 4, Unavailable 5), others' by
+`foreign_exits`; anything else is a bug of ours and keeps its traceback.
 """
 
 from __future__ import annotations
 
-from actors.runtime.settings import SettingsInvalid
+from actors.errors import ActorsError, NotFinished, Unavailable, UserError
 from actors.wire.events import ExecState
 
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_NATS = 0, 1, 2, 3, 4, 5
 STATE_EXIT = {ExecState.COMPLETED: EXIT_OK, ExecState.FAILED: EXIT_FAILED, ExecState.CANCELLED: EXIT_CANCELLED}
 
 
-class UsageError(Exception):
-    pass
+class UsageError(UserError):
+    """A command line that cannot be used as given; the message says which option."""
 
 
-def exit_code_for(e: Exception) -> int | None:
-    """The exit code of an error that is the user's or NATS's, not a bug of ours."""
+# what each family of our errors exits with (actors/errors.py), checked in this order
+FAMILY_EXIT: tuple[tuple[type[ActorsError], int], ...] = (
+    (UserError, EXIT_INVALID),
+    (NotFinished, EXIT_TIMEOUT),
+    (Unavailable, EXIT_NATS),
+)
+
+
+def foreign_exits() -> tuple[tuple[type[BaseException], int], ...]:
+    """The errors not ours that the CLI answers in one line, and their exit codes: the
+    only place they are named. A bare TimeoutError here is a NATS request or PubAck that
+    never came (the commands that time out waiting for an execution catch theirs and
+    exit 4); streams/ has its own root (it imports nothing of actors/)."""
     import nats.errors
 
-    from actors.client import InvalidExecutionId, RetryRefused, TooLarge, UnknownExecution
-    from actors.natsio import PublishOutcomeUnknown
-    from actors.natsio.dial import NatsUnavailable
-    from actors.playbook.loader import PlaybookInvalid
-    from actors.playbook.userfiles import UnreadableFile
-    from actors.pod.health import HttpPortUnavailable
-    from actors.store.blobs import ValueTooLarge
-    from actors.store.catalog import CatalogError
-    from actors.store.records import RecordInvalid
-    from actors.wire.codec import PayloadUnreadable
-    from actors.wire.nesting import TooDeep
-    from streams.layout import StreamsMissing
-    from streams.server import ServerError
+    from streams.errors import StreamsError
 
-    if isinstance(
-        e,
-        (
-            CatalogError,
-            PlaybookInvalid,
-            FileNotFoundError,
-            InvalidExecutionId,
-            TooLarge,
-            HttpPortUnavailable,
-            ValueTooLarge,
-            SettingsInvalid,
-            RetryRefused,
-            UnknownExecution,
-            PayloadUnreadable,  # an encrypted value and no key (or the wrong one); a blob changed (BlobCorrupt)
-            RecordInvalid,  # a malformed status or catalog record, named by its key
-            UnreadableFile,  # a file named that is not a regular file, or too large (`PATH: why`)
-            TooDeep,  # a payload nested too deep
-        ),
-    ):
-        return EXIT_INVALID
-    # a bare TimeoutError here is a NATS request or PubAck that never came (the commands
-    # that time out waiting for an execution catch theirs and exit 4)
-    if isinstance(
-        e, (NatsUnavailable, ServerError, nats.errors.Error, PublishOutcomeUnknown, TimeoutError, StreamsMissing)
-    ):
-        return EXIT_NATS
-    return None
+    return (
+        (FileNotFoundError, EXIT_INVALID),
+        (StreamsError, EXIT_NATS),
+        (nats.errors.Error, EXIT_NATS),
+        (TimeoutError, EXIT_NATS),
+    )
+
+
+def exit_code_for(e: BaseException) -> int | None:
+    """The exit code of an error that is the user's or NATS's, not a bug of ours (None:
+    a bug, shown with its traceback): ours by family, others by `foreign_exits`."""
+    code = next((code for cls, code in FAMILY_EXIT if isinstance(e, cls)), None)
+    if code is None:
+        code = next((code for cls, code in foreign_exits() if isinstance(e, cls)), None)
+    return code
 
 
 def nats_reason(e: Exception) -> str:

@@ -46,6 +46,7 @@ from actors.client.writing import StartOutcome, StartRefused
 from actors.natsio.connopts import ConnectOptions
 from actors.runtime.settings import Settings
 from actors.wire.codec import PayloadCodec
+from actors.wire.messages import Limits
 from streams.layout import Layout
 
 
@@ -63,6 +64,7 @@ class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
         name: str = "actors-client",
         codec: PayloadCodec | None = None,
         options: ConnectOptions | None = None,
+        limits: Limits | None = None,
     ) -> Connecting[Client]:
         """A client on a connection of its own to `url` (a cluster: URLs separated by
         commas; credentials in the URL, `nats://user:password@host:4222`), reached
@@ -74,11 +76,15 @@ class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
         (default: read from the environment, `ACTORS_PAYLOAD_KEY` etc., as `actors-cli`
         does; `Settings(payload_key=...).payload_codec`). `options`: credentials and
         TLS (`actors.natsio.connopts.ConnectOptions`; default: the environment's, NATS_USER,
-        NATS_CREDS, NATS_TLS_CA etc., as `actors-cli` reads them)."""
-        keys = codec if codec is not None else Settings.from_env().payload_codec
+        NATS_CREDS, NATS_TLS_CA etc., as `actors-cli` reads them). `limits`: the
+        ceilings a playbook registered is checked against (default: read from the
+        environment, `ACTORS_MAX_ATTEMPTS_CEILING` etc., as a pod reads them)."""
+        env = Settings.from_env() if codec is None or limits is None else None  # read once
+        keys = codec if codec is not None or env is None else env.payload_codec
+        bounds = limits if limits is not None or env is None else env.limits
 
         def make(nc: NATS, lay: Layout, t: float) -> Client:
-            return cls(nc, layout=lay, timeout=t, owns_connection=True, codec=keys)
+            return cls(nc, layout=lay, timeout=t, owns_connection=True, codec=keys, limits=bounds)
 
         return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name, options=options))
 

@@ -3,14 +3,15 @@ subject token or a KV key, a value's size before it goes in a message."""
 
 from __future__ import annotations
 
+from actors.errors import UserError
 from streams.layout import EXECUTION_ID
 
 
-class InvalidExecutionId(ValueError):
+class InvalidExecutionId(UserError, ValueError):
     pass
 
 
-class TooLarge(ValueError):
+class TooLarge(UserError, ValueError):
     """A value bigger than a message may carry; the message names it and its size."""
 
 

@@ -37,7 +37,7 @@ from actors.store.catalog import decode_entry
 from actors.store.records import RecordInvalid, ended_statuses, index_entries, skipped, status_or_none
 from actors.wire.events import TERMINAL_STATES
 from actors.wire.messages import CatalogEntry, ExecutionStatus
-from streams.layout import CATALOG_BUCKET, ENDED_STREAM, INDEX_STREAM, STATUS_BUCKET
+from streams.layout import CATALOG_BUCKET, ENDED_STREAM, EXECUTION_ID, INDEX_STREAM, STATUS_BUCKET
 from streams.subjects import index_ends
 
 FIRST_WINDOW = 64  # index entries read in the first window (at least twice the limit)
@@ -104,6 +104,15 @@ class Lister(Session):
             hi, window = lo - 1, window * 2
         found.sort(key=lambda s: s.started_at or 0.0, reverse=True)  # the projectors' order is nearly theirs
         return found[:limit]
+
+    async def statuses(self, execution_ids: builtins.list[str]) -> builtins.list[ExecutionStatus]:
+        """The statuses of these executions as `status` gives each, in their order, read at
+        once. One with no status (yet), or an id that is not an execution id (from a
+        record tampered with: it never reaches a KV key), is left out, so a list of ids
+        read from stream INDEX never fails for one bad entry."""
+        ids = [eid for eid in execution_ids if EXECUTION_ID.fullmatch(eid)]
+        got = await self._ride(f"reading {len(ids)} statuses", lambda: self._statuses(ids))
+        return [self.codec.open_for_display(st) for st in got]
 
     async def _statuses(self, execution_ids: builtins.list[str]) -> builtins.list[ExecutionStatus]:
         """The statuses of these executions, in their order, read at once; one the

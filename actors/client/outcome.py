@@ -6,16 +6,17 @@ from __future__ import annotations
 from collections import Counter
 
 from actors.client.logview import LogItem
+from actors.errors import ActorsError, NotFinished, UserError
 from actors.wire.events import EventType, ExecState
 from actors.wire.messages import ExecutionStatus
 from streams.layout import EV
 
 
-class ExecutionNotFound(Exception):
+class ExecutionNotFound(UserError):
     """No execution has the id (or the projector has not recorded it yet)."""
 
 
-class ExecutionNotFinished(Exception):
+class ExecutionNotFinished(NotFinished):
     """The execution has no result yet: it is still pending or running."""
 
     def __init__(self, status: ExecutionStatus) -> None:
@@ -23,7 +24,7 @@ class ExecutionNotFinished(Exception):
         super().__init__(f"execution {status.execution_id} is {status.state}: no result yet")
 
 
-class ExecutionFailed(Exception):
+class ExecutionFailed(ActorsError):
     """The execution ended FAILED or CANCELLED: `status.error` is the root cause (type,
     message, step) and every failed step; `reason` is a cancel's."""
 

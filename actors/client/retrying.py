@@ -22,21 +22,23 @@ from actors.client.checks import check_execution_id, check_size
 from actors.client.reading import Reader
 from actors.client.writing import Writer
 from actors.core.rerun import RetryRefused
+from actors.errors import UserError
 from actors.store.blobs import start_payload
-from actors.wire.events import FailureDecidedData, FailureDecidedEvent, decision_decoder
-from actors.wire.messages import EngineFault, Input, StartMessage, StartRecord, encode, input_decoder
+from actors.wire.events import decision_decoder, event_decoder
+from actors.wire.messages import EngineFault, StartMessage, StartRecord, encode, input_decoder
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
 from streams.layout import EXEC_STREAM, START_SUBJECT
-from streams.subjects import EV, IN, ExecSubjects, class_of
+from streams.subjects import EV, IN, LC, ExecSubjects, class_of
 
 if TYPE_CHECKING:
+    from actors.core.replay import Replay
     from actors.core.state import Execution
 
 _fault = msgspec.json.Decoder(EngineFault)
 
 
-class UnknownExecution(ValueError):
+class UnknownExecution(UserError, ValueError):
     """No execution has this id (no start record in its log)."""
 
 
@@ -70,7 +72,10 @@ class Retrier(Writer, Reader):
 
         check_execution_id(execution_id)
         check_value_depth("the payload", payload)  # merged recursively below (TooDeep, a ValueError)
-        old, record = await self._ride(f"reading execution {execution_id}", lambda: self._fold_log(execution_id))
+        replay = await self._ride(f"reading execution {execution_id}", lambda: self._replay_log(execution_id))
+        old, record = replay.state, replay.start
+        if replay.mismatch is not None:  # its state here is not the one the engine reached
+            raise RetryRefused(f"execution {execution_id} cannot be retried by this code: {replay.mismatch.describe()}")
         if record is None:
             raise UnknownExecution(f"no execution {execution_id!r}")
         plan = plan_retry(old, record, from_step=from_step, payload=payload)
@@ -101,48 +106,46 @@ class Retrier(Writer, Reader):
         await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid))
         return outcome
 
+    async def fold_log(self, execution_id: str) -> tuple[Execution, StartRecord | None]:
+        """The execution's state at the end of its log, as the engine's fold leaves it
+        (each activation's failure, with the envelope a remediation step was handed), and
+        its start record (None when its log holds none)."""
+        check_execution_id(execution_id)
+        return await self._ride(f"reading execution {execution_id}", lambda: self._fold_log(execution_id))
+
     async def _fold_log(self, execution_id: str) -> tuple[Execution, StartRecord | None]:
         """The execution's state at the end of its log, folded as the engine folds it
-        (failure decisions read back from its records, inputs given up on skipped)."""
-        from actors.core.decide import fold
-        from actors.core.state import Execution
+        (failure decisions read back from its records, inputs given up on skipped); up
+        to the first decision this code does not reproduce, if any (`_replay_log`)."""
+        replay = await self._replay_log(execution_id)
+        return replay.state, replay.start
+
+    async def _replay_log(self, execution_id: str) -> Replay:
+        """The execution's log replayed by the engine's Replayer (actors/core/replay.py):
+        its inputs with their blobs read back, each decision held against its record."""
+        from actors.core.replay import LogRecord, replay_execution
         from actors.engine.readback import read_back
 
         subjects = ExecSubjects.of(execution_id, self.layout.partitions)
         entries: list[tuple[str, bytes, int, float]] = await self._read_all(
             EXEC_STREAM, subjects.log, lambda subject, data, seq, at: [(subject, data, seq, at)]
         )
-        recorded: dict[tuple[int, int], FailureDecidedData] = {}
-        skip: set[int] = set()
-        inputs: list[tuple[Input, int, float]] = []
-        record: StartRecord | None = None
+        log: list[LogRecord] = []
         for subject, data, seq, at in entries:
             cls = class_of(subject)
+            value: Any = None
             if cls == EV:
-                for ev in self.codec.decode(decision_decoder, data).events:
-                    if isinstance(ev, FailureDecidedEvent):
-                        recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
+                value = self.codec.decode(decision_decoder, data)
+            elif cls == LC:
+                value = self.codec.decode(event_decoder, data)
             elif cls == IN:
                 try:
-                    inp = self.codec.decode(input_decoder, data)
+                    value = await read_back(self.js, self.codec.decode(input_decoder, data))
                 except msgspec.DecodeError:
-                    continue  # the engine dead-lettered it: it never folded it either
-                if isinstance(inp, EngineFault):
-                    skip.add(inp.input_seq)
-                if isinstance(inp, StartRecord):
-                    if inp.execution_id != execution_id:
-                        continue
-                    record = record or inp
-                inputs.append((await read_back(self.js, inp), seq, at))
-        state = Execution(execution_id=execution_id, recorded=recorded)
-
-        def fold_all() -> None:
-            for inp, seq, at in inputs:
-                if seq not in skip:
-                    fold(state, inp, seq=seq, at=at, subjects=subjects)
-
-        await asyncio.to_thread(fold_all)  # templates render again: off the event loop
-        return state, record
+                    value = None  # the engine dead-lettered it: it never folded it either
+            log.append(LogRecord(seq, subject, at, cls, value))
+        # templates render again: off the event loop
+        return await asyncio.to_thread(replay_execution, execution_id, log, subjects=subjects)
 
 
 __all__ = ["Retrier", "RetryOutcome", "RetryRefused", "UnknownExecution"]

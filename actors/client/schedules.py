@@ -25,6 +25,7 @@ from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequen
 
 from actors.client.checks import check_size
 from actors.client.session import Session
+from actors.errors import UserError
 from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
 from actors.store.catalog import CatalogReader
@@ -41,7 +42,7 @@ _BAD_PATTERN, _BAD_TIME_ZONE = 10189, 10223
 _spec_decoder = msgspec.json.Decoder(ScheduleSpec)
 
 
-class ScheduleError(Exception):
+class ScheduleError(UserError):
     """A schedule request that cannot be done as asked (bad name, cron or time zone,
     no such schedule, one already there): one line for the user."""
 

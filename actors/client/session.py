@@ -12,8 +12,10 @@ from nats.js.api import PubAck
 from nats.js.kv import KeyValue
 
 from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, close_connection, publisher, ride_out
+from actors.natsio.binding import bind, codec_of
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable
-from actors.wire.codec import PayloadCodec, bind, codec_of
+from actors.wire.codec import PayloadCodec
+from actors.wire.messages import Limits
 from streams.layout import Layout
 
 # room a message needs around the value it carries (ids, limits, headers): what a
@@ -35,13 +37,16 @@ class Session:
         timeout: float = CLIENT_TIMEOUT,
         owns_connection: bool = False,
         codec: PayloadCodec | None = None,
+        limits: Limits | None = None,
     ) -> None:
         """A client on `nc` (a connection of the caller's, left open by `close` unless
         `owns_connection`), for a deployment of `layout`, each call trying for up to
         `timeout` seconds. `Client.connect(url)` makes the connection itself.
         `codec`: the payload keys (`Settings.payload_codec`), bound to `nc`; None keeps
         the codec `nc` has (none: values are written in clear, and an encrypted one
-        read raises `PayloadUnreadable`)."""
+        read raises `PayloadUnreadable`). `limits`: the deployment's (`Settings.limits`);
+        a playbook registered is checked against its retry ceiling as the starter will
+        check it. None: the defaults (`Limits()`), as settings with none set have them."""
         if codec is not None:
             bind(nc, codec)
         self.codec = codec_of(nc)
@@ -50,6 +55,7 @@ class Session:
         self.js = nc.jetstream()
         self.layout = layout
         self.timeout = timeout
+        self.limits = limits if limits is not None else Limits()
         # a publish without a PubAck is re-sent only within the streams' duplicate window
         publisher(nc).duplicate_window = layout.duplicate_window
         self._buckets: dict[str, KeyValue] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from nats.js.errors import NotFoundError
 
 from actors.client.checks import check_execution_id, check_size
 from actors.client.session import Session
+from actors.errors import UserError
 from actors.natsio import last_message
 from actors.natsio.requests import requester
 from actors.playbook.loader import read_playbook_text
@@ -45,7 +47,7 @@ START_REQUEST_WAIT = 2.0  # seconds `start` waits for a starter's answer before 
 _start_reply_decoder = msgspec.json.Decoder(StartReply)
 
 
-class StartRefused(ValueError):
+class StartRefused(UserError, ValueError):
     """A starter could not read the start as it was sent (a bad field, a payload sealed
     with a key the starters lack); it is dead-lettered under its execution id."""
 
@@ -76,8 +78,13 @@ class Writer(Session):
         p = Path(path)
         source = await asyncio.to_thread(read_playbook_text, p)
         check_size(f"{p}: the playbook", len(msgspec.json.encode(source)), self.value_limit())
+        ceiling = self.limits.max_attempts  # retries bounded as the starters will bound them
+
+        def register() -> Awaitable[CatalogEntry]:
+            return catalog.register(self.js, source, file=str(p), max_attempts=ceiling)
+
         # registering the same source again returns the version it got: safe to ask again
-        return await self._ride(f"registering {p}", lambda: catalog.register(self.js, source, file=str(p)))
+        return await self._ride(f"registering {p}", register)
 
     @staticmethod
     def new_id() -> str:
@@ -197,6 +204,15 @@ class Writer(Session):
             if differ
         )
         return StartOutcome(eid, existing=True, differs=differs, running=running)
+
+    async def start_record(self, execution_id: str) -> StartRecord | None:
+        """The execution's start record (the playbook source and version it runs, its
+        payload, limits, parent), values it cannot decrypt shown as `<encrypted>`; None
+        when its log holds none (not started, or its start message still queued)."""
+        check_execution_id(execution_id)
+        return await self._ride(
+            f"reading the start record of execution {execution_id}", lambda: self._start_record(execution_id)
+        )
 
     async def _start_record(self, execution_id: str) -> StartRecord | None:
         subject = self.layout.execution(execution_id).start

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from actors.errors import UserError
 from actors.playbook.yaml_lines import KeyPath
 
 
@@ -41,7 +42,7 @@ class PlaybookError(msgspec.Struct, frozen=True):
         return f"{where}: {subject}: {self.message}" if subject else f"{where}: {self.message}"
 
 
-class PlaybookInvalid(Exception):
+class PlaybookInvalid(UserError):
     """A playbook that cannot be loaded. `errors` holds every problem found."""
 
     def __init__(self, errors: list[PlaybookError]) -> None:

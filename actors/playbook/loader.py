@@ -5,7 +5,7 @@ Pure code: no NATS, no network. The loader
 1. composes the YAML node tree (safe tags only; its size, nesting and alias expansion
    bounded first) and keeps a map from each value's path
    (`("workflow", 2, "next", 0, "then")`) to its 1-based line; duplicate keys are errors;
-2. rewrites the shorthands of the user's form (shared/DSL.md) into the model's form
+2. rewrites the shorthands of the user's form (docs/language.md) into the model's form
    (`tool: python`, `next: b`, `retry: 3`, `on_failure: cleanup`, ...), remembering
    where each rewritten value came from so errors point at what the user wrote;
 3. validates every step on its own, field by field, with msgspec (strict), so one bad

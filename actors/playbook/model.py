@@ -1,4 +1,4 @@
-"""Typed model of a playbook (shared/DSL.md), as msgspec Structs.
+"""Typed model of a playbook (docs/language.md), as msgspec Structs.
 
 The model is the contract between the loader (YAML -> Structs, with errors that name
 file, line, step and field) and the engine's pure core. Every Struct forbids unknown

@@ -1,4 +1,4 @@
-"""JSON Schema of the playbook *as users write it* (shared/DSL.md), for editors.
+"""JSON Schema of the playbook *as users write it* (docs/language.md), for editors.
 
 It starts from the schema of the normalised model (`msgspec.json.schema(Playbook)`)
 and widens the fields the loader accepts in shorthand:

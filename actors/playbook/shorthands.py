@@ -1,4 +1,4 @@
-"""Shorthands: a step's fields rewritten from the user's form (shared/DSL.md) into the
+"""Shorthands: a step's fields rewritten from the user's form (docs/language.md) into the
 model's form (`tool: python`, `next: b`, `retry: 3`, `on_failure: cleanup`, ...),
 remembering where each rewritten value came from (`StepCtx.remap`) so that errors point
 at what the user wrote.

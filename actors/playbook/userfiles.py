@@ -15,6 +15,8 @@ import os
 import stat
 from pathlib import Path
 
+from actors.errors import UserError
+
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),
@@ -24,7 +26,7 @@ _KINDS = (
 )
 
 
-class UnreadableFile(OSError):
+class UnreadableFile(UserError, OSError):
     """A file that cannot or may not be read. An OSError (`filename`, `strerror`), whose
     text is one line: `PATH: why`."""
 

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import Metric
 
+from actors.errors import UserError
 from actors.runtime.metrics import Registry, gauge_family
 
 log = logging.getLogger("actors.pod.health")
@@ -56,7 +57,7 @@ class PodState:
         ]
 
 
-class HttpPortUnavailable(Exception):
+class HttpPortUnavailable(UserError):
     """The probes' port cannot be bound (in use, or not allowed): a setting to fix,
     not something a retry cures."""
 

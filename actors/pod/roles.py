@@ -18,6 +18,7 @@ from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.loops.counter import Counter
 from actors.natsio import close_connection, publisher, ride_out
+from actors.natsio.binding import bind
 from actors.natsio.connopts import ConnectOptions
 from actors.natsio.dial import refusal
 from actors.natsio.reader import install_reader
@@ -31,7 +32,6 @@ from actors.runtime.settings import Settings
 from actors.status.projector import Projector
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
-from actors.wire.codec import bind
 from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")

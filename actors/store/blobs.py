@@ -34,7 +34,9 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import BadObjectMetaError, DigestMismatchError, NotFoundError, ObjectDeletedError
 
-from actors.wire.codec import PayloadUnreadable, codec_of
+from actors.errors import UserError
+from actors.natsio.binding import codec_of
+from actors.wire.codec import PayloadUnreadable
 from actors.wire.messages import (
     CallDone,
     CallError,
@@ -68,7 +70,7 @@ VALUE_CORRUPT = "ValueCorrupt"
 _DIGEST = re.compile(r"[0-9a-f]{24}")
 
 
-class ValueTooLarge(ValueError):
+class ValueTooLarge(UserError, ValueError):
     """A value over the cap: the message names what it is (step and field)."""
 
 
@@ -172,7 +174,7 @@ async def get_payload(js: JetStreamContext, key: str) -> Any:
 
 async def _read(js: JetStreamContext, key: str, *, bucket: str = BLOB_BUCKET) -> bytes:
     # into a buffer: without one, nats.py joins the chunks by `bytes +=`, quadratic in
-    # the value's size (a 60 MB value took 19 s end to end; see README, Big values)
+    # the value's size (a 60 MB value took 19 s end to end; see docs/limits.md, Big values)
     store = await js.object_store(bucket)
     buf = io.BytesIO()
     try:

@@ -25,8 +25,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from actors.errors import UserError
 from actors.playbook.loader import load_playbook
-from actors.runtime.settings import limits_from_env
 from actors.store.records import RecordInvalid
 from actors.wire.messages import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
@@ -42,7 +42,7 @@ PATH_RULE = (
 _VERSION = re.compile(r"[1-9][0-9]{0,17}")
 
 
-class CatalogError(Exception):
+class CatalogError(UserError):
     """A playbook that cannot be registered or resolved; one line. `error_type`: the
     error a start of it fails with (`StartRecord.error`, a start request's reply)."""
 
@@ -78,9 +78,10 @@ def _key(path: str, suffix: str) -> str:
     return f"{check_path(path)}.{suffix}"
 
 
-async def register(js: JetStreamContext, source: str, *, file: str = "<string>") -> CatalogEntry:
-    # raises PlaybookInvalid with every error; retries bounded as the pod's starter will bound them
-    pb = load_playbook(source, file=file, max_attempts=limits_from_env().max_attempts)
+async def register(js: JetStreamContext, source: str, *, max_attempts: int, file: str = "<string>") -> CatalogEntry:
+    # raises PlaybookInvalid with every error; `max_attempts`: the caller's ceiling on
+    # retries (`Settings.limits`), the one the pod's starter will bound them by
+    pb = load_playbook(source, file=file, max_attempts=max_attempts)
     path = pb.metadata.catalog_path
     try:
         check_path(path)

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import msgspec
 
+from actors.errors import UserError
 from actors.wire.messages import ExecutionStatus, IndexEntry, index_decoder, status_decoder
 from streams.layout import ENDED_STREAM, EXECUTION_ID, INDEX_STREAM, STATUS_BUCKET
 
@@ -25,7 +26,7 @@ log = logging.getLogger("actors.store.records")
 T = TypeVar("T")
 
 
-class RecordInvalid(ValueError):
+class RecordInvalid(UserError, ValueError):
     """A stored record that cannot be read. The message is one line naming where it is."""
 
 

@@ -26,7 +26,7 @@ from nats.js import JetStreamContext
 
 from actors.runtime.children import STEP_USER_SETTING, StepUserInvalid, steps_run_as
 from actors.runtime.render_process import OffLoop, RenderBounds
-from actors.runtime.settings import Settings, SettingsInvalid, limits_from_env
+from actors.runtime.settings import Settings, SettingsInvalid
 from actors.runtime.stopping import cancel_and_wait
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
@@ -86,7 +86,7 @@ class ToolActor:
         `result_batch_max`/`result_batch_window`: how loop iteration results are gathered
         into one message (1 sends each alone). `python_workers`: size of the actor's python
         worker pool (None: the CPUs this process may use). `limits`: the pod's (`Settings.limits`;
-        None: read from the environment). `credentials`: where steps' credentials are found
+        None: `settings.limits`). `credentials`: where steps' credentials are found
         (None: `Settings.credentials_dir` and `Settings.credentials` read from the environment).
         `settings`: the pod's (None: read from the environment), whose NATS password and token
         and payload keys are masked like credentials. `hold_margin`: seconds a command may
@@ -112,7 +112,7 @@ class ToolActor:
         self.kinds = kinds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         # bounds the sinks' templates of commands that carry none
-        self.limits = limits if limits is not None else limits_from_env()
+        self.limits = limits if limits is not None else settings.limits
         # the pool and the session are made on first use and closed by `stop`
         if credentials is None:
             credentials = CredentialSource(settings.credentials_dir, settings.credentials)

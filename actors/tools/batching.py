@@ -22,8 +22,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from actors.natsio import MSG_ID, ack, publisher
+from actors.natsio.binding import codec_of
 from actors.tools.held import HeldCommands
-from actors.wire.codec import codec_of
 from actors.wire.messages import Command, ErrorInfo, IterationResult, ResultBatchOut, encode
 from streams.ids import result_batch_id
 from streams.layout import loop_key

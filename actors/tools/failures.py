@@ -1,7 +1,7 @@
 """How a tool call fails, and how it is told to stop: the leaf both the executors and the
 python pool import (it imports neither).
 
-`ToolFailure.to_error()` is the `error` mapping of shared/DSL.md: `type` is the exception
+`ToolFailure.to_error()` is the `error` templates see (docs/language.md, Templates): `type` is the exception
 class name (`ValueError`) or one of `Timeout`, `Cancelled`, `HTTPError`,
 `ConnectionError`, `ShellError`, `ToolConfigError`, `WorkerCrashed`,
 `ResultNotSerialisable`, `ArgsNotSerialisable`; `retryable` is true for timeouts,

@@ -22,9 +22,9 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from actors.natsio import MSG_ID, publisher
+from actors.natsio.binding import codec_of
 from actors.store.blobs import blob_key, put_blob, sealed
 from actors.tools.capture import Captured
-from actors.wire.codec import codec_of
 from actors.wire.events import StepOutput
 from actors.wire.messages import Command
 from streams.ids import output_id

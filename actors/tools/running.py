@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher
+from actors.natsio.binding import codec_of
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
 from actors.pod.deadletters import answer_undeliverable
@@ -36,7 +37,7 @@ from actors.tools.held import HeldCommands
 from actors.tools.outputs import publish_output
 from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
-from actors.wire.codec import PayloadUnreadable, codec_of
+from actors.wire.codec import PayloadUnreadable
 from actors.wire.jsonvalues import loads
 from actors.wire.messages import (
     CallDone,

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from actors.client import Client, LogItem
-from actors.playbook.loader import MAX_ATTEMPTS_CEILING, parsed_playbook
+from actors.playbook.loader import parsed_playbook
 from actors.playbook.model import Playbook
 from actors.playbook.templates import RenderFault
 from actors.runtime.render_process import OffLoop
@@ -42,7 +42,7 @@ class DetailCache:
     """Parsed playbooks by (path, version), and finished executions' failure envelopes."""
 
     def __init__(self) -> None:
-        self.playbooks: OrderedDict[tuple[str, int | None, int], Playbook | None] = OrderedDict()
+        self.playbooks: OrderedDict[tuple[str, int | None, int, int], Playbook | None] = OrderedDict()
         self.envelopes: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
         # loading a playbook is user computation (a second for 500 kB): off the UI's event
         # loop, and a big one in a render process (actors/playbook/loader.py parsed_playbook)
@@ -50,9 +50,12 @@ class DetailCache:
 
     async def playbook(self, record: StartRecord) -> Playbook | None:
         source = record.playbook_source or ""
-        key = (record.playbook_path, record.playbook_version, hash(source))
+        # parsed under the record's retry ceiling, as the engine parses it: a pod's higher
+        # ACTORS_MAX_ATTEMPTS_CEILING admits a playbook the default would refuse
+        ceiling = record.limits.max_attempts
+        key = (record.playbook_path, record.playbook_version, hash(source), ceiling)
         if key not in self.playbooks:
-            load = functools.partial(parsed_playbook, source, record.playbook_path, MAX_ATTEMPTS_CEILING)
+            load = functools.partial(parsed_playbook, source, record.playbook_path, ceiling)
             try:
                 self.playbooks[key] = await self._off_loop.off_loop(load) if source else None
             except (Exception, RenderFault):  # a playbook that never loaded: the page shows no graph
@@ -83,7 +86,7 @@ async def execution_detail(
 ) -> dict[str, Any]:
     """The execution page's data (the contract's `GET /api/executions/{id}`)."""
     status = await client.status(execution_id)
-    record = await client._start_record(execution_id)
+    record = await client.start_record(execution_id)
     if status is None and record is None:
         raise NotFound(f"no execution {execution_id!r}")
     items = await client.events(execution_id)
@@ -169,7 +172,7 @@ async def _error(
         return None
     envelope = cache.envelopes.get(execution_id)
     if remediated and execution_id not in cache.envelopes:
-        state, _ = await client._fold_log(execution_id)
+        state, _ = await client.fold_log(execution_id)
         failures = [a.failure for a in state.activations.values() if a.failure]
         if failures:
             last = failures[-1]

@@ -104,8 +104,7 @@ async def page(
                 # every one qualifies: read no more statuses than shown, and go on after the last read
                 wanted = wanted[: limit - len(rows)]
                 next_hi = wanted[-1][0] - 1
-            read = await client._statuses([e.execution_id for _, e in wanted])
-            statuses = {st.execution_id: client.codec.open_for_display(st) for st in read}
+            statuses = {st.execution_id: st for st in await client.statuses([e.execution_id for _, e in wanted])}
             candidates = [(seq, row_of(statuses[e.execution_id])) for seq, e in wanted if e.execution_id in statuses]
         for seq, row in candidates:
             if matches(row, state=state, playbook=playbook, q=q):
