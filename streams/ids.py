@@ -66,6 +66,17 @@ def lifecycle_id(execution_id: str, event_type: str) -> str:
     return f"{execution_id}:lc:{event_type}"
 
 
+def halted_id(execution_id: str, where: str, input_seq: int) -> str:
+    """A replay of `where` (the engine's log, or a loop's: `counter:<loop_id>`) halted the
+    execution at the input at `input_seq`: recorded once however often it is met."""
+    return f"{execution_id}:lc:execution.halted:{where}:{input_seq}"
+
+
+def resumed_id(execution_id: str, halted_seq: int) -> str:
+    """A replay that matches again ends the halt at `halted_seq`."""
+    return f"{execution_id}:lc:execution.resumed:{halted_seq}"
+
+
 def fault_id(execution_id: str, input_seq: int) -> str:
     """The engine gave up on the input at `input_seq`."""
     return f"{execution_id}:fault:{input_seq}"

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError
 
+from streams.errors import StreamsError
+
 # subjects are spelled in streams/subjects.py; these names are re-exported for the
 # modules that read them with the layout
 from streams.subjects import (
@@ -352,7 +354,7 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     }
 
 
-class StreamsMissing(Exception):
+class StreamsMissing(StreamsError):
     """Streams, consumers or buckets are missing and this connection could not create
     them (its NATS user may not: only the engine's may, see actors/pod/permissions.py)."""
 

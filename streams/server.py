@@ -24,8 +24,10 @@ from pathlib import Path
 
 import msgspec
 
+from streams.errors import StreamsError
 
-class ServerError(RuntimeError):
+
+class ServerError(StreamsError, RuntimeError):
     """`summary`: one line for a user (the server's fatal log line when it has one);
     the message itself carries the tail of the server's log."""
 

@@ -348,7 +348,7 @@ def test_a_template_that_cannot_render_fails_its_step_naming_the_field() -> None
 
 def test_a_recorded_failure_decision_is_read_back_not_evaluated_again() -> None:
     """Even if the rules would now decide otherwise, a replay follows the decision the
-    log recorded (seed 004's hook could decide differently on replay)."""
+    log recorded (rules that read anything but the log could decide differently on replay)."""
     source = HEAD % "recorded" + f"  - step: a\n    tool: {PY}\n    on_error: [{{decision: none}}]\n"
     run = Harness({"a": BAD}).run(source)
     assert run.status == "FAILED"

@@ -8,7 +8,7 @@ clocks or randomness. A replay of the same inputs yields the same outputs, which
 what lets a new engine finish an execution another engine started (no step decided
 twice: outputs already in the log are recognised by their cause and not re-sent).
 
-Semantics (shared/DSL.md, seeds 000 and 001):
+Semantics (docs/language.md: Routing, Retry, Failure, States):
 * the first step is the entry; `next` rules route on success, first match wins;
   a step without `next` routes to `end`; `next: [a, b]` starts parallel branches;
 * retry rules run after every attempt (actors/core/backoff.py for delays); a step that
@@ -182,6 +182,7 @@ def _start(decision: Decision, rec: StartRecord) -> None:
     ex.started_at = decision.out.at
     ex.parent = rec.parent
     ex.limits = rec.limits
+    ex.semantics = rec.semantics
     if rec.error is not None or rec.playbook_source is None:
         _fail_at_start(decision, rec.error or ErrorInfo(type="StartError", message="start record carries no playbook"))
         return

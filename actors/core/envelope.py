@@ -1,4 +1,5 @@
-"""The bounded failure-context envelope a remediation step receives (seed 002).
+"""The bounded failure-context envelope a remediation step receives as `failure.envelope`
+(docs/language.md, Failure).
 
 Deterministic text: header fields, then at most MAX_CONTENT_CHARS of content between
 markers, cut head-and-tail when longer, with the cut recorded. `untrusted_data: true`

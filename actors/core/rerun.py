@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from actors.errors import UserError
 from actors.playbook.model import END
 from actors.wire.messages import RetryOf, StartRecord
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from actors.core.state import Execution
 
 
-class RetryRefused(ValueError):
+class RetryRefused(UserError, ValueError):
     """The execution cannot be retried as asked; the message says why, in one line."""
 
 

@@ -81,6 +81,10 @@ class Execution:
     # a cancel that reached the log before the start record (a start still queued in
     # stream START when it was sent): the execution ends CANCELLED as soon as it starts
     early_cancel: CancelRequest | None = None
+    # the engine semantics the start record pinned (actors/core/replay.py SEMANTICS): a
+    # change of behaviour that would alter decisions branches on it, so an execution
+    # keeps the behaviour it started with across upgrades (docs/upgrades.md)
+    semantics: int = 1
 
     @property
     def terminal(self) -> bool:

@@ -18,13 +18,20 @@ outputs, by determinism), and publish only the outputs whose decision record or
 lifecycle event is missing from the log. Recognising them by cause (the input's
 stream sequence) rather than relying on the server's duplicate window is what keeps a
 replay after hours from duplicating anything.
+
+Each replayed decision is held against the one recorded (actors/core/replay.py
+`Replayer`): if this code decides otherwise (a changed rule, a template engine that
+renders differently, a start record of semantics it does not know) the execution halts
+at that input: an `execution.halted` lifecycle event names the first differing record,
+nothing more is published for it, and its inputs stay unacked, so the server delivers
+them again after ack_wait and an engine that decides as the log does (a rollback)
+replays it, writes `execution.resumed` and goes on. Other executions are untouched.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -32,19 +39,21 @@ from nats.aio.msg import Msg
 
 from actors.core.decide import execution_error, fold
 from actors.core.effects import Effects
+from actors.core.replay import SEMANTICS, Mismatch, Recorded, Replayer, Stored
 from actors.core.state import Execution
 from actors.engine.readback import read_back
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
+from actors.natsio.binding import codec_of
 from actors.playbook.templates import RenderFault
 from actors.runtime.hosting import PartitionHost, Refold, engine_error
 from actors.runtime.logactor import LogActor, LogEntry
+from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox
 from actors.runtime.render_process import RenderBounds
-from actors.wire.codec import codec_of
 from actors.wire.events import (
     ExecState,
-    FailureDecidedData,
-    FailureDecidedEvent,
+    ExecutionHaltedData,
+    ExecutionResumedData,
     PlaybookFailedData,
     decision_decoder,
     event_decoder,
@@ -78,16 +87,6 @@ log = logging.getLogger("actors.engine")
 fault_decoder = msgspec.json.Decoder(EngineFault)
 
 
-@dataclass(slots=True)
-class Recorded:
-    """What a replay finds already in an execution's log, beside its inputs."""
-
-    decisions: set[int] = field(default_factory=set)  # causes whose decision record is stored
-    lifecycle: set[str] = field(default_factory=set)  # lifecycle event types stored
-    results: set[str] = field(default_factory=set)  # command ids answered
-    fired: set[str] = field(default_factory=set)  # timers that fired
-
-
 class ExecutionActor(LogActor):
     source = "engine"
     stream = EXEC_STREAM
@@ -104,6 +103,7 @@ class ExecutionActor(LogActor):
         self.subjects = subjects
         self.state = Execution(execution_id=execution_id)
         self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
+        self.replayer: Replayer | None = None  # while a replay folds: holds each decision against the log
 
     @property
     def finished(self) -> bool:
@@ -161,6 +161,10 @@ class ExecutionActor(LogActor):
             return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
+        too_new = (self.replayer or Replayer(self.execution_id, Recorded())).admit(entry.seq, entry.subject, inp)
+        if too_new is not None:  # future semantics: not guessed at, live or in a replay
+            await self.halt(too_new, entry)
+            return None
         inp = await self._read_back(inp)
         if isinstance(inp, StartRecord) and inp.playbook_source:  # a big one: loaded off the loop first
             await self.engine.preload_playbook(inp.playbook_source, inp.playbook_path, inp.limits.max_attempts)
@@ -188,34 +192,92 @@ class ExecutionActor(LogActor):
     async def rehydrate(self) -> None:
         inputs: list[LogEntry] = []
         seen = Recorded()
-        recorded: dict[tuple[int, int], FailureDecidedData] = {}
+        codec = codec_of(self.engine.js)
         for entry in await self.read_log(self.subjects.log, through=self.replay_through):
             cls = class_of(entry.subject)
             if cls == IN:
                 inputs.append(entry)
                 kind = type_of(entry.subject)
                 if kind.startswith(f"{RESULT}."):
-                    seen.results.add(kind.split(".", 1)[1])
+                    seen.answered(kind.split(".", 1)[1])
                 elif kind.startswith(f"{TIMER}."):
                     seen.fired.add(kind.split(".", 1)[1])
                 elif kind == FAULT:
-                    self.skip.add(fault_decoder.decode(entry.data).input_seq)
+                    seen.skip.add(fault_decoder.decode(entry.data).input_seq)
             elif cls == EV:
-                record = codec_of(self.engine.js).decode(decision_decoder, entry.data)  # recorded values, decrypted
-                seen.decisions.add(record.cause)
-                for ev in record.events:
-                    if isinstance(ev, FailureDecidedEvent):
-                        recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
+                seen.decision(entry.seq, entry.subject, codec.decode(decision_decoder, entry.data))  # decrypted
             elif cls == LC:
-                seen.lifecycle.add(event_decoder.decode(entry.data).type)
-        self.state = Execution(execution_id=self.execution_id, recorded=recorded)
+                seen.event(entry.seq, entry.subject, codec.decode(event_decoder, entry.data))
+        self.skip |= seen.skip
+        self.replayer = replayer = Replayer(self.execution_id, seen)
+        self.state = replayer.fresh()
         self.last_seq = 0
-        for entry in inputs:
-            fx = await self.fold_input(entry)
-            if fx:
-                await self.publish(await self._missing(fx, seen))
+        try:
+            for entry in inputs:
+                fx = await self.fold_input(entry)
+                if self.halted is not None:
+                    return  # semantics it does not know (fold_input halted it)
+                mismatch = replayer.check(entry.seq, entry.subject, fx)
+                if mismatch is not None:
+                    await self.halt(mismatch, entry, seen)
+                    return
+                if fx:
+                    await self.publish(await self._missing(fx, seen))
+        finally:
+            self.replayer = None
+        halted = seen.open_halt()
+        if halted is not None:  # the code that halted it is gone: this one decides as the log does
+            await self._resumed(halted, seen.halts[halted])
         self.hydrated = True
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
+
+    async def halt(self, mismatch: Mismatch, entry: LogEntry, seen: Recorded | None = None) -> None:
+        """Stop this execution at `entry`: record why (once), count it, fold and
+        publish nothing more. Its inputs stay unacked (LogActor.handle): each comes
+        back after ack_wait, finds the actor halted, and waits for code that decides
+        as the log does; an engine that does replays it from the start."""
+        self.halted = mismatch
+        self.hydrated = True
+        HALTED_REPLAYS.inc(role="engine", kind=mismatch.kind)
+        log.error("execution %s halted: %s", self.execution_id, mismatch.describe())
+        if seen is not None and mismatch.input_seq in seen.halts:
+            return  # recorded by an earlier replay (this pod's or another's)
+        await self._lifecycle(
+            ExecutionHaltedData(
+                source="engine",
+                kind=mismatch.kind,
+                input_seq=mismatch.input_seq,
+                input_subject=mismatch.input_subject,
+                record_seq=mismatch.record_seq,
+                record_subject=mismatch.record_subject,
+                expected=mismatch.expected,
+                derived=mismatch.derived,
+                semantics=SEMANTICS,
+                error=msgspec.to_builtins(mismatch.error()),
+            ),
+            cause=entry.seq,
+            at=entry.at,
+            msg_id=ids.halted_id(self.execution_id, "engine", entry.seq),
+        )
+
+    async def _resumed(self, halted_seq: int, halted: Stored) -> None:
+        log.warning(
+            "execution %s: replays as its log records again (halted at input %d)", self.execution_id, halted_seq
+        )
+        await self._lifecycle(
+            ExecutionResumedData(halted_seq=halted_seq, semantics=SEMANTICS),
+            cause=halted_seq,
+            at=halted.value.at,  # the halt's own time: the event is the same whoever writes it
+            msg_id=ids.resumed_id(self.execution_id, halted_seq),
+        )
+
+    async def _lifecycle(
+        self, data: ExecutionHaltedData | ExecutionResumedData, *, cause: int, at: float, msg_id: str
+    ) -> None:
+        """A lifecycle event the shell writes (the fold never decides these)."""
+        ev = make_event(data, execution_id=self.execution_id, at=at, cause=cause)
+        js = self.engine.js
+        await publish_all(js, [(self.subjects.lifecycle(ev.type), codec_of(js).encode(ev), msg_id)])
 
     async def _missing(self, fx: Effects, seen: Recorded) -> Effects:
         """What of a replayed decision the log lacks. A stored decision record proves

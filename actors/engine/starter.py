@@ -38,6 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from actors.core.replay import SEMANTICS
 from actors.engine.fires import fire_start
 from actors.natsio import (
     EXPECTED_LAST_SUBJECT_SEQUENCE,
@@ -50,13 +51,13 @@ from actors.natsio import (
     stream_seq,
     subject_taken,
 )
+from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
 from actors.runtime.hosting import POISON_TRIES, is_transient
 from actors.runtime.keyed_limiter import KeyedLimiter
-from actors.runtime.settings import limits_from_env
 from actors.store.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.store.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
-from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable, codec_of
+from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
 from actors.wire.messages import (
     INVALID_START,
     ErrorInfo,
@@ -157,11 +158,9 @@ STARTS_IN_FLIGHT = 64
 
 
 class Starter:
-    def __init__(
-        self, nc: NATS, *, layout: Layout, in_flight: int = STARTS_IN_FLIGHT, limits: Limits | None = None
-    ) -> None:
+    def __init__(self, nc: NATS, *, layout: Layout, limits: Limits, in_flight: int = STARTS_IN_FLIGHT) -> None:
         self.nc = nc
-        self.limits = limits if limits is not None else limits_from_env()  # fixed in every record it writes
+        self.limits = limits  # the pod's (`Settings.limits`), fixed in every record it writes
         self.js = nc.jetstream()
         self.layout = layout
         self.catalog = CatalogReader(self.js)
@@ -304,6 +303,7 @@ class Starter:
             parent=start.parent,
             limits=self.limits,
             retry_of=start.retry_of,
+            semantics=SEMANTICS,  # the engine semantics it runs under, for its whole life (docs/upgrades.md)
         )
         if not value_within(record.payload):
             # refused on request; from the stream the execution starts failed saying so

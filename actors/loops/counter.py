@@ -16,6 +16,13 @@ only what the log shows missing: commands in flight that are neither queued nor
 answered, timers still waiting, children not started, the verdict if the execution
 has not got it. Recognising these by state, not by the server's duplicate window,
 keeps a replay after hours from duplicating anything.
+
+The replay is held against the log (actors/core/replay.py `LoopReplayer`): every answer
+in it is to a command the replayed fold issued first, every timer that fired one it
+armed. A loop whose log answers a command this code would not have issued halts: an
+`execution.halted` event in the execution's lifecycle names the input, nothing more is
+sent for the loop and its inputs stay unacked until code that decides as the log does
+replays it.
 """
 
 from __future__ import annotations
@@ -32,16 +39,19 @@ from nats.js.errors import NotFoundError
 
 from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
-from actors.natsio import ack, dead_letter, has_message, last_message
+from actors.core.replay import SEMANTICS, LoopReplayer, Mismatch
+from actors.natsio import ack, dead_letter, has_message, last_message, publish_all
+from actors.natsio.binding import codec_of
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.playbook.templates import DEFAULT_LIMITS, RenderFault, call_with_limits
 from actors.runtime.hosting import PartitionHost, engine_error
 from actors.runtime.logactor import LogActor, LogEntry
+from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox
 from actors.runtime.render_process import RenderBounds
 from actors.store.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
-from actors.wire.codec import codec_of
+from actors.wire.events import EventType, ExecutionHaltedData, make_event
 from actors.wire.messages import (
     CallDone,
     ChunkDone,
@@ -55,9 +65,12 @@ from actors.wire.messages import (
     encode,
     loop_input_decoder,
 )
+from streams import ids
 from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, Layout, counter_consumer
 from streams.subjects import (
     SPEC,
+    TIMER,
+    ExecSubjects,
     LoopSubjects,
     answered_command,
     cmd_subject,
@@ -266,8 +279,16 @@ class LoopActor(LogActor):
         timers: dict[str, Timer] = {}
         stopped = Effects()
         verdict = None
+        checker = LoopReplayer(self.execution_id, self.loop_id)
         for entry in inputs:
+            kind = loop_type(entry.subject)
+            timer = kind.split(".", 1)[1] if kind.startswith(f"{TIMER}.") else None
+            mismatch = checker.answers(entry.seq, entry.subject, _answers(entry), timer, self.state)
+            if mismatch is not None:
+                await self.halt(mismatch, entry)
+                return
             out = await self.fold_input(entry)
+            checker.derived(out)
             if not out:
                 continue
             commands.update((c.command_id, c) for c in out.commands)
@@ -319,6 +340,34 @@ class LoopActor(LogActor):
             run.total,
             len(missing.commands),
         )
+
+    async def halt(self, mismatch: Mismatch, entry: LogEntry) -> None:
+        """Stop this loop at `entry`: nothing more is folded or sent for it, its inputs
+        stay unacked (LogActor.handle), and the execution's status says why."""
+        self.halted = mismatch
+        self.hydrated = True
+        HALTED_REPLAYS.inc(role="counter", kind=mismatch.kind)
+        log.error("loop %s/%s halted: %s", self.execution_id, self.loop_id, mismatch.describe())
+        data = ExecutionHaltedData(
+            source="counter",
+            kind=mismatch.kind,
+            input_seq=mismatch.input_seq,
+            input_subject=mismatch.input_subject,
+            record_seq=mismatch.record_seq,
+            record_subject=mismatch.record_subject,
+            expected=mismatch.expected,
+            derived=mismatch.derived,
+            semantics=SEMANTICS,
+            error=msgspec.to_builtins(mismatch.error()),
+            loop_id=self.loop_id,
+        )
+        ev = make_event(data, execution_id=self.execution_id, at=entry.at, cause=entry.seq)
+        js = self.counter.js
+        subject = ExecSubjects.of(self.execution_id, self.counter.layout.partitions).lifecycle(
+            EventType.EXECUTION_HALTED
+        )
+        msg_id = ids.halted_id(self.execution_id, f"counter:{self.loop_id}", entry.seq)
+        await publish_all(js, [(subject, codec_of(js).encode(ev), msg_id)])
 
 
 def _answers(entry: LogEntry) -> set[str]:

@@ -299,6 +299,16 @@ EVICTED_ACTORS = counter(
     ("role",),
 )
 
+HALTED_REPLAYS = counter(
+    "actors_replay_mismatches_total",
+    "Replays that derived a decision other than the one recorded (or met semantics this pod does not know), "
+    "each halting its execution, by role and kind (Nondeterminism | SemanticsUnknown).",
+    ("role", "kind"),
+)
+for _role in ("engine", "counter"):
+    for _kind in ("Nondeterminism", "SemanticsUnknown"):
+        HALTED_REPLAYS.inc(0, role=_role, kind=_kind)
+
 PROCESS_METRICS = (
     STEP_SECONDS,
     COMMANDS_IN_FLIGHT,
@@ -306,6 +316,7 @@ PROCESS_METRICS = (
     EXECUTIONS_FINISHED,
     LIFECYCLE_EVENTS,
     EVICTED_ACTORS,
+    HALTED_REPLAYS,
 )
 
 
@@ -356,7 +367,7 @@ def observe_lifecycle(*, execution_id: str, event_type: str, state: str, changed
     compare-and-set, so exactly one apply sees the change."""
     if changed:
         LIFECYCLE_EVENTS.inc(type=event_type)
-        if state == ExecState.RUNNING:
+        if state == ExecState.RUNNING and event_type != "execution.resumed":  # a resume starts nothing
             EXECUTIONS_STARTED.inc()
         elif state in TERMINAL_STATES:
             EXECUTIONS_FINISHED.inc(state=state)

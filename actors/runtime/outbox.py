@@ -22,8 +22,8 @@ from nats.js import JetStreamContext
 
 from actors.core.effects import CommandCancel, Effects, Timer
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
+from actors.natsio.binding import codec_of
 from actors.store.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, sealed, start_item
-from actors.wire.codec import codec_of
 from actors.wire.events import DecisionRecord, Event, PlaybookCompletedData, PlaybookFailedData
 from actors.wire.messages import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids

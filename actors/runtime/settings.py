@@ -12,7 +12,7 @@ copies them into the start record, and every pod replays a log by its record, wh
 its own environment says. A value that cannot be used is refused at start-up in one
 line naming the variable, never silently replaced by a default.
 
-`python -m actors.runtime.settings` prints the README's settings table.
+`python -m actors.runtime.settings` prints the settings table of docs/settings.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from actors.errors import UserError
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeyInvalid, PayloadKeys
 from actors.wire.messages import Limits
 from streams.layout import Layout
@@ -34,7 +35,7 @@ _LIMITS, _LAYOUT = Limits(), Layout()  # their defaults are these settings' defa
 _KEY_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-class SettingsInvalid(ValueError):
+class SettingsInvalid(UserError, ValueError):
     """A setting that cannot be used: the message is one line naming the variable."""
 
 
@@ -60,7 +61,7 @@ def _setting(
 class Settings:
     """A pod's settings. Each field below names its environment variable, its flag
     (where `actors-cli` has one), its default and what it bounds; the same text makes
-    the README's table (`markdown_table`). Built once (`from_env`, then `with_flags`)
+    the table in docs/settings.md (`markdown_table`). Built once (`from_env`, then `with_flags`)
     and passed down from `Runtime`: nothing reads the environment later.
 
     Fields (environment variable, flag, default, what it bounds):
@@ -75,8 +76,8 @@ class Settings:
         flag="--nats",
         minimum=None,
     )
-    # --- how a connection proves who it is and encrypts (actors/natsio/connopts.py; README "Connecting
-    # securely"). Secrets come from the environment or a file, never a flag: argv shows in `ps` ---
+    # --- how a connection proves who it is and encrypts (actors/natsio/connopts.py; docs/security.md
+    # "Connecting securely"). Secrets come from the environment or a file, never a flag: argv shows in `ps` ---
     nats_user: str | None = _setting(
         None,
         "NATS_USER",
@@ -136,7 +137,7 @@ class Settings:
         "NATS_INBOX_PREFIX",
         "first token of every reply subject this connection makes (requests, PubAcks, ordered consumers, KV "
         "watches); with deploy/nats's permissions each user may read only `_INBOX_<user>.>`, so set "
-        '`_INBOX_<user>` (README "Least privilege")',
+        '`_INBOX_<user>` (docs/security.md "Least privilege")',
         flag="--nats-inbox-prefix",
         minimum=None,
     )
@@ -145,6 +146,13 @@ class Settings:
         "ACTORS_NATS_SYNC",
         "when the nats-server that `dev` and `run` start fsyncs JetStream writes: `default`, every 2 minutes; "
         "`always`, before each PubAck (see Durability)",
+        minimum=None,
+    )
+    nats_fastpath: bool = _setting(
+        True,
+        "ACTORS_NATS_FASTPATH",
+        "`0`: every NATS call through nats-py's public API alone (publish, ack, request, subscribe; nats-py's "
+        "own protocol parser), slower; for a nats-py whose internals changed (actors/natsio/private.py)",
         minimum=None,
     )
     # --- how the deployment is laid out (every pod of it must agree) ---
@@ -467,11 +475,6 @@ def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     return number
 
 
-def limits_from_env(environ: Mapping[str, str] | None = None) -> Limits:
-    """The limits part of `Settings.from_env(environ)`."""
-    return Settings.from_env(environ).limits
-
-
 def _default(f: dataclasses.Field[Any]) -> str:
     value = f.default
     if value is None or value is dataclasses.MISSING:
@@ -482,7 +485,7 @@ def _default(f: dataclasses.Field[Any]) -> str:
 
 
 def markdown_table() -> str:
-    """The README's settings table: variable, flag, default, meaning."""
+    """The settings table of docs/settings.md: variable, flag, default, meaning."""
     rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
         flag = f"`{f.metadata['flag']}`" if f.metadata["flag"] else ""
@@ -499,7 +502,7 @@ def _field_docs() -> str:
 
 
 # the per-field list in `help(Settings)` is written from the fields themselves, so the
-# docstring, the README's table and the parser cannot disagree
+# docstring, the table in docs/settings.md and the parser cannot disagree
 Settings.__doc__ = (Settings.__doc__ or "") + _field_docs()
 
 

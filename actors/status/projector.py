@@ -1,7 +1,7 @@
 """The status projector: lifecycle events -> KV `status/<execution_id>`.
 
 It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
-events never reach it, so none of them can decide an execution's status (seed 001).
+events never reach it, so none of them can decide an execution's status (docs/language.md, States).
 States only move forward (PENDING < RUNNING < terminal) and a terminal state never
 changes: each write is a compare-and-set on the key's revision. With an execution's
 first status it appends the execution's entry to stream INDEX (start order; the two in
@@ -39,6 +39,7 @@ from actors.wire.events import (
     EventType,
     ExecState,
     ExecutionCancelledData,
+    ExecutionHaltedData,
     PlaybookCompletedData,
     PlaybookFailedData,
     PlaybookInitializedData,
@@ -51,11 +52,20 @@ from streams.subjects import index_end_subject, index_subject
 
 log = logging.getLogger("actors.status.projector")
 
-RANK = {ExecState.PENDING: 0, ExecState.RUNNING: 1, ExecState.COMPLETED: 2, ExecState.FAILED: 2, ExecState.CANCELLED: 2}
+RANK = {
+    ExecState.PENDING: 0,
+    ExecState.RUNNING: 1,
+    ExecState.HALTED: 1,  # beside RUNNING: a replay's mismatch stops it, a matching replay resumes it
+    ExecState.COMPLETED: 2,
+    ExecState.FAILED: 2,
+    ExecState.CANCELLED: 2,
+}
 TRANSITIONS: dict[str, ExecState] = {
     EventType.PLAYBOOK_INITIALIZED: ExecState.RUNNING,
     EventType.WORKFLOW_INITIALIZED: ExecState.RUNNING,
     **TERMINAL_EVENTS,
+    EventType.EXECUTION_HALTED: ExecState.HALTED,
+    EventType.EXECUTION_RESUMED: ExecState.RUNNING,
     # workflow.completed/failed inform the playbook lifecycle; they do not close it
 }
 # the lifecycle data that names the playbook and when the execution started
@@ -73,6 +83,8 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
         return None  # terminal is final; states never move back
     if current is not None and target == cur.state:
         return None
+    if cur.state == ExecState.HALTED and ev.type != EventType.EXECUTION_RESUMED and RANK[target] < 2:
+        return None  # only a resume (or the end) lifts a halt: a late `*.initialized` does not
     new = msgspec.structs.replace(cur, state=target)
     data = ev.data
     started = None
@@ -80,6 +92,10 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
         if new.playbook is None:
             new.playbook = data.playbook
         started = data.started_at
+    if isinstance(data, ExecutionHaltedData):
+        new.error = data.error  # why it halted: the first record this code does not reproduce
+    elif ev.type == EventType.EXECUTION_RESUMED:
+        new.error = None
     if isinstance(data, PlaybookInitializedData) and new.version is None:
         new.version = data.version
     if new.started_at is None:
@@ -87,8 +103,8 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
     if RANK[target] == 2:
         new.ended_at = ev.at
         new.terminal_event = ev.type
-        if isinstance(data, PlaybookFailedData):
-            new.error = data.error
+        # a failure's error; no other end keeps one (a halt's, lifted by the end, is gone)
+        new.error = data.error if isinstance(data, PlaybookFailedData) else None
     return new
 
 

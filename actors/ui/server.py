@@ -62,7 +62,7 @@ KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep an idle stream
 UPDATES_PER_SECOND = 4  # an execution page's updates at most, however fast its log grows
 START_WAIT = 5.0  # seconds a cancel waits for a start still queued
 MAX_BODY = 1024 * 1024  # bytes of a POST body (a start payload)
-STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+STATES = ("PENDING", "RUNNING", "HALTED", "COMPLETED", "FAILED", "CANCELLED")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")  # what a browser on this machine sends as Host
 MAX_STREAMS = 100  # live feeds open at once in one UI process (ACTORS_UI_MAX_STREAMS)
 

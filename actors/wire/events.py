@@ -39,6 +39,10 @@ class ExecState(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # not terminal: a replay met a decision this code would not make (or semantics it does
+    # not know); the execution waits, untouched, for code that decides as its log does
+    # (actors/core/replay.py, docs/upgrades.md)
+    HALTED = "HALTED"
 
 
 # a tuple, not a set: metrics list the terminal states in this order
@@ -92,6 +96,10 @@ class EventType(StrEnum):
     PLAYBOOK_COMPLETED = "playbook.completed"
     PLAYBOOK_FAILED = "playbook.failed"
     EXECUTION_CANCELLED = "execution.cancelled"
+    # written by the shells, not decided by the fold: a replay's mismatch stops the
+    # execution (HALTED); a later replay that matches again resumes it (RUNNING)
+    EXECUTION_HALTED = "execution.halted"
+    EXECUTION_RESUMED = "execution.resumed"
 
 
 # the lifecycle events that end an execution, and the state each one ends it in
@@ -331,6 +339,32 @@ class ExecutionCancelledData(_Data):
     running_commands: list[str]
 
 
+class ExecutionHaltedData(_Data):
+    """A replay (engine: the execution's log; counter: one loop's) derived a decision
+    other than the one recorded, or met a start record of semantics this code does not
+    know: the execution makes no progress until code that decides as the log does
+    replays it (actors/core/replay.py `Mismatch`)."""
+
+    source: str  # engine | counter
+    kind: str  # Nondeterminism | SemanticsUnknown
+    input_seq: int  # the input whose decision differs (stream sequence)
+    input_subject: str
+    record_seq: int  # the first differing record (its stream sequence; the input's when none)
+    record_subject: str
+    expected: str  # what the log records, one line
+    derived: str  # what this code decides, one line
+    semantics: int  # the semantics this code runs (actors/core/replay.py SEMANTICS)
+    error: Annotated[ErrorView, SECRET_ERROR]  # type = kind, message = the whole story in one line
+    loop_id: str | UnsetType = UNSET  # the counter: the loop whose replay differs
+
+
+class ExecutionResumedData(_Data):
+    """A replay that matches the log again, after a halt: the execution goes on."""
+
+    halted_seq: int  # the input_seq of the halt it ends
+    semantics: int
+
+
 # --- events ------------------------------------------------------------------------------
 
 
@@ -449,6 +483,14 @@ class ExecutionCancelledEvent(_Event, tag=EventType.EXECUTION_CANCELLED.value, k
     data: ExecutionCancelledData
 
 
+class ExecutionHaltedEvent(_Event, tag=EventType.EXECUTION_HALTED.value, kw_only=True):
+    data: ExecutionHaltedData
+
+
+class ExecutionResumedEvent(_Event, tag=EventType.EXECUTION_RESUMED.value, kw_only=True):
+    data: ExecutionResumedData
+
+
 Event = (
     StepEnterEvent
     | StepExitEvent
@@ -473,6 +515,8 @@ Event = (
     | PlaybookCompletedEvent
     | PlaybookFailedEvent
     | ExecutionCancelledEvent
+    | ExecutionHaltedEvent
+    | ExecutionResumedEvent
 )
 EventData = (
     StepEnterData
@@ -498,6 +542,8 @@ EventData = (
     | PlaybookCompletedData
     | PlaybookFailedData
     | ExecutionCancelledData
+    | ExecutionHaltedData
+    | ExecutionResumedData
 )
 
 # which event a data Struct belongs to, read off the event types themselves

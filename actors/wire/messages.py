@@ -135,6 +135,9 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     limits: Limits = field(default_factory=Limits)
     payload_ref: str | None = None  # the payload as a blob; the engine reads it back before folding
     retry_of: RetryOf | None = None  # set when this execution retries another (its results, its first step)
+    # the engine semantics it started under (actors/core/replay.py SEMANTICS): the fold
+    # keeps it on them; a record written before the field existed is version 1
+    semantics: int = 1
 
 
 class CallDone(_Wire, tag="call.done", tag_field="type"):

@@ -15,6 +15,8 @@ import re
 from itertools import accumulate
 from typing import Any
 
+from actors.errors import UserError
+
 # Far beyond what data nests to (documents from APIs seldom pass a dozen levels), and far
 # below the ~1,000 frames of Python's recursion limit even when a walk of the value
 # starts deep in an actor's stack and spends a few frames a level.
@@ -28,7 +30,7 @@ MAX_DEPTH = 64
 START_MESSAGE_DEPTH = 256
 
 
-class TooDeep(ValueError):
+class TooDeep(UserError, ValueError):
     """A value nested deeper than allowed; the message names it and the limit."""
 
 

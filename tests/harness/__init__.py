@@ -23,7 +23,20 @@ same (the determinism property), for any run.
 """
 
 from tests.harness.driver import Harness
-from tests.harness.folds import decisions, refold, replay
+from tests.harness.folds import decisions, log_of, mismatch, refold, replay
 from tests.harness.view import PENDING, Call, Fail, Item, Run, Tool
 
-__all__ = ["PENDING", "Call", "Fail", "Harness", "Item", "Run", "Tool", "decisions", "refold", "replay"]
+__all__ = [
+    "PENDING",
+    "Call",
+    "Fail",
+    "Harness",
+    "Item",
+    "Run",
+    "Tool",
+    "decisions",
+    "log_of",
+    "mismatch",
+    "refold",
+    "replay",
+]

@@ -5,7 +5,7 @@
 import { renderGraph, updateGraph } from "/static/graph.js";
 import { renderTimeline } from "/static/timeline.js";
 
-const STATES = ["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"];
+const STATES = ["PENDING", "RUNNING", "HALTED", "COMPLETED", "FAILED", "CANCELLED"];
 const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 const main = document.getElementById("main");
 let config = { read_only: true, token_required: false };

@@ -1,0 +1,128 @@
+"""The corpus: logs an earlier release recorded (tests/corpus/*.jsonl, written by
+`python -m tests.corpus.record`) replayed by this code through the engine's own
+Replayer (actors/core/replay.py) to identical decisions: every decision record and
+lifecycle event of every execution, every answer in every loop's log, and the state
+each execution ended in. A change that would make a running execution decide
+otherwise after an upgrade fails here, naming the first record it does not reproduce
+(docs/upgrades.md).
+
+Blobs the logs name (big values, start payloads) are served by a real nats-server's
+object store, filled from the file, and read back by the engine's own code; values
+sealed with the file's payload key are opened with it, as a pod holding it would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.core.replay import LogRecord, Mismatch, replay_execution, replay_loop
+from actors.engine.readback import read_back
+from actors.natsio.binding import bind, codec_of
+from actors.pod.roles import connect
+from actors.runtime.settings import Settings
+from actors.store.blobs import get_blob, resolve_chunk, resolve_result
+from actors.wire.events import ExecState, decision_decoder, event_decoder
+from actors.wire.messages import CallDone, ChunkDone, LoopSpec, input_decoder, loop_input_decoder
+from streams.layout import ensure
+from streams.server import NatsServer
+from streams.subjects import EV, IN, LC, ExecSubjects, LoopSubjects, class_of, loop_class
+from tests.conftest import make_layout
+from tests.corpus.load import Corpus, Entry, corpus_files, load
+
+pytestmark = [pytest.mark.timeout(120)]
+
+FILES = corpus_files()
+
+
+def _prefix(entries: list[Entry], tokens: int) -> str:
+    return ".".join(entries[0].subject.split(".")[:tokens])
+
+
+async def _execution_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
+    codec = codec_of(js)
+    log: list[LogRecord] = []
+    for e in entries:
+        cls = class_of(e.subject)
+        value: Any = None
+        if cls == IN:
+            value = await read_back(js, codec.decode(input_decoder, e.data))
+        elif cls == EV:
+            value = codec.decode(decision_decoder, e.data)
+        elif cls == LC:
+            value = codec.decode(event_decoder, e.data)
+        log.append(LogRecord(e.seq, e.subject, e.time, cls, value))
+    return log
+
+
+async def _loop_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
+    """A loop's inputs with what they name read back, as the counter reads them."""
+    codec = codec_of(js)
+    log: list[LogRecord] = []
+    for e in entries:
+        if loop_class(e.subject) != IN:
+            continue
+        inp: Any = codec.decode(loop_input_decoder, e.data)
+        if isinstance(inp, LoopSpec):
+            if inp.collection is None and inp.collection_ref:
+                inp.collection = await get_blob(js, inp.collection_ref)
+            if inp.scope_ref is not None:
+                inp.scope = await get_blob(js, inp.scope_ref)
+        elif isinstance(inp, CallDone) and inp.result_ref is not None:
+            inp = await resolve_result(js, inp)
+        elif isinstance(inp, ChunkDone):
+            inp = await resolve_chunk(js, inp)
+        log.append(LogRecord(e.seq, e.subject, e.time, IN, inp))
+    return log
+
+
+async def _replay(js: Any, corpus: Corpus) -> tuple[list[Mismatch], dict[str, str]]:
+    """Every execution and loop of the file replayed: the mismatches, and the state each
+    execution's replay ends in."""
+    found: list[Mismatch] = []
+    states: dict[str, str] = {}
+    for eid in corpus.executions():
+        entries = corpus.execution_log(eid)
+        log = await _execution_log(js, entries)
+        replay = replay_execution(eid, log, subjects=ExecSubjects(_prefix(entries, 3)))
+        if replay.mismatch is not None:
+            found.append(replay.mismatch)
+        states[eid] = str(replay.state.status)
+        for loop_id, loop_entries in corpus.loop_logs(eid).items():
+            looped = replay_loop(
+                eid, loop_id, await _loop_log(js, loop_entries), subjects=LoopSubjects(_prefix(loop_entries, 4))
+            )
+            if looped.mismatch is not None:
+                found.append(looped.mismatch)
+    return found, states
+
+
+async def replay_file(server: NatsServer, path: Path) -> tuple[Corpus, list[Mismatch], dict[str, str]]:
+    corpus = load(path)
+    nc = await connect(server.url, name="corpus")
+    try:
+        bind(nc, Settings(payload_key=corpus.payload_key).payload_codec)
+        js = nc.jetstream()
+        await ensure(js, make_layout())
+        for (bucket, key), data in corpus.blobs.items():
+            await (await js.object_store(bucket)).put(key, data)
+        found, states = await _replay(js, corpus)
+    finally:
+        await nc.close()
+    return corpus, found, states
+
+
+def test_the_corpus_is_there() -> None:
+    """Without recorded logs the corpus test would pass by checking nothing."""
+    assert FILES, "tests/corpus holds no *.jsonl: record it (python -m tests.corpus.record)"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+async def test_a_recorded_execution_replays_to_the_decisions_it_recorded(nats_server: NatsServer, path: Path) -> None:
+    corpus, found, states = await replay_file(nats_server, path)
+    assert not found, "\n".join(m.describe() for m in found)
+    assert corpus.execution_id in states, f"{path.name} holds no log of {corpus.execution_id}"
+    assert corpus.state in {s.value for s in ExecState}
+    assert states[corpus.execution_id] == corpus.state
