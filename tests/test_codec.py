@@ -13,7 +13,7 @@ import pytest
 
 import actors.wire.events as events
 import actors.wire.messages as wire
-from actors.runtime.settings import Settings, SettingsInvalid
+from actors.config.settings import Settings, SettingsInvalid
 from actors.wire.codec import (
     PayloadCodec,
     PayloadKeyInvalid,

@@ -19,10 +19,10 @@ import pytest
 import pytest_asyncio
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.playbook.inline import inline_safe
 from actors.playbook.templates import RenderFault, TemplateError, TemplateLimit, check, render_value
 from actors.pod.roles import connect, start_roles
-from actors.runtime.settings import Settings
 from streams.server import NatsServer
 from tests.conftest import System, make_layout, of_type, wait_for
 from tests.test_engine_hardening import GOOD, failed_step_error, good_run_completes, one_step, set_limits

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from actors.config.settings import Settings
 from actors.core.replay import LogRecord, Mismatch, replay_execution, replay_loop
 from actors.engine.readback import read_back
 from actors.natsio.binding import bind, codec_of
 from actors.pod.roles import connect
-from actors.runtime.settings import Settings
 from actors.store.blobs import get_blob, resolve_chunk, resolve_result
 from actors.wire.events import ExecState, decision_decoder, event_decoder
 from actors.wire.messages import CallDone, ChunkDone, LoopSpec, input_decoder, loop_input_decoder

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.runtime.settings import Settings, SettingsInvalid
+from actors.config.settings import Settings, SettingsInvalid
 from streams.server import NatsServer, free_port
 
 pytestmark = [pytest.mark.timeout(60)]

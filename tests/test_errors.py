@@ -21,13 +21,13 @@ from actors.client import (
     TooLarge,
     UnknownExecution,
 )
+from actors.config.settings import SettingsInvalid
 from actors.errors import ActorsError, NotFinished, Unavailable, UserError
 from actors.natsio import PublishOutcomeUnknown
 from actors.natsio.dial import NatsUnavailable
 from actors.playbook.loader import PlaybookInvalid
 from actors.playbook.userfiles import UnreadableFile
 from actors.pod.health import HttpPortUnavailable
-from actors.runtime.settings import SettingsInvalid
 from actors.store.blobs import BlobCorrupt, ValueTooLarge
 from actors.store.catalog import CatalogError, CatalogPathInvalid, CatalogRecordInvalid, PlaybookNotRegistered
 from actors.store.records import RecordInvalid

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.pod.roles import connect, serve, start_roles
-from actors.runtime.settings import Settings
 from streams.layout import CMD_STREAM, Layout, tool_consumer
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES, wait_for

@@ -20,9 +20,9 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.natsio.binding import bind
 from actors.pod.roles import Runtime, connect, start_roles
-from actors.runtime.settings import Settings
 from actors.store.blobs import command_items
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeys, PayloadUnreadable, parse_key
 from actors.wire.messages import CallError, Command, command_decoder, input_decoder

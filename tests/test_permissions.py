@@ -23,12 +23,12 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from actors.client import Client
+from actors.config.settings import Settings, SettingsInvalid
 from actors.natsio import private
 from actors.natsio.connopts import ConnectOptions
 from actors.pod import permissions
-from actors.pod.deadletters import MaxDeliveriesWatcher
 from actors.pod.roles import ROLES, Runtime, connect, start_roles
-from actors.runtime.settings import Settings, SettingsInvalid
+from actors.tools.undeliverable import MaxDeliveriesWatcher
 from actors.wire.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.wire.messages import ExecutionStatus, encode
 from streams.layout import CMD_STREAM, EXEC_STREAM, STATUS_BUCKET, Layout, tool_consumer

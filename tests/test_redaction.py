@@ -20,8 +20,8 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.pod.roles import connect, start_roles
-from actors.runtime.settings import Settings
 from actors.tools.capture import Captured
 from actors.tools.credentials import CredentialSource
 from actors.tools.redact import MASK, Redactor

@@ -17,10 +17,10 @@ from nats.aio.client import Client as NATS
 
 from actors import cli
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.natsio.dial import NatsUnavailable
 from actors.playbook.loader import load_playbook_file
 from actors.pod.roles import connect, serve, start_roles
-from actors.runtime.settings import Settings
 from actors.wire.events import TERMINAL_EVENTS
 from streams.layout import EXEC_STREAM, START_STREAM, ensure
 from streams.server import NatsCluster

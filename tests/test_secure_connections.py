@@ -27,10 +27,10 @@ import trustme
 import yaml
 
 from actors.client import Client
+from actors.config.settings import Settings, SettingsInvalid
 from actors.natsio.connopts import ConnectOptions
 from actors.natsio.dial import NatsUnavailable
 from actors.pod.roles import connect, start_roles
-from actors.runtime.settings import Settings, SettingsInvalid
 from actors.wire.events import ExecState
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES, make_layout, wait_for

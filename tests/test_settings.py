@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actors.runtime.settings import Settings, SettingsInvalid, markdown_table
+from actors.config.settings import Settings, SettingsInvalid, markdown_table
 from actors.wire.messages import Limits
 from streams.layout import Layout
 
@@ -25,7 +25,7 @@ def test_the_documented_table_is_the_class_and_names_every_field() -> None:
     page = (ROOT / "docs" / "settings.md").read_text()
     found = re.search(r"<!-- settings table[^\n]*-->\n(.*?)\n<!-- end of settings table -->", page, re.S)
     assert found, "docs/settings.md has no settings table"
-    assert found.group(1) == markdown_table(), "docs/settings.md is stale: paste `python -m actors.runtime.settings`"
+    assert found.group(1) == markdown_table(), "docs/settings.md is stale: paste `python -m actors.config.settings`"
     documented = set(re.findall(r"^\| `([A-Z_]+(?:<NAME>)?)` \|", found.group(1), re.M))
     assert documented == {f.metadata["env"] for f in dataclasses.fields(Settings)}
     for f in dataclasses.fields(Settings):

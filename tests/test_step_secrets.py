@@ -33,10 +33,10 @@ from pathlib import Path
 import pytest
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.pod.roles import connect
 from actors.runtime import children
 from actors.runtime.children import StepUserInvalid, child_environment, steps_run_as
-from actors.runtime.settings import Settings
 from streams.server import NatsServer, find_binary, free_port
 from tests.test_cli_errors import cli
 

@@ -17,9 +17,9 @@ import pytest_asyncio
 from aiohttp import web
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.natsio.dial import redact
 from actors.pod.roles import connect, start_roles
-from actors.runtime.settings import Settings
 from actors.tools.credentials import CredentialSource
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure

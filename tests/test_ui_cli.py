@@ -160,7 +160,7 @@ def test_the_wheel_ships_every_asset_of_the_page() -> None:
 
 
 def test_ui_settings_from_the_environment_and_flags() -> None:
-    from actors.runtime.settings import Settings, SettingsInvalid
+    from actors.config.settings import Settings, SettingsInvalid
 
     s = Settings.from_env({"ACTORS_UI_READ_ONLY": "1", "ACTORS_UI_PORT": "9000", "ACTORS_UI_TOKEN": "t0k"})
     assert (s.ui_read_only, s.ui_port, s.ui_host, s.ui_token) == (True, 9000, "127.0.0.1", "t0k")

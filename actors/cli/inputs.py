@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from actors.cli.exits import UsageError
+from actors.config.settings import Settings
 from actors.natsio.dial import CLIENT_TIMEOUT
-from actors.runtime.settings import Settings
 
 
 def payload_of(raw: str | None) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help="the actors this pod runs (default all); ui: the web UI alone (--port: $ACTORS_UI_PORT)",
     )
-    # defaults None: unset flags leave the environment's settings (actors/runtime/settings.py) as they are
+    # defaults None: unset flags leave the environment's settings (actors/config/settings.py) as they are
     sp.add_argument(
         "--http-port",
         type=int,

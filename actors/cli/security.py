@@ -1,5 +1,5 @@
 """The flags of every command that connects to NATS for credentials and TLS (their
-`Settings` fields are in actors/runtime/settings.py, the object they build in
+`Settings` fields are in actors/config/settings.py, the object they build in
 actors/natsio/connopts.py). Secrets themselves have no flag, only files do: a command line
 is visible to every user of the host (`ps`), the environment and a file are not."""
 

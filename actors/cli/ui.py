@@ -9,7 +9,7 @@ from typing import Any
 from actors.cli.exits import EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
 from actors.cli.interrupt import stop_on_signal
-from actors.runtime.settings import Settings
+from actors.config.settings import Settings
 
 
 def add_ui_parser(sub: Any) -> argparse.ArgumentParser:

@@ -43,8 +43,8 @@ from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownE
 from actors.client.runs import Runs
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, StartRefused
+from actors.config.settings import Settings
 from actors.natsio.connopts import ConnectOptions
-from actors.runtime.settings import Settings
 from actors.wire.codec import PayloadCodec
 from actors.wire.messages import Limits
 from streams.layout import Layout

@@ -19,10 +19,10 @@ from typing import Any, Generic, TypeVar
 
 from nats.aio.client import Client as NATS
 
+from actors.config.settings import Settings
 from actors.natsio import close_connection, ride_out
 from actors.natsio.connopts import ConnectOptions
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
-from actors.runtime.settings import Settings
 from streams.layout import Layout, StreamsMissing, ensure
 
 C = TypeVar("C")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.runtime.settings import Settings, SettingsInvalid
+from actors.config.settings import Settings, SettingsInvalid
 
 DEFAULT_INBOX_PREFIX = "_INBOX"  # nats-py's
 _INBOX_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

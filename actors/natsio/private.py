@@ -96,8 +96,8 @@ from nats.errors import ProtocolError
 from nats.js import JetStreamContext
 from nats.protocol.parser import ERR_RE, INFO_RE, OK_RE, PING_RE, PONG_RE, Parser
 
+from actors.config.settings import Settings, SettingsInvalid
 from actors.natsio.headers import header_lines
-from actors.runtime.settings import Settings, SettingsInvalid
 
 log = logging.getLogger("actors")
 

@@ -85,7 +85,7 @@ from streams.subjects import (
 ACCOUNT = "ACTORS"
 USERS = ("engine", "counter", "tools", "projector", "cli")
 JS_API = "$JS.API"
-# nats-server sends max-deliveries advisories here (actors/pod/deadletters.py)
+# nats-server sends max-deliveries advisories here (actors/tools/undeliverable.py)
 MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 
 
@@ -237,7 +237,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
     tools_pub, _ = consuming([(CMD_STREAM, tool_consumer(kind)) for kind in tool_kinds], pull=True)
     projector_pub, projector_sub = consumes(EXEC_STREAM, PROJECTOR_CONSUMER)
     # what a tool's answer and a max-deliveries dead letter write (actors/tools/running.py,
-    # actors/tools/outputs.py, actors/pod/deadletters.py)
+    # actors/tools/outputs.py, actors/tools/undeliverable.py)
     answers = [f"{EXEC_IN}.result.>", "exec.*.*.out.>", f"{LOOP_IN}.res.>", "loop.*.*.*.out.>"]
     return [
         User(

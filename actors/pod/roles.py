@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
+from actors.config.settings import Settings
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
 from actors.loops.counter import Counter
@@ -22,16 +23,15 @@ from actors.natsio.binding import bind
 from actors.natsio.connopts import ConnectOptions
 from actors.natsio.dial import refusal
 from actors.natsio.reader import install_reader
-from actors.pod.deadletters import MaxDeliveriesWatcher
 from actors.pod.health import HealthServer, PodState
 from actors.runtime.children import protect_pod
 from actors.runtime.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
 from actors.runtime.ownership import Leases, pod_name
 from actors.runtime.render_process import RenderBounds
-from actors.runtime.settings import Settings
 from actors.status.projector import Projector
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
+from actors.tools.undeliverable import MaxDeliveriesWatcher
 from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")

@@ -55,7 +55,7 @@ from actors.playbook.templates import (
 from actors.wire.messages import Limits
 
 if TYPE_CHECKING:
-    from actors.runtime.settings import Settings
+    from actors.config.settings import Settings
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ metadata by the base64 of its whole name, one subject token), so a bucket is the
 of write permission; results, commands and step output stay in `blobs`.
 
 Past the cap on values (`cap`: `Layout.max_value_bytes`, 64 MB, env
-`ACTORS_MAX_VALUE_BYTES` read by `actors.runtime.settings`) a value is refused with
+`ACTORS_MAX_VALUE_BYTES` read by `actors.config.settings`) a value is refused with
 `ValueTooLarge`, naming the step and field, instead of being stored.
 """
 

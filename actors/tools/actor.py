@@ -24,9 +24,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from actors.config.settings import Settings, SettingsInvalid
 from actors.runtime.children import STEP_USER_SETTING, StepUserInvalid, steps_run_as
 from actors.runtime.render_process import OffLoop, RenderBounds
-from actors.runtime.settings import Settings, SettingsInvalid
 from actors.runtime.stopping import cancel_and_wait
 from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels

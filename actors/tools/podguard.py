@@ -20,8 +20,8 @@ import base64
 import binascii
 from pathlib import Path
 
+from actors.config.settings import Settings
 from actors.runtime.children import dumpable, make_undumpable, protect_pod
-from actors.runtime.settings import Settings
 from actors.tools.redact import REDACTOR, Redactor
 
 __all__ = ["dumpable", "guard_pod", "make_undumpable", "pod_secrets"]

@@ -24,7 +24,6 @@ from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher
 from actors.natsio.binding import codec_of
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
-from actors.pod.deadletters import answer_undeliverable
 from actors.runtime.metrics import commands_in_flight, observe_step, step_outcome
 from actors.runtime.render_process import OffLoop
 from actors.store.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
@@ -37,6 +36,7 @@ from actors.tools.held import HeldCommands
 from actors.tools.outputs import publish_output
 from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
+from actors.tools.undeliverable import answer_undeliverable
 from actors.wire.codec import PayloadUnreadable
 from actors.wire.jsonvalues import loads
 from actors.wire.messages import (

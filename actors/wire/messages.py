@@ -106,7 +106,7 @@ class ScheduleSpec(_Wire, forbid_unknown_fields=True):
 
 class Limits(Struct):  # every field written out: a default changed later must not change a replay
     """Bounds that feed decisions, fixed for an execution when it starts: the starter
-    copies its pod's settings (actors/runtime/settings.py) into the start record, so every pod
+    copies its pod's settings (actors/config/settings.py) into the start record, so every pod
     replays one log the same way whatever its own settings. A record written before a
     field existed decodes with that field's default."""
 

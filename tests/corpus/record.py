@@ -36,9 +36,9 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from actors.client import Client
+from actors.config.settings import Settings
 from actors.engine.fires import fire_start
 from actors.pod.roles import connect, start_roles
-from actors.runtime.settings import Settings
 from streams.layout import (
     BLOB_BUCKET,
     CMD_STREAM,

@@ -30,7 +30,7 @@ from actors.wire.messages import CallError, Command, ErrorInfo, command_decoder,
 from streams.ids import dead_letter_id, result_id
 from streams.layout import CMD_STREAM, execution_of
 
-log = logging.getLogger("actors.pod.deadletters")
+log = logging.getLogger("actors.tools.undeliverable")
 ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 QUEUE = "actors-max-deliveries"
 

@@ -12,7 +12,7 @@ copies them into the start record, and every pod replays a log by its record, wh
 its own environment says. A value that cannot be used is refused at start-up in one
 line naming the variable, never silently replaced by a default.
 
-`python -m actors.runtime.settings` prints the settings table of docs/settings.md.
+`python -m actors.config.settings` prints the settings table of docs/settings.md.
 """
 
 from __future__ import annotations
