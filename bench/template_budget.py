@@ -238,7 +238,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ACTORS_TEMPLATE_OPS": str(args.ops),
                 "ACTORS_TEMPLATE_SECONDS": str(args.template_seconds),
                 # only sleep steps here: they run as nobody else, and a root pod refuses to
-                # start without a step user its python can run as (actors/runtime/settings.py)
+                # start without a step user its python can run as (actors/config/settings.py)
                 "ACTORS_STEP_USER": os.environ.get("ACTORS_STEP_USER", f"{os.geteuid()}:{os.getegid()}"),
             }
             pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=Path(tmp), name="pod", env=env)

@@ -121,7 +121,7 @@ TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
 class Layout:
     """Deployment-wide settings. Partition count is fixed for the life of a deployment
     (it is part of every execution's subject). Built from a pod's environment by
-    `actors.runtime.settings.Settings.layout`."""
+    `actors.config.settings.Settings.layout`."""
 
     partitions: int = 8
     replicas: int = 1

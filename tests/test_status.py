@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import nats
 import pytest
 from nats.js.errors import KeyWrongLastSequenceError
@@ -236,3 +237,25 @@ async def test_an_executions_index_entry_is_written_once_and_follows_a_status_st
     await kv.create("idx-2", encode(ExecutionStatus(execution_id="idx-2", state=ExecState.RUNNING, playbook="p")))
     await again.apply(initialized("idx-2"))
     assert (await js.get_last_msg(INDEX_STREAM, index_subject("idx-2"))).subject == index_subject("idx-2")
+
+
+async def test_the_index_entry_names_the_playbook_when_another_pod_applies_a_later_event_first(
+    system: System,
+) -> None:
+    """Two projector pods: the pod that takes `workflow.initialized` may apply it before
+    the other applies `playbook.initialized`. The status it creates names no playbook;
+    the index entry waits for the event that does, so `list --playbook` finds the
+    execution (it missed 2 to 12 of 50 children in the rolling upgrade bench)."""
+    js = system.nc.jetstream()
+    kv = await js.key_value(STATUS_BUCKET)
+    a, b = Projector(system.nc), Projector(system.nc)
+    a._kv = b._kv = kv  # driven directly, in the racing order: no subscription
+    await b.apply(make_event(WorkflowInitializedData(entry="a"), execution_id="race-1", at=1.0, cause=2))
+    await a.apply(
+        make_event(
+            PlaybookInitializedData(playbook="p", version=1, started_at=1.0), execution_id="race-1", at=1.0, cause=1
+        )
+    )
+    entry = await js.get_last_msg(INDEX_STREAM, index_subject("race-1"))
+    assert msgspec.json.decode(entry.data)["playbook"] == "p"
+    assert [e.execution_id for e in await system.client.list(playbook="p")] == ["race-1"]

@@ -4,8 +4,8 @@ It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
 events never reach it, so none of them can decide an execution's status (docs/language.md, States).
 States only move forward (PENDING < RUNNING < terminal) and a terminal state never
 changes: each write is a compare-and-set on the key's revision. With an execution's
-first status it appends the execution's entry to stream INDEX (start order; the two in
-one round trip), and after it records a terminal state the final status
+first status that names its playbook it appends the execution's entry to stream INDEX
+(start order; with `playbook.initialized`, the two in one round trip), and after it records a terminal state the final status
 (`index.end.<state>.<id>`), which `Client.list` reads backwards. Each index entry is
 written only on a subject still empty: a redelivery, however late, neither duplicates
 nor moves it.
@@ -213,9 +213,13 @@ class Projector:
                     self._remember(eid, current, revision)
                 return
             try:
-                if revision is None:
-                    # the index entry first: every status then has one (a re-send is dropped by its id)
+                if new.playbook is not None and (current is None or current.playbook is None):
+                    # the index entry first, once the status names its playbook (a re-send is
+                    # dropped by its id). Not before: with two projector pods the execution's
+                    # `workflow.initialized` may be applied first, by the other pod, and an
+                    # entry written then would list the execution under no playbook for ever
                     await self._index(new)
+                if revision is None:
                     written = await self._create(eid, encode(new))
                 else:
                     written = await put_if_last(self.js, STATUS_BUCKET, eid, encode(new), last=revision)
