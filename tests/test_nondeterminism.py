@@ -7,6 +7,7 @@ not know."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import msgspec
 import pytest
 
 import actors.core.work as work
+from actors.cli.live import follow_steps
 from actors.core.replay import NONDETERMINISM, SEMANTICS, SEMANTICS_UNKNOWN, Mismatch, replay_execution
 from actors.natsio import stream_seq
 from actors.runtime.metrics import HALTED_REPLAYS
@@ -99,7 +101,7 @@ def _nothing_twice(log: list[tuple[str, bytes, int]]) -> None:
 @pytest.mark.asyncio
 @pytest.mark.timeout(120)
 async def test_a_changed_rule_halts_the_execution_and_a_rollback_resumes_it(
-    system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gate = tmp_path / "go"
     eid = await system.start_yaml(WAITS, payload={"p": str(gate)})
@@ -148,14 +150,27 @@ async def test_a_changed_rule_halts_the_execution_and_a_rollback_resumes_it(
     ]
     _nothing_twice(await _log(system, eid))
 
+    # what `actors-cli run` shows meanwhile: the halt and why, then the resume, then the end
+    shown = asyncio.create_task(follow_steps(system.client, eid, quiet=True))
+
     # the rollback: the rule as it was; its input comes back and the execution goes on
     monkeypatch.undo()
     await system.restart_roles(("engine",))
     final = await system.client.wait(eid, timeout=60)
+    assert (await asyncio.wait_for(shown, 30)).type == "playbook.completed"
+    said = capsys.readouterr().err
+    assert f"halted: {NONDETERMINISM}: replay of the execution's log differs from it at stream seq {record[1]}" in said
+    assert "resumed:" in said and said.index("halted:") < said.index("resumed:"), said
     assert final.state == ExecState.COMPLETED and final.error is None
     items = await system.events(eid)
     assert [i.step for i in of_type(items, "step.enter")] == ["first", "wait", "end"]
     assert len(of_type(items, "execution.resumed")) == 1
+    assert [i.type for i in items if i.cls == "lc"][2:] == [
+        "execution.halted",
+        "execution.resumed",
+        "workflow.completed",
+        "playbook.completed",
+    ]
     _nothing_twice(await _log(system, eid))
 
 

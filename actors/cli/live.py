@@ -115,6 +115,18 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
             if activation in loops:
                 outputs += [o for o in await client.outputs(eid, step=item.step) if o.iteration_index is not None]
             _show(outputs, eid, item.step)
+        elif item.type == EventType.EXECUTION_HALTED:
+            # not an end: a pod whose code decides as the log does resumes it, so the
+            # command keeps waiting (up to its --timeout) and says why nothing moves
+            error = item.data.get("error") or {}
+            print(
+                f"  halted: {error.get('type')}: {str(error.get('message'))[:300]} "
+                "(waiting for a pod that replays it as recorded: docs/upgrades.md)",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif item.type == EventType.EXECUTION_RESUMED:
+            print("  resumed: a pod replays the log as recorded", file=sys.stderr, flush=True)
         elif item.type in TERMINAL_EVENTS:
             if bars is not None:
                 bars.settle()

@@ -212,6 +212,7 @@ class ExecutionActor(LogActor):
         self.replayer = replayer = Replayer(self.execution_id, seen)
         self.state = replayer.fresh()
         self.last_seq = 0
+        halted = seen.open_halt()  # the input an earlier replay halted at, when not resumed since
         try:
             for entry in inputs:
                 fx = await self.fold_input(entry)
@@ -221,12 +222,17 @@ class ExecutionActor(LogActor):
                 if mismatch is not None:
                     await self.halt(mismatch, entry, seen)
                     return
+                if halted is not None and entry.seq >= halted:
+                    # the code that halted it is gone: this one decides as the log does, up
+                    # to the halted input. Resumed before anything decided for that input
+                    # is published, so the log reads halt, resume, then what follows
+                    await self._resumed(halted, seen.halts[halted])
+                    halted = None
                 if fx:
                     await self.publish(await self._missing(fx, seen))
         finally:
             self.replayer = None
-        halted = seen.open_halt()
-        if halted is not None:  # the code that halted it is gone: this one decides as the log does
+        if halted is not None:  # the halted input is not in this log's replay: resume at its end
             await self._resumed(halted, seen.halts[halted])
         self.hydrated = True
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
