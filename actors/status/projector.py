@@ -1,14 +1,15 @@
 """The status projector: lifecycle events -> KV `status/<execution_id>`.
 
 It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
-events never reach it, so none of them can decide an execution's status (docs/language.md, States).
-States only move forward (PENDING < RUNNING < terminal) and a terminal state never
-changes: each write is a compare-and-set on the key's revision. With an execution's
-first status that names its playbook it appends the execution's entry to stream INDEX
-(start order; with `playbook.initialized`, the two in one round trip), and after it records a terminal state the final status
-(`index.end.<state>.<id>`), which `Client.list` reads backwards. Each index entry is
-written only on a subject still empty: a redelivery, however late, neither duplicates
-nor moves it.
+events never reach it, so none of them can decide an execution's status
+(docs/language.md, States). States only move forward (PENDING < RUNNING < terminal; a
+halt sits beside RUNNING) and a terminal state never changes: each write is a
+compare-and-set on the key's revision. With an execution's first status that names its
+playbook it appends the execution's entry to stream INDEX (start order; with
+`playbook.initialized`, the two in one round trip), and after it records a terminal
+state the final status (`index.end.<state>.<id>`), which `Client.list` reads backwards.
+Each index entry is written only on a subject still empty: a redelivery, however late,
+neither duplicates nor moves it.
 """
 
 from __future__ import annotations
