@@ -1,1 +1,2 @@
-"""A pod's assembly: which roles run, health, permissions, dead letters, task dumps."""
+"""A pod's assembly: which roles run (roles), health and readiness, NATS permissions per
+role, task dumps."""
