@@ -66,15 +66,22 @@ def lifecycle_id(execution_id: str, event_type: str) -> str:
     return f"{execution_id}:lc:{event_type}"
 
 
-def halted_id(execution_id: str, where: str, input_seq: int) -> str:
+def halted_id(execution_id: str, where: str, input_seq: int, round_: int = 0) -> str:
     """A replay of `where` (the engine's log, or a loop's: `counter:<loop_id>`) halted the
-    execution at the input at `input_seq`: recorded once however often it is met."""
-    return f"{execution_id}:lc:execution.halted:{where}:{input_seq}"
+    execution at the input at `input_seq`: recorded once however often it is met.
+    `round_` is how many times the log shows that halt resumed: a halt at the same input
+    after a resume is a new event (the server would drop a repeated id as a duplicate,
+    leaving the execution stuck with a RUNNING status)."""
+    tail = f":{round_}" if round_ else ""  # round 0 keeps the id earlier releases wrote
+    return f"{execution_id}:lc:execution.halted:{where}:{input_seq}{tail}"
 
 
-def resumed_id(execution_id: str, halted_seq: int) -> str:
-    """A replay that matches again ends the halt at `halted_seq`."""
-    return f"{execution_id}:lc:execution.resumed:{halted_seq}"
+def resumed_id(execution_id: str, halted_seq: int, where: str = "engine", round_: int = 0) -> str:
+    """A replay that matches again ends the halt of `where` at `halted_seq` (its
+    `round_`-th resume: see `halted_id`)."""
+    if where == "engine" and not round_:
+        return f"{execution_id}:lc:execution.resumed:{halted_seq}"  # the id earlier releases wrote
+    return f"{execution_id}:lc:execution.resumed:{where}:{halted_seq}:{round_}"
 
 
 def fault_id(execution_id: str, input_seq: int) -> str:

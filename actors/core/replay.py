@@ -14,9 +14,13 @@ An execution's log records each decision twice over: the decision record
 (`lc.<type>`, each with its `cause`). `Replayer.check` compares what the fold derives
 for one input with both; the first difference is a `Mismatch` naming the record (its
 stream sequence and subject), what the log holds and what this code decides, one line
-each. A decision whose record is missing is not a mismatch: a crash between the
-commands and the record leaves that, and the replay repairs it (publishing what is
-missing). A loop's log holds no decision records, only its inputs; the answers in it
+each. A decision whose record is missing is not a mismatch when nothing after it is
+recorded: a crash between the commands and the record leaves that, and the replay
+repairs it (publishing what is missing). A missing record before later inputs' records
+is a mismatch: records are written in input order, each before its input is acked, so
+no crash leaves such a gap; the code that wrote the log decided nothing there.
+Derived events are compared as the log would hold them (JSON: a NaN is stored as null).
+A loop's log holds no decision records, only its inputs; the answers in it
 prove which commands (and timers) the counter issued, so `LoopReplayer` reports an
 answer to a command the fold never issued.
 
@@ -43,9 +47,12 @@ from actors.core.state import Execution
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.templates import call_with_limits
 from actors.wire.events import (
+    TERMINAL_EVENTS,
     AnyEvent,
     DecisionRecord,
     EventType,
+    ExecutionHaltedData,
+    ExecutionResumedData,
     FailureDecidedData,
     FailureDecidedEvent,
     PlaybookFailedEvent,
@@ -76,7 +83,14 @@ SEMANTICS_UNKNOWN = "SemanticsUnknown"
 # lifecycle events the shells write beside the fold's: never derived, never compared
 _SHELL_EVENTS = frozenset({EventType.EXECUTION_HALTED.value, EventType.EXECUTION_RESUMED.value})
 _ENDS_WITH_RESULT = frozenset({EventType.PLAYBOOK_COMPLETED.value, EventType.PLAYBOOK_FAILED.value})
+_ENDS = frozenset(TERMINAL_EVENTS)
 SHOWN = 160  # characters of a value shown in a mismatch's line
+_json = msgspec.json.Encoder()  # the outbox's encoding (actors/wire/codec.py), values in clear
+
+# a halt in an execution's log: who halted it (engine | counter), the loop (the
+# counter's), the input (a stream sequence of that log: EXEC for the engine, LOOP for a
+# loop, so the source is part of the key)
+HaltKey = tuple[str, str | None, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +105,16 @@ class Mismatch:
     expected: str  # what the log records
     derived: str  # what this code decides
     where: str = "the execution's log"
+    outline: str = ""  # the records' kinds (event types, steps), no values: what a pod's log line says
+
+    def brief(self) -> str:
+        """`describe` without the values (a pod's log is not sealed): kind, seqs,
+        subjects and event types."""
+        head = (
+            f"{self.kind} in {self.where}: input seq {self.input_seq} ({self.input_subject}), "
+            f"record seq {self.record_seq} ({self.record_subject})"
+        )
+        return f"{head}: {self.outline}" if self.outline else head
 
     def describe(self) -> str:
         if self.kind == SEMANTICS_UNKNOWN:
@@ -129,8 +153,8 @@ class Recorded:
     results: set[str] = field(default_factory=set)  # command ids answered
     fired: set[str] = field(default_factory=set)  # timers that fired
     skip: set[int] = field(default_factory=set)  # inputs given up on (an EngineFault names them)
-    halts: dict[int, Stored] = field(default_factory=dict)  # execution.halted events, by input seq
-    resumed: set[int] = field(default_factory=set)  # halts a later replay ended
+    halts: dict[HaltKey, Stored] = field(default_factory=dict)  # open halts: the last, unless resumed since
+    rounds: dict[HaltKey, int] = field(default_factory=dict)  # how often each halt was resumed
 
     def decision(self, seq: int, subject: str, record: DecisionRecord) -> None:
         self.decisions[record.cause] = Stored(seq, subject, record)
@@ -140,10 +164,17 @@ class Recorded:
 
     def event(self, seq: int, subject: str, ev: AnyEvent) -> None:
         stored = Stored(seq, subject, ev)
-        if ev.type == EventType.EXECUTION_HALTED:
-            self.halts[int(msgspec.to_builtins(ev.data)["input_seq"])] = stored
-        elif ev.type == EventType.EXECUTION_RESUMED:
-            self.resumed.add(int(msgspec.to_builtins(ev.data)["halted_seq"]))
+        data = ev.data
+        if isinstance(data, ExecutionHaltedData):
+            loop = data.loop_id if isinstance(data.loop_id, str) else None
+            self.halts[(data.source, loop, data.input_seq)] = stored  # read in log order: opens it
+        elif isinstance(data, ExecutionResumedData):
+            # a resume written before `source` was: the engine's (it ended its own halts)
+            source = data.source if isinstance(data.source, str) else "engine"
+            loop = data.loop_id if isinstance(data.loop_id, str) else None
+            key = (source, loop, data.halted_seq)
+            self.halts.pop(key, None)
+            self.rounds[key] = self.rounds.get(key, 0) + 1
         else:
             self.lifecycle.setdefault(ev.type, stored)  # one of each type: a re-send past the window is the same
             self.by_cause.setdefault(ev.cause, []).append(stored)
@@ -151,10 +182,26 @@ class Recorded:
     def answered(self, command_id: str) -> None:
         self.results.add(command_id)
 
-    def open_halt(self) -> int | None:
-        """The input seq of a halt no replay has ended yet."""
-        open_ = [seq for seq in self.halts if seq not in self.resumed]
-        return max(open_) if open_ else None
+    def open_halts(self, source: str, loop_id: str | None = None) -> list[tuple[HaltKey, Stored]]:
+        """The halts of `source` (and loop) no replay has ended yet, in input order."""
+        return sorted(
+            ((k, v) for k, v in self.halts.items() if k[0] == source and k[1] == loop_id), key=lambda kv: kv[0][2]
+        )
+
+    def round_of(self, key: HaltKey) -> int:
+        """How many times the halt `key` was resumed: part of the next halt's (and
+        resume's) message id, so a halt at the same input after a resume is recorded."""
+        return self.rounds.get(key, 0)
+
+    @property
+    def last_decided(self) -> int:
+        """The cause of the last decision record (0: none)."""
+        return max(self.decisions, default=0)
+
+    @property
+    def ended(self) -> bool:
+        """The log records the execution's end."""
+        return any(t in self.lifecycle for t in _ENDS)
 
 
 # --- comparing -----------------------------------------------------------------------
@@ -165,7 +212,21 @@ def _plain(ev: Any) -> dict[str, Any]:
     return plain
 
 
+def _stored(plain: dict[str, Any]) -> dict[str, Any]:
+    """`plain` as the log would hold it: encoded as the outbox encodes (a NaN or an
+    infinity is stored as null, a key as text, bytes as base64) and read back."""
+    back: dict[str, Any] = msgspec.json.decode(_json.encode(plain))
+    return back
+
+
 def _same(recorded: dict[str, Any], derived: dict[str, Any]) -> bool:
+    if _equal(recorded, derived):
+        return True
+    # what differs in memory may not differ as stored (NaN is not equal to itself, and is null in JSON)
+    return _equal(_stored(recorded), _stored(derived))
+
+
+def _equal(recorded: dict[str, Any], derived: dict[str, Any]) -> bool:
     if recorded.get("type") in _ENDS_WITH_RESULT and "result_ref" in recorded.get("data", {}):
         # the recorded result went to a blob (too large for the event): the event names it instead
         keep = {k: v for k, v in recorded["data"].items() if k not in ("result", "result_ref")}
@@ -180,6 +241,13 @@ def _cut(text: str) -> str:
 
 def _value(v: Any) -> str:
     return _cut(msgspec.json.encode(v).decode())
+
+
+def _outline(recorded: dict[str, Any] | None, derived: dict[str, Any] | None) -> str:
+    """The two records' kinds, no values."""
+    r = _head(recorded) if recorded is not None else "nothing"
+    d = _head(derived) if derived is not None else "nothing"
+    return f"the log records {r}; this code decides {d}"
 
 
 def _head(ev: dict[str, Any]) -> str:
@@ -200,7 +268,7 @@ def _show(ev: dict[str, Any], other: dict[str, Any] | None = None) -> str:
     return f"{_head(ev)} {_value(data)}"
 
 
-def _first_difference(recorded: list[dict[str, Any]], derived: list[dict[str, Any]]) -> tuple[str, str] | None:
+def _first_difference(recorded: list[dict[str, Any]], derived: list[dict[str, Any]]) -> tuple[str, str, str] | None:
     for i in range(max(len(recorded), len(derived))):
         r = recorded[i] if i < len(recorded) else None
         d = derived[i] if i < len(derived) else None
@@ -209,7 +277,7 @@ def _first_difference(recorded: list[dict[str, Any]], derived: list[dict[str, An
         pos = f"event {i + 1} of {len(recorded)}"
         expected = f"{pos}: {_show(r, d)}" if r is not None else f"no event {i + 1} (the record ends)"
         shown = f"event {i + 1}: {_show(d, r)}" if d is not None else f"no event {i + 1} (its decision ends)"
-        return expected, shown
+        return expected, shown, f"event {i + 1}: {_outline(r, d)}"
     return None
 
 
@@ -250,6 +318,7 @@ class Replayer:
                 expected=f"semantics {inp.semantics}",
                 derived=f"semantics {SEMANTICS} at most",
                 where=self.where,
+                outline=f"asks for semantics {inp.semantics}; this code runs {SEMANTICS} at most",
             )
         return None
 
@@ -267,6 +336,18 @@ class Replayer:
             diff = _first_difference([_plain(e) for e in rec.value.events], derived)
             if diff is not None:
                 return self._mismatch(seq, subject, rec, *diff)
+        elif derived and seq < self.recorded.last_decided:
+            # later inputs have records, written in input order before each ack: no crash
+            # leaves this gap, the code that wrote the log decided nothing for this input
+            first = derived[0]
+            return self._mismatch(
+                seq,
+                subject,
+                Stored(seq, subject, None),
+                "no decision for this input (later inputs have theirs)",
+                f"event 1: {_show(first)}",
+                f"the log records nothing for this input; this code decides {_head(first)}",
+            )
         lifecycle = {ev.type: _plain(ev) for ev in fx.lifecycle} if fx is not None else {}
         for type_, mine in lifecycle.items():
             stored = self.recorded.lifecycle.get(type_)
@@ -274,15 +355,21 @@ class Replayer:
                 continue  # not written yet (a crash before it): the replay sends it
             theirs = _plain(stored.value)
             if not _same(theirs, mine):
-                return self._mismatch(seq, subject, stored, _show(theirs, mine), _show(mine, theirs))
+                return self._mismatch(
+                    seq, subject, stored, _show(theirs, mine), _show(mine, theirs), _outline(theirs, mine)
+                )
         for stored in self.recorded.by_cause.get(seq, []):
             if stored.value.type not in lifecycle and not _given_up(stored):
                 theirs = _plain(stored.value)
-                return self._mismatch(seq, subject, stored, _show(theirs), f"no {theirs.get('type')} event")
+                return self._mismatch(
+                    seq, subject, stored, _show(theirs), f"no {theirs.get('type')} event", _outline(theirs, None)
+                )
         return None
 
-    def _mismatch(self, seq: int, subject: str, stored: Stored, expected: str, derived: str) -> Mismatch:
-        return Mismatch(NONDETERMINISM, seq, subject, stored.seq, stored.subject, expected, derived, self.where)
+    def _mismatch(self, seq: int, subject: str, stored: Stored, expected: str, derived: str, outline: str) -> Mismatch:
+        return Mismatch(
+            NONDETERMINISM, seq, subject, stored.seq, stored.subject, expected, derived, self.where, outline
+        )
 
 
 # --- an execution's log, folded here (the client, the harness, the corpus) ---------------
@@ -411,6 +498,7 @@ class LoopReplayer:
                     expected=f"an answer to command {command_id} (so the counter issued it)",
                     derived=f"no command {command_id} (the last issued: {', '.join(sent) or 'none'})",
                     where=self.where,
+                    outline=f"the log answers command {command_id}, which this code never issued",
                 )
         if timer is not None and timer not in self.armed:
             return Mismatch(
@@ -422,6 +510,7 @@ class LoopReplayer:
                 expected=f"timer {timer} fired (so the counter armed it)",
                 derived=f"no timer {timer}",
                 where=self.where,
+                outline=f"timer {timer} fired in the log, which this code never armed",
             )
         return None
 

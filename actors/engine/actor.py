@@ -22,10 +22,14 @@ replay after hours from duplicating anything.
 Each replayed decision is held against the one recorded (actors/core/replay.py
 `Replayer`): if this code decides otherwise (a changed rule, a template engine that
 renders differently, a start record of semantics it does not know) the execution halts
-at that input: an `execution.halted` lifecycle event names the first differing record,
-nothing more is published for it, and its inputs stay unacked, so the server delivers
-them again after ack_wait and an engine that decides as the log does (a rollback)
-replays it, writes `execution.resumed` and goes on. Other executions are untouched.
+at that input: an `execution.halted` lifecycle event names the first differing record
+(once per halt: a halt at the same input after a resume is a new one), nothing more is
+published for it, and its inputs are handed back with a delay that grows
+(LogActor.handle), so an engine that decides as the log does (a rollback) replays it,
+writes `execution.resumed` and goes on. An execution whose log already records its end
+has nothing left to decide: its late input is acked once the halt is recorded. Other
+executions are untouched. Only the engine's own halts are resumed here: a loop's halt
+(its input seq is a LOOP stream sequence) is the counter's to resume.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from nats.aio.msg import Msg
 
 from actors.core.decide import execution_error, fold
 from actors.core.effects import Effects
-from actors.core.replay import SEMANTICS, Mismatch, Recorded, Replayer, Stored
+from actors.core.replay import SEMANTICS, HaltKey, Mismatch, Recorded, Replayer, Stored
 from actors.core.state import Execution
 from actors.engine.readback import read_back
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
@@ -163,7 +167,7 @@ class ExecutionActor(LogActor):
             return None
         too_new = (self.replayer or Replayer(self.execution_id, Recorded())).admit(entry.seq, entry.subject, inp)
         if too_new is not None:  # future semantics: not guessed at, live or in a replay
-            await self.halt(too_new, entry)
+            await self.halt(too_new, entry, self.replayer.recorded if self.replayer else None)
             return None
         inp = await self._read_back(inp)
         if isinstance(inp, StartRecord) and inp.playbook_source:  # a big one: loaded off the loop first
@@ -212,7 +216,8 @@ class ExecutionActor(LogActor):
         self.replayer = replayer = Replayer(self.execution_id, seen)
         self.state = replayer.fresh()
         self.last_seq = 0
-        halted = seen.open_halt()  # the input an earlier replay halted at, when not resumed since
+        # the engine's halts no replay has ended yet (a loop's are the counter's to end)
+        halted = seen.open_halts("engine")
         try:
             for entry in inputs:
                 fx = await self.fold_input(entry)
@@ -222,32 +227,41 @@ class ExecutionActor(LogActor):
                 if mismatch is not None:
                     await self.halt(mismatch, entry, seen)
                     return
-                if halted is not None and entry.seq >= halted:
+                while halted and entry.seq >= halted[0][0][2] and not replayer.diverged:
                     # the code that halted it is gone: this one decides as the log does, up
                     # to the halted input. Resumed before anything decided for that input
-                    # is published, so the log reads halt, resume, then what follows
-                    await self._resumed(halted, seen.halts[halted])
-                    halted = None
+                    # is published, so the log reads halt, resume, then what follows. Not
+                    # after a replay that stopped comparing (`diverged`): it proves nothing
+                    await self._resumed(*halted.pop(0), seen)
                 if fx:
                     await self.publish(await self._missing(fx, seen))
         finally:
             self.replayer = None
-        if halted is not None:  # the halted input is not in this log's replay: resume at its end
-            await self._resumed(halted, seen.halts[halted])
+        if not replayer.diverged:
+            for key, stored in halted:  # the halted input is not in this log's replay: resume at its end
+                await self._resumed(key, stored, seen)
         self.hydrated = True
         log.info("execution %s: replayed %d inputs, state %s", self.execution_id, len(inputs), self.state.status)
 
     async def halt(self, mismatch: Mismatch, entry: LogEntry, seen: Recorded | None = None) -> None:
-        """Stop this execution at `entry`: record why (once), count it, fold and
-        publish nothing more. Its inputs stay unacked (LogActor.handle): each comes
-        back after ack_wait, finds the actor halted, and waits for code that decides
-        as the log does; an engine that does replays it from the start."""
+        """Stop this execution at `entry`: record why (unless the log holds that halt
+        open already), count it when recorded, fold and publish nothing more. Its
+        inputs are handed back with a growing delay (LogActor.handle) and wait for code
+        that decides as the log does; an engine that does replays it from the start.
+        `self.halted` is set only once the halt is recorded: a publish that fails is
+        retried by the replay that follows (`on_failure`), not taken for done."""
+        seen = seen or Recorded()
+        key = ("engine", None, mismatch.input_seq)
+        # the pod's log is not sealed: kinds, seqs and subjects only (the values are in the sealed event)
+        log.error("execution %s halted: %s", self.execution_id, mismatch.brief())
+        if key not in seen.halts:  # else recorded by an earlier replay (this pod's or another's), still open
+            await self._record_halt(mismatch, entry, seen.round_of(key))
+            HALTED_REPLAYS.inc(role="engine", kind=mismatch.kind)
         self.halted = mismatch
+        self.halted_ended = seen.ended
         self.hydrated = True
-        HALTED_REPLAYS.inc(role="engine", kind=mismatch.kind)
-        log.error("execution %s halted: %s", self.execution_id, mismatch.describe())
-        if seen is not None and mismatch.input_seq in seen.halts:
-            return  # recorded by an earlier replay (this pod's or another's)
+
+    async def _record_halt(self, mismatch: Mismatch, entry: LogEntry, round_: int) -> None:
         await self._lifecycle(
             ExecutionHaltedData(
                 source="engine",
@@ -263,18 +277,19 @@ class ExecutionActor(LogActor):
             ),
             cause=entry.seq,
             at=entry.at,
-            msg_id=ids.halted_id(self.execution_id, "engine", entry.seq),
+            msg_id=ids.halted_id(self.execution_id, "engine", entry.seq, round_),
         )
 
-    async def _resumed(self, halted_seq: int, halted: Stored) -> None:
+    async def _resumed(self, key: HaltKey, halted: Stored, seen: Recorded) -> None:
+        halted_seq = key[2]
         log.warning(
             "execution %s: replays as its log records again (halted at input %d)", self.execution_id, halted_seq
         )
         await self._lifecycle(
-            ExecutionResumedData(halted_seq=halted_seq, semantics=SEMANTICS),
+            ExecutionResumedData(halted_seq=halted_seq, semantics=SEMANTICS, source="engine"),
             cause=halted_seq,
             at=halted.value.at,  # the halt's own time: the event is the same whoever writes it
-            msg_id=ids.resumed_id(self.execution_id, halted_seq),
+            msg_id=ids.resumed_id(self.execution_id, halted_seq, "engine", seen.round_of(key)),
         )
 
     async def _lifecycle(

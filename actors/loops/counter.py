@@ -20,9 +20,10 @@ keeps a replay after hours from duplicating anything.
 The replay is held against the log (actors/core/replay.py `LoopReplayer`): every answer
 in it is to a command the replayed fold issued first, every timer that fired one it
 armed. A loop whose log answers a command this code would not have issued halts: an
-`execution.halted` event in the execution's lifecycle names the input, nothing more is
-sent for the loop and its inputs stay unacked until code that decides as the log does
-replays it.
+`execution.halted` event in the execution's lifecycle names the input (written once
+while that halt is open), nothing more is sent for the loop and its inputs are handed
+back with a growing delay until code that decides as the log does replays it; that
+replay writes `execution.resumed` (with the loop's id) before sending anything.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from nats.js.errors import NotFoundError
 
 from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
-from actors.core.replay import SEMANTICS, LoopReplayer, Mismatch
+from actors.core.replay import SEMANTICS, LoopReplayer, Mismatch, Recorded
 from actors.natsio import ack, dead_letter, has_message, last_message, publish_all
 from actors.natsio.binding import codec_of
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
@@ -51,7 +52,7 @@ from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox
 from actors.runtime.render_process import RenderBounds
 from actors.store.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
-from actors.wire.events import EventType, ExecutionHaltedData, make_event
+from actors.wire.events import EventType, ExecutionHaltedData, ExecutionResumedData, event_decoder, make_event
 from actors.wire.messages import (
     CallDone,
     ChunkDone,
@@ -297,6 +298,17 @@ class LoopActor(LogActor):
             stopped.cancels += out.cancels
             stopped.child_cancels += out.child_cancels
             verdict = out.verdict or verdict
+        halts = await self._halts()
+        for key, stored in halts.open_halts("counter", self.loop_id):
+            # this code decides as the loop's log records: the halt is over, said before
+            # anything is sent for the loop again
+            await self._publish_lifecycle(
+                ExecutionResumedData(halted_seq=key[2], semantics=SEMANTICS, source="counter", loop_id=self.loop_id),
+                at=stored.value.at,
+                cause=key[2],
+                msg_id=ids.resumed_id(self.execution_id, key[2], f"counter:{self.loop_id}", halts.round_of(key)),
+            )
+            log.warning("loop %s/%s: replays as its log records again", self.execution_id, self.loop_id)
         self.hydrated = True
         run = self.state
         missing = Effects()
@@ -341,13 +353,45 @@ class LoopActor(LogActor):
             len(missing.commands),
         )
 
+    async def _halts(self) -> Recorded:
+        """The execution's halts and resumes, from its lifecycle (EXEC stream). Most
+        executions never halted: one lookup says so."""
+        seen = Recorded()
+        subjects = ExecSubjects.of(self.execution_id, self.counter.layout.partitions)
+        if not await has_message(self.counter.nc, EXEC_STREAM, subjects.lifecycle(EventType.EXECUTION_HALTED)):
+            return seen
+        for entry in await self.read_log(subjects.lifecycle("execution.*"), stream=EXEC_STREAM):
+            try:
+                ev = event_decoder.decode(entry.data)  # ids and seqs only: no value is read
+            except msgspec.DecodeError:
+                continue
+            seen.event(entry.seq, entry.subject, ev)
+        return seen
+
+    async def _publish_lifecycle(
+        self, data: ExecutionHaltedData | ExecutionResumedData, *, at: float, cause: int, msg_id: str
+    ) -> None:
+        ev = make_event(data, execution_id=self.execution_id, at=at, cause=cause)
+        js = self.counter.js
+        subject = ExecSubjects.of(self.execution_id, self.counter.layout.partitions).lifecycle(ev.type)
+        await publish_all(js, [(subject, codec_of(js).encode(ev), msg_id)])
+
     async def halt(self, mismatch: Mismatch, entry: LogEntry) -> None:
         """Stop this loop at `entry`: nothing more is folded or sent for it, its inputs
-        stay unacked (LogActor.handle), and the execution's status says why."""
+        are handed back with a growing delay (LogActor.handle), and the execution's
+        status says why. Written and counted once while the halt is open (a replay
+        after the duplicate window finds it in the log); `halted` is set once it is."""
+        halts = await self._halts()
+        key = ("counter", self.loop_id, mismatch.input_seq)
+        # the pod's log is not sealed: kinds, seqs and subjects only (the values are in the sealed event)
+        log.error("loop %s/%s halted: %s", self.execution_id, self.loop_id, mismatch.brief())
+        if key not in halts.halts:
+            await self._record_halt(mismatch, entry, halts.round_of(key))
+            HALTED_REPLAYS.inc(role="counter", kind=mismatch.kind)
         self.halted = mismatch
         self.hydrated = True
-        HALTED_REPLAYS.inc(role="counter", kind=mismatch.kind)
-        log.error("loop %s/%s halted: %s", self.execution_id, self.loop_id, mismatch.describe())
+
+    async def _record_halt(self, mismatch: Mismatch, entry: LogEntry, round_: int) -> None:
         data = ExecutionHaltedData(
             source="counter",
             kind=mismatch.kind,
@@ -361,13 +405,8 @@ class LoopActor(LogActor):
             error=msgspec.to_builtins(mismatch.error()),
             loop_id=self.loop_id,
         )
-        ev = make_event(data, execution_id=self.execution_id, at=entry.at, cause=entry.seq)
-        js = self.counter.js
-        subject = ExecSubjects.of(self.execution_id, self.counter.layout.partitions).lifecycle(
-            EventType.EXECUTION_HALTED
-        )
-        msg_id = ids.halted_id(self.execution_id, f"counter:{self.loop_id}", entry.seq)
-        await publish_all(js, [(subject, codec_of(js).encode(ev), msg_id)])
+        msg_id = ids.halted_id(self.execution_id, f"counter:{self.loop_id}", entry.seq, round_)
+        await self._publish_lifecycle(data, at=entry.at, cause=entry.seq, msg_id=msg_id)
 
 
 def _answers(entry: LogEntry) -> set[str]:

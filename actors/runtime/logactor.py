@@ -59,7 +59,18 @@ from streams import ids
 
 log = logging.getLogger("actors")
 REPLAY_IDLE_TIMEOUT = 10.0  # seconds without a message before a replay reader decides
+# a halted actor's inputs come back after a delay that starts at the consumer's ack_wait
+# (30 s by default) and doubles with each delivery up to HALTED_DELAY_MAX: a halted
+# execution costs one replay (or less) per interval, not one per ack_wait for ever
+# (docs/upgrades.md)
+HALTED_DELAY_MAX = 600.0
 T = TypeVar("T")
+
+
+def halted_delay(num_delivered: int, first: float) -> float:
+    """Seconds before a halted actor's input is delivered again (its `num_delivered`th
+    delivery just came; `first`: the delay after the first)."""
+    return float(min(first * 2.0 ** max(0, min(num_delivered, 32) - 1), max(first, HALTED_DELAY_MAX)))
 
 
 class LogEntry(NamedTuple):
@@ -98,8 +109,11 @@ class LogActor:
         self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
         # set when a replay met a decision this code would not make (actors/core/replay.py
         # `Mismatch`): nothing is folded, published or acked any more (the inputs come
-        # back after ack_wait, for code that decides as the log does)
+        # back after a growing delay, `halted_delay`, for code that decides as the log does)
         self.halted: Any = None
+        # halted on a log that records the execution's end: nothing is left to decide, so
+        # its inputs (late ones) are acked instead of held for ever
+        self.halted_ended = False
 
     # --- what differs ----------------------------------------------------------------
 
@@ -150,7 +164,10 @@ class LogActor:
                 raise
             finally:
                 self.busy = False
-            if self.finished and self.mailbox.empty():
+            # a halted actor's state is the fold of a log this code does not reproduce: it
+            # may read as finished, but its inputs must come back (for a rollback), not be
+            # acked as late ones to a retired actor; an ended log's halt retires as usual
+            if self.finished and self.mailbox.empty() and (self.halted is None or self.halted_ended):
                 self.host.retire(self.key, self)
                 return
 
@@ -242,12 +259,29 @@ class LogActor:
 
     def reset(self) -> None:
         """After a failure: the state may be ahead of the log (folded, not all
-        published), rebuild it by replay."""
+        published), rebuild it by replay (which halts it again if it must)."""
         self.hydrated = False
         self.replayed = True
+        self.halted = None
+        self.halted_ended = False
+
+    async def _halted(self, batch: list[Msg]) -> None:
+        """The actor is halted: nothing of `batch` is folded. An ended execution's
+        inputs are acked (nothing can be decided for them); any other's are handed
+        back with a delay that grows with each delivery (`halted_delay`), from the
+        consumer's ack_wait on."""
+        for m in batch:
+            if self.halted_ended:
+                await ack(m)
+                continue
+            try:
+                await m.nak(delay=halted_delay(m.metadata.num_delivered, self.host.layout.ack_wait))
+            except Exception as e:  # the connection away: redelivered after ack_wait instead
+                log.warning("%s %s: could not hand back a halted input: %r", self.source, self.key, e)
 
     async def handle(self, batch: list[Msg]) -> None:
         if self.halted is not None:
+            await self._halted(batch)
             return
         if not self.hydrated:
             first = batch[0]
@@ -257,6 +291,7 @@ class LogActor:
                 self.replay_through = max(stream_seq(m) for m in batch)
                 await self.rehydrate()
                 if self.halted is not None:
+                    await self._halted(batch)
                     return
         effects = Effects()
         for msg in batch:
@@ -264,6 +299,7 @@ class LogActor:
             if seq > self.last_seq:
                 await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg)), into=effects)
         if self.halted is not None:
+            await self._halted(batch)
             return
         if effects:
             await self.publish(effects)
@@ -300,7 +336,9 @@ class LogActor:
 
     # --- replay ----------------------------------------------------------------------
 
-    async def read_log(self, subject: str, *, after: int = 0, through: int = 0) -> list[LogEntry]:
+    async def read_log(
+        self, subject: str, *, after: int = 0, through: int = 0, stream: str | None = None
+    ) -> list[LogEntry]:
         """The log's messages on `subject` (a filter), from sequence `after` + 1 on, and
         at least through sequence `through` (the input being handled: the log holds it).
         An empty log (expired, purged) is empty; one that stops part way raises
@@ -316,8 +354,9 @@ class LogActor:
             if not after
             else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
         )
+        stream = stream or self.stream
         sub = await self.host.js.subscribe(
-            subject, stream=self.stream, ordered_consumer=True, pending_msgs_limit=-1, config=config
+            subject, stream=stream, ordered_consumer=True, pending_msgs_limit=-1, config=config
         )
         entries: list[LogEntry] = []
         try:
@@ -325,7 +364,7 @@ class LogActor:
                 try:
                     msg = await sub.next_msg(timeout=REPLAY_IDLE_TIMEOUT)
                 except TimeoutError:
-                    if through > (entries[-1].seq if entries else after) and not await self._stored(through):
+                    if through > (entries[-1].seq if entries else after) and not await self._stored(through, stream):
                         break  # the input being handled is gone since (expired, removed): no use waiting
                     if entries or through or (await sub.consumer_info()).num_pending:
                         raise LogStalled(
@@ -340,11 +379,11 @@ class LogActor:
             await sub.unsubscribe()
         return entries
 
-    async def _stored(self, seq: int) -> bool:
+    async def _stored(self, seq: int, stream: str) -> bool:
         """Does the stream leader still hold message `seq`? (An input expired by the
         stream's age limit, or removed, since it was delivered is no longer waited for.)"""
         try:
-            await self.host.js.get_msg(self.stream, seq)
+            await self.host.js.get_msg(stream, seq)
             return True
         except NotFoundError:
             return False

@@ -83,9 +83,11 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
     if RANK[cur.state] == 2 or RANK[target] < RANK[cur.state]:
         return None  # terminal is final; states never move back
     if current is not None and target == cur.state:
-        return None
+        return _named(current, ev)
     if cur.state == ExecState.HALTED and ev.type != EventType.EXECUTION_RESUMED and RANK[target] < 2:
-        return None  # only a resume (or the end) lifts a halt: a late `*.initialized` does not
+        # only a resume (or the end) lifts a halt: a late `*.initialized` does not, but
+        # what it names is kept (a halt at the start record named no playbook)
+        return _named(cur, ev)
     new = msgspec.structs.replace(cur, state=target)
     data = ev.data
     started = None
@@ -106,6 +108,21 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
         new.terminal_event = ev.type
         # a failure's error; no other end keeps one (a halt's, lifted by the end, is gone)
         new.error = data.error if isinstance(data, PlaybookFailedData) else None
+    return new
+
+
+def _named(current: ExecutionStatus, ev: AnyEvent) -> ExecutionStatus | None:
+    """`current`, its state unchanged, with the playbook, version and start time an
+    event names when the status lacks them (it was first written from an event that
+    names none: a halt, a resume); None when there is nothing to add."""
+    data = ev.data
+    if not isinstance(data, _WITH_PLAYBOOK) or current.playbook is not None:
+        return None
+    new = msgspec.structs.replace(current, playbook=data.playbook)
+    if isinstance(data, PlaybookInitializedData) and new.version is None:
+        new.version = data.version
+    if data.started_at is not None:
+        new.started_at = float(data.started_at)
     return new
 
 
@@ -230,7 +247,9 @@ class Projector:
             self._remember(eid, new, written)
             if new.terminal_event:
                 await self._index_end(new)  # after the compare-and-set: only the state that won
-            observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
+            # a status that only gained its playbook (`_named`) did not change state: not counted again
+            moved = current is None or new.state != current.state
+            observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=moved)
             if new.terminal_event:
                 log.info("execution %s %s", eid, new.state)
             return

@@ -351,8 +351,10 @@ class ExecutionHaltedData(_Data):
     input_subject: str
     record_seq: int  # the first differing record (its stream sequence; the input's when none)
     record_subject: str
-    expected: str  # what the log records, one line
-    derived: str  # what this code decides, one line
+    # what the log records and what this code decides, one line each: they quote the
+    # values that differ (a result, args), so they are sealed like any value
+    expected: Annotated[str, SECRET]
+    derived: Annotated[str, SECRET]
     semantics: int  # the semantics this code runs (actors/core/replay.py SEMANTICS)
     error: Annotated[ErrorView, SECRET_ERROR]  # type = kind, message = the whole story in one line
     loop_id: str | UnsetType = UNSET  # the counter: the loop whose replay differs
@@ -363,6 +365,10 @@ class ExecutionResumedData(_Data):
 
     halted_seq: int  # the input_seq of the halt it ends
     semantics: int
+    # whose halt it ends: the engine's (absent: written before the field) or a loop's
+    # (the counter's replay of that loop matches again)
+    source: str | UnsetType = UNSET
+    loop_id: str | UnsetType = UNSET
 
 
 # --- events ------------------------------------------------------------------------------
