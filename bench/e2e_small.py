@@ -78,7 +78,7 @@ from bench.common import chain_playbook
 from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer
 from streams.subjects import ExecSubjects
-from tests.pods import PodProcess
+from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 

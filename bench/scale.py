@@ -3,7 +3,7 @@ SIGKILLed engine pod's executions take to move again.
 
     python -m bench.scale [--executions 500] [--pods 1,2,3] [--steps 5] [--skip-recovery]
 
-Every pod is a separate process (``actors-cli serve --role ROLE``, via tests/pods.py),
+Every pod is a separate process (``actors-cli serve --role ROLE``, via tests/support/pods.py),
 as Kubernetes runs them. For each engine pod count N, in the order given, each against
 a fresh nats-server (file store, temporary dir):
 
@@ -102,7 +102,7 @@ from streams.layout import (
     tool_consumer,
 )
 from streams.server import NatsServer
-from tests.pods import PodProcess
+from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 

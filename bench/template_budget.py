@@ -23,7 +23,7 @@ this process. In one run:
      (`map('center', 999999)`): within the budget, longer than --template-seconds of
      CPU, so the pod kills it. What `center` builds is now charged, so it ends
      `TemplateLimit` (template_ops) at once: a storm of failing executions beside the
-     bystanders (the outcome is printed); the kill is tested in tests/test_containment.py.
+     bystanders (the outcome is printed); the kill is tested in tests/system/test_containment.py.
    Blocks of --during good executions (at least: a block ends with its runaway) during
    each kind in turn, --rounds times, with a baseline block of --runs between any two.
    Figure: p50 during a kind / p50 of the baseline blocks around its blocks (target at
@@ -68,7 +68,7 @@ from actors.runtime.render_process import RenderBounds, RenderProcess
 from actors.wire.messages import ExecutionStatus, Limits
 from bench.common import chain_playbook, start_server
 from streams.layout import Layout
-from tests.pods import PodProcess
+from tests.support.pods import PodProcess
 
 WAIT = 300.0  # seconds any one execution may take here before the bench gives up
 

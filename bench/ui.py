@@ -173,7 +173,7 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 
 async def browser_times(url: str, eid: str) -> dict[str, Any]:
     """A fresh tab's time to the list's rows and to the loop's node, when chromium is here."""
-    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 
     if not CHROMIUM.exists():
         return {}

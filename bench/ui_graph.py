@@ -2,7 +2,7 @@
 
     python -m bench.ui_graph [--sizes 20,200,1000] [--repeat 5]
 
-Pure (no NATS): playbooks of N steps made like tests/test_ui_graph.py's `big_playbook`
+Pure (no NATS): playbooks of N steps made like tests/support/graph.py's `big_playbook`
 (a chain, every tenth step starting a side branch of ten, every chain step with
 `on_failure: cleanup`, some with retries), a completed run of each made by the engine's
 own fold (tests/harness), then, medians over `--repeat` runs, in ms:
@@ -32,7 +32,7 @@ from actors.ui import graph as graph_module
 from actors.ui.graph import execution_graph, playbook_graph
 from actors.ui.timeline import step_timeline
 from tests.harness import Harness
-from tests.test_ui_graph import big_playbook
+from tests.support.graph import big_playbook
 
 
 def median_ms(fn: Any, repeat: int) -> float:

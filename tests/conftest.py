@@ -21,11 +21,30 @@ from streams.layout import Layout
 from streams.server import NatsServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TESTS = Path(__file__).resolve().parent
+
+# A test's kind is the directory it is in (README.md, "Tests by kind"): `pytest -m pure` runs in
+# seconds with no server, `-m "not browser"` without chromium.
+KINDS = ("pure", "integration", "system", "browser")
+
+
+def kind_of(path: Path) -> str:
+    """The kind of the tests in `path`, from the directory under tests/ holding it."""
+    rel = path.resolve().relative_to(TESTS)
+    if len(rel.parts) > 1 and rel.parts[0] in KINDS:
+        return rel.parts[0]
+    raise pytest.UsageError(f"{path}: a test belongs under tests/{{{','.join(KINDS)}}}/ (its kind), not {rel.parent}/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, kind_of(item.path)))
+
 
 # The suite's steps run as the user running it, as they did before ACTORS_STEP_USER: they
 # read and write the tests' own files, and CI runs as root with an interpreter `nobody`
 # may not be able to read (a pyenv under /root). Pods in this process take it as a root
-# pod's default, pods in subprocesses from the environment. tests/test_step_secrets.py
+# pod's default, pods in subprocesses from the environment. tests/system/test_step_secrets.py
 # runs a pod with the real default.
 TEST_USER = f"{os.geteuid()}:{os.getegid()}"
 children.DEFAULT_STEP_USER = TEST_USER

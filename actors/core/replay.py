@@ -7,7 +7,7 @@ One replay for everything that rebuilds state from a log: the engine when it reb
 an execution (actors/engine/actor.py), the counter when it rebuilds a loop
 (actors/loops/counter.py), `Client.retry` folding a finished execution
 (actors/client/retrying.py), the test harness (tests/harness/folds.py) and the corpus of
-recorded logs (tests/test_corpus.py).
+recorded logs (tests/integration/test_corpus.py).
 
 An execution's log records each decision twice over: the decision record
 (`ev.decision`, its `cause` the input's stream sequence) and the lifecycle events

@@ -32,7 +32,7 @@ from actors.pod.roles import connect
 from bench.common import chain_playbook
 from streams.layout import Layout
 from streams.server import NatsServer
-from tests.pods import PodProcess
+from tests.support.pods import PodProcess
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -68,7 +68,7 @@ async def main(out: Path) -> list[Path]:
     from actors.ui.server import serve_ui
     from streams.layout import Layout
     from streams.server import NatsServer
-    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 
     server = await NatsServer.start()
     nc = await connect(server.url, name="screenshots")

@@ -109,7 +109,7 @@ Run = Callable[["Recording"], Awaitable[Recorded]]
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    expect: str  # the scenario's final state; tests/test_corpus_files.py checks the file says so
+    expect: str  # the scenario's final state; tests/pure/test_corpus_files.py checks the file says so
     run: Run
     payload_key: str | None = None
 

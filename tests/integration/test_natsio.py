@@ -1,0 +1,145 @@
+"""natsio.fast.send writes what Client.publish would: same subject, reply, headers and
+payload on the wire; anything unusual goes through Client.publish (and its errors).
+Publisher.send re-sends a publish whose PubAck was lost only while the stream would
+drop the copy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.js.api import StreamConfig
+from nats.js.errors import KeyWrongLastSequenceError
+
+from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, publishing, subject_taken
+from actors.natsio.fast import ack, send, send_nowait
+from actors.natsio.kvput import put_if_last
+from streams.server import NatsServer
+from tests.support.natsio import received
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def test_send_matches_client_publish(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        cases: list[dict[str, Any]] = [
+            dict(subject="t.a", payload=b"plain"),
+            dict(subject="t.b", payload=b"with reply", reply="r.1"),
+            dict(subject="t.c", payload=b"", reply="r.2", headers={"Nats-Msg-Id": "e1:cmd:0-1x3-1"}),
+            dict(
+                subject="t.d",
+                payload=b'{"x": 1}',
+                headers={"Nats-Msg-Id": "id", "Nats-Schedule": "@at 2026-01-01T00:00:00.000Z"},
+            ),
+        ]
+        done, got = await received(nc, 2 * len(cases))
+        for c in cases:
+            await nc.publish(c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
+            await send(nc, c["subject"], c["payload"], reply=c.get("reply", ""), headers=c.get("headers"))
+        await asyncio.wait_for(done.wait(), 10)
+        pairs = [(got[2 * i], got[2 * i + 1]) for i in range(len(cases))]
+        for a, b in pairs:
+            assert (a.subject, a.reply, a.data, a.headers) == (b.subject, b.reply, b.data, b.headers)
+        assert [p[1].headers for p in pairs] == [None, None, *[c["headers"] for c in cases[2:]]]
+        with pytest.raises(nats.errors.BadSubjectError):  # handed to Client.publish, which refuses it
+            await send(nc, "t.bad subject", b"x")
+    finally:
+        await nc.close()
+
+
+async def test_ack_is_a_plain_publish_to_the_reply_subject(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        done, got = await received(nc, 1)
+        sub = await nc.subscribe("q.in")
+        await nc.publish("q.in", b"job", reply="t.ack")
+        msg = await sub.next_msg(timeout=5)
+        await ack(msg)
+        await asyncio.wait_for(done.wait(), 10)
+        assert got[0].subject == "t.ack" and got[0].data == b""
+        with pytest.raises(nats.errors.MsgAlreadyAckdError):
+            await ack(msg)  # as msg.ack() would
+    finally:
+        await nc.close()
+
+
+async def test_a_publish_expecting_an_empty_subject_is_stored_once(nats_server: NatsServer) -> None:
+    """The starter's one execution per id: a second record on the subject is refused
+    (`subject_taken`), whatever its message id, within the duplicate window or past it."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="ONCE", subjects=["once.>"]))
+        only = [{EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}]
+        await publishing.publish_all(js, [("once.a", b"1", "id-1")], headers=only)
+        with pytest.raises(Exception) as refused:
+            await publishing.publish_all(js, [("once.a", b"2", "id-2")], headers=only)
+        assert subject_taken(refused.value)
+        with pytest.raises(Exception) as again:  # the same id too: the server checks the subject first
+            await publishing.publish_all(js, [("once.a", b"1", "id-1")], headers=only)
+        assert subject_taken(again.value)
+        (other,) = await publishing.publish_all(js, [("once.b", b"3", "id-3")], headers=only)
+        assert not other.duplicate
+        assert (await js.get_last_msg("ONCE", "once.a")).data == b"1"
+        assert not subject_taken(RuntimeError("no"))
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("window", [120.0, 0.2])
+async def test_a_publish_whose_puback_was_lost_is_stored_once(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch, window: float
+) -> None:
+    """The stream stores a message and its PubAck is lost. Within the duplicate window
+    `send` sends it again and the stream drops the copy (PubAck duplicate=True); past
+    it `send` raises PublishOutcomeUnknown instead of storing a second copy."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
+        real_send, lost = send_nowait, []
+
+        def lose_first_puback(
+            nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+        ) -> Any:
+            if not lost:
+                lost.append(reply)
+                reply = "_INBOX.nobody.listens"
+            return real_send(nc, subject, payload, reply, headers)
+
+        monkeypatch.setattr(publishing, "send_nowait", lose_first_puback)  # what Publisher calls per publish
+        pub = publishing.Publisher(nc, timeout=0.3, duplicate_window=window)
+        message = ("lost.a", b"x", {publishing.MSG_ID: "a-1"})
+        if window > 1:
+            (ack,) = await pub.send([message])
+            assert ack.duplicate and ack.seq == 1
+        else:
+            with pytest.raises(publishing.PublishOutcomeUnknown, match=r"lost\.a"):
+                await pub.send([message])
+        assert lost, "the fault was not injected"
+        assert (await js.stream_info("LOST")).state.messages == 1
+    finally:
+        await nc.close()
+
+
+async def test_a_compare_and_set_write_stores_only_on_the_revision_it_names(nats_server: NatsServer) -> None:
+    """`put_if_last`: stored when the key's last revision is `last` (0: no message yet),
+    refused with nats-py's KeyWrongLastSequenceError otherwise, storing nothing."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket="cas", history=1)
+        first = await put_if_last(js, "cas", "k", b"one", last=0)
+        with pytest.raises(KeyWrongLastSequenceError):
+            await put_if_last(js, "cas", "k", b"again", last=0)
+        with pytest.raises(KeyWrongLastSequenceError):
+            await put_if_last(js, "cas", "k", b"stale", last=first + 1)
+        second = await put_if_last(js, "cas", "k", b"two", last=first)
+        entry = await kv.get("k")
+        assert (entry.value, entry.revision) == (b"two", second) and second > first
+    finally:
+        await nc.close()
