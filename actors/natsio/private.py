@@ -1,10 +1,10 @@
 """The one door to nats-py's internals: every use of a private name of nats-py is here,
-and nowhere else in actors/ or streams/ (`tests/test_nats_private.py` scans the tree).
+and nowhere else in actors/ or streams/ (`tests/integration/test_nats_private.py` scans the tree).
 
 The rest of the tree reads and writes nats-py objects only through their public API
 and the functions here. Each private name below is used for speed on the hot path
 (a publish or an ack per message, the protocol reader) or because nats-py has no
-public way to do it; `tests/test_nats_private.py` fails when an installed nats-py
+public way to do it; `tests/integration/test_nats_private.py` fails when an installed nats-py
 changes any of them, and `pyproject.toml` pins nats-py to the versions that test passed
 with.
 
@@ -39,7 +39,7 @@ per-message overhead (`fast.send`):
   commands sent before it (a SUB, a PUB) may still wait in `_pending` for the flusher,
   so its PONG can come back before the server has seen them: a responder subscribed
   and "flushed" on one connection then drew "no responders" to a request from another
-  about 7% of the time (tests/test_nats_private.py). nats.py2 had fixed the same once
+  about 7% of the time (tests/integration/test_nats_private.py). nats.py2 had fixed the same once
   (its PR 24, 2017). With the fast path off, `flush` is two `Client.flush` calls: by
   the time the first PONG is read, the flusher (kicked before it) has written what was
   buffered, so the second PING follows it.

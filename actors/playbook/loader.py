@@ -54,7 +54,7 @@ from actors.wire.messages import Limits
 
 __all__ = [
     "IMPLICIT_END_DESC",
-    "MAX_ALIAS_NODES",  # re-exported: tests/test_big_values.py
+    "MAX_ALIAS_NODES",  # re-exported: tests/system/test_big_values.py
     "MAX_ATTEMPTS_CEILING",
     "MAX_SOURCE_BYTES",
     "PlaybookInvalid",

@@ -119,7 +119,8 @@ _TOOL_COMMON = {
 }
 _STEP_NAMES = "a step name, or a list of them (parallel branches)"
 _WHEN = 'a condition, as a template ("{{ result.ok }}"); absent: always'
-# every property of every object in the schema, by definition: tests/test_cli_polish.py checks none is missing
+# every property of every object in the schema, by definition:
+# tests/integration/test_cli_help_and_validate.py checks none is missing
 FIELD_DOCS: dict[str, dict[str, str]] = {
     "Playbook": {
         "apiVersion": "actors/v1 (noetl.io/v2 is read as the same language)",

@@ -346,7 +346,7 @@ class LogActor:
 
         `through` is what makes a replay complete: the ordered consumer that reads the
         log may be placed on a replica still catching up after a restart, which says
-        "nothing pending" at the end of what it has (seen in tests/test_ride_out.py: one
+        "nothing pending" at the end of what it has (seen in tests/system/test_ride_out.py: one
         message of nine). Folding that would build a state behind the log, so the read
         goes on until the input being handled has come by."""
         config = (

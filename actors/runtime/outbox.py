@@ -160,7 +160,7 @@ class Outbox:
         Commands are never purged from the work queue: a filtered purge of CMD while
         some of its messages are pending on a consumer whose client has died leaves
         other messages in the stream that the consumer never delivers again
-        (nats-server; found by tests/test_chaos.py, the same class as nats-server issue
+        (nats-server; found by tests/system/test_chaos.py, the same class as nats-server issue
         #7680). A cancelled command that does run anyway (a tool pod that started after
         the cancel) has its result ignored: it answers a command no longer in flight."""
         for c in cancels:

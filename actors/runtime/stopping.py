@@ -4,7 +4,7 @@ On Python 3.11, `asyncio.wait_for` (nats-py's requests wait with it) can swallow
 cancellation that arrives in the same turn of the event loop as the result it waits
 for (CPython gh-86296, fixed in 3.12): the cancelled task carries on, and a stop
 that cancels once and awaits the task waits for ever. A pod's stop hung that way on
-its lease loop (found by tests/test_deadletters.py under load). `cancel_and_wait`
+its lease loop (found by tests/integration/test_deadletters.py under load). `cancel_and_wait`
 cancels again until every task has ended."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One encode/decode pair for every message (`PayloadCodec.encode`, `.decode`) and one for
 the object store's bytes (`seal_bytes`, `open_bytes`). Which fields are values is said
 on the Structs themselves (actors/wire/secrecy.py markers), so a field added later is
-encrypted by being marked, and `tests/test_codec.py` fails for one that can hold data
+encrypted by being marked, and `tests/pure/test_codec.py` fails for one that can hold data
 and is neither marked nor declared clear. The pure core never sees a ciphertext: log
 actors decrypt what they read before folding and encrypt what they publish.
 

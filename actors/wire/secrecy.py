@@ -12,7 +12,7 @@ counts, event types) stays in clear.
 
 The markers are plain `msgspec.Meta` (no constraint, no change to the JSON), so this
 module imports nothing but msgspec: the tool actor's worker processes import the wire
-types without the crypto library. `tests/test_codec.py` checks that every field able
+types without the crypto library. `tests/pure/test_codec.py` checks that every field able
 to hold arbitrary data is either marked or listed there as clear on purpose.
 """
 
