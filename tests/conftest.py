@@ -154,7 +154,9 @@ async def system(nats_server: NatsServer, tmp_path: Path, request: pytest.Fixtur
     try:
         yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
     finally:
-        await runtime.stop()
+        # the test is over: steps still running are not waited for (5 s each, by default);
+        # draining is what tests/system/test_health.py tests
+        await runtime.stop(drain_timeout=0.2)
         await nc.close()
 
 

@@ -75,7 +75,8 @@ async def api() -> AsyncIterator[Api]:
     app.router.add_get("/missing", a.missing)
     app.router.add_get("/pages", a.pages)
     app.router.add_get("/slow", a.slow)
-    runner = web.AppRunner(app)
+    # the test is over: a request still held by /slow is not waited for at cleanup
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
