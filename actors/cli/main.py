@@ -169,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_timeout(with_nats(add_retry_parser(sub)))
 
     sp = with_timeout(with_nats(sub.add_parser("list", help="executions, newest first")))
-    sp.add_argument("--state", help="only executions in this state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)")
+    sp.add_argument(
+        "--state", help="only executions in this state (PENDING, RUNNING, HALTED, COMPLETED, FAILED, CANCELLED)"
+    )
     sp.add_argument("--playbook", help="only executions of this catalog path")
     sp.add_argument("--since", help="only executions started since: a duration back (30m, 1h, 2d) or an ISO time")
     sp.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")

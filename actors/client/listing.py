@@ -55,7 +55,7 @@ class Lister(Session):
         since: float | None = None,
         limit: int = 50,
     ) -> builtins.list[ExecutionStatus]:
-        """Up to `limit` executions, newest first: those in `state` (RUNNING, COMPLETED,
+        """Up to `limit` executions, newest first: those in `state` (RUNNING, HALTED, COMPLETED,
         ...) running `playbook` (its catalog path) that started at or after `since`
         (seconds since the epoch). Each is its current status (the projector's);
         executions started before the index existed are not listed."""
