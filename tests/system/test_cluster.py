@@ -125,7 +125,7 @@ async def test_streams_and_buckets_are_r3_and_executions_run_on_the_cluster(
         ids = [await client.start(entry.path, payload={"marker": str(tmp_path / f"m{i}")}) for i in range(10)]
         for eid in ids:
             st = await client.wait(eid, timeout=60)
-            assert st.state == "COMPLETED", eid
+            assert st.state == "COMPLETED", (eid, st.error)
             items = await client.events(eid)
             terminal = [i for i in items if i.cls == "lc" and i.type in ("playbook.completed", "playbook.failed")]
             assert len(terminal) == 1
