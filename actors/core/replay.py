@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from actors.core.decide import fold
 from actors.core.effects import Effects
@@ -130,6 +131,23 @@ class Mismatch:
 
     def error(self) -> ErrorInfo:
         return ErrorInfo(type=self.kind, message=self.describe())
+
+    def halted_data(self, *, source: str, loop_id: str | UnsetType = UNSET) -> ExecutionHaltedData:
+        """The `execution.halted` event's data for this mismatch, found by `source`
+        (engine | counter; the counter names its loop)."""
+        return ExecutionHaltedData(
+            source=source,
+            kind=self.kind,
+            input_seq=self.input_seq,
+            input_subject=self.input_subject,
+            record_seq=self.record_seq,
+            record_subject=self.record_subject,
+            expected=self.expected,
+            derived=self.derived,
+            semantics=SEMANTICS,
+            error=msgspec.to_builtins(self.error()),
+            loop_id=loop_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,7 +185,7 @@ class ExecutionActor(LogActor):
             await self.unreadable(entry, ErrorInfo(type="TemplateLimit", message=fault.describe()))
             raise Refold from None  # the fold may have changed the state part way: rebuild it
         if into is not None:
-            _merge(into, fx)
+            into.merge(fx)
         return fx
 
     async def _read_back(self, inp: Input) -> Input:
@@ -263,18 +263,7 @@ class ExecutionActor(LogActor):
 
     async def _record_halt(self, mismatch: Mismatch, entry: LogEntry, round_: int) -> None:
         await self._lifecycle(
-            ExecutionHaltedData(
-                source="engine",
-                kind=mismatch.kind,
-                input_seq=mismatch.input_seq,
-                input_subject=mismatch.input_subject,
-                record_seq=mismatch.record_seq,
-                record_subject=mismatch.record_subject,
-                expected=mismatch.expected,
-                derived=mismatch.derived,
-                semantics=SEMANTICS,
-                error=msgspec.to_builtins(mismatch.error()),
-            ),
+            mismatch.halted_data(source="engine"),
             cause=entry.seq,
             at=entry.at,
             msg_id=ids.halted_id(self.execution_id, "engine", entry.seq, round_),
@@ -309,45 +298,14 @@ class ExecutionActor(LogActor):
         if fx.cause in seen.decisions:
             return Effects(cause=fx.cause, at=fx.at, lifecycle=lifecycle)
         nc = self.engine.nc
-        missing = Effects(
-            cause=fx.cause,
-            at=fx.at,
-            events=fx.events,
+        return fx.copy(
             lifecycle=lifecycle,
-            starts=fx.starts,
-            cancels=fx.cancels,
-            loop_cancels=fx.loop_cancels,
-            child_cancels=fx.child_cancels,
-            reply=fx.reply,
+            commands=[c for c in fx.commands if not await command_sent(nc, c, seen.results, reply_stream=EXEC_STREAM)],
+            loops=[
+                s for s in fx.loops if not await has_message(nc, LOOP_STREAM, self.outbox.loop_subjects(s.loop_id).spec)
+            ],
+            timers=[t for t in fx.timers if t.timer_id not in seen.fired],
         )
-        missing.commands = [
-            c for c in fx.commands if not await command_sent(nc, c, seen.results, reply_stream=EXEC_STREAM)
-        ]
-        missing.loops = [
-            s for s in fx.loops if not await has_message(nc, LOOP_STREAM, self.outbox.loop_subjects(s.loop_id).spec)
-        ]
-        missing.timers = [t for t in fx.timers if t.timer_id not in seen.fired]
-        return missing
-
-
-def _merge(into: Effects, fx: Effects) -> None:
-    """One input's effects added to a batch's (the engine folds one input a batch:
-    `into` is empty and takes the input's cause)."""
-    if not into:
-        into.cause, into.at = fx.cause, fx.at
-    for name in (
-        "events",
-        "lifecycle",
-        "commands",
-        "timers",
-        "cancels",
-        "starts",
-        "loops",
-        "loop_cancels",
-        "child_cancels",
-    ):
-        getattr(into, name).extend(getattr(fx, name))
-    into.reply = fx.reply or into.reply
 
 
 class Engine(PartitionHost[str, ExecutionActor]):

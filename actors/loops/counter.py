@@ -29,7 +29,6 @@ replay writes `execution.resumed` (with the loop's id) before sending anything.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 
@@ -84,12 +83,6 @@ from streams.subjects import (
 log = logging.getLogger("actors.loops.counter")
 BATCH = 4096  # most inputs folded before one publish round
 PROGRESS_EVERY = 0.25  # seconds between progress messages of one loop
-
-
-def _clear(fx: Effects) -> None:
-    empty = Effects()
-    for f in dataclasses.fields(Effects):
-        setattr(fx, f.name, getattr(empty, f.name))
 
 
 class LoopActor(LogActor):
@@ -165,7 +158,7 @@ class LoopActor(LogActor):
             log.warning("loop %s: input %d: %s", self.loop_id, entry.seq, fault.describe())
             await self._fail(ErrorInfo(type="TemplateLimit", message=fault.describe()))
             if into is not None:
-                _clear(into)
+                into.clear()
             return None
 
     async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
@@ -392,19 +385,7 @@ class LoopActor(LogActor):
         self.hydrated = True
 
     async def _record_halt(self, mismatch: Mismatch, entry: LogEntry, round_: int) -> None:
-        data = ExecutionHaltedData(
-            source="counter",
-            kind=mismatch.kind,
-            input_seq=mismatch.input_seq,
-            input_subject=mismatch.input_subject,
-            record_seq=mismatch.record_seq,
-            record_subject=mismatch.record_subject,
-            expected=mismatch.expected,
-            derived=mismatch.derived,
-            semantics=SEMANTICS,
-            error=msgspec.to_builtins(mismatch.error()),
-            loop_id=self.loop_id,
-        )
+        data = mismatch.halted_data(source="counter", loop_id=self.loop_id)
         msg_id = ids.halted_id(self.execution_id, f"counter:{self.loop_id}", entry.seq, round_)
         await self._publish_lifecycle(data, at=entry.at, cause=entry.seq, msg_id=msg_id)
 
