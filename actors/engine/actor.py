@@ -49,11 +49,12 @@ from actors.engine.readback import read_back
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
 from actors.natsio.binding import codec_of
 from actors.playbook.templates import RenderFault
-from actors.runtime.hosting import PartitionHost, Refold, engine_error
+from actors.runtime.hosting import PartitionHost
 from actors.runtime.logactor import LogActor, LogEntry
 from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox
 from actors.runtime.render_process import RenderBounds
+from actors.runtime.supervision import Refold, engine_error
 from actors.wire.events import (
     ExecState,
     ExecutionHaltedData,

@@ -53,8 +53,8 @@ from actors.natsio import (
 )
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
-from actors.runtime.hosting import POISON_TRIES, is_transient
 from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.supervision import POISON_TRIES, is_transient
 from actors.store.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.store.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable

@@ -45,11 +45,12 @@ from actors.natsio.binding import codec_of
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.playbook.templates import DEFAULT_LIMITS, RenderFault, call_with_limits
-from actors.runtime.hosting import PartitionHost, engine_error
+from actors.runtime.hosting import PartitionHost
 from actors.runtime.logactor import LogActor, LogEntry
 from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox
 from actors.runtime.render_process import RenderBounds
+from actors.runtime.supervision import engine_error
 from actors.store.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
 from actors.wire.events import EventType, ExecutionHaltedData, ExecutionResumedData, event_decoder, make_event
 from actors.wire.messages import (

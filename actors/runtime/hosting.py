@@ -49,14 +49,6 @@ from actors.playbook.templates import RenderFault
 from actors.runtime.metrics import EVICTED_ACTORS
 from actors.runtime.render_process import OffLoop, RenderBounds
 from actors.runtime.stopping import cancel_and_wait
-
-# Imported from here by the starter, the projector, the engine's and the counter's
-# actors and tests; they live in actors/runtime/supervision.py (what a failure means is
-# the actor's business, not the host's).
-from actors.runtime.supervision import POISON_TRIES as POISON_TRIES
-from actors.runtime.supervision import Refold as Refold
-from actors.runtime.supervision import engine_error as engine_error
-from actors.runtime.supervision import is_transient as is_transient
 from streams.layout import Layout, deliver_subject
 
 log = logging.getLogger("actors")

@@ -30,9 +30,9 @@ from nats.js.kv import KeyValue
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, subject_taken
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
-from actors.runtime.hosting import POISON_TRIES, is_transient
 from actors.runtime.keyed_limiter import KeyedLimiter
 from actors.runtime.metrics import observe_lifecycle
+from actors.runtime.supervision import POISON_TRIES, is_transient
 from actors.store.records import RecordInvalid, status_record
 from actors.wire.events import (
     TERMINAL_EVENTS,

@@ -421,7 +421,7 @@ def test_what_waiting_cures_is_told_from_what_it_does_not() -> None:
     import nats.js.errors
 
     from actors.natsio import PublishOutcomeUnknown
-    from actors.runtime.hosting import is_transient
+    from actors.runtime.supervision import is_transient
 
     for e in (
         TimeoutError(),
