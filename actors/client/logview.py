@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
-from actors.wire.events import decision_decoder, event_decoder, step_output_decoder
+from actors.wire.events import decision_decoder, event_decoder, extras_decoder, in_order, step_output_decoder
 from actors.wire.messages import DeadLetter, input_decoder
 from streams.layout import EV, IN, LC, class_of
 from streams.subjects import OUT
@@ -65,7 +65,11 @@ def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[
             return [LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events]
         if cls == LC:
             ev = opened(event_decoder.decode(data))
-            return [LogItem(seq, ev.at, LC, str(ev.type), ev.step, msgspec.to_builtins(ev.data))]
+            extras = opened(extras_decoder.decode(data))  # the decision it carries (semantics 2), if any
+            decided = extras.decision.events if extras.decision is not None else []
+            return [LogItem(seq, e.at, EV, str(e.type), e.step, msgspec.to_builtins(e.data)) for e in decided] + [
+                LogItem(seq, e.at, LC, str(e.type), e.step, msgspec.to_builtins(e.data)) for e in in_order(ev, extras)
+            ]
         if cls == OUT:
             out = opened(step_output_decoder.decode(data))
             raw = msgspec.to_builtins(out)

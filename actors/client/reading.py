@@ -168,8 +168,9 @@ class Reader(Session):
             )
         except NotFoundError:
             return status, None
+        # the message may carry its whole decision (semantics 2): the terminal event is one of its items
         items = log_items(subject, msg.data or b"", msg.seq or 0, 0.0, self.codec)
-        return status, items[0] if items else None
+        return status, next((i for i in items if i.type == status.terminal_event), None)
 
     async def running_steps(self, execution_id: str) -> list[str]:
         """The steps of the execution entered and not exited yet (from its log)."""

@@ -24,7 +24,7 @@ from actors.client.writing import Writer
 from actors.core.rerun import RetryRefused
 from actors.errors import UserError
 from actors.store.blobs import start_payload
-from actors.wire.events import decision_decoder, event_decoder
+from actors.wire.events import decision_decoder, event_decoder, extras_decoder
 from actors.wire.messages import EngineFault, StartMessage, StartRecord, encode, input_decoder
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
@@ -123,7 +123,7 @@ class Retrier(Writer, Reader):
     async def _replay_log(self, execution_id: str) -> Replay:
         """The execution's log replayed by the engine's Replayer (actors/core/replay.py):
         its inputs with their blobs read back, each decision held against its record."""
-        from actors.core.replay import LogRecord, replay_execution
+        from actors.core.replay import LogRecord, lifecycle_records, replay_execution
         from actors.engine.readback import read_back
 
         subjects = ExecSubjects.of(execution_id, self.layout.partitions)
@@ -137,7 +137,9 @@ class Retrier(Writer, Reader):
             if cls == EV:
                 value = self.codec.decode(decision_decoder, data)
             elif cls == LC:
-                value = self.codec.decode(event_decoder, data)
+                ev, extras = self.codec.decode(event_decoder, data), self.codec.decode(extras_decoder, data)
+                log += lifecycle_records(seq, subject, at, ev, extras)
+                continue
             elif cls == IN:
                 try:
                     value = await read_back(self.js, self.codec.decode(input_decoder, data))

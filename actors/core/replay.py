@@ -56,7 +56,9 @@ from actors.wire.events import (
     ExecutionResumedData,
     FailureDecidedData,
     FailureDecidedEvent,
+    LifecycleExtras,
     PlaybookFailedEvent,
+    in_order,
 )
 from actors.wire.messages import (
     CallDone,
@@ -76,7 +78,12 @@ from streams.subjects import ExecSubjects, LoopSubjects
 # The version of the engine's decision rules (docs/upgrades.md). Raise it with a change
 # that would make an execution already running decide otherwise, and keep the old
 # behaviour for `Execution.semantics` below the new number.
-SEMANTICS = 1
+#   1: the first release that recorded it.
+#   2: a decision with lifecycle events is stored as one message, its carrier event
+#      holding the decision record and the others (actors/wire/events.py
+#      `LifecycleExtras`); the decisions themselves are those of 1. A pod of 1 halts
+#      such an execution (`SemanticsUnknown`) rather than misread its log.
+SEMANTICS = 2
 
 NONDETERMINISM = "Nondeterminism"
 SEMANTICS_UNKNOWN = "SemanticsUnknown"
@@ -414,6 +421,13 @@ class Replay:
     outputs: list[tuple[int, Effects]]
     mismatch: Mismatch | None
     start: StartRecord | None = None
+
+
+def lifecycle_records(seq: int, subject: str, at: float, ev: AnyEvent, extras: LifecycleExtras) -> list[LogRecord]:
+    """The records one lifecycle message holds: the decision it carries (semantics 2),
+    then its lifecycle events in decided order; one event for a message of semantics 1."""
+    records = [LogRecord(seq, subject, at, "ev", extras.decision)] if extras.decision is not None else []
+    return records + [LogRecord(seq, subject, at, "lc", one) for one in in_order(ev, extras)]
 
 
 def recorded_of(log: Iterable[LogRecord]) -> Recorded:

@@ -62,6 +62,8 @@ from actors.wire.events import (
     PlaybookFailedData,
     decision_decoder,
     event_decoder,
+    extras_decoder,
+    in_order,
     make_event,
 )
 from actors.wire.messages import (
@@ -113,6 +115,11 @@ class ExecutionActor(LogActor):
     @property
     def finished(self) -> bool:
         return self.state.terminal
+
+    async def publish(self, effects: Effects) -> None:
+        # from semantics 2 on, a decision with lifecycle events is one message (docs/upgrades.md)
+        self.outbox.carry = self.state.semantics >= 2
+        await super().publish(effects)
 
     def opens_log(self, subject: str) -> bool:
         return type_of(subject) == START
@@ -212,7 +219,12 @@ class ExecutionActor(LogActor):
             elif cls == EV:
                 seen.decision(entry.seq, entry.subject, codec.decode(decision_decoder, entry.data))  # decrypted
             elif cls == LC:
-                seen.event(entry.seq, entry.subject, codec.decode(event_decoder, entry.data))
+                ev = codec.decode(event_decoder, entry.data)
+                extras = codec.decode(extras_decoder, entry.data)  # a decision it carries (semantics 2)
+                if extras.decision is not None:
+                    seen.decision(entry.seq, entry.subject, extras.decision)
+                for one in in_order(ev, extras):
+                    seen.event(entry.seq, entry.subject, one)
         self.skip |= seen.skip
         self.replayer = replayer = Replayer(self.execution_id, seen)
         self.state = replayer.fresh()

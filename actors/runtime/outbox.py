@@ -24,7 +24,16 @@ from actors.core.effects import CommandCancel, Effects, Timer
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
 from actors.natsio.binding import codec_of
 from actors.store.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, sealed, start_item
-from actors.wire.events import DecisionRecord, Event, PlaybookCompletedData, PlaybookFailedData
+from actors.wire.codec import PayloadCodec
+from actors.wire.events import (
+    DecisionRecord,
+    Event,
+    LifecycleExtras,
+    PlaybookCompletedData,
+    PlaybookFailedData,
+    carrier_of,
+    splice,
+)
 from actors.wire.messages import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids
 from streams.layout import Layout
@@ -58,6 +67,9 @@ class Outbox:
         self.limit = layout.max_msg_size - HEADROOM  # larger values go as blobs
         self.cap = layout.max_value_bytes  # larger ones are refused (`ValueTooLarge`)
         self.codec = codec_of(js)  # values encrypted when the pod has a payload key (actors/wire/codec.py)
+        # a decision with lifecycle events is stored as one message, its carrier event's
+        # (`LifecycleExtras`): set by the engine for executions of semantics 2 on
+        self.carry = False
 
     async def send(self, fx: Effects) -> None:
         js = self.js
@@ -181,24 +193,17 @@ class Outbox:
         )
 
     async def record(self, fx: Effects) -> None:
-        """The decision record, then lifecycle events (an execution result too large
-        for its event goes as a blob the event names: `result_ref`)."""
+        """The decision record and lifecycle events (`record_items`); an execution
+        result too large for its event goes first as a blob the event names
+        (`result_ref`)."""
         if not isinstance(self.subjects, ExecSubjects):
             return
-        eid, subjects = self.execution_id, self.subjects
-        items = []
-        if fx.events:
-            items.append(
-                (
-                    subjects.decision,
-                    self.codec.encode(DecisionRecord(cause=fx.cause, events=fx.events)),
-                    ids.decision_id(eid, fx.cause),
-                )
-            )
         for ev in fx.lifecycle:
             await self._offload_result(ev)
-            items.append((subjects.lifecycle(ev.type), self.codec.encode(ev), ids.lifecycle_id(eid, ev.type)))
-        await publish_all(self.js, items)
+        await publish_all(
+            self.js,
+            record_items(self.codec, fx, self.subjects, self.execution_id, carry=self.carry, limit=self.limit),
+        )
 
     async def _offload_result(self, ev: Event) -> None:
         data = ev.data
@@ -209,6 +214,36 @@ class Outbox:
         ref = await offload(self.js, f"{self.execution_id}/result", data.result)
         if ref is not None:
             data.result, data.result_ref = None, ref
+
+
+def record_items(
+    codec: PayloadCodec, fx: Effects, subjects: ExecSubjects, execution_id: str, *, carry: bool, limit: int
+) -> list[tuple[str, bytes, str]]:
+    """The stored messages of a decision's record and lifecycle events (pure: a replay
+    that derives the same decision gets the same bytes under the same ids). With
+    `carry` (semantics 2), a decision with lifecycle events is one message: its carrier
+    event holding the record and the others (actors/wire/events.py `LifecycleExtras`),
+    unless that one message would pass `limit` (large values in several events), when
+    each goes as its own message, as under semantics 1: a decision record
+    (`ev.decision`), then each lifecycle event on its own subject."""
+    if carry and fx.lifecycle:
+        at = carrier_of(fx.lifecycle)
+        ev = fx.lifecycle[at]
+        extras = LifecycleExtras(
+            decision=DecisionRecord(cause=fx.cause, events=fx.events) if fx.events else None,
+            before=fx.lifecycle[:at],
+            after=fx.lifecycle[at + 1 :],
+        )
+        data = splice(codec.encode(ev), codec.encode(extras))
+        if len(data) <= limit:
+            return [(subjects.lifecycle(ev.type), data, ids.lifecycle_id(execution_id, ev.type))]
+    items = []
+    if fx.events:
+        record = DecisionRecord(cause=fx.cause, events=fx.events)
+        items.append((subjects.decision, codec.encode(record), ids.decision_id(execution_id, fx.cause)))
+    for ev in fx.lifecycle:
+        items.append((subjects.lifecycle(ev.type), codec.encode(ev), ids.lifecycle_id(execution_id, ev.type)))
+    return items
 
 
 def cancel_request(layout: Layout, execution_id: str, reason: str) -> tuple[str, bytes, str]:

@@ -45,6 +45,8 @@ from actors.wire.events import (
     PlaybookFailedData,
     PlaybookInitializedData,
     event_decoder,
+    extras_decoder,
+    in_order,
 )
 from actors.wire.messages import ExecutionStatus, IndexEntry, encode
 from streams.ids import index_end_id, index_entry_id
@@ -178,6 +180,8 @@ class Projector:
     async def _handle(self, msg: Msg) -> None:
         try:
             ev = event_decoder.decode(msg.data)
+            # the decision's other lifecycle events it carries (semantics 2), if any
+            events = in_order(ev, extras_decoder.decode(msg.data))
         except msgspec.DecodeError as e:
             await dead_letter(
                 self.js,
@@ -189,7 +193,8 @@ class Projector:
             await ack(msg)  # a plain publish to the reply subject (actors/natsio/fast.py)
             return
         try:
-            await self.apply(ev)
+            for one in events:  # each applied once: a state that moved on makes a repeat change nothing
+                await self.apply(one)
         except Exception as e:
             if is_transient(e) or msg.metadata.num_delivered < POISON_TRIES:
                 log.exception("projector: failed to apply %s for %s", ev.type, ev.execution_id)

@@ -628,6 +628,107 @@ event_decoder = EventDecoder()
 decision_decoder = DecisionDecoder()
 
 
+# --- a lifecycle event that carries its whole decision (semantics 2) -------------------
+
+
+class LifecycleExtras(Struct, omit_defaults=True):
+    """What a lifecycle event carries beside its own fields when it is the one message
+    of its decision (executions of semantics 2 on, docs/architecture.md "Stored
+    writes"): the decision's record and its other lifecycle events, in the order the
+    decision made them around this one. An execution's first decision (its first step
+    entered, `playbook.initialized`, `workflow.initialized`) and its last (the last step
+    left, `workflow.completed`, `playbook.completed`) are then one stored message each,
+    not three: one write, one fsync under `sync always`, and the decision lands whole or
+    not at all.
+
+    On the wire these are extra keys of the event's own JSON object (`decision`,
+    `before`, `after`), so a reader that knows only events (an older projector, a client
+    reading `data.result`) reads the event as it always did."""
+
+    decision: DecisionRecord | None = None
+    before: Sequence[AnyEvent] = field(default_factory=list)
+    after: Sequence[AnyEvent] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.decision is None and not self.before and not self.after
+
+
+class _TypedExtras(Struct):
+    decision: _TypedDecision | None = None
+    before: list[Event] = field(default_factory=list)
+    after: list[Event] = field(default_factory=list)
+
+
+class _RawExtras(Struct):
+    decision: _RawDecision | None = None
+    before: list[msgspec.Raw] = field(default_factory=list)
+    after: list[msgspec.Raw] = field(default_factory=list)
+
+
+class ExtrasDecoder:
+    """Decodes the `LifecycleExtras` of a lifecycle message (empty for one that carries
+    none: every lifecycle event of semantics 1), each event as `EventDecoder` does."""
+
+    def __init__(self) -> None:
+        self._typed = msgspec.json.Decoder(_TypedExtras)
+        self._raw = msgspec.json.Decoder(_RawExtras)
+
+    def decode(self, data: bytes) -> LifecycleExtras:
+        try:
+            t = self._typed.decode(data)
+            rec = None if t.decision is None else DecisionRecord(cause=t.decision.cause, events=t.decision.events)
+            return LifecycleExtras(decision=rec, before=t.before, after=t.after)
+        except msgspec.ValidationError:
+            r = self._raw.decode(data)
+            rec = (
+                None
+                if r.decision is None
+                else DecisionRecord(cause=r.decision.cause, events=[event_decoder.decode(e) for e in r.decision.events])
+            )
+            return LifecycleExtras(
+                decision=rec,
+                before=[event_decoder.decode(e) for e in r.before],
+                after=[event_decoder.decode(e) for e in r.after],
+            )
+
+
+extras_decoder = ExtrasDecoder()
+
+
+def carrier_of(lifecycle: Sequence[AnyEvent]) -> int:
+    """Which of a decision's lifecycle events carries it: the last that is the
+    playbook's or the execution's own, else the last. So an execution's end is always
+    on its own subject (`lc.playbook.completed`: what `Client.terminal` and readers of
+    `data.result` look up), even when one decision starts and ends the execution, and
+    a reader that knows only events (an older projector) meets the event that names
+    the playbook and decides the status."""
+    for i in range(len(lifecycle) - 1, -1, -1):
+        if lifecycle[i].type.startswith(("playbook.", "execution.")):
+            return i
+    return len(lifecycle) - 1
+
+
+def splice(event_json: bytes, extras_json: bytes) -> bytes:
+    """One JSON object: an event's fields and its extras' (no key in common)."""
+    if extras_json == b"{}":
+        return event_json
+    return event_json[:-1] + b"," + extras_json[1:]
+
+
+def in_order(ev: AnyEvent, extras: LifecycleExtras) -> list[AnyEvent]:
+    """The lifecycle events of one lifecycle message, in the order they were decided."""
+    return [*extras.before, ev, *extras.after]
+
+
+def lifecycle_message(data: bytes) -> tuple[DecisionRecord | None, list[AnyEvent]]:
+    """What one stored lifecycle message holds, values as stored (no codec): the
+    decision record it carries (semantics 2; else None) and its lifecycle events in
+    decided order."""
+    extras = extras_decoder.decode(data)
+    return extras.decision, in_order(event_decoder.decode(data), extras)
+
+
 # --- step output: what a tool printed (class `out`, written by tool actors) -------------
 
 

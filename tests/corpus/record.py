@@ -223,6 +223,11 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("retry_from_step", "COMPLETED", retry_from_step),
         Scenario("schedule", "COMPLETED", schedule),
         Scenario("big_value", "COMPLETED", big_value),
+        # semantics 2: a decision with lifecycle events is one message (its carrier event)
+        Scenario("carried_routing", "COMPLETED", plain("routing")),
+        Scenario("carried_one_decision", "COMPLETED", plain("one_decision")),
+        Scenario("carried_cancel", "CANCELLED", cancel),
+        Scenario("carried_big_value", "COMPLETED", big_value),
         Scenario(
             "encryption",
             "COMPLETED",

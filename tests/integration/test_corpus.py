@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from actors.config.settings import Settings
-from actors.core.replay import LogRecord, Mismatch, replay_execution, replay_loop
+from actors.core.replay import LogRecord, Mismatch, lifecycle_records, replay_execution, replay_loop
 from actors.engine.readback import read_back
 from actors.natsio.binding import bind, codec_of
 from actors.pod.roles import connect
 from actors.store.blobs import get_blob, resolve_chunk, resolve_result
-from actors.wire.events import ExecState, decision_decoder, event_decoder
+from actors.wire.events import ExecState, decision_decoder, event_decoder, extras_decoder
 from actors.wire.messages import CallDone, ChunkDone, LoopSpec, input_decoder, loop_input_decoder
 from streams.layout import ensure
 from streams.server import NatsServer
@@ -51,7 +51,9 @@ async def _execution_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
         elif cls == EV:
             value = codec.decode(decision_decoder, e.data)
         elif cls == LC:
-            value = codec.decode(event_decoder, e.data)
+            ev, extras = codec.decode(event_decoder, e.data), codec.decode(extras_decoder, e.data)
+            log += lifecycle_records(e.seq, e.subject, e.time, ev, extras)
+            continue
         log.append(LogRecord(e.seq, e.subject, e.time, cls, value))
     return log
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from actors.natsio import log_time, stream_seq
-from actors.wire.events import FailureDecidedEvent, decision_decoder, event_decoder
+from actors.wire.events import FailureDecidedEvent, decision_decoder, lifecycle_message
 from actors.wire.messages import input_decoder
 from streams.layout import EXEC_STREAM, IN, class_of
 from streams.subjects import ExecSubjects
@@ -78,8 +78,10 @@ def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: 
     recorded = {}
     if with_recorded:
         for subject, data, _, _ in log:
-            if class_of(subject) == "ev":
-                for ev in decision_decoder.decode(data).events:
+            cls = class_of(subject)
+            rec = decision_decoder.decode(data) if cls == "ev" else lifecycle_message(data)[0] if cls == "lc" else None
+            if rec is not None:
+                for ev in rec.events:
                     if isinstance(ev, FailureDecidedEvent):
                         recorded[(ev.data.activation, ev.data.attempt_number)] = msgspec.to_builtins(ev.data)
     inputs = [(input_decoder.decode(data), seq, at) for subject, data, seq, at in log if class_of(subject) == IN]
@@ -95,8 +97,11 @@ def _recorded(log: list[Any]) -> dict[int, list[Any]]:
             rec = decision_decoder.decode(data)
             got.setdefault(rec.cause, [])[0:0] = [msgspec.to_builtins(e) for e in rec.events]
         elif cls == "lc":
-            ev = event_decoder.decode(data)
-            got.setdefault(ev.cause, []).append(msgspec.to_builtins(ev))
+            carried, events = lifecycle_message(data)  # a decision it carries (semantics 2) comes first
+            if carried is not None:
+                got.setdefault(carried.cause, [])[0:0] = [msgspec.to_builtins(e) for e in carried.events]
+            for ev in events:
+                got.setdefault(ev.cause, []).append(msgspec.to_builtins(ev))
     return got
 
 

@@ -192,8 +192,7 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         "in.cancel",
         "in.retried",
         "ev.decision",
-        "lc.playbook",
-        "lc.workflow",
+        "lc.playbook",  # carrying `workflow.*` beside it: one message per decision (semantics 2)
         "lc.execution",
         "sch",
         "loop.in.spec",

@@ -20,7 +20,7 @@ from actors.cli.live import follow_steps
 from actors.core.replay import NONDETERMINISM, SEMANTICS, SEMANTICS_UNKNOWN, Mismatch, replay_execution
 from actors.natsio import stream_seq
 from actors.runtime.metrics import HALTED_REPLAYS
-from actors.wire.events import CommandIssuedEvent, DecisionRecord, ExecState, decision_decoder
+from actors.wire.events import CommandIssuedEvent, DecisionRecord, ExecState, decision_decoder, lifecycle_message
 from actors.wire.messages import CallDone, StartRecord, encode
 from streams import ids
 from streams.layout import EXEC_STREAM
@@ -84,15 +84,17 @@ async def _log(system: System, eid: str) -> list[tuple[str, bytes, int]]:
 def _nothing_twice(log: list[tuple[str, bytes, int]]) -> None:
     """One decision record per input, one lifecycle event per type (halts and resumes
     once each), one command per activation attempt."""
-    causes = [decision_decoder.decode(d).cause for s, d, _ in log if s.endswith(".ev.decision")]
+    # decision records: on `ev.decision`, or carried by a lifecycle event (semantics 2)
+    records = [decision_decoder.decode(d) for s, d, _ in log if s.endswith(".ev.decision")]
+    records += [r for s, d, _ in log if ".lc." in s for r in [lifecycle_message(d)[0]] if r is not None]
+    causes = [r.cause for r in records]
     assert len(causes) == len(set(causes)), f"a decision recorded twice: {causes}"
-    lifecycle = collections.Counter(s.rsplit(".lc.", 1)[1] for s, _, _ in log if ".lc." in s)
+    lifecycle = collections.Counter(e.type for s, d, _ in log if ".lc." in s for e in lifecycle_message(d)[1])
     assert all(n == 1 for n in lifecycle.values()), lifecycle
     issued = [
         (e.data.activation, e.data.attempt_number)
-        for s, d, _ in log
-        if s.endswith(".ev.decision")
-        for e in decision_decoder.decode(d).events
+        for r in records
+        for e in r.events
         if isinstance(e, CommandIssuedEvent)
     ]
     assert len(issued) == len(set(issued)), issued

@@ -427,7 +427,8 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     from actors.core.decide import fold
     from actors.core.state import Execution
     from actors.natsio import log_time, stream_seq
-    from actors.wire.events import DecisionRecord, FailureDecidedEvent, decision_decoder
+    from actors.runtime.outbox import record_items
+    from actors.wire.events import FailureDecidedEvent, decision_decoder, extras_decoder
     from actors.wire.messages import input_decoder
     from streams.layout import EXEC_STREAM, class_of
 
@@ -450,24 +451,21 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     assert not leaks, leaks
     recorded = {}
     for s, d, _, _ in log:
-        if class_of(s) == "ev":
-            for ev in keys.decode(decision_decoder, d).events:
-                if isinstance(ev, FailureDecidedEvent):
-                    recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
+        cls = class_of(s)
+        rec = keys.decode(decision_decoder, d) if cls == "ev" else keys.decode(extras_decoder, d).decision
+        for ev in rec.events if rec is not None and cls in ("ev", "lc") else []:
+            if isinstance(ev, FailureDecidedEvent):
+                recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
     state = Execution(execution_id=eid, recorded=recorded)
     subjects = pods.layout.execution(eid)
-    replayed: list[bytes] = []  # decision records, in log order
-    lifecycle: dict[str, bytes] = {}
+    replayed: list[tuple[str, bytes]] = []  # decision records and lifecycle messages, in log order
     for s, d, seq, at in log:
         if class_of(s) != "in":
             continue
         fx = fold(state, keys.decode(input_decoder, d), seq=seq, at=at, subjects=subjects)
-        if fx.events:
-            replayed.append(keys.encode(DecisionRecord(cause=fx.cause, events=fx.events)))
-        for ev in fx.lifecycle:
-            lifecycle[subjects.lifecycle(ev.type)] = keys.encode(ev)
-    assert replayed == [d for s, d, _, _ in log if class_of(s) == "ev"]
-    assert lifecycle == {s: d for s, d, _, _ in log if class_of(s) == "lc"}
+        items = record_items(keys, fx, subjects, eid, carry=state.semantics >= 2, limit=pods.layout.max_msg_size)
+        replayed += [(subject, data) for subject, data, _ in items]
+    assert replayed == [(s, d) for s, d, _, _ in log if class_of(s) in ("ev", "lc")]
 
 
 async def test_a_schedule_keeps_its_payload_encrypted_and_its_fires_run(pods: Pods) -> None:

@@ -1,0 +1,130 @@
+"""How a decision is stored, per semantics (docs/architecture.md "Stored writes").
+
+From semantics 2 on, a decision with lifecycle events is one message: the carrier
+event (`lc.playbook.*`) holds the decision record and the decision's other lifecycle
+events. An execution started under semantics 1 (by an older starter, during a rolling
+upgrade) is continued in the format it started with, so an older pod that takes it
+over still reads every record it wrote. Either way the replay reproduces every
+decision, and the user sees every event once, the status and the result."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.core.replay import LogRecord, lifecycle_records, replay_execution
+from actors.engine import starter
+from actors.engine.readback import read_back
+from actors.natsio import log_time, stream_seq
+from actors.wire.events import decision_decoder, event_decoder, extras_decoder
+from actors.wire.messages import input_decoder
+from streams.layout import EXEC_STREAM, class_of
+from tests.conftest import System
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+THREE_STEPS = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: three}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: c
+  - step: c
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ b }}"}
+"""
+
+
+async def _log(system: System, eid: str) -> list[tuple[str, bytes, int, float]]:
+    sub = await system.nc.jetstream().subscribe(
+        system.layout.execution(eid).log, stream=EXEC_STREAM, ordered_consumer=True
+    )
+    out = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            out.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
+            if msg.metadata.num_pending == 0:
+                return out
+    finally:
+        await sub.unsubscribe()
+
+
+async def _replays_clean(system: System, eid: str, log: list[tuple[str, bytes, int, float]]) -> None:
+    records: list[LogRecord] = []
+    for subject, data, seq, at in log:
+        cls = class_of(subject)
+        if cls == "in":
+            records.append(
+                LogRecord(seq, subject, at, cls, await read_back(system.nc.jetstream(), input_decoder.decode(data)))
+            )
+        elif cls == "ev":
+            records.append(LogRecord(seq, subject, at, cls, decision_decoder.decode(data)))
+        elif cls == "lc":
+            records += lifecycle_records(seq, subject, at, event_decoder.decode(data), extras_decoder.decode(data))
+    replay = replay_execution(eid, records, subjects=system.layout.execution(eid))
+    assert replay.mismatch is None, replay.mismatch.describe()
+    assert replay.state.status == "COMPLETED"
+
+
+async def _sees_it_whole(system: System, eid: str) -> None:
+    items = await system.events(eid)
+    lifecycle = [i.type for i in items if i.cls == "lc"]
+    assert lifecycle == ["playbook.initialized", "workflow.initialized", "workflow.completed", "playbook.completed"]
+    assert [i.step for i in items if i.type == "step.enter"] == ["a", "b", "c", "end"]
+    assert await system.client.result(eid) == {"c": 3}
+
+
+async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_as_one_message_each(
+    system: System,
+) -> None:
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED" and status.playbook is not None
+    await system.engine_idle()
+    log = await _log(system, eid)
+    kinds = [".".join(s.split(".")[3:5]) for s, _, _, _ in log]
+    # start, first decision (carried by playbook.initialized), then a result and its
+    # decision per step, the last decision carried by playbook.completed
+    assert kinds == [
+        "in.start",
+        "lc.playbook",
+        "in.result",
+        "ev.decision",
+        "in.result",
+        "ev.decision",
+        "in.result",
+        "lc.playbook",
+    ]
+    first, last = (lc for lc in log if class_of(lc[0]) == "lc")
+    assert first[0].endswith(".lc.playbook.initialized") and last[0].endswith(".lc.playbook.completed")
+    carried = extras_decoder.decode(last[1])
+    assert carried.decision is not None and [e.type for e in carried.before] == ["workflow.completed"]
+    await _replays_clean(system, eid, log)
+    await _sees_it_whole(system, eid)
+
+
+async def test_an_execution_started_under_semantics_1_keeps_its_format_for_older_pods(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(starter, "SEMANTICS", 1)  # an older starter, mid-roll
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED"
+    await system.engine_idle()
+    log = await _log(system, eid)
+    lc = [(s, d) for s, d, _, _ in log if class_of(s) == "lc"]
+    # one message per lifecycle event, each a plain event (what a pod of semantics 1 reads)
+    assert [s.split(".lc.", 1)[1] for s, _ in lc] == [
+        "playbook.initialized",
+        "workflow.initialized",
+        "workflow.completed",
+        "playbook.completed",
+    ]
+    assert all(extras_decoder.decode(d).empty for _, d in lc)
+    assert len([s for s, _, _, _ in log if class_of(s) == "ev"]) == 4  # a record for every decision
+    await _replays_clean(system, eid, log)
+    await _sees_it_whole(system, eid)
