@@ -91,6 +91,7 @@ from streams.subjects import (
     partition_of,
     progress_subject,
     result_batch_subject,
+    tool_log_filter,
     type_of,
 )
 
@@ -188,6 +189,11 @@ SCHEDULE_FIRES_CONSUMER = "schedule-fires"  # read by the starter, beside start 
 
 def tool_consumer(kind: str) -> str:
     return f"tools-{kind}"
+
+
+def tool_log_consumer(kind: str) -> str:
+    """The tool consumer of `kind` on EXEC: commands held by their decision record."""
+    return f"tools-{kind}-log"
 
 
 # --- declaration ---------------------------------------------------------------------
@@ -345,8 +351,26 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
         )
         for kind in tool_kinds
     ]
+    # commands held by their decision record in the execution's log (semantics 2): the
+    # same competing pull consumers, on EXEC. Acks do not delete (limits retention):
+    # the record is the execution's history. Created with the stream's deployment,
+    # before any such record exists, so "all" delivers each command once; a consumer
+    # deleted and made again would deliver old commands again, which tool actors answer
+    # without running when the log already holds their result (actors/tools/running.py)
+    tools_log = [
+        api.ConsumerConfig(
+            durable_name=tool_log_consumer(kind),
+            filter_subject=tool_log_filter(kind),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=layout.ack_wait,
+            max_deliver=layout.max_deliver,
+            max_ack_pending=layout.tool_max_ack_pending,
+            deliver_policy=api.DeliverPolicy.ALL,
+        )
+        for kind in tool_kinds
+    ]
     return {
-        EXEC_STREAM: [*engine, projector],
+        EXEC_STREAM: [*engine, projector, *tools_log],
         CMD_STREAM: tools,
         START_STREAM: [starter],
         LOOP_STREAM: counters,
@@ -529,5 +553,7 @@ __all__ = [
     "result_batch_subject",
     "stream_configs",
     "tool_consumer",
+    "tool_log_consumer",
+    "tool_log_filter",
     "type_of",
 ]

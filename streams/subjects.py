@@ -11,7 +11,8 @@ why; this module only spells them.
     cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
     progress.<execution_id>                                      core NATS: loop progress
 
-Classes: ``in`` inputs an actor folds, ``ev`` decision records, ``lc`` lifecycle
+Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
+``ev.cmd.<kind>`` for one that holds its one command), ``lc`` lifecycle
 events, ``sch`` durable timers (the server fires them into ``in.timer.<id>``), ``out``
 what a step printed (written by tool actors beside their answer; no actor reads it).
 """
@@ -38,6 +39,7 @@ START_WAIT = "Actors-Start-Wait"
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
 LOOP_RESULT, DECISION = "res", "decision"
+COMMAND = "cmd"  # ev.cmd.<kind>: a decision record holding its one command
 RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
@@ -112,6 +114,12 @@ class ExecSubjects(_LogSubjects):
     def decision(self) -> str:
         return f"{self.prefix}.{EV}.{DECISION}"
 
+    def decision_with_command(self, kind: str) -> str:
+        """A decision record that holds its one command (semantics 2): tool actors of
+        `kind` take it from the log (`tool_log_filter`), so the command is not stored a
+        second time in CMD."""
+        return f"{self.prefix}.{EV}.{COMMAND}.{kind}"
+
     def lifecycle(self, event_type: str) -> str:
         return f"{self.prefix}.{LC}.{event_type}"
 
@@ -139,6 +147,11 @@ def engine_filter(partition: int) -> str:
 
 
 LIFECYCLE_FILTER = f"exec.*.*.{LC}.>"
+
+
+def tool_log_filter(kind: str) -> str:
+    """The decision records that hold a command of `kind` (`decision_with_command`)."""
+    return f"exec.*.*.{EV}.{COMMAND}.{kind}"
 
 
 # --- a loop's log (LOOP) ---------------------------------------------------------------

@@ -71,6 +71,7 @@ from streams.layout import (
     engine_consumer,
     stream_configs,
     tool_consumer,
+    tool_log_consumer,
 )
 from streams.subjects import (
     CANCEL_FILTER,
@@ -234,7 +235,11 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
         + [(START_STREAM, STARTER_CONSUMER), (SCHEDULE_STREAM, SCHEDULE_FIRES_CONSUMER)]
     )
     counter_pub, counter_sub = consuming([(LOOP_STREAM, counter_consumer(p)) for p in range(layout.partitions)])
-    tools_pub, _ = consuming([(CMD_STREAM, tool_consumer(kind)) for kind in tool_kinds], pull=True)
+    tools_pub, _ = consuming(
+        [(CMD_STREAM, tool_consumer(kind)) for kind in tool_kinds]
+        + [(EXEC_STREAM, tool_log_consumer(kind)) for kind in tool_kinds],  # commands held by decision records
+        pull=True,
+    )
     projector_pub, projector_sub = consumes(EXEC_STREAM, PROJECTOR_CONSUMER)
     # what a tool's answer and a max-deliveries dead letter write (actors/tools/running.py,
     # actors/tools/outputs.py, actors/tools/undeliverable.py)
@@ -305,6 +310,9 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 _dlq("tools"),
                 *blobs(),
                 _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names
+                # the decision record holding it (EXEC), and whether a command delivered again
+                # is answered in the log already (actors/tools/running.py)
+                *reads(EXEC_STREAM),
             ),
             subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, inbox("tools")),
         ),

@@ -53,6 +53,7 @@ from streams.layout import (
     counter_consumer,
     engine_consumer,
     tool_consumer,
+    tool_log_consumer,
 )
 
 # `<name>_created` series would double every counter and histogram for a timestamp no
@@ -481,6 +482,7 @@ def consumers_for(
         out.append((EXEC_STREAM, PROJECTOR_CONSUMER))
     if "tools" in roles:
         out += [(CMD_STREAM, tool_consumer(k)) for k in tool_kinds]
+        out += [(EXEC_STREAM, tool_log_consumer(k)) for k in tool_kinds]  # commands held by decision records
     return out
 
 

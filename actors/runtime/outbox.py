@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from msgspec import UNSET
+from msgspec import UNSET, Raw
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
@@ -36,7 +36,7 @@ from actors.wire.events import (
 )
 from actors.wire.messages import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids
-from streams.layout import Layout
+from streams.layout import TOOL_KINDS, Layout
 from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject
 
 TIMER_DUE_SLACK = 0.05  # a timer due within this is delivered at once, not scheduled
@@ -73,12 +73,20 @@ class Outbox:
 
     async def send(self, fx: Effects) -> None:
         js = self.js
+        # a decision record that holds its one command (semantics 2) is the command's
+        # only stored copy: sent last, in the record's place, and not to CMD
+        held = (
+            held_command_record(self.codec, fx, self.subjects, self.execution_id, limit=self.limit)
+            if self.carry and isinstance(self.subjects, ExecSubjects)
+            else None
+        )
         # each step only when it has something to send: most inputs decide a command or
         # two and a record, and every empty step cost a coroutine or two, per input
-        if fx.commands or fx.starts:
+        if (fx.commands and held is None) or fx.starts:
+            commands = fx.commands if held is None else []
             starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
             await publish_all(
-                js, await command_items(js, fx.commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
+                js, await command_items(js, commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
             )
         if fx.loops:
             await self.hand_over_loops(fx.loops)
@@ -90,7 +98,9 @@ class Outbox:
             await self.stop(fx.cancels)
         if fx.verdict is not None:
             await self.send_verdict(fx.verdict)
-        if fx.events or fx.lifecycle:
+        if held is not None:
+            await publish_all(js, [held])
+        elif fx.events or fx.lifecycle:
             await self.record(fx)
 
     async def hand_over_loops(self, loops: list[LoopSpec]) -> None:
@@ -244,6 +254,29 @@ def record_items(
     for ev in fx.lifecycle:
         items.append((subjects.lifecycle(ev.type), codec.encode(ev), ids.lifecycle_id(execution_id, ev.type)))
     return items
+
+
+def held_command_record(
+    codec: PayloadCodec, fx: Effects, subjects: ExecSubjects | LoopSubjects, execution_id: str, *, limit: int
+) -> tuple[str, bytes, str] | None:
+    """The stored message of a decision that issues one command to a tool kind and
+    has no lifecycle event (most decisions of a running execution: a step's result, its
+    exit, the next step entered, its command): the decision record holding the command
+    (`DecisionRecord.command`), on `ev.cmd.<kind>` where that kind's tool actors take
+    it (streams/layout.py `tool_log_consumer`). None when the decision is not of that
+    shape or the record would pass `limit`: then the command goes to CMD as its own
+    message, the record after it (pure: a replay that derives the same decision makes
+    the same choice and the same bytes)."""
+    if len(fx.commands) != 1 or not fx.events or fx.lifecycle or not isinstance(subjects, ExecSubjects):
+        return None
+    cmd = fx.commands[0]
+    if cmd.kind not in TOOL_KINDS or cmd.body_ref is not None:
+        return None
+    record = DecisionRecord(cause=fx.cause, events=fx.events, command=Raw(codec.encode(cmd)))
+    data = codec.encode(record)
+    if len(data) > limit:
+        return None
+    return subjects.decision_with_command(cmd.kind), data, ids.decision_id(execution_id, fx.cause)
 
 
 def cancel_request(layout: Layout, execution_id: str, reason: str) -> tuple[str, bytes, str]:

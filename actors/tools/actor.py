@@ -1,4 +1,6 @@
-"""Tool actors: competing consumers of `cmd.<kind>`, one pull consumer per kind.
+"""Tool actors: competing consumers of `cmd.<kind>` (stream CMD) and of decision
+records holding a command of their kind (`exec.*.*.ev.cmd.<kind>`, stream EXEC,
+semantics 2), two pull consumers per kind sharing its slots.
 
 A tool actor knows commands and results, nothing of the engine: it runs the command,
 publishes `call.done` or `call.error` to the subject the command names (the
@@ -38,7 +40,7 @@ from actors.tools.redact import install_log_redaction
 from actors.tools.resources import ToolResources
 from actors.tools.running import CommandRunner
 from actors.wire.messages import Limits
-from streams.layout import TOOL_KINDS, Layout
+from streams.layout import EXEC_STREAM, TOOL_KINDS, Layout, tool_log_consumer
 from streams.subjects import CANCEL_FILTER
 
 __all__ = ["DEFAULT_CONCURRENCY", "KIND_CONCURRENCY", "ToolActor", "concurrency_of"]
@@ -123,9 +125,15 @@ class ToolActor:
         self._step_user_fallback = step_user_fallback and not (settings.step_user or "").strip()
         # sinks' templates that are not cheap by construction render in render processes
         self._off_loop = OffLoop(threads=2, name="sink-render", bounds=RenderBounds.of(settings))
-        self._pulls = {
-            kind: KindPull(nc, kind, max(1, concurrency_of(kind, concurrency)), self._deliver) for kind in kinds
-        }
+        self._pulls: dict[str, KindPull] = {}
+        for kind in kinds:
+            n = max(1, concurrency_of(kind, concurrency))
+            own = KindPull(nc, kind, n, self._deliver)
+            # commands held by their decision record in the execution's log (semantics 2)
+            held = KindPull(nc, kind, n, self._deliver, stream=EXEC_STREAM, consumer=tool_log_consumer(kind))
+            own.group = held.group = [own, held]
+            self._pulls[kind] = own
+            self._pulls[f"{kind} (log)"] = held
         self._loops: list[asyncio.Task[None]] = []
         self._cancels = Cancels()
         self._held = HeldCommands(margin=hold_margin)  # commands not acked yet (kept alive)

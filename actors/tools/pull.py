@@ -1,4 +1,5 @@
-"""The continuous pull of one tool kind's consumer: raw `$JS.API.CONSUMER.MSG.NEXT`
+"""The continuous pull of one tool kind's consumer (on CMD, or on EXEC for commands
+held by their decision record): raw `$JS.API.CONSUMER.MSG.NEXT`
 requests for as many commands as there are free slots, and the server's status messages
 (heartbeats, expired or refused requests) that say what became of them.
 
@@ -41,22 +42,32 @@ class KindPull:
     __slots__ = (
         "backoff_until",
         "concurrency",
+        "consumer",
         "deliver",
+        "group",
         "kind",
         "last_seen",
         "loop",
         "nc",
         "requested",
         "running",
+        "stream",
         "sub",
         "wake",
     )
 
-    def __init__(self, nc: NATS, kind: str, concurrency: int, deliver: Deliver) -> None:
+    def __init__(
+        self, nc: NATS, kind: str, concurrency: int, deliver: Deliver, *, stream: str = CMD_STREAM, consumer: str = ""
+    ) -> None:
         self.nc = nc
         self.kind = kind
         self.concurrency = concurrency
         self.deliver = deliver
+        self.stream = stream  # CMD (commands as their own messages) or EXEC (held by their decision record)
+        self.consumer = consumer or tool_consumer(kind)
+        # the pulls of one kind (CMD's and EXEC's) share its slots: `concurrency` counts
+        # what all of them run (see `run`)
+        self.group: list[KindPull] = [self]
         self.running: set[asyncio.Task[None]] = set()
         self.requested = 0  # asked of the server by pull requests, not delivered yet
         self.last_seen = 0.0  # loop time of the last thing the server sent (or of our last request)
@@ -82,7 +93,7 @@ class KindPull:
         """Ask for commands whenever enough slots are free, until `stopping` is set."""
         assert self.sub is not None
         loop = asyncio.get_running_loop()
-        subject = f"{DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{CMD_STREAM}.{tool_consumer(self.kind)}"
+        subject = f"{DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
         threshold = max(1, self.concurrency // 4)
         inbox = self.sub.subject
         while not stopping.is_set():
@@ -90,7 +101,11 @@ class KindPull:
             now = loop.time()
             if self.requested and now - self.last_seen > 3 * PULL_HEARTBEAT:
                 self.requested = 0  # neither commands nor heartbeats: our requests are gone (server restart)
-            free = self.concurrency - len(self.running) - self.requested
+            # slots: what the kind runs (both pulls) and what this pull has asked for. Not
+            # what the other pull asked for: its requests may wait at the server for
+            # commands that are not coming, and must not starve this one. So when both
+            # streams have commands at once a pod may take up to twice `concurrency`
+            free = self.concurrency - sum(len(k.running) for k in self.group) - self.requested
             if free > 0 and (free >= threshold or not self.requested) and now >= self.backoff_until:
                 request = {
                     "batch": free,
@@ -117,7 +132,8 @@ class KindPull:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.running.discard(task)
-        self.wake.set()
+        for k in self.group:  # a slot is free for each pull of the kind
+            k.wake.set()
 
     def _on_status(self, msg: Msg) -> None:
         headers = msg.headers or {}

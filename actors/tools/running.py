@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from actors.natsio import MSG_ID, ack, dead_letter, num_delivered, publisher
+from actors.natsio import MSG_ID, ack, dead_letter, has_message, num_delivered, publisher
 from actors.natsio.binding import codec_of
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
@@ -38,6 +38,7 @@ from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
 from actors.tools.undeliverable import answer_undeliverable
 from actors.wire.codec import PayloadUnreadable
+from actors.wire.events import embedded_command
 from actors.wire.jsonvalues import loads
 from actors.wire.messages import (
     CallDone,
@@ -51,7 +52,7 @@ from actors.wire.messages import (
     command_decoder,
 )
 from streams.ids import result_id
-from streams.layout import Layout, result_batch_subject
+from streams.layout import EXEC_STREAM, Layout, execution_of, result_batch_subject
 
 __all__ = ["RESULT_HEADROOM", "CommandRunner"]
 
@@ -98,11 +99,36 @@ class CommandRunner:
             held=held,
         )
 
+    async def _answered_already(self, msg: Msg, cmd: Command, delivered: int) -> bool:
+        """A command delivered again (its pod died after storing the answer, before the
+        ack) or one stored long ago (a consumer made again delivers old records again)
+        whose answer the execution's log holds: acked without running it twice. Asked
+        only then, so a fresh command costs no lookup."""
+        if not cmd.reply_to.startswith("exec.") or cmd.iteration_index is not None:
+            return False  # a loop iteration's answer may be in a batch: not one subject to ask
+        stored = msg.metadata.timestamp.timestamp() if msg.metadata.timestamp is not None else time.time()
+        if delivered <= 1 and time.time() - stored < self.layout.ack_wait:
+            return False
+        return await has_message(self.nc, EXEC_STREAM, cmd.reply_to)
+
     async def command(self, msg: Msg) -> None:
+        data = msg.data
+        if msg.subject.startswith("exec."):  # a decision record holding its command (semantics 2)
+            try:
+                held = embedded_command(data)
+            except msgspec.DecodeError as e:
+                held, why = None, f"undecodable decision record: {e}"
+            else:
+                why = "a decision record on a command subject holds no command"
+            if held is None:
+                await dead_letter(self.js, source="tools", reason=why, msg=msg, execution_id=execution_of(msg.subject))
+                await msg.term()  # the record stays in the log; only its delivery to tools ends
+                return
+            data = held
         try:
-            cmd = codec_of(self.js).decode(command_decoder, msg.data)  # args, tool, element decrypted
+            cmd = codec_of(self.js).decode(command_decoder, data)  # args, tool, element decrypted
         except PayloadUnreadable as e:  # encrypted with a key this pod lacks: the step fails saying so
-            cmd = command_decoder.decode(msg.data)
+            cmd = command_decoder.decode(data)
             unreadable = ErrorInfo(type="PayloadUnreadable", message=f"step '{cmd.step}': {e}")
             await self.reply(cmd, None, unreadable, time.time(), time.time())
             await ack(msg)
@@ -112,6 +138,9 @@ class CommandRunner:
             await msg.term()
             return
         delivered = num_delivered(msg)
+        if await self._answered_already(msg, cmd, delivered):
+            await ack(msg)
+            return
         if delivered >= self.layout.max_deliver:
             reason = f"delivered {delivered} times without a result; giving up"
             await dead_letter(self.js, source="tools", reason=reason, msg=msg, execution_id=cmd.execution_id)

@@ -578,10 +578,31 @@ AnyEvent = Event | UnknownEvent
 
 
 class DecisionRecord(Struct, omit_defaults=True):
-    """The events of one decision, written as one message (class `ev`)."""
+    """The events of one decision, written as one message (class `ev`). `command`: the
+    one command the decision issued, as its own message would hold it (values sealed),
+    when the record is its only stored copy (semantics 2, subject `ev.cmd.<kind>`: tool
+    actors take it from the log; `embedded_command`)."""
 
     cause: int
     events: Sequence[AnyEvent] = field(default_factory=list)
+    command: msgspec.Raw | None = None
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+class _HeldCommand(Struct):
+    command: msgspec.Raw = _NULL  # msgspec decodes Raw alone, not in a union with None
+
+
+_held_command = msgspec.json.Decoder(_HeldCommand)
+
+
+def embedded_command(record: bytes) -> bytes | None:
+    """The command a decision record holds (its message's bytes, values as sealed), or
+    None. Raises msgspec.DecodeError for a record that is not one."""
+    raw = _held_command.decode(record).command
+    return None if raw == _NULL else bytes(raw)
 
 
 class _TypedDecision(Struct):

@@ -153,7 +153,11 @@ def test_consumers_for_each_role() -> None:
     ]
     assert consumers_for(["counter"], partitions=[1]) == [(LOOP_STREAM, "counter-p1")]
     assert consumers_for(["projector"], partitions=[]) == [(EXEC_STREAM, "projector")]
-    assert consumers_for(["tools"], partitions=[], tool_kinds=["python"]) == [(CMD_STREAM, "tools-python")]
+    # commands as their own messages, and held by their decision records in the log
+    assert consumers_for(["tools"], partitions=[], tool_kinds=["python"]) == [
+        (CMD_STREAM, "tools-python"),
+        (EXEC_STREAM, "tools-python-log"),
+    ]
 
 
 @pytest.mark.asyncio

@@ -192,6 +192,7 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         "in.cancel",
         "in.retried",
         "ev.decision",
+        "ev.cmd",  # a decision record holding its one command (semantics 2)
         "lc.playbook",  # carrying `workflow.*` beside it: one message per decision (semantics 2)
         "lc.execution",
         "sch",

@@ -427,7 +427,8 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     from actors.core.decide import fold
     from actors.core.state import Execution
     from actors.natsio import log_time, stream_seq
-    from actors.runtime.outbox import record_items
+    from actors.runtime.outbox import held_command_record, record_items
+    from actors.store.blobs import HEADROOM
     from actors.wire.events import FailureDecidedEvent, decision_decoder, extras_decoder
     from actors.wire.messages import input_decoder
     from streams.layout import EXEC_STREAM, class_of
@@ -463,7 +464,9 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
         if class_of(s) != "in":
             continue
         fx = fold(state, keys.decode(input_decoder, d), seq=seq, at=at, subjects=subjects)
-        items = record_items(keys, fx, subjects, eid, carry=state.semantics >= 2, limit=pods.layout.max_msg_size)
+        carry, limit = state.semantics >= 2, pods.layout.max_msg_size - HEADROOM
+        held = held_command_record(keys, fx, subjects, eid, limit=limit) if carry else None
+        items = [held] if held is not None else record_items(keys, fx, subjects, eid, carry=carry, limit=limit)
         replayed += [(subject, data) for subject, data, _ in items]
     assert replayed == [(s, d) for s, d, _, _ in log if class_of(s) in ("ev", "lc")]
 

@@ -2,9 +2,11 @@
 
 From semantics 2 on, a decision with lifecycle events is one message: the carrier
 event (`lc.playbook.*`) holds the decision record and the decision's other lifecycle
-events. An execution started under semantics 1 (by an older starter, during a rolling
-upgrade) is continued in the format it started with, so an older pod that takes it
-over still reads every record it wrote. Either way the replay reproduces every
+events; and a decision that issues one command to a tool (and has no lifecycle event)
+holds the command in its record (`ev.cmd.<kind>`), where tool actors take it: the
+command is not stored a second time in CMD. An execution started under semantics 1
+(by an older starter, during a rolling upgrade) is continued in the format it started
+with, so an older pod that takes it over still reads every record it wrote. Either way the replay reproduces every
 decision, and the user sees every event once, the status and the result."""
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from actors.core.replay import LogRecord, lifecycle_records, replay_execution
 from actors.engine import starter
 from actors.engine.readback import read_back
 from actors.natsio import log_time, stream_seq
-from actors.wire.events import decision_decoder, event_decoder, extras_decoder
-from actors.wire.messages import input_decoder
-from streams.layout import EXEC_STREAM, class_of
+from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
+from actors.wire.messages import command_decoder, input_decoder
+from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
 from tests.conftest import System
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -89,17 +91,23 @@ async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_a
     log = await _log(system, eid)
     kinds = [".".join(s.split(".")[3:5]) for s, _, _, _ in log]
     # start, first decision (carried by playbook.initialized), then a result and its
-    # decision per step, the last decision carried by playbook.completed
+    # decision per step, each middle decision holding the next step's command (which
+    # the python tool actors took from the log), the last carried by playbook.completed
     assert kinds == [
         "in.start",
         "lc.playbook",
         "in.result",
-        "ev.decision",
+        "ev.cmd",
         "in.result",
-        "ev.decision",
+        "ev.cmd",
         "in.result",
         "lc.playbook",
     ]
+    held = [embedded_command(d) for s, d, _, _ in log if ".ev.cmd." in s]
+    assert all(s.endswith(".ev.cmd.python") for s, _, _, _ in log if ".ev.cmd." in s)
+    assert [command_decoder.decode(h).step for h in held if h is not None] == ["b", "c"]
+    # only the first step's command (decided with the execution's start) went to CMD
+    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 1
     first, last = (lc for lc in log if class_of(lc[0]) == "lc")
     assert first[0].endswith(".lc.playbook.initialized") and last[0].endswith(".lc.playbook.completed")
     carried = extras_decoder.decode(last[1])
@@ -125,6 +133,9 @@ async def test_an_execution_started_under_semantics_1_keeps_its_format_for_older
         "playbook.completed",
     ]
     assert all(extras_decoder.decode(d).empty for _, d in lc)
-    assert len([s for s, _, _, _ in log if class_of(s) == "ev"]) == 4  # a record for every decision
+    # a record for every decision, on `ev.decision`, holding no command: commands went to CMD
+    assert [s.rsplit(".", 2)[1:] for s, _, _, _ in log if class_of(s) == "ev"] == [["ev", "decision"]] * 4
+    assert not [d for s, d, _, _ in log if class_of(s) == "ev" and embedded_command(d) is not None]
+    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 3
     await _replays_clean(system, eid, log)
     await _sees_it_whole(system, eid)
