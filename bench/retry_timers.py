@@ -24,7 +24,8 @@ What it does (everything in this process on uvloop, against its own nats-server)
    To make N timers fall due within the same second, attempt 1's results must land
    within a second of each other. The engine, starter and projector start first
    (``start_roles``); N starts are published concurrently; once all N attempt-1
-   commands wait in the CMD work queue, a ``noop`` tool actor starts (concurrency n by
+   commands wait (held by their decision records in the log; from an older engine, in
+   the CMD work queue), a ``noop`` tool actor starts (concurrency n by
    default, and the layout's ``tool_max_ack_pending`` raised to match, so it takes them
    all in one fetch) and drains them in a burst. ``spread_s`` (max due - min due) and
    ``max_due_in_1s`` (most dues in any one-second window) say how well that worked. D defaults to 5 s + 1 s per 400
@@ -103,6 +104,7 @@ from streams.layout import (
     Layout,
     class_of,
     execution_of,
+    tool_log_consumer,
     type_of,
 )
 from streams.server import NatsServer, find_binary
@@ -307,7 +309,10 @@ async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable
         t_published = time.time()
 
         async def queued() -> bool:
-            return (await jsm.stream_info(CMD_STREAM)).state.messages >= n
+            # each attempt-1 command is held by its decision record in the log (semantics
+            # 2, consumer tools-noop-log) or, from an older engine, queued in CMD
+            held = (await jsm.consumer_info(EXEC_STREAM, tool_log_consumer("noop"))).num_pending
+            return (await jsm.stream_info(CMD_STREAM)).state.messages + held >= n
 
         await wait_until(queued, timeout=args.timeout, what=f"{n} attempt-1 commands in CMD")
         t_queued = time.time()

@@ -100,6 +100,7 @@ from streams.layout import (
     engine_consumer,
     ensure,
     tool_consumer,
+    tool_log_consumer,
 )
 from streams.server import NatsServer
 from tests.support.pods import PodProcess
@@ -250,6 +251,8 @@ async def redeliveries(nc: NATS, layout: Layout) -> dict[str, int]:
     out = {"engine": engine}
     for kind in ("noop", "sleep"):
         out[f"tools-{kind}"] = (await jsm.consumer_info("CMD", tool_consumer(kind))).num_redelivered or 0
+        held = await jsm.consumer_info("EXEC", tool_log_consumer(kind))  # commands held by decision records
+        out[f"tools-{kind}"] += held.num_redelivered or 0
     return out
 
 

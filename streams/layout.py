@@ -91,7 +91,7 @@ from streams.subjects import (
     partition_of,
     progress_subject,
     result_batch_subject,
-    tool_log_filter,
+    tool_log_filters,
     type_of,
 )
 
@@ -360,7 +360,7 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
     tools_log = [
         api.ConsumerConfig(
             durable_name=tool_log_consumer(kind),
-            filter_subject=tool_log_filter(kind),
+            filter_subjects=tool_log_filters(kind),
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=layout.ack_wait,
             max_deliver=layout.max_deliver,
@@ -554,6 +554,6 @@ __all__ = [
     "stream_configs",
     "tool_consumer",
     "tool_log_consumer",
-    "tool_log_filter",
+    "tool_log_filters",
     "type_of",
 ]

@@ -123,6 +123,12 @@ class ExecSubjects(_LogSubjects):
     def lifecycle(self, event_type: str) -> str:
         return f"{self.prefix}.{LC}.{event_type}"
 
+    def lifecycle_with_command(self, event_type: str, kind: str) -> str:
+        """A lifecycle event carrying its decision, whose record holds its one command
+        (semantics 2): still under `lc.` for the projector, and under `cmd.<kind>`
+        for that kind's tool actors (`tool_log_filters`)."""
+        return f"{self.lifecycle(event_type)}.{COMMAND}.{kind}"
+
     @property
     def outputs(self) -> str:
         """What the execution's steps printed (a filter; loop iterations' are in LOOP)."""
@@ -149,9 +155,11 @@ def engine_filter(partition: int) -> str:
 LIFECYCLE_FILTER = f"exec.*.*.{LC}.>"
 
 
-def tool_log_filter(kind: str) -> str:
-    """The decision records that hold a command of `kind` (`decision_with_command`)."""
-    return f"exec.*.*.{EV}.{COMMAND}.{kind}"
+def tool_log_filters(kind: str) -> list[str]:
+    """The stored decisions that hold a command of `kind`: decision records
+    (`decision_with_command`) and lifecycle events carrying their decision
+    (`lifecycle_with_command`: an execution's first step's command)."""
+    return [f"exec.*.*.{EV}.{COMMAND}.{kind}", f"exec.*.*.{LC}.*.*.{COMMAND}.{kind}"]
 
 
 # --- a loop's log (LOOP) ---------------------------------------------------------------

@@ -73,17 +73,21 @@ class Outbox:
 
     async def send(self, fx: Effects) -> None:
         js = self.js
-        # a decision record that holds its one command (semantics 2) is the command's
-        # only stored copy: sent last, in the record's place, and not to CMD
-        held = (
-            held_command_record(self.codec, fx, self.subjects, self.execution_id, limit=self.limit)
-            if self.carry and isinstance(self.subjects, ExecSubjects)
-            else None
-        )
+        # the decision's record and lifecycle events, as stored messages: fixed first,
+        # since one may hold the decision's command (semantics 2: `decision_messages`),
+        # which then is not sent to CMD; published last, after everything they decided
+        record: list[tuple[str, bytes, str]] = []
+        held = False
+        if isinstance(self.subjects, ExecSubjects) and (fx.events or fx.lifecycle):
+            for ev in fx.lifecycle:
+                await self._offload_result(ev)
+            record, held = decision_messages(
+                self.codec, fx, self.subjects, self.execution_id, carry=self.carry, limit=self.limit
+            )
         # each step only when it has something to send: most inputs decide a command or
         # two and a record, and every empty step cost a coroutine or two, per input
-        if (fx.commands and held is None) or fx.starts:
-            commands = fx.commands if held is None else []
+        if (fx.commands and not held) or fx.starts:
+            commands = [] if held else fx.commands
             starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
             await publish_all(
                 js, await command_items(js, commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
@@ -98,10 +102,8 @@ class Outbox:
             await self.stop(fx.cancels)
         if fx.verdict is not None:
             await self.send_verdict(fx.verdict)
-        if held is not None:
-            await publish_all(js, [held])
-        elif fx.events or fx.lifecycle:
-            await self.record(fx)
+        if record:
+            await publish_all(js, record)
 
     async def hand_over_loops(self, loops: list[LoopSpec]) -> None:
         """Each loop goes to the counter as one spec on the loop's own log; a large
@@ -203,17 +205,18 @@ class Outbox:
         )
 
     async def record(self, fx: Effects) -> None:
-        """The decision record and lifecycle events (`record_items`); an execution
-        result too large for its event goes first as a blob the event names
-        (`result_ref`)."""
+        """Only the decision's record and lifecycle events (`decision_messages`; an
+        execution result too large for its event goes first as a blob the event names:
+        `result_ref`), for a decision that sends nothing else (an engine giving up on an
+        input)."""
         if not isinstance(self.subjects, ExecSubjects):
             return
         for ev in fx.lifecycle:
             await self._offload_result(ev)
-        await publish_all(
-            self.js,
-            record_items(self.codec, fx, self.subjects, self.execution_id, carry=self.carry, limit=self.limit),
+        items, _ = decision_messages(
+            self.codec, fx.copy(commands=[]), self.subjects, self.execution_id, carry=self.carry, limit=self.limit
         )
+        await publish_all(self.js, items)
 
     async def _offload_result(self, ev: Event) -> None:
         data = ev.data
@@ -226,27 +229,75 @@ class Outbox:
             data.result, data.result_ref = None, ref
 
 
-def record_items(
+Items = list[tuple[str, bytes, str]]
+
+
+def decision_messages(
     codec: PayloadCodec, fx: Effects, subjects: ExecSubjects, execution_id: str, *, carry: bool, limit: int
-) -> list[tuple[str, bytes, str]]:
-    """The stored messages of a decision's record and lifecycle events (pure: a replay
-    that derives the same decision gets the same bytes under the same ids). With
-    `carry` (semantics 2), a decision with lifecycle events is one message: its carrier
-    event holding the record and the others (actors/wire/events.py `LifecycleExtras`),
-    unless that one message would pass `limit` (large values in several events), when
-    each goes as its own message, as under semantics 1: a decision record
-    (`ev.decision`), then each lifecycle event on its own subject."""
-    if carry and fx.lifecycle:
+) -> tuple[Items, bool]:
+    """The stored messages of a decision's record and lifecycle events, and whether
+    one of them holds the decision's command (which then is not sent to CMD). Pure: a
+    replay that derives the same decision gets the same bytes under the same ids.
+
+    Semantics 1 (`carry` False): a decision record (`ev.decision`), then each lifecycle
+    event on its own subject. Semantics 2 (`carry`), one message per decision:
+
+    * with lifecycle events, the carrier event holds the record and the others
+      (actors/wire/events.py `LifecycleExtras`), on its own subject
+      (`lc.playbook.completed`);
+    * the decision's one command to a tool kind, when it has exactly one, is held by
+      its record (`DecisionRecord.command`), and the message's subject says the kind:
+      `ev.cmd.<kind>`, or `lc.<type>.cmd.<kind>` for a carrier (an execution's first
+      decision: its first step's command), where that kind's tool actors take it
+      (streams/layout.py `tool_log_consumer`);
+    * what would pass `limit` (large values in several events) falls back: without the
+      command (it goes to CMD as its own message), then to semantics 1's messages."""
+    if not carry:
+        return _separate(codec, fx, subjects, execution_id), False
+    command = _holdable(codec, fx)
+    for held in (command, None) if command is not None else (None,):
+        one = _one_message(codec, fx, subjects, execution_id, held)
+        if one is not None and len(one[1]) <= limit:
+            return [one], held is not None
+    return _separate(codec, fx, subjects, execution_id), False
+
+
+def _one_message(
+    codec: PayloadCodec, fx: Effects, subjects: ExecSubjects, execution_id: str, held: Raw | None
+) -> tuple[str, bytes, str] | None:
+    """The decision as one message, holding `held` (its command) or not; None when one
+    message is not its shape (no lifecycle event and no command held)."""
+    kind = fx.commands[0].kind if held is not None else ""
+    if fx.lifecycle:
         at = carrier_of(fx.lifecycle)
         ev = fx.lifecycle[at]
+        decided = fx.events or held is not None
         extras = LifecycleExtras(
-            decision=DecisionRecord(cause=fx.cause, events=fx.events) if fx.events else None,
+            decision=DecisionRecord(cause=fx.cause, events=fx.events, command=held) if decided else None,
             before=fx.lifecycle[:at],
             after=fx.lifecycle[at + 1 :],
         )
-        data = splice(codec.encode(ev), codec.encode(extras))
-        if len(data) <= limit:
-            return [(subjects.lifecycle(ev.type), data, ids.lifecycle_id(execution_id, ev.type))]
+        subject = subjects.lifecycle_with_command(ev.type, kind) if held is not None else subjects.lifecycle(ev.type)
+        return subject, splice(codec.encode(ev), codec.encode(extras)), ids.lifecycle_id(execution_id, ev.type)
+    if held is None:
+        return None
+    record = DecisionRecord(cause=fx.cause, events=fx.events, command=held)
+    return subjects.decision_with_command(kind), codec.encode(record), ids.decision_id(execution_id, fx.cause)
+
+
+def _holdable(codec: PayloadCodec, fx: Effects) -> Raw | None:
+    """The decision's command, encoded as its own message would be, when a record may
+    hold it: exactly one command, to a kind tool actors take from the log, small
+    enough to travel in a message (not a stub naming a blob)."""
+    if len(fx.commands) != 1:
+        return None
+    cmd = fx.commands[0]
+    if cmd.kind not in TOOL_KINDS or cmd.body_ref is not None or cmd.iteration_index is not None:
+        return None
+    return Raw(codec.encode(cmd))
+
+
+def _separate(codec: PayloadCodec, fx: Effects, subjects: ExecSubjects, execution_id: str) -> Items:
     items = []
     if fx.events:
         record = DecisionRecord(cause=fx.cause, events=fx.events)
@@ -254,29 +305,6 @@ def record_items(
     for ev in fx.lifecycle:
         items.append((subjects.lifecycle(ev.type), codec.encode(ev), ids.lifecycle_id(execution_id, ev.type)))
     return items
-
-
-def held_command_record(
-    codec: PayloadCodec, fx: Effects, subjects: ExecSubjects | LoopSubjects, execution_id: str, *, limit: int
-) -> tuple[str, bytes, str] | None:
-    """The stored message of a decision that issues one command to a tool kind and
-    has no lifecycle event (most decisions of a running execution: a step's result, its
-    exit, the next step entered, its command): the decision record holding the command
-    (`DecisionRecord.command`), on `ev.cmd.<kind>` where that kind's tool actors take
-    it (streams/layout.py `tool_log_consumer`). None when the decision is not of that
-    shape or the record would pass `limit`: then the command goes to CMD as its own
-    message, the record after it (pure: a replay that derives the same decision makes
-    the same choice and the same bytes)."""
-    if len(fx.commands) != 1 or not fx.events or fx.lifecycle or not isinstance(subjects, ExecSubjects):
-        return None
-    cmd = fx.commands[0]
-    if cmd.kind not in TOOL_KINDS or cmd.body_ref is not None:
-        return None
-    record = DecisionRecord(cause=fx.cause, events=fx.events, command=Raw(codec.encode(cmd)))
-    data = codec.encode(record)
-    if len(data) > limit:
-        return None
-    return subjects.decision_with_command(cmd.kind), data, ids.decision_id(execution_id, fx.cause)
 
 
 def cancel_request(layout: Layout, execution_id: str, reason: str) -> tuple[str, bytes, str]:

@@ -591,17 +591,25 @@ class DecisionRecord(Struct, omit_defaults=True):
 _NULL = msgspec.Raw(b"null")
 
 
-class _HeldCommand(Struct):
+class _HeldByRecord(Struct):
     command: msgspec.Raw = _NULL  # msgspec decodes Raw alone, not in a union with None
+
+
+class _HeldCommand(Struct):
+    command: msgspec.Raw = _NULL  # a decision record's
+    decision: _HeldByRecord | None = None  # a lifecycle event's that carries its decision
 
 
 _held_command = msgspec.json.Decoder(_HeldCommand)
 
 
-def embedded_command(record: bytes) -> bytes | None:
-    """The command a decision record holds (its message's bytes, values as sealed), or
-    None. Raises msgspec.DecodeError for a record that is not one."""
-    raw = _held_command.decode(record).command
+def embedded_command(message: bytes) -> bytes | None:
+    """The command a stored decision holds (its own message's bytes, values as sealed):
+    a decision record's (`ev.cmd.<kind>`) or that of the record a lifecycle event carries
+    (`lc.<type>.cmd.<kind>`); None when it holds none. Raises msgspec.DecodeError for a
+    message that is neither."""
+    held = _held_command.decode(message)
+    raw = held.decision.command if held.command == _NULL and held.decision is not None else held.command
     return None if raw == _NULL else bytes(raw)
 
 

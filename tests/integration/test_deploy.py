@@ -25,7 +25,7 @@ import yaml
 
 from actors.cli import build_parser
 from actors.pod.roles import ROLES
-from streams.layout import CMD_STREAM, TOOL_KINDS, Layout, tool_consumer
+from streams.layout import CMD_STREAM, EXEC_STREAM, TOOL_KINDS, Layout, tool_consumer, tool_log_consumer
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -224,11 +224,13 @@ def test_scaled_object_targets_the_tools_deployment_on_tool_consumers() -> None:
             f"unknown nats-jetstream field(s) {set(meta) - JETSTREAM_TRIGGER_KEYS}"
         )
         assert JETSTREAM_TRIGGER_REQUIRED <= set(meta)
-        assert meta["stream"] == CMD_STREAM
         assert int(meta["lagThreshold"]) > 0
         assert re.fullmatch(r"[a-z0-9.-]+:\d+", meta["natsServerMonitoringEndpoint"])
-        consumers.append(meta["consumer"])
-    assert sorted(consumers) == sorted(tool_consumer(k) for k in TOOL_KINDS)
+        consumers.append((meta["stream"], meta["consumer"]))
+    # each kind's commands in CMD, and those held by decision records in EXEC
+    assert sorted(consumers) == sorted(
+        [(CMD_STREAM, tool_consumer(k)) for k in TOOL_KINDS] + [(EXEC_STREAM, tool_log_consumer(k)) for k in TOOL_KINDS]
+    )
 
 
 # --- the NATS chart values ------------------------------------------------------------------

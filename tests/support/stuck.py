@@ -10,7 +10,7 @@ from pathlib import Path
 
 from actors.client import Client
 from actors.pod import taskdump
-from streams.layout import TOOL_KINDS, counter_consumer, engine_consumer, tool_consumer
+from streams.layout import TOOL_KINDS, counter_consumer, engine_consumer, tool_consumer, tool_log_consumer
 from tests.support.pods import PodProcess
 
 
@@ -58,6 +58,7 @@ async def _consumers_and_logs(client: Client, stuck: list[str], lines: list[str]
     partitions = range(client.layout.partitions)
     consumers = [("EXEC", engine_consumer(p)) for p in partitions] + [("LOOP", counter_consumer(p)) for p in partitions]
     consumers += [("CMD", tool_consumer(kind)) for kind in TOOL_KINDS]
+    consumers += [("EXEC", tool_log_consumer(kind)) for kind in TOOL_KINDS]  # commands held by decision records
     for stream, name in consumers:
         try:
             info = await jsm.consumer_info(stream, name)

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.client import Client
 from actors.config.settings import Settings
 from actors.pod.roles import connect, serve, start_roles
-from streams.layout import CMD_STREAM, Layout, tool_consumer
+from streams.layout import CMD_STREAM, EXEC_STREAM, Layout, tool_consumer, tool_log_consumer
 from streams.server import NatsServer
 from tests.conftest import EXAMPLES, wait_for
 from tests.support.pods import PodProcess, free_port, get, until_status
@@ -67,6 +67,8 @@ async def test_serve_is_ready_exports_lag_logs_lifecycle_and_exits_0_on_sigterm(
             values = samples(text)
             lag = ("actors_consumer_pending_messages", (("consumer", tool_consumer("python")), ("stream", CMD_STREAM)))
             assert lag in values and values[lag] >= 0
+            held = ("actors_consumer_pending_messages", (("consumer", tool_log_consumer("python")), ("stream", "EXEC")))
+            assert held in values and values[held] >= 0
             for p in range(PARTITIONS):
                 assert (
                     "actors_consumer_pending_messages",
@@ -147,7 +149,8 @@ workflow:
             jsm = nc.jsm()
 
             async def running() -> bool:
-                info: Any = await jsm.consumer_info(CMD_STREAM, tool_consumer("sleep"))
+                # its command is held by the decision record in the log (semantics 2)
+                info: Any = await jsm.consumer_info(EXEC_STREAM, tool_log_consumer("sleep"))
                 return bool(info.num_ack_pending)
 
             loop = asyncio.get_running_loop()
@@ -165,7 +168,7 @@ workflow:
         # connection's question (two connections: no order between them), so it is asked
         # again for a moment, well within ack_wait (5 s: past it, a lost ack would show)
         async def settled() -> bool:
-            info: Any = await jsm.consumer_info(CMD_STREAM, tool_consumer("sleep"))
+            info: Any = await jsm.consumer_info(EXEC_STREAM, tool_log_consumer("sleep"))
             return (info.num_pending, info.num_ack_pending) == (0, 0)
 
         await wait_for(settled, timeout=3)

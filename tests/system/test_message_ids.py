@@ -102,8 +102,8 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
         }[head]()
     if cls == "ev":
         return ids.decision_id(eid, decision_decoder.decode(data).cause)
-    if cls == "lc":
-        return ids.lifecycle_id(eid, kind)
+    if cls == "lc":  # `lc.<type>[.cmd.<kind>]`: the event's type names it
+        return ids.lifecycle_id(eid, kind.split(".cmd.", 1)[0])
     if cls == "out":
         return ids.output_id(eid, kind)
     assert cls == "sch", subject

@@ -427,7 +427,7 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     from actors.core.decide import fold
     from actors.core.state import Execution
     from actors.natsio import log_time, stream_seq
-    from actors.runtime.outbox import held_command_record, record_items
+    from actors.runtime.outbox import decision_messages
     from actors.store.blobs import HEADROOM
     from actors.wire.events import FailureDecidedEvent, decision_decoder, extras_decoder
     from actors.wire.messages import input_decoder
@@ -465,8 +465,7 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
             continue
         fx = fold(state, keys.decode(input_decoder, d), seq=seq, at=at, subjects=subjects)
         carry, limit = state.semantics >= 2, pods.layout.max_msg_size - HEADROOM
-        held = held_command_record(keys, fx, subjects, eid, limit=limit) if carry else None
-        items = [held] if held is not None else record_items(keys, fx, subjects, eid, carry=carry, limit=limit)
+        items, _ = decision_messages(keys, fx, subjects, eid, carry=carry, limit=limit)
         replayed += [(subject, data) for subject, data, _ in items]
     assert replayed == [(s, d) for s, d, _, _ in log if class_of(s) in ("ev", "lc")]
 

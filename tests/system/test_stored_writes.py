@@ -3,8 +3,9 @@
 From semantics 2 on, a decision with lifecycle events is one message: the carrier
 event (`lc.playbook.*`) holds the decision record and the decision's other lifecycle
 events; and a decision that issues one command to a tool (and has no lifecycle event)
-holds the command in its record (`ev.cmd.<kind>`), where tool actors take it: the
-command is not stored a second time in CMD. An execution started under semantics 1
+holds the command in its record (`ev.cmd.<kind>`, or `lc.<type>.cmd.<kind>` for the
+first decision), where tool actors take it: the command is not stored a second time
+in CMD. An execution started under semantics 1
 (by an older starter, during a rolling upgrade) is continued in the format it started
 with, so an older pod that takes it over still reads every record it wrote. Either way the replay reproduces every
 decision, and the user sees every event once, the status and the result."""
@@ -103,13 +104,18 @@ async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_a
         "in.result",
         "lc.playbook",
     ]
-    held = [embedded_command(d) for s, d, _, _ in log if ".ev.cmd." in s]
-    assert all(s.endswith(".ev.cmd.python") for s, _, _, _ in log if ".ev.cmd." in s)
-    assert [command_decoder.decode(h).step for h in held if h is not None] == ["b", "c"]
-    # only the first step's command (decided with the execution's start) went to CMD
-    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 1
-    first, last = (lc for lc in log if class_of(lc[0]) == "lc")
-    assert first[0].endswith(".lc.playbook.initialized") and last[0].endswith(".lc.playbook.completed")
+    held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
+    assert [s.split(".", 3)[3] for s, _, _, _ in log if ".cmd." in s] == [
+        "lc.playbook.initialized.cmd.python",
+        "ev.cmd.python",
+        "ev.cmd.python",
+    ]
+    assert [command_decoder.decode(h).step for h in held if h is not None] == ["a", "b", "c"]
+    # every command was held by its decision, none went to CMD: the first step's by the
+    # record that `playbook.initialized` carries, on a subject that names its kind too
+    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 0
+    _, last = (lc for lc in log if class_of(lc[0]) == "lc")
+    assert last[0].endswith(".lc.playbook.completed")
     carried = extras_decoder.decode(last[1])
     assert carried.decision is not None and [e.type for e in carried.before] == ["workflow.completed"]
     await _replays_clean(system, eid, log)
