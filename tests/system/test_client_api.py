@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from actors.pod.roles import connect, start_roles
 from actors.wire.events import TERMINAL_EVENTS
 from streams.layout import EXEC_STREAM, ensure
 from streams.server import NatsServer, free_port
-from tests.conftest import System, make_layout
+from tests.conftest import System, make_layout, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,13 @@ async def test_run_starts_and_waits_and_a_timeout_leaves_the_execution_running(s
     with pytest.raises(TimeoutError):
         await client.run((await client.register(slow)).path, timeout=0.5)
     assert len(system.nc._subs) == subscriptions  # no status watch left behind
-    (running,) = [s for s in await client.list(playbook="slow") if s.state == "RUNNING"]
+
+    async def listed_running() -> Any:
+        # the start was answered; the projector lists it once it has folded its start
+        found = [s for s in await client.list(playbook="slow") if s.state == "RUNNING"]
+        return found[0] if len(found) == 1 else None
+
+    running = await wait_for(listed_running, timeout=20)
     await client.cancel(running.execution_id, reason="enough")
     assert (await client.wait(running.execution_id, timeout=30)).state == "CANCELLED"
 

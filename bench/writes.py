@@ -1,0 +1,379 @@
+"""Stored writes per workflow under `sync always`: what every 3-step workflow and every
+step of a chain stores, stream by stream, and the fsyncs it costs, against an earlier
+commit run alternating on the same machine.
+
+    python -m bench.writes [--baseline REV] [--rounds 2] [--runs 40] [--chain 50]
+                           [--concurrent 200] [--fsync-delay-ms 0] [--json-only]
+
+Each side (this checkout; with `--baseline`, REV checked out in a temporary git
+worktree) gets, each round, a fresh nats-server with JetStream's `sync_interval:
+always` (fsync before every PubAck: nothing acknowledged is lost to a power cut) and one
+pod as its own process (`actors-cli serve --role all`, run from that side's code), the
+client in this process. Rounds alternate the sides (A B, then B A, ...), so both see the
+same minutes of a host whose speed drifts; figures are medians over rounds.
+
+Per side and round, after 5 warm-up workflows:
+
+* **Counts** (`--runs` 3-step python workflows, one at a time): messages stored per
+  workflow in each stream (the growth of each stream's last sequence: a work queue's
+  message counts though it is deleted once done), and fsyncs per workflow by what they
+  wrote, from `strace -f -y` on the server (attached for this pass only: ptrace slows
+  every fsync). *On the write path*: a stream's message blocks, one fsync per stored
+  message and per work-queue delete; *background*: consumer state (each consumer's
+  acks, flushed at most every 100 ms whatever the load, never before a PubAck) and
+  leases (a pod's partition leases, renewed every few seconds).
+* **Latency**: `--runs` 3-step workflows one at a time, start to terminal status, p50
+  and p99 (no strace, unless `--fsync-delay-ms`: then every fsync of the server is
+  slowed by that much for the whole run, with strace's fault injection, on both sides:
+  the latency of many cloud disks).
+* **Chain**: one execution of `--chain` python steps; messages stored per step, and ms
+  per step (the median of 3).
+* **Concurrent**: `--concurrent` 3-step workflows at once, workflows per second.
+
+Prints a table and, as its last line, one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from actors.client import Client
+from actors.pod.roles import connect
+from bench.common import chain_playbook
+from streams.layout import Layout
+from streams.server import SYNC_ALWAYS, NatsServer, free_port
+from tests.support.pods import until_status
+
+ROOT = Path(__file__).resolve().parents[1]
+STRACE = "/usr/bin/strace"
+WARM = 5
+TIMEOUT = 120.0
+
+
+# --- one side: a server and a pod run from some checkout's code --------------------------
+
+
+class Pod:
+    """`actors-cli serve --role all` from `code` (its own directory first on sys.path)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, port: int) -> None:
+        self.proc, self.port = proc, port
+
+    @classmethod
+    async def start(cls, code: Path, url: str, log: Path) -> Pod:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NATS_URL")}
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "serve",
+                "--role",
+                "all",
+                "--http-port",
+                str(port),
+                "--http-host",
+                "127.0.0.1",
+                cwd=code,  # `-m` puts the working directory first on sys.path
+                stdout=out,
+                stderr=out,
+                env={**env, "NATS_URL": url, "PYTHONPATH": str(code)},
+            )
+        pod = cls(proc, port)
+        import aiohttp
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            await until_status(http, f"http://127.0.0.1:{port}/readyz", 200, timeout=120, proc=proc)
+        return pod
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 20)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+class Strace:
+    """strace on the server: counts fsyncs by the file they flushed (`-y`), and with
+    `delay_ms` slows each by that much (`-e inject=...:delay_exit=`)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, out: Path) -> None:
+        self.proc, self.out = proc, out
+
+    @classmethod
+    async def attach(cls, pid: int, out: Path, *, delay_ms: float = 0) -> Strace:
+        argv = [STRACE, "-f", "-qq", "-y", "-o", str(out), "-e", "trace=fsync,fdatasync"]
+        if delay_ms > 0:
+            argv += ["-e", f"inject=fsync,fdatasync:delay_exit={round(delay_ms * 1000)}"]
+        tids = os.listdir(f"/proc/{pid}/task")
+        proc = await asyncio.create_subprocess_exec(*argv, "-p", str(pid), stderr=asyncio.subprocess.DEVNULL)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not all(_traced(pid, t) for t in tids):  # attaching shows only in /proc: no event to await
+            if proc.returncode is not None or loop.time() > deadline:
+                raise RuntimeError(f"strace did not attach to {pid}")
+            await asyncio.sleep(0.01)
+        return cls(proc, out)
+
+    async def detach(self) -> Counter[str]:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(self.proc.wait(), 10)
+        return fsyncs_by_file(self.out.read_text(errors="replace") if self.out.exists() else "")
+
+
+def _traced(pid: int, tid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+    except OSError:
+        return True
+
+
+_SYNCED = re.compile(r"f(?:data)?sync\(\d+<([^>]*)>")
+
+
+def fsyncs_by_file(trace: str) -> Counter[str]:
+    """What each fsync flushed, by class: `<STREAM> messages` (a stream's message
+    blocks), `consumer state`, `leases` (KV owners), `other`."""
+    out: Counter[str] = Counter()
+    for line in trace.splitlines():
+        m = _SYNCED.search(line)
+        if m is None:
+            continue
+        path = m.group(1)
+        stream = re.search(r"/streams/([^/]+)/(msgs|obs)/", path)
+        if stream is None:
+            out["other"] += 1
+        elif stream.group(2) == "obs":
+            out["consumer state"] += 1
+        elif stream.group(1) == "KV_owners":
+            out["leases"] += 1
+        else:
+            out[f"{stream.group(1)} messages"] += 1
+    return out
+
+
+BACKGROUND = ("consumer state", "leases", "other")
+
+
+async def last_seqs(client: Client) -> dict[str, int]:
+    return {s.config.name or "": s.state.last_seq for s in await client.nc.jsm().streams_info()}
+
+
+async def settled(client: Client) -> dict[str, int]:
+    """Every stream's last sequence once nothing has been stored for 200 ms (the
+    projector's index entries land just after the status the client waits for)."""
+    seqs = await last_seqs(client)
+    while True:
+        await asyncio.sleep(0.2)
+        again = await last_seqs(client)
+        if again == seqs:
+            return seqs
+        seqs = again
+
+
+def per(after: dict[str, int], before: dict[str, int], n: int) -> dict[str, float]:
+    return {k: round((v - before.get(k, 0)) / n, 2) for k, v in sorted(after.items()) if v != before.get(k, 0)}
+
+
+async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], None], name: str) -> dict[str, Any]:
+    server = await NatsServer.start(sync=SYNC_ALWAYS)
+    pod: Pod | None = None
+    delay: Strace | None = None
+    with tempfile.TemporaryDirectory(prefix=f"bench-writes-{name}-") as tmp:
+        try:
+            pod = await Pod.start(code, server.url, Path(tmp) / "pod.log")
+            nc = await connect(server.url, name="bench-writes")
+            client = Client(nc, layout=Layout())
+            entries = {}
+            for steps in (3, args.chain):
+                pb = Path(tmp) / f"chain{steps}.yaml"
+                pb.write_text(chain_playbook(f"writes_chain{steps}", steps, "python"))
+                entries[steps] = await client.register(pb)
+
+            async def run(steps: int) -> float:
+                e = entries[steps]
+                t0 = time.perf_counter()
+                eid, st = await client.run(e.path, version=e.version, payload={"i": 0}, timeout=TIMEOUT)
+                took = time.perf_counter() - t0
+                if st.state != "COMPLETED":
+                    raise RuntimeError(f"{name}: execution {eid} ended {st.state}")
+                return took
+
+            for _ in range(WARM):
+                await run(3)
+            out: dict[str, Any] = {}
+
+            # counts, with strace counting (and only then, unless it slows every fsync)
+            before = await settled(client)
+            tracing = await Strace.attach(server.proc.pid, Path(tmp) / "count.strace")
+            for _ in range(args.runs):
+                await run(3)
+            after = await settled(client)
+            synced = await tracing.detach()
+            out["stored_per_workflow"] = per(after, before, args.runs)
+            out["stored_per_workflow_total"] = round(sum(out["stored_per_workflow"].values()), 2)
+            out["fsyncs_per_workflow"] = {k: round(v / args.runs, 2) for k, v in sorted(synced.items())}
+            out["fsyncs_write_path"] = round(sum(v for k, v in synced.items() if k not in BACKGROUND) / args.runs, 2)
+            out["fsyncs_background"] = round(sum(v for k, v in synced.items() if k in BACKGROUND) / args.runs, 2)
+
+            if args.fsync_delay_ms > 0:
+                delay = await Strace.attach(server.proc.pid, Path(tmp) / "delay.strace", delay_ms=args.fsync_delay_ms)
+            lat = [await run(3) for _ in range(args.runs)]
+            out["p50_ms"] = round(statistics.median(lat) * 1000, 2)
+            out["p99_ms"] = round(sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 2)
+
+            before = await settled(client)
+            chain = [await run(args.chain)]
+            after = await settled(client)
+            out["stored_per_chain_step"] = round(sum(per(after, before, args.chain).values()), 2)
+            chain += [await run(args.chain) for _ in range(2)]
+            out["chain_ms_per_step"] = round(statistics.median(chain) * 1000 / args.chain, 3)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(run(3) for _ in range(args.concurrent)))
+            out["concurrent_per_s"] = round(args.concurrent / (time.perf_counter() - t0), 1)
+            await nc.close()
+            say(
+                f"  {name}: {out['stored_per_workflow_total']} stored, {out['fsyncs_write_path']}+"
+                f"{out['fsyncs_background']} fsyncs per workflow; p50 {out['p50_ms']} ms; "
+                f"chain {out['chain_ms_per_step']} ms/step; {out['concurrent_per_s']}/s at once"
+            )
+            return out
+        finally:
+            if delay is not None:
+                await delay.detach()
+            if pod is not None:
+                await pod.stop()
+            await server.stop()
+
+
+# --- the two sides, alternating -----------------------------------------------------------
+
+
+def worktree(rev: str, where: Path) -> Path:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), rev], check=True)
+    return where
+
+
+def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per key, the median over rounds (per-stream and per-file maps key by key)."""
+    out: dict[str, Any] = {}
+    for key in rounds[0]:
+        values = [r[key] for r in rounds]
+        if isinstance(values[0], dict):
+            names = sorted({k for v in values for k in v})
+            out[key] = {n: round(statistics.median(v.get(n, 0) for v in values), 2) for n in names}
+        else:
+            out[key] = round(statistics.median(values), 3)
+    return out
+
+
+ROWS = (
+    ("stored messages per 3-step workflow", "stored_per_workflow_total"),
+    ("fsyncs per workflow, write path", "fsyncs_write_path"),
+    ("fsyncs per workflow, background", "fsyncs_background"),
+    ("stored messages per chain step", "stored_per_chain_step"),
+    ("3-step one by one, p50 ms", "p50_ms"),
+    ("3-step one by one, p99 ms", "p99_ms"),
+    ("chain, ms per step", "chain_ms_per_step"),
+    ("at once, workflows per s", "concurrent_per_s"),
+)
+
+
+async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str) -> dict[str, Any]:
+    say: Callable[[str], None] = (lambda s: None) if args.json_only else print
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for r in range(args.rounds):
+        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+        say(f"round {r + 1} of {args.rounds}")
+        for name in order:
+            results[name].append(await measure(sides[name], args, say, name))
+    medians = {name: median_of(rs) for name, rs in results.items()}
+    say("")
+    say(
+        f"sync always{f', every fsync +{args.fsync_delay_ms} ms' if args.fsync_delay_ms else ''}; "
+        f"medians of {args.rounds} rounds; {args.runs} one by one, chain of {args.chain}, {args.concurrent} at once"
+    )
+    cols = list(medians)
+    say(f"{'':40}" + "".join(f"{c:>12}" for c in cols) + (f"{'new/old':>10}" if "old" in medians else ""))
+    for label, key in ROWS:
+        line = f"{label:40}" + "".join(f"{medians[c][key]:>12}" for c in cols)
+        if "old" in medians and medians["old"][key]:
+            line += f"{medians['new'][key] / medians['old'][key]:>10.2f}"
+        say(line)
+    for c in cols:
+        say(f"{c}: stored per workflow by stream {medians[c]['stored_per_workflow']}")
+        say(f"{c}: fsyncs per workflow by file {medians[c]['fsyncs_per_workflow']}")
+    return {
+        "bench": "writes",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "head": head,
+        "baseline": args.baseline,
+        "fsync_delay_ms": args.fsync_delay_ms,
+        "rounds": args.rounds,
+        "runs": args.runs,
+        "chain": args.chain,
+        "concurrent": args.concurrent,
+        "medians": medians,
+        "rounds_raw": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--baseline", help="an earlier commit to run alternating with this checkout")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=40, help="3-step workflows one at a time, per pass")
+    parser.add_argument("--chain", type=int, default=50, help="steps of the chain")
+    parser.add_argument("--concurrent", type=int, default=200, help="3-step workflows at once")
+    parser.add_argument("--fsync-delay-ms", type=float, default=0.0, help="slow every fsync of the server by this")
+    parser.add_argument("--json-only", action="store_true")
+    args = parser.parse_args(argv)
+    if min(args.rounds, args.runs, args.chain, args.concurrent) < 1 or args.fsync_delay_ms < 0:
+        parser.error("counts must be at least 1 and the delay not negative")
+    if not os.access(STRACE, os.X_OK):
+        parser.error(f"{STRACE} is needed (fsync counts; Debian package strace)")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    sides: dict[str, Path] = {"new": ROOT}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-writes-"))
+    try:
+        if args.baseline:
+            sides["old"] = worktree(args.baseline, tmp / "old")
+        result = uvloop.run(main_async(args, sides, head.stdout.strip()))
+    finally:
+        if args.baseline:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
