@@ -3,7 +3,7 @@ step of a chain stores, stream by stream, and the fsyncs it costs, against an ea
 commit run alternating on the same machine.
 
     python -m bench.writes [--baseline REV] [--rounds 2] [--runs 40] [--chain 50]
-                           [--concurrent 200] [--fsync-delay-ms 0] [--json-only]
+                           [--concurrent 200] [--fsync-delay-ms 0] [--cluster] [--json-only]
 
 Each side (this checkout; with `--baseline`, REV checked out in a temporary git
 worktree) gets, each round, a fresh nats-server with JetStream's `sync_interval:
@@ -16,12 +16,13 @@ Per side and round, after 5 warm-up workflows:
 
 * **Counts** (`--runs` 3-step python workflows, one at a time): messages stored per
   workflow in each stream (the growth of each stream's last sequence: a work queue's
-  message counts though it is deleted once done), and fsyncs per workflow by what they
-  wrote, from `strace -f -y` on the server (attached for this pass only: ptrace slows
-  every fsync). *On the write path*: a stream's message blocks, one fsync per stored
+  message counts though it is deleted once done; leases, KV owners, are shown apart),
+  and fsyncs per workflow by what they wrote, from `strace -f -y` on the server
+  (attached for this pass only: ptrace slows every fsync). *On the write path*: a
+  stream's message blocks (or, on a cluster, its raft log), one fsync per stored
   message and per work-queue delete; *background*: consumer state (each consumer's
-  acks, flushed at most every 100 ms whatever the load, never before a PubAck) and
-  leases (a pod's partition leases, renewed every few seconds).
+  acks, flushed at most every 100 ms whatever the load, never before a PubAck), leases
+  (a pod's partition leases, renewed every few seconds) and the cluster's meta log.
 * **Latency**: `--runs` 3-step workflows one at a time, start to terminal status, p50
   and p99 (no strace, unless `--fsync-delay-ms`: then every fsync of the server is
   slowed by that much for the whole run, with strace's fault injection, on both sides:
@@ -29,6 +30,11 @@ Per side and round, after 5 warm-up workflows:
 * **Chain**: one execution of `--chain` python steps; messages stored per step, and ms
   per step (the median of 3).
 * **Concurrent**: `--concurrent` 3-step workflows at once, workflows per second.
+
+`--cluster`: the same on a 3-node cluster on this machine, every stream and bucket R3,
+each node with `sync_interval: always` (for a replicated stream the server flushes its
+raft log instead of each message block: a stored message is a quorum write), fsyncs
+counted on all three nodes.
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -60,7 +66,7 @@ from actors.client import Client
 from actors.pod.roles import connect
 from bench.common import chain_playbook
 from streams.layout import Layout
-from streams.server import SYNC_ALWAYS, NatsServer, free_port
+from streams.server import SYNC_ALWAYS, NatsCluster, NatsServer, free_port
 from tests.support.pods import until_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +85,7 @@ class Pod:
         self.proc, self.port = proc, port
 
     @classmethod
-    async def start(cls, code: Path, url: str, log: Path) -> Pod:
+    async def start(cls, code: Path, url: str, log: Path, *, replicas: int = 1) -> Pod:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NATS_URL")}
         with log.open("wb") as out:
@@ -97,7 +103,7 @@ class Pod:
                 cwd=code,  # `-m` puts the working directory first on sys.path
                 stdout=out,
                 stderr=out,
-                env={**env, "NATS_URL": url, "PYTHONPATH": str(code)},
+                env={**env, "NATS_URL": url, "PYTHONPATH": str(code), "ACTORS_REPLICAS": str(replicas)},
             )
         pod = cls(proc, port)
         import aiohttp
@@ -124,17 +130,19 @@ class Strace:
         self.proc, self.out = proc, out
 
     @classmethod
-    async def attach(cls, pid: int, out: Path, *, delay_ms: float = 0) -> Strace:
+    async def attach(cls, pids: list[int], out: Path, *, delay_ms: float = 0) -> Strace:
         argv = [STRACE, "-f", "-qq", "-y", "-o", str(out), "-e", "trace=fsync,fdatasync"]
         if delay_ms > 0:
             argv += ["-e", f"inject=fsync,fdatasync:delay_exit={round(delay_ms * 1000)}"]
-        tids = os.listdir(f"/proc/{pid}/task")
-        proc = await asyncio.create_subprocess_exec(*argv, "-p", str(pid), stderr=asyncio.subprocess.DEVNULL)
+        threads = [(pid, t) for pid in pids for t in os.listdir(f"/proc/{pid}/task")]
+        for pid in pids:
+            argv += ["-p", str(pid)]
+        proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.DEVNULL)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10
-        while not all(_traced(pid, t) for t in tids):  # attaching shows only in /proc: no event to await
+        while not all(_traced(pid, t) for pid, t in threads):  # attaching shows only in /proc: no event to await
             if proc.returncode is not None or loop.time() > deadline:
-                raise RuntimeError(f"strace did not attach to {pid}")
+                raise RuntimeError(f"strace did not attach to {pids}")
             await asyncio.sleep(0.01)
         return cls(proc, out)
 
@@ -158,13 +166,20 @@ _SYNCED = re.compile(r"f(?:data)?sync\(\d+<([^>]*)>")
 
 def fsyncs_by_file(trace: str) -> Counter[str]:
     """What each fsync flushed, by class: `<STREAM> messages` (a stream's message
-    blocks), `consumer state`, `leases` (KV owners), `other`."""
+    blocks), `stream raft logs` (on a cluster: a replicated stream's log, where a
+    stored message is appended before it is acknowledged), `consumer state` (a
+    consumer's file, or its raft log), `leases` (KV owners), `cluster meta` (the
+    cluster's own raft log: assignments, leaders), `other`."""
     out: Counter[str] = Counter()
     for line in trace.splitlines():
         m = _SYNCED.search(line)
         if m is None:
             continue
         path = m.group(1)
+        raft = re.search(r"/_js_/(S-|C-|_meta_)", path)
+        if raft is not None:
+            out[{"S-": "stream raft logs", "C-": "consumer state", "_meta_": "cluster meta"}[raft.group(1)]] += 1
+            continue
         stream = re.search(r"/streams/([^/]+)/(msgs|obs)/", path)
         if stream is None:
             out["other"] += 1
@@ -177,7 +192,8 @@ def fsyncs_by_file(trace: str) -> Counter[str]:
     return out
 
 
-BACKGROUND = ("consumer state", "leases", "other")
+BACKGROUND = ("consumer state", "leases", "cluster meta", "other")
+BACKGROUND_STREAMS = ("KV_owners",)  # leases, renewed on a timer whatever the load
 
 
 async def last_seqs(client: Client) -> dict[str, int]:
@@ -201,14 +217,21 @@ def per(after: dict[str, int], before: dict[str, int], n: int) -> dict[str, floa
 
 
 async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], None], name: str) -> dict[str, Any]:
-    server = await NatsServer.start(sync=SYNC_ALWAYS)
+    servers: NatsServer | NatsCluster
+    if args.cluster:  # three nodes, every stream R3: each stored message a consensus round
+        servers = await NatsCluster.start(3, sync=SYNC_ALWAYS)
+        pids = [n.proc.pid for n in servers.nodes if n is not None]
+    else:
+        servers = await NatsServer.start(sync=SYNC_ALWAYS)
+        pids = [servers.proc.pid]
+    replicas = 3 if args.cluster else 1
     pod: Pod | None = None
     delay: Strace | None = None
     with tempfile.TemporaryDirectory(prefix=f"bench-writes-{name}-") as tmp:
         try:
-            pod = await Pod.start(code, server.url, Path(tmp) / "pod.log")
-            nc = await connect(server.url, name="bench-writes")
-            client = Client(nc, layout=Layout())
+            pod = await Pod.start(code, servers.url, Path(tmp) / "pod.log", replicas=replicas)
+            nc = await connect(servers.url, name="bench-writes")
+            client = Client(nc, layout=Layout(replicas=replicas))
             entries = {}
             for steps in (3, args.chain):
                 pb = Path(tmp) / f"chain{steps}.yaml"
@@ -230,19 +253,21 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
 
             # counts, with strace counting (and only then, unless it slows every fsync)
             before = await settled(client)
-            tracing = await Strace.attach(server.proc.pid, Path(tmp) / "count.strace")
+            tracing = await Strace.attach(pids, Path(tmp) / "count.strace")
             for _ in range(args.runs):
                 await run(3)
             after = await settled(client)
             synced = await tracing.detach()
             out["stored_per_workflow"] = per(after, before, args.runs)
-            out["stored_per_workflow_total"] = round(sum(out["stored_per_workflow"].values()), 2)
+            out["stored_per_workflow_total"] = round(
+                sum(v for k, v in out["stored_per_workflow"].items() if k not in BACKGROUND_STREAMS), 2
+            )
             out["fsyncs_per_workflow"] = {k: round(v / args.runs, 2) for k, v in sorted(synced.items())}
             out["fsyncs_write_path"] = round(sum(v for k, v in synced.items() if k not in BACKGROUND) / args.runs, 2)
             out["fsyncs_background"] = round(sum(v for k, v in synced.items() if k in BACKGROUND) / args.runs, 2)
 
             if args.fsync_delay_ms > 0:
-                delay = await Strace.attach(server.proc.pid, Path(tmp) / "delay.strace", delay_ms=args.fsync_delay_ms)
+                delay = await Strace.attach(pids, Path(tmp) / "delay.strace", delay_ms=args.fsync_delay_ms)
             lat = [await run(3) for _ in range(args.runs)]
             out["p50_ms"] = round(statistics.median(lat) * 1000, 2)
             out["p99_ms"] = round(sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 2)
@@ -250,7 +275,8 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
             before = await settled(client)
             chain = [await run(args.chain)]
             after = await settled(client)
-            out["stored_per_chain_step"] = round(sum(per(after, before, args.chain).values()), 2)
+            chained = per(after, before, args.chain)
+            out["stored_per_chain_step"] = round(sum(v for k, v in chained.items() if k not in BACKGROUND_STREAMS), 2)
             chain += [await run(args.chain) for _ in range(2)]
             out["chain_ms_per_step"] = round(statistics.median(chain) * 1000 / args.chain, 3)
 
@@ -269,7 +295,7 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
                 await delay.detach()
             if pod is not None:
                 await pod.stop()
-            await server.stop()
+            await servers.stop()
 
 
 # --- the two sides, alternating -----------------------------------------------------------
@@ -316,7 +342,8 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str
     medians = {name: median_of(rs) for name, rs in results.items()}
     say("")
     say(
-        f"sync always{f', every fsync +{args.fsync_delay_ms} ms' if args.fsync_delay_ms else ''}; "
+        f"{'3-node R3 cluster, ' if args.cluster else ''}sync always"
+        f"{f', every fsync +{args.fsync_delay_ms} ms' if args.fsync_delay_ms else ''}; "
         f"medians of {args.rounds} rounds; {args.runs} one by one, chain of {args.chain}, {args.concurrent} at once"
     )
     cols = list(medians)
@@ -337,6 +364,7 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str
         "head": head,
         "baseline": args.baseline,
         "fsync_delay_ms": args.fsync_delay_ms,
+        "cluster": args.cluster,
         "rounds": args.rounds,
         "runs": args.runs,
         "chain": args.chain,
@@ -354,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chain", type=int, default=50, help="steps of the chain")
     parser.add_argument("--concurrent", type=int, default=200, help="3-step workflows at once")
     parser.add_argument("--fsync-delay-ms", type=float, default=0.0, help="slow every fsync of the server by this")
+    parser.add_argument("--cluster", action="store_true", help="a 3-node R3 cluster (fsyncs of all three)")
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args(argv)
     if min(args.rounds, args.runs, args.chain, args.concurrent) < 1 or args.fsync_delay_ms < 0:

@@ -9,18 +9,26 @@ log. ``class`` separates who writes and who reads:
   Written by the starter, tool actors and the CLI; the engine's partition consumers
   filter on ``exec.<p>.*.in.>`` so they never receive the engine's own output.
 * ``ev``  the engine's decision records (step.enter, command.issued, step.exit ...):
-  one message per decision, so a decision lands whole or not at all.
+  one message per decision, so a decision lands whole or not at all. From semantics 2
+  on, a record holding the decision's one command to a tool is on ``ev.cmd.<kind>``,
+  where tool actors take it (consumer ``tools-<kind>-log``): the command is stored once.
 * ``sch`` durable timers (retry delays): schedule definitions the server fires into
   ``in.timer.<timer_id>`` when due, so a delay survives the loss of every process.
-* ``lc``  lifecycle events (``playbook.*``, ``workflow.*``, ``execution.*``), one per
-  message. The status projector filters on ``exec.*.*.lc.>`` and reads nothing else.
+* ``lc``  lifecycle events (``playbook.*``, ``workflow.*``, ``execution.*``). The
+  status projector filters on ``exec.*.*.lc.>`` and reads nothing else. From semantics
+  2 on, a decision with lifecycle events is one message: one event carries the
+  decision's record and its other lifecycle events (actors/wire/events.py
+  ``LifecycleExtras``), on its own subject, with ``.cmd.<kind>`` after it when the
+  record holds a command (an execution's first decision).
 
 Why partitions in the subject: an engine pod owns partitions, not executions; one
 durable consumer per partition keeps ownership coarse (a handful of consumers per pod,
 whatever the number of executions) and lets issue 6 move partitions between pods.
 
-``cmd.<kind>.<execution_id>.<command_id>`` in stream CMD (work queue): commands for
-tool actors, competing consumers per kind. A command's result goes to
+``cmd.<kind>.<execution_id>.<command_id>`` in stream CMD (work queue): commands that
+are messages of their own (a loop's iterations, a decision's several commands, a
+command too large to be held by its record, every command of semantics 1), competing
+consumers per kind. A command's result goes to
 ``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START (work queue): start messages.
 ``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
 ``index.start.<execution_id>`` in stream INDEX: one entry per execution (playbook,
@@ -442,12 +450,33 @@ async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tup
     return [m for m in await asyncio.gather(*checks) if m is not None]
 
 
-async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, ...]) -> None:
-    for cfg in stream_configs(layout):
+# a cluster still forming (a node not yet known to the meta leader) cannot place a
+# replicated stream: nats-server's JSClusterNoPeersErr. Asked again for a while
+NO_PEERS_FOR_PLACEMENT = 10005
+PLACEMENT_PATIENCE = 30.0  # seconds
+
+
+async def _add_or_update_stream(js: JetStreamContext, cfg: api.StreamConfig) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PLACEMENT_PATIENCE
+    delay = 0.1
+    while True:
         try:
             await js.add_stream(cfg)
-        except BadRequestError:
-            await js.update_stream(cfg)
+            return
+        except BadRequestError as e:
+            if e.err_code != NO_PEERS_FOR_PLACEMENT:
+                await js.update_stream(cfg)  # it exists: its settings brought up to date
+                return
+            if loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)  # the peers join within seconds: nothing to await but time
+        delay = min(delay * 2, 2.0)
+
+
+async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, ...]) -> None:
+    for cfg in stream_configs(layout):
+        await _add_or_update_stream(js, cfg)
     for stream, consumers in consumer_configs(layout, tool_kinds).items():
         for ccfg in consumers:
             try:

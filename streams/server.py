@@ -374,8 +374,9 @@ class NatsCluster:
     node keeps its ports and store, so `kill(i)` then `restart(i)` is a node that
     crashed and came back."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, *, sync: str = SYNC_DEFAULT) -> None:
         self.n = n
+        self.sync = sync  # every node's (`NatsServer.start`); on R3 "always" flushes each raft append
         self.client_ports = [free_port() for _ in range(n)]
         self.route_ports = [free_port() for _ in range(n)]
         self.root = Path(tempfile.mkdtemp(prefix="actors-cluster-"))
@@ -409,13 +410,14 @@ class NatsCluster:
             store_dir=self.root / f"node{i}",
             extra_args=self._args(i),
             ready_timeout=ready_timeout,
+            sync=self.sync,
         )
 
     @classmethod
-    async def start(cls, n: int = 3, *, attempts: int = 3) -> NatsCluster:
+    async def start(cls, n: int = 3, *, attempts: int = 3, sync: str = SYNC_DEFAULT) -> NatsCluster:
         """`attempts`: how many sets of ports to try when a node finds one of its
         ports taken (a free port can still be taken between its pick and the bind)."""
-        cluster = cls(n)
+        cluster = cls(n, sync=sync)
         for attempt in range(1, attempts + 1):
             # JetStream is ready on a node only once the cluster has a meta leader,
             # which needs a quorum: start them together
@@ -427,7 +429,7 @@ class NatsCluster:
             taken = all("address already in use" in str(f) for f in failures)
             if attempt == attempts or not taken:
                 raise failures[0]
-            cluster = cls(n)
+            cluster = cls(n, sync=sync)
         raise AssertionError("the loop returns or raises")
 
     def kill(self, i: int) -> None:

@@ -48,7 +48,9 @@ __all__ = ["DEFAULT_CONCURRENCY", "KIND_CONCURRENCY", "ToolActor", "concurrency_
 log = logging.getLogger("actors.tools")
 
 
-# commands in flight per kind and pod when not given. A sleep holds its slot doing
+# commands in flight per kind and pod when not given (the kind's two pulls, CMD and
+# EXEC, share them; when both streams have commands at once a pod may take up to twice
+# as many, actors/tools/pull.py). A sleep holds its slot doing
 # nothing, so many can wait at once; the others are bounded by what they use (python:
 # the worker pool; shell: processes; http: sockets). A noop is done at once: 256 asks
 # for commands in larger pulls, so loop results gather into larger batches (measured on

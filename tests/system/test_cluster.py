@@ -215,3 +215,25 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
     finally:
         await runtime.stop()
         await nc.close()
+
+
+async def test_streams_are_declared_once_a_forming_cluster_can_place_them() -> None:
+    """An engine pod that starts before every node has joined (two of three up: a
+    quorum, but no three peers for an R3 stream) declares the streams once the third
+    joins, instead of failing its start with "no suitable peers for placement"."""
+    cluster = NatsCluster(3)
+    try:
+        await asyncio.gather(cluster.restart(0), cluster.restart(1))
+        nc = await connect(cluster.urls[0], name="early-pod")
+        try:
+            declared = asyncio.create_task(ensure(nc.jetstream(), Layout(partitions=2, replicas=3)))
+            await asyncio.sleep(0.5)  # a moment of being refused, then the third node
+            assert not declared.done()
+            await cluster.restart(2)
+            await asyncio.wait_for(declared, 40)
+            info = await nc.jsm().stream_info(EXEC_STREAM)
+            assert info.config.num_replicas == 3
+        finally:
+            await nc.close()
+    finally:
+        await cluster.stop()

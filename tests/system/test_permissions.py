@@ -25,7 +25,7 @@ from actors.pod.roles import ROLES
 from actors.tools.undeliverable import MaxDeliveriesWatcher
 from actors.wire.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.wire.messages import ExecutionStatus, encode
-from streams.layout import CMD_STREAM, EXEC_STREAM, STATUS_BUCKET, tool_consumer
+from streams.layout import EXEC_STREAM, STATUS_BUCKET, tool_log_consumer
 from tests.conftest import wait_for
 from tests.support.secured import Pods, Secured, refused
 
@@ -406,8 +406,9 @@ async def test_a_tool_pod_answers_a_command_the_server_gave_up_on(secured: Secur
         (tmp_path / "doomed.yaml").write_text(HEAD % "doomed" + DOOMED)
         async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=layout) as client:
             eid = await client.start((await client.register(tmp_path / "doomed.yaml")).path)
-            # a tool "pod" that takes the command and dies before answering, each time
-            dying = await tools.jetstream().pull_subscribe_bind(tool_consumer("python"), stream=CMD_STREAM)
+            # a tool "pod" that takes the command and dies before answering, each time (the
+            # command is held by its decision record in the log: semantics 2)
+            dying = await tools.jetstream().pull_subscribe_bind(tool_log_consumer("python"), stream=EXEC_STREAM)
             for _ in range(2):
                 await dying.fetch(1, timeout=10)
             third = asyncio.create_task(dying.fetch(1, timeout=4))  # the server gives up instead
