@@ -437,10 +437,16 @@ async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tup
         return None
 
     checks = [exists(f"stream {cfg.name!r}", js.stream_info(cfg.name or "")) for cfg in stream_configs(layout)]
+    # the tool consumers on EXEC (semantics 2) are not required: during a rolling upgrade
+    # from semantics 1 the engine pods that create them may not run yet, and a tool pod,
+    # CLI or client of 2 must start beside them all the same (a tool pull asks again,
+    # backing off, while its consumer does not exist; no such command exists yet either)
+    added_in_semantics_2 = {tool_log_consumer(kind) for kind in tool_kinds}
     checks += [
         exists(f"consumer {stream + '/' + (c.durable_name or '')!r}", js.consumer_info(stream, c.durable_name or ""))
         for stream, consumers in consumer_configs(layout, tool_kinds).items()
         for c in consumers
+        if not (stream == EXEC_STREAM and c.durable_name in added_in_semantics_2)
     ]
     checks += [exists(f"bucket {b!r}", js.stream_info(f"OBJ_{b}")) for b in (BLOB_BUCKET, PAYLOAD_BUCKET)]
     checks += [

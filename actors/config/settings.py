@@ -252,7 +252,7 @@ class Settings:
     tool_concurrency: int | None = _setting(
         None,
         "ACTORS_TOOL_CONCURRENCY",
-        "commands in flight per tool kind. Unset: per-kind defaults (64; sleep 512, noop 256)",
+        "commands of one tool kind a pod runs at once. Unset: per-kind defaults (64; sleep 512, noop 256)",
     )
     pod_name: str | None = _setting(
         None,

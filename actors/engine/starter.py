@@ -26,6 +26,7 @@ start whose execution id is derived from the schedule and the fire time.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -54,6 +55,8 @@ from actors.natsio import (
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
 from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.ownership import semantics_in_use
+from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import POISON_TRIES, is_transient
 from actors.store.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.store.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
@@ -74,6 +77,7 @@ from streams.ids import retried_id, start_record_id
 from streams.layout import (
     EXEC_STREAM,
     EXECUTION_ID,
+    OWNERS_BUCKET,
     SCHEDULE_FIRES_CONSUMER,
     STARTER_CONSUMER,
     Layout,
@@ -168,8 +172,27 @@ class Starter:
         self._requests: Subscription | None = None
         self._fires: Subscription | None = None
         self._limiter = KeyedLimiter(limit=in_flight, what="starter")
+        # the semantics new executions start under: the lowest the live engine pods run
+        # (a rolling upgrade starts none an older engine would halt), refreshed as leases are
+        self.semantics = SEMANTICS
+        self._gate: asyncio.Task[None] | None = None
+
+    async def _refresh_semantics(self) -> None:
+        kv = await self.js.key_value(OWNERS_BUCKET)
+        while True:
+            try:
+                found = await semantics_in_use(kv)
+            except Exception as e:  # NATS unreachable: keep the last answer
+                log.warning("starter: engine pods' semantics not read: %s", e)
+            else:
+                if found != self.semantics:
+                    log.info("starter: new executions start under semantics %d (engine pods run %d)", found, found)
+                self.semantics = found
+            await asyncio.sleep(self.layout.lease_ttl / 4)  # as often as leases are renewed
 
     async def start(self) -> None:
+        self.semantics = await semantics_in_use(await self.js.key_value(OWNERS_BUCKET))
+        self._gate = asyncio.create_task(self._refresh_semantics(), name="starter:semantics")
         name = STARTER_CONSUMER
         # handed over as read (actors/natsio/dispatch.py); the limiter bounds the work at once
         self._sub = await subscribe_direct(self.nc, deliver_subject(name), self._on_msg, queue=name)
@@ -185,6 +208,7 @@ class Starter:
                 await sub.unsubscribe()
         self._requests = self._sub = self._fires = None
         await self._limiter.drain()
+        await cancel_and_wait([self._gate])
 
     def _on_request(self, msg: Msg) -> None:
         if not msg.reply or self._requests is None:
@@ -303,7 +327,7 @@ class Starter:
             parent=start.parent,
             limits=self.limits,
             retry_of=start.retry_of,
-            semantics=SEMANTICS,  # the engine semantics it runs under, for its whole life (docs/upgrades.md)
+            semantics=self.semantics,  # the engine semantics it runs under, for its whole life (docs/upgrades.md)
         )
         if not value_within(record.payload):
             # refused on request; from the stream the execution starts failed saying so

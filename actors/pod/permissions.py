@@ -311,8 +311,10 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *blobs(),
                 _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names
                 # the decision record holding it (EXEC), and whether a command delivered again
-                # is answered in the log already (actors/tools/running.py)
-                *reads(EXEC_STREAM),
+                # is answered in the log already (actors/tools/running.py): gets of one
+                # message, not a consumer over every execution's log
+                _api("DIRECT", "GET", EXEC_STREAM, ">"),
+                _api("STREAM", "MSG", "GET", EXEC_STREAM),
             ),
             subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, inbox("tools")),
         ),

@@ -28,16 +28,64 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import ConnectionReconnectingError
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyValueError, NotFoundError
+from nats.js.kv import KeyValue
 
+from actors.core.replay import SEMANTICS
 from actors.natsio import TRANSIENT_REQUEST
 from actors.runtime.stopping import cancel_and_wait
 from streams.layout import OWNERS_BUCKET
 
 log = logging.getLogger("actors.runtime.ownership")
 Callback = Callable[[int], Awaitable[None]]
+
+
+class Member(msgspec.Struct):
+    """What a pod's `members.<role>.<pod>` entry says of it: the engine semantics it
+    runs (actors/core/replay.py). An entry written before it said so (empty) is of
+    semantics 1."""
+
+    semantics: int = 1
+
+
+MEMBER_RECORD = msgspec.json.encode(Member(semantics=SEMANTICS))
+_member = msgspec.json.Decoder(Member)
+
+
+def member_semantics(value: bytes | None) -> int:
+    """The semantics a member entry names (1: empty, or not one this code reads)."""
+    try:
+        return _member.decode(value).semantics if value else 1
+    except msgspec.DecodeError:
+        return 1
+
+
+async def semantics_in_use(kv: KeyValue, role: str = "engine") -> int:
+    """The semantics every live pod of `role` runs: the lowest any member entry names
+    (entries age out with the lease TTL; a stopped pod deletes its own), or this
+    code's when none is found. A starter stamps new executions with it, so that during
+    a rolling upgrade an execution starts under semantics every engine pod knows:
+    none halts on `SemanticsUnknown` because an older engine met it (docs/upgrades.md)."""
+    prefix = f"members.{role}."
+    try:
+        keys = [k for k in await kv.keys() if k.startswith(prefix)]
+    except (NotFoundError, KeyValueError):
+        return SEMANTICS
+    except Exception as e:
+        if "no keys" in str(e).lower():
+            return SEMANTICS
+        raise
+    found = SEMANTICS
+    for key in keys:
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            continue  # gone meanwhile
+        found = min(found, member_semantics(entry.value))
+    return found
 
 
 _runtimes = itertools.count(1)
@@ -141,7 +189,7 @@ class Leases:
 
     async def _balance(self) -> None:
         started = time.monotonic()
-        await self.kv.put(f"members.{self.role}.{self.pod}", b"")
+        await self.kv.put(f"members.{self.role}.{self.pod}", MEMBER_RECORD)
         members = await self._members()
         fair = math.ceil(self.partitions / max(len(members), 1))
         before = set(self.held)

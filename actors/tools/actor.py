@@ -25,6 +25,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from actors.config.settings import Settings, SettingsInvalid
 from actors.runtime.children import STEP_USER_SETTING, StepUserInvalid, steps_run_as
@@ -48,11 +49,11 @@ __all__ = ["DEFAULT_CONCURRENCY", "KIND_CONCURRENCY", "ToolActor", "concurrency_
 log = logging.getLogger("actors.tools")
 
 
-# commands in flight per kind and pod when not given (the kind's two pulls, CMD and
-# EXEC, share them; when both streams have commands at once a pod may take up to twice
-# as many, actors/tools/pull.py). A sleep holds its slot doing
-# nothing, so many can wait at once; the others are bounded by what they use (python:
-# the worker pool; shell: processes; http: sockets). A noop is done at once: 256 asks
+# commands run at once per kind and pod when not given (whichever stream they come
+# from: the kind's two pulls, CMD's and EXEC's, may fetch up to twice as many when both
+# have commands, and the extra ones wait here, kept alive, for a slot; actors/tools/pull.py).
+# A sleep holds its slot doing nothing, so many can wait at once; the others are bounded
+# by what they use (python: the worker pool; shell: processes; http: sockets). A noop is done at once: 256 asks
 # for commands in larger pulls, so loop results gather into larger batches (measured on
 # bench/loop_fanout.py: 256 beats 64, which beat 256 before results were gathered).
 DEFAULT_CONCURRENCY = 64
@@ -128,8 +129,10 @@ class ToolActor:
         # sinks' templates that are not cheap by construction render in render processes
         self._off_loop = OffLoop(threads=2, name="sink-render", bounds=RenderBounds.of(settings))
         self._pulls: dict[str, KindPull] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}
         for kind in kinds:
             n = max(1, concurrency_of(kind, concurrency))
+            self._slots[kind] = asyncio.Semaphore(n)  # what runs at once, from either stream
             own = KindPull(nc, kind, n, self._deliver)
             # commands held by their decision record in the execution's log (semantics 2)
             held = KindPull(nc, kind, n, self._deliver, stream=EXEC_STREAM, consumer=tool_log_consumer(kind))
@@ -158,6 +161,7 @@ class ToolActor:
             held=self._held,
             batch_max=result_batch_max,
             batch_window=result_batch_window,
+            slots=self._slots,
         )
         self._batcher = self._runner.batcher
 
@@ -183,6 +187,14 @@ class ToolActor:
                 )
                 self._runner.resources = self.resources
                 await self.resources.warm_python()
+        for kind in self.kinds:  # when each consumer on EXEC was made (CommandRunner._answered_already)
+            name = tool_log_consumer(kind)
+            try:
+                info = await self.js.consumer_info(EXEC_STREAM, name)
+            except NotFoundError:
+                continue  # not made yet (an engine pod of semantics 1): none of its records exists either
+            if info.created is not None:
+                self._runner.consumers_made[name] = info.created.timestamp()
         self._cancel_sub = await self.nc.subscribe(CANCEL_FILTER, cb=self._on_cancel)
         for k in self._pulls.values():
             await k.subscribe()

@@ -52,6 +52,10 @@ class HeldCommands:
         """`msg` (carrying `cmd`) runs here: keep it alive until `release`."""
         self._held[msg.reply] = (msg, time.monotonic(), cmd)  # its bound is worked out at the beats
 
+    def holds(self, reply: str) -> bool:
+        """Is the command still held (not released, not let go)?"""
+        return reply in self._held
+
     def release(self, reply: str) -> None:
         """The command is answered (or failed before its answer): no more beats."""
         self._held.pop(reply, None)

@@ -76,6 +76,7 @@ class CommandRunner:
         held: HeldCommands,
         batch_max: int,
         batch_window: float,
+        slots: dict[str, asyncio.Semaphore] | None = None,
     ) -> None:
         """`limits` bound the sinks' templates of commands that carry none; `off_loop`
         renders long sinks; `held`: commands kept alive until acked; `batch_max`,
@@ -89,6 +90,12 @@ class CommandRunner:
         self.resources = resources
         self.cancels = cancels
         self.held = held
+        # per kind, the commands that may run at once (its pulls may fetch more: CMD's and
+        # EXEC's each ask for free slots, actors/tools/pull.py)
+        self.slots: dict[str, asyncio.Semaphore] = dict(slots or {})
+        # when each consumer on EXEC was made (epoch seconds; ToolActor.start): a record
+        # stored before that is delivered again by a consumer made again
+        self.consumers_made: dict[str, float] = {}
         self.batcher = ResultBatcher(
             nc,
             limit=layout.max_msg_size - RESULT_HEADROOM,
@@ -101,14 +108,18 @@ class CommandRunner:
 
     async def _answered_already(self, msg: Msg, cmd: Command, delivered: int) -> bool:
         """A command delivered again (its pod died after storing the answer, before the
-        ack) or one stored long ago (a consumer made again delivers old records again)
-        whose answer the execution's log holds: acked without running it twice. Asked
-        only then, so a fresh command costs no lookup."""
+        ack), or held by a decision record stored before its consumer was made (a
+        consumer deleted and made again delivers the log's old commands again), whose
+        answer the execution's log holds: acked without running it twice. Asked only
+        then, so a fresh command, or a backlog's, costs no lookup."""
         if not cmd.reply_to.startswith("exec.") or cmd.iteration_index is not None:
             return False  # a loop iteration's answer may be in a batch: not one subject to ask
-        stored = msg.metadata.timestamp.timestamp() if msg.metadata.timestamp is not None else time.time()
-        if delivered <= 1 and time.time() - stored < self.layout.ack_wait:
-            return False
+        if delivered <= 1:
+            md = msg.metadata
+            made = self.consumers_made.get(md.consumer or "", 0.0)
+            stored = md.timestamp.timestamp() if md.timestamp is not None else made
+            if stored >= made:
+                return False
         return await has_message(self.nc, EXEC_STREAM, cmd.reply_to)
 
     async def command(self, msg: Msg) -> None:
@@ -175,7 +186,10 @@ class CommandRunner:
         if key:
             self.batcher.started(key)
         cancel = self.cancels.begin(cmd)
-        self.held.hold(msg, cmd)
+        self.held.hold(msg, cmd)  # kept alive from now, while it waits for a slot too
+        slot = self.slots.get(cmd.kind)
+        if slot is not None and not await self._slot_taken(slot, msg, cmd, key):
+            return  # let go while it waited: the server hands it to another pod
         handed_over = False
         commands_in_flight(cmd.kind, 1)
         try:
@@ -198,6 +212,8 @@ class CommandRunner:
                 else:
                     result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
             finally:
+                if slot is not None:
+                    slot.release()  # the tool is done: the reply is not the kind's work
                 commands_in_flight(cmd.kind, -1)
                 self.cancels.end(cmd)
                 if key:
@@ -222,6 +238,28 @@ class CommandRunner:
             if not handed_over:
                 self.held.release(msg.reply)
         await ack(msg)
+
+    async def _slot_taken(self, slot: asyncio.Semaphore, msg: Msg, cmd: Command, key: str) -> bool:
+        """Wait for one of the kind's slots (`ACTORS_TOOL_CONCURRENCY` caps what runs at
+        once, whichever stream the command came from). False when the command was let
+        go meanwhile (held past its bound, actors/tools/held.py): it is not run here."""
+        try:
+            await slot.acquire()
+        except BaseException:
+            self._abandon(msg, cmd, key)
+            raise
+        if not self.held.holds(msg.reply):
+            slot.release()
+            self._abandon(msg, cmd, key)
+            return False
+        self.held.hold(msg, cmd)  # its bound counts from its start
+        return True
+
+    def _abandon(self, msg: Msg, cmd: Command, key: str) -> None:
+        self.held.release(msg.reply)
+        self.cancels.end(cmd)
+        if key:
+            self.batcher.finished(key)
 
     async def _run(
         self, cmd: Command, args: dict[str, Any], element: Any, index: int | None, cancel: asyncio.Event

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from actors.client import Client
-from actors.engine import starter
 from actors.pod.roles import connect, start_roles
 from actors.tools.actor import ToolActor
 from streams.layout import CMD_STREAM, EXEC_STREAM, Layout, tool_consumer, tool_log_consumer
 from streams.server import NatsServer
+from tests.support.semantics import older_engines_live
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -31,15 +31,15 @@ workflow:
 async def test_a_command_whose_every_delivery_dies_fails_its_step_with_a_dead_letter(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # an execution of semantics 1, whose commands are messages of their own in CMD (as a
-    # loop's iterations are, and a decision's several commands)
-    monkeypatch.setattr(starter, "SEMANTICS", 1)
     layout = Layout(partitions=2, max_deliver=2, ack_wait=1.0)
     nc = await connect(nats_server.url, name="test")
     # no tool actor of ours: the command's deliveries go to a "pod" that takes it and
     # dies before answering, each time
     rt = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
     try:
+        # an execution of semantics 1, whose commands are messages of their own in CMD
+        # (as a loop's iterations are, and a decision's several commands)
+        await older_engines_live(monkeypatch, rt)
         client = Client(nc, layout=layout)
         pb = tmp_path / "doomed.yaml"
         pb.write_text(PLAYBOOK)

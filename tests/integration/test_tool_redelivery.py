@@ -15,7 +15,7 @@ from actors.tools.actor import ToolActor
 from actors.wire.events import embedded_command
 from actors.wire.messages import CallDone, command_decoder, encode
 from streams.ids import result_id
-from streams.layout import EXEC_STREAM, Layout, tool_log_consumer
+from streams.layout import EXEC_STREAM, Layout, ensure, tool_log_consumer
 from streams.server import NatsServer
 from tests.conftest import wait_for
 
@@ -82,5 +82,42 @@ async def test_a_command_answered_before_its_pod_died_is_not_run_again(nats_serv
         if tools is not None:
             await tools.stop()
         await sleeper.stop()
+        await rt.stop()
+        await nc.close()
+
+
+async def test_a_consumer_made_again_runs_none_of_the_old_commands_again(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Someone deletes the tool consumer on EXEC; the next engine pod makes it again,
+    which delivers every command the log holds once more: each was answered, so none
+    runs twice."""
+    layout = Layout(partitions=2, ack_wait=1.0)
+    nc = await connect(nats_server.url, name="test")
+    rt = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
+    tools = [ToolActor(nc, layout=layout, kinds=("sleep", "python"), step_user_fallback=True)]
+    await tools[0].start()
+    try:
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "once.yaml"
+        pb.write_text(PLAYBOOK)
+        effects = tmp_path / "effects"
+        eid = await client.start((await client.register(pb)).path, payload={"path": str(effects)})
+        assert (await client.wait(eid, timeout=20)).state == "COMPLETED"
+        assert effects.read_text() == "ran\n"
+        await tools[0].stop()
+        await nc.jsm().delete_consumer(EXEC_STREAM, tool_log_consumer("python"))
+        await ensure(nc.jetstream(), layout)  # an engine pod starting: made again, delivering from the start
+        tools.append(ToolActor(nc, layout=layout, kinds=("python",), step_user_fallback=True))
+        await tools[1].start()
+
+        async def redelivered_and_acked() -> bool:
+            info = await nc.jsm().consumer_info(EXEC_STREAM, tool_log_consumer("python"))
+            return info.num_pending == 0 and info.num_ack_pending == 0 and info.delivered.consumer_seq >= 1
+
+        await wait_for(redelivered_and_acked, timeout=20)
+        assert effects.read_text() == "ran\n"  # not a second time
+    finally:
+        await tools[-1].stop()
         await rt.stop()
         await nc.close()

@@ -11,12 +11,14 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
 import yaml
 from nats.js.errors import NotFoundError
 
+import streams.layout as streams_layout
 from actors.client import Client
 from actors.config.settings import Settings, SettingsInvalid
 from actors.natsio.connopts import ConnectOptions
@@ -25,7 +27,7 @@ from actors.pod.roles import ROLES
 from actors.tools.undeliverable import MaxDeliveriesWatcher
 from actors.wire.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.wire.messages import ExecutionStatus, encode
-from streams.layout import EXEC_STREAM, STATUS_BUCKET, tool_log_consumer
+from streams.layout import EXEC_STREAM, STATUS_BUCKET, TOOL_KINDS, tool_log_consumer
 from tests.conftest import wait_for
 from tests.support.secured import Pods, Secured, refused
 
@@ -491,3 +493,47 @@ def test_a_connection_takes_its_inbox_prefix_from_the_settings() -> None:
     for bad in ("_INBOX.cli", "_INBOX_*", ">", "a b"):
         with pytest.raises(SettingsInvalid, match="NATS_INBOX_PREFIX"):
             ConnectOptions.from_settings(Settings.from_env({"NATS_INBOX_PREFIX": bad}))
+
+
+TWO_STEPS = """
+workflow:
+  - step: first
+    tool: {kind: python, code: "def main(): return 1"}
+    next: second
+  - step: second
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ first }}"}
+"""
+
+
+@pytest.mark.asyncio
+async def test_tool_pods_and_clients_start_before_the_engines_are_upgraded(
+    secured: Secured, pods: Pods, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling upgrade from semantics 1: the streams as its engine pods declared them
+    (no tool consumer on EXEC, which only an engine pod may create). A tool pod and a
+    client of today start beside them, and once the first engine pod of today has
+    created the consumers, the tool pod already running takes the commands held there."""
+    real = streams_layout.consumer_configs
+
+    def as_semantics_1(layout: Any, kinds: Any) -> Any:
+        found = real(layout, kinds)
+        found[EXEC_STREAM] = [c for c in found[EXEC_STREAM] if c.durable_name not in held_by_log]
+        return found
+
+    held_by_log = {tool_log_consumer(kind) for kind in TOOL_KINDS}
+    older = await nats.connect(secured.url("engine"), inbox_prefix=permissions.inbox_prefix("engine"))
+    monkeypatch.setattr(streams_layout, "consumer_configs", as_semantics_1)
+    await streams_layout.ensure(older.jetstream(), secured.layout)
+    monkeypatch.setattr(streams_layout, "consumer_configs", real)
+    await older.close()
+    await pods.start(secured, "tools")  # it does not wait for consumers it cannot create
+    (tmp_path / "two.yaml").write_text(HEAD % "two" + TWO_STEPS)
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
+        path = (await client.register(tmp_path / "two.yaml")).path
+        await pods.start(secured, "engine")  # the first of today: it creates them
+        await pods.start(secured, "projector")
+        eid = await client.start(path)
+        assert (await client.wait(eid, timeout=40)).state == ExecState.COMPLETED
+        assert await client.result(eid) == {"second": 2}
+    assert secured.violations() == []

@@ -5,23 +5,23 @@ event (`lc.playbook.*`) holds the decision record and the decision's other lifec
 events; and a decision that issues one command to a tool (and has no lifecycle event)
 holds the command in its record (`ev.cmd.<kind>`, or `lc.<type>.cmd.<kind>` for the
 first decision), where tool actors take it: the command is not stored a second time
-in CMD. An execution started under semantics 1
-(by an older starter, during a rolling upgrade) is continued in the format it started
-with, so an older pod that takes it over still reads every record it wrote. Either way the replay reproduces every
-decision, and the user sees every event once, the status and the result."""
+in CMD. An execution started under semantics 1 (while engine pods of semantics 1
+still run, during a rolling upgrade) is continued in the format it started with, so an
+older pod that takes it over still reads every record it wrote. Either way the replay
+reproduces every decision, and the user sees every event once, the status and the result."""
 
 from __future__ import annotations
 
 import pytest
 
 from actors.core.replay import LogRecord, lifecycle_records, replay_execution
-from actors.engine import starter
 from actors.engine.readback import read_back
 from actors.natsio import log_time, stream_seq
 from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
 from actors.wire.messages import command_decoder, input_decoder
 from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
 from tests.conftest import System
+from tests.support.semantics import older_engines_live
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -125,7 +125,7 @@ async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_a
 async def test_an_execution_started_under_semantics_1_keeps_its_format_for_older_pods(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(starter, "SEMANTICS", 1)  # an older starter, mid-roll
+    await older_engines_live(monkeypatch, system.runtime)  # mid-roll: engine pods of semantics 1 live
     eid, status = await system.run_yaml(THREE_STEPS)
     assert status.state == "COMPLETED"
     await system.engine_idle()
