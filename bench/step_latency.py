@@ -78,9 +78,9 @@ from actors.natsio.binding import bind
 from actors.pod.roles import Runtime, connect, start_roles
 from actors.tools.actor import ToolActor
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadKeys, parse_key
-from actors.wire.events import decision_decoder
+from actors.wire.events import decision_decoder, lifecycle_message
 from bench.common import chain_playbook
-from streams.layout import EV, EXEC_STREAM, IN, Layout, class_of
+from streams.layout import EV, EXEC_STREAM, IN, LC, Layout, class_of
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer, find_binary
 
 RAW_CMD_STREAM, RAW_LOG_STREAM = "RAWCMD", "RAWLOG"
@@ -455,7 +455,12 @@ async def engine_runs(
         # breakdown: the k-th call.done answers the command decided on input k-1
         msgs = await stored_times(nc, layout, eid)
         ins = [(seq, at, data) for subj, data, seq, at in msgs if class_of(subj) == IN]
+        # decision records on `ev.*`, and those a lifecycle event carries (semantics 2: the first and last)
         decided_at = {decision_decoder.decode(data).cause: at for subj, data, _, at in msgs if class_of(subj) == EV}
+        for subj, data, _, at in msgs:
+            carried = lifecycle_message(data)[0] if class_of(subj) == LC else None
+            if carried is not None:
+                decided_at[carried.cause] = at
         for (seq0, at0, _), done_item in zip(ins, done, strict=False):
             d = done_item.data
             bd.dispatch.append(d["started_at"] - at0)
