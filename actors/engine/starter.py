@@ -178,20 +178,23 @@ class Starter:
         self._gate: asyncio.Task[None] | None = None
 
     async def _refresh_semantics(self) -> None:
-        kv = await self.js.key_value(OWNERS_BUCKET)
         while True:
+            await asyncio.sleep(self.layout.lease_ttl / 4)  # as often as leases are renewed
             try:
-                found = await semantics_in_use(kv)
+                found = await semantics_in_use(await self.js.key_value(OWNERS_BUCKET))
             except Exception as e:  # NATS unreachable: keep the last answer
                 log.warning("starter: engine pods' semantics not read: %s", e)
             else:
                 if found != self.semantics:
                     log.info("starter: new executions start under semantics %d (engine pods run %d)", found, found)
                 self.semantics = found
-            await asyncio.sleep(self.layout.lease_ttl / 4)  # as often as leases are renewed
 
     async def start(self) -> None:
-        self.semantics = await semantics_in_use(await self.js.key_value(OWNERS_BUCKET))
+        try:
+            self.semantics = await semantics_in_use(await self.js.key_value(OWNERS_BUCKET))
+        except Exception as e:  # not known yet: the oldest, which every engine pod runs, until the next look
+            log.warning("starter: engine pods' semantics not read: %s", e)
+            self.semantics = 1
         self._gate = asyncio.create_task(self._refresh_semantics(), name="starter:semantics")
         name = STARTER_CONSUMER
         # handed over as read (actors/natsio/dispatch.py); the limiter bounds the work at once
