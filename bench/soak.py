@@ -1,0 +1,696 @@
+"""A soak: executions at a steady rate for minutes or hours, then a quiet spell, with the
+memory of every process, the server's own figures and the streams' sizes sampled
+throughout (issue #34: what the server holds per retained execution).
+
+    python -m bench.soak [--rate 100] [--minutes 3] [--concurrency 100] [--idle-minutes 2]
+                         [--sample-seconds 2] [--sync default|always] [--baseline REV]
+                         [--rounds 1] [--out DIR] [--json-only]
+
+An operator's two-hour run at a modest rate: `python -m bench.soak --rate 10 --minutes 120
+--idle-minutes 10 --sample-seconds 10` (about 72,000 executions retained).
+
+Each run gets a fresh nats-server (file store in a temporary dir, `--sync`, HTTP
+monitoring on a free port), one pod as its own process (`actors-cli serve --role all`,
+bench/writes.py `Pod`) and the client in this process (`actors.client.Client`). The
+playbook: a python step, a loop of 5 python iterations on its result, a python step
+summing them (`PLAYBOOK`); 5 warm-up executions first. Then executions are started at
+`--rate` per second, at most `--concurrency` in flight (a start waits for a slot; a
+schedule that falls more than a second behind is not caught up in a burst), for
+`--minutes`; then `--idle-minutes` with no new load (executions still in flight may
+finish; any not finished by the end are counted as such). Every 20th execution's result
+is read and checked (`CHECK_EVERY`); a wrong one counts as failed.
+
+Every `--sample-seconds`: RSS of the server, of the pod with its children (python
+workers, render processes; RSS summed, so pages the workers share with each other are
+counted in each) and of this process; the server's `/varz` (`mem`, `cpu`, connections,
+JetStream memory and storage), `/jsz?streams=true` (per stream: messages, bytes,
+subjects, consumers), the store dir's size on disk, executions started and finished and
+both rates over the last interval. A line every 10 s shows progress.
+
+"Executions retained" = executions started (warm-ups included): nothing expires during a
+run (EXEC and LOOP keep 7 days, the rest for ever). Server memory per retained execution
+= (server RSS - RSS of the empty server, measured before the pod connects) / executions
+retained, at the end of the load and after the idle period. The memory slope is a
+least-squares line through the server's (and the pod's) RSS over the second half of the
+load, in MB per hour. Per stream: messages, subjects and bytes per retained execution
+(the growth from just before the warm-ups to the end of the idle period).
+
+Writes to `--out` (default: a new temporary dir, printed): `samples-<side>-<round>.csv`,
+`soak-<side>-<round>.png` (server RSS, pod RSS and executions retained on a second
+axis, the load's end marked; matplotlib, `pip install matplotlib`; without it the CSV
+only, saying so), `pod-<side>-<round>.log` and `summary.json`; with a baseline also
+`soak-compare.png` (every run's server RSS on one plot). `--baseline REV`: REV runs first, from a git
+worktree (its pod; this checkout's client), then this checkout; `--rounds N`
+alternates them (old new, new old, ...); both are printed side by side with ratios
+(medians over rounds). The last line printed is the JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvloop
+
+from actors.client import Client
+from actors.pod.roles import connect
+from bench.common import add_sync_flag
+from bench.writes import Pod, worktree
+from streams.layout import Layout
+from streams.server import NatsServer, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+WARM = 5
+CHECK_EVERY = 20  # every Nth execution's result is read back and checked (a read per execution would add load)
+RUN_TIMEOUT = 600.0  # seconds an execution may take before it is given up on (counted as not finished)
+PROGRESS_EVERY = 10.0  # seconds between progress lines
+PAGE = resource.getpagesize()
+MB = 2**20
+
+PLAYBOOK = """\
+apiVersion: actors/v1
+kind: Playbook
+metadata:
+  name: bench_soak
+  path: bench/soak
+workload:
+  n: 0
+workflow:
+  - step: first
+    tool:
+      kind: python
+      code: |
+        def main(n):
+            return n + 1
+    args:
+      n: "{{ workload.n }}"
+    next: fan
+  - step: fan
+    tool:
+      kind: python
+      code: |
+        def main(x, k):
+            return x * k
+    args:
+      x: "{{ first }}"
+      k: "{{ k }}"
+    loop:
+      collection: "{{ range(5) | list }}"
+      element: k
+      mode: async
+    next: total
+  - step: total
+    tool:
+      kind: python
+      code: |
+        def main(values):
+            return sum(values)
+    args:
+      values: "{{ fan }}"
+"""
+
+
+def expected(n: int) -> Any:
+    """The result of an execution started with `{"n": n}`: the steps routed into the
+    implicit `end` map to their results."""
+    return {"total": sum((n + 1) * k for k in range(5))}
+
+
+# --- sampling ----------------------------------------------------------------------------
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of `pid` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants now, from /proc's children lists (as bench/e2e_small.py
+    walks them)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            threads = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue  # gone
+        for t in threads:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except OSError:
+                pass
+    return out
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """RSS summed over `pid` and its descendants, and how many processes that is."""
+    pids = tree(pid)
+    return sum(rss_bytes(p) for p in pids), len(pids)
+
+
+def disk_bytes(root: Path) -> int:
+    """Bytes the files under `root` take on disk (allocated blocks: sparse files count
+    what they use)."""
+    total = 0
+    for d, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(d, name)).st_blocks * 512
+            except OSError:
+                pass  # a message block removed meanwhile
+    return total
+
+
+async def monitor(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    """The server's `/varz` figures and, per stream, `/jsz?streams=true`'s state."""
+    async with http.get(f"{base}/varz") as r:
+        varz = await r.json()
+    async with http.get(f"{base}/jsz?streams=true") as r:
+        jsz = await r.json()
+    js = varz.get("jetstream", {}).get("stats", {})
+    out: dict[str, Any] = {
+        "varz_mem_mb": round(varz.get("mem", 0) / MB, 2),
+        "varz_cpu": varz.get("cpu", 0),
+        "connections": varz.get("connections", 0),
+        "js_memory_mb": round(js.get("memory", 0) / MB, 3),
+        "js_storage_mb": round(js.get("storage", 0) / MB, 3),
+    }
+    for account in jsz.get("account_details") or []:
+        for s in account.get("stream_detail") or []:
+            st, name = s.get("state", {}), s["name"]
+            out[f"{name}.messages"] = st.get("messages", 0)
+            out[f"{name}.bytes"] = st.get("bytes", 0)
+            out[f"{name}.subjects"] = st.get("num_subjects", 0)
+            out[f"{name}.consumers"] = st.get("consumer_count", 0)
+    return out
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, MB) points, in MB per hour (None under 3 points)."""
+    if len(points) < 3:
+        return None
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    return round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx * 3600, 2)
+
+
+# --- one run: a server, a pod from some checkout, the load -------------------------------
+
+
+class Load:
+    """Executions started at a steady rate, at most `concurrency` in flight."""
+
+    def __init__(self, client: Client, path: str, version: int, concurrency: int) -> None:
+        self.client, self.path, self.version = client, path, version
+        self.slots = asyncio.Semaphore(concurrency)
+        self.started = self.completed = self.failed = self.checked = 0
+        self.ended = 0.0
+        self.late = 0  # starts that waited more than a second for a slot or the loop
+        self.errors: dict[str, int] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def finished(self) -> int:
+        return self.completed + self.failed
+
+    def _error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+    async def one(self, n: int) -> None:
+        try:
+            eid, st = await self.client.run(self.path, version=self.version, payload={"n": n}, timeout=RUN_TIMEOUT)
+            ok = st.state == "COMPLETED"
+            if ok and n % CHECK_EVERY == 0:
+                got = await self.client.result(eid)
+                self.checked += 1
+                ok = got == expected(n)
+                if not ok:
+                    self._error(f"wrong result {got!r}")
+            elif not ok:
+                self._error(f"ended {st.state}")
+            if ok:
+                self.completed += 1
+            else:
+                self.failed += 1
+        except TimeoutError:
+            self._error("not finished in time")
+        except Exception as e:  # counted, not raised: one broken execution must not end a two-hour run
+            self._error(type(e).__name__)
+        finally:
+            self.slots.release()
+
+    async def run(self, rate: float, seconds: float, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        due = t0
+        while not stop.is_set():
+            now = loop.time()
+            if now - t0 >= seconds:
+                self.ended = loop.time()
+                return
+            if due > now:
+                try:
+                    await asyncio.wait_for(stop.wait(), due - now)
+                    return
+                except TimeoutError:
+                    continue  # the time is checked again before every start
+            await self.slots.acquire()
+            now = loop.time()
+            if now - due > 1.0:  # fell behind (no slot, or a slow loop): go on from now, no burst
+                self.late += 1
+                due = now
+            n = self.started
+            self.started += 1
+            task = asyncio.create_task(self.one(n))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            due += 1 / rate
+
+    async def cancel(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def soak(
+    code: Path, args: argparse.Namespace, out: Path, tag: str, say: Callable[[str], None], stop: asyncio.Event
+) -> dict[str, Any]:
+    mport = free_port()
+    server = await NatsServer.start(sync=args.sync, extra_args=["-m", str(mport)])
+    base = f"http://127.0.0.1:{mport}"
+    pod: Pod | None = None
+    nc = None
+    load: Load | None = None
+    samples: list[dict[str, Any]] = []
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+            await monitor(http, base)  # the server answers before anything is measured
+            empty_rss = rss_bytes(server.proc.pid)
+            empty_varz = (await monitor(http, base))["varz_mem_mb"]
+            pod = await Pod.start(code, server.url, out / f"pod-{tag}.log")
+            nc = await connect(server.url, name="bench-soak")
+            client = Client(nc, layout=Layout())
+            with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
+                pb = Path(tmp) / "soak.yaml"
+                pb.write_text(PLAYBOOK)
+                entry = await client.register(pb)
+            before = await monitor(http, base)  # streams declared, nothing run yet
+            for n in range(WARM):
+                eid, st = await client.run(entry.path, version=entry.version, payload={"n": n}, timeout=120)
+                if st.state != "COMPLETED" or await client.result(eid) != expected(n):
+                    raise RuntimeError(f"{tag}: warm-up execution {eid} ended {st.state}")
+            idle_rss = rss_bytes(server.proc.pid)
+
+            load = Load(client, entry.path, entry.version, args.concurrency)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            load_s, idle_s = args.minutes * 60, args.idle_minutes * 60
+            driver = asyncio.create_task(load.run(args.rate, load_s, stop))
+            load_end = 0.0
+            phase, wake, last = "load", t0, (t0, 0, 0)
+            next_progress = t0 + PROGRESS_EVERY
+            stopped = asyncio.create_task(stop.wait())
+            while True:
+                now = loop.time()
+                ended = phase == "load" and driver.done()  # this sample is the load's last
+                if ended:
+                    load_end = (load.ended or now) - t0
+                server_rss = rss_bytes(server.proc.pid)
+                pod_rss, procs = tree_rss(pod.proc.pid)
+                dt = max(now - last[0], 1e-9)
+                sample: dict[str, Any] = {
+                    "t": round(now - t0, 2),
+                    "phase": phase,
+                    "started": load.started,
+                    "finished": load.finished,
+                    "failed": load.failed,
+                    "in_flight": load.started - load.finished,
+                    "retained": WARM + load.started,
+                    "start_rate": round((load.started - last[1]) / dt, 1),
+                    "finish_rate": round((load.finished - last[2]) / dt, 1),
+                    "server_rss_mb": round(server_rss / MB, 2),
+                    "pod_rss_mb": round(pod_rss / MB, 2),
+                    "pod_processes": procs,
+                    "pod_main_rss_mb": round(rss_bytes(pod.proc.pid) / MB, 2),
+                    "client_rss_mb": round(rss_bytes(os.getpid()) / MB, 2),
+                    "disk_mb": round(await asyncio.to_thread(disk_bytes, server.store) / MB, 2),
+                }
+                try:
+                    sample.update(await monitor(http, base))
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    say(f"  {tag}: monitoring did not answer at {now - t0:.0f} s: {e!r}")
+                samples.append(sample)
+                last = (now, load.started, load.finished)
+                if now >= next_progress or ended:
+                    next_progress = now + PROGRESS_EVERY - args.sample_seconds / 2  # a sample's lateness aside
+                    say(
+                        f"  {tag} {sample['t']:>6.0f} s {sample['phase']:4}  started {sample['started']:>7}  "
+                        f"finished {sample['finished']:>7}  in flight {sample['in_flight']:>4}  "
+                        f"{sample['finish_rate']:>6.1f}/s  server {sample['server_rss_mb']:>7.1f} MB  "
+                        f"pod {sample['pod_rss_mb']:>6.1f} MB"
+                    )
+                    if load.errors:
+                        say(f"  {tag} errors so far: {load.errors}")
+                if ended:
+                    say(f"  {tag}: load ended at {load_end:.0f} s; {args.idle_minutes} min idle")
+                    phase, wake = "idle", now  # idle samples count from the load's end
+                if phase == "idle" and (now - t0 >= load_end + idle_s or stop.is_set()):
+                    break
+                wake += args.sample_seconds
+                # woken early by the load's end (its last sample is taken then) or by Ctrl-C
+                await asyncio.wait(
+                    [stopped, *([driver] if phase == "load" else [])],
+                    timeout=max(0.0, wake - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            stopped.cancel()
+            if not driver.done():
+                driver.cancel()
+            await asyncio.gather(driver, stopped, return_exceptions=True)
+            not_finished = load.started - load.finished
+            await load.cancel()
+            after = samples[-1]
+    finally:
+        if nc is not None:
+            await nc.close()
+        if pod is not None:
+            await pod.stop()
+        await server.stop()
+
+    result = summarize(samples, before, load, load_end, empty_rss, empty_varz, idle_rss, not_finished, args)
+    result["files"] = write_files(samples, load_end, out, tag)
+    say(
+        f"  {tag}: {load.started} started, {load.completed} completed, {load.failed} failed, "
+        f"{not_finished} not finished; {result['executions_per_s']}/s; server {result['server_rss_mb_load_end']} MB "
+        f"at the load's end ({result['server_kb_per_retained_load_end']} KB per execution), "
+        f"{after['server_rss_mb']} MB after idle ({result['server_kb_per_retained_after_idle']} KB); "
+        f"slope {result['server_slope_mb_per_h']} MB/h"
+    )
+    return result
+
+
+def summarize(
+    samples: list[dict[str, Any]],
+    before: dict[str, Any],
+    load: Load,
+    load_end: float,
+    empty_rss: int,
+    empty_varz: float,
+    idle_rss: int,
+    not_finished: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    during = [s for s in samples if s["phase"] == "load"]
+    at_load_end = during[-1] if during else samples[0]
+    at_end = samples[-1]
+    retained = WARM + load.started
+    second_half = [s for s in during if s["t"] >= load_end / 2]
+    empty_mb = empty_rss / MB
+
+    def per_exec_kb(s: dict[str, Any]) -> float | None:
+        return round((s["server_rss_mb"] - empty_mb) * 1024 / s["retained"], 2) if s["retained"] else None
+
+    streams = sorted({k.split(".", 1)[0] for k in at_end if k.endswith(".subjects")})
+    grown = {
+        name: {
+            what: round((at_end.get(f"{name}.{what}", 0) - before.get(f"{name}.{what}", 0)) / retained, 2)
+            for what in ("messages", "subjects", "bytes")
+        }
+        for name in streams
+    }
+    per_stream = {name: v for name, v in grown.items() if any(v.values())}  # streams this workload writes
+    return {
+        "rate": args.rate,
+        "concurrency": args.concurrency,
+        "load_s": round(load_end, 1),
+        "idle_s": round(at_end["t"] - load_end, 1),
+        "sync": args.sync,
+        "started": load.started,
+        "completed": load.completed,
+        "failed": load.failed,
+        "not_finished": not_finished,
+        "results_checked": load.checked,
+        "errors": load.errors,
+        "late_starts": load.late,
+        "retained": retained,
+        "executions_per_s": round(at_load_end["finished"] / load_end, 1) if load_end else None,
+        "server_rss_mb_empty": round(empty_mb, 2),
+        "server_varz_mem_mb_empty": empty_varz,
+        "server_rss_mb_after_warmup": round(idle_rss / MB, 2),
+        "server_rss_mb_load_end": at_load_end["server_rss_mb"],
+        "server_rss_mb_after_idle": at_end["server_rss_mb"],
+        "server_rss_mb_peak": max(s["server_rss_mb"] for s in samples),
+        "server_kb_per_retained_load_end": per_exec_kb(at_load_end),
+        "server_kb_per_retained_after_idle": per_exec_kb(at_end),
+        "server_slope_mb_per_h": slope_per_hour([(s["t"], s["server_rss_mb"]) for s in second_half]),
+        "pod_slope_mb_per_h": slope_per_hour([(s["t"], s["pod_rss_mb"]) for s in second_half]),
+        "pod_rss_mb_load_end": at_load_end["pod_rss_mb"],
+        "pod_rss_mb_after_idle": at_end["pod_rss_mb"],
+        "disk_kb_per_retained": round(at_end["disk_mb"] * 1024 / retained, 2),
+        "varz_mem_mb_after_idle": at_end.get("varz_mem_mb"),
+        "js_storage_mb_after_idle": at_end.get("js_storage_mb"),
+        "per_retained_execution_by_stream": per_stream,
+        "subjects_per_execution": round(sum(v["subjects"] for v in per_stream.values()), 2),
+        "messages_per_execution": round(sum(v["messages"] for v in per_stream.values()), 2),
+        "bytes_per_execution": round(sum(v["bytes"] for v in per_stream.values()), 1),
+    }
+
+
+def write_files(samples: list[dict[str, Any]], load_end: float, out: Path, tag: str) -> dict[str, str]:
+    """The samples as CSV and, when matplotlib is importable, the plot."""
+    files: dict[str, str] = {}
+    columns = list(dict.fromkeys(k for s in samples for k in s))
+    path = out / f"samples-{tag}.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, restval="")
+        w.writeheader()
+        w.writerows(samples)
+    files["csv"] = str(path)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: a file
+        import matplotlib.pyplot as plt
+    except ImportError:
+        files["plot"] = "none: matplotlib is not installed (pip install matplotlib); the CSV has every sample"
+        return files
+    t = [s["t"] / 60 for s in samples]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ax.plot(t, [s["server_rss_mb"] for s in samples], label="server RSS", color="tab:red")
+    ax.plot(t, [s["pod_rss_mb"] for s in samples], label="pod RSS (with its workers)", color="tab:blue")
+    ax.axvline(load_end / 60, color="grey", linestyle="--", label="load ends")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("MB")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.plot(t, [s["retained"] for s in samples], label="executions retained", color="tab:green")
+    ax2.set_ylabel("executions retained")
+    ax2.set_ylim(bottom=0)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left")
+    ax.set_title(f"soak {tag}")
+    fig.tight_layout()
+    png = out / f"soak-{tag}.png"
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    files["plot"] = str(png)
+    return files
+
+
+def compare_plot(results: dict[str, list[dict[str, Any]]], out: Path) -> str:
+    """Every run's server RSS against executions retained, on one plot (from the CSVs)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "none: matplotlib is not installed"
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for name, runs in results.items():
+        for r in runs:
+            with open(r["files"]["csv"], newline="") as f:
+                rows = list(csv.DictReader(f))
+            ax.plot(
+                [float(x["t"]) / 60 for x in rows],
+                [float(x["server_rss_mb"]) for x in rows],
+                label=f"{name} server RSS ({Path(r['files']['csv']).stem.removeprefix('samples-')})",
+                color="tab:grey" if name == "old" else "tab:red",
+            )
+            ax.axvline(r["load_s"] / 60, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("minutes (dashed: the load ends)")
+    ax.set_ylabel("MB")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left")
+    ax.set_title("soak: server RSS, old and new")
+    fig.tight_layout()
+    png = out / "soak-compare.png"
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return str(png)
+
+
+# --- the sides, alternating ----------------------------------------------------------------
+
+ROWS = (
+    ("executions started", "started"),
+    ("not finished", "not_finished"),
+    ("failed", "failed"),
+    ("executions per s", "executions_per_s"),
+    ("server RSS empty, MB", "server_rss_mb_empty"),
+    ("server RSS at load end, MB", "server_rss_mb_load_end"),
+    ("server RSS after idle, MB", "server_rss_mb_after_idle"),
+    ("server KB per retained, load end", "server_kb_per_retained_load_end"),
+    ("server KB per retained, after idle", "server_kb_per_retained_after_idle"),
+    ("server slope, MB/h (2nd half)", "server_slope_mb_per_h"),
+    ("pod RSS at load end, MB", "pod_rss_mb_load_end"),
+    ("pod slope, MB/h (2nd half)", "pod_slope_mb_per_h"),
+    ("disk KB per retained", "disk_kb_per_retained"),
+    ("messages per execution", "messages_per_execution"),
+    ("subjects per execution", "subjects_per_execution"),
+    ("bytes per execution", "bytes_per_execution"),
+)
+
+
+def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over rounds of each figure (the first round's for the rest)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    out = dict(rounds[0])
+    for _, key in ROWS:
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        out[key] = round(statistics.median(values), 2) if values else None
+    return out
+
+
+async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path, head: str) -> dict[str, Any]:
+    say: Callable[[str], None] = (lambda s: None) if args.json_only else print
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+
+    def interrupted() -> None:  # first Ctrl-C: end the run, keep what was sampled; second: give up
+        if stop.is_set() and me is not None:
+            me.cancel()
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGINT, interrupted)
+    loop.add_signal_handler(signal.SIGTERM, interrupted)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for r in range(args.rounds):
+        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+        for name in order:
+            if stop.is_set():
+                break
+            say(f"round {r + 1} of {args.rounds}: {name} ({sides[name]}), {args.rate}/s for {args.minutes} min")
+            results[name].append(await soak(sides[name], args, out, f"{name}-{r + 1}", say, stop))
+    medians = {name: median_of(rs) for name, rs in results.items() if rs}
+    cols = list(medians)
+    say("")
+    say(f"{args.rate}/s for {args.minutes} min, then {args.idle_minutes} min idle; sync {args.sync}")
+    ratio = "old" in medians and "new" in medians
+    say(f"{'':38}" + "".join(f"{c:>12}" for c in cols) + (f"{'new/old':>10}" if ratio else ""))
+    for label, key in ROWS:
+        line = f"{label:38}" + "".join(f"{medians[c].get(key)!s:>12}" for c in cols)
+        o, n = (medians["old"].get(key), medians["new"].get(key)) if ratio else (None, None)
+        if isinstance(o, int | float) and isinstance(n, int | float) and o:
+            line += f"{n / o:>10.2f}"
+        say(line)
+    for c in cols:
+        say(f"{c}: per retained execution by stream (messages, subjects, bytes):")
+        for stream, v in medians[c]["per_retained_execution_by_stream"].items():
+            if any(v.values()):
+                say(f"    {stream:14} {v['messages']:>6} {v['subjects']:>6} {v['bytes']:>9}")
+    summary: dict[str, Any] = {
+        "bench": "soak",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "head": head,
+        "baseline": args.baseline,
+        "rounds": args.rounds,
+        "out": str(out),
+    }
+    if ratio:
+        summary["ratios_new_over_old"] = {
+            key: round(medians["new"][key] / medians["old"][key], 3)
+            for _, key in ROWS
+            if isinstance(medians["old"].get(key), int | float)
+            and isinstance(medians["new"].get(key), int | float)
+            and medians["old"][key]
+        }
+    summary["sides"] = medians if len(cols) > 1 or args.rounds > 1 else None
+    if summary["sides"] is None:
+        summary.update(medians[cols[0]] if cols else {})
+        del summary["sides"]
+    if args.rounds > 1:
+        summary["rounds_raw"] = results
+    if len(cols) > 1:
+        summary["compare_plot"] = compare_plot(results, out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    say(f"files in {out}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rate", type=float, default=100.0, help="executions started per second")
+    parser.add_argument("--minutes", type=float, default=3.0, help="how long the load runs")
+    parser.add_argument("--concurrency", type=int, default=100, help="executions in flight at most")
+    parser.add_argument("--idle-minutes", type=float, default=2.0, help="sampling on after the load, no new starts")
+    parser.add_argument("--sample-seconds", type=float, default=2.0)
+    add_sync_flag(parser)
+    parser.add_argument("--baseline", help="an earlier commit to run first (and alternating with --rounds)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="where the CSV, PNG and summary go (default: a new temporary dir)")
+    parser.add_argument("--json-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.rate <= 0 or args.minutes <= 0 or args.concurrency < 1 or args.sample_seconds <= 0:
+        parser.error("--rate, --minutes, --sample-seconds must be positive and --concurrency at least 1")
+    if args.idle_minutes < 0 or args.rounds < 1:
+        parser.error("--idle-minutes must not be negative and --rounds at least 1")
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    out.mkdir(parents=True, exist_ok=True)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-soak-tree-"))
+    sides: dict[str, Path] = {}
+    try:
+        if args.baseline:
+            sides["old"] = worktree(args.baseline, tmp / "old")
+        sides["new"] = ROOT
+        result = uvloop.run(main_async(args, sides, out, head.stdout.strip()))
+    finally:
+        if args.baseline:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
