@@ -31,7 +31,8 @@ workflow:
 async def test_a_command_whose_every_delivery_dies_fails_its_step_with_a_dead_letter(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    layout = Layout(partitions=2, max_deliver=2, ack_wait=1.0)
+    # lease_ttl 2 s: the starter looks at the engine pods' semantics every 0.5 s
+    layout = Layout(partitions=2, max_deliver=2, ack_wait=1.0, lease_ttl=2.0)
     nc = await connect(nats_server.url, name="test")
     # no tool actor of ours: the command's deliveries go to a "pod" that takes it and
     # dies before answering, each time
