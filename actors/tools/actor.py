@@ -49,13 +49,14 @@ __all__ = ["DEFAULT_CONCURRENCY", "KIND_CONCURRENCY", "ToolActor", "concurrency_
 log = logging.getLogger("actors.tools")
 
 
-# commands run at once per kind and pod when not given (whichever stream they come
-# from: the kind's two pulls, CMD's and EXEC's, may fetch up to twice as many when both
-# have commands, and the extra ones wait here, kept alive, for a slot; actors/tools/pull.py).
-# A sleep holds its slot doing nothing, so many can wait at once; the others are bounded
-# by what they use (python: the worker pool; shell: processes; http: sockets). A noop is done at once: 256 asks
-# for commands in larger pulls, so loop results gather into larger batches (measured on
-# bench/loop_fanout.py: 256 beats 64, which beat 256 before results were gathered).
+# commands run at once per kind and pod when not given, whichever stream they come from
+# (the kind's two pulls, CMD's and EXEC's, may fetch up to twice as many when both have
+# commands; the extra ones wait here, kept alive, for a slot: actors/tools/pull.py). A
+# sleep holds its slot doing nothing, so many can wait at once; the others are bounded by
+# what they use (python: the worker pool; shell: processes; http: sockets). A noop is
+# done at once: 256 asks for commands in larger pulls, so loop results gather into
+# larger batches (measured on bench/loop_fanout.py: 256 beats 64, which beat 256 before
+# results were gathered).
 DEFAULT_CONCURRENCY = 64
 KIND_CONCURRENCY = {"sleep": 512, "noop": 256}
 
