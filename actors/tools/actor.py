@@ -194,6 +194,9 @@ class ToolActor:
                 info = await self.js.consumer_info(EXEC_STREAM, name)
             except NotFoundError:
                 continue  # not made yet (an engine pod of semantics 1): none of its records exists either
+            except Exception as e:  # unknown: a command made before it is then run, as a redelivery always was
+                log.warning("tool consumer %s: when it was made is not known: %s", name, e)
+                continue
             if info.created is not None:
                 self._runner.consumers_made[name] = info.created.timestamp()
         self._cancel_sub = await self.nc.subscribe(CANCEL_FILTER, cb=self._on_cancel)

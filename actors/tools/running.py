@@ -12,6 +12,7 @@ is (`msgspec.Raw`); a sink gets it decoded.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -55,6 +56,8 @@ from streams.ids import result_id
 from streams.layout import EXEC_STREAM, Layout, execution_of, result_batch_subject
 
 __all__ = ["RESULT_HEADROOM", "CommandRunner"]
+
+log = logging.getLogger("actors.tools")
 
 RESULT_HEADROOM = HEADROOM  # room for the envelope around a result
 
@@ -120,7 +123,11 @@ class CommandRunner:
             stored = md.timestamp.timestamp() if md.timestamp is not None else made
             if stored >= made:
                 return False
-        return await has_message(self.nc, EXEC_STREAM, cmd.reply_to)
+        try:
+            return await has_message(self.nc, EXEC_STREAM, cmd.reply_to)
+        except Exception as e:  # NATS unreachable, a node down: run it, as a redelivery always was
+            log.info("command %s: whether it is answered is not known (%s); running it", cmd.command_id, e)
+            return False
 
     async def command(self, msg: Msg) -> None:
         data = msg.data

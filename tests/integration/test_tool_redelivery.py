@@ -11,6 +11,7 @@ import pytest
 from actors.client import Client
 from actors.natsio import publish_all
 from actors.pod.roles import connect, start_roles
+from actors.tools import running
 from actors.tools.actor import ToolActor
 from actors.wire.events import embedded_command
 from actors.wire.messages import CallDone, command_decoder, encode
@@ -119,5 +120,44 @@ async def test_a_consumer_made_again_runs_none_of_the_old_commands_again(
         assert effects.read_text() == "ran\n"  # not a second time
     finally:
         await tools[-1].stop()
+        await rt.stop()
+        await nc.close()
+
+
+async def test_a_command_delivered_again_runs_when_the_log_cannot_be_asked(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a command delivered again is answered is asked of the log; when that
+    question fails (a node down, a timeout), the command runs, as a redelivery always
+    did: it does not fail delivery after delivery into a dead letter."""
+    layout = Layout(partitions=2, ack_wait=1.0, max_deliver=3)
+    nc = await connect(nats_server.url, name="test")
+    rt = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
+    sleeper = ToolActor(nc, layout=layout, kinds=("sleep",))
+    await sleeper.start()
+    tools: ToolActor | None = None
+    try:
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "once.yaml"
+        pb.write_text(PLAYBOOK)
+        effects = tmp_path / "effects"
+        eid = await client.start((await client.register(pb)).path, payload={"path": str(effects)})
+        dying_pod = await nc.jetstream().pull_subscribe_bind(tool_log_consumer("python"), stream=EXEC_STREAM)
+        await dying_pod.fetch(1, timeout=10)  # taken, and never answered: it comes back
+        await dying_pod.unsubscribe()
+
+        async def unreachable(*args: object, **kwargs: object) -> bool:
+            raise TimeoutError
+
+        monkeypatch.setattr(running, "has_message", unreachable)
+        tools = ToolActor(nc, layout=layout, kinds=("python",), step_user_fallback=True)
+        await tools.start()
+        assert (await client.wait(eid, timeout=20)).state == "COMPLETED"
+        assert effects.read_text() == "ran\n"
+        assert not await client.dead_letters()
+    finally:
+        if tools is not None:
+            await tools.stop()
+        await sleeper.stop()
         await rt.stop()
         await nc.close()
