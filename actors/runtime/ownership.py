@@ -69,23 +69,30 @@ async def semantics_in_use(kv: KeyValue, role: str = "engine") -> int:
     code's when none is found. A starter stamps new executions with it, so that during
     a rolling upgrade an execution starts under semantics every engine pod knows:
     none halts on `SemanticsUnknown` because an older engine met it (docs/upgrades.md)."""
-    prefix = f"members.{role}."
-    try:
-        keys = [k for k in await kv.keys() if k.startswith(prefix)]
-    except (NotFoundError, KeyValueError):
-        return SEMANTICS
-    except Exception as e:
-        if "no keys" in str(e).lower():
-            return SEMANTICS
-        raise
     found = SEMANTICS
-    for key in keys:
+    prefix = f"members.{role}."
+    for member in await members(kv, role):
         try:
-            entry = await kv.get(key)
+            entry = await kv.get(prefix + member)
         except KeyNotFoundError:
             continue  # gone meanwhile
         found = min(found, member_semantics(entry.value))
     return found
+
+
+async def members(kv: KeyValue, role: str) -> list[str]:
+    """The pods of `role` with a live member entry (`members.<role>.<pod>`), sorted."""
+    prefix = f"members.{role}."
+    try:
+        keys = await kv.keys()
+    except (NotFoundError, KeyValueError):
+        keys = []
+    except Exception as e:
+        if "no keys" in str(e).lower():  # nats-py's answer for an empty bucket
+            keys = []
+        else:
+            raise
+    return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
 
 
 _runtimes = itertools.count(1)
@@ -227,17 +234,7 @@ class Leases:
         return mine + [p for p in range(self.partitions) if p % n != index]
 
     async def _members(self) -> list[str]:
-        prefix = f"members.{self.role}."
-        try:
-            keys = await self.kv.keys()
-        except (NotFoundError, KeyValueError):
-            keys = []
-        except Exception as e:
-            if "no keys" in str(e).lower():
-                keys = []
-            else:
-                raise
-        return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
+        return await members(self.kv, self.role)
 
     async def _let_go(self, p: int) -> int | None:
         """No longer consume partition `p` (its lease left as it is): the revision held."""
