@@ -19,6 +19,7 @@ from actors.runtime.ownership import MEMBER_RECORD, Leases, member_semantics, se
 from actors.wire.messages import StartRecord
 from streams.layout import EXEC_STREAM, OWNERS_BUCKET, Layout, ensure
 from streams.server import NatsServer
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -81,11 +82,10 @@ async def test_a_starter_stamps_new_executions_with_the_semantics_every_engine_r
             return msgspec.json.decode(msg.data or b"", type=StartRecord).semantics
 
         async def until(semantics: int) -> None:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 20
-            while starter.semantics != semantics:  # it looks again each lease period: no event to await
-                assert loop.time() < deadline, f"the starter never came to semantics {semantics}"
-                await asyncio.sleep(0.05)
+            async def there() -> bool:  # it looks again each lease period: no event to await
+                return starter.semantics == semantics
+
+            await wait_for(there, timeout=20)
 
         assert await stamped() == SEMANTICS
 

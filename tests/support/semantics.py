@@ -6,13 +6,12 @@ tests/integration/test_semantics_gate.py checks the entries themselves.)"""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from actors.engine import starter
 from actors.engine.starter import Starter
 from actors.pod.roles import Runtime
+from tests.conftest import wait_for
 
 
 async def older_engines_live(monkeypatch: pytest.MonkeyPatch, runtime: Runtime, semantics: int = 1) -> None:
@@ -24,8 +23,8 @@ async def older_engines_live(monkeypatch: pytest.MonkeyPatch, runtime: Runtime, 
 
     monkeypatch.setattr(starter, "semantics_in_use", lowest)
     (found,) = runtime.find(Starter)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while found.semantics != semantics:  # its refresh comes with the lease period: no event to await
-        assert loop.time() < deadline, "the starter never refreshed the semantics it starts under"
-        await asyncio.sleep(0.05)
+
+    async def refreshed() -> bool:  # it looks again each lease period: no event to await
+        return found.semantics == semantics
+
+    await wait_for(refreshed, timeout=20)
