@@ -19,3 +19,21 @@ async def received(nc: Any, n: int, subject: str = "t.>") -> tuple[asyncio.Event
 
     await nc.subscribe(subject, cb=cb)
     return done, got
+
+
+async def execution_log(nc: Any, layout: Any, execution_id: str) -> list[tuple[str, bytes, int, float]]:
+    """An execution's log as stored in EXEC: (subject, data, stream seq, log time) in
+    stream order, read with an ordered consumer."""
+    from actors.natsio import log_time, stream_seq
+    from streams.layout import EXEC_STREAM
+
+    sub = await nc.jetstream().subscribe(layout.execution(execution_id).log, stream=EXEC_STREAM, ordered_consumer=True)
+    out = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            out.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
+            if msg.metadata.num_pending == 0:
+                return out
+    finally:
+        await sub.unsubscribe()

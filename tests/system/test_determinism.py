@@ -9,13 +9,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.natsio import log_time, stream_seq
 from actors.wire.events import FailureDecidedEvent, decision_decoder, lifecycle_message
 from actors.wire.messages import input_decoder
-from streams.layout import EXEC_STREAM, IN, class_of
+from streams.layout import IN, class_of
 from streams.subjects import ExecSubjects
 from tests.conftest import System, of_type
 from tests.harness import decisions, refold
+from tests.support.natsio import execution_log
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -60,20 +60,6 @@ PLAYBOOKS = {
 }
 
 
-async def _raw_log(system: System, eid: str) -> list[Any]:
-    prefix = system.layout.exec_prefix(eid)
-    sub = await system.nc.jetstream().subscribe(f"{prefix}.>", stream=EXEC_STREAM, ordered_consumer=True)
-    out = []
-    try:
-        while True:
-            msg = await sub.next_msg(timeout=5)
-            out.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-            if msg.metadata.num_pending == 0:
-                return out
-    finally:
-        await sub.unsubscribe()
-
-
 def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: bool) -> dict[int, list[Any]]:
     recorded = {}
     if with_recorded:
@@ -113,7 +99,7 @@ async def test_replaying_the_log_reproduces_every_decision_exactly(system: Syste
     )
     assert status.state in ("COMPLETED", "FAILED")
     await system.engine_idle()
-    log = await _raw_log(system, eid)
+    log = await execution_log(system.nc, system.layout, eid)
     subjects = system.layout.execution(eid)
     recorded = _recorded(log)
     assert recorded, "nothing recorded"
@@ -130,11 +116,11 @@ async def test_a_new_engine_replaying_a_finished_execution_adds_nothing(system: 
     )
     assert status.state == "COMPLETED"
     await system.engine_idle()
-    before = await _raw_log(system, eid)
+    before = await execution_log(system.nc, system.layout, eid)
     await system.restart_roles(("engine",))
     await system.client.cancel(eid, "wake the execution up: forces a replay in the new engine")
     await system.engine_idle()
-    after = await _raw_log(system, eid)
+    after = await execution_log(system.nc, system.layout, eid)
     added = after[len(before) :]
     assert [class_of(s) for s, *_ in added] == ["in"]  # only the cancel request itself
     assert after[: len(before)] == before

@@ -16,11 +16,11 @@ import pytest
 
 from actors.core.replay import LogRecord, lifecycle_records, replay_execution
 from actors.engine.readback import read_back
-from actors.natsio import log_time, stream_seq
 from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
 from actors.wire.messages import command_decoder, input_decoder
-from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
+from streams.layout import CMD_STREAM, class_of
 from tests.conftest import System
+from tests.support.natsio import execution_log
 from tests.support.semantics import older_engines_live
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -41,21 +41,6 @@ workflow:
     tool: {kind: python, code: "def main(x): return x + 1"}
     args: {x: "{{ b }}"}
 """
-
-
-async def _log(system: System, eid: str) -> list[tuple[str, bytes, int, float]]:
-    sub = await system.nc.jetstream().subscribe(
-        system.layout.execution(eid).log, stream=EXEC_STREAM, ordered_consumer=True
-    )
-    out = []
-    try:
-        while True:
-            msg = await sub.next_msg(timeout=5)
-            out.append((msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-            if msg.metadata.num_pending == 0:
-                return out
-    finally:
-        await sub.unsubscribe()
 
 
 async def _replays_clean(system: System, eid: str, log: list[tuple[str, bytes, int, float]]) -> None:
@@ -89,7 +74,7 @@ async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_a
     eid, status = await system.run_yaml(THREE_STEPS)
     assert status.state == "COMPLETED" and status.playbook is not None
     await system.engine_idle()
-    log = await _log(system, eid)
+    log = await execution_log(system.nc, system.layout, eid)
     kinds = [".".join(s.split(".")[3:5]) for s, _, _, _ in log]
     # start, first decision (carried by playbook.initialized), then a result and its
     # decision per step, each middle decision holding the next step's command (which
@@ -129,7 +114,7 @@ async def test_an_execution_started_under_semantics_1_keeps_its_format_for_older
     eid, status = await system.run_yaml(THREE_STEPS)
     assert status.state == "COMPLETED"
     await system.engine_idle()
-    log = await _log(system, eid)
+    log = await execution_log(system.nc, system.layout, eid)
     lc = [(s, d) for s, d, _, _ in log if class_of(s) == "lc"]
     # one message per lifecycle event, each a plain event (what a pod of semantics 1 reads)
     assert [s.split(".lc.", 1)[1] for s, _ in lc] == [
