@@ -74,7 +74,7 @@ from actors.client import Client
 from actors.natsio import MSG_ID
 from actors.pod.roles import ROLES, connect
 from actors.wire.messages import StartMessage, encode
-from bench.common import chain_playbook
+from bench.common import chain_playbook, process_tree
 from streams.layout import EXEC_STREAM, START_SUBJECT, STATUS_BUCKET, Layout
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer
 from streams.subjects import ExecSubjects
@@ -115,17 +115,6 @@ def _read(path: str) -> str:
         return ""  # gone meanwhile
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and its descendants now (Linux /proc children lists)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for t in _threads(p):
-            todo += [int(c) for c in _read(f"/proc/{p}/task/{t}/children").split()]
-    return out
-
-
 def cpu_ns(pid: int) -> int:
     """CPU ns used so far by every thread of `pid` (0 once it is gone)."""
     total = 0
@@ -147,7 +136,9 @@ class TreeMeter:
         self._own_mark = 0
 
     def _now(self) -> dict[str, dict[int, int]]:
-        return {name: {p: cpu_ns(p) for root in roots for p in tree(root)} for name, roots in self.roots.items()}
+        return {
+            name: {p: cpu_ns(p) for root in roots for p in process_tree(root)} for name, roots in self.roots.items()
+        }
 
     def start(self) -> None:
         self._mark = self._now()

@@ -59,6 +59,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from actors.client import Client, LogItem
 from actors.pod.roles import ROLES, connect
 from actors.wire.messages import ExecutionStatus
+from bench.common import worktree_add, worktree_remove
 from streams.layout import INDEX_STREAM, Layout
 from streams.server import NatsServer, _parent_death_hook, free_port
 from streams.subjects import index_subject
@@ -368,23 +369,6 @@ async def index_entry(nc: NATS, eid: str) -> str:
 
 
 # --- the run ---------------------------------------------------------------------------
-
-
-def worktree_add(commit: str, where: Path) -> None:
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), commit],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-
-
-def worktree_remove(where: Path) -> None:
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
-        check=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def check_imports(code: Path, env: dict[str, str]) -> str:

@@ -11,7 +11,7 @@ An operator's two-hour run at a modest rate: `python -m bench.soak --rate 10 --m
 
 Each run gets a fresh nats-server (file store in a temporary dir, `--sync`, HTTP
 monitoring on a free port), one pod as its own process (`actors-cli serve --role all`,
-bench/writes.py `Pod`) and the client in this process (`actors.client.Client`). The
+tests/support/pods.py `PodProcess`) and the client in this process (`actors.client.Client`). The
 playbook: a python step, a loop of 5 python iterations on its result, a python step
 summing them (`PLAYBOOK`); 5 warm-up executions first. Then executions are started at
 `--rate` per second, at most `--concurrency` in flight (a start waits for a slot; a
@@ -54,7 +54,6 @@ import json
 import os
 import platform
 import resource
-import shutil
 import signal
 import statistics
 import subprocess
@@ -69,10 +68,10 @@ import uvloop
 
 from actors.client import Client
 from actors.pod.roles import connect
-from bench.common import add_sync_flag
-from bench.writes import Pod, worktree
+from bench.common import add_sync_flag, checkout_of, process_tree
 from streams.layout import Layout
 from streams.server import NatsServer, free_port
+from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM = 5
@@ -143,29 +142,9 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and its descendants now, from /proc's children lists (as bench/e2e_small.py
-    walks them)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            threads = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue  # gone
-        for t in threads:
-            try:
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except OSError:
-                pass
-    return out
-
-
 def tree_rss(pid: int) -> tuple[int, int]:
     """RSS summed over `pid` and its descendants, and how many processes that is."""
-    pids = tree(pid)
+    pids = process_tree(pid)
     return sum(rss_bytes(p) for p in pids), len(pids)
 
 
@@ -302,7 +281,7 @@ async def soak(
     mport = free_port()
     server = await NatsServer.start(sync=args.sync, extra_args=["-m", str(mport)])
     base = f"http://127.0.0.1:{mport}"
-    pod: Pod | None = None
+    pod: PodProcess | None = None
     nc = None
     load: Load | None = None
     samples: list[dict[str, Any]] = []
@@ -311,7 +290,8 @@ async def soak(
             await monitor(http, base)  # the server answers before anything is measured
             empty_rss = rss_bytes(server.proc.pid)
             empty_varz = (await monitor(http, base))["varz_mem_mb"]
-            pod = await Pod.start(code, server.url, out / f"pod-{tag}.log")
+            pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=out, name=f"pod-{tag}", code=code)
+            await pod.ready(timeout=120)
             nc = await connect(server.url, name="bench-soak")
             client = Client(nc, layout=Layout())
             with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
@@ -677,17 +657,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-soak-tree-"))
-    sides: dict[str, Path] = {}
-    try:
-        if args.baseline:
-            sides["old"] = worktree(args.baseline, tmp / "old")
-        sides["new"] = ROOT
+    with checkout_of(args.baseline) as old:
+        sides = {**({"old": old} if old is not None else {}), "new": ROOT}
         result = uvloop.run(main_async(args, sides, out, head.stdout.strip()))
-    finally:
-        if args.baseline:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
     return 0
 

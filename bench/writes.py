@@ -47,11 +47,8 @@ import json
 import os
 import platform
 import re
-import shutil
-import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -64,101 +61,18 @@ import uvloop
 
 from actors.client import Client
 from actors.pod.roles import connect
-from bench.common import chain_playbook
+from bench.common import chain_playbook, checkout_of
+from bench.peers.fsync import STRACE, FsyncTrace
 from streams.layout import Layout
-from streams.server import SYNC_ALWAYS, NatsCluster, NatsServer, free_port
-from tests.support.pods import until_status
+from streams.server import SYNC_ALWAYS, NatsCluster, NatsServer
+from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parents[1]
-STRACE = "/usr/bin/strace"
 WARM = 5
 TIMEOUT = 120.0
 
 
 # --- one side: a server and a pod run from some checkout's code --------------------------
-
-
-class Pod:
-    """`actors-cli serve --role all` from `code` (its own directory first on sys.path)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, port: int) -> None:
-        self.proc, self.port = proc, port
-
-    @classmethod
-    async def start(cls, code: Path, url: str, log: Path, *, replicas: int = 1) -> Pod:
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NATS_URL")}
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "actors.cli",
-                "serve",
-                "--role",
-                "all",
-                "--http-port",
-                str(port),
-                "--http-host",
-                "127.0.0.1",
-                cwd=code,  # `-m` puts the working directory first on sys.path
-                stdout=out,
-                stderr=out,
-                env={**env, "NATS_URL": url, "PYTHONPATH": str(code), "ACTORS_REPLICAS": str(replicas)},
-            )
-        pod = cls(proc, port)
-        import aiohttp
-
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-            await until_status(http, f"http://127.0.0.1:{port}/readyz", 200, timeout=120, proc=proc)
-        return pod
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), 20)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-
-
-class Strace:
-    """strace on the server: counts fsyncs by the file they flushed (`-y`), and with
-    `delay_ms` slows each by that much (`-e inject=...:delay_exit=`)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, out: Path) -> None:
-        self.proc, self.out = proc, out
-
-    @classmethod
-    async def attach(cls, pids: list[int], out: Path, *, delay_ms: float = 0) -> Strace:
-        argv = [STRACE, "-f", "-qq", "-y", "-o", str(out), "-e", "trace=fsync,fdatasync"]
-        if delay_ms > 0:
-            argv += ["-e", f"inject=fsync,fdatasync:delay_exit={round(delay_ms * 1000)}"]
-        threads = [(pid, t) for pid in pids for t in os.listdir(f"/proc/{pid}/task")]
-        for pid in pids:
-            argv += ["-p", str(pid)]
-        proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.DEVNULL)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not all(_traced(pid, t) for pid, t in threads):  # attaching shows only in /proc: no event to await
-            if proc.returncode is not None or loop.time() > deadline:
-                raise RuntimeError(f"strace did not attach to {pids}")
-            await asyncio.sleep(0.01)
-        return cls(proc, out)
-
-    async def detach(self) -> Counter[str]:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGINT)
-            await asyncio.wait_for(self.proc.wait(), 10)
-        return fsyncs_by_file(self.out.read_text(errors="replace") if self.out.exists() else "")
-
-
-def _traced(pid: int, tid: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
-    except OSError:
-        return True
 
 
 _SYNCED = re.compile(r"f(?:data)?sync\(\d+<([^>]*)>")
@@ -225,13 +139,15 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
         servers = await NatsServer.start(sync=SYNC_ALWAYS)
         pids = [servers.proc.pid]
     replicas = 3 if args.cluster else 1
-    pod: Pod | None = None
-    delay: Strace | None = None
+    pod: PodProcess | None = None
+    delay: FsyncTrace | None = None
     with tempfile.TemporaryDirectory(prefix=f"bench-writes-{name}-") as tmp:
         try:
-            pod = await Pod.start(code, servers.url, Path(tmp) / "pod.log", replicas=replicas)
+            layout = Layout(replicas=replicas)
+            pod = await PodProcess.start("all", url=servers.url, layout=layout, logs=Path(tmp), name="pod", code=code)
+            await pod.ready(timeout=120)
             nc = await connect(servers.url, name="bench-writes")
-            client = Client(nc, layout=Layout(replicas=replicas))
+            client = Client(nc, layout=layout)
             entries = {}
             for steps in (3, args.chain):
                 pb = Path(tmp) / f"chain{steps}.yaml"
@@ -253,11 +169,12 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
 
             # counts, with strace counting (and only then, unless it slows every fsync)
             before = await settled(client)
-            tracing = await Strace.attach(pids, Path(tmp) / "count.strace")
+            tracing = await FsyncTrace.attach(pids, Path(tmp) / "count.strace", paths=True)
             for _ in range(args.runs):
                 await run(3)
             after = await settled(client)
-            synced = await tracing.detach()
+            await tracing.detach()
+            synced = fsyncs_by_file(tracing.text())
             out["stored_per_workflow"] = per(after, before, args.runs)
             out["stored_per_workflow_total"] = round(
                 sum(v for k, v in out["stored_per_workflow"].items() if k not in BACKGROUND_STREAMS), 2
@@ -267,7 +184,7 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
             out["fsyncs_background"] = round(sum(v for k, v in synced.items() if k in BACKGROUND) / args.runs, 2)
 
             if args.fsync_delay_ms > 0:
-                delay = await Strace.attach(pids, Path(tmp) / "delay.strace", delay_ms=args.fsync_delay_ms)
+                delay = await FsyncTrace.attach(pids, Path(tmp) / "delay.strace", delay_ms=args.fsync_delay_ms)
             lat = [await run(3) for _ in range(args.runs)]
             out["p50_ms"] = round(statistics.median(lat) * 1000, 2)
             out["p99_ms"] = round(sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 2)
@@ -299,11 +216,6 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
 
 
 # --- the two sides, alternating -----------------------------------------------------------
-
-
-def worktree(rev: str, where: Path) -> Path:
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), rev], check=True)
-    return where
 
 
 def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -390,16 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     if not os.access(STRACE, os.X_OK):
         parser.error(f"{STRACE} is needed (fsync counts; Debian package strace)")
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    sides: dict[str, Path] = {"new": ROOT}
-    tmp = Path(tempfile.mkdtemp(prefix="bench-writes-"))
-    try:
-        if args.baseline:
-            sides["old"] = worktree(args.baseline, tmp / "old")
+    with checkout_of(args.baseline) as old:
+        sides = {"new": ROOT, **({"old": old} if old is not None else {})}
         result = uvloop.run(main_async(args, sides, head.stdout.strip()))
-    finally:
-        if args.baseline:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
     return 0
 

@@ -17,26 +17,13 @@ import os
 import signal
 from pathlib import Path
 
+from bench.common import process_tree
+
 STRACE = "/usr/bin/strace"
 
 
 def available() -> str | None:
     return None if os.access(STRACE, os.X_OK) else f"no {STRACE}"
-
-
-def tree(pid: int) -> list[int]:
-    """`pid` and its descendants now (Linux /proc children lists)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass  # gone meanwhile
-    return out
 
 
 def _traced(pid: int) -> bool:
@@ -52,10 +39,11 @@ class FsyncTrace:
         self.proc, self.out, self.pids = proc, out, pids
 
     @classmethod
-    async def attach(cls, roots: list[int], out: Path, *, delay_ms: float = 0) -> FsyncTrace:
-        """Trace `roots` and their children; each fsync/fdatasync returns `delay_ms` late."""
-        pids = [p for root in roots for p in tree(root)]
-        argv = [STRACE, "-f", "-qq", "-o", str(out), "-e", "trace=fsync,fdatasync"]
+    async def attach(cls, roots: list[int], out: Path, *, delay_ms: float = 0, paths: bool = False) -> FsyncTrace:
+        """Trace `roots` and their children; each fsync/fdatasync returns `delay_ms` late.
+        `paths`: each line names the file flushed (`-y`)."""
+        pids = [p for root in roots for p in process_tree(root)]
+        argv = [STRACE, "-f", "-qq", *(["-y"] if paths else []), "-o", str(out), "-e", "trace=fsync,fdatasync"]
         if delay_ms > 0:
             argv += ["-e", f"inject=fsync,fdatasync:delay_exit={round(delay_ms * 1000)}"]
         for p in pids:
@@ -71,14 +59,17 @@ class FsyncTrace:
             await asyncio.sleep(0.01)
         return trace
 
+    def text(self) -> str:
+        """What strace wrote so far (all of it once detached)."""
+        try:
+            return self.out.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
     def count(self) -> int:
         """fsync and fdatasync calls so far (a call cut in two by another thread's line
         counts once: its `<unfinished ...>` half)."""
-        try:
-            text = self.out.read_text(errors="replace")
-        except FileNotFoundError:
-            return 0
-        return sum(1 for line in text.splitlines() if "sync(" in line and "resumed>" not in line)
+        return sum(1 for line in self.text().splitlines() if "sync(" in line and "resumed>" not in line)
 
     async def detach(self) -> None:
         if self.proc.returncode is None:

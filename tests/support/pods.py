@@ -74,8 +74,11 @@ class PodProcess:
         name: str,
         drain_timeout: float = 2,
         env: dict[str, str] | None = None,
+        code: Path = ROOT,
     ) -> PodProcess:
-        """`env`: more variables for the pod (credentials, TLS files)."""
+        """`env`: more variables for the pod (credentials, TLS files). `code`: the
+        checkout it runs from (an earlier commit's worktree, for benches that compare),
+        first on its sys.path."""
         port = free_port()
         log = logs / f"{name}.log"
         with log.open("wb") as out:
@@ -92,10 +95,16 @@ class PodProcess:
                 "127.0.0.1",
                 "--drain-timeout",
                 str(drain_timeout),
-                cwd=ROOT,
+                cwd=code,  # `-m` puts the working directory first on sys.path
                 stdout=out,
                 stderr=out,
-                env={**os.environ, "NATS_URL": url, **layout_env(layout), **(env or {})},
+                env={
+                    **os.environ,
+                    "NATS_URL": url,
+                    **layout_env(layout),
+                    **({"PYTHONPATH": str(code)} if code != ROOT else {}),
+                    **(env or {}),
+                },
             )
         return cls(role, proc, port, log)
 
