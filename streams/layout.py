@@ -110,6 +110,9 @@ BLOB_BUCKET = "blobs"
 # start payloads too large for a message: a bucket of their own, the one clients may
 # write (actors/store/blobs.py, actors/pod/permissions.py)
 PAYLOAD_BUCKET = "payloads"
+# finished executions archived before they are removed (actors/store/archive.py), one
+# object each, when the deployment archives to the object store
+ARCHIVE_BUCKET = "archive"
 START_STREAM = "START"
 DLQ_STREAM = "DLQ"
 STATUS_BUCKET = "status"
@@ -136,7 +139,14 @@ class Layout:
     replicas: int = 1
     duplicate_window: float = 120.0
     max_msg_size: int = 1024 * 1024
-    exec_max_age: float = 7 * 24 * 3600.0
+    # seconds a finished execution's records (its log, its loops' logs, its index entries,
+    # its status and its blobs) are kept after it ended; then the retention actor
+    # archives them (if an archive is set) and removes them (actors/retention/). 0: kept
+    # for ever. A running execution is never removed, however old: no stream of an
+    # execution's records has an age limit of its own
+    finished_retention: float = 7 * 24 * 3600.0
+    dead_letter_retention: float = 7 * 24 * 3600.0  # stream DLQ's age limit; 0: for ever
+    archive_retention: float = 0.0  # the `archive` bucket's age limit; 0: for ever
     ack_wait: float = 30.0
     max_deliver: int = 5
     engine_max_ack_pending: int = 4096
@@ -154,6 +164,13 @@ class Layout:
     # is counted, not kept (the event's tail still shows the end)
     step_output_max_bytes: int = 8 * 1024 * 1024
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fire_ttl(self) -> float:
+        """Seconds a schedule's fire is kept (a fire is taken within seconds; the TTL
+        only bounds fires nobody took): the finished executions' retention, a week
+        when they are kept for ever."""
+        return self.finished_retention or 7 * 24 * 3600.0
 
     # --- subjects ----------------------------------------------------------------
 
@@ -199,6 +216,16 @@ def tool_consumer(kind: str) -> str:
     return f"tools-{kind}"
 
 
+# the retention actors' pull consumer on ENDED: finished executions in end order, each
+# archived and removed once its retention is over (actors/retention/)
+RETENTION_CONSUMER = "retention"
+
+
+def obj_stream(bucket: str) -> str:
+    """The stream under an object store bucket."""
+    return f"OBJ_{bucket}"
+
+
 def tool_log_consumer(kind: str) -> str:
     """The tool consumer of `kind` on EXEC: commands held by their decision record."""
     return f"tools-{kind}-log"
@@ -221,7 +248,9 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             description="per-execution logs: inputs, decisions, lifecycle",
             subjects=["exec.>"],
             retention=api.RetentionPolicy.LIMITS,
-            max_age=layout.exec_max_age,
+            # no age limit: a running execution's log is kept however old; a finished
+            # one's is removed by the retention actor (actors/retention/), whole
+            max_age=0,
             # durable timers: the engine stores a schedule on exec.<p>.<id>.sch.<timer>
             # and the server publishes its body to exec.<p>.<id>.in.timer.<timer> when due
             allow_msg_schedules=True,
@@ -232,7 +261,7 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             description="per-loop logs read by the counter: spec, iteration results, timers",
             subjects=["loop.>"],
             retention=api.RetentionPolicy.LIMITS,
-            max_age=layout.exec_max_age,
+            max_age=0,  # as EXEC: removed with its execution
             allow_msg_schedules=True,  # per-iteration retry delays
             **common,  # type: ignore[arg-type]
         ),
@@ -255,14 +284,15 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             description="messages an actor could not handle, with the reason",
             subjects=["dlq.>"],
             retention=api.RetentionPolicy.LIMITS,
-            max_age=layout.exec_max_age,
+            max_age=layout.dead_letter_retention,
             **common,  # type: ignore[arg-type]
         ),
         api.StreamConfig(
             name=INDEX_STREAM,
             description="one entry per execution in start order, by the status projector (actors-cli list)",
             subjects=[INDEX_FILTER],
-            retention=api.RetentionPolicy.LIMITS,  # kept as long as the statuses (no age limit)
+            # no age limit: an entry goes with its execution (actors/retention/)
+            retention=api.RetentionPolicy.LIMITS,
             max_msgs_per_subject=1,  # one entry per execution, even re-sent past the duplicate window
             **common,  # type: ignore[arg-type]
         ),
@@ -270,7 +300,9 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             name=ENDED_STREAM,
             description="each execution's final status in end order, by the status projector (actors-cli list)",
             subjects=[ENDED_FILTER],
-            retention=api.RetentionPolicy.LIMITS,  # kept as long as the statuses (no age limit)
+            # no age limit: the retention actor reads it in end order, and removes an
+            # entry with its execution
+            retention=api.RetentionPolicy.LIMITS,
             max_msgs_per_subject=1,
             **common,  # type: ignore[arg-type]
         ),
@@ -377,7 +409,19 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
         )
         for kind in tool_kinds
     ]
+    # pull: competing retention actors, each taking the oldest ends; one not due yet is
+    # handed back with a delay (actors/retention/), so it is never given up on
+    retention = api.ConsumerConfig(
+        durable_name=RETENTION_CONSUMER,
+        filter_subject=ENDED_FILTER,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=layout.ack_wait,
+        max_deliver=-1,
+        max_ack_pending=layout.tool_max_ack_pending,
+        deliver_policy=api.DeliverPolicy.ALL,
+    )
     return {
+        ENDED_STREAM: [retention],
         EXEC_STREAM: [*engine, projector, *tools_log],
         CMD_STREAM: tools,
         START_STREAM: [starter],
@@ -441,14 +485,15 @@ async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tup
     # from semantics 1 the engine pods that create them may not run yet, and a tool pod,
     # CLI or client of 2 must start beside them all the same (a tool pull asks again,
     # backing off, while its consumer does not exist; no such command exists yet either)
-    added_in_semantics_2 = {tool_log_consumer(kind) for kind in tool_kinds}
+    # and so is the retention actors' consumer, which only engine pods of a later version create
+    added_later = {(EXEC_STREAM, tool_log_consumer(kind)) for kind in tool_kinds} | {(ENDED_STREAM, RETENTION_CONSUMER)}
     checks += [
         exists(f"consumer {stream + '/' + (c.durable_name or '')!r}", js.consumer_info(stream, c.durable_name or ""))
         for stream, consumers in consumer_configs(layout, tool_kinds).items()
         for c in consumers
-        if not (stream == EXEC_STREAM and c.durable_name in added_in_semantics_2)
+        if (stream, c.durable_name) not in added_later
     ]
-    checks += [exists(f"bucket {b!r}", js.stream_info(f"OBJ_{b}")) for b in (BLOB_BUCKET, PAYLOAD_BUCKET)]
+    checks += [exists(f"bucket {b!r}", js.stream_info(obj_stream(b))) for b in (BLOB_BUCKET, PAYLOAD_BUCKET)]
     checks += [
         exists(f"bucket {b!r}", js.stream_info(kv_stream(b)))
         for b in (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET)
@@ -491,16 +536,10 @@ async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, 
                 # exists with different settings: recreate is unsafe (loses ack state),
                 # so keep the existing one; settings changes are a deploy decision.
                 pass
-    for store in (BLOB_BUCKET, PAYLOAD_BUCKET):
-        try:
-            await js.object_store(store)
-        except NotFoundError:
-            await js.create_object_store(
-                store,
-                config=api.ObjectStoreConfig(
-                    bucket=store, replicas=layout.replicas, storage=api.StorageType.FILE, ttl=layout.exec_max_age
-                ),
-            )
+    # blobs and payloads have no age limit (a running execution's are kept however old:
+    # the retention actor removes a finished one's); the archive keeps archive_retention
+    for store, ttl in ((BLOB_BUCKET, 0.0), (PAYLOAD_BUCKET, 0.0), (ARCHIVE_BUCKET, layout.archive_retention)):
+        await _object_store(js, store, replicas=layout.replicas, ttl=ttl)
     try:
         await js.key_value(OWNERS_BUCKET)
     except NotFoundError:
@@ -536,11 +575,28 @@ async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, 
                 await js.update_stream(info.config)
 
 
+async def _object_store(js: JetStreamContext, bucket: str, *, replicas: int, ttl: float) -> None:
+    """Create an object store bucket, or bring its age limit up to date (buckets made by
+    an earlier version expired blobs after 7 days, running executions' too)."""
+    try:
+        info = await js.stream_info(obj_stream(bucket))
+    except NotFoundError:
+        await js.create_object_store(
+            bucket,
+            config=api.ObjectStoreConfig(bucket=bucket, replicas=replicas, storage=api.StorageType.FILE, ttl=ttl),
+        )
+        return
+    if (info.config.max_age or 0.0) != ttl:
+        info.config.max_age = ttl
+        await js.update_stream(info.config)
+
+
 # Every stored status is republished on core NATS (`status_subject`), for waiting clients.
 STATUS_REPUBLISH = api.RePublish(src=kv_key_subject(STATUS_BUCKET, ">"), dest=STATUS_REPUBLISH_DEST)
 
 
 __all__ = [
+    "ARCHIVE_BUCKET",
     "BLOB_BUCKET",
     "CATALOG_BUCKET",
     "CMD_STREAM",
@@ -557,6 +613,7 @@ __all__ = [
     "PAYLOAD_BUCKET",
     "PROJECTOR_CONSUMER",
     "PROJECTOR_FILTER",
+    "RETENTION_CONSUMER",
     "SCH",
     "SCHEDULES_BUCKET",
     "SCHEDULE_FIRES_CONSUMER",
@@ -584,6 +641,7 @@ __all__ = [
     "loop_key",
     "loop_type",
     "missing_parts",
+    "obj_stream",
     "progress_subject",
     "result_batch_subject",
     "stream_configs",

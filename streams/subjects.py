@@ -43,6 +43,17 @@ COMMAND = "cmd"  # ev.cmd.<kind>: a decision record holding its one command
 RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
+def subject_matches(filter_: str, subject: str) -> bool:
+    """Does `subject` match `filter_` as NATS matches them (`*` one token, `>` the rest)?"""
+    want, got = filter_.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or (token != "*" and token != got[i]):
+            return False
+    return len(want) == len(got)
+
+
 def partition_of(execution_id: str, partitions: int) -> int:
     return zlib.crc32(execution_id.encode()) % partitions
 
@@ -333,6 +344,21 @@ def index_end_subject(state: str, execution_id: str) -> str:
 
 def index_ends(state: str) -> str:
     return f"index.end.{state}.*"
+
+
+def index_ends_of(execution_id: str) -> str:
+    """An execution's final status in stream ENDED, whatever its state (a filter)."""
+    return f"index.end.*.{execution_id}"
+
+
+def loop_logs_filter(execution_id: str, partitions: int) -> str:
+    """Everything the logs of every loop of an execution hold (a filter)."""
+    return f"loop.{partition_of(execution_id, partitions)}.{execution_id}.>"
+
+
+def ended_execution(subject: str) -> str:
+    """The execution of an ENDED subject, `index.end.<state>.<execution_id>`."""
+    return subject.split(".", 3)[3]
 
 
 def kv_stream(bucket: str) -> str:

@@ -119,11 +119,18 @@ class System:
         from actors.engine.actor import Engine
         from actors.engine.starter import Starter
         from actors.loops.counter import Counter
+        from actors.retention.actor import Retention
         from actors.runtime.ownership import Leases
         from actors.status.projector import Projector
         from actors.tools.actor import ToolActor
 
-        kinds = {"engine": (Engine, Starter), "counter": (Counter,), "tools": (ToolActor,), "projector": (Projector,)}
+        kinds = {
+            "engine": (Engine, Starter),
+            "counter": (Counter,),
+            "tools": (ToolActor,),
+            "projector": (Projector,),
+            "retention": (Retention,),
+        }
 
         def doomed(a: object) -> bool:
             if isinstance(a, Leases):

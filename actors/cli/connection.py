@@ -26,6 +26,7 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
     from actors.natsio.dial import OutageNotices, connect_within
     from actors.pod.roles import connect, start_roles, tune_gc
     from actors.runtime.children import child_environment
+    from actors.store.archive import archive_reader
     from streams.server import NatsServer
 
     settings = settings_of(args)
@@ -57,7 +58,14 @@ async def connection(args: argparse.Namespace, *, embedded: bool = False) -> Asy
             # idempotent: works before any pod has started
             left = max(0.1, budget - (time.monotonic() - started))
             await look_up_streams(nc, layout, url, budget=left, timeout=budget)
-        yield Client(nc, layout=layout, timeout=budget, codec=settings.payload_codec, limits=settings.limits)
+        yield Client(
+            nc,
+            layout=layout,
+            timeout=budget,
+            codec=settings.payload_codec,
+            limits=settings.limits,
+            archive=archive_reader(nc, settings.archive),
+        )
     finally:
         if runtime is not None:
             # our server dies with us, and with it whatever still runs: draining tool commands

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from actors.cli import exits
+from actors.cli.archiving import add_archive_parser, cmd_archive
 from actors.cli.commands import (
     cmd_cancel,
     cmd_events,
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
     sp.add_argument(
         "--role",
-        choices=["engine", "counter", "tools", "projector", "all", "ui"],
+        choices=["engine", "counter", "tools", "projector", "retention", "all", "ui"],
         default="all",
         help="the actors this pod runs (default all); ui: the web UI alone (--port: $ACTORS_UI_PORT)",
     )
@@ -177,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
+    with_timeout(with_nats(add_archive_parser(sub)))
+
     sp = with_timeout(with_nats(sub.add_parser("result", help="a finished execution's result, or its error")))
     sp.add_argument("execution_id", help="the execution's id")
     sp.add_argument("--json", action="store_true", help='{"execution_id", "state", "result", "error", "reason"}')
@@ -236,6 +239,7 @@ ASYNC = {
     "list": cmd_list,
     "result": cmd_result,
     "playbooks": cmd_playbooks,
+    "archive": cmd_archive,
     "ui": cmd_ui,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema}

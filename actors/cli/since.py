@@ -13,7 +13,7 @@ _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_since(text: str, *, now: float | None = None) -> float:
+def parse_since(text: str, *, now: float | None = None, flag: str = "--since") -> float:
     """The Unix time `text` names; UsageError (exit 3) saying what is accepted otherwise."""
     age = _AGE.fullmatch(text.strip())
     if age is not None:
@@ -22,6 +22,6 @@ def parse_since(text: str, *, now: float | None = None) -> float:
         moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(
-            f"--since {text!r}: expected an ISO 8601 time (2026-11-23T22:00:00Z) or an age (90s, 15m, 2h, 7d)"
+            f"{flag} {text!r}: expected an ISO 8601 time (2026-11-23T22:00:00Z) or an age (90s, 15m, 2h, 7d)"
         ) from None
     return moment.timestamp()  # naive: local time, as the tables print it

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client as NATS
 
+from actors.client.archiving import Archiver, ArchiveReport
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
 from actors.client.connecting import CLIENT_TIMEOUT, Connecting, open_client
 from actors.client.listing import Lister
@@ -45,12 +46,13 @@ from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.writing import StartOutcome, StartRefused
 from actors.config.settings import Settings
 from actors.natsio.connopts import ConnectOptions
+from actors.store.archive import archive_reader
 from actors.wire.codec import PayloadCodec
 from actors.wire.messages import Limits
 from streams.layout import Layout
 
 
-class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
+class Client(Retrier, Runs, StepOutputs, Scheduling, Lister, Archiver):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
@@ -65,6 +67,7 @@ class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
         codec: PayloadCodec | None = None,
         options: ConnectOptions | None = None,
         limits: Limits | None = None,
+        archive: str | None = None,
     ) -> Connecting[Client]:
         """A client on a connection of its own to `url` (a cluster: URLs separated by
         commas; credentials in the URL, `nats://user:password@host:4222`), reached
@@ -78,18 +81,23 @@ class Client(Retrier, Runs, StepOutputs, Scheduling, Lister):
         TLS (`actors.natsio.connopts.ConnectOptions`; default: the environment's, NATS_USER,
         NATS_CREDS, NATS_TLS_CA etc., as `actors-cli` reads them). `limits`: the
         ceilings a playbook registered is checked against (default: read from the
-        environment, `ACTORS_MAX_ATTEMPTS_CEILING` etc., as a pod reads them)."""
-        env = Settings.from_env() if codec is None or limits is None else None  # read once
+        environment, `ACTORS_MAX_ATTEMPTS_CEILING` etc., as a pod reads them). `archive`:
+        where executions removed by retention are read back from, a directory path or
+        `objects` (default: `ACTORS_ARCHIVE`; the `archive` bucket unless it names a path)."""
+        env = Settings.from_env() if codec is None or limits is None or archive is None else None  # read once
         keys = codec if codec is not None or env is None else env.payload_codec
         bounds = limits if limits is not None or env is None else env.limits
+        place = archive if archive is not None or env is None else env.archive
 
         def make(nc: NATS, lay: Layout, t: float) -> Client:
-            return cls(nc, layout=lay, timeout=t, owns_connection=True, codec=keys, limits=bounds)
+            store = archive_reader(nc, place) if place is not None else None
+            return cls(nc, layout=lay, timeout=t, owns_connection=True, codec=keys, limits=bounds, archive=store)
 
         return Connecting(lambda: open_client(make, url, timeout=timeout, layout=layout, name=name, options=options))
 
 
 __all__ = [
+    "ArchiveReport",
     "Client",
     "Connecting",
     "ExecutionFailed",

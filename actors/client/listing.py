@@ -66,13 +66,43 @@ class Lister(Session):
     async def _list_once(
         self, state: str | None, playbook: str | None, since: float | None, limit: int
     ) -> builtins.list[ExecutionStatus]:
+        found = await self._list_live(state, playbook, since, limit)
+        if len(found) < limit and not found.older:
+            # the live index ran out: executions retired since are read from the archive
+            found += await self._list_archived(
+                state, playbook, since, limit - len(found), {s.execution_id for s in found}
+            )
+        found.sort(key=lambda s: s.started_at or 0.0, reverse=True)  # the projectors' order is nearly theirs
+        return found[:limit]
+
+    async def _list_archived(
+        self, state: str | None, playbook: str | None, since: float | None, limit: int, listed: set[str]
+    ) -> builtins.list[ExecutionStatus]:
+        """Archived executions, the latest archived first (about the latest ended first),
+        until `limit` of them or one that ended before `since`."""
+        if state is not None and state not in TERMINAL_STATES:
+            return []  # only finished executions are archived
+        found: builtins.list[ExecutionStatus] = []
+        async for st in self.archives.statuses():
+            if since is not None and st.ended_at is not None and st.ended_at < since:
+                break
+            if st.execution_id in listed or not _wanted(st.playbook, playbook):
+                continue
+            if (state is None or st.state == state) and (since is None or (st.started_at or 0.0) >= since):
+                found.append(self.codec.open_for_display(st))
+                if len(found) >= limit:
+                    break
+        return found
+
+    async def _list_live(self, state: str | None, playbook: str | None, since: float | None, limit: int) -> _Found:
+        """`list` over streams INDEX and ENDED (see the module's docstring)."""
         final = state in TERMINAL_STATES
+        found = _Found()
         try:
             info = await self.nc.jsm().stream_info(ENDED_STREAM if final else INDEX_STREAM)
         except NotFoundError:
-            return []
+            return found
         first, hi = info.state.first_seq, info.state.last_seq
-        found: builtins.list[ExecutionStatus] = []
         window = max(FIRST_WINDOW, 2 * limit)
         while info.state.messages and hi >= first:
             lo = max(first, hi - window + 1)
@@ -100,10 +130,10 @@ class Lister(Session):
                     if state is None or st.state == state
                 ]
             if len(found) >= limit or older:
+                found.older = older
                 break
             hi, window = lo - 1, window * 2
-        found.sort(key=lambda s: s.started_at or 0.0, reverse=True)  # the projectors' order is nearly theirs
-        return found[:limit]
+        return found
 
     async def statuses(self, execution_ids: builtins.list[str]) -> builtins.list[ExecutionStatus]:
         """The statuses of these executions as `status` gives each, in their order, read at
@@ -133,6 +163,12 @@ class Lister(Session):
         values = await asyncio.gather(*(_value(kv, k) for k in keys))
         entries = [e for k, v in zip(keys, values, strict=True) if v is not None and (e := _entry_or_none(k, v))]
         return sorted(entries, key=lambda e: (e.path, e.version))
+
+
+class _Found(builtins.list[ExecutionStatus]):
+    """Statuses found, and whether the listing reached those before `since`."""
+
+    older = False
 
 
 def _wanted(runs: str | None, playbook: str | None) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 from actors.client.checks import check_execution_id
 from actors.client.reading import Reader
-from actors.store.blobs import BLOB_MISSING, get_blob_bytes
+from actors.store.blobs import BLOB_MISSING, get_blob_bytes, stored_bytes
 from actors.wire.events import StepOutput, step_output_decoder
 from streams.layout import EXEC_STREAM, LOOP_STREAM
 from streams.subjects import loop_outputs_filter
@@ -40,16 +40,16 @@ class StepOutputs(Reader):
         found: dict[tuple[str, int | None], StepOutput] = {}
         what = f"reading the output of execution {execution_id}"
         for stream, subject in self._output_filters(execution_id):
-            for o in await self._ride(what, functools.partial(self._read_outputs, stream, subject)):
+            for o in await self._ride(what, functools.partial(self._read_outputs, stream, subject, execution_id)):
                 if step is None or o.step == step:
                     found.setdefault(output_key(o), o)
         return sorted(found.values(), key=lambda o: o.at)
 
-    async def _read_outputs(self, stream: str, subject: str) -> list[StepOutput]:
+    async def _read_outputs(self, stream: str, subject: str, execution_id: str) -> list[StepOutput]:
         def expand(subject: str, data: bytes, seq: int, at: float) -> list[StepOutput]:
             return [self.codec.decode(step_output_decoder, data)]
 
-        found: list[StepOutput] = await self._read_all(stream, subject, expand)
+        found: list[StepOutput] = await self._read_all(stream, subject, expand, execution_id=execution_id)
         return found
 
     async def follow_outputs(self, execution_id: str, *, step: str | None = None) -> AsyncIterator[StepOutput]:
@@ -92,11 +92,14 @@ class StepOutputs(Reader):
         than the event's head and tail; past the cap, what was kept, a marker and the end."""
         if o.output_ref is None:
             return o.head if not o.tail else f"{o.head}\n... {o.size:,} bytes in all, middle not kept ...\n{o.tail}"
+        ref = o.output_ref
         try:
-            ref = o.output_ref
             data = await self._ride(f"reading output {ref}", lambda: get_blob_bytes(self.js, ref))
         except BLOB_MISSING:
-            return f"{o.head}\n... {o.size:,} bytes in all, the whole text is gone from the store ...\n{o.tail}"
+            stored = await self._archived_blob(ref)  # retired: from its archive
+            if stored is None:
+                return f"{o.head}\n... {o.size:,} bytes in all, the whole text is gone from the store ...\n{o.tail}"
+            data = stored_bytes(self.js, ref, stored)
         text = data.decode("utf-8", errors="replace")
         if o.size > o.stored:
             text += f"\n... {o.size - o.stored:,} more bytes not kept (ACTORS_STEP_OUTPUT_MAX_BYTES); the last ones:\n"

@@ -20,7 +20,9 @@ from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
 from actors.client.watch import StatusWatch
 from actors.natsio import last_message, log_time, stream_seq
-from actors.store.blobs import get_blob
+from actors.natsio.readall import count, read_all
+from actors.store.archive import ArchivedExecution
+from actors.store.blobs import BLOB_MISSING, blob_owner, get_blob, stored_value
 from actors.store.records import status_record
 from actors.wire.codec import PayloadUnreadable
 from actors.wire.events import TERMINAL_EVENTS, TERMINAL_STATES, ExecState
@@ -34,9 +36,19 @@ from actors.wire.messages import (
     ResultBatch,
     loop_input_decoder,
 )
-from streams.layout import DLQ_STREAM, EXEC_STREAM, LC, LOOP_STREAM, STATUS_BUCKET, progress_subject
-from streams.subjects import dlq_filter, loop_results_filter
+from streams.layout import (
+    BLOB_BUCKET,
+    DLQ_STREAM,
+    EXEC_STREAM,
+    EXECUTION_ID,
+    LC,
+    LOOP_STREAM,
+    STATUS_BUCKET,
+    progress_subject,
+)
+from streams.subjects import dlq_filter, loop_results_filter, subject_matches
 
+ARCHIVES_KEPT = 4  # archived executions a client keeps read (a page shows one: its status, events, result)
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
 _progress = msgspec.json.Decoder(LoopProgress)
 
@@ -58,8 +70,25 @@ class Reader(Session):
         try:
             entry = await kv.get(check_execution_id(execution_id))
         except KeyNotFoundError:
-            return None
+            # retired (actors/store/retire.py): its final status is in the archive, if kept
+            archived = await self._archived(execution_id)
+            status = None if archived is None else archived.status()
+            return None if status is None else self.codec.open_for_display(status)
         return self.codec.open_for_display(status_record(entry.value or b"", key=execution_id))
+
+    async def _archived(self, execution_id: str) -> ArchivedExecution | None:
+        """The execution as archived when it was retired; None when it is not archived.
+        An archive never changes once written: the last few read are kept."""
+        if not EXECUTION_ID.fullmatch(execution_id):
+            return None  # from a blob key or a record tampered with: never a file name or an object's
+        found = self._archives.get(execution_id)
+        if found is None:
+            found = await self.archives.get(execution_id)
+            if found is not None:
+                while len(self._archives) >= ARCHIVES_KEPT:
+                    self._archives.pop(next(iter(self._archives)))
+                self._archives[execution_id] = found
+        return found
 
     async def wait(self, execution_id: str, *, timeout: float | None = None) -> ExecutionStatus:
         """Wait until the projected status is terminal (the status KV is the only
@@ -109,6 +138,13 @@ class Reader(Session):
         client.follow(id)`); ends after its terminal lifecycle event unless
         `until_terminal` is False."""
         log = self.layout.execution(check_execution_id(execution_id)).log
+        if not await count(self.nc, EXEC_STREAM, log):
+            archived = await self._archived(execution_id)
+            if archived is not None:  # retired: its log is all there will ever be
+                for subject, data, seq, at in archived.stream(EXEC_STREAM):
+                    for item in log_items(subject, data, seq, at, self.codec):
+                        yield item
+                return
         sub = await self.js.subscribe(log, stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
         try:
             while True:
@@ -125,10 +161,16 @@ class Reader(Session):
         log = self.layout.execution(check_execution_id(execution_id)).log
         what = f"reading the events of execution {execution_id}"
         items = await self._ride(
-            what, lambda: self._read_all(EXEC_STREAM, log, functools.partial(log_items, codec=self.codec))
+            what,
+            lambda: self._read_all(
+                EXEC_STREAM, log, functools.partial(log_items, codec=self.codec), execution_id=execution_id
+            ),
         )
         items += await self._ride(
-            what, lambda: self._read_all(DLQ_STREAM, dlq_filter(execution_id=execution_id), dead_letter_items)
+            what,
+            lambda: self._read_all(
+                DLQ_STREAM, dlq_filter(execution_id=execution_id), dead_letter_items, execution_id=execution_id
+            ),
         )
         return items
 
@@ -149,8 +191,23 @@ class Reader(Session):
             raise PayloadUnreadable(f"the result: {execution.unreadable}")
         ref = execution.data.get("result_ref")
         if ref:
-            return await self._ride(f"reading result {ref}", lambda: get_blob(self.js, ref))
+            return await self._ride(f"reading result {ref}", lambda: self._blob(ref))
         return execution.data.get("result")
+
+    async def _blob(self, key: str) -> Any:
+        """A blob's value; from the archive of the execution that owns it once retired."""
+        try:
+            return await get_blob(self.js, key)
+        except BLOB_MISSING:
+            data = await self._archived_blob(key)
+            if data is None:
+                raise
+            return stored_value(self.js, key, data)
+
+    async def _archived_blob(self, key: str) -> bytes | None:
+        """A blob's bytes as stored, from the archive of the execution that owns it."""
+        archived = await self._archived(blob_owner(key))
+        return None if archived is None else archived.object(BLOB_BUCKET, key)
 
     async def terminal(self, execution_id: str) -> tuple[ExecutionStatus, LogItem | None]:
         """A finished execution's status and its terminal lifecycle event (None if the
@@ -166,10 +223,15 @@ class Reader(Session):
                 f"reading the end of execution {execution_id}",
                 lambda: last_message(self.nc, EXEC_STREAM, subject),
             )
+            data, seq = msg.data or b"", msg.seq or 0
         except NotFoundError:
-            return status, None
+            archived = await self._archived(execution_id)
+            ends = [] if archived is None else [(d, q) for s, d, q, _ in archived.stream(EXEC_STREAM) if s == subject]
+            if not ends:
+                return status, None
+            data, seq = ends[-1]
         # the message may carry its whole decision (semantics 2): the terminal event is one of its items
-        items = log_items(subject, msg.data or b"", msg.seq or 0, 0.0, self.codec)
+        items = log_items(subject, data, seq, 0.0, self.codec)
         return status, next((i for i in items if i.type == status.terminal_event), None)
 
     async def running_steps(self, execution_id: str) -> list[str]:
@@ -189,7 +251,7 @@ class Reader(Session):
                 return [_single(inp, r) for r in inp.results]
             return [inp] if isinstance(inp, (CallDone, CallError, ChunkDone)) else []
 
-        return await self._read_all(LOOP_STREAM, subject, expand)
+        return await self._read_all(LOOP_STREAM, subject, expand, execution_id=execution_id)
 
     async def progress(self, execution_id: str) -> AsyncIterator[LoopProgress]:
         """Live progress of the execution's loops (best effort, not stored)."""
@@ -210,37 +272,22 @@ class Reader(Session):
         )
         return items if since is None else [i for i in items if i.at >= since]
 
-    async def _count(self, stream: str, subject: str) -> int:
-        """Messages stored under `subject` now (the stream leader's count)."""
-        try:
-            info = await self.nc.jsm().stream_info(stream, subjects_filter=subject)
-        except NotFoundError:
-            return 0
-        return sum((info.state.subjects or {}).values())
-
-    async def _read_all(self, stream: str, subject: str, expand: Any) -> list[Any]:
-        total = await self._count(stream, subject)
-        if not total:
+    async def _read_all(self, stream: str, subject: str, expand: Any, *, execution_id: str | None = None) -> list[Any]:
+        """What `expand(subject, data, seq, at)` makes of each message of `stream` on
+        `subject`, in order. For an `execution_id`'s records: when the stream has none
+        (the execution was retired), those of its archive, if it has one."""
+        msgs = await read_all(self.nc, stream, subject)
+        if msgs or execution_id is None:
+            return [x for m in msgs for x in expand(m.subject, m.data, stream_seq(m), log_time(m))]
+        archived = await self._archived(execution_id)
+        if archived is None:
             return []
-        out: list[Any] = []
-        sub = await self.js.subscribe(subject, stream=stream, ordered_consumer=True, pending_msgs_limit=-1)
-        try:
-            read = 0
-            while True:
-                msg = await sub.next_msg(timeout=10)  # TimeoutError: transient, `_ride` reads again
-                read += 1
-                out.extend(expand(msg.subject, msg.data, stream_seq(msg), log_time(msg)))
-                # `total` is the stream leader's count; the consumer may sit on a replica
-                # still catching up, which says "nothing pending" before it has them all
-                if msg.metadata.num_pending == 0:
-                    if read < total:
-                        # or messages went (expired, deleted) since the count: count again
-                        # rather than wait out the 10 s for one that will never come
-                        total = await self._count(stream, subject)
-                    if read >= total:
-                        return out
-        finally:
-            await sub.unsubscribe()
+        return [
+            x
+            for s, data, seq, at in archived.stream(stream)
+            if subject_matches(subject, s)
+            for x in expand(s, data, seq, at)
+        ]
 
 
 def _single(batch: ResultBatch, r: IterationResult) -> CallDone | CallError:

@@ -178,7 +178,7 @@ class Scheduling(Session):
             SCHEDULE: spec.cron,
             SCHEDULE_TARGET: schedule_fire_subject(spec.name),
             # fires are kept as long as the logs they start, then expire on their own
-            SCHEDULE_TTL: f"{int(self.layout.exec_max_age)}s",
+            SCHEDULE_TTL: f"{int(self.layout.fire_ttl)}s",
             MSG_ID: schedule_definition_id(spec.name, revision),
         }
         if spec.timezone:

@@ -14,6 +14,7 @@ from nats.js.kv import KeyValue
 from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, close_connection, publisher, ride_out
 from actors.natsio.binding import bind, codec_of
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable
+from actors.store.archive import ArchivedExecution, ArchiveStore, ObjectArchive
 from actors.wire.codec import PayloadCodec
 from actors.wire.messages import Limits
 from streams.layout import Layout
@@ -38,6 +39,7 @@ class Session:
         owns_connection: bool = False,
         codec: PayloadCodec | None = None,
         limits: Limits | None = None,
+        archive: ArchiveStore | None = None,
     ) -> None:
         """A client on `nc` (a connection of the caller's, left open by `close` unless
         `owns_connection`), for a deployment of `layout`, each call trying for up to
@@ -59,6 +61,8 @@ class Session:
         # a publish without a PubAck is re-sent only within the streams' duplicate window
         publisher(nc).duplicate_window = layout.duplicate_window
         self._buckets: dict[str, KeyValue] = {}
+        self.archives: ArchiveStore = archive if archive is not None else ObjectArchive(nc)
+        self._archives: dict[str, ArchivedExecution] = {}  # read back from `archive`, the last few
 
     async def bucket(self, name: str) -> KeyValue:
         """The KV bucket `name`, looked up once per client: nats-py's `key_value` asks

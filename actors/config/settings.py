@@ -32,6 +32,8 @@ from streams.server import SYNC_DEFAULT, SYNC_MODES
 
 _LIMITS, _LAYOUT = Limits(), Layout()  # their defaults are these settings' defaults
 # a pod's name is a key in the `owners` bucket: no `.`, `*`, `>` or spaces
+# where finished executions may be archived, besides a directory (actors/store/archive.py)
+ARCHIVE_PLACES = ("off", "objects")
 _KEY_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -205,6 +207,35 @@ class Settings:
         "ACTORS_STEP_OUTPUT_MAX_BYTES",
         "bytes of what one step attempt prints (python stdout and stderr, shell output) kept in the object store; "
         "past it the rest is counted, not kept (`actors-cli logs` still shows the last 4 KiB)",
+    )
+
+    # --- how long finished executions are kept, and where they go then ---
+    finished_retention: float = _setting(
+        _LAYOUT.finished_retention,
+        "ACTORS_RETAIN_FINISHED",
+        "seconds a finished execution (its log, loops, index entries, status, blobs) is kept after it ended; then "
+        "it is archived (ACTORS_ARCHIVE) and removed. 0: kept for ever. A running execution is never removed",
+        minimum=0,
+    )
+    dead_letter_retention: float = _setting(
+        _LAYOUT.dead_letter_retention,
+        "ACTORS_RETAIN_DEAD_LETTERS",
+        "seconds stream DLQ keeps a dead letter (0: for ever)",
+        minimum=0,
+    )
+    archive: str = _setting(
+        "off",
+        "ACTORS_ARCHIVE",
+        "where a finished execution is archived before it is removed: `off`, `objects` (the `archive` bucket, "
+        "read back by `status`, `result`, `events`, `list` and the UI) or an absolute directory path (one "
+        "gzip-compressed JSON Lines file per execution)",
+        minimum=None,
+    )
+    archive_retention: float = _setting(
+        _LAYOUT.archive_retention,
+        "ACTORS_RETAIN_ARCHIVE",
+        "seconds the `archive` bucket keeps an archived execution (0: for ever)",
+        minimum=0,
     )
 
     # --- limits the starter fixes in each new execution's start record ---
@@ -427,6 +458,9 @@ class Settings:
             counter_max_resident=self.counter_max_resident,
             max_value_bytes=self.max_value_bytes,
             step_output_max_bytes=self.step_output_max_bytes,
+            finished_retention=self.finished_retention,
+            dead_letter_retention=self.dead_letter_retention,
+            archive_retention=self.archive_retention,
         )
 
     @property
@@ -454,6 +488,8 @@ def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     kind = str(f.type)
     if f.name == "pod_name" and not _KEY_SAFE.match(raw):
         raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
+    if f.name == "archive" and raw not in ARCHIVE_PLACES and not raw.startswith("/"):
+        raise SettingsInvalid(f"{var}={raw!r}: must be `off`, `objects` or an absolute directory path")
     if f.name == "nats_sync" and raw not in SYNC_MODES:
         raise SettingsInvalid(f"{var}={raw!r}: must be one of {', '.join(SYNC_MODES)}")
     if kind == "bool":

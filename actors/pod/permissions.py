@@ -21,6 +21,11 @@ Users (account ACTORS):
   start or a KV bucket.
 * ``projector``: reads the lifecycle subjects, writes KV ``status`` and the INDEX and
   ENDED streams.
+* ``retention``: takes finished executions from stream ENDED (pull consumer
+  ``retention``), reads their records, writes their archives (bucket ``archive``) and
+  purges their records from EXEC, LOOP, INDEX, ENDED, KV ``status`` and the blob
+  buckets; the one user besides the engine's that may purge those streams. `actors-cli
+  archive` runs with its credential.
 * ``cli``: the operator (`actors-cli` and `actors.client.Client`): register, start,
   retry, cancel, schedule; reads statuses, logs, outputs, dead letters and the catalog.
   It may neither write a decision, a result nor a lifecycle event, nor KV ``status``;
@@ -47,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams.layout import (
+    ARCHIVE_BUCKET,
     BLOB_BUCKET,
     CATALOG_BUCKET,
     CMD_STREAM,
@@ -58,6 +64,7 @@ from streams.layout import (
     OWNERS_BUCKET,
     PAYLOAD_BUCKET,
     PROJECTOR_CONSUMER,
+    RETENTION_CONSUMER,
     SCHEDULE_FIRES_CONSUMER,
     SCHEDULE_STREAM,
     SCHEDULES_BUCKET,
@@ -69,6 +76,7 @@ from streams.layout import (
     counter_consumer,
     deliver_subject,
     engine_consumer,
+    obj_stream,
     stream_configs,
     tool_consumer,
     tool_log_consumer,
@@ -84,7 +92,7 @@ from streams.subjects import (
 )
 
 ACCOUNT = "ACTORS"
-USERS = ("engine", "counter", "tools", "projector", "cli")
+USERS = ("engine", "counter", "tools", "projector", "retention", "cli")
 JS_API = "$JS.API"
 # nats-server sends max-deliveries advisories here (actors/tools/undeliverable.py)
 MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
@@ -101,11 +109,6 @@ def inbox(user: str) -> str:
     `_INBOX.>` would let any role read every other's replies (the engine's and the
     cli's reads of EXEC, KV status and the catalog, PubAcks)."""
     return f"{inbox_prefix(user)}.>"
-
-
-def obj_stream(bucket: str) -> str:
-    """The stream under an object store bucket."""
-    return f"OBJ_{bucket}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,7 @@ def declared_streams(layout: Layout) -> list[str]:
         *(kv_stream(b) for b in buckets),
         obj_stream(BLOB_BUCKET),
         obj_stream(PAYLOAD_BUCKET),
+        obj_stream(ARCHIVE_BUCKET),
     ]
 
 
@@ -241,6 +245,9 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
         pull=True,
     )
     projector_pub, projector_sub = consumes(EXEC_STREAM, PROJECTOR_CONSUMER)
+    retention_pub, _ = consumes(ENDED_STREAM, RETENTION_CONSUMER, pull=True)
+    # what a retired execution leaves: read (to archive it), then purged (actors/store/retire.py)
+    retired = (EXEC_STREAM, LOOP_STREAM, INDEX_STREAM, ENDED_STREAM, kv_stream(STATUS_BUCKET))
     # what a tool's answer and a max-deliveries dead letter write (actors/tools/running.py,
     # actors/tools/outputs.py, actors/tools/undeliverable.py)
     answers = [f"{EXEC_IN}.result.>", "exec.*.*.out.>", f"{LOOP_IN}.res.>", "loop.*.*.*.out.>"]
@@ -334,6 +341,21 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
             subscribe=(*projector_sub, inbox("projector")),
         ),
         User(
+            "retention",
+            doc="finished executions archived, then removed from every stream and bucket; `actors-cli archive`",
+            publish=(
+                *lookups(),
+                *retention_pub,
+                *reads(*retired, DLQ_STREAM),
+                *(_api("STREAM", "PURGE", s) for s in retired),
+                *blobs(),  # read (archived with it) and purged
+                *blobs(PAYLOAD_BUCKET),
+                *blobs(ARCHIVE_BUCKET),  # archives written (ACTORS_ARCHIVE=objects)
+                _dlq("retention"),
+            ),
+            subscribe=(inbox("retention"),),
+        ),
+        User(
             "cli",
             doc="actors-cli and actors.client.Client: start, cancel, retry, register, schedule; read everything",
             publish=(
@@ -347,6 +369,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
                 *blobs(PAYLOAD_BUCKET),  # a large start payload (a retry's read back)
                 *reads(obj_stream(BLOB_BUCKET)),  # a large result, step output: read, never written
+                *reads(obj_stream(ARCHIVE_BUCKET)),  # executions retired, read back from their archive
                 *reads(
                     EXEC_STREAM,
                     LOOP_STREAM,

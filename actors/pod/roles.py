@@ -24,18 +24,20 @@ from actors.natsio.connopts import ConnectOptions
 from actors.natsio.dial import refusal
 from actors.natsio.reader import install_reader
 from actors.pod.health import HealthServer, PodState
+from actors.retention.actor import Retention
 from actors.runtime.children import protect_pod
 from actors.runtime.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
 from actors.runtime.ownership import Leases, pod_name
 from actors.runtime.render_process import RenderBounds
 from actors.status.projector import Projector
+from actors.store.archive import archive_store
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
 from actors.tools.undeliverable import MaxDeliveriesWatcher
 from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")
-ROLES = ("engine", "counter", "tools", "projector")
+ROLES = ("engine", "counter", "tools", "projector", "retention")
 # something more a pod runs on its connection (serve --role ui): start it, get what stops it
 Extra = Callable[[NATS], Awaitable[Callable[[], Awaitable[None]]]]
 # seconds a starting pod asks again while its streams elect leaders (a node of the
@@ -120,6 +122,8 @@ class Runtime:
                 found += consumers_for((a.role,), partitions=range(a.layout.partitions))
             elif isinstance(a, Projector):
                 found += consumers_for(("projector",), partitions=())
+            elif isinstance(a, Retention):
+                found += consumers_for(("retention",), partitions=())
             elif isinstance(a, ToolActor):
                 found += consumers_for(("tools",), partitions=(), tool_kinds=a.kinds)
         return list(dict.fromkeys(found))
@@ -228,6 +232,8 @@ async def start_roles(
     actors: list[Actor] = [MaxDeliveriesWatcher(nc)] if WATCHERS & set(roles) else []
     if "projector" in roles:
         actors.append(Projector(nc))
+    if "retention" in roles:
+        actors.append(Retention(nc, layout=layout, archive=archive_store(nc, settings.archive)))
     if "tools" in roles:
         actors.append(
             ToolActor(

@@ -42,9 +42,11 @@ from prometheus_client.utils import floatToGoString
 from actors.wire.events import TERMINAL_STATES, ExecState
 from streams.layout import (
     CMD_STREAM,
+    ENDED_STREAM,
     EXEC_STREAM,
     LOOP_STREAM,
     PROJECTOR_CONSUMER,
+    RETENTION_CONSUMER,
     SCHEDULE_FIRES_CONSUMER,
     SCHEDULE_STREAM,
     START_STREAM,
@@ -480,6 +482,8 @@ def consumers_for(
         out += [(LOOP_STREAM, counter_consumer(p)) for p in partitions]
     if "projector" in roles:
         out.append((EXEC_STREAM, PROJECTOR_CONSUMER))
+    if "retention" in roles:
+        out.append((ENDED_STREAM, RETENTION_CONSUMER))
     if "tools" in roles:
         out += [(CMD_STREAM, tool_consumer(k)) for k in tool_kinds]
         out += [(EXEC_STREAM, tool_log_consumer(k)) for k in tool_kinds]  # commands held by decision records

@@ -25,17 +25,26 @@ Past the cap on values (`cap`: `Layout.max_value_bytes`, 64 MB, env
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import re
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.errors import BadObjectMetaError, DigestMismatchError, NotFoundError, ObjectDeletedError
+from nats.js.errors import (
+    BadObjectMetaError,
+    DigestMismatchError,
+    NotFoundError,
+    ObjectDeletedError,
+    ObjectNotFoundError,
+)
 
 from actors.errors import UserError
 from actors.natsio.binding import codec_of
+from actors.natsio.purge import purge
 from actors.wire.codec import PayloadUnreadable
 from actors.wire.messages import (
     CallDone,
@@ -49,7 +58,7 @@ from actors.wire.messages import (
 )
 from actors.wire.nesting import MAX_VALUE_NODES, START_MESSAGE_DEPTH, json_nodes, json_within
 from streams.ids import attempt_of, command_msg_id, result_id, start_id
-from streams.layout import BLOB_BUCKET, PAYLOAD_BUCKET, START_SUBJECT, cmd_subject
+from streams.layout import BLOB_BUCKET, PAYLOAD_BUCKET, START_SUBJECT, cmd_subject, obj_stream
 
 # A value whose encoding is larger than this goes to the object store. Well under the
 # message limit, so the message around it (ids, counts, headers) always fits.
@@ -155,6 +164,24 @@ async def get_blob(js: JetStreamContext, key: str) -> Any:
     of `BLOB_MISSING` when it is gone, `BlobCorrupt` when it is not what its key names,
     `PayloadUnreadable` when it is encrypted with a key this connection does not hold."""
     return _decoded(key, await _read(js, key))
+
+
+def stored_value(js: JetStreamContext, key: str, data: bytes) -> Any:
+    """The value of blob `key` from its bytes as they were stored (read back from an
+    archive): checked against its key, decrypted, decoded, as `get_blob` does."""
+    return _decoded(key, stored_bytes(js, key, data))
+
+
+def stored_bytes(js: JetStreamContext, key: str, data: bytes) -> bytes:
+    """Blob `key`'s bytes as they were stored, checked against its key and decrypted."""
+    check_digest(key, data)
+    return codec_of(js).open_bytes(data)
+
+
+def blob_owner(key: str) -> str:
+    """The execution a blob key belongs to: `<id>/...`, or `out/<id>/...` for what a step printed."""
+    parts = key.split("/", 2)
+    return parts[1] if parts[0] == "out" and len(parts) > 1 else parts[0]
 
 
 async def get_blob_bytes(js: JetStreamContext, key: str) -> bytes:
@@ -382,3 +409,19 @@ async def start_item(js: JetStreamContext, s: StartMessage, *, limit: int, cap: 
             worker="engine",
         )
         return parent.reply_to, codec_of(js).encode(answer), result_id(parent.execution_id, parent.command_id)
+
+
+async def remove_object(nc: NATS, bucket: str, key: str) -> int:
+    """Remove object `key` of `bucket` whole, its chunks and its metadata, leaving no
+    delete marker (nats-py's `delete` keeps one per object, for ever): 1 when it was
+    there, 0 when it was not. A finished execution's blobs go this way (actors/store/retire.py)."""
+    store = await nc.jetstream().object_store(bucket)
+    try:
+        info = await store.get_info(key, show_deleted=True)
+    except (NotFoundError, ObjectNotFoundError):
+        return 0
+    stream = obj_stream(bucket)
+    # nats-py's own spelling of an object's subjects (nats/js/object_store.py)
+    await purge(nc, stream, f"$O.{bucket}.C.{info.nuid}")
+    await purge(nc, stream, f"$O.{bucket}.M.{base64.urlsafe_b64encode(key.encode()).decode()}")
+    return 1

@@ -23,6 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError
 
 from actors.client import Client
+from actors.pod.roles import ROLES as ALL_ROLES
 from actors.pod.roles import Runtime, connect, start_roles
 from actors.wire.events import TERMINAL_EVENTS
 from streams.layout import OWNERS_BUCKET, Layout, deliver_subject
@@ -199,9 +200,7 @@ async def test_dev_beside_serve_pods_never_shares_a_partition_and_every_executio
             await asyncio.gather(engine_pod.ready(), all_pod.ready())
             dev_conn = {member_prefix(os.getpid()): "dev"}
             engine_conn = {member_prefix(engine_pod.proc.pid): "actors-engine"}
-            all_conn = {
-                member_prefix(all_pod.proc.pid): "actors-" + "+".join(("engine", "counter", "tools", "projector"))
-            }
+            all_conn = {member_prefix(all_pod.proc.pid): "actors-" + "+".join(ALL_ROLES)}
             await wait_for(
                 lambda: settled(
                     nc,

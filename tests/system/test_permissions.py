@@ -23,11 +23,11 @@ from actors.client import Client
 from actors.config.settings import Settings, SettingsInvalid
 from actors.natsio.connopts import ConnectOptions
 from actors.pod import permissions
-from actors.pod.roles import ROLES
+from actors.pod.roles import ROLES, connect
 from actors.tools.undeliverable import MaxDeliveriesWatcher
 from actors.wire.events import ExecState, PlaybookCompletedData, PlaybookCompletedEvent
 from actors.wire.messages import ExecutionStatus, encode
-from streams.layout import EXEC_STREAM, STATUS_BUCKET, TOOL_KINDS, tool_log_consumer
+from streams.layout import EXEC_STREAM, INDEX_STREAM, STATUS_BUCKET, TOOL_KINDS, tool_log_consumer
 from tests.conftest import wait_for
 from tests.support.secured import Pods, Secured, refused
 
@@ -137,6 +137,49 @@ async def test_a_playbook_runs_through_one_user_per_role(secured: Secured, pods:
 
 
 @pytest.mark.asyncio
+async def test_the_retention_user_archives_and_removes_and_the_cli_user_reads_the_archive(
+    secured: Secured, pods: Pods, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retention pod retires one execution when its retention is over; `actors-cli
+    archive`, as the retention user, another at once; the cli user reads both back."""
+    for role in ("engine", "counter", "tools", "projector"):
+        await pods.start(secured, role)
+    (tmp_path / "child.yaml").write_text(CHILD)
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
+        entry = await client.register(tmp_path / "child.yaml")
+        first = await client.start(entry.path, payload={"v": 1})
+        second = await client.start(entry.path, payload={"v": 2})
+        for eid in (first, second):
+            assert (await client.wait(eid, timeout=60)).state == "COMPLETED"
+        code, out, err = await cli(
+            "archive", "--older-than", "0s", "--to", "objects", "--limit", "1", "--json",
+            url=secured.url("retention"), user="retention",
+        )  # fmt: skip
+        assert code == 0 and json.loads(out)["removed"] == 1, err
+        monkeypatch.setenv("ACTORS_ARCHIVE", "objects")
+        await pods.start(secured, "retention", dataclasses.replace(secured.layout, finished_retention=0.5))
+
+        async def retired() -> bool:
+            return not await secured_index(secured)
+
+        await wait_for(retired, timeout=30, interval=0.1)
+        for eid, v in ((first, 1), (second, 2)):
+            assert await client.result(eid) == {"inc": v + 1}
+            code, out, err = await cli("status", eid, "--json", url=secured.url("cli"))
+            assert code == 0 and json.loads(out)["state"] == "COMPLETED", err
+    assert secured.violations() == []
+
+
+async def secured_index(secured: Secured) -> int:
+    """Entries left in stream INDEX (read as the engine user, who may look streams up)."""
+    nc = await connect(secured.url("engine"), name="look", options=secured.options("engine"))
+    try:
+        return (await nc.jsm().stream_info(INDEX_STREAM)).state.messages
+    finally:
+        await nc.close()
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("other", ["_INBOX_cli.>", "_INBOX_engine.*", "_INBOX.>", ">"])
 async def test_a_user_cannot_read_another_users_replies(secured: Secured, other: str) -> None:
     """A tool user's connection that subscribes to another user's inboxes (or the shared
@@ -173,8 +216,8 @@ workflow:
 )
 
 
-async def cli(*args: str, url: str) -> tuple[int, str, str]:
-    """Run actors-cli with NATS_URL `url` (the deployment's partitions); (exit code, stdout, stderr)."""
+async def cli(*args: str, url: str, user: str = "cli", env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run actors-cli with NATS_URL `url` (the deployment's partitions) as `user`; (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -186,7 +229,8 @@ async def cli(*args: str, url: str) -> tuple[int, str, str]:
             **os.environ,
             "NATS_URL": url,
             "ACTORS_PARTITIONS": str(permissions.deployed_layout().partitions),
-            "NATS_INBOX_PREFIX": permissions.inbox_prefix("cli"),
+            "NATS_INBOX_PREFIX": permissions.inbox_prefix(user),
+            **(env or {}),
         },
     )
     out, err = await proc.communicate()

@@ -110,7 +110,7 @@ async def test_a_fire_delivered_again_starts_nothing_new(system: System) -> None
     msg = await sub.next_msg(timeout=5)
     await sub.unsubscribe()
     # fires expire with the logs they start (Nats-Schedule-TTL on the definition)
-    assert (msg.headers or {}).get("Nats-TTL") == f"{int(system.layout.exec_max_age)}s"
+    assert (msg.headers or {}).get("Nats-TTL") == f"{int(system.layout.fire_ttl)}s"
     starter = next(a for a in system.runtime.actors if type(a).__name__ == "Starter")
     await starter.handle_fire(msg)  # type: ignore[attr-defined]
     records = await start_records(system, "again-")

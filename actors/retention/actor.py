@@ -1,0 +1,162 @@
+"""The retention actor: takes finished executions from stream ENDED in the order they
+ended, waits until each one's retention is over (`Layout.finished_retention` after its
+end), then archives it (when the deployment archives) and removes it from every stream
+and bucket (actors/store/retire.py).
+
+ENDED is read through one durable pull consumer (`retention`), so retention pods
+compete for the work and any number may run; an end not due yet is handed back with a
+delay (at most WAIT_MAX, so a shorter retention set later takes effect within that).
+The consumer never gives up on an entry (max_deliver -1): a failure to archive is
+retried, never skipped, because removing what was not archived would lose it. Retention
+is a decision about people's data, not about an execution: it reads the clock, not the
+log, and decides nothing an execution's replay depends on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+
+from actors.natsio import dead_letter, log_time, stream_seq
+from actors.natsio.transient import TRANSIENT_REQUEST
+from actors.store.archive import ArchiveStore
+from actors.store.records import RecordInvalid, ended_status
+from actors.store.retire import Retired, retire, sweep_orphan_blobs
+from streams.layout import ENDED_STREAM, RETENTION_CONSUMER, Layout
+
+log = logging.getLogger("actors.retention")
+
+BATCH = 16  # ends taken at once
+FETCH_WAIT = 5.0  # seconds a fetch waits for an end
+WAIT_MAX = 300.0  # seconds an end not due yet is handed back for, at most
+RETRY_FIRST, RETRY_MAX = 1.0, 60.0  # seconds before a failed retirement is tried again
+# blobs no record names (a command's args sent apart) are swept now and then: those of
+# executions with neither a status nor a log, stored over SWEEP_GRACE ago (a start's
+# payload is stored before its start record: a young one may belong to a start under way)
+SWEEP_EVERY = 600.0
+SWEEP_GRACE = 3600.0
+TAKING_FAILED: tuple[type[BaseException], ...] = (NotFoundError, nats.errors.Error, *TRANSIENT_REQUEST)
+
+
+class Retention:
+    """One retention actor: a loop taking ends from the `retention` consumer."""
+
+    role = "retention"
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        layout: Layout,
+        archive: ArchiveStore | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nc = nc
+        self.layout = layout
+        self.archive = archive
+        self.clock = clock
+        self.retired = 0  # executions removed by this actor (metrics, tests)
+        self.failures = 0  # retirements that failed and were handed back
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        if self.layout.finished_retention <= 0:
+            log.info("finished executions are kept for ever (retention 0): the retention actor idles")
+            return
+        self._tasks = [
+            asyncio.create_task(self._run(), name="retention"),
+            asyncio.create_task(self._sweeping(), name="retention-sweep"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def sweep(self, *, grace: float = SWEEP_GRACE) -> int:
+        """Remove the orphaned blobs stored over `grace` seconds ago; how many went."""
+        return await sweep_orphan_blobs(self.nc, self.layout, older_than=self.clock() - grace)
+
+    async def _sweeping(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)  # a period, not an event: nothing signals an orphan
+            try:
+                swept = await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # NATS away: the next round
+                log.warning("retention: sweeping orphaned blobs failed (%s)", e)
+                continue
+            if swept:
+                log.info("retention: removed %d orphaned blobs", swept)
+
+    async def _run(self) -> None:
+        js = self.nc.jetstream()
+        sub = None
+        pause = RETRY_FIRST
+        while True:
+            try:
+                if sub is None:
+                    sub = await js.pull_subscribe_bind(RETENTION_CONSUMER, stream=ENDED_STREAM)
+                msgs = await sub.fetch(BATCH, timeout=FETCH_WAIT)
+                pause = RETRY_FIRST
+            except TimeoutError:
+                continue  # nothing ended
+            except TAKING_FAILED as e:
+                # the consumer not made yet (an engine pod of this version makes it),
+                # or NATS away: asked again, backing off
+                log.warning("retention: taking ends failed (%s); again in %.0fs", e, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX)
+                continue
+            for msg in msgs:
+                await self._handle(msg)
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            status = ended_status(msg.data, seq=stream_seq(msg))
+        except RecordInvalid as e:
+            # not an end anybody can act on: parked where people read it, never retried
+            await dead_letter(self.nc.jetstream(), source="retention", reason=str(e), msg=msg)
+            await msg.ack()
+            return
+        ended = status.ended_at if status.ended_at is not None else log_time(msg)
+        left = ended + self.layout.finished_retention - self.clock()
+        if left > 0:
+            await msg.nak(delay=min(left, WAIT_MAX))
+            return
+        try:
+            done = await retire(self.nc, self.layout, status.execution_id, archive=self.archive)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # NATS away, the archive unwritable (a full disk, a missing directory):
+            # nothing is removed before its archive is written, so trying again is safe
+            self.failures += 1
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** min(msg.metadata.num_delivered, 6))
+            log.warning("retention: retiring %s failed (%s); again in %.0fs", status.execution_id, e, delay)
+            await msg.nak(delay=delay)
+            return
+        self._said(done)
+        await msg.ack()
+
+    def _said(self, done: Retired) -> None:
+        if done.kept is not None:
+            log.info("retention: kept %s: %s", done.execution_id, done.kept)
+            return
+        self.retired += 1
+        log.debug(
+            "retention: retired %s (%s, %d messages, %d blobs)",
+            done.execution_id,
+            "archived" if done.archived else "not archived",
+            done.messages,
+            done.blobs,
+        )

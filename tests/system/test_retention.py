@@ -1,0 +1,280 @@
+"""Retention: a finished execution is kept `finished_retention` seconds after it ended,
+then archived (when the deployment archives) and removed from every stream and bucket,
+and still read from the archive by `status`, `result`, `events`, `iterations` and
+`list`. A running execution is never removed, however old."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.client import ExecutionNotFound
+from actors.natsio.purge import purge
+from actors.natsio.readall import count
+from actors.retention.actor import Retention
+from actors.store.archive import ArchiveInvalid, ObjectArchive
+from actors.store.retire import retire
+from actors.wire.events import ExecState
+from streams.layout import (
+    ARCHIVE_BUCKET,
+    BLOB_BUCKET,
+    ENDED_STREAM,
+    EXEC_STREAM,
+    INDEX_STREAM,
+    LOOP_STREAM,
+    PAYLOAD_BUCKET,
+    STATUS_BUCKET,
+    obj_stream,
+)
+from streams.subjects import index_ends_of, index_subject, kv_key_subject, kv_stream, loop_logs_filter
+from tests.conftest import System, of_type, wait_for
+from tests.support.cli import cli, one_line
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+# a result too large for a message (a blob), a loop, a step that prints
+PIPELINE = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: kept}
+workflow:
+  - step: big
+    tool: {kind: python, code: "def main(): return 'z' * 400_000"}
+    next: each
+  - step: each
+    loop: {collection: "{{ [1, 2, 3] }}", element: n}
+    tool: {kind: python, code: "def main(n): return n * 10"}
+    args: {n: "{{ n }}"}
+    next: end
+  - step: end
+    args: {size: "{{ big | length }}", each: "{{ each }}", big: "{{ big }}"}
+"""
+
+WAITS = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: waits}
+workflow:
+  - step: wait
+    tool: {kind: sleep, seconds: 120}
+"""
+
+
+async def records_left(system: System, eid: str) -> dict[str, int]:
+    """What each stream and bucket still holds of the execution."""
+    nc, layout = system.nc, system.layout
+    return {
+        "log": await count(nc, EXEC_STREAM, layout.execution(eid).log),
+        "loops": await count(nc, LOOP_STREAM, loop_logs_filter(eid, layout.partitions)),
+        "index": await count(nc, INDEX_STREAM, index_subject(eid)),
+        "ended": await count(nc, ENDED_STREAM, index_ends_of(eid)),
+        "status": await count(nc, kv_stream(STATUS_BUCKET), kv_key_subject(STATUS_BUCKET, eid)),
+    }
+
+
+async def retired(system: System, eid: str) -> None:
+    """Until nothing of the execution is left (the retention actor's work has no event
+    of its own to await: what it removes is what is looked at)."""
+
+    async def gone() -> bool:
+        return not any((await records_left(system, eid)).values())
+
+    await wait_for(gone, timeout=30, interval=0.1)
+
+
+async def archiving(system: System, monkeypatch: pytest.MonkeyPatch, place: str) -> None:
+    monkeypatch.setenv("ACTORS_ARCHIVE", place)
+    await system.restart_roles(("retention",))
+
+
+@pytest.mark.layout(finished_retention=1.0)
+async def test_a_finished_execution_is_archived_removed_everywhere_and_still_read(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await archiving(system, monkeypatch, "objects")
+    eid, status = await system.run_yaml(PIPELINE, timeout=30)
+    assert status.state == ExecState.COMPLETED
+    live_events = await system.events(eid)
+    assert (await system.nc.jsm().stream_info(obj_stream(BLOB_BUCKET))).state.messages > 0
+    await retired(system, eid)
+
+    # nothing left: its log, loops, index entries, status and blobs
+    assert (await system.nc.jsm().stream_info(obj_stream(BLOB_BUCKET))).state.messages == 0
+    # and all of it read back from the archive
+    again = await system.client.status(eid)
+    assert again is not None and again.state == ExecState.COMPLETED and again.playbook == "kept"
+    result: Any = await system.client.result(eid)
+    assert result["size"] == 400_000 and result["each"] == [10, 20, 30] and result["big"] == "z" * 400_000
+    events = await system.events(eid)
+    assert [(e.cls, e.type, e.step) for e in events] == [(e.cls, e.type, e.step) for e in live_events]
+    assert len(of_type(events, "playbook.completed")) == 1
+    assert sorted(r.result for r in await system.client.iterations(eid)) == [10, 20, 30]
+    assert eid in [s.execution_id for s in await system.client.list()]
+    assert eid in [s.execution_id for s in await system.client.list(state="COMPLETED")]
+    assert eid not in [s.execution_id for s in await system.client.list(state="FAILED")]
+
+
+@pytest.mark.layout(finished_retention=0.5)
+async def test_a_running_execution_is_never_removed_however_old(system: System) -> None:
+    waiting = await system.start_yaml(WAITS)
+    await wait_for(lambda: system.client.running_steps(waiting), timeout=20)
+    # an execution that ended after `waiting` started is retired: the actor ran past it
+    done, _ = await system.run_yaml(PIPELINE, timeout=30)
+    await retired(system, done)
+    left = await records_left(system, waiting)
+    assert left["log"] > 0 and left["index"] == 1 and left["status"] == 1 and left["ended"] == 0
+    status = await system.client.status(waiting)
+    assert status is not None and status.state == ExecState.RUNNING
+    # once it ends, its turn comes
+    await system.client.cancel(waiting)
+    assert (await system.client.wait(waiting, timeout=20)).state == ExecState.CANCELLED
+    await retired(system, waiting)
+
+
+@pytest.mark.layout(finished_retention=0.5)
+async def test_without_an_archive_a_retired_execution_is_gone(system: System) -> None:
+    eid, status = await system.run_yaml(PIPELINE, timeout=30)
+    assert status.state == ExecState.COMPLETED
+    await retired(system, eid)
+    assert await system.client.status(eid) is None
+    assert await system.events(eid) == []
+    with pytest.raises(ExecutionNotFound):
+        await system.client.result(eid)
+    assert eid not in [s.execution_id for s in await system.client.list()]
+
+
+async def test_actors_cli_archive_writes_files_removes_and_the_cli_reads_them_back(
+    system: System, tmp_path: Path
+) -> None:
+    """`actors-cli archive --to DIR` now, whatever the retention (7 days here); then the
+    CLI with ACTORS_ARCHIVE=DIR reads the execution from its file."""
+    eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+    running = await system.start_yaml(WAITS)
+    await wait_for(lambda: system.client.running_steps(running), timeout=20)
+    folder = tmp_path / "archive"
+    url = system.server.url
+
+    ran = await cli("archive", "--older-than", "0s", "--to", str(folder), "--json", url=url)
+    assert ran.code == 0, ran.err
+    summary = json.loads(ran.out)
+    assert summary["archived"] == 1 and summary["removed"] == 1 and summary["blobs"] >= 1
+    assert not any((await records_left(system, eid)).values())
+    files = list(folder.glob("*/*.jsonl.gz"))
+    assert [f.name for f in files] == [f"{eid}.jsonl.gz"]
+    # the file is JSON Lines anyone can read: a header, then every stored message
+    lines = [json.loads(line) for line in gzip.decompress(files[0].read_bytes()).splitlines()]
+    assert lines[0]["kind"] == "archive" and lines[0]["execution_id"] == eid
+    assert {line.get("stream") for line in lines[1:]} >= {"EXEC", "LOOP", "INDEX", "ENDED", "KV_status"}
+
+    reads = {"ACTORS_ARCHIVE": str(folder)}
+    ran = await cli("status", eid, "--json", url=url, env=reads)
+    assert ran.code == 0 and json.loads(ran.out)["state"] == "COMPLETED", ran.err
+    ran = await cli("result", eid, "--json", url=url, env=reads)
+    assert ran.code == 0 and json.loads(ran.out)["result"]["each"] == [10, 20, 30], ran.err
+    ran = await cli("events", eid, "--json", url=url, env=reads)
+    assert ran.code == 0 and "playbook.completed" in ran.out, ran.err
+    ran = await cli("list", "--json", url=url, env=reads)
+    assert ran.code == 0 and {json.loads(r)["execution_id"] for r in ran.out.splitlines()} == {eid, running}
+
+    # the running one was never touched; archiving again finds nothing more to do
+    assert (await records_left(system, running))["log"] > 0
+    ran = await cli("archive", "--older-than", "0s", "--to", str(folder), "--json", url=url)
+    assert json.loads(ran.out)["archived"] == 0 and json.loads(ran.out)["removed"] == 0
+
+
+async def test_actors_cli_archive_refuses_what_it_cannot_do_in_one_line(system: System) -> None:
+    url = system.server.url
+    for args, says in [
+        (("--to", "relative/dir"), "absolute directory"),
+        (("--keep",), "--keep archives only"),
+        (("--older-than", "soon"), "--older-than 'soon'"),
+        (("--limit", "0"), "--limit 0"),
+    ]:
+        ran = await cli("archive", *args, url=url, env={"ACTORS_ARCHIVE": "off"})
+        assert ran.code == 3 and says in one_line(ran.err), (args, ran.err)
+
+
+class ArchivesThenDies(ObjectArchive):
+    """An archive written whole, then the retention actor's pod dies before removing anything."""
+
+    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> None:
+        await super().put(execution_id, document, status=status)
+        raise ConnectionResetError("the pod died here")
+
+
+async def test_a_retirement_cut_short_is_finished_by_the_next_and_the_first_archive_kept(system: System) -> None:
+    eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+    events = await system.events(eid)
+    with pytest.raises(ConnectionResetError):
+        await retire(system.nc, system.layout, eid, archive=ArchivesThenDies(system.nc))
+    assert all((await records_left(system, eid)).values())  # nothing removed yet
+    # half-way through removing: its status and log already gone
+    await purge(system.nc, EXEC_STREAM, system.layout.execution(eid).log)
+    await purge(system.nc, kv_stream(STATUS_BUCKET), kv_key_subject(STATUS_BUCKET, eid))
+
+    done = await retire(system.nc, system.layout, eid, archive=ObjectArchive(system.nc))
+    assert not done.archived and done.kept is None  # the first archive is kept as it was
+    assert not any((await records_left(system, eid)).values())
+    assert [(e.type, e.step) for e in await system.events(eid)] == [(e.type, e.step) for e in events]
+    assert (await system.client.result(eid))["each"] == [10, 20, 30]
+
+
+async def test_a_damaged_archive_is_said_in_one_line_naming_it(system: System) -> None:
+    eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+    store = await system.nc.jetstream().object_store(ARCHIVE_BUCKET)
+    await store.put(eid, b"not gzip at all")
+    await retire(system.nc, system.layout, eid, archive=None)
+    with pytest.raises(ArchiveInvalid, match=f"archive '{eid}' in bucket 'archive': not a gzip-compressed archive"):
+        await system.client.status(eid)
+    ran = await cli("status", eid, url=system.server.url)
+    assert ran.code == 3 and "not a gzip-compressed archive" in one_line(ran.err)
+
+
+# every kind of blob an execution makes: a start payload (bucket payloads), a command's
+# args, what a step printed, a loop's collection, iteration results, a step result and
+# the execution's result
+BLOBS = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: blobs}
+workflow:
+  - step: args
+    tool: {kind: python, code: "def main(s): print(s); return len(s)"}
+    args: {s: "{{ workload.big }}"}
+    next: items
+  - step: items
+    tool: {kind: python, code: "def main(): return [c * 200_000 for c in 'abc']"}
+    next: each
+  - step: each
+    loop: {collection: "{{ items }}", element: s, mode: chunked, chunk_size: 2}
+    tool: {kind: python, code: "def main(s): return s.upper()"}
+    args: {s: "{{ s }}"}
+    next: end
+  - step: end
+    args: {printed: "{{ args }}", kept: "{{ each | map('first') | join }}"}
+"""
+
+
+@pytest.mark.layout(finished_retention=0.5)
+async def test_every_blob_of_an_execution_goes_with_it(system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    await archiving(system, monkeypatch, "objects")
+    payload = {"big": "p" * 1_200_000}
+    eid = await system.start_yaml(BLOBS, payload=payload)
+    status = await system.client.wait(eid, timeout=60)
+    assert status.state == ExecState.COMPLETED, status.error
+    jsm = system.nc.jsm()
+    assert (await jsm.stream_info(obj_stream(PAYLOAD_BUCKET))).state.messages > 0
+    await retired(system, eid)
+    # what its records name went with it; a command's args, sent apart, go with the sweep
+    (retention,) = system.runtime.find(Retention)
+    assert await retention.sweep(grace=0) >= 1  # type: ignore[attr-defined]
+    for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
+        assert (await jsm.stream_info(obj_stream(bucket))).state.messages == 0, bucket
+    assert await system.client.result(eid) == {"printed": 1_200_000, "kept": "ABC"}
+    printed = await system.client.outputs(eid, step="args")
+    assert printed and printed[0].size > 1_200_000
+    assert await system.client.output_text(printed[0]) == "p" * 1_200_000 + "\n"
