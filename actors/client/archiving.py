@@ -48,15 +48,17 @@ class Archiver(Session):
         report = ArchiveReport()
         info = await self._ride("reading stream ENDED", lambda: self.nc.jsm().stream_info(ENDED_STREAM))
         seq, last = info.state.first_seq, info.state.last_seq
-        while seq <= last and (limit is None or report.archived + len(report.kept) + report.removed < limit):
+        done_with = 0  # executions taken, whatever became of them
+        while seq <= last and (limit is None or done_with < limit):
             got = await self._ride("reading stream ENDED", functools.partial(self._window, seq, last))
             if not got:
                 break
             for _, st in ended_statuses(got):
                 if (st.ended_at or 0.0) >= ended_before:
                     return report  # the projector appends ends as they come: the rest ended later
-                if limit is not None and report.archived + len(report.kept) + report.removed >= limit:
+                if limit is not None and done_with >= limit:
                     return report
+                done_with += 1
                 eid = st.execution_id
                 done = await self._ride(
                     f"archiving execution {eid}",

@@ -77,6 +77,13 @@ class Retrier(Writer, Reader):
         if replay.mismatch is not None:  # its state here is not the one the engine reached
             raise RetryRefused(f"execution {execution_id} cannot be retried by this code: {replay.mismatch.describe()}")
         if record is None:
+            if await self._ride(f"reading the archive of {execution_id}", lambda: self._archived(execution_id)):
+                # its records are gone from the streams: a retry's link to it would be the
+                # one message left of it, for ever
+                raise RetryRefused(
+                    f"execution {execution_id} was retired after its retention (it is read from the archive): "
+                    "it can no longer be retried; start its playbook again"
+                )
             raise UnknownExecution(f"no execution {execution_id!r}")
         plan = plan_retry(old, record, from_step=from_step, payload=payload)
         given = msgspec.json.encode(payload or {}, order="sorted")

@@ -42,6 +42,7 @@ RETRY_FIRST, RETRY_MAX = 1.0, 60.0  # seconds before a failed retirement is trie
 # payload is stored before its start record: a young one may belong to a start under way)
 SWEEP_EVERY = 600.0
 SWEEP_GRACE = 3600.0
+SAY_EVERY = 30.0  # seconds between two warnings of failed retirements
 TAKING_FAILED: tuple[type[BaseException], ...] = (NotFoundError, nats.errors.Error, *TRANSIENT_REQUEST)
 
 
@@ -65,6 +66,8 @@ class Retention:
         self.retired = 0  # executions removed by this actor (metrics, tests)
         self.failures = 0  # retirements that failed and were handed back
         self._tasks: list[asyncio.Task[None]] = []
+        self._last_warning = -SAY_EVERY
+        self._unsaid = 0  # warnings held back since the last one said
 
     async def start(self) -> None:
         if self.layout.finished_retention <= 0:
@@ -142,11 +145,23 @@ class Retention:
             # nothing is removed before its archive is written, so trying again is safe
             self.failures += 1
             delay = min(RETRY_MAX, RETRY_FIRST * 2 ** min(msg.metadata.num_delivered, 6))
-            log.warning("retention: retiring %s failed (%s); again in %.0fs", status.execution_id, e, delay)
+            self._warn(f"retiring {status.execution_id} failed ({e}); tried again, backing off to {RETRY_MAX:.0f}s")
             await msg.nak(delay=delay)
             return
         self._said(done)
         await msg.ack()
+
+    def _warn(self, line: str) -> None:
+        """A warning, at most one a SAY_EVERY seconds: a cause that fails every
+        retirement (an archive directory not mounted) would otherwise say so for each."""
+        now = time.monotonic()
+        if now - self._last_warning >= SAY_EVERY:
+            self._last_warning = now
+            more = f" (and {self._unsaid} more since)" if self._unsaid else ""
+            log.warning("retention: %s%s", line, more)
+            self._unsaid = 0
+        else:
+            self._unsaid += 1
 
     def _said(self, done: Retired) -> None:
         if done.kept is not None:

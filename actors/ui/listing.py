@@ -24,6 +24,7 @@ from actors.wire.messages import ExecutionStatus
 from streams.layout import ENDED_STREAM, INDEX_STREAM
 from streams.subjects import index_ends
 
+ARCHIVED = "archived:"  # a cursor into the archive: `archived:<entries the pages before read>`
 FIRST_WINDOW = 64  # index entries read in the first request (at least twice the limit), doubled while too few match
 MAX_LIMIT = 500  # rows one page may ask for
 ERROR_SUMMARY = 300  # characters of an error's message a row carries
@@ -69,10 +70,53 @@ async def page(
     playbook: str | None = None,
     q: str | None = None,
     limit: int = 50,
-    before: int | None = None,
-) -> tuple[list[dict[str, Any]], int | None]:
+    before: int | str | None = None,
+) -> tuple[list[dict[str, Any]], int | str | None]:
     """Up to `limit` rows, newest first, stored before sequence `before` (None: the
-    newest); and the cursor of the next page (None: no more)."""
+    newest; `archived:<n>`: the archive's after its first n); and the cursor of the next
+    page (None: no more). Once the live index runs out, pages go on into the archive."""
+    if isinstance(before, str):
+        return await _archived(
+            client, state=state, playbook=playbook, q=q, limit=limit, skip=int(before[len(ARCHIVED) :])
+        )
+    rows, cursor = await _live(client, state=state, playbook=playbook, q=q, limit=limit, before=before)
+    if cursor is not None or len(rows) >= limit:
+        return rows, cursor
+    more, further = await _archived(client, state=state, playbook=playbook, q=q, limit=limit - len(rows), skip=0)
+    shown = {r["id"] for r in rows}  # one retired while the page was read: shown once
+    return rows + [r for r in more if r["id"] not in shown], further
+
+
+async def _archived(
+    client: Client, *, state: str | None, playbook: str | None, q: str | None, limit: int, skip: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of archived executions (finished ones only), the latest archived first,
+    after the first `skip` the archive lists."""
+    rows: list[dict[str, Any]] = []
+    if state is not None and state not in TERMINAL_STATES:
+        return rows, None
+    seen = 0
+    async for st in client.archives.statuses():
+        seen += 1
+        if seen <= skip:
+            continue
+        row = row_of(client.codec.open_for_display(st))
+        if matches(row, state=state, playbook=playbook, q=q):
+            rows.append(row)
+            if len(rows) == limit:
+                return rows, f"{ARCHIVED}{seen}"
+    return rows, None
+
+
+async def _live(
+    client: Client,
+    *,
+    state: str | None,
+    playbook: str | None,
+    q: str | None,
+    limit: int,
+    before: int | None,
+) -> tuple[list[dict[str, Any]], int | None]:
     final = state in TERMINAL_STATES
     stream = ENDED_STREAM if final else INDEX_STREAM
     try:

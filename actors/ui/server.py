@@ -314,7 +314,15 @@ def _int(request: web.Request, name: str, default: int | None, *, low: int, high
 async def executions(request: web.Request) -> web.Response:
     """One page of executions, newest first: `{"executions": [row], "next": cursor|null}`."""
     limit = _int(request, "limit", 50, low=1, high=listing.MAX_LIMIT) or 50
-    before = _int(request, "before", None, low=1, high=2**63)
+    raw = request.query.get("before", "")
+    before: int | str | None
+    if raw.startswith(listing.ARCHIVED):  # a page of the archive, after the live index ran out
+        skip = raw[len(listing.ARCHIVED) :]
+        if not skip.isdigit() or len(skip) > 12:
+            raise _refuse(400, f"before must be a whole number or {listing.ARCHIVED}<number>, not {raw[:40]!r}")
+        before = raw
+    else:
+        before = _int(request, "before", None, low=1, high=2**63)
     rows, cursor = await listing.page(request.app[CLIENT], limit=limit, before=before, **_filters(request))
     return _json({"executions": rows, "next": cursor})
 

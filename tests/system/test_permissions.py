@@ -151,6 +151,11 @@ async def test_the_retention_user_archives_and_removes_and_the_cli_user_reads_th
         second = await client.start(entry.path, payload={"v": 2})
         for eid in (first, second):
             assert (await client.wait(eid, timeout=60)).state == "COMPLETED"
+
+        async def both_ended() -> bool:  # the projector writes ENDED after the status
+            return len(await client.list(state="COMPLETED")) == 2
+
+        await wait_for(both_ended, timeout=20)
         code, out, err = await cli(
             "archive", "--older-than", "0s", "--to", "objects", "--limit", "1", "--json",
             url=secured.url("retention"), user="retention",

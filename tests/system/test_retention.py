@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
-from actors.client import ExecutionNotFound
+from actors.client import ExecutionNotFound, RetryRefused
 from actors.natsio.purge import purge
 from actors.natsio.readall import count
 from actors.retention.actor import Retention
-from actors.store.archive import ArchiveInvalid, ObjectArchive
+from actors.store.archive import ArchiveInvalid, DirArchive, ObjectArchive
 from actors.store.retire import retire
+from actors.ui.server import make_app
 from actors.wire.events import ExecState
 from streams.layout import (
     ARCHIVE_BUCKET,
@@ -33,6 +36,7 @@ from streams.layout import (
 from streams.subjects import index_ends_of, index_subject, kv_key_subject, kv_stream, loop_logs_filter
 from tests.conftest import System, of_type, wait_for
 from tests.support.cli import cli, one_line
+from tests.support.ui import ok
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -84,6 +88,15 @@ async def retired(system: System, eid: str) -> None:
         return not any((await records_left(system, eid)).values())
 
     await wait_for(gone, timeout=30, interval=0.1)
+
+
+async def ended(system: System, *eids: str) -> None:
+    """Until the projector has written each one's ENDED entry (it writes the status first)."""
+
+    async def all_there() -> bool:
+        return all([await count(system.nc, ENDED_STREAM, index_ends_of(eid)) for eid in eids])
+
+    await wait_for(all_there, timeout=20)
 
 
 async def archiving(system: System, monkeypatch: pytest.MonkeyPatch, place: str) -> None:
@@ -155,6 +168,7 @@ async def test_actors_cli_archive_writes_files_removes_and_the_cli_reads_them_ba
     eid, _ = await system.run_yaml(PIPELINE, timeout=30)
     running = await system.start_yaml(WAITS)
     await wait_for(lambda: system.client.running_steps(running), timeout=20)
+    await ended(system, eid)
     folder = tmp_path / "archive"
     url = system.server.url
 
@@ -278,3 +292,63 @@ async def test_every_blob_of_an_execution_goes_with_it(system: System, monkeypat
     printed = await system.client.outputs(eid, step="args")
     assert printed and printed[0].size > 1_200_000
     assert await system.client.output_text(printed[0]) == "p" * 1_200_000 + "\n"
+
+
+QUICK = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: quick}
+workflow:
+  - step: hello
+    tool: {kind: python, code: "def main(n): return n"}
+    args: {n: "{{ workload.n }}"}
+"""
+
+
+async def test_the_web_ui_lists_and_shows_retired_executions_from_the_archive(system: System) -> None:
+    ids = []
+    for n in range(3):
+        eid = await system.start_yaml(QUICK, payload={"n": n})
+        assert (await system.client.wait(eid, timeout=20)).state == ExecState.COMPLETED
+        ids.append(eid)
+    await ended(system, *ids)
+    report = await system.client.archive(ended_before=time.time(), to=ObjectArchive(system.nc), limit=2)
+    assert (report.archived, report.removed) == (2, 2)
+    async with TestClient(TestServer(make_app(system.client, read_only=False, token=None))) as ui:
+        first = await ok(await ui.get("/api/executions", params={"limit": 2}))
+        assert first["executions"][0]["id"] == ids[2]  # the live one first
+        assert first["next"] == "archived:1"
+        second = await ok(await ui.get("/api/executions", params={"limit": 2, "before": first["next"]}))
+        assert second["next"] is None
+        listed = [r["id"] for r in first["executions"] + second["executions"]]
+        assert sorted(listed) == sorted(ids) and all(
+            r["state"] == "COMPLETED" for r in first["executions"] + second["executions"]
+        )
+        detail = await ok(await ui.get(f"/api/executions/{ids[0]}"))
+        assert detail["status"]["state"] == "COMPLETED" and detail["result"] == {"hello": 0}
+        assert detail["timeline"]["rows"][0]["step"] == "hello"
+        events = (await ok(await ui.get(f"/api/executions/{ids[0]}/events")))["events"]
+        assert events[-1]["type"] == "playbook.completed"
+        for bad in ("archived:", "archived:x", "archived:-1", "archived:9999999999999"):
+            assert (await ui.get("/api/executions", params={"before": bad})).status == 400, bad
+    with pytest.raises(RetryRefused, match="retired after its retention"):
+        await system.client.retry(ids[0])
+
+
+@pytest.mark.layout(finished_retention=0.5)
+async def test_an_archive_that_cannot_be_written_removes_nothing_and_is_tried_again(
+    system: System, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await archiving(system, monkeypatch, "/proc/no-such-dir/archive")  # mkdir refused, as a volume not mounted
+    eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+    (retention,) = system.runtime.find(Retention)
+
+    async def tried() -> bool:
+        return retention.failures >= 1  # type: ignore[attr-defined, no-any-return]
+
+    await wait_for(tried, timeout=30)
+    assert all((await records_left(system, eid)).values())  # nothing removed that was not archived
+    # the volume mounted (a pod of the fixed configuration): archived, then removed
+    await archiving(system, monkeypatch, str(tmp_path / "archive"))
+    await retired(system, eid)
+    assert DirArchive(tmp_path / "archive").path(eid).exists()
