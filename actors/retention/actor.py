@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.natsio import dead_letter, log_time, stream_seq
+from actors.natsio.purge import purge
 from actors.natsio.transient import TRANSIENT_REQUEST
 from actors.store.archive import ArchiveStore
 from actors.store.records import RecordInvalid, ended_status
@@ -121,14 +122,23 @@ class Retention:
                 pause = min(pause * 2, RETRY_MAX)
                 continue
             for msg in msgs:
-                await self._handle(msg)
+                try:
+                    await self._handle(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    # NATS went away between two steps (a nak, an ack, a dead letter): the
+                    # end comes back after the ack wait, and is handled again from the start
+                    self._warn(f"handling an end failed ({e}); it is delivered again")
 
     async def _handle(self, msg: Msg) -> None:
         try:
             status = ended_status(msg.data, seq=stream_seq(msg))
         except RecordInvalid as e:
-            # not an end anybody can act on: parked where people read it, never retried
+            # not an end anybody can act on: parked where people read it (a copy), and
+            # removed from ENDED, where nothing else would ever remove it
             await dead_letter(self.nc.jetstream(), source="retention", reason=str(e), msg=msg)
+            await purge(self.nc, ENDED_STREAM, msg.subject)
             await msg.ack()
             return
         ended = status.ended_at if status.ended_at is not None else log_time(msg)

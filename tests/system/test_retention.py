@@ -352,3 +352,22 @@ async def test_an_archive_that_cannot_be_written_removes_nothing_and_is_tried_ag
     await archiving(system, monkeypatch, str(tmp_path / "archive"))
     await retired(system, eid)
     assert DirArchive(tmp_path / "archive").path(eid).exists()
+
+
+@pytest.mark.layout(finished_retention=0.5)
+async def test_a_tampered_ended_entry_is_dead_lettered_and_nothing_is_removed(system: System) -> None:
+    eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+    js = system.nc.jetstream()
+    # an entry that is not a status, and one naming every execution (`*`) under a real one's subject
+    await js.publish("index.end.COMPLETED.tampered", b"{not json")
+    await js.publish(f"index.end.FAILED.{eid}x", b'{"execution_id": "*", "state": "FAILED", "ended_at": 1}')
+
+    async def letters() -> list[Any]:
+        found = await system.client.dead_letters("retention")
+        return found if len(found) == 2 else []
+
+    found = await wait_for(letters, timeout=20)
+    assert {"stream ENDED" in item.data["reason"] for item in found} == {True}
+    assert any("is not one" in item.data["reason"] for item in found)
+    await retired(system, eid)  # the real one's turn came all the same
+    assert (await system.nc.jsm().stream_info(ENDED_STREAM)).state.messages == 0  # nothing left behind
