@@ -145,7 +145,9 @@ class Layout:
     # for ever. A running execution is never removed, however old: no stream of an
     # execution's records has an age limit of its own
     finished_retention: float = 7 * 24 * 3600.0
-    dead_letter_retention: float = 7 * 24 * 3600.0  # stream DLQ's age limit; 0: for ever
+    # stream DLQ's age limit (0: for ever): longer than the finished executions', so an
+    # execution's dead letters are still there to be archived with it (then removed)
+    dead_letter_retention: float = 14 * 24 * 3600.0
     archive_retention: float = 0.0  # the `archive` bucket's age limit; 0: for ever
     ack_wait: float = 30.0
     max_deliver: int = 5
@@ -284,7 +286,8 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             description="messages an actor could not handle, with the reason",
             subjects=["dlq.>"],
             retention=api.RetentionPolicy.LIMITS,
-            max_age=layout.dead_letter_retention,
+            # never under the duplicate window (the server refuses a stream whose age limit is)
+            max_age=max(layout.dead_letter_retention, layout.duplicate_window) if layout.dead_letter_retention else 0,
             **common,  # type: ignore[arg-type]
         ),
         api.StreamConfig(

@@ -38,6 +38,11 @@ def add_archive_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         "default $ACTORS_ARCHIVE",
     )
     sp.add_argument("--keep", action="store_true", help="archive only: remove nothing")
+    sp.add_argument(
+        "--no-archive",
+        action="store_true",
+        help="remove without archiving (what retention does with ACTORS_ARCHIVE=off)",
+    )
     sp.add_argument("--limit", type=int, help="at most this many executions")
     sp.add_argument("--json", action="store_true", help="the summary as one JSON object")
     return sp
@@ -50,8 +55,15 @@ async def cmd_archive(args: argparse.Namespace) -> int:
     place = args.to if args.to is not None else settings.archive
     if place not in ("off", "objects") and not place.startswith("/"):
         raise UsageError(f"--to {place!r}: an absolute directory path or `objects`")
-    if place == "off" and args.keep:
-        raise UsageError("--keep archives only, so it needs somewhere to archive: --to DIR or --to objects")
+    if args.no_archive:
+        if args.keep or args.to is not None:
+            raise UsageError("--no-archive removes without archiving: not with --keep or --to")
+        place = "off"
+    elif place == "off":
+        # removing what was never archived is said explicitly, never a default
+        raise UsageError(
+            "nowhere to archive (ACTORS_ARCHIVE is off): --to DIR, --to objects, or --no-archive to remove only"
+        )
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: must be at least 1")
     if args.older_than is not None:

@@ -41,6 +41,9 @@ from streams.layout import CATALOG_BUCKET, ENDED_STREAM, EXECUTION_ID, INDEX_STR
 from streams.subjects import index_ends
 
 FIRST_WINDOW = 64  # index entries read in the first window (at least twice the limit)
+# archived executions a listing looks at, at most, once the live index ran out (a
+# filter that few match would otherwise read the whole archive's metadata)
+ARCHIVE_SCAN = 10_000
 _VERSION_KEY = re.compile(r"^(?P<path>.+)\.v(?P<version>[0-9]+)$")
 
 
@@ -83,7 +86,11 @@ class Lister(Session):
         if state is not None and state not in TERMINAL_STATES:
             return []  # only finished executions are archived
         found: builtins.list[ExecutionStatus] = []
+        scanned = 0
         async for st in self.archives.statuses():
+            scanned += 1
+            if scanned > ARCHIVE_SCAN:
+                break  # a filter few archived executions match: the latest ARCHIVE_SCAN are looked at
             if since is not None and st.ended_at is not None and st.ended_at < since:
                 break
             if st.execution_id in listed or not _wanted(st.playbook, playbook):

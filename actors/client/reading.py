@@ -20,7 +20,8 @@ from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
 from actors.client.watch import StatusWatch
 from actors.natsio import last_message, log_time, stream_seq
-from actors.natsio.readall import count, read_all
+from actors.natsio.readall import read_all
+from actors.natsio.replay import has_message
 from actors.store.archive import ArchivedExecution
 from actors.store.blobs import BLOB_MISSING, blob_owner, get_blob, stored_value
 from actors.store.records import status_record
@@ -46,7 +47,7 @@ from streams.layout import (
     STATUS_BUCKET,
     progress_subject,
 )
-from streams.subjects import dlq_filter, loop_results_filter, subject_matches
+from streams.subjects import START, dlq_filter, loop_results_filter, subject_matches, type_of
 
 ARCHIVES_KEPT = 4  # archived executions a client keeps read (a page shows one: its status, events, result)
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
@@ -137,8 +138,9 @@ class Reader(Session):
         """The execution's log from its start, then live (`async for item in
         client.follow(id)`); ends after its terminal lifecycle event unless
         `until_terminal` is False."""
-        log = self.layout.execution(check_execution_id(execution_id)).log
-        if not await count(self.nc, EXEC_STREAM, log):
+        subjects = self.layout.execution(check_execution_id(execution_id))
+        log = subjects.log
+        if not await has_message(self.nc, EXEC_STREAM, subjects.start):
             archived = await self._archived(execution_id)
             if archived is not None:  # retired: its log is all there will ever be
                 for subject, data, seq, at in archived.stream(EXEC_STREAM):
@@ -277,16 +279,21 @@ class Reader(Session):
         `subject`, in order. For an `execution_id`'s records: when the stream has none
         (the execution was retired), those of its archive, if it has one."""
         msgs = await read_all(self.nc, stream, subject)
-        if msgs or execution_id is None:
-            return [x for m in msgs for x in expand(m.subject, m.data, stream_seq(m), log_time(m))]
+        live = [x for m in msgs for x in expand(m.subject, m.data, stream_seq(m), log_time(m))]
+        if execution_id is None:
+            return live
+        if msgs and (stream != EXEC_STREAM or any(type_of(m.subject) == START for m in msgs)):
+            return live  # its log is there, start record and all: not retired
         archived = await self._archived(execution_id)
         if archived is None:
-            return []
-        return [
-            x
-            for s, data, seq, at in archived.stream(stream)
-            if subject_matches(subject, s)
-            for x in expand(s, data, seq, at)
+            return live
+        # retired, and maybe a message that reached its log since (a late answer): the
+        # archive's history, then what came after it
+        kept = archived.stream(stream)
+        last = max((seq for _, _, seq, _ in kept), default=0)
+        old = [x for s, data, seq, at in kept if subject_matches(subject, s) for x in expand(s, data, seq, at)]
+        return old + [
+            x for m in msgs if stream_seq(m) > last for x in expand(m.subject, m.data, stream_seq(m), log_time(m))
         ]
 
 

@@ -18,6 +18,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from actors.client.checks import check_execution_id, check_size
+from actors.client.outcome import ExecutionNotFound
 from actors.client.session import Session
 from actors.errors import UserError
 from actors.natsio import last_message
@@ -171,6 +172,10 @@ class Writer(Session):
         payload = payload or {}
         what = f"the start of execution {eid}"
         running = await self._ride(what, lambda: self._start_record(eid))
+        if running is None and await self._ride(what, lambda: self.archives.has(eid)):
+            # an execution of this id ran and was retired: an id names one execution for
+            # ever (a second would be read as the first, and not archived over it)
+            return StartOutcome(eid, existing=True, differs=None)
         if running is None:
             try:
                 entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
@@ -280,6 +285,9 @@ class Writer(Session):
         start still queued in stream START) cancels the execution as it starts, before
         its first step. `actors-cli cancel` checks that the id exists first."""
         subject = self.layout.execution(check_execution_id(execution_id)).cancel
+        if await self._ride(f"reading the archive of {execution_id}", lambda: self.archives.has(execution_id)):
+            # retired: finished long ago, and a cancel would be the one record left of it, for ever
+            raise ExecutionNotFound(f"execution {execution_id} was retired after its retention: nothing to cancel")
         await self._publish(
             f"the cancel of execution {execution_id}",
             subject,

@@ -220,7 +220,8 @@ class Settings:
     dead_letter_retention: float = _setting(
         _LAYOUT.dead_letter_retention,
         "ACTORS_RETAIN_DEAD_LETTERS",
-        "seconds stream DLQ keeps a dead letter (0: for ever)",
+        "seconds stream DLQ keeps a dead letter (0: for ever); keep it longer than ACTORS_RETAIN_FINISHED: an "
+        "execution's dead letters are archived and removed with it",
         minimum=0,
     )
     archive: str = _setting(

@@ -40,6 +40,7 @@ import logging
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from actors.core.decide import execution_error, fold
 from actors.core.effects import Effects
@@ -111,6 +112,7 @@ class ExecutionActor(LogActor):
         self.state = Execution(execution_id=execution_id)
         self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
         self.replayer: Replayer | None = None  # while a replay folds: holds each decision against the log
+        self.start_seq: int | None = None  # where the start record this actor folded is in the log
 
     @property
     def finished(self) -> bool:
@@ -173,6 +175,14 @@ class ExecutionActor(LogActor):
             return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
+        if isinstance(inp, StartRecord):
+            if self.start_seq is None or self.state.status == ExecState.PENDING:
+                self.start_seq = entry.seq
+            elif entry.seq != self.start_seq and self.replayer is None and await self._history_gone():
+                # a start under the id of the execution this actor holds, whose records
+                # were retired since (actors/store/retire.py): it begins a new execution,
+                # folded from the log as it is now
+                raise Refold from None
         too_new = (self.replayer or Replayer(self.execution_id, Recorded())).admit(entry.seq, entry.subject, inp)
         if too_new is not None:  # future semantics: not guessed at, live or in a replay
             await self.halt(too_new, entry, self.replayer.recorded if self.replayer else None)
@@ -195,6 +205,15 @@ class ExecutionActor(LogActor):
         if into is not None:
             into.merge(fx)
         return fx
+
+    async def _history_gone(self) -> bool:
+        """Is the start record this actor folded no longer in the log?"""
+        assert self.start_seq is not None
+        try:
+            await self.engine.nc.jsm().get_msg(EXEC_STREAM, self.start_seq)
+        except NotFoundError:
+            return True
+        return False
 
     async def _read_back(self, inp: Input) -> Input:
         return await read_back(self.engine.js, inp)
@@ -340,8 +359,12 @@ class Engine(PartitionHost[str, ExecutionActor]):
         )
 
     def wakes_retired(self, subject: str) -> bool:
-        """A retry of a finished execution is linked in its log (`execution.retried`)."""
-        return type_of(subject) == RETRIED
+        """A retry of a finished execution is linked in its log (`execution.retried`);
+        and a start record under a finished execution's id is folded by an actor
+        rebuilt from the log: while the old log is there it is a second start, which
+        changes nothing, and once the old execution was retired (its records removed,
+        actors/store/retire.py) it is the start of a new one."""
+        return type_of(subject) in (RETRIED, START)
 
     def spawn(self, key: str) -> ExecutionActor:
         return ExecutionActor(self, key)

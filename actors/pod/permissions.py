@@ -347,7 +347,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *lookups(),
                 *retention_pub,
                 *reads(*retired, DLQ_STREAM),
-                *(_api("STREAM", "PURGE", s) for s in retired),
+                *(_api("STREAM", "PURGE", s) for s in (*retired, DLQ_STREAM)),  # its dead letters go with it
                 *blobs(),  # read (archived with it) and purged
                 *blobs(PAYLOAD_BUCKET),
                 *blobs(ARCHIVE_BUCKET),  # archives written (ACTORS_ARCHIVE=objects)

@@ -31,6 +31,7 @@ from actors.store.archive import ArchiveStore
 from actors.store.records import RecordInvalid, ended_status
 from actors.store.retire import Retired, retire, sweep_orphan_blobs
 from streams.layout import ENDED_STREAM, RETENTION_CONSUMER, Layout
+from streams.subjects import ended_execution
 
 log = logging.getLogger("actors.retention")
 
@@ -41,7 +42,7 @@ RETRY_FIRST, RETRY_MAX = 1.0, 60.0  # seconds before a failed retirement is trie
 # blobs no record names (a command's args sent apart) are swept now and then: those of
 # executions with neither a status nor a log, stored over SWEEP_GRACE ago (a start's
 # payload is stored before its start record: a young one may belong to a start under way)
-SWEEP_EVERY = 600.0
+SWEEP_EVERY = 3600.0
 SWEEP_GRACE = 3600.0
 SAY_EVERY = 30.0  # seconds between two warnings of failed retirements
 TAKING_FAILED: tuple[type[BaseException], ...] = (NotFoundError, nats.errors.Error, *TRANSIENT_REQUEST)
@@ -67,6 +68,7 @@ class Retention:
         self.retired = 0  # executions removed by this actor (metrics, tests)
         self.failures = 0  # retirements that failed and were handed back
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._last_warning = -SAY_EVERY
         self._unsaid = 0  # warnings held back since the last one said
 
@@ -80,6 +82,9 @@ class Retention:
         ]
 
     async def stop(self) -> None:
+        # a flag beside the cancel: nats-py turns a cancel during a fetch on a closed
+        # connection into ConnectionClosedError, which the loop would take for an outage
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -90,7 +95,7 @@ class Retention:
         return await sweep_orphan_blobs(self.nc, self.layout, older_than=self.clock() - grace)
 
     async def _sweeping(self) -> None:
-        while True:
+        while not self._stopping and not self.nc.is_closed:
             await asyncio.sleep(SWEEP_EVERY)  # a period, not an event: nothing signals an orphan
             try:
                 swept = await self.sweep()
@@ -106,7 +111,7 @@ class Retention:
         js = self.nc.jetstream()
         sub = None
         pause = RETRY_FIRST
-        while True:
+        while not self._stopping and not self.nc.is_closed:
             try:
                 if sub is None:
                     sub = await js.pull_subscribe_bind(RETENTION_CONSUMER, stream=ENDED_STREAM)
@@ -121,31 +126,43 @@ class Retention:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, RETRY_MAX)
                 continue
-            for msg in msgs:
-                try:
-                    await self._handle(msg)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    # NATS went away between two steps (a nak, an ack, a dead letter): the
-                    # end comes back after the ack wait, and is handled again from the start
-                    self._warn(f"handling an end failed ({e}); it is delivered again")
+            # the batch's retirements at once (each its own execution; a retirement
+            # is mostly waiting on NATS), the next fetch once all are done
+            await asyncio.gather(*(self._handle_safely(msg) for msg in msgs))
+
+    async def _handle_safely(self, msg: Msg) -> None:
+        try:
+            await self._handle(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # NATS went away between two steps (a nak, an ack, a dead letter): the end
+            # comes back after the ack wait, and is handled again from the start
+            self._warn(f"handling an end failed ({e}); it is delivered again")
 
     async def _handle(self, msg: Msg) -> None:
         try:
             status = ended_status(msg.data, seq=stream_seq(msg))
+            if status.execution_id != ended_execution(msg.subject):
+                raise RecordInvalid(
+                    f"stream {ENDED_STREAM} message {stream_seq(msg)}: the status of execution "
+                    f"{status.execution_id!r} under {msg.subject!r}"
+                )
         except RecordInvalid as e:
-            # not an end anybody can act on: parked where people read it (a copy), and
-            # removed from ENDED, where nothing else would ever remove it
+            # not an end anybody can act on. Kept as long as an end is (`list` says it
+            # skips it, naming it), then parked where people read it (a copy) and removed
+            # from ENDED, where nothing else would ever remove it
+            if await self._wait_for(msg, log_time(msg)):
+                return
             await dead_letter(self.nc.jetstream(), source="retention", reason=str(e), msg=msg)
             await purge(self.nc, ENDED_STREAM, msg.subject)
             await msg.ack()
             return
-        ended = status.ended_at if status.ended_at is not None else log_time(msg)
-        left = ended + self.layout.finished_retention - self.clock()
-        if left > 0:
-            await msg.nak(delay=min(left, WAIT_MAX))
+        if await self._wait_for(msg, status.ended_at if status.ended_at is not None else log_time(msg)):
             return
+        # a long retirement (a big loop's log, big blobs) is kept in hand past the ack
+        # wait: otherwise the end is delivered to another pod, which retires it again
+        keeping = asyncio.create_task(self._keep(msg))
         try:
             done = await retire(self.nc, self.layout, status.execution_id, archive=self.archive)
         except asyncio.CancelledError:
@@ -158,8 +175,26 @@ class Retention:
             self._warn(f"retiring {status.execution_id} failed ({e}); tried again, backing off to {RETRY_MAX:.0f}s")
             await msg.nak(delay=delay)
             return
+        finally:
+            keeping.cancel()
         self._said(done)
+        if done.kept is not None:
+            await msg.nak(delay=WAIT_MAX)  # not finished (or not readable) now: looked at again later
+            return
         await msg.ack()
+
+    async def _wait_for(self, msg: Msg, ended: float) -> bool:
+        """Hand `msg` back until the retention after `ended` is over; False once it is."""
+        left = ended + self.layout.finished_retention - self.clock()
+        if left <= 0:
+            return False
+        await msg.nak(delay=min(left, WAIT_MAX))
+        return True
+
+    async def _keep(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(self.layout.ack_wait / 3)
+            await msg.in_progress()
 
     def _warn(self, line: str) -> None:
         """A warning, at most one a SAY_EVERY seconds: a cause that fails every

@@ -213,6 +213,10 @@ class Projector:
         assert self._kv is not None
         kv, eid = self._kv, ev.execution_id
         known = self._known.pop(eid, None)
+        if ev.type == EventType.PLAYBOOK_INITIALIZED and known is not None and known[0].terminal_event:
+            # an execution that ended starting again can only be a new one under its id,
+            # its records retired since (actors/store/retire.py): the stored status decides
+            known = None
         if known is None and ev.type == EventType.PLAYBOOK_INITIALIZED and await self._first(ev):
             return
         current: ExecutionStatus | None

@@ -25,17 +25,22 @@ import hashlib
 import io
 import os
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
+import orjson
 from nats.aio.client import Client as NATS
-from nats.js.api import ObjectMeta
-from nats.js.errors import NotFoundError, ObjectDeletedError, ObjectNotFoundError
+from nats.js.api import ObjectInfo, ObjectMetaOptions
+from nats.js.errors import BadRequestError, NotFoundError, ObjectDeletedError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
 
 from actors.natsio.batchget import from_sequence
+from actors.natsio.purge import purge
 from actors.store.records import RecordInvalid, skipped
 from actors.wire.messages import ExecutionStatus, status_decoder
 from streams.layout import ARCHIVE_BUCKET, EXECUTION_ID, obj_stream
@@ -46,6 +51,10 @@ SUFFIX = ".jsonl.gz"
 # archive must not take a reader's memory (an execution's records are bounded far lower)
 MAX_ARCHIVE_BYTES = 1 << 30
 MAX_HEADER_BYTES = 1 << 20  # a first line longer than this is not an archive's header
+# a line holds one message or one blob (base64: 4/3 of the value cap, 64 MB by default)
+MAX_LINE_BYTES = 96 << 20
+CHUNK = 128 * 1024  # bytes of an archive object's chunk (nats-py's own default)
+WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErr: an archive is there already
 
 
 class ArchiveInvalid(RecordInvalid):
@@ -179,8 +188,10 @@ def _lines(data: bytes, where: str) -> Iterator[bytes]:
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as z:
             read = 0
-            for raw in z:
+            while raw := z.readline(MAX_LINE_BYTES + 1):  # a line is never decompressed past its bound
                 read += len(raw)
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ArchiveInvalid(f"{where}: a line over {MAX_LINE_BYTES} bytes; refusing to read it")
                 if read > MAX_ARCHIVE_BYTES:
                     raise ArchiveInvalid(f"{where}: over {MAX_ARCHIVE_BYTES} bytes uncompressed; refusing to read it")
                 if raw.strip():
@@ -210,7 +221,11 @@ class ArchiveStore(Protocol):
 
     async def has(self, execution_id: str) -> bool: ...
 
-    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> None: ...
+    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> bool:
+        """Store the archive unless one is there already (then store nothing): True when
+        this call wrote it. Two retirements of one execution at once (a retention pod
+        and `actors-cli archive`, or a redelivery) leave the first archive whole."""
+        ...
 
     async def get(self, execution_id: str) -> ArchivedExecution | None: ...
 
@@ -230,32 +245,70 @@ class ObjectArchive:
         self.nc = nc
         self.js = nc.jetstream()
         self.bucket = bucket
+        self._bucket: ObjectStore | None = None
 
     @property
     def where(self) -> str:
         return f"bucket {self.bucket!r}"
 
+    async def _store(self) -> ObjectStore:
+        """The bucket, looked up once (nats-py asks for the stream's info at each lookup)."""
+        if self._bucket is None:
+            self._bucket = await self.js.object_store(self.bucket)
+        return self._bucket
+
     async def has(self, execution_id: str) -> bool:
         try:
-            store = await self.js.object_store(self.bucket)
+            store = await self._store()
             await store.get_info(execution_id)
         except (NotFoundError, ObjectNotFoundError, ObjectDeletedError):
             return False
         return True
 
-    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> None:
-        store = await self.js.object_store(self.bucket)
-        await store.put(execution_id, document, meta=ObjectMeta(name=execution_id, description=status))
+    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> bool:
+        # nats-py's put replaces an object; this one is put only if none is there: its
+        # chunks first, then its metadata with "no message on this subject yet"
+        # (Nats-Expected-Last-Subject-Sequence: 0). Lost that race: its chunks go again
+        stream = obj_stream(self.bucket)
+        nuid = uuid.uuid4().hex
+        chunks = f"$O.{self.bucket}.C.{nuid}"
+        digest = hashlib.sha256(document).digest()
+        try:
+            for at in range(0, len(document), CHUNK):
+                await self.js.publish(chunks, document[at : at + CHUNK], stream=stream)
+            info = ObjectInfo(
+                name=execution_id,
+                description=status,
+                bucket=self.bucket,
+                nuid=nuid,
+                size=len(document),
+                chunks=-(-len(document) // CHUNK),
+                mtime=datetime.now(UTC).isoformat(),
+                digest=f"SHA-256={base64.urlsafe_b64encode(digest).decode()}",
+                options=ObjectMetaOptions(max_chunk_size=CHUNK),
+            )
+            meta = f"$O.{self.bucket}.M.{base64.urlsafe_b64encode(execution_id.encode()).decode()}"
+            headers = {"Nats-Rollup": "sub", "Nats-Expected-Last-Subject-Sequence": "0"}
+            await self.js.publish(meta, orjson.dumps(info.as_dict()), headers=headers, stream=stream)
+        except BadRequestError as e:
+            await purge(self.nc, stream, chunks)
+            if e.err_code == WRONG_LAST_SEQUENCE:
+                return False  # archived by another retirement meanwhile: that one is kept
+            raise
+        except BaseException:
+            await purge(self.nc, stream, chunks)
+            raise
+        return True
 
     async def get(self, execution_id: str) -> ArchivedExecution | None:
         try:
-            store = await self.js.object_store(self.bucket)
+            store = await self._store()
             buf = io.BytesIO()
             await store.get(execution_id, writeinto=buf)
         except (NotFoundError, ObjectNotFoundError, ObjectDeletedError):
             return None
         where = f"archive {execution_id!r} in {self.where}"
-        return await asyncio.to_thread(decode_archive, buf.getvalue(), where=where)
+        return _the_one(await asyncio.to_thread(decode_archive, buf.getvalue(), where=where), execution_id, where)
 
     async def statuses(self) -> AsyncIterator[ExecutionStatus]:
         """The final status of every archived execution, the latest archived first: the
@@ -297,11 +350,11 @@ class DirArchive:
     async def has(self, execution_id: str) -> bool:
         return await asyncio.to_thread(self.path(execution_id).exists)
 
-    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> None:
-        await asyncio.to_thread(self._write, self.path(execution_id), document)
+    async def put(self, execution_id: str, document: bytes, *, status: str | None) -> bool:
+        return await asyncio.to_thread(self._write, self.path(execution_id), document)
 
     @staticmethod
-    def _write(path: Path, document: bytes) -> None:
+    def _write(path: Path, document: bytes) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".archiving-")
         try:
@@ -309,10 +362,18 @@ class DirArchive:
                 f.write(document)
                 f.flush()
                 os.fsync(f.fileno())  # whole on disk before the records it holds are removed
-            os.replace(tmp, path)
-        except BaseException:
+            try:
+                os.link(tmp, path)  # never over an archive there: the first one stays whole
+            except FileExistsError:
+                return False
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the name too, not only the bytes, survives a crash
+            finally:
+                os.close(directory)
+            return True
+        finally:
             Path(tmp).unlink(missing_ok=True)
-            raise
 
     async def get(self, execution_id: str) -> ArchivedExecution | None:
         path = self.path(execution_id)
@@ -320,7 +381,8 @@ class DirArchive:
             data = await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError:
             return None
-        return await asyncio.to_thread(decode_archive, data, where=f"archive {str(path)!r}")
+        where = f"archive {str(path)!r}"
+        return _the_one(await asyncio.to_thread(decode_archive, data, where=where), execution_id, where)
 
     async def statuses(self) -> AsyncIterator[ExecutionStatus]:
         """The final status of every archived execution here, the latest archived first
@@ -355,6 +417,17 @@ class DirArchive:
         except ArchiveInvalid as e:
             skipped(e)
         return None
+
+
+def _the_one(found: ArchivedExecution, execution_id: str, where: str) -> ArchivedExecution:
+    """`found`, when it is the archive of `execution_id` (and its status too): a document
+    put under another execution's name would show that one's history as this one's."""
+    if found.execution_id != execution_id:
+        raise ArchiveInvalid(f"{where}: holds execution {found.execution_id!r}, not {execution_id!r}")
+    status = found.status()
+    if status is not None and status.execution_id != execution_id:
+        raise ArchiveInvalid(f"{where}: its status is execution {status.execution_id!r}'s")
+    return found
 
 
 def _described(data: bytes, *, where: str) -> ExecutionStatus | None:

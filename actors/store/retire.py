@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -33,7 +34,14 @@ from typing import Any
 import orjson
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectDeletedError, ObjectNotFoundError
+from nats.js.errors import (
+    BadObjectMetaError,
+    DigestMismatchError,
+    KeyNotFoundError,
+    NotFoundError,
+    ObjectDeletedError,
+    ObjectNotFoundError,
+)
 
 from actors.natsio.purge import purge
 from actors.natsio.readall import count, read_all
@@ -56,7 +64,9 @@ from streams.layout import (
 )
 from streams.subjects import dlq_filter, index_ends_of, index_subject, kv_key_subject, kv_stream, loop_logs_filter
 
+log = logging.getLogger("actors.retention")
 _DIGEST = re.compile(r"/[0-9a-f]{24}$")
+_COMMAND_KEY = re.compile(r"^[A-Za-z0-9_-]{1,128}/command/")  # actors/store/blobs.py command_items
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +117,7 @@ async def retire(
             status=None if status is None else status.data.decode(errors="replace"),
         )
         document = await asyncio.to_thread(encode_archive, header, stored, objects)
-        await archive.put(execution_id, document, status=header.status)
-        archived = True
+        archived = await archive.put(execution_id, document, status=header.status)
     if not remove:
         return Retired(execution_id, archived=archived, kept="--keep: archived only")
     removed = 0
@@ -117,6 +126,9 @@ async def retire(
             removed += await remove_object(nc, bucket, key)
     messages = await purge(nc, LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions))
     messages += await purge(nc, EXEC_STREAM, layout.execution(execution_id).log)
+    # its dead letters are archived with it (and the DLQ's own age limit, which outlives
+    # the finished executions' retention by default, takes those of no execution)
+    messages += await purge(nc, DLQ_STREAM, dlq_filter(execution_id=execution_id))
     messages += await purge(nc, INDEX_STREAM, index_subject(execution_id))
     messages += await purge(nc, kv_stream(STATUS_BUCKET), status_subject)
     messages += await purge(nc, ENDED_STREAM, index_ends_of(execution_id))
@@ -172,7 +184,8 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 async def _object(js: Any, key: str) -> tuple[str, bytes | None]:
-    """The bucket holding blob `key` and its stored bytes (None when neither has it)."""
+    """The bucket holding blob `key` and its stored bytes (None when neither has it,
+    or when it is damaged: archived without it, said in the log, rather than never)."""
     for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
         try:
             store = await js.object_store(bucket)
@@ -181,15 +194,18 @@ async def _object(js: Any, key: str) -> tuple[str, bytes | None]:
             return bucket, buf.getvalue()
         except (NotFoundError, ObjectNotFoundError, ObjectDeletedError, KeyNotFoundError):
             continue
+        except (DigestMismatchError, BadObjectMetaError) as e:
+            log.warning("archiving blob %r of bucket %r: damaged (%s); archived without it", key, bucket, e)
+            return bucket, None
     return BLOB_BUCKET, None
 
 
 async def sweep_orphan_blobs(nc: NATS, layout: Layout, *, older_than: float) -> int:
-    """Remove the blobs, stored before `older_than` (a Unix time), of executions that
-    have neither a status nor a log: retired ones' blobs their records do not name (a
-    command's args, sent as a message of its own and answered), and blobs of starts that
-    never began. How many went. Reads the buckets' metadata whole (one message per
-    blob): the retention actor does it now and then (`SWEEP_EVERY`), not per execution."""
+    """Remove the commands' args blobs, stored before `older_than` (a Unix time), of
+    executions that have neither a status nor a log (retired): the one kind of blob no
+    record of its execution names (a command sent as a message of its own, answered and
+    gone). How many went. Reads the buckets' metadata whole (one message per blob): the
+    retention actor does it now and then (`SWEEP_EVERY`), not per execution."""
     removed = 0
     for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
         stream = obj_stream(bucket)
@@ -206,7 +222,9 @@ async def sweep_orphan_blobs(nc: NATS, layout: Layout, *, older_than: float) -> 
             except orjson.JSONDecodeError:
                 continue
             name = meta.get("name") if isinstance(meta, dict) else None
-            if isinstance(name, str) and not meta.get("deleted"):
+            # only a command's args: every other blob is named by a record and goes with
+            # it, and a start's payload may belong to a start still queued in START
+            if isinstance(name, str) and not meta.get("deleted") and _COMMAND_KEY.match(name):
                 owners.setdefault(blob_owner(name), []).append(name)
         for owner, names in owners.items():
             if EXECUTION_ID.fullmatch(owner) and await _gone(nc, layout, owner):

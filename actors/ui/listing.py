@@ -17,6 +17,7 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from actors.client import Client
+from actors.client.listing import ARCHIVE_SCAN
 from actors.natsio.batchget import from_sequence
 from actors.store.records import ended_statuses, index_entries
 from actors.wire.events import TERMINAL_STATES
@@ -100,6 +101,8 @@ async def _archived(
         seen += 1
         if seen <= skip:
             continue
+        if seen > skip + ARCHIVE_SCAN:
+            return rows, f"{ARCHIVED}{seen - 1}"  # looked at enough for one page: "more" goes on
         row = row_of(client.codec.open_for_display(st))
         if matches(row, state=state, playbook=playbook, q=q):
             rows.append(row)

@@ -40,7 +40,7 @@ def test_what_is_archived_comes_back_byte_for_byte() -> None:
 
 
 def _gz(*lines: bytes) -> bytes:
-    return gzip.compress(b"\n".join(lines) + b"\n")
+    return gzip.compress(b"\n".join(lines) + b"\n", mtime=0)  # the same bytes in every test process
 
 
 HEAD = b'{"kind":"archive","version":1,"execution_id":"e1","archived_at":1}'
@@ -50,7 +50,7 @@ HEAD = b'{"kind":"archive","version":1,"execution_id":"e1","archived_at":1}'
     ("data", "says"),
     [
         (b"plain text", "not a gzip-compressed archive"),
-        (gzip.compress(b"")[:10], "not a gzip-compressed archive"),
+        (gzip.compress(b"", mtime=0)[:10], "not a gzip-compressed archive"),
         (_gz(b""), "empty, not an archive"),
         (_gz(b'{"kind":"message","stream":"EXEC","subject":"s","seq":1,"time":0}'), "line 1 is not an archive header"),
         (_gz(b'{"kind":"archive","version":9,"execution_id":"e1","archived_at":1}'), "archive version 9, newer"),
@@ -101,3 +101,11 @@ def test_no_archive_file_is_named_by_something_that_is_not_an_execution_id(tmp_p
 )
 def test_archived_messages_are_picked_by_subject_as_nats_picks_them(filter_: str, subject: str, matches: bool) -> None:
     assert subject_matches(filter_, subject) is matches
+
+
+def test_a_line_past_its_bound_is_refused_before_it_is_decompressed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bomb with no newline: a line is read up to its bound, never more."""
+    monkeypatch.setattr(archive, "MAX_LINE_BYTES", 1_000)
+    bomb = gzip.compress(HEAD + b"\n" + b"x" * 50_000_000)
+    with pytest.raises(ArchiveInvalid, match="a line over 1000 bytes"):
+        decode_archive(bomb, where="x")

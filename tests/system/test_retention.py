@@ -5,6 +5,7 @@ and still read from the archive by `status`, `result`, `events`, `iterations` an
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import time
@@ -14,11 +15,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from actors.client import ExecutionNotFound, RetryRefused
+from actors.client import Client, ExecutionNotFound, RetryRefused
+from actors.natsio import dead_letter
 from actors.natsio.purge import purge
 from actors.natsio.readall import count
 from actors.retention.actor import Retention
 from actors.store.archive import ArchiveInvalid, DirArchive, ObjectArchive
+from actors.store.blobs import get_payload, payload_blob
 from actors.store.retire import retire
 from actors.ui.server import make_app
 from actors.wire.events import ExecState
@@ -204,9 +207,11 @@ async def test_actors_cli_archive_refuses_what_it_cannot_do_in_one_line(system: 
     url = system.server.url
     for args, says in [
         (("--to", "relative/dir"), "absolute directory"),
-        (("--keep",), "--keep archives only"),
-        (("--older-than", "soon"), "--older-than 'soon'"),
-        (("--limit", "0"), "--limit 0"),
+        ((), "nowhere to archive"),
+        (("--keep",), "nowhere to archive"),
+        (("--no-archive", "--keep"), "not with --keep or --to"),
+        (("--no-archive", "--older-than", "soon"), "--older-than 'soon'"),
+        (("--no-archive", "--limit", "0"), "--limit 0"),
     ]:
         ran = await cli("archive", *args, url=url, env={"ACTORS_ARCHIVE": "off"})
         assert ran.code == 3 and says in one_line(ran.err), (args, ran.err)
@@ -371,3 +376,94 @@ async def test_a_tampered_ended_entry_is_dead_lettered_and_nothing_is_removed(sy
     assert any("is not one" in item.data["reason"] for item in found)
     await retired(system, eid)  # the real one's turn came all the same
     assert (await system.nc.jsm().stream_info(ENDED_STREAM)).state.messages == 0  # nothing left behind
+
+
+async def test_two_retirements_at_once_leave_one_whole_archive(system: System, tmp_path: Path) -> None:
+    """A retention pod and `actors-cli archive` (or two pods, or a redelivery) retiring
+    the same execution together: whichever archives first, the archive is whole."""
+    for place in (ObjectArchive(system.nc), DirArchive(tmp_path)):
+        eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+        events = await system.events(eid)
+        twice = await asyncio.gather(
+            retire(system.nc, system.layout, eid, archive=place),
+            retire(system.nc, system.layout, eid, archive=place),
+        )
+        assert sorted(r.archived for r in twice) == [False, True]  # one wrote it; the other found it there
+        assert not any((await records_left(system, eid)).values())
+        archived = await place.get(eid)
+        assert archived is not None and archived.objects, "the archive holds its blobs"
+        reader = Client(system.nc, layout=system.layout, archive=place)
+        assert [(e.type, e.step) for e in await reader.events(eid)] == [(e.type, e.step) for e in events]
+        assert (await reader.result(eid))["each"] == [10, 20, 30]
+
+
+async def test_the_blob_sweep_keeps_a_queued_starts_payload(system: System) -> None:
+    """A start still waiting in stream START has no status and no log yet; its payload
+    blob is not an orphan."""
+    key = await payload_blob(system.nc.jetstream(), {"big": "q" * 10}, "queued-1", cap=1 << 20)
+    (retention,) = system.runtime.find(Retention)
+    await retention.sweep(grace=0)  # type: ignore[attr-defined]
+    assert await get_payload(system.nc.jetstream(), key) == {"big": "q" * 10}
+
+
+async def test_a_retired_executions_dead_letters_go_with_it_and_late_words_do_not_hide_it(
+    system: System, tmp_path: Path
+) -> None:
+    eid, _ = await system.run_yaml(PIPELINE, timeout=30)
+    # a dead letter filed under it, as an actor files one for an input it cannot read
+    await dead_letter(system.nc.jetstream(), source="engine", reason="unreadable", execution_id=eid, msg_id="dl-1")
+    assert len(await system.client.dead_letters()) == 1
+    place = DirArchive(tmp_path)
+    reader = Client(system.nc, layout=system.layout, archive=place)
+    await retire(system.nc, system.layout, eid, archive=place)
+    assert await system.client.dead_letters() == []  # removed with it, archived with it
+    events = await reader.events(eid)
+    assert [e.type for e in events if e.cls == "dlq"] == ["dead_letter.engine"]
+    # a cancel of a retired execution is refused (it would be the one record left of it)
+    with pytest.raises(ExecutionNotFound, match="retired"):
+        await reader.cancel(eid)
+    # a late answer that still reaches its log does not hide what was archived
+    await system.js_publish(system.layout.execution(eid).result("late-1"), b"{}", msg_id="late-1")
+    again = await reader.events(eid)
+    assert [e.type for e in again][: len(events) - 1] == [e.type for e in events if e.cls != "dlq"]
+    assert len(of_type(again, "playbook.completed")) == 1
+
+
+ECHO = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: echo}
+workflow:
+  - step: end
+    args: {n: "{{ workload.n }}"}
+"""
+
+
+async def test_an_id_of_a_retired_execution_names_that_one_for_ever(system: System, tmp_path: Path) -> None:
+    path = tmp_path / "echo.yaml"
+    path.write_text(ECHO)
+    entry = await system.client.register(path)
+    place = ObjectArchive(system.nc)
+    reader = Client(system.nc, layout=system.layout, archive=place)
+    await reader.start(entry.path, payload={"n": 1}, execution_id="order-1")
+    await reader.wait("order-1", timeout=20)
+    await ended(system, "order-1")
+    await retire(system.nc, system.layout, "order-1", archive=place)
+    again = await reader.start_execution(entry.path, payload={"n": 2}, execution_id="order-1")
+    assert again.existing  # the checked start: that id ran, and is read from the archive
+    assert await reader.result("order-1") == {"n": 1}
+
+
+@pytest.mark.layout(duplicate_window=0.2)
+async def test_without_an_archive_an_id_started_again_after_retirement_runs_anew(system: System) -> None:
+    """Nothing is left of a retired execution: a start under its id is a new one, run
+    (an engine that had the old one in memory rebuilds it from the log)."""
+    eid, _ = await system.run_yaml(ECHO, payload={"n": 1})
+    await ended(system, eid)
+    await retire(system.nc, system.layout, eid, archive=None)
+    await asyncio.sleep(0.3)  # past the streams' duplicate window: a time, nothing to await
+    path = system.tmp / "echo.yaml"
+    path.write_text(ECHO)
+    await system.client.start((await system.client.register(path)).path, payload={"n": 2}, execution_id=eid)
+    assert (await system.client.wait(eid, timeout=20)).state == ExecState.COMPLETED
+    assert await system.client.result(eid) == {"n": 2}
