@@ -10,6 +10,8 @@ request: no consumer to create and delete, as an ordered consumer would need.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -65,3 +67,53 @@ async def _batch(nc: NATS, stream: str, request: dict[str, object]) -> list[Msg]
             out.append(msg)
     finally:
         await sub.unsubscribe()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A stored message as a batched direct get gives it: where it is and what it holds."""
+
+    stream: str
+    subject: str
+    seq: int
+    time: float  # its log timestamp, seconds since the epoch
+    data: bytes
+    headers: dict[str, str]
+
+
+# headers a direct get adds to the message's own (ADR-31)
+_ADDED = {"Nats-Stream", "Nats-Subject", SEQUENCE, "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"}
+
+
+async def on_subject(nc: NATS, stream: str, subject: str) -> list[Stored]:
+    """Every message of `stream` on `subject` (a filter), in order, by batched direct
+    gets from the stream's start: no consumer made (a retirement reads six streams,
+    sixteen at once; ordered consumers for each ran into the server's consumer limit)."""
+    out: list[Stored] = []
+    seq = 1
+    while True:
+        got = await _batch(nc, stream, {"seq": seq, "batch": MAX_BATCH, "next_by_subj": subject})
+        for m in got:
+            h = m.headers or {}
+            out.append(
+                Stored(
+                    stream=stream,
+                    subject=h.get("Nats-Subject", ""),
+                    seq=int(h.get(SEQUENCE, "0")),
+                    time=_timestamp(h.get("Nats-Time-Stamp", "")),
+                    data=m.data,
+                    headers={k: v for k, v in h.items() if k not in _ADDED},
+                )
+            )
+        if len(got) < MAX_BATCH:
+            return out
+        seq = out[-1].seq + 1
+
+
+def _timestamp(text: str) -> float:
+    """`2026-11-26T16:01:02.123456789Z` (RFC 3339, nanoseconds) in seconds since the epoch."""
+    if not text:
+        return 0.0
+    whole, _, rest = text.rstrip("Z").partition(".")
+    fraction = float(f"0.{rest[:9]}") if rest else 0.0
+    return datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp() + fraction

@@ -24,7 +24,7 @@ Users (account ACTORS):
 * ``retention``: takes finished executions from stream ENDED (pull consumer
   ``retention``), reads their records, writes their archives (bucket ``archive``) and
   purges their records from EXEC, LOOP, INDEX, ENDED, KV ``status`` and the blob
-  buckets; the one user besides the engine's that may purge those streams. `actors-cli
+  buckets; the one user that may delete messages of those streams. `actors-cli
   archive` runs with its credential.
 * ``cli``: the operator (`actors-cli` and `actors.client.Client`): register, start,
   retry, cancel, schedule; reads statuses, logs, outputs, dead letters and the catalog.
@@ -347,7 +347,10 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *lookups(),
                 *retention_pub,
                 *reads(*retired, DLQ_STREAM),
-                *(_api("STREAM", "PURGE", s) for s in (*retired, DLQ_STREAM)),  # its dead letters go with it
+                # message by message (actors/natsio/purge.py): its dead letters go with it;
+                # its status by a purge of its key (a bucket refuses deletes by sequence)
+                *(_api("STREAM", "MSG", "DELETE", s) for s in (*retired, DLQ_STREAM)),
+                _api("STREAM", "PURGE", kv_stream(STATUS_BUCKET)),
                 *blobs(),  # read (archived with it) and purged
                 *blobs(PAYLOAD_BUCKET),
                 *blobs(ARCHIVE_BUCKET),  # archives written (ACTORS_ARCHIVE=objects)

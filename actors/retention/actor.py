@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from actors.natsio import dead_letter, log_time, stream_seq
-from actors.natsio.purge import purge
+from actors.natsio.purge import delete
 from actors.natsio.transient import TRANSIENT_REQUEST
 from actors.store.archive import ArchiveStore
 from actors.store.records import RecordInvalid, ended_status
@@ -37,6 +37,7 @@ log = logging.getLogger("actors.retention")
 
 BATCH = 16  # ends taken at once
 FETCH_WAIT = 5.0  # seconds a fetch waits for an end
+MORE_WAIT = 0.05  # seconds the fetch after it waits for more (what is there already comes at once)
 WAIT_MAX = 300.0  # seconds an end not due yet is handed back for, at most
 RETRY_FIRST, RETRY_MAX = 1.0, 60.0  # seconds before a failed retirement is tried again
 # blobs no record names (a command's args sent apart) are swept now and then: those of
@@ -115,7 +116,14 @@ class Retention:
             try:
                 if sub is None:
                     sub = await js.pull_subscribe_bind(RETENTION_CONSUMER, stream=ENDED_STREAM)
-                msgs = await sub.fetch(BATCH, timeout=FETCH_WAIT)
+                # one, waiting for it; then what else is there now. nats-py's fetch of a
+                # batch waits until the batch is full or the wait is over: ends due one by
+                # one (handed back with their delays) would each wait out the whole wait
+                msgs = await sub.fetch(1, timeout=FETCH_WAIT)
+                try:
+                    msgs += await sub.fetch(BATCH - 1, timeout=MORE_WAIT)
+                except TimeoutError:
+                    pass
                 pause = RETRY_FIRST
             except TimeoutError:
                 continue  # nothing ended
@@ -155,7 +163,7 @@ class Retention:
             if await self._wait_for(msg, log_time(msg)):
                 return
             await dead_letter(self.nc.jetstream(), source="retention", reason=str(e), msg=msg)
-            await purge(self.nc, ENDED_STREAM, msg.subject)
+            await delete(self.nc, ENDED_STREAM, [stream_seq(msg)])
             await msg.ack()
             return
         if await self._wait_for(msg, status.ended_at if status.ended_at is not None else log_time(msg)):

@@ -33,7 +33,6 @@ from typing import Any
 
 import orjson
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js.errors import (
     BadObjectMetaError,
     DigestMismatchError,
@@ -43,8 +42,9 @@ from nats.js.errors import (
     ObjectNotFoundError,
 )
 
-from actors.natsio.purge import purge
-from actors.natsio.readall import count, read_all
+from actors.natsio.batchget import Stored, on_subject
+from actors.natsio.purge import delete, purge
+from actors.natsio.readall import count
 from actors.store.archive import ARCHIVE_VERSION, ArchiveHeader, ArchiveStore, StoredMessage, encode_archive
 from actors.store.blobs import blob_owner, remove_object
 from actors.wire.events import TERMINAL_STATES
@@ -65,6 +65,7 @@ from streams.layout import (
 from streams.subjects import dlq_filter, index_ends_of, index_subject, kv_key_subject, kv_stream, loop_logs_filter
 
 log = logging.getLogger("actors.retention")
+LATE_ROUNDS = 3  # reads of a record's subjects while removing it (messages may still arrive)
 _DIGEST = re.compile(r"/[0-9a-f]{24}$")
 _COMMAND_KEY = re.compile(r"^[A-Za-z0-9_-]{1,128}/command/")  # actors/store/blobs.py command_items
 
@@ -89,22 +90,22 @@ async def retire(
     raises (OSError for a directory that cannot be written)."""
     js = nc.jetstream()
     status_subject = kv_key_subject(STATUS_BUCKET, execution_id)
-    status = _live(await read_all(nc, kv_stream(STATUS_BUCKET), status_subject))
+    status = await _status(nc, execution_id)
     if status is not None:
         state = _state(status)
         if state not in TERMINAL_STATES:
             return Retired(execution_id, kept=f"its status is {state}, not terminal")
-    log = await read_all(nc, EXEC_STREAM, layout.execution(execution_id).log)
-    loops = await read_all(nc, LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions))
+    log = await on_subject(nc, EXEC_STREAM, layout.execution(execution_id).log)
+    loops = await on_subject(nc, LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions))
     keys = sorted(set(_blob_keys(execution_id, (*log, *loops))))
     archived = False
     if archive is not None and not await archive.has(execution_id):
         records = [
             *log,
             *loops,
-            *await read_all(nc, DLQ_STREAM, dlq_filter(execution_id=execution_id)),
-            *await read_all(nc, INDEX_STREAM, index_subject(execution_id)),
-            *await read_all(nc, ENDED_STREAM, index_ends_of(execution_id)),
+            *await on_subject(nc, DLQ_STREAM, dlq_filter(execution_id=execution_id)),
+            *await on_subject(nc, INDEX_STREAM, index_subject(execution_id)),
+            *await on_subject(nc, ENDED_STREAM, index_ends_of(execution_id)),
         ]
         stored = [_stored(m) for m in records]
         if status is not None:
@@ -124,14 +125,30 @@ async def retire(
     for key in keys:
         for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
             removed += await remove_object(nc, bucket, key)
-    messages = await purge(nc, LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions))
-    messages += await purge(nc, EXEC_STREAM, layout.execution(execution_id).log)
-    # its dead letters are archived with it (and the DLQ's own age limit, which outlives
-    # the finished executions' retention by default, takes those of no execution)
-    messages += await purge(nc, DLQ_STREAM, dlq_filter(execution_id=execution_id))
-    messages += await purge(nc, INDEX_STREAM, index_subject(execution_id))
-    messages += await purge(nc, kv_stream(STATUS_BUCKET), status_subject)
-    messages += await purge(nc, ENDED_STREAM, index_ends_of(execution_id))
+    # message by message, not purged by subject: a purge would make the server forget
+    # when messages its consumers handed back are due (actors/natsio/purge.py). From
+    # what nothing points to, to the status last but one and the ENDED entry last
+    messages = 0
+    filters = [
+        (LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions)),
+        (EXEC_STREAM, layout.execution(execution_id).log),
+        (DLQ_STREAM, dlq_filter(execution_id=execution_id)),
+        (INDEX_STREAM, index_subject(execution_id)),
+        (ENDED_STREAM, index_ends_of(execution_id)),
+    ]
+    known = {LOOP_STREAM: loops, EXEC_STREAM: log}
+    for stream, subject in filters:
+        for _ in range(LATE_ROUNDS):  # what reached it while it was archived goes too (else: kept for ever)
+            found = known.pop(stream, None)
+            if found is None:
+                found = await on_subject(nc, stream, subject)
+            if not found:
+                break
+            messages += await delete(nc, stream, (m.seq for m in found))
+        if stream == INDEX_STREAM:
+            # a bucket's stream refuses deletes by sequence (deny_delete); nothing hands its
+            # messages back with a delay, so a purge of the key is safe there
+            messages += await purge(nc, kv_stream(STATUS_BUCKET), status_subject)
     return Retired(execution_id, archived=archived, messages=messages, blobs=removed)
 
 
@@ -143,21 +160,26 @@ def _state(status: Any) -> str:
         return "unreadable"
 
 
-def _live(entries: list[Msg]) -> Msg | None:
-    """A key's value from its messages: the last, unless it is a delete marker."""
-    if not entries:
+async def _status(nc: NATS, execution_id: str) -> Stored | None:
+    """The execution's status as stored (the bucket's stream allows no direct get: its
+    leader is asked), None when it has none or it was deleted."""
+    stream, subject = kv_stream(STATUS_BUCKET), kv_key_subject(STATUS_BUCKET, execution_id)
+    try:
+        m = await nc.jsm().get_last_msg(stream, subject)
+    except NotFoundError:
         return None
-    last = entries[-1]
-    return None if (last.headers or {}).get("KV-Operation") in ("DEL", "PURGE") else last
+    headers = {k: str(v) for k, v in (m.headers or {}).items()}
+    if headers.get("KV-Operation") in ("DEL", "PURGE"):
+        return None
+    at = m.time.timestamp() if m.time is not None else 0.0
+    return Stored(stream=stream, subject=subject, seq=m.seq or 0, time=at, data=m.data or b"", headers=headers)
 
 
-def _stored(m: Msg) -> StoredMessage:
-    md = m.metadata
-    headers = dict(m.headers or {})
-    return StoredMessage.of(md.stream, m.subject, md.sequence.stream, md.timestamp.timestamp(), m.data, headers)
+def _stored(m: Stored) -> StoredMessage:
+    return StoredMessage.of(m.stream, m.subject, m.seq, m.time, m.data, m.headers)
 
 
-def _blob_keys(execution_id: str, msgs: tuple[Msg, ...]) -> Iterator[str]:
+def _blob_keys(execution_id: str, msgs: tuple[Stored, ...]) -> Iterator[str]:
     """Keys of blobs the messages name: string values `<id>/.../<digest>` (a result, a
     payload, a loop's collection) or `out/<id>/.../<digest>` (what a step printed)."""
     owned = (f"{execution_id}/", f"out/{execution_id}/")
@@ -210,12 +232,12 @@ async def sweep_orphan_blobs(nc: NATS, layout: Layout, *, older_than: float) -> 
     for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
         stream = obj_stream(bucket)
         try:
-            metas = await read_all(nc, stream, f"$O.{bucket}.M.>")
+            metas = await on_subject(nc, stream, f"$O.{bucket}.M.>")
         except NotFoundError:
             continue
         owners: dict[str, list[str]] = {}
         for m in metas:
-            if m.metadata.timestamp.timestamp() >= older_than:
+            if m.time >= older_than:
                 continue
             try:
                 meta = orjson.loads(m.data)
