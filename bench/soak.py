@@ -4,10 +4,20 @@ throughout (issue #34: what the server holds per retained execution).
 
     python -m bench.soak [--rate 100] [--minutes 3] [--concurrency 100] [--idle-minutes 2]
                          [--sample-seconds 2] [--sync default|always] [--baseline REV]
+                         [--retain SECONDS] [--archive off|objects|DIR] [--cluster]
                          [--rounds 1] [--out DIR] [--json-only]
+    python -m bench.soak --heap-top heap-*.txt   (a saved heap profile's summary, no run)
 
-An operator's two-hour run at a modest rate: `python -m bench.soak --rate 10 --minutes 120
---idle-minutes 10 --sample-seconds 10` (about 72,000 executions retained).
+An operator's two-hour run at a modest rate, retention doing its work: `python -m
+bench.soak --rate 10 --minutes 120 --idle-minutes 5 --retain 600 --sample-seconds 10`
+(72,000 executions run, about 6,000 retained at a time).
+
+`--retain SECONDS` sets the pod's ACTORS_RETAIN_FINISHED (default: unset, the pod's own
+default of 7 days: nothing retires within a run); `--archive off|objects|DIR` its
+ACTORS_ARCHIVE. A checkout without retention (no actors/retention: 67fe621 and earlier)
+ignores both, and the output says so. `--cluster`: a 3-node cluster on this machine,
+every stream and bucket R3 (ACTORS_REPLICAS=3); server figures are then summed over the
+three nodes (and each node's RSS is sampled too).
 
 Each run gets a fresh nats-server (file store in a temporary dir, `--sync`, HTTP
 monitoring on a free port), one pod as its own process (`actors-cli serve --role all`,
@@ -24,16 +34,27 @@ Every `--sample-seconds`: RSS of the server, of the pod with its children (pytho
 workers, render processes; RSS summed, so pages the workers share with each other are
 counted in each) and of this process; the server's `/varz` (`mem`, `cpu`, connections,
 JetStream memory and storage), `/jsz?streams=true` (per stream: messages, bytes,
-subjects, consumers), the store dir's size on disk, executions started and finished and
-both rates over the last interval. A line every 10 s shows progress.
+subjects, interior deletes, consumers), the Go heap from the server's pprof endpoint
+(`--profile PORT`; `/debug/pprof/heap?debug=1`'s runtime.MemStats lines: HeapInuse,
+HeapAlloc, HeapSys, HeapReleased, Sys), the store dir's size on disk, executions started
+and finished and both rates over the last interval. A line every 10 s shows progress.
+At the load's end and after the idle period the whole heap profile is kept
+(`heap-<side>-<round>-<when>.txt`) and its sampled in-use bytes summed by the first
+nats-server function on each stack (`heap_top_*` in the summary).
 
-"Executions retained" = executions started (warm-ups included): nothing expires during a
-run (EXEC and LOOP keep 7 days, the rest for ever). Server memory per retained execution
-= (server RSS - RSS of the empty server, measured before the pod connects) / executions
-retained, at the end of the load and after the idle period. The memory slope is a
-least-squares line through the server's (and the pod's) RSS over the second half of the
-load, in MB per hour. Per stream: messages, subjects and bytes per retained execution
-(the growth from just before the warm-ups to the end of the idle period).
+"Executions retained" = what the server holds, counted from the streams at each sample:
+stream INDEX's messages (one per execution; the status bucket's, one per execution too,
+are sampled beside it as a check: `status_minus_index`). "Retired" = executions run
+(warm-ups included) - retained (during the load, executions started but not yet indexed
+count as retired: at most `--concurrency`; exact at the end). Server memory per retained
+execution = (server RSS - RSS of the empty server, measured before the pod connects) /
+executions retained, at the end of the load and after the idle period (none when
+retention has removed them all: then `server_mb_above_empty_after_idle` says what is left).
+The memory slope is a least-squares line through the server's (and the pod's) RSS over
+the second half of the load, in MB per hour; `server_flat_ratio` is max/min of the
+server's RSS over the same half (1.10: within 10%). Per stream: messages, subjects and
+bytes held per retained execution at the load's end (growth since just before the
+warm-ups).
 
 Writes to `--out` (default: a new temporary dir, printed): `samples-<side>-<round>.csv`,
 `soak-<side>-<round>.png` (server RSS, pod RSS and executions retained on a second
@@ -51,8 +72,10 @@ import argparse
 import asyncio
 import csv
 import json
+import math
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
@@ -61,7 +84,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import uvloop
@@ -69,8 +92,9 @@ import uvloop
 from actors.client import Client
 from actors.pod.roles import connect
 from bench.common import add_sync_flag, checkout_of, process_tree
-from streams.layout import Layout
-from streams.server import NatsServer, free_port
+from streams.layout import INDEX_STREAM, STATUS_BUCKET, Layout
+from streams.server import NatsCluster, NatsServer, free_port
+from streams.subjects import kv_stream
 from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +104,8 @@ RUN_TIMEOUT = 600.0  # seconds an execution may take before it is given up on (c
 PROGRESS_EVERY = 10.0  # seconds between progress lines
 PAGE = resource.getpagesize()
 MB = 2**20
+TICKS = os.sysconf("SC_CLK_TCK")
+STATUS = kv_stream(STATUS_BUCKET)  # one entry per execution, like INDEX: the check on its count
 
 PLAYBOOK = """\
 apiVersion: actors/v1
@@ -142,6 +168,16 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time `pid` has used, user and system (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def tree_rss(pid: int) -> tuple[int, int]:
     """RSS summed over `pid` and its descendants, and how many processes that is."""
     pids = process_tree(pid)
@@ -174,6 +210,9 @@ async def monitor(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
         "connections": varz.get("connections", 0),
         "js_memory_mb": round(js.get("memory", 0) / MB, 3),
         "js_storage_mb": round(js.get("storage", 0) / MB, 3),
+        # JetStream API requests served (stream infos, consumer creations, purges, msg gets)
+        "js_api_total": js.get("api", {}).get("total", 0),
+        "js_api_errors": js.get("api", {}).get("errors", 0),
     }
     for account in jsz.get("account_details") or []:
         for s in account.get("stream_detail") or []:
@@ -181,8 +220,144 @@ async def monitor(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
             out[f"{name}.messages"] = st.get("messages", 0)
             out[f"{name}.bytes"] = st.get("bytes", 0)
             out[f"{name}.subjects"] = st.get("num_subjects", 0)
+            out[f"{name}.deleted"] = st.get("num_deleted", 0)
             out[f"{name}.consumers"] = st.get("consumer_count", 0)
     return out
+
+
+HEAP_FIELDS = ("HeapInuse", "HeapAlloc", "HeapSys", "HeapReleased", "Sys")
+HEAP_LINE = re.compile(r"^# (\w+) = (\d+)$", re.MULTILINE)
+
+
+async def heap_profile(http: aiohttp.ClientSession, base: str) -> str:
+    """The server's heap profile as text (`debug=1`: sampled stacks, then runtime.MemStats)."""
+    async with http.get(f"{base}/debug/pprof/heap?debug=1") as r:
+        return await r.text()
+
+
+def heap_stats(text: str) -> dict[str, float]:
+    """MemStats' heap figures from a `debug=1` heap profile, in MB (`heap_inuse_mb`, ...)."""
+    found = dict(HEAP_LINE.findall(text))
+    return {f"heap_{k.lower()}_mb": round(int(found[k]) / MB, 2) for k in HEAP_FIELDS if k in found}
+
+
+RECORD = re.compile(r"^(\d+): (\d+) \[\d+: \d+\] @")
+RATE = re.compile(r"@ heap/(\d+)")
+POOL_NEW = re.compile(r"init\.func\d+")
+SERVER_FRAME = re.compile(r"nats-server/v2/server(?:/(\w+))?\.(\S+?)\+0x")
+
+
+def heap_top(text: str, n: int = 8) -> dict[str, float]:
+    """In-use bytes by the first nats-server function on each stack of a `debug=1` heap
+    profile (as of the last GC), as shares of the profile's in-use total. The text format
+    gives what was sampled, one allocation per 512 KB on average: each record is scaled
+    up by 1 / (1 - exp(-size / rate)) as pprof does, or small objects would vanish beside
+    the file store's large buffers."""
+    rate_m = RATE.search(text)
+    rate = int(rate_m.group(1)) / 2 if rate_m else 512 * 1024  # the header says 2 * MemProfileRate
+    by: dict[str, float] = {}
+
+    def add(objects: int, size: int, frames: list[str]) -> None:
+        # a sync.Pool's New (`init.funcN`: the file store's block buffer pools) says little:
+        # name the server function that took from the pool, and its caller (a write, a load)
+        named = [f for f in frames if not POOL_NEW.fullmatch(f)]
+        name = named[0] if named else "(outside server package)"
+        if ":" in name:  # in a subpackage (stree: the subject trees): named by the server function using it
+            caller = next((f for f in named if ":" not in f), "?")
+            name = f"{name.split(':', 1)[0]} <- {caller}"
+        if frames and POOL_NEW.fullmatch(frames[0]):
+            name += f" <- {named[1]} [sync.Pool]" if len(named) > 1 else " [sync.Pool]"
+        scale = 1 / (1 - math.exp(-size / objects / rate)) if rate > 0 else 1.0
+        by[name] = by.get(name, 0) + size * scale
+
+    current: tuple[int, int, list[str]] | None = None
+    for line in text.splitlines():
+        m = RECORD.match(line)
+        if m or not line.startswith("#"):
+            if current is not None and current[0] and current[1]:
+                add(*current)
+            current = (int(m.group(1)), int(m.group(2)), []) if m else None
+            continue
+        f = SERVER_FRAME.search(line)
+        if current is not None and f:
+            current[2].append(f"{f.group(1)}:{f.group(2)}" if f.group(1) else f.group(2))
+    total = sum(by.values())
+    if not total:
+        return {}
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
+    return {"profile_inuse_mb": round(total / MB, 2), **{k: round(v / total, 3) for k, v in top}}
+
+
+class MonitoredCluster(NatsCluster):
+    """NatsCluster with a monitoring and a pprof port on every node."""
+
+    def __init__(self, n: int, *, sync: str) -> None:
+        super().__init__(n, sync=sync)
+        self.monitor_ports = [free_port() for _ in range(n)]
+        self.profile_ports = [free_port() for _ in range(n)]
+
+    def _args(self, i: int) -> list[str]:
+        return [*super()._args(i), "-m", str(self.monitor_ports[i]), "--profile", str(self.profile_ports[i])]
+
+
+class Servers:
+    """The server (or a cluster's nodes) under test: pids, monitoring and pprof bases, stores."""
+
+    def __init__(self, url: str, nodes: list[NatsServer], monitors: list[str], profiles: list[str]) -> None:
+        self.url, self.nodes, self.monitors, self.profiles = url, nodes, monitors, profiles
+        self.cluster: MonitoredCluster | None = None
+        self.single: NatsServer | None = None
+
+    @classmethod
+    async def start(cls, *, sync: str, cluster: bool) -> Servers:
+        if cluster:
+            c = cast(MonitoredCluster, await MonitoredCluster.start(3, sync=sync))
+            nodes = [n for n in c.nodes if n is not None]
+            out = cls(
+                c.url,
+                nodes,
+                [f"http://127.0.0.1:{p}" for p in c.monitor_ports],
+                [f"http://127.0.0.1:{p}" for p in c.profile_ports],
+            )
+            out.cluster = c
+            return out
+        mport, pport = free_port(), free_port()
+        server = await NatsServer.start(sync=sync, extra_args=["-m", str(mport), "--profile", str(pport)])
+        out = cls(server.url, [server], [f"http://127.0.0.1:{mport}"], [f"http://127.0.0.1:{pport}"])
+        out.single = server
+        return out
+
+    def rss(self) -> list[int]:
+        return [rss_bytes(n.proc.pid) for n in self.nodes]
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(n.proc.pid) for n in self.nodes)
+
+    def disk(self) -> int:
+        return sum(disk_bytes(n.store) for n in self.nodes)
+
+    async def monitor(self, http: aiohttp.ClientSession) -> dict[str, Any]:
+        """/varz figures summed over the nodes; the streams as the first node holds them
+        (on R3 every node holds a replica of every stream)."""
+        each = [await monitor(http, b) for b in self.monitors]
+        out = dict(each[0])
+        for k in ("varz_mem_mb", "varz_cpu", "connections", "js_memory_mb", "js_storage_mb", "js_api_total"):
+            out[k] = round(sum(e.get(k, 0) for e in each), 3)
+        return out
+
+    async def heap(self, http: aiohttp.ClientSession) -> tuple[dict[str, float], list[str]]:
+        texts = [await heap_profile(http, b) for b in self.profiles]
+        total: dict[str, float] = {}
+        for t in texts:
+            for k, v in heap_stats(t).items():
+                total[k] = round(total.get(k, 0) + v, 2)
+        return total, texts
+
+    async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
+        if self.single is not None:
+            await self.single.stop()
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
@@ -275,35 +450,61 @@ class Load:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+def has_retention(code: Path) -> bool:
+    """Whether the checkout at `code` has the retention role (753ae33 on)."""
+    return (code / "actors" / "retention").is_dir()
+
+
+def pod_env(code: Path, args: argparse.Namespace) -> tuple[dict[str, str], str]:
+    """The pod's retention settings, and what the output says of them."""
+    if not has_retention(code):
+        wanted = args.retain is not None or args.archive is not None
+        return {}, "not applicable: this checkout has no retention" + (
+            " (--retain/--archive ignored)" if wanted else ""
+        )
+    env = {}
+    if args.retain is not None:
+        env["ACTORS_RETAIN_FINISHED"] = str(args.retain)
+    if args.archive is not None:
+        env["ACTORS_ARCHIVE"] = args.archive
+    retain = f"{args.retain:g} s" if args.retain is not None else "the pod's default (7 days)"
+    return env, f"{retain}, archive {args.archive or 'off (default)'}"
+
+
 async def soak(
     code: Path, args: argparse.Namespace, out: Path, tag: str, say: Callable[[str], None], stop: asyncio.Event
 ) -> dict[str, Any]:
-    mport = free_port()
-    server = await NatsServer.start(sync=args.sync, extra_args=["-m", str(mport)])
-    base = f"http://127.0.0.1:{mport}"
+    servers = await Servers.start(sync=args.sync, cluster=args.cluster)
+    layout = Layout(replicas=3) if args.cluster else Layout()
+    env, retention = pod_env(code, args)
+    say(f"  {tag}: retention {retention}")
     pod: PodProcess | None = None
     nc = None
     load: Load | None = None
     samples: list[dict[str, Any]] = []
+    heaps: dict[str, str] = {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            await monitor(http, base)  # the server answers before anything is measured
-            empty_rss = rss_bytes(server.proc.pid)
-            empty_varz = (await monitor(http, base))["varz_mem_mb"]
-            pod = await PodProcess.start("all", url=server.url, layout=Layout(), logs=out, name=f"pod-{tag}", code=code)
+            await servers.monitor(http)  # the server answers before anything is measured
+            empty_rss = sum(servers.rss())
+            empty = await servers.monitor(http)
+            empty_heap, _ = await servers.heap(http)
+            pod = await PodProcess.start(
+                "all", url=servers.url, layout=layout, logs=out, name=f"pod-{tag}", code=code, env=env
+            )
             await pod.ready(timeout=120)
-            nc = await connect(server.url, name="bench-soak")
-            client = Client(nc, layout=Layout())
+            nc = await connect(servers.url, name="bench-soak")
+            client = Client(nc, layout=layout)
             with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
                 pb = Path(tmp) / "soak.yaml"
                 pb.write_text(PLAYBOOK)
                 entry = await client.register(pb)
-            before = await monitor(http, base)  # streams declared, nothing run yet
+            before = await servers.monitor(http)  # streams declared, nothing run yet
             for n in range(WARM):
                 eid, st = await client.run(entry.path, version=entry.version, payload={"n": n}, timeout=120)
                 if st.state != "COMPLETED" or await client.result(eid) != expected(n):
                     raise RuntimeError(f"{tag}: warm-up execution {eid} ended {st.state}")
-            idle_rss = rss_bytes(server.proc.pid)
+            idle_rss = sum(servers.rss())
 
             load = Load(client, entry.path, entry.version, args.concurrency)
             loop = asyncio.get_running_loop()
@@ -319,9 +520,11 @@ async def soak(
                 ended = phase == "load" and driver.done()  # this sample is the load's last
                 if ended:
                     load_end = (load.ended or now) - t0
-                server_rss = rss_bytes(server.proc.pid)
+                last_of_all = phase == "idle" and (now - t0 >= load_end + idle_s or stop.is_set())
+                nodes_rss = servers.rss()
                 pod_rss, procs = tree_rss(pod.proc.pid)
                 dt = max(now - last[0], 1e-9)
+                run = WARM + load.started
                 sample: dict[str, Any] = {
                     "t": round(now - t0, 2),
                     "phase": phase,
@@ -329,28 +532,46 @@ async def soak(
                     "finished": load.finished,
                     "failed": load.failed,
                     "in_flight": load.started - load.finished,
-                    "retained": WARM + load.started,
+                    "run": run,
+                    "retained": run,  # replaced by INDEX's count below when the server answers
                     "start_rate": round((load.started - last[1]) / dt, 1),
                     "finish_rate": round((load.finished - last[2]) / dt, 1),
-                    "server_rss_mb": round(server_rss / MB, 2),
+                    "server_rss_mb": round(sum(nodes_rss) / MB, 2),
+                    **({f"node{i}_rss_mb": round(r / MB, 2) for i, r in enumerate(nodes_rss)} if args.cluster else {}),
+                    "server_cpu_s": round(servers.cpu(), 2),
+                    "pod_cpu_s": round(cpu_seconds(pod.proc.pid), 2),
                     "pod_rss_mb": round(pod_rss / MB, 2),
                     "pod_processes": procs,
                     "pod_main_rss_mb": round(rss_bytes(pod.proc.pid) / MB, 2),
                     "client_rss_mb": round(rss_bytes(os.getpid()) / MB, 2),
-                    "disk_mb": round(await asyncio.to_thread(disk_bytes, server.store) / MB, 2),
+                    "disk_mb": round(await asyncio.to_thread(servers.disk) / MB, 2),
                 }
                 try:
-                    sample.update(await monitor(http, base))
+                    sample.update(await servers.monitor(http))
+                    heap, texts = await servers.heap(http)
+                    sample.update(heap)
+                    if ended or last_of_all:
+                        when = "load-end" if ended else "after-idle"
+                        for i, text in enumerate(texts):
+                            (out / f"heap-{tag}-{when}{f'-node{i}' if args.cluster else ''}.txt").write_text(text)
+                        heaps[when] = "\n".join(texts)
                 except (aiohttp.ClientError, TimeoutError) as e:
                     say(f"  {tag}: monitoring did not answer at {now - t0:.0f} s: {e!r}")
+                if f"{INDEX_STREAM}.messages" in sample:
+                    sample["retained"] = sample[f"{INDEX_STREAM}.messages"] - before.get(f"{INDEX_STREAM}.messages", 0)
+                    sample["status_minus_index"] = (
+                        sample.get(f"{STATUS}.messages", 0) - sample[f"{INDEX_STREAM}.messages"]
+                    )
+                sample["retired"] = run - sample["retained"]
                 samples.append(sample)
                 last = (now, load.started, load.finished)
-                if now >= next_progress or ended:
+                if now >= next_progress or ended or last_of_all:
                     next_progress = now + PROGRESS_EVERY - args.sample_seconds / 2  # a sample's lateness aside
                     say(
                         f"  {tag} {sample['t']:>6.0f} s {sample['phase']:4}  started {sample['started']:>7}  "
                         f"finished {sample['finished']:>7}  in flight {sample['in_flight']:>4}  "
-                        f"{sample['finish_rate']:>6.1f}/s  server {sample['server_rss_mb']:>7.1f} MB  "
+                        f"retained {sample['retained']:>6}  {sample['finish_rate']:>6.1f}/s  "
+                        f"server {sample['server_rss_mb']:>7.1f} MB (heap {sample.get('heap_heapinuse_mb', '-')})  "
                         f"pod {sample['pod_rss_mb']:>6.1f} MB"
                     )
                     if load.errors:
@@ -358,7 +579,7 @@ async def soak(
                 if ended:
                     say(f"  {tag}: load ended at {load_end:.0f} s; {args.idle_minutes} min idle")
                     phase, wake = "idle", now  # idle samples count from the load's end
-                if phase == "idle" and (now - t0 >= load_end + idle_s or stop.is_set()):
+                if last_of_all:
                     break
                 wake += args.sample_seconds
                 # woken early by the load's end (its last sample is taken then) or by Ctrl-C
@@ -379,16 +600,24 @@ async def soak(
             await nc.close()
         if pod is not None:
             await pod.stop()
-        await server.stop()
+        await servers.stop()
 
-    result = summarize(samples, before, load, load_end, empty_rss, empty_varz, idle_rss, not_finished, args)
+    result = summarize(samples, before, load, load_end, empty_rss, empty, empty_heap, idle_rss, not_finished, args)
+    result["retention"] = retention
+    if not has_retention(code):  # nothing retires there: no backlog to speak of
+        result["due_not_retired_load_end"] = result["due_not_retired_after_idle"] = None
+    result["nodes"] = len(servers.nodes)
+    for when, text in heaps.items():
+        result[f"heap_top_{when.replace('-', '_')}"] = heap_top(text)
     result["files"] = write_files(samples, load_end, out, tag)
     say(
         f"  {tag}: {load.started} started, {load.completed} completed, {load.failed} failed, "
-        f"{not_finished} not finished; {result['executions_per_s']}/s; server {result['server_rss_mb_load_end']} MB "
-        f"at the load's end ({result['server_kb_per_retained_load_end']} KB per execution), "
-        f"{after['server_rss_mb']} MB after idle ({result['server_kb_per_retained_after_idle']} KB); "
-        f"slope {result['server_slope_mb_per_h']} MB/h"
+        f"{not_finished} not finished; {result['executions_per_s']}/s; {result['retired']} retired; "
+        f"server {result['server_rss_mb_load_end']} MB at the load's end with {result['retained_load_end']} retained "
+        f"({result['server_kb_per_retained_load_end']} KB per retained execution), "
+        f"{after['server_rss_mb']} MB after idle with {result['retained_after_idle']} retained "
+        f"({result['server_kb_per_retained_after_idle']} KB); slope {result['server_slope_mb_per_h']} MB/h, "
+        f"max/min {result['server_flat_ratio']} over the load's 2nd half"
     )
     return result
 
@@ -399,7 +628,8 @@ def summarize(
     load: Load,
     load_end: float,
     empty_rss: int,
-    empty_varz: float,
+    empty: dict[str, Any],
+    empty_heap: dict[str, float],
     idle_rss: int,
     not_finished: int,
     args: argparse.Namespace,
@@ -407,22 +637,48 @@ def summarize(
     during = [s for s in samples if s["phase"] == "load"]
     at_load_end = during[-1] if during else samples[0]
     at_end = samples[-1]
-    retained = WARM + load.started
     second_half = [s for s in during if s["t"] >= load_end / 2]
     empty_mb = empty_rss / MB
 
     def per_exec_kb(s: dict[str, Any]) -> float | None:
-        return round((s["server_rss_mb"] - empty_mb) * 1024 / s["retained"], 2) if s["retained"] else None
+        # too few held to divide by (retention removed nearly all): server_mb_above_empty says it
+        return round((s["server_rss_mb"] - empty_mb) * 1024 / s["retained"], 2) if s["retained"] >= 100 else None
 
-    streams = sorted({k.split(".", 1)[0] for k in at_end if k.endswith(".subjects")})
+    held = max(at_load_end["retained"], 1)
+    streams = sorted({k.split(".", 1)[0] for k in at_load_end if k.endswith(".subjects")})
     grown = {
         name: {
-            what: round((at_end.get(f"{name}.{what}", 0) - before.get(f"{name}.{what}", 0)) / retained, 2)
-            for what in ("messages", "subjects", "bytes")
+            what: round((at_load_end.get(f"{name}.{what}", 0) - before.get(f"{name}.{what}", 0)) / held, 2)
+            for what in ("messages", "subjects", "bytes", "deleted")
         }
         for name in streams
     }
     per_stream = {name: v for name, v in grown.items() if any(v.values())}  # streams this workload writes
+    rss2 = [s["server_rss_mb"] for s in second_half]
+    heap2 = [(s["t"], s["heap_heapinuse_mb"]) for s in second_half if "heap_heapinuse_mb" in s]
+    check = [abs(s["status_minus_index"]) for s in samples if "status_minus_index" in s]
+    ran = int(max(at_load_end["finished"] - samples[0]["finished"], 1))
+
+    def per_execution(key: str, digits: int = 4) -> float | None:
+        """How much of a cumulative figure (CPU seconds, API requests) one execution of
+        the load took: its growth over the load / executions finished."""
+        if key not in at_load_end or key not in samples[0]:
+            return None
+        return round(float(at_load_end[key] - samples[0][key]) / ran, digits)
+
+    def due_not_retired(s: dict[str, Any]) -> int | None:
+        """Executions that ended over `--retain` seconds before sample `s` and were still
+        held then: retention's backlog (the finished count of the last sample at or
+        before s.t - retain; warm-ups count as ended before the load)."""
+        if args.retain is None or not args.retain:
+            return None
+        ended = [x["finished"] for x in samples if x["t"] <= s["t"] - args.retain]
+        due = WARM + (ended[-1] if ended else 0) if s["t"] >= args.retain else 0
+        return max(int(due - s["retired"]), 0)
+
+    def idle_growth(key: str) -> float | None:
+        return round(at_end[key] - at_load_end[key], 2) if key in at_end and key in at_load_end else None
+
     return {
         "rate": args.rate,
         "concurrency": args.concurrency,
@@ -436,27 +692,56 @@ def summarize(
         "results_checked": load.checked,
         "errors": load.errors,
         "late_starts": load.late,
-        "retained": retained,
+        "run": WARM + load.started,
+        "retained_load_end": at_load_end["retained"],
+        "retained_after_idle": at_end["retained"],
+        "retained_max": max(s["retained"] for s in samples),
+        "retired": at_end["retired"],
+        "retired_load_end": at_load_end["retired"],
+        "due_not_retired_load_end": due_not_retired(at_load_end),
+        "due_not_retired_after_idle": due_not_retired(at_end),
+        "status_minus_index_max": max(check) if check else None,
         "executions_per_s": round(at_load_end["finished"] / load_end, 1) if load_end else None,
+        "server_cpu_ms_per_execution": None if (c := per_execution("server_cpu_s")) is None else round(c * 1000, 2),
+        "pod_cpu_ms_per_execution": None if (c := per_execution("pod_cpu_s")) is None else round(c * 1000, 2),
+        "js_api_requests_per_execution": per_execution("js_api_total", 2),
+        "server_cpu_s_idle": idle_growth("server_cpu_s"),
+        "js_api_requests_idle": idle_growth("js_api_total"),
         "server_rss_mb_empty": round(empty_mb, 2),
-        "server_varz_mem_mb_empty": empty_varz,
+        "server_varz_mem_mb_empty": empty.get("varz_mem_mb"),
+        "server_heap_inuse_mb_empty": empty_heap.get("heap_heapinuse_mb"),
         "server_rss_mb_after_warmup": round(idle_rss / MB, 2),
         "server_rss_mb_load_end": at_load_end["server_rss_mb"],
         "server_rss_mb_after_idle": at_end["server_rss_mb"],
+        "server_mb_above_empty_after_idle": round(at_end["server_rss_mb"] - empty_mb, 2),
         "server_rss_mb_peak": max(s["server_rss_mb"] for s in samples),
         "server_kb_per_retained_load_end": per_exec_kb(at_load_end),
         "server_kb_per_retained_after_idle": per_exec_kb(at_end),
         "server_slope_mb_per_h": slope_per_hour([(s["t"], s["server_rss_mb"]) for s in second_half]),
+        "server_flat_ratio": round(max(rss2) / min(rss2), 3) if rss2 and min(rss2) > 0 else None,
+        "heap_inuse_mb_load_end": at_load_end.get("heap_heapinuse_mb"),
+        "heap_inuse_mb_after_idle": at_end.get("heap_heapinuse_mb"),
+        "heap_sys_mb_load_end": at_load_end.get("heap_heapsys_mb"),
+        "heap_released_mb_after_idle": at_end.get("heap_heapreleased_mb"),
+        "heap_slope_mb_per_h": slope_per_hour(heap2),
+        "varz_mem_mb_load_end": at_load_end.get("varz_mem_mb"),
+        "varz_mem_mb_after_idle": at_end.get("varz_mem_mb"),
         "pod_slope_mb_per_h": slope_per_hour([(s["t"], s["pod_rss_mb"]) for s in second_half]),
         "pod_rss_mb_load_end": at_load_end["pod_rss_mb"],
         "pod_rss_mb_after_idle": at_end["pod_rss_mb"],
-        "disk_kb_per_retained": round(at_end["disk_mb"] * 1024 / retained, 2),
-        "varz_mem_mb_after_idle": at_end.get("varz_mem_mb"),
+        "disk_mb_load_end": at_load_end["disk_mb"],
+        "disk_mb_after_idle": at_end["disk_mb"],
+        "disk_kb_per_retained_load_end": round(at_load_end["disk_mb"] * 1024 / held, 2),
         "js_storage_mb_after_idle": at_end.get("js_storage_mb"),
         "per_retained_execution_by_stream": per_stream,
         "subjects_per_execution": round(sum(v["subjects"] for v in per_stream.values()), 2),
         "messages_per_execution": round(sum(v["messages"] for v in per_stream.values()), 2),
         "bytes_per_execution": round(sum(v["bytes"] for v in per_stream.values()), 1),
+        "held_at_end_by_stream": {
+            name: {what: at_end.get(f"{name}.{what}", 0) for what in ("messages", "subjects", "bytes", "deleted")}
+            for name in streams
+            if name in per_stream
+        },
     }
 
 
@@ -482,13 +767,21 @@ def write_files(samples: list[dict[str, Any]], load_end: float, out: Path, tag: 
     fig, ax = plt.subplots(figsize=(10, 5.5))
     ax.plot(t, [s["server_rss_mb"] for s in samples], label="server RSS", color="tab:red")
     ax.plot(t, [s["pod_rss_mb"] for s in samples], label="pod RSS (with its workers)", color="tab:blue")
+    if any("heap_heapinuse_mb" in s for s in samples):
+        ax.plot(
+            t,
+            [float(s.get("heap_heapinuse_mb", math.nan)) for s in samples],
+            label="server Go heap in use",
+            color="tab:orange",
+        )
     ax.axvline(load_end / 60, color="grey", linestyle="--", label="load ends")
     ax.set_xlabel("minutes")
     ax.set_ylabel("MB")
     ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    ax2.plot(t, [s["retained"] for s in samples], label="executions retained", color="tab:green")
-    ax2.set_ylabel("executions retained")
+    ax2.plot(t, [s["retained"] for s in samples], label="executions retained (INDEX)", color="tab:green")
+    ax2.plot(t, [s["retired"] for s in samples], label="executions retired", color="tab:olive", linestyle=":")
+    ax2.set_ylabel("executions")
     ax2.set_ylim(bottom=0)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
@@ -542,15 +835,36 @@ ROWS = (
     ("not finished", "not_finished"),
     ("failed", "failed"),
     ("executions per s", "executions_per_s"),
+    ("retained at load end (INDEX)", "retained_load_end"),
+    ("retained after idle", "retained_after_idle"),
+    ("retired", "retired"),
+    ("ended > retain ago, not retired, at load end", "due_not_retired_load_end"),
+    ("status - INDEX, max |diff|", "status_minus_index_max"),
+    ("server CPU ms per execution (load)", "server_cpu_ms_per_execution"),
+    ("pod main process CPU ms per execution", "pod_cpu_ms_per_execution"),
+    ("JS API requests per execution", "js_api_requests_per_execution"),
+    ("server CPU s during idle", "server_cpu_s_idle"),
+    ("JS API requests during idle", "js_api_requests_idle"),
     ("server RSS empty, MB", "server_rss_mb_empty"),
     ("server RSS at load end, MB", "server_rss_mb_load_end"),
     ("server RSS after idle, MB", "server_rss_mb_after_idle"),
+    ("server RSS peak, MB", "server_rss_mb_peak"),
     ("server KB per retained, load end", "server_kb_per_retained_load_end"),
     ("server KB per retained, after idle", "server_kb_per_retained_after_idle"),
+    ("server MB above empty, after idle", "server_mb_above_empty_after_idle"),
     ("server slope, MB/h (2nd half)", "server_slope_mb_per_h"),
+    ("server max/min RSS (2nd half)", "server_flat_ratio"),
+    ("heap in use empty, MB", "server_heap_inuse_mb_empty"),
+    ("heap in use at load end, MB", "heap_inuse_mb_load_end"),
+    ("heap in use after idle, MB", "heap_inuse_mb_after_idle"),
+    ("heap released after idle, MB", "heap_released_mb_after_idle"),
+    ("heap slope, MB/h (2nd half)", "heap_slope_mb_per_h"),
+    ("varz mem at load end, MB", "varz_mem_mb_load_end"),
     ("pod RSS at load end, MB", "pod_rss_mb_load_end"),
     ("pod slope, MB/h (2nd half)", "pod_slope_mb_per_h"),
-    ("disk KB per retained", "disk_kb_per_retained"),
+    ("disk at load end, MB", "disk_mb_load_end"),
+    ("disk after idle, MB", "disk_mb_after_idle"),
+    ("disk KB per retained, load end", "disk_kb_per_retained_load_end"),
     ("messages per execution", "messages_per_execution"),
     ("subjects per execution", "subjects_per_execution"),
     ("bytes per execution", "bytes_per_execution"),
@@ -592,20 +906,28 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
     medians = {name: median_of(rs) for name, rs in results.items() if rs}
     cols = list(medians)
     say("")
-    say(f"{args.rate}/s for {args.minutes} min, then {args.idle_minutes} min idle; sync {args.sync}")
+    say(
+        f"{args.rate}/s for {args.minutes} min, then {args.idle_minutes} min idle; sync {args.sync}; "
+        f"{'3-node R3 cluster' if args.cluster else 'one server'}"
+    )
+    for c in cols:
+        say(f"{c}: retention {medians[c]['retention']}")
     ratio = "old" in medians and "new" in medians
-    say(f"{'':38}" + "".join(f"{c:>12}" for c in cols) + (f"{'new/old':>10}" if ratio else ""))
+    say(f"{'':48}" + "".join(f"{c:>12}" for c in cols) + (f"{'new/old':>10}" if ratio else ""))
     for label, key in ROWS:
-        line = f"{label:38}" + "".join(f"{medians[c].get(key)!s:>12}" for c in cols)
+        line = f"{label:48}" + "".join(f"{medians[c].get(key)!s:>12}" for c in cols)
         o, n = (medians["old"].get(key), medians["new"].get(key)) if ratio else (None, None)
         if isinstance(o, int | float) and isinstance(n, int | float) and o:
             line += f"{n / o:>10.2f}"
         say(line)
     for c in cols:
-        say(f"{c}: per retained execution by stream (messages, subjects, bytes):")
+        say(f"{c}: per retained execution at the load's end by stream (messages, subjects, bytes, deleted):")
         for stream, v in medians[c]["per_retained_execution_by_stream"].items():
             if any(v.values()):
-                say(f"    {stream:14} {v['messages']:>6} {v['subjects']:>6} {v['bytes']:>9}")
+                say(f"    {stream:14} {v['messages']:>6} {v['subjects']:>6} {v['bytes']:>9} {v['deleted']:>7}")
+        for key in ("heap_top_load_end", "heap_top_after_idle"):
+            if medians[c].get(key):
+                say(f"{c}: {key}: {medians[c][key]}")
     summary: dict[str, Any] = {
         "bench": "soak",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
@@ -613,6 +935,10 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
         "cpus": os.cpu_count(),
         "head": head,
         "baseline": args.baseline,
+        "retain": args.retain,
+        "archive": args.archive,
+        "cluster": args.cluster,
+        "load_average": os.getloadavg(),
         "rounds": args.rounds,
         "out": str(out),
     }
@@ -646,14 +972,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-seconds", type=float, default=2.0)
     add_sync_flag(parser)
     parser.add_argument("--baseline", help="an earlier commit to run first (and alternating with --rounds)")
+    parser.add_argument(
+        "--retain", type=float, help="ACTORS_RETAIN_FINISHED for the pod, seconds (default: the pod's own)"
+    )
+    parser.add_argument("--archive", help="ACTORS_ARCHIVE for the pod: off, objects or an absolute directory")
+    parser.add_argument("--cluster", action="store_true", help="a 3-node cluster, every stream R3")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, help="where the CSV, PNG and summary go (default: a new temporary dir)")
     parser.add_argument("--json-only", action="store_true")
+    parser.add_argument(
+        "--heap-top",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="no run: summarise saved heap profiles (heap-*.txt) as the summary's heap_top_* does",
+    )
     args = parser.parse_args(argv)
+    if args.heap_top:
+        for f in args.heap_top:
+            text = f.read_text()
+            print(json.dumps({"file": str(f), **heap_stats(text), "top": heap_top(text, 12)}))
+        return 0
     if args.rate <= 0 or args.minutes <= 0 or args.concurrency < 1 or args.sample_seconds <= 0:
         parser.error("--rate, --minutes, --sample-seconds must be positive and --concurrency at least 1")
     if args.idle_minutes < 0 or args.rounds < 1:
         parser.error("--idle-minutes must not be negative and --rounds at least 1")
+    if args.retain is not None and args.retain < 0:
+        parser.error("--retain must not be negative (0: kept for ever)")
+    if args.archive is not None and args.archive not in ("off", "objects") and not os.path.isabs(args.archive):
+        parser.error("--archive is off, objects or an absolute directory")
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
