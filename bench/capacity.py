@@ -12,6 +12,7 @@ resident memory (summed):
 
 * `execution`: `--executions` runs of a 2-step playbook (sleep 0 s steps: the engine's
   path without python workers); per execution.
+* `step`: a quarter as many runs of a 6-step playbook; per step beyond the first two.
 * `iteration`: `--loops` runs of a playbook whose one step is a loop of `--iterations`
   noop iterations; per iteration, less the executions' own share (from `execution`).
 * `blob byte`: `--blobs` runs of a python step returning a string of `--blob-bytes`
@@ -42,6 +43,7 @@ from bench.common import chain_playbook
 from streams.layout import Layout
 from streams.server import NatsCluster, NatsServer
 
+MORE_STEPS = 4  # the `step` workload: executions of 2 + MORE_STEPS steps, against those of 2
 STREAMS = ("EXEC", "LOOP", "INDEX", "ENDED", "KV_status", "OBJ_blobs", "DLQ", "CMD")
 
 LOOP = """apiVersion: actors/v1
@@ -164,6 +166,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     try:
         files = {
             "chain": chain_playbook("cap_chain", 2, "sleep"),
+            "long": chain_playbook("cap_long", 2 + MORE_STEPS, "sleep"),
             "loop": LOOP.format(n=args.iterations),
             "blob": BLOB.format(n=args.blob_bytes),
         }
@@ -179,6 +182,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         after = await snapshot(nc, servers)
         figures["execution"] = growth(before, after, args.executions)
         print(f"execution: {args.executions} in {time.monotonic() - t0:.1f}s", flush=True)
+
+        t0 = time.monotonic()
+        before = after
+        await run_all(client, paths["long"], args.executions // 4)
+        after = await snapshot(nc, servers)
+        longer = growth(before, after, args.executions // 4)
+        step = {k: round((longer[k] - figures["execution"][k]) / MORE_STEPS, 3) for k in longer if k != "streams"}
+        figures["step"] = {"streams": {}, **step}
+        print(f"step: {args.executions // 4} of {2 + MORE_STEPS} steps in {time.monotonic() - t0:.1f}s", flush=True)
 
         t0 = time.monotonic()
         before = after
@@ -222,7 +234,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> None:
     print(f"\nper unit, {'3 nodes, R3 (summed over nodes)' if result['replicas'] == 3 else 'one server'}:")
     print(f"{'':12} {'messages':>9} {'subjects':>9} {'bytes':>10} {'disk B':>10} {'server RSS B':>13}")
-    for unit in ("execution", "iteration", "blob_byte"):
+    for unit in ("execution", "step", "iteration", "blob_byte"):
         f = result[unit]
         print(f"{unit:12} {f['messages']:>9} {f['subjects']:>9} {f['bytes']:>10} {f['disk']:>10} {f['rss_bytes']:>13}")
     for name, s in result["execution"]["streams"].items():

@@ -187,7 +187,9 @@ class Reader(Session):
             if status.state != ExecState.COMPLETED:
                 raise ExecutionFailed(status, None if terminal is None else terminal.data.get("reason"))
             if terminal is None:
-                return None
+                # its status was read, then its log was gone: retired (without an archive)
+                # between the two reads. Not a result of None
+                raise ExecutionNotFound(f"execution {execution}: its records were removed by retention")
             execution = terminal
         if execution.unreadable is not None:
             raise PayloadUnreadable(f"the result: {execution.unreadable}")
