@@ -138,6 +138,15 @@ def growth(before: dict[str, Any], after: dict[str, Any], per: float) -> dict[st
     }
 
 
+def less_executions(
+    per_unit: dict[str, Any], per_execution: dict[str, Any], share: float, *, digits: int
+) -> dict[str, Any]:
+    """`per_unit` less the executions' own cost: `share` executions per unit (one
+    execution holds 1 / share iterations, or blob bytes). The streams' detail stays whole."""
+    totals = ("messages", "subjects", "bytes", "disk", "rss_bytes")
+    return {**per_unit, **{k: round(per_unit[k] - per_execution[k] * share, digits) for k in totals}}
+
+
 async def run_all(client: Client, path: str, n: int, payload: dict[str, Any] | None = None, at_once: int = 50) -> None:
     pending: set[asyncio.Task[Any]] = set()
     for _ in range(n):
@@ -197,11 +206,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         await run_all(client, paths["loop"], args.loops, at_once=2)
         after = await snapshot(nc, servers)
         loop = growth(before, after, args.loops * args.iterations)
-        per_exec = figures["execution"]
-        share = args.loops / (args.loops * args.iterations)
-        for k in ("messages", "subjects", "bytes", "disk", "rss_bytes"):
-            loop[k] = round(loop[k] - per_exec[k] * share, 3)
-        figures["iteration"] = loop
+        figures["iteration"] = less_executions(loop, figures["execution"], 1 / args.iterations, digits=3)
         print(f"iteration: {args.loops} x {args.iterations} in {time.monotonic() - t0:.1f}s", flush=True)
 
         t0 = time.monotonic()
@@ -209,10 +214,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         await run_all(client, paths["blob"], args.blobs, at_once=4)
         after = await snapshot(nc, servers)
         blob = growth(before, after, args.blobs * args.blob_bytes)
-        share = args.blobs / (args.blobs * args.blob_bytes)
-        for k in ("messages", "subjects", "bytes", "disk", "rss_bytes"):
-            blob[k] = round(blob[k] - per_exec[k] * share, 4)
-        figures["blob_byte"] = blob
+        figures["blob_byte"] = less_executions(blob, figures["execution"], 1 / args.blob_bytes, digits=4)
         print(f"blob: {args.blobs} x {args.blob_bytes} B in {time.monotonic() - t0:.1f}s", flush=True)
     finally:
         await runtime.stop(drain_timeout=0)

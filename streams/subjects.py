@@ -19,6 +19,7 @@ what a step printed (written by tool actors beside their answer; no actor reads 
 
 from __future__ import annotations
 
+import base64
 import zlib
 from dataclasses import dataclass
 
@@ -359,6 +360,21 @@ def loop_logs_filter(execution_id: str, partitions: int) -> str:
 def ended_execution(subject: str) -> str:
     """The execution of an ENDED subject, `index.end.<state>.<execution_id>`."""
     return subject.split(".", 3)[3]
+
+
+def object_chunks_subject(bucket: str, nuid: str) -> str:
+    """Where an object store object's chunks are (nats-py's spelling: its `nuid`)."""
+    return f"$O.{bucket}.C.{nuid}"
+
+
+def object_meta_subject(bucket: str, name: str) -> str:
+    """Where an object store object's metadata is: its name, URL-safe base64 (nats-py's spelling)."""
+    return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+def object_metas_filter(bucket: str) -> str:
+    """Every object's metadata in a bucket (a filter)."""
+    return f"$O.{bucket}.M.>"
 
 
 def kv_stream(bucket: str) -> str:

@@ -13,6 +13,7 @@ from actors.cli.exits import EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
 from actors.cli.output import print_error, print_json
 from actors.cli.since import parse_since
+from actors.config.settings import archive_place_problem
 
 PROGRESS_EVERY = 100  # executions between two progress lines
 
@@ -53,8 +54,8 @@ async def cmd_archive(args: argparse.Namespace) -> int:
 
     settings = settings_of(args)
     place = args.to if args.to is not None else settings.archive
-    if place not in ("off", "objects") and not place.startswith("/"):
-        raise UsageError(f"--to {place!r}: an absolute directory path or `objects`")
+    if problem := archive_place_problem(place):
+        raise UsageError(f"--to {place!r}: {problem}")
     if args.no_archive:
         if args.keep or args.to is not None:
             raise UsageError("--no-archive removes without archiving: not with --keep or --to")

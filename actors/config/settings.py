@@ -485,12 +485,19 @@ class Settings:
         )
 
 
+def archive_place_problem(place: str) -> str | None:
+    """Why `place` is not where finished executions may be archived (None: it is)."""
+    if place in ARCHIVE_PLACES or place.startswith("/"):
+        return None
+    return "must be `off`, `objects` or an absolute directory path"
+
+
 def _parse(f: dataclasses.Field[Any], raw: str, var: str) -> Any:
     kind = str(f.type)
     if f.name == "pod_name" and not _KEY_SAFE.match(raw):
         raise SettingsInvalid(f"{var}={raw!r}: only letters, digits, '_' and '-' (it is a key in the owners bucket)")
-    if f.name == "archive" and raw not in ARCHIVE_PLACES and not raw.startswith("/"):
-        raise SettingsInvalid(f"{var}={raw!r}: must be `off`, `objects` or an absolute directory path")
+    if f.name == "archive" and (problem := archive_place_problem(raw)):
+        raise SettingsInvalid(f"{var}={raw!r}: {problem}")
     if f.name == "nats_sync" and raw not in SYNC_MODES:
         raise SettingsInvalid(f"{var}={raw!r}: must be one of {', '.join(SYNC_MODES)}")
     if kind == "bool":

@@ -44,6 +44,7 @@ from actors.natsio.purge import purge
 from actors.store.records import RecordInvalid, skipped
 from actors.wire.messages import ExecutionStatus, status_decoder
 from streams.layout import ARCHIVE_BUCKET, EXECUTION_ID, obj_stream
+from streams.subjects import object_chunks_subject, object_meta_subject, object_metas_filter
 
 ARCHIVE_VERSION = 1
 SUFFIX = ".jsonl.gz"
@@ -271,7 +272,7 @@ class ObjectArchive:
         # (Nats-Expected-Last-Subject-Sequence: 0). Lost that race: its chunks go again
         stream = obj_stream(self.bucket)
         nuid = uuid.uuid4().hex
-        chunks = f"$O.{self.bucket}.C.{nuid}"
+        chunks = object_chunks_subject(self.bucket, nuid)
         digest = hashlib.sha256(document).digest()
         try:
             for at in range(0, len(document), CHUNK):
@@ -287,7 +288,7 @@ class ObjectArchive:
                 digest=f"SHA-256={base64.urlsafe_b64encode(digest).decode()}",
                 options=ObjectMetaOptions(max_chunk_size=CHUNK),
             )
-            meta = f"$O.{self.bucket}.M.{base64.urlsafe_b64encode(execution_id.encode()).decode()}"
+            meta = object_meta_subject(self.bucket, execution_id)
             headers = {"Nats-Rollup": "sub", "Nats-Expected-Last-Subject-Sequence": "0"}
             await self.js.publish(meta, orjson.dumps(info.as_dict()), headers=headers, stream=stream)
         except BadRequestError as e:
@@ -321,7 +322,9 @@ class ObjectArchive:
         first, hi, window = info.state.first_seq, info.state.last_seq, self.WINDOW
         while info.state.messages and hi >= first:
             lo = max(first, hi - window + 1)
-            got = await from_sequence(self.nc, stream, lo, hi - lo + 1, subject=f"$O.{self.bucket}.M.>", up_to=hi)
+            got = await from_sequence(
+                self.nc, stream, lo, hi - lo + 1, subject=object_metas_filter(self.bucket), up_to=hi
+            )
             for seq, data in reversed(got):
                 status = _described(data, where=f"stream {stream} message {seq}")
                 if status is not None:

@@ -25,7 +25,6 @@ Past the cap on values (`cap`: `Layout.max_value_bytes`, 64 MB, env
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import re
@@ -59,6 +58,7 @@ from actors.wire.messages import (
 from actors.wire.nesting import MAX_VALUE_NODES, START_MESSAGE_DEPTH, json_nodes, json_within
 from streams.ids import attempt_of, command_msg_id, result_id, start_id
 from streams.layout import BLOB_BUCKET, PAYLOAD_BUCKET, START_SUBJECT, cmd_subject, obj_stream
+from streams.subjects import object_chunks_subject, object_meta_subject
 
 # A value whose encoding is larger than this goes to the object store. Well under the
 # message limit, so the message around it (ids, counts, headers) always fits.
@@ -200,6 +200,15 @@ async def get_payload(js: JetStreamContext, key: str) -> Any:
 
 
 async def _read(js: JetStreamContext, key: str, *, bucket: str = BLOB_BUCKET) -> bytes:
+    data = await read_stored(js, key, bucket=bucket)
+    check_digest(key, data)  # before decrypting: a changed blob is never opened
+    return codec_of(js).open_bytes(data)
+
+
+async def read_stored(js: JetStreamContext, key: str, *, bucket: str = BLOB_BUCKET) -> bytes:
+    """Blob `key`'s bytes as they were put (sealed: encrypted when a payload key was set),
+    not checked against its key: what an archive keeps. Raises one of `BLOB_MISSING`, or
+    `BlobCorrupt` when its chunks or metadata are damaged."""
     # into a buffer: without one, nats.py joins the chunks by `bytes +=`, quadratic in
     # the value's size (a 60 MB value took 19 s end to end; see docs/limits.md, Big values)
     store = await js.object_store(bucket)
@@ -210,9 +219,7 @@ async def _read(js: JetStreamContext, key: str, *, bucket: str = BLOB_BUCKET) ->
         raise BlobCorrupt(key, "its chunks do not match the object's recorded SHA-256") from None
     except BadObjectMetaError:
         raise BlobCorrupt(key, "its object metadata is not readable") from None
-    data = buf.getvalue()
-    check_digest(key, data)  # before decrypting: a changed blob is never opened
-    return codec_of(js).open_bytes(data)
+    return buf.getvalue()
 
 
 # --- results: tool actor (or a child execution) -> the execution or loop log ----------
@@ -421,7 +428,6 @@ async def remove_object(nc: NATS, bucket: str, key: str) -> int:
     except (NotFoundError, ObjectNotFoundError):
         return 0
     stream = obj_stream(bucket)
-    # nats-py's own spelling of an object's subjects (nats/js/object_store.py)
-    await purge(nc, stream, f"$O.{bucket}.C.{info.nuid}")
-    await purge(nc, stream, f"$O.{bucket}.M.{base64.urlsafe_b64encode(key.encode()).decode()}")
+    await purge(nc, stream, object_chunks_subject(bucket, info.nuid))
+    await purge(nc, stream, object_meta_subject(bucket, key))
     return 1

@@ -23,7 +23,6 @@ stays behind would be kept for ever, the streams having no age limit.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import re
 import time
@@ -34,19 +33,14 @@ from typing import Any
 import orjson
 from nats.aio.client import Client as NATS
 from nats.js.errors import (
-    BadObjectMetaError,
-    DigestMismatchError,
-    KeyNotFoundError,
     NotFoundError,
-    ObjectDeletedError,
-    ObjectNotFoundError,
 )
 
 from actors.natsio.batchget import Stored, on_subject
 from actors.natsio.purge import delete, purge
 from actors.natsio.readall import count
 from actors.store.archive import ARCHIVE_VERSION, ArchiveHeader, ArchiveStore, StoredMessage, encode_archive
-from actors.store.blobs import blob_owner, remove_object
+from actors.store.blobs import BLOB_MISSING, BlobCorrupt, blob_owner, read_stored, remove_object
 from actors.wire.events import TERMINAL_STATES
 from actors.wire.messages import status_decoder
 from streams.layout import (
@@ -62,7 +56,15 @@ from streams.layout import (
     Layout,
     obj_stream,
 )
-from streams.subjects import dlq_filter, index_ends_of, index_subject, kv_key_subject, kv_stream, loop_logs_filter
+from streams.subjects import (
+    dlq_filter,
+    index_ends_of,
+    index_subject,
+    kv_key_subject,
+    kv_stream,
+    loop_logs_filter,
+    object_metas_filter,
+)
 
 log = logging.getLogger("actors.retention")
 LATE_ROUNDS = 3  # reads of a record's subjects while removing it (messages may still arrive)
@@ -210,14 +212,11 @@ async def _object(js: Any, key: str) -> tuple[str, bytes | None]:
     or when it is damaged: archived without it, said in the log, rather than never)."""
     for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
         try:
-            store = await js.object_store(bucket)
-            buf = io.BytesIO()
-            await store.get(key, writeinto=buf)
-            return bucket, buf.getvalue()
-        except (NotFoundError, ObjectNotFoundError, ObjectDeletedError, KeyNotFoundError):
+            return bucket, await read_stored(js, key, bucket=bucket)
+        except BLOB_MISSING:
             continue
-        except (DigestMismatchError, BadObjectMetaError) as e:
-            log.warning("archiving blob %r of bucket %r: damaged (%s); archived without it", key, bucket, e)
+        except BlobCorrupt as e:
+            log.warning("archiving blob %r of bucket %r: %s; archived without it", key, bucket, e)
             return bucket, None
     return BLOB_BUCKET, None
 
@@ -232,7 +231,7 @@ async def sweep_orphan_blobs(nc: NATS, layout: Layout, *, older_than: float) -> 
     for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
         stream = obj_stream(bucket)
         try:
-            metas = await on_subject(nc, stream, f"$O.{bucket}.M.>")
+            metas = await on_subject(nc, stream, object_metas_filter(bucket))
         except NotFoundError:
             continue
         owners: dict[str, list[str]] = {}
