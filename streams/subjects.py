@@ -10,6 +10,8 @@ why; this module only spells them.
     dlq.<source>.<execution_id or _>                             stream DLQ
     cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
     progress.<execution_id>                                      core NATS: loop progress
+    result.request, catalog.register                             core NATS: requests any client sends
+    status.<playbook>.<execution_id>                             core NATS: each status written
 
 Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
 ``ev.cmd.<kind>`` for one that holds its one command), ``lc`` lifecycle
@@ -20,6 +22,7 @@ what a step printed (written by tool actors beside their answer; no actor reads 
 from __future__ import annotations
 
 import base64
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -36,6 +39,18 @@ START_AS_MESSAGE = "Actors-Start-As-Message"
 # takes the request from its backlog later drops it unanswered: the caller has sent the
 # start to START by then, and handling both would double the work of an overload
 START_WAIT = "Actors-Start-Wait"
+# core NATS requests any client may send, answered by the engine pods in queue groups
+# (docs/protocol/asyncapi.yaml): an execution's status and result, and registering a playbook
+RESULT_REQUEST_SUBJECT = "result.request"
+REGISTER_REQUEST_SUBJECT = "catalog.register"
+# a header on a result request: seconds to wait for the execution to end before answering
+RESULT_WAIT = "Actors-Result-Wait"
+# every status the projector writes, also published on core NATS under its playbook, so a
+# client can watch one playbook's executions (`status.<playbook>.*`): a notification, at
+# most once; KV `status` stays the record
+STATUS_FEED = "status"
+# a header on each status of that feed: the KV revision it was stored at
+STATUS_REVISION = "Actors-Revision"
 
 # input types (the last tokens of an `in` subject)
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
@@ -417,3 +432,14 @@ def schedule_fire_subject(name: str) -> str:
 def schedule_of_fire(subject: str) -> str:
     """The schedule a fire's subject names."""
     return subject.split(".", 2)[2]
+
+
+def status_feed_subject(playbook: str | None, execution_id: str) -> str:
+    """Where a status is announced: `status.<playbook>.<execution_id>`. A catalog path has
+    no `.`, `*`, `>` or space (actors/store/catalog.py PATH_RULE), so it is one token as
+    it is; an execution whose playbook is unknown, or not a catalog path, is under `_`."""
+    token = playbook if playbook and _FEED_TOKEN.fullmatch(playbook) else "_"
+    return f"{STATUS_FEED}.{token}.{execution_id}"
+
+
+_FEED_TOKEN = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")

@@ -118,6 +118,7 @@ class System:
         once since the old one handed them back."""
         from actors.engine.actor import Engine
         from actors.engine.starter import Starter
+        from actors.gateway.answers import Gateway
         from actors.loops.counter import Counter
         from actors.retention.actor import Retention
         from actors.runtime.ownership import Leases
@@ -125,7 +126,7 @@ class System:
         from actors.tools.actor import ToolActor
 
         kinds = {
-            "engine": (Engine, Starter),
+            "engine": (Engine, Starter, Gateway),
             "counter": (Counter,),
             "tools": (ToolActor,),
             "projector": (Projector,),

@@ -85,6 +85,8 @@ from streams.subjects import (
     CANCEL_FILTER,
     ENDED_FILTER,
     INDEX_FILTER,
+    REGISTER_REQUEST_SUBJECT,
+    RESULT_REQUEST_SUBJECT,
     START_REQUEST_SUBJECT,
     START_SUBJECT,
     STATUS_REPUBLISH_DEST,
@@ -227,6 +229,13 @@ EXEC_IN = "exec.*.*.in"
 LOOP_IN = "loop.*.*.*.in"
 
 
+# the server's republish of one execution's status (`status.<id>`), which a wait watches
+# (actors/client/watch.py); `status.<playbook>.<id>`, the projector's feed, has a token more
+STATUS_WATCH = "status.*"
+# the projector's feed of every status it writes (streams/subjects.py status_feed_subject)
+STATUS_FEED_FILTER = "status.*.*"
+
+
 def _dlq(source: str) -> str:
     return f"dlq.{source}.>"
 
@@ -274,13 +283,25 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *answers,  # a command the server gave up on is answered with an error
                 *kv_writes(OWNERS_BUCKET),
                 *kv_reads(OWNERS_BUCKET),
+                *kv_writes(CATALOG_BUCKET),  # `catalog.register` (actors/gateway/answers.py)
                 *kv_reads(CATALOG_BUCKET),
                 # LOOP: a replay asks whether a loop's spec was handed over (actors/engine/actor.py)
                 *reads(EXEC_STREAM, CMD_STREAM, LOOP_STREAM),
                 *blobs(),
                 *blobs(PAYLOAD_BUCKET),  # payloads of starts and child starts, read back
+                # `result.request`: the status, waited for, and an archived execution's end
+                *kv_reads(STATUS_BUCKET),
+                *reads(obj_stream(ARCHIVE_BUCKET)),
             ),
-            subscribe=(*engine_sub, START_REQUEST_SUBJECT, MAX_DELIVERIES_ADVISORY, inbox("engine")),
+            subscribe=(
+                *engine_sub,
+                START_REQUEST_SUBJECT,
+                RESULT_REQUEST_SUBJECT,
+                REGISTER_REQUEST_SUBJECT,
+                STATUS_WATCH,
+                MAX_DELIVERIES_ADVISORY,
+                inbox("engine"),
+            ),
             responds=True,
         ),
         User(
@@ -337,6 +358,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 ENDED_FILTER,
                 _dlq("projector"),
                 *reads(obj_stream(BLOB_BUCKET)),
+                STATUS_FEED_FILTER,  # every status written, announced under its playbook
             ),
             subscribe=(*projector_sub, inbox("projector")),
         ),
@@ -365,6 +387,8 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *lookups(),
                 START_SUBJECT,
                 START_REQUEST_SUBJECT,
+                RESULT_REQUEST_SUBJECT,
+                REGISTER_REQUEST_SUBJECT,
                 f"{EXEC_IN}.cancel",
                 *kv_writes(CATALOG_BUCKET),
                 *kv_writes(SCHEDULES_BUCKET),

@@ -14,9 +14,11 @@ from typing import Any, Protocol
 from nats.aio.client import Client as NATS
 from prometheus_client.core import Metric
 
+from actors.client import Client
 from actors.config.settings import Settings
 from actors.engine.actor import Engine
 from actors.engine.starter import Starter
+from actors.gateway.answers import Gateway
 from actors.loops.counter import Counter
 from actors.natsio import close_connection, publisher, ride_out
 from actors.natsio.binding import bind
@@ -30,7 +32,7 @@ from actors.runtime.metrics import ConsumerCollector, Registry, consumers_for, p
 from actors.runtime.ownership import Leases, pod_name
 from actors.runtime.render_process import RenderBounds
 from actors.status.projector import Projector
-from actors.store.archive import archive_store
+from actors.store.archive import archive_reader, archive_store
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
 from actors.tools.undeliverable import MaxDeliveriesWatcher
@@ -270,6 +272,16 @@ async def start_roles(
         ]
     if "engine" in roles:
         actors.append(Starter(nc, layout=layout, limits=settings.limits))
+        engine = next(h for h in hosts if isinstance(h, Engine))
+        # what any NATS client may ask: a result, a playbook registered (docs/protocol/asyncapi.yaml)
+        reader = Client(
+            nc,
+            layout=layout,
+            codec=codec,
+            limits=settings.limits,
+            archive=archive_reader(nc, settings.archive),  # as `Client.connect`: an earlier setting's archives too
+        )
+        actors.append(Gateway(nc, client=reader, load=engine.load_playbook, max_attempts=settings.limits.max_attempts))
     for a in actors:
         await a.start()
     return Runtime(nc, actors, settings=settings, registry=registry)

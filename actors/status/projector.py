@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, subject_taken
+from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, send, subject_taken
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
 from actors.runtime.keyed_limiter import KeyedLimiter
@@ -51,7 +51,7 @@ from actors.wire.events import (
 from actors.wire.messages import ExecutionStatus, IndexEntry, encode
 from streams.ids import index_end_id, index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
-from streams.subjects import index_end_subject, index_subject
+from streams.subjects import STATUS_REVISION, index_end_subject, index_subject, status_feed_subject
 
 log = logging.getLogger("actors.status.projector")
 
@@ -246,14 +246,16 @@ class Projector:
                     # `workflow.initialized` may be applied first, by the other pod, and an
                     # entry written then would list the execution under no playbook for ever
                     await self._index(new)
+                value = encode(new)
                 if revision is None:
-                    written = await self._create(eid, encode(new))
+                    written = await self._create(eid, value)
                 else:
-                    written = await put_if_last(self.js, STATUS_BUCKET, eid, encode(new), last=revision)
+                    written = await put_if_last(self.js, STATUS_BUCKET, eid, value, last=revision)
             except KeyWrongLastSequenceError:
                 known = None  # another writer got there first; read and decide again
                 continue
             self._remember(eid, new, written)
+            await self._announce(new, value, written)
             if new.terminal_event:
                 await self._index_end(new)  # after the compare-and-set: only the state that won
             # a status that only gained its playbook (`_named`) did not change state: not counted again
@@ -273,7 +275,8 @@ class Projector:
         if new is None:
             return False
         eid = ev.execution_id
-        index, status = await asyncio.gather(self._index(new), self._create(eid, encode(new)), return_exceptions=True)
+        value = encode(new)
+        index, status = await asyncio.gather(self._index(new), self._create(eid, value), return_exceptions=True)
         if isinstance(index, BaseException):
             raise index  # not acked: redelivered, and `_first` writes the entry then
         if isinstance(status, KeyWrongLastSequenceError):
@@ -281,8 +284,19 @@ class Projector:
         if isinstance(status, BaseException):
             raise status
         self._remember(eid, new, status)
+        await self._announce(new, value, status)
         observe_lifecycle(execution_id=eid, event_type=ev.type, state=new.state, changed=True)
         return True
+
+    async def _announce(self, status: ExecutionStatus, value: bytes, revision: int) -> None:
+        """The status just stored, published on `status.<playbook>.<id>` too (core NATS, at
+        most once), so a client can watch one playbook's executions; `Actors-Revision` is
+        the KV revision it was stored at, to order what arrives. The bucket stays the record."""
+        subject = status_feed_subject(status.playbook, status.execution_id)
+        try:
+            await send(self.nc, subject, value, headers={STATUS_REVISION: str(revision)})
+        except Exception as e:  # the connection is closing: a notification, not a record
+            log.warning("projector: status of %s not announced: %s", status.execution_id, e)
 
     async def _create(self, eid: str, value: bytes) -> int:
         """The execution's first status. A key with a message already (another writer's

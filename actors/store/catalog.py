@@ -27,6 +27,7 @@ from nats.js.kv import KeyValue
 
 from actors.errors import UserError
 from actors.playbook.loader import load_playbook
+from actors.playbook.model import Playbook
 from actors.store.records import RecordInvalid
 from actors.wire.messages import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
@@ -78,10 +79,21 @@ def _key(path: str, suffix: str) -> str:
     return f"{check_path(path)}.{suffix}"
 
 
+class VersionConflict(CatalogError):
+    """A `metadata.version` already registered with other content."""
+
+    error_type = "VersionConflict"
+
+
 async def register(js: JetStreamContext, source: str, *, max_attempts: int, file: str = "<string>") -> CatalogEntry:
     # raises PlaybookInvalid with every error; `max_attempts`: the caller's ceiling on
     # retries (`Settings.limits`), the one the pod's starter will bound them by
-    pb = load_playbook(source, file=file, max_attempts=max_attempts)
+    return await register_loaded(js, load_playbook(source, file=file, max_attempts=max_attempts), source, file=file)
+
+
+async def register_loaded(js: JetStreamContext, pb: Playbook, source: str, *, file: str) -> CatalogEntry:
+    """Register `source`, already loaded as `pb` (a pod loads a playbook a request brings
+    in a render process, never on its event loop: actors/gateway/answers.py)."""
     path = pb.metadata.catalog_path
     try:
         check_path(path)
@@ -104,7 +116,7 @@ async def register(js: JetStreamContext, source: str, *, max_attempts: int, file
         except KeyWrongLastSequenceError:
             existing = await _get(kv, path, version)
             if existing.source != source:
-                raise CatalogError(
+                raise VersionConflict(
                     f"{file}: playbook {path} version {version} is already registered with other content; "
                     "bump metadata.version or omit it"
                 ) from None

@@ -86,6 +86,53 @@ class StartReply(Struct):  # every field written out: a user's code reads it
     error: ErrorInfo | None = None
 
 
+class ResultRequest(_Wire, forbid_unknown_fields=True):
+    """Asks for an execution's status and result, on `result.request` (core NATS, answered
+    by the engine pods in a queue group): what `actors-cli result` reads, for any NATS
+    client. Header `Actors-Result-Wait: SECONDS` waits up to that long (at most 60) for the
+    execution to end before answering; without it the answer is immediate."""
+
+    execution_id: str
+
+
+class ResultReply(Struct):  # every field written out: a user's code reads it
+    """The answer to a `ResultRequest`. `status`: the execution's status as the `status`
+    bucket holds it (None when no execution has that id yet). `result`: a COMPLETED
+    execution's result (None otherwise). `result_ref`: set instead of `result` when the
+    result is too large for a reply: the object's name in object store bucket `blobs`.
+    `error`: why the request could not be answered (`InvalidRequest`: bad JSON or field;
+    `ExecutionNotFound`: no such id; `ResultUnreadable`: its record cannot be read;
+    `retryable` when NATS could not be reached: ask again); None when it was."""
+
+    execution_id: str | None
+    status: ExecutionStatus | None = None
+    result: Annotated[Any, SECRET] = None
+    result_ref: str | None = None
+    error: ErrorInfo | None = None
+
+
+class RegisterRequest(_Wire, forbid_unknown_fields=True):
+    """Registers a playbook in the catalog, on `catalog.register` (core NATS, answered by
+    the engine pods in a queue group): what `actors-cli register` does, for any NATS
+    client. `source`: the playbook's YAML text; `file`: the name its errors give it."""
+
+    source: str
+    file: str = "<request>"
+
+
+class RegisterReply(Struct):  # every field written out: a user's code reads it
+    """The answer to a `RegisterRequest`: the catalog `path` and `version` to start (the
+    same source registered again gets its existing version), or `error` (`InvalidRequest`;
+    `PlaybookInvalid` with every problem of the file, one per line; `PlaybookPathInvalid`;
+    `VersionConflict`: its `metadata.version` is registered with other content;
+    `retryable` when NATS could not be reached)."""
+
+    path: str | None
+    version: int | None
+    registered: bool
+    error: ErrorInfo | None = None
+
+
 class ScheduleSpec(_Wire, forbid_unknown_fields=True):
     """A schedule as `actors-cli schedule add` wrote it (KV `schedules`, key = name):
     what each fire starts, and when. `cron` is the server's pattern (6 fields, seconds

@@ -1,0 +1,230 @@
+"""Answering `result.request` and `catalog.register` (core NATS, a queue group of the
+engine pods), so a client in any language reads a result and registers a playbook
+without the Python client.
+
+Each answer is what the Python client would say (`Client.status`, `Client.terminal`,
+`catalog.register`), in the wire's own form: values travel as the deployment's payload
+codec writes them (sealed when it has a key), never opened for a requester the log
+itself would not show them to. A request that cannot be answered is answered anyway,
+with an `error` saying why (`retryable` when NATS could not be reached): nothing is
+lost silently, and a requester never waits out its timeout for a refusal.
+
+Bounds: requests are answered up to `in_flight` at once; one that waits for its
+execution's end (`Actors-Result-Wait`) waits at most MAX_RESULT_WAIT seconds; past
+`backlog` requests waiting for a slot the pod answers `Busy` (retryable) at once, as
+core NATS has no consumer to hold the flood back. A playbook is loaded on a fold thread
+(a large one by a render process, under its OS limits), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from actors.client import Client
+from actors.client.outcome import ExecutionNotFinished, ExecutionNotFound
+from actors.natsio import send
+from actors.natsio.binding import codec_of
+from actors.natsio.dispatch import subscribe_direct
+from actors.playbook.errors import PlaybookInvalid
+from actors.playbook.model import Playbook
+from actors.playbook.templates import RenderFault
+from actors.runtime.supervision import is_transient
+from actors.store.catalog import CatalogError, register_loaded
+from actors.store.records import RecordInvalid
+from actors.wire.codec import PayloadUnreadable
+from actors.wire.events import ExecState
+from actors.wire.messages import (
+    ErrorInfo,
+    RegisterReply,
+    RegisterRequest,
+    ResultReply,
+    ResultRequest,
+)
+from actors.wire.nesting import START_MESSAGE_DEPTH, json_within
+from streams.layout import EXECUTION_ID
+from streams.subjects import REGISTER_REQUEST_SUBJECT, RESULT_REQUEST_SUBJECT, RESULT_WAIT
+
+log = logging.getLogger("actors.gateway")
+
+GATEWAY_QUEUE = "gateway"
+MAX_RESULT_WAIT = 60.0  # seconds a result request may wait for its execution's end
+INVALID_REQUEST = "InvalidRequest"
+
+Loader = Callable[[str, str, int], Awaitable[Playbook]]
+_result_request = msgspec.json.Decoder(ResultRequest)
+_register_request = msgspec.json.Decoder(RegisterRequest)
+
+
+def _invalid(what: str, e: Exception) -> ErrorInfo:
+    return ErrorInfo(type=INVALID_REQUEST, message=f"invalid {what}: {e}")
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
+    """The request, or an InvalidRequest error. Nesting is measured first: a decoder
+    meeting thousands of levels raises RecursionError, where a request is only refused."""
+    if not json_within(data, START_MESSAGE_DEPTH):
+        return ErrorInfo(type=INVALID_REQUEST, message=f"invalid {what}: nested deeper than {START_MESSAGE_DEPTH}")
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as e:
+        return _invalid(what, e)
+    except msgspec.DecodeError as e:
+        return ErrorInfo(type=INVALID_REQUEST, message=f"invalid {what}: not JSON: {e}")
+
+
+def result_wait(msg: Msg) -> float:
+    """The seconds the requester asked to wait for the end (`Actors-Result-Wait`), within
+    [0, MAX_RESULT_WAIT]; 0 when absent or not a number."""
+    try:
+        wait = float((msg.headers or {}).get(RESULT_WAIT, "0"))
+    except ValueError:
+        return 0.0
+    return min(wait, MAX_RESULT_WAIT) if wait > 0 else 0.0  # NaN and negatives: no wait
+
+
+class Gateway:
+    """The engine pods' answers to `result.request` and `catalog.register`."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        client: Client,
+        load: Loader,
+        max_attempts: int,
+        in_flight: int = 64,
+        backlog: int = 1_000,
+    ) -> None:
+        self.nc = nc
+        self.client = client  # the public client on the pod's connection (reads, as `actors-cli result`)
+        self._load = load  # the engine host's: off the event loop (actors/runtime/hosting.py)
+        self._max_attempts = max_attempts  # the pod's ceiling on retries, as its starter applies
+        self._slots = asyncio.Semaphore(in_flight)
+        self._backlog = backlog
+        self._pending = 0  # requests taken and not yet answered
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._subs: list[Subscription] = []
+
+    async def start(self) -> None:
+        for subject, answer in (
+            (RESULT_REQUEST_SUBJECT, self.answer_result),
+            (REGISTER_REQUEST_SUBJECT, self.answer_register),
+        ):
+            handler = functools.partial(self._on_request, answer)
+            self._subs.append(await subscribe_direct(self.nc, subject, handler, queue=GATEWAY_QUEUE))
+
+    async def stop(self) -> None:
+        """Take no more requests; finish those being answered (each ends within its wait)."""
+        for sub in self._subs:
+            await sub.unsubscribe()
+        self._subs.clear()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _on_request(self, answer: Callable[[Msg], Awaitable[msgspec.Struct]], msg: Msg) -> None:
+        if not msg.reply or not self._subs:
+            return  # nobody to answer (a plain publish), or stopping: the requester asks again
+        busy = self._pending >= self._backlog
+        self._pending += 1
+        task = asyncio.get_running_loop().create_task(self._answer(answer, msg, busy))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, answer: Callable[[Msg], Awaitable[msgspec.Struct]], msg: Msg, busy: bool) -> None:
+        try:
+            if busy:
+                reply: msgspec.Struct = self._refusal(
+                    msg, ErrorInfo(type="Busy", message="too many requests waiting; ask again", retryable=True)
+                )
+            else:
+                async with self._slots:
+                    try:
+                        reply = await answer(msg)
+                    except Exception as e:
+                        log.exception("gateway: a request on %s could not be answered", msg.subject)
+                        error = ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e))
+                        reply = self._refusal(msg, error)
+            await send(self.nc, msg.reply, codec_of(self.nc).encode(reply))
+        except Exception:
+            log.exception("gateway: could not answer a request on %s", msg.subject)  # it times out
+        finally:
+            self._pending -= 1
+
+    @staticmethod
+    def _refusal(msg: Msg, error: ErrorInfo) -> msgspec.Struct:
+        if msg.subject == REGISTER_REQUEST_SUBJECT:
+            return RegisterReply(path=None, version=None, registered=False, error=error)
+        return ResultReply(execution_id=None, error=error)
+
+    # --- result.request -----------------------------------------------------------------
+
+    async def answer_result(self, msg: Msg) -> ResultReply:
+        req = _decode(_result_request, msg.data, "result request")
+        if isinstance(req, ErrorInfo):
+            return ResultReply(execution_id=None, error=req)
+        eid = req.execution_id
+        if not EXECUTION_ID.fullmatch(eid):
+            error = ErrorInfo(
+                type=INVALID_REQUEST,
+                message=f"invalid result request: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
+            )
+            return ResultReply(execution_id=None, error=error)
+        wait = result_wait(msg)
+        if wait:
+            try:
+                await self.client.wait(eid, timeout=wait)
+            except TimeoutError:
+                pass  # answered as it stands: still running, or no such execution yet
+        return await self.result_of(eid)
+
+    async def result_of(self, eid: str) -> ResultReply:
+        try:
+            status, terminal = await self.client.terminal(eid)
+        except ExecutionNotFound as e:
+            return ResultReply(execution_id=eid, error=ErrorInfo(type="ExecutionNotFound", message=str(e)))
+        except ExecutionNotFinished as e:
+            return ResultReply(execution_id=eid, status=e.status)
+        except (RecordInvalid, PayloadUnreadable) as e:
+            return ResultReply(execution_id=eid, error=ErrorInfo(type="ResultUnreadable", message=str(e)))
+        if status.state != ExecState.COMPLETED:
+            return ResultReply(execution_id=eid, status=status)
+        if terminal is None:  # its status was read, then its log was retired without an archive
+            gone = f"execution {eid}: its records were removed by retention"
+            error = ErrorInfo(type="ExecutionNotFound", message=gone)
+            return ResultReply(execution_id=eid, status=status, error=error)
+        if terminal.unreadable is not None:
+            error = ErrorInfo(type="ResultUnreadable", message=f"the result: {terminal.unreadable}")
+            return ResultReply(execution_id=eid, status=status, error=error)
+        ref = terminal.data.get("result_ref")
+        if ref:  # too large for a message: named, not carried
+            return ResultReply(execution_id=eid, status=status, result_ref=str(ref))
+        return ResultReply(execution_id=eid, status=status, result=terminal.data.get("result"))
+
+    # --- catalog.register ---------------------------------------------------------------
+
+    async def answer_register(self, msg: Msg) -> RegisterReply:
+        req = _decode(_register_request, msg.data, "register request")
+        if isinstance(req, ErrorInfo):
+            return RegisterReply(path=None, version=None, registered=False, error=req)
+        file = req.file or "<request>"
+        try:
+            pb = await self._load(req.source, file, self._max_attempts)
+            entry = await register_loaded(self.client.js, pb, req.source, file=file)
+        except PlaybookInvalid as e:
+            error = ErrorInfo(type="PlaybookInvalid", message=str(e))
+        except CatalogError as e:
+            error = ErrorInfo(type=e.error_type, message=str(e))
+        except RenderFault as e:  # killed past the pod's deadline, out of memory
+            error = ErrorInfo(type="PlaybookInvalid", message=f"{file}: not loaded within the pod's limits: {e}")
+        else:
+            return RegisterReply(path=entry.path, version=entry.version, registered=True)
+        return RegisterReply(path=None, version=None, registered=False, error=error)
