@@ -9,10 +9,12 @@ itself would not show them to. A request that cannot be answered is answered any
 with an `error` saying why (`retryable` when NATS could not be reached): nothing is
 lost silently, and a requester never waits out its timeout for a refusal.
 
-Bounds: requests are answered up to `in_flight` at once; one that waits for its
-execution's end (`Actors-Result-Wait`) waits at most MAX_RESULT_WAIT seconds; past
-`backlog` requests waiting for a slot the pod answers `Busy` (retryable) at once, as
-core NATS has no consumer to hold the flood back. A playbook is loaded on a fold thread
+Bounds: requests are read and written up to `in_flight` at once, playbooks loaded
+LOADS_AT_ONCE at a time; one that waits for its execution's end (`Actors-Result-Wait`)
+waits at most MAX_RESULT_WAIT seconds, holding no slot meanwhile; past `backlog`
+requests taken and not answered the pod answers `Busy` (retryable) at once, as core
+NATS has no consumer to hold the flood back. An answer larger than the server takes is
+replaced by a `ResultTooLarge` error. A playbook is loaded on a fold thread
 (a large one by a render process, under its OS limits), never on the event loop.
 """
 
@@ -58,6 +60,7 @@ log = logging.getLogger("actors.gateway")
 GATEWAY_QUEUE = "gateway"
 MAX_RESULT_WAIT = 60.0  # seconds a result request may wait for its execution's end
 INVALID_REQUEST = "InvalidRequest"
+LOADS_AT_ONCE = 2
 
 Loader = Callable[[str, str, int], Awaitable[Playbook]]
 _result_request = msgspec.json.Decoder(ResultRequest)
@@ -108,11 +111,20 @@ class Gateway:
         self.client = client  # the public client on the pod's connection (reads, as `actors-cli result`)
         self._load = load  # the engine host's: off the event loop (actors/runtime/hosting.py)
         self._max_attempts = max_attempts  # the pod's ceiling on retries, as its starter applies
+        # requests being read or written at once; a wait for an end holds no slot (it only
+        # listens), so a few long waits cannot hold up every other request
         self._slots = asyncio.Semaphore(in_flight)
+        # playbooks loaded at once: each takes one of the engine's fold threads, which folds share
+        self._loads = asyncio.Semaphore(LOADS_AT_ONCE)
         self._backlog = backlog
         self._pending = 0  # requests taken and not yet answered
         self._tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
+
+    @property
+    def pending(self) -> int:
+        """Requests taken and not answered yet (waiting for an end, for a slot, or answering)."""
+        return self._pending
 
     async def start(self) -> None:
         for subject, answer in (
@@ -146,14 +158,20 @@ class Gateway:
                     msg, ErrorInfo(type="Busy", message="too many requests waiting; ask again", retryable=True)
                 )
             else:
-                async with self._slots:
-                    try:
-                        reply = await answer(msg)
-                    except Exception as e:
-                        log.exception("gateway: a request on %s could not be answered", msg.subject)
-                        error = ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e))
-                        reply = self._refusal(msg, error)
-            await send(self.nc, msg.reply, codec_of(self.nc).encode(reply))
+                try:
+                    reply = await answer(msg)
+                except Exception as e:
+                    log.exception("gateway: a request on %s could not be answered", msg.subject)
+                    error = ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e))
+                    reply = self._refusal(msg, error)
+            data = codec_of(self.nc).encode(reply)
+            if len(data) > self.nc.max_payload:  # a result that fit its event, but not beside its status
+                error = ErrorInfo(
+                    type="ResultTooLarge",
+                    message=f"the answer takes {len(data):,} bytes, over the server's {self.nc.max_payload:,}",
+                )
+                data = codec_of(self.nc).encode(self._refusal(msg, error))
+            await send(self.nc, msg.reply, data)
         except Exception:
             log.exception("gateway: could not answer a request on %s", msg.subject)  # it times out
         finally:
@@ -184,7 +202,8 @@ class Gateway:
                 await self.client.wait(eid, timeout=wait)
             except TimeoutError:
                 pass  # answered as it stands: still running, or no such execution yet
-        return await self.result_of(eid)
+        async with self._slots:
+            return await self.result_of(eid)
 
     async def result_of(self, eid: str) -> ResultReply:
         try:
@@ -217,8 +236,10 @@ class Gateway:
             return RegisterReply(path=None, version=None, registered=False, error=req)
         file = req.file or "<request>"
         try:
-            pb = await self._load(req.source, file, self._max_attempts)
-            entry = await register_loaded(self.client.js, pb, req.source, file=file)
+            async with self._loads:
+                pb = await self._load(req.source, file, self._max_attempts)
+            async with self._slots:
+                entry = await register_loaded(self.client.js, pb, req.source, file=file)
         except PlaybookInvalid as e:
             error = ErrorInfo(type="PlaybookInvalid", message=str(e))
         except CatalogError as e:

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
+from actors.gateway.answers import Gateway
 from actors.wire.messages import RegisterReply, ResultReply
 from streams.subjects import REGISTER_REQUEST_SUBJECT, RESULT_REQUEST_SUBJECT, RESULT_WAIT, STATUS_REVISION
 from tests.conftest import System, wait_for
@@ -91,6 +92,10 @@ async def test_a_playbook_registered_over_nats_starts_and_its_result_is_read_ove
     assert reply.result == {"a": {"hello": "node"}}
     assert reply.result == await system.client.result(eid)  # what `actors-cli result` says
     assert reply.result_ref is None
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _running(system: System, eid: str) -> bool:
@@ -211,3 +216,22 @@ async def test_one_playbooks_statuses_are_announced_under_its_name_in_order(syst
     last = await kv.get(eid)
     assert last.revision == revisions[-1] and json.loads(last.value or b"") == seen[-1][2]
     assert other == []  # another playbook's subject heard nothing of this one
+
+
+async def test_requests_waiting_for_an_end_do_not_hold_up_other_requests(system: System) -> None:
+    slow = await register(system, SLOW, "slow.yaml")
+    greet = await register(system, GREET)
+    done = await system.client.start(greet.path or "", payload={"name": "soon"}, execution_id="proto-soon")
+    await system.client.wait(done, timeout=20)
+    eid = await system.client.start(slow.path or "", payload={"s": 30}, execution_id="proto-long")
+    await wait_for(lambda: _running(system, eid), timeout=20)
+    # more waiters than the pod answers at once (64): each waits, holding no slot
+    waiters = [asyncio.ensure_future(ask_result(system, {"execution_id": eid}, wait=40)) for _ in range(80)]
+    (gateway,) = system.runtime.find(Gateway)
+    await wait_for(lambda: _true(gateway.pending == 80), timeout=20)  # every waiter taken, before the quick one is sent
+    quick = await ask_result(system, {"execution_id": done})
+    assert quick.status is not None and quick.status.state == "COMPLETED"
+    assert not any(w.done() for w in waiters)  # still waiting for the long one's end
+    await system.client.cancel(eid, reason="test over")
+    answers = await asyncio.gather(*waiters)
+    assert {a.status.state for a in answers if a.status} == {"CANCELLED"} and all(a.status for a in answers)
