@@ -104,7 +104,7 @@ async def main(executions: int, iterations: int, repeat: int) -> dict[str, Any]:
                 lambda: get(f"/api/executions?limit=50&before={page['next']}"), repeat
             )
             out["client_list_ms"] = await median_ms(lambda: client.list(limit=50), repeat)
-            some = page["executions"][0]["id"]
+            some = page["executions"][0]["execution_id"]
             out["kv_get_ms"] = await median_ms(lambda: client.status(some), repeat)
             shell = ("/", "/static/app.js", "/static/style.css", "/static/graph.js", "/static/timeline.js")
             out["shell_bytes"] = sum([len(await get(p)) for p in shell])

@@ -97,13 +97,14 @@ async def execution_detail(
             if node.get("loop") and node["loop"].get("rate") is None and node["id"] in rates:
                 node["loop"]["rate"] = rates[node["id"]]
     detail = {
+        "execution_id": execution_id,
         "status": row_of(status) if status is not None else _pending_row(execution_id, record),
-        "playbook": None
-        if record is None
-        else {"name": record.playbook_path, "version": record.playbook_version or _version(status)},
+        # named as in its start record (KV `status` names them `playbook` and `version`)
+        "playbook_path": None if record is None else record.playbook_path,
+        "playbook_version": None if record is None else record.playbook_version or _version(status),
         "graph": graph,
         "timeline": step_timeline(items),
-        **_outcome(execution_id, status, items),
+        **_outcome(status, items),
         **_relations(record, items),
     }
     detail["error"] = await _error(client, execution_id, status, items, cache)
@@ -116,45 +117,57 @@ def _version(status: ExecutionStatus | None) -> int | None:
 
 def _pending_row(execution_id: str, record: StartRecord | None) -> dict[str, Any]:
     return {
-        "id": execution_id,
+        "execution_id": execution_id,
+        "state": "PENDING",
         "playbook": None if record is None else record.playbook_path,
         "version": None if record is None else record.playbook_version,
-        "state": "PENDING",
         "started_at": None,
         "ended_at": None,
+        "terminal_event": None,
         "error": None,
     }
 
 
-def _outcome(execution_id: str, status: ExecutionStatus | None, items: list[LogItem]) -> dict[str, Any]:
-    """The result of a COMPLETED execution, cut to RESULT_PREVIEW bytes of JSON. A result
-    too large for its event (stored as a blob) is not read at all: the page says how to
-    get it, and a 100,000-element result costs the page nothing."""
-    none: dict[str, Any] = {"result": None, "result_truncated": False}
+def _outcome(status: ExecutionStatus | None, items: list[LogItem]) -> dict[str, Any]:
+    """The result of a COMPLETED execution, cut to RESULT_PREVIEW bytes of JSON (then a
+    string, and `result_truncated`). A result too large for its event (stored as a blob)
+    is not read at all: `result_ref` names its blob, as `result.request`'s reply does,
+    and a 100,000-element result costs the page nothing."""
+    none: dict[str, Any] = {"result": None, "result_ref": None, "result_truncated": False}
     if status is None or str(status.state) != "COMPLETED":
         return none
     terminal = next((i for i in reversed(items) if i.cls == "lc" and i.type in TERMINAL_EVENTS), None)
     if terminal is None:
         return none
     if terminal.data.get("result_ref"):
-        told = f"too large for the page: `actors-cli result {execution_id}` prints it"
-        return {"result": told, "result_truncated": True}
+        return {"result": None, "result_ref": str(terminal.data["result_ref"]), "result_truncated": True}
     value = terminal.data.get("result")
     text = msgspec.json.encode(value)
     if len(text) <= RESULT_PREVIEW:
-        return {"result": value, "result_truncated": False}
-    return {"result": text[:RESULT_PREVIEW].decode("utf-8", "replace"), "result_truncated": True}
+        return {"result": value, "result_ref": None, "result_truncated": False}
+    return {"result": text[:RESULT_PREVIEW].decode("utf-8", "replace"), "result_ref": None, "result_truncated": True}
 
 
 def _relations(record: StartRecord | None, items: list[LogItem]) -> dict[str, Any]:
-    """Parent and children, the execution this one retries and those that retry it."""
+    """Parent and children, the execution this one retries and those that retry it.
+    `parent` and `retry_of` are shaped as in the start record (`ParentRef`, `RetryOf`),
+    without what a page must not show (the reply subject, the results carried over);
+    `children` and `retried_by` are execution ids."""
     children = [str(i.data["child_execution_id"]) for i in items if i.data.get("child_execution_id")]
     retried_by = [str(i.data["retry_execution_id"]) for i in items if i.type == "execution.retried"]
-    retry_of = next((str(i.data.get("execution_id")) for i in items if i.type == "execution.retry_of"), None)
+    retry_of = next(
+        (
+            {"execution_id": str(i.data.get("execution_id")), "from_step": i.data.get("from_step")}
+            for i in items
+            if i.type == "execution.retry_of"
+        ),
+        None,
+    )
     if retry_of is None and record is not None and record.retry_of is not None:
-        retry_of = record.retry_of.execution_id
+        retry_of = {"execution_id": record.retry_of.execution_id, "from_step": record.retry_of.from_step}
+    parent = None if record is None else record.parent
     return {
-        "parent": None if record is None or record.parent is None else record.parent.execution_id,
+        "parent": None if parent is None else {"execution_id": parent.execution_id, "step": parent.step},
         "children": list(dict.fromkeys(children)),
         "retry_of": retry_of,
         "retried_by": list(dict.fromkeys(retried_by)),

@@ -32,27 +32,30 @@ ERROR_SUMMARY = 300  # characters of an error's message a row carries
 
 
 def row_of(st: ExecutionStatus) -> dict[str, Any]:
-    """An execution as the list shows it: the status bucket's view, its error cut short."""
+    """An execution as the list shows it: its status value as KV `status` holds it (the
+    wire's field names, every field written out), its error's message cut short."""
     return {
-        "id": st.execution_id,
+        "execution_id": st.execution_id,
+        "state": str(st.state),
         "playbook": st.playbook,
         "version": st.version,
-        "state": str(st.state),
         "started_at": st.started_at,
         "ended_at": st.ended_at,
-        "error": error_summary(st.error),
+        "terminal_event": st.terminal_event,
+        "error": error_cut(st.error),
     }
 
 
-def error_summary(error: dict[str, Any] | None) -> str | None:
-    """`Type: message (step 'x')` in one line, at most ERROR_SUMMARY characters of message."""
+def error_cut(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The status's error with its message cut to ERROR_SUMMARY characters: a page of
+    rows stays small however long an exception's message was (the execution's page has
+    it whole)."""
     if not error:
         return None
-    message = str(error.get("message") or "").replace("\n", " ")
+    message = str(error.get("message") or "")
     if len(message) > ERROR_SUMMARY:
-        message = message[:ERROR_SUMMARY] + "…"
-    step = error.get("step")
-    return f"{error.get('type') or 'Error'}: {message}" + (f" (step {step!r})" if step else "")
+        error = {**error, "message": message[:ERROR_SUMMARY] + "…"}
+    return error
 
 
 def matches(row: dict[str, Any], *, state: str | None, playbook: str | None, q: str | None) -> bool:
@@ -61,7 +64,7 @@ def matches(row: dict[str, Any], *, state: str | None, playbook: str | None, q: 
         return False
     if playbook and (row["playbook"] or "").strip("/") != playbook.strip("/"):
         return False
-    return not q or q.lower() in row["id"].lower()
+    return not q or q.lower() in row["execution_id"].lower()
 
 
 async def page(
@@ -84,8 +87,8 @@ async def page(
     if cursor is not None or len(rows) >= limit:
         return rows, cursor
     more, further = await _archived(client, state=state, playbook=playbook, q=q, limit=limit - len(rows), skip=0)
-    shown = {r["id"] for r in rows}  # one retired while the page was read: shown once
-    return rows + [r for r in more if r["id"] not in shown], further
+    shown = {r["execution_id"] for r in rows}  # one retired while the page was read: shown once
+    return rows + [r for r in more if r["execution_id"] not in shown], further
 
 
 async def _archived(
@@ -144,7 +147,10 @@ async def _live(
                 (seq, e)
                 for seq, e in entries
                 if matches(
-                    {"id": e.execution_id, "playbook": e.playbook, "state": ""}, state=None, playbook=playbook, q=q
+                    {"execution_id": e.execution_id, "playbook": e.playbook, "state": ""},
+                    state=None,
+                    playbook=playbook,
+                    q=q,
                 )
             ]
             if state is None and len(wanted) > limit - len(rows):

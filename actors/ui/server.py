@@ -441,14 +441,19 @@ async def events(request: web.Request) -> web.Response:
 
 
 async def logs(request: web.Request) -> web.Response:
-    """What the steps printed: `{"logs": [{step, iteration, attempt, text}]}`."""
+    """What the steps printed: `{"logs": [{step, iteration_index, attempt_number, text}]}`."""
     client = request.app[CLIENT]
     outputs = await client.outputs(_execution_id(request), step=request.query.get("step") or None)
     texts = await asyncio.gather(*(client.output_text(o) for o in outputs))
     return _json(
         {
             "logs": [
-                {"step": o.step, "iteration": o.iteration_index, "attempt": o.attempt_number, "text": text}
+                {
+                    "step": o.step,
+                    "iteration_index": o.iteration_index,
+                    "attempt_number": o.attempt_number,
+                    "text": text,
+                }
                 for o, text in zip(outputs, texts, strict=True)
             ]
         }
@@ -467,7 +472,7 @@ async def cancel(request: web.Request) -> web.Response:
     if not known:
         raise _refuse(404, f"no execution {eid!r}")
     await client.cancel(eid, str(body.get("reason") or "cancelled from the web UI"))
-    return _json({"id": eid})
+    return _json({"execution_id": eid})
 
 
 async def retry(request: web.Request) -> web.Response:
@@ -486,18 +491,19 @@ async def retry(request: web.Request) -> web.Response:
         raise _refuse(404, str(e)) from None
     except (RetryRefused, TooLarge) as e:
         raise _refuse(400, str(e)) from None
-    return _json({"id": outcome.execution_id, "existing": outcome.existing})
+    return _json({"execution_id": outcome.execution_id, "existing": outcome.existing})
 
 
 # --- playbooks --------------------------------------------------------------------------
 
 
 async def playbooks(request: web.Request) -> web.Response:
-    """The catalog: `{"playbooks": [{"name", "versions": [{"version", "registered_at"}]}]}`."""
+    """The catalog: `{"playbooks": [{"path", "versions": [{"version", "registered_at"}]}]}`
+    (KV `catalog`'s names: a playbook's catalog path is `path`)."""
     by_name: dict[str, list[dict[str, Any]]] = {}
     for e in await request.app[CLIENT].playbooks():
         by_name.setdefault(e.path, []).append({"version": e.version, "registered_at": e.registered_at})
-    return _json({"playbooks": [{"name": n, "versions": v} for n, v in sorted(by_name.items())]})
+    return _json({"playbooks": [{"path": n, "versions": v} for n, v in sorted(by_name.items())]})
 
 
 async def _entry(request: web.Request, version: int | None) -> Any:
@@ -515,7 +521,10 @@ async def _entry(request: web.Request, version: int | None) -> Any:
 
 async def playbook(request: web.Request) -> web.Response:
     entry = await _entry(request, _int(request, "version", None, low=1, high=2**31))
-    return _json({"name": entry.path, "version": entry.version, "yaml": entry.source})
+    """One catalog entry as KV `catalog` holds it: `{path, version, source, registered_at}`."""
+    return _json(
+        {"path": entry.path, "version": entry.version, "source": entry.source, "registered_at": entry.registered_at}
+    )
 
 
 async def start(request: web.Request) -> web.Response:
@@ -531,7 +540,7 @@ async def start(request: web.Request) -> web.Response:
         eid = await request.app[CLIENT].start(entry.path, payload=payload, version=entry.version)
     except (TooLarge, StartRefused, CatalogError) as e:  # CatalogError: a path from before paths were checked
         raise _refuse(400, str(e)) from None
-    return _json({"id": eid})
+    return _json({"execution_id": eid})
 
 
 # --- serving ----------------------------------------------------------------------------

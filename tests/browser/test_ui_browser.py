@@ -13,7 +13,7 @@ from playwright.async_api import expect
 
 from tests.conftest import System
 from tests.support.browser import Page, browser, open_ui
-from tests.support.ui import BREAKS, LOOP, QUICK, SLOW, register
+from tests.support.ui import BREAKS, LOOP, PRINTS, QUICK, SLOW, register
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 __all__ = ["browser"]  # the fixture, used by name
@@ -75,6 +75,34 @@ async def test_cancel_a_running_execution(system: System, tab: Page) -> None:
     await expect(page.locator("#cancel")).to_be_hidden()
     await expect(page.locator("#retry")).to_be_visible()
     assert (await system.client.wait(eid, timeout=10)).state == "CANCELLED"
+
+
+async def test_retry_a_failed_execution_from_its_page_and_follow_the_links(system: System, tab: Page) -> None:
+    breaks = await register(system, BREAKS)
+    old = await system.client.start(breaks, payload={"msg": "first try"}, execution_id="breaks-1")
+    await system.client.wait(old, timeout=20)
+    page = tab.page
+    await tab.open("/")
+    await expect(page.locator(f'tr[data-id="{old}"] td.err')).to_have_text("ValueError: first try (step 'boom')")
+    await page.click(f'tr[data-id="{old}"] a')
+    await expect(page.locator("#facts")).to_contain_text("ui/breaks")
+    await page.click("#retry")
+    # the retry's page, linked back to the execution it retries
+    await expect(page.locator("#links")).to_contain_text(f"retry of {old}")
+    new = page.url.rsplit("/", 1)[-1]
+    assert new != old
+    await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "FAILED")
+    await page.click(f'#links a[href="/executions/{old}"]')
+    await expect(page.locator(f'#links [data-retry="{new}"]')).to_contain_text(f"retried by {new}")
+
+    # what a step printed, under its step and attempt
+    prints = await register(system, PRINTS)
+    eid = await system.client.start(prints, payload={"who": "world"})
+    await system.client.wait(eid, timeout=20)
+    await tab.open(f"/executions/{eid}")
+    await expect(page.locator('#logs pre[data-log-step="talk"]')).to_have_text("hello world\n")
+    await expect(page.locator("#logs")).to_contain_text("talk · attempt 1")
+    assert tab.errors == []
 
 
 async def test_payloads_and_errors_are_text_never_html(system: System, tab: Page) -> None:

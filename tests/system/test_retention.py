@@ -321,11 +321,11 @@ async def test_the_web_ui_lists_and_shows_retired_executions_from_the_archive(sy
     assert (report.archived, report.removed) == (2, 2)
     async with TestClient(TestServer(make_app(system.client, read_only=False, token=None))) as ui:
         first = await ok(await ui.get("/api/executions", params={"limit": 2}))
-        assert first["executions"][0]["id"] == ids[2]  # the live one first
+        assert first["executions"][0]["execution_id"] == ids[2]  # the live one first
         assert first["next"] == "archived:1"
         second = await ok(await ui.get("/api/executions", params={"limit": 2, "before": first["next"]}))
         assert second["next"] is None
-        listed = [r["id"] for r in first["executions"] + second["executions"]]
+        listed = [r["execution_id"] for r in first["executions"] + second["executions"]]
         assert sorted(listed) == sorted(ids) and all(
             r["state"] == "COMPLETED" for r in first["executions"] + second["executions"]
         )

@@ -255,7 +255,7 @@ async def test_a_malformed_status_is_skipped_by_listings_and_named_by_status(
     assert code_s == EXIT_INVALID and "'bad-status-1'" in one_line(err_s) and "status" in err_s
 
     listed = await ui.get("/api/executions")
-    assert listed.status == 200 and [r["id"] for r in (await listed.json())["executions"]] == [good]
+    assert listed.status == 200 and [r["execution_id"] for r in (await listed.json())["executions"]] == [good]
     detail = await ui.get("/api/executions/bad-status-1")
     assert detail.status == 502 and "'bad-status-1'" in (await detail.json())["error"]
 
@@ -315,7 +315,7 @@ async def test_malformed_index_and_ended_entries_are_skipped_with_a_warning(
     for query in ("", "?state=COMPLETED"):
         listed = await ui.get(f"/api/executions{query}")
         assert listed.status == 200, await listed.text()
-        assert [r["id"] for r in (await listed.json())["executions"]] == [good]
+        assert [r["execution_id"] for r in (await listed.json())["executions"]] == [good]
 
 
 async def test_a_latest_version_that_is_not_a_number_is_named_by_start_run_and_the_starter(
@@ -366,7 +366,7 @@ async def test_a_malformed_catalog_entry_is_skipped_by_listings_and_named_when_s
 
     assert [e.path for e in await system.client.playbooks()] == ["lib/fine"]
     listed = await ui.get("/api/playbooks")
-    assert listed.status == 200 and [p["name"] for p in (await listed.json())["playbooks"]] == ["lib/fine"]
+    assert listed.status == 200 and [p["path"] for p in (await listed.json())["playbooks"]] == ["lib/fine"]
     with pytest.raises(CatalogRecordInvalid):
         await system.client.start_execution("lib/broken")
     url = system.server.url

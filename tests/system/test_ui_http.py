@@ -7,11 +7,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
+from actors.ui.listing import ERROR_SUMMARY
 from actors.ui.server import allowed_hosts, make_app, serve_ui
+from actors.wire.messages import ExecutionStatus
 from tests.conftest import System, of_type
 from tests.support.ui import BREAKS, CHILD, LOOP, PARENT, PRINTS, QUICK, SLOW, Events, ok, post, register
 
@@ -34,27 +37,25 @@ async def test_list_is_newest_first_filtered_and_paged(system: System, ui: TestC
     await system.client.wait(failed, timeout=20)
 
     rows = (await ok(await ui.get("/api/executions")))["executions"]
-    assert [r["id"] for r in rows] == ["b-0", "q-4", "q-3", "q-2", "q-1", "q-0"]
-    assert rows[0]["state"] == "FAILED" and rows[0]["error"].startswith("ValueError: no")
-    assert rows[1] | {"started_at": None, "ended_at": None} == {
-        "id": "q-4",
-        "playbook": "ui/quick",
-        "version": 1,
-        "state": "COMPLETED",
-        "started_at": None,
-        "ended_at": None,
-        "error": None,
-    }
+    assert [r["execution_id"] for r in rows] == ["b-0", "q-4", "q-3", "q-2", "q-1", "q-0"]
+    # a row is the status value KV `status` holds, under the wire's names, every field written out
+    for row in rows[:2]:
+        status = await system.client.status(row["execution_id"])
+        assert status is not None
+        assert row == {f: None for f in ExecutionStatus.__struct_fields__} | msgspec.to_builtins(status)
+    assert rows[0]["state"] == "FAILED" and rows[0]["error"]["type"] == "ValueError"
+    assert rows[0]["error"]["message"] == "no" and rows[0]["error"]["step"] == "boom"
+    assert rows[1]["error"] is None and rows[1]["terminal_event"] == "playbook.completed"
 
     # pages follow each other: no row twice, none missed, and the last says there is no more
     seen, cursor = [], None
     while True:
         page = await ok(await ui.get("/api/executions", params={"limit": 2, **({"before": cursor} if cursor else {})}))
-        seen += [r["id"] for r in page["executions"]]
+        seen += [r["execution_id"] for r in page["executions"]]
         cursor = page["next"]
         if cursor is None:
             break
-    assert seen == [r["id"] for r in rows]
+    assert seen == [r["execution_id"] for r in rows]
 
     by = {
         "state=FAILED": ["b-0"],
@@ -65,7 +66,7 @@ async def test_list_is_newest_first_filtered_and_paged(system: System, ui: TestC
     }
     for query, expected in by.items():
         got = await ok(await ui.get(f"/api/executions?{query}"))
-        assert [r["id"] for r in got["executions"]] == expected, query
+        assert [r["execution_id"] for r in got["executions"]] == expected, query
     assert (await ui.get("/api/executions?state=NOPE")).status == 400
     assert (await ui.get("/api/executions?limit=x")).status == 400
 
@@ -79,10 +80,10 @@ async def test_list_stream_shows_a_start_a_change_and_the_end(system: System, ui
     await system.client.start("ui/quick", execution_id="other")  # filtered out: another playbook
     eid = await system.client.start(slow, execution_id="nap-1")
     running = await feed.until("status", lambda r: r["state"] == "RUNNING")
-    assert running["id"] == eid and running["playbook"] == "ui/slow"
+    assert running["execution_id"] == eid and running["playbook"] == "ui/slow"
     await system.client.cancel(eid)
     ended = await feed.until("status", lambda r: r["state"] == "CANCELLED")
-    assert ended["id"] == eid and ended["ended_at"] is not None
+    assert ended["execution_id"] == eid and ended["ended_at"] is not None
     resp.close()
 
 
@@ -91,16 +92,18 @@ async def test_execution_detail_graph_timeline_result_events_and_logs(system: Sy
     eid = await system.client.start(prints, payload={"who": "<script>alert(1)</script>"})
     await system.client.wait(eid, timeout=20)
     d = await ok(await ui.get(f"/api/executions/{eid}"))
-    assert d["status"]["state"] == "COMPLETED" and d["playbook"] == {"name": "ui/prints", "version": 1}
+    assert d["execution_id"] == d["status"]["execution_id"] == eid and d["status"]["state"] == "COMPLETED"
+    assert (d["playbook_path"], d["playbook_version"]) == ("ui/prints", 1)
     assert {n["id"]: n["state"] for n in d["graph"]["nodes"]}["talk"] == "completed"
     assert d["timeline"]["rows"][0]["step"] == "talk"
-    assert d["result"] == {"talk": "<script>alert(1)</script>"}
+    assert d["result"] == {"talk": "<script>alert(1)</script>"} and d["result_ref"] is None
     assert (d["parent"], d["children"], d["retry_of"], d["retried_by"], d["error"]) == (None, [], None, [], None)
 
     events = (await ok(await ui.get(f"/api/executions/{eid}/events")))["events"]
     assert events[0]["type"] == "execution.start" and events[-1]["type"] == "playbook.completed"
     logs = (await ok(await ui.get(f"/api/executions/{eid}/logs", params={"step": "talk"})))["logs"]
-    assert logs == [{"step": "talk", "iteration": None, "attempt": 1, "text": "hello <script>alert(1)</script>\n"}]
+    talk = {"step": "talk", "iteration_index": None, "attempt_number": 1, "text": "hello <script>alert(1)</script>\n"}
+    assert logs == [talk]
     assert (await ok(await ui.get(f"/api/executions/{eid}/logs?step=nope")))["logs"] == []
 
     assert (await ui.get("/api/executions/never-started")).status == 404
@@ -119,21 +122,49 @@ async def test_failure_root_cause_envelope_children_and_retry_both_ways(
     assert d["error"]["envelope"]["step"] == "call_child"
     assert "child broke" in d["error"]["envelope"]["text"]
     c = await ok(await ui.get(f"/api/executions/{child}"))
-    assert c["parent"] == eid and c["status"]["state"] == "FAILED"
+    assert c["parent"] == {"execution_id": eid, "step": "call_child"} and c["status"]["state"] == "FAILED"
     assert c["error"]["root_cause"]["type"] == "ValueError" and c["error"]["root_cause"]["step"] == "work"
 
     breaks = await register(system, BREAKS)
     failed = await system.client.start(breaks, payload={"msg": "first try"})
     await system.client.wait(failed, timeout=20)
     got = await ok(await post(ui, f"/api/executions/{failed}/retry", {"from": None, "payload": {"msg": "again"}}))
-    retried = got["id"]
+    retried = got["execution_id"]
+    assert got["existing"] is False
     await system.client.wait(retried, timeout=20)
     r = await ok(await ui.get(f"/api/executions/{retried}"))
-    assert r["retry_of"] == failed and r["error"]["root_cause"]["message"] == "again"
+    assert r["retry_of"] == {"execution_id": failed, "from_step": "boom"}
+    assert r["error"]["root_cause"]["message"] == "again"
     assert (await ok(await ui.get(f"/api/executions/{failed}")))["retried_by"] == [retried]
     refused = await post(ui, f"/api/executions/{failed}/retry", {"from": "nope"})
     assert refused.status == 400 and "nope" in (await refused.json())["error"]
     assert (await post(ui, "/api/executions/never-started/retry")).status == 404
+
+
+BIG_RESULT = (
+    "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: big, path: ui/big}\n"
+    "workflow:\n  - step: big\n    tool: {kind: python, code: \"def main(): return 'x' * 2_000_000\"}\n"
+)
+
+
+async def test_a_big_result_is_named_by_its_blob_and_a_long_error_is_cut_in_rows(
+    system: System, ui: TestClient[Any, Any]
+) -> None:
+    # a result too large for its event: `result_ref` names its blob, as result.request's reply does
+    eid, status = await system.run_yaml(BIG_RESULT, timeout=60)
+    assert status.state == "COMPLETED"
+    d = await ok(await ui.get(f"/api/executions/{eid}"))
+    ref = of_type(await system.events(eid), "playbook.completed")[0].data["result_ref"]
+    assert (d["result"], d["result_ref"], d["result_truncated"]) == (None, ref, True)
+
+    # a long error message: cut in a row (a page of rows stays small), whole on the execution's page
+    breaks = await register(system, BREAKS)
+    failed = await system.client.start(breaks, payload={"msg": "m" * 1000})
+    await system.client.wait(failed, timeout=20)
+    [row] = (await ok(await ui.get("/api/executions", params={"state": "FAILED"})))["executions"]
+    assert row["execution_id"] == failed and row["error"]["message"] == "m" * ERROR_SUMMARY + "…"
+    detail = await ok(await ui.get(f"/api/executions/{failed}"))
+    assert detail["status"] == row and detail["error"]["root_cause"]["message"] == "m" * 1000
 
 
 async def test_execution_stream_follows_a_loop_to_its_end(system: System, ui: TestClient[Any, Any]) -> None:
@@ -151,15 +182,19 @@ async def test_execution_stream_follows_a_loop_to_its_end(system: System, ui: Te
 async def test_start_and_cancel_from_the_api(system: System, ui: TestClient[Any, Any]) -> None:
     await register(system, SLOW)
     catalog = await ok(await ui.get("/api/playbooks"))
-    assert [(p["name"], [v["version"] for v in p["versions"]]) for p in catalog["playbooks"]] == [("ui/slow", [1])]
+    assert [(p["path"], [v["version"] for v in p["versions"]]) for p in catalog["playbooks"]] == [("ui/slow", [1])]
+    # an entry as KV `catalog` holds it
     pb = await ok(await ui.get("/api/playbooks/ui/slow"))
-    assert pb["name"] == "ui/slow" and pb["version"] == 1 and "kind: sleep" in pb["yaml"]
+    [entry] = await system.client.playbooks()
+    assert pb == msgspec.to_builtins(entry) and pb["path"] == "ui/slow" and "kind: sleep" in pb["source"]
     assert (await ui.get("/api/playbooks/ui/slow?version=7")).status == 404
     assert (await ui.get("/api/playbooks/nope")).status == 404
 
-    eid = (await ok(await post(ui, "/api/playbooks/ui/slow/start", {"payload": {"a": 1}, "version": 1})))["id"]
+    eid = (await ok(await post(ui, "/api/playbooks/ui/slow/start", {"payload": {"a": 1}, "version": 1})))[
+        "execution_id"
+    ]
     # cancelled at once: the UI waits for the start record a moment, as `actors-cli cancel` does
-    assert (await ok(await post(ui, f"/api/executions/{eid}/cancel", {"reason": "enough"})))["id"] == eid
+    assert await ok(await post(ui, f"/api/executions/{eid}/cancel", {"reason": "enough"})) == {"execution_id": eid}
     status = await system.client.wait(eid, timeout=20)
     assert status.state == "CANCELLED"
     items = await system.events(eid)

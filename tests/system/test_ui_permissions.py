@@ -27,13 +27,15 @@ async def test_the_ui_works_as_the_cli_user(secured: Secured, pods: Pods, tmp_pa
         app = make_app(client, read_only=False, token=None)
         async with TestClient(TestServer(app)) as ui:
             listed = Events(await ui.get("/api/executions/stream"))
-            eid = (await ok(await ui.post("/api/playbooks/ui/loop/start", json={"payload": {"n": 50}})))["id"]
+            eid = (await ok(await ui.post("/api/playbooks/ui/loop/start", json={"payload": {"n": 50}})))["execution_id"]
             followed = Events(await ui.get(f"/api/executions/{eid}/stream"))
             done: Any = await followed.until("update", lambda d: d["status"]["state"] == "COMPLETED", timeout=60)
             assert {n["id"]: n["state"] for n in done["graph"]["nodes"]}["each"] == "completed"
-            row = await listed.until("status", lambda r: r["id"] == eid and r["state"] == "COMPLETED", timeout=30)
+            row = await listed.until(
+                "status", lambda r: r["execution_id"] == eid and r["state"] == "COMPLETED", timeout=30
+            )
             assert row["playbook"] == "ui/loop"
-            assert [r["id"] for r in (await ok(await ui.get("/api/executions")))["executions"]] == [eid]
+            assert [r["execution_id"] for r in (await ok(await ui.get("/api/executions")))["executions"]] == [eid]
             assert (await ok(await ui.get(f"/api/executions/{eid}/events")))["events"]
             assert (await ok(await ui.get(f"/api/executions/{eid}/logs")))["logs"] == []
     assert secured.violations() == []

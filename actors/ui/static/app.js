@@ -123,17 +123,24 @@ function route() {
 
 // --- executions -----------------------------------------------------------------------
 
+// a status's error (type, message, step) in one line
+function errorLine(error) {
+  if (!error) return "";
+  const message = String(error.message || "").replace(/\n/g, " ");
+  return `${error.type || "Error"}: ${message}${error.step ? ` (step '${error.step}')` : ""}`;
+}
+
 function execRow(r) {
   const tr = el(
     "tr",
-    { "data-id": r.id, "data-state": r.state },
-    el("td", {}, execLink(r.id)),
+    { "data-id": r.execution_id, "data-state": r.state },
+    el("td", {}, execLink(r.execution_id)),
     el("td", {}, r.playbook ? link(`/playbooks/${r.playbook}`, r.playbook) : ""),
     el("td", { class: "num", text: r.version ?? "" }),
     el("td", {}, badge(r.state)),
     el("td", { text: time(r.started_at) }),
     el("td", { class: "num", text: duration(r.started_at, r.ended_at) }),
-    el("td", { class: "err", text: r.error || "", title: r.error || "" }),
+    el("td", { class: "err", text: errorLine(r.error), title: errorLine(r.error) }),
   );
   return tr;
 }
@@ -174,7 +181,7 @@ async function executionsPage() {
   // live first, so that nothing that changes while the first page loads is missed
   live(`/api/executions/stream?${filters}`, {
     status: (r) => {
-      const old = tbody.querySelector(`tr[data-id="${CSS.escape(r.id)}"]`);
+      const old = tbody.querySelector(`tr[data-id="${CSS.escape(r.execution_id)}"]`);
       if (old) old.replaceWith(execRow(r));
       else tbody.prepend(execRow(r));
     },
@@ -185,7 +192,7 @@ async function executionsPage() {
     p.set("limit", "50");
     if (next) p.set("before", String(next));
     const page = await api(`/api/executions?${p}`);
-    for (const r of page.executions) if (!tbody.querySelector(`tr[data-id="${CSS.escape(r.id)}"]`)) tbody.append(execRow(r));
+    for (const r of page.executions) if (!tbody.querySelector(`tr[data-id="${CSS.escape(r.execution_id)}"]`)) tbody.append(execRow(r));
     next = page.next;
     more.hidden = !next;
     if (!tbody.children.length && !next) tbody.append(el("tr", { class: "empty" }, el("td", { colspan: 7, class: "muted", text: "no executions" })));
@@ -193,7 +200,7 @@ async function executionsPage() {
   more.addEventListener("click", () => load().catch((e) => flash(e.message)));
   await load();
   // the playbook filter's suggestions, once the rows are shown
-  api("/api/playbooks").then((c) => names.append(...c.playbooks.map((p) => el("option", { value: p.name }))));
+  api("/api/playbooks").then((c) => names.append(...c.playbooks.map((p) => el("option", { value: p.path }))));
 }
 
 // --- one execution ----------------------------------------------------------------------
@@ -237,7 +244,7 @@ async function executionPage(id) {
   retry.addEventListener("click", async () => {
     try {
       const r = await post(`/api/executions/${encodeURIComponent(id)}/retry`, { from: null, payload: null });
-      navigate(`/executions/${encodeURIComponent(r.id)}`);
+      navigate(`/executions/${encodeURIComponent(r.execution_id)}`);
     } catch (e) {
       flash(e.message);
     }
@@ -251,8 +258,8 @@ async function executionPage(id) {
     title.setAttribute("data-state", s.state);
     const fact = (k, v) => [el("div", {}, el("dt", { text: k }), el("dd", {}, v ?? ""))];
     facts.replaceChildren(
-      ...fact("playbook", d.playbook ? link(`/playbooks/${d.playbook.name}`, d.playbook.name) : ""),
-      ...fact("version", d.playbook ? String(d.playbook.version ?? "") : ""),
+      ...fact("playbook", d.playbook_path ? link(`/playbooks/${d.playbook_path}`, d.playbook_path) : ""),
+      ...fact("version", String(d.playbook_version ?? "")),
       ...fact("started", time(s.started_at)),
       ...fact("ended", time(s.ended_at)),
       ...fact("duration", duration(s.started_at, s.ended_at)),
@@ -260,9 +267,9 @@ async function executionPage(id) {
     cancel.hidden = TERMINAL.has(s.state);
     retry.hidden = !(s.state === "FAILED" || s.state === "CANCELLED");
     const rel = [];
-    if (d.parent) rel.push(el("span", {}, "parent ", execLink(d.parent)));
+    if (d.parent) rel.push(el("span", {}, "parent ", execLink(d.parent.execution_id)));
     for (const c of d.children) rel.push(el("span", { "data-child": c }, "child ", execLink(c)));
-    if (d.retry_of) rel.push(el("span", {}, "retry of ", execLink(d.retry_of)));
+    if (d.retry_of) rel.push(el("span", {}, "retry of ", execLink(d.retry_of.execution_id)));
     for (const r of d.retried_by) rel.push(el("span", { "data-retry": r }, "retried by ", execLink(r)));
     links.replaceChildren(...rel);
     showError(error, d.error);
@@ -276,8 +283,11 @@ async function executionPage(id) {
     renderTimeline(timeline, d.timeline);
     result.replaceChildren();
     if (s.state === "COMPLETED") {
+      const text = d.result_ref
+        ? `too large for the page: \`actors-cli result ${id}\` prints it`
+        : d.result_truncated ? d.result : JSON.stringify(d.result, null, 2);
       result.append(el("h2", { text: d.result_truncated ? "Result (cut: see actors-cli result)" : "Result" }),
-        el("pre", { id: "result-json", text: d.result_truncated ? d.result : JSON.stringify(d.result, null, 2) }));
+        el("pre", { id: "result-json", text }));
     }
     if (TERMINAL.has(s.state) && !finished) {
       finished = true;
@@ -363,7 +373,7 @@ async function loadLogs(id, box) {
     box.replaceChildren();
     if (!logs.length) return box.append(el("div", { class: "muted", text: "nothing printed" }));
     for (const l of logs.slice(0, 200)) {
-      const what = `${l.step}${l.iteration !== null ? ` [${l.iteration}]` : ""} · attempt ${l.attempt}`;
+      const what = `${l.step}${l.iteration_index !== null ? ` [${l.iteration_index}]` : ""} · attempt ${l.attempt_number}`;
       box.append(el("div", { class: "muted mono", text: what }), el("pre", { class: "light", "data-log-step": l.step, text: l.text }));
     }
   } catch (e) {
@@ -391,12 +401,12 @@ async function playbooksPage() {
   const { playbooks } = await api("/api/playbooks");
   const rows = playbooks.map((p) => {
     const last = p.versions[p.versions.length - 1];
-    return el("tr", { "data-playbook": p.name },
-      el("td", {}, link(`/playbooks/${p.name}`, p.name)),
+    return el("tr", { "data-playbook": p.path },
+      el("td", {}, link(`/playbooks/${p.path}`, p.path)),
       el("td", { class: "num", text: last.version }),
       el("td", { text: p.versions.map((v) => v.version).join(", ") }),
       el("td", { text: time(last.registered_at) }),
-      el("td", {}, link(`/?playbook=${encodeURIComponent(p.name)}`, "executions")));
+      el("td", {}, link(`/?playbook=${encodeURIComponent(p.path)}`, "executions")));
   });
   main.append(el("h1", { text: "Playbooks" }), el("table", { class: "playbooks" },
     el("thead", {}, el("tr", {}, ...["playbook", "latest", "versions", "registered", ""].map((h) => el("th", { text: h })))),
@@ -410,13 +420,13 @@ async function playbookPage(name) {
     api(`/api/playbooks/${name}${version ? `?version=${encodeURIComponent(version)}` : ""}`),
     api("/api/playbooks"),
   ]);
-  const versions = (catalog.playbooks.find((p) => p.name === pb.name) || { versions: [] }).versions;
+  const versions = (catalog.playbooks.find((p) => p.path === pb.path) || { versions: [] }).versions;
   const pick = el("select", { id: "version", "aria-label": "version" });
   for (const v of versions) pick.append(el("option", { value: v.version, text: `version ${v.version}`, selected: v.version === pb.version }));
-  pick.addEventListener("change", () => navigate(`/playbooks/${pb.name}?version=${pick.value}`));
-  main.append(el("h1", {}, el("span", { id: "playbook-name", text: pb.name }), pick,
-    link(`/?playbook=${encodeURIComponent(pb.name)}`, "executions")));
-  const yaml = el("pre", { class: "light", id: "yaml", text: pb.yaml });
+  pick.addEventListener("change", () => navigate(`/playbooks/${pb.path}?version=${pick.value}`));
+  main.append(el("h1", {}, el("span", { id: "playbook-name", text: pb.path }), pick,
+    link(`/?playbook=${encodeURIComponent(pb.path)}`, "executions")));
+  const yaml = el("pre", { class: "light", id: "yaml", text: pb.source });
   const side = el("div", {});
   if (!config.read_only) {
     const payload = el("textarea", { id: "payload", spellcheck: "false", "aria-label": "payload (JSON)" });
@@ -430,8 +440,8 @@ async function playbookPage(name) {
         return flash(`payload: not JSON (${e.message})`);
       }
       try {
-        const r = await post(`/api/playbooks/${pb.name}/start`, { payload: body, version: pb.version });
-        navigate(`/executions/${encodeURIComponent(r.id)}`);
+        const r = await post(`/api/playbooks/${pb.path}/start`, { payload: body, version: pb.version });
+        navigate(`/executions/${encodeURIComponent(r.execution_id)}`);
       } catch (e) {
         flash(e.message);
       }
