@@ -10,7 +10,7 @@ why; this module only spells them.
     dlq.<source>.<execution_id or _>                             stream DLQ
     cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
     progress.<execution_id>                                      core NATS: loop progress
-    result.request, catalog.register                             core NATS: requests any client sends
+    result.request, catalog.register, execution.cancel           core NATS: requests any client sends
     status.<playbook>.<execution_id>                             core NATS: each status written
 
 Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
@@ -43,6 +43,8 @@ START_WAIT = "Actors-Start-Wait"
 # (docs/protocol/asyncapi.yaml): an execution's status and result, and registering a playbook
 RESULT_REQUEST_SUBJECT = "result.request"
 REGISTER_REQUEST_SUBJECT = "catalog.register"
+# not `cancel.request`: `cancel.<execution_id>` is the tool actors' (an execution may be named "request")
+CANCEL_REQUEST_SUBJECT = "execution.cancel"
 # a header on a result request: seconds to wait for the execution to end before answering
 RESULT_WAIT = "Actors-Result-Wait"
 # every status the projector writes, also published on core NATS under its playbook, so a

@@ -65,6 +65,7 @@ from actors.wire.messages import (
     INVALID_START,
     ErrorInfo,
     Limits,
+    RequestError,
     RetriedBy,
     RetryOf,
     StartMessage,
@@ -230,7 +231,7 @@ class Starter:
             reply = StartReply(
                 execution_id=named_execution_id(msg.data),
                 started=False,
-                error=ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e)),
+                error=RequestError(type=type(e).__name__, message=str(e), retryable=is_transient(e)),
             )
         try:
             # the fast path (`Msg.respond` would also echo the request's headers back)
@@ -316,7 +317,7 @@ class Starter:
         """Dead-letter a start that will not run, under the execution id it names."""
         eid = eid or named_execution_id(msg.data)
         await dead_letter(self.js, source="start", reason=error.message, msg=msg, execution_id=eid)
-        return StartReply(execution_id=eid, started=False, error=error)
+        return StartReply(execution_id=eid, started=False, error=RequestError.of(error))
 
     async def _record(self, eid: str, start: StartMessage) -> StartRecord:
         """The start record for the message (whether the execution was started before

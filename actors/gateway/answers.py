@@ -1,4 +1,4 @@
-"""Answering `result.request` and `catalog.register` (core NATS, a queue group of the
+"""Answering `result.request`, `catalog.register` and `execution.cancel` (core NATS, a queue group of the
 engine pods), so a client in any language reads a result and registers a playbook
 without the Python client.
 
@@ -43,17 +43,19 @@ from actors.runtime.supervision import is_transient
 from actors.store.catalog import CatalogError, register_loaded
 from actors.store.records import RecordInvalid
 from actors.wire.codec import PayloadUnreadable
-from actors.wire.events import ExecState
+from actors.wire.events import TERMINAL_STATES, ExecState
 from actors.wire.messages import (
-    ErrorInfo,
+    CancelAsk,
+    CancelReply,
     RegisterReply,
     RegisterRequest,
+    RequestError,
     ResultReply,
     ResultRequest,
 )
 from actors.wire.nesting import START_MESSAGE_DEPTH, json_within
 from streams.layout import EXECUTION_ID
-from streams.subjects import REGISTER_REQUEST_SUBJECT, RESULT_REQUEST_SUBJECT, RESULT_WAIT
+from streams.subjects import CANCEL_REQUEST_SUBJECT, REGISTER_REQUEST_SUBJECT, RESULT_REQUEST_SUBJECT, RESULT_WAIT
 
 log = logging.getLogger("actors.gateway")
 
@@ -65,23 +67,30 @@ LOADS_AT_ONCE = 2
 Loader = Callable[[str, str, int], Awaitable[Playbook]]
 _result_request = msgspec.json.Decoder(ResultRequest)
 _register_request = msgspec.json.Decoder(RegisterRequest)
+_cancel_request = msgspec.json.Decoder(CancelAsk)
+CANCEL_LOOKUP = 2.0  # seconds a cancel of an id with no status waits for a start still queued
 
 
-def _invalid(what: str, e: Exception) -> ErrorInfo:
-    return ErrorInfo(type=INVALID_REQUEST, message=f"invalid {what}: {e}")
+def _invalid(what: str, e: Exception) -> RequestError:
+    return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: {e}")
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
     """The request, or an InvalidRequest error. Nesting is measured first: a decoder
     meeting thousands of levels raises RecursionError, where a request is only refused."""
     if not json_within(data, START_MESSAGE_DEPTH):
-        return ErrorInfo(type=INVALID_REQUEST, message=f"invalid {what}: nested deeper than {START_MESSAGE_DEPTH}")
+        return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: nested deeper than {START_MESSAGE_DEPTH}")
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as e:
         return _invalid(what, e)
     except msgspec.DecodeError as e:
-        return ErrorInfo(type=INVALID_REQUEST, message=f"invalid {what}: not JSON: {e}")
+        return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: not JSON: {e}")
+
+
+def _bad_id(what: str, eid: str) -> RequestError:
+    message = f"invalid {what}: field execution_id {eid[:200]!r} must match {EXECUTION_ID.pattern}"
+    return RequestError(type=INVALID_REQUEST, message=message)
 
 
 def result_wait(msg: Msg) -> float:
@@ -130,6 +139,7 @@ class Gateway:
         for subject, answer in (
             (RESULT_REQUEST_SUBJECT, self.answer_result),
             (REGISTER_REQUEST_SUBJECT, self.answer_register),
+            (CANCEL_REQUEST_SUBJECT, self.answer_cancel),
         ):
             handler = functools.partial(self._on_request, answer)
             self._subs.append(await subscribe_direct(self.nc, subject, handler, queue=GATEWAY_QUEUE))
@@ -155,18 +165,18 @@ class Gateway:
         try:
             if busy:
                 reply: msgspec.Struct = self._refusal(
-                    msg, ErrorInfo(type="Busy", message="too many requests waiting; ask again", retryable=True)
+                    msg, RequestError(type="Busy", message="too many requests waiting; ask again", retryable=True)
                 )
             else:
                 try:
                     reply = await answer(msg)
                 except Exception as e:
                     log.exception("gateway: a request on %s could not be answered", msg.subject)
-                    error = ErrorInfo(type=type(e).__name__, message=str(e), retryable=is_transient(e))
+                    error = RequestError(type=type(e).__name__, message=str(e), retryable=is_transient(e))
                     reply = self._refusal(msg, error)
             data = codec_of(self.nc).encode(reply)
             if len(data) > self.nc.max_payload:  # a result that fit its event, but not beside its status
-                error = ErrorInfo(
+                error = RequestError(
                     type="ResultTooLarge",
                     message=f"the answer takes {len(data):,} bytes, over the server's {self.nc.max_payload:,}",
                 )
@@ -178,24 +188,22 @@ class Gateway:
             self._pending -= 1
 
     @staticmethod
-    def _refusal(msg: Msg, error: ErrorInfo) -> msgspec.Struct:
+    def _refusal(msg: Msg, error: RequestError) -> msgspec.Struct:
         if msg.subject == REGISTER_REQUEST_SUBJECT:
             return RegisterReply(path=None, version=None, registered=False, error=error)
+        if msg.subject == CANCEL_REQUEST_SUBJECT:
+            return CancelReply(execution_id=None, cancelled=False, error=error)
         return ResultReply(execution_id=None, error=error)
 
     # --- result.request -----------------------------------------------------------------
 
     async def answer_result(self, msg: Msg) -> ResultReply:
         req = _decode(_result_request, msg.data, "result request")
-        if isinstance(req, ErrorInfo):
+        if isinstance(req, RequestError):
             return ResultReply(execution_id=None, error=req)
         eid = req.execution_id
         if not EXECUTION_ID.fullmatch(eid):
-            error = ErrorInfo(
-                type=INVALID_REQUEST,
-                message=f"invalid result request: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
-            )
-            return ResultReply(execution_id=None, error=error)
+            return ResultReply(execution_id=None, error=_bad_id("result request", eid))
         wait = result_wait(msg)
         if wait:
             try:
@@ -209,30 +217,62 @@ class Gateway:
         try:
             status, terminal = await self.client.terminal(eid)
         except ExecutionNotFound as e:
-            return ResultReply(execution_id=eid, error=ErrorInfo(type="ExecutionNotFound", message=str(e)))
+            return ResultReply(execution_id=eid, error=RequestError(type="ExecutionNotFound", message=str(e)))
         except ExecutionNotFinished as e:
             return ResultReply(execution_id=eid, status=e.status)
         except (RecordInvalid, PayloadUnreadable) as e:
-            return ResultReply(execution_id=eid, error=ErrorInfo(type="ResultUnreadable", message=str(e)))
+            return ResultReply(execution_id=eid, error=RequestError(type="ResultUnreadable", message=str(e)))
         if status.state != ExecState.COMPLETED:
             return ResultReply(execution_id=eid, status=status)
         if terminal is None:  # its status was read, then its log was retired without an archive
             gone = f"execution {eid}: its records were removed by retention"
-            error = ErrorInfo(type="ExecutionNotFound", message=gone)
+            error = RequestError(type="ExecutionNotFound", message=gone)
             return ResultReply(execution_id=eid, status=status, error=error)
         if terminal.unreadable is not None:
-            error = ErrorInfo(type="ResultUnreadable", message=f"the result: {terminal.unreadable}")
+            error = RequestError(type="ResultUnreadable", message=f"the result: {terminal.unreadable}")
             return ResultReply(execution_id=eid, status=status, error=error)
         ref = terminal.data.get("result_ref")
         if ref:  # too large for a message: named, not carried
             return ResultReply(execution_id=eid, status=status, result_ref=str(ref))
         return ResultReply(execution_id=eid, status=status, result=terminal.data.get("result"))
 
+    # --- execution.cancel ---------------------------------------------------------------
+
+    async def answer_cancel(self, msg: Msg) -> CancelReply:
+        req = _decode(_cancel_request, msg.data, "cancel request")
+        if isinstance(req, RequestError):
+            return CancelReply(execution_id=None, cancelled=False, error=req)
+        eid = req.execution_id
+        if not EXECUTION_ID.fullmatch(eid):
+            return CancelReply(execution_id=None, cancelled=False, error=_bad_id("cancel request", eid))
+        async with self._slots:
+            status = await self.client.status(eid)
+            if status is not None and status.state in TERMINAL_STATES:
+                return CancelReply(execution_id=eid, cancelled=False, status=status)
+            if status is None:
+                # nothing is written for an id no execution has: it would be that id's one
+                # record, for ever (retention retires ended executions only)
+                known = await self.client.exists(eid, timeout=CANCEL_LOOKUP)
+                if not known:
+                    why = (
+                        f"no execution {eid!r}"
+                        if known is False
+                        else f"execution {eid!r} is not started yet (starts are still queued): ask again"
+                    )
+                    error = RequestError(type="ExecutionNotFound", message=why, retryable=known is None)
+                    return CancelReply(execution_id=eid, cancelled=False, error=error)
+            try:
+                await self.client.cancel(eid, reason=req.reason)
+            except ExecutionNotFound as e:  # retired meanwhile
+                error = RequestError(type="ExecutionNotFound", message=str(e))
+                return CancelReply(execution_id=eid, cancelled=False, error=error)
+            return CancelReply(execution_id=eid, cancelled=True, status=status)
+
     # --- catalog.register ---------------------------------------------------------------
 
     async def answer_register(self, msg: Msg) -> RegisterReply:
         req = _decode(_register_request, msg.data, "register request")
-        if isinstance(req, ErrorInfo):
+        if isinstance(req, RequestError):
             return RegisterReply(path=None, version=None, registered=False, error=req)
         file = req.file or "<request>"
         try:
@@ -241,11 +281,11 @@ class Gateway:
             async with self._slots:
                 entry = await register_loaded(self.client.js, pb, req.source, file=file)
         except PlaybookInvalid as e:
-            error = ErrorInfo(type="PlaybookInvalid", message=str(e))
+            error = RequestError(type="PlaybookInvalid", message=str(e))
         except CatalogError as e:
-            error = ErrorInfo(type=e.error_type, message=str(e))
+            error = RequestError(type=e.error_type, message=str(e))
         except RenderFault as e:  # killed past the pod's deadline, out of memory
-            error = ErrorInfo(type="PlaybookInvalid", message=f"{file}: not loaded within the pod's limits: {e}")
+            error = RequestError(type="PlaybookInvalid", message=f"{file}: not loaded within the pod's limits: {e}")
         else:
             return RegisterReply(path=entry.path, version=entry.version, registered=True)
         return RegisterReply(path=None, version=None, registered=False, error=error)

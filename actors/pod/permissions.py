@@ -83,6 +83,7 @@ from streams.layout import (
 )
 from streams.subjects import (
     CANCEL_FILTER,
+    CANCEL_REQUEST_SUBJECT,
     ENDED_FILTER,
     INDEX_FILTER,
     REGISTER_REQUEST_SUBJECT,
@@ -298,6 +299,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 START_REQUEST_SUBJECT,
                 RESULT_REQUEST_SUBJECT,
                 REGISTER_REQUEST_SUBJECT,
+                CANCEL_REQUEST_SUBJECT,
                 STATUS_WATCH,
                 MAX_DELIVERIES_ADVISORY,
                 inbox("engine"),
@@ -389,6 +391,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 START_REQUEST_SUBJECT,
                 RESULT_REQUEST_SUBJECT,
                 REGISTER_REQUEST_SUBJECT,
+                CANCEL_REQUEST_SUBJECT,
                 f"{EXEC_IN}.cancel",
                 *kv_writes(CATALOG_BUCKET),
                 *kv_writes(SCHEDULES_BUCKET),

@@ -70,6 +70,21 @@ INVALID_START = "InvalidStart"  # a bad field or JSON: the start cannot be used 
 UNREADABLE_START = (INVALID_START, "PayloadUnreadable")
 
 
+class RequestError(Struct):  # every field written out: a user's code reads it
+    """Why a request (a start request, a result request, a register request) was not done.
+    `type` is one of the names its reply documents and stays in clear under a payload key,
+    so a client without the key can tell them apart; `message` may quote a user's values
+    (a playbook's text, a payload) and is sealed like one. `retryable`: send it again."""
+
+    type: str
+    message: Annotated[str, SECRET]
+    retryable: bool = False
+
+    @classmethod
+    def of(cls, error: ErrorInfo) -> RequestError:
+        return cls(type=error.type, message=error.message, retryable=error.retryable)
+
+
 class StartReply(Struct):  # every field written out: a user's code reads it
     """A starter's answer to a start message sent as a request on `start.request`.
     `started`: the execution's start record is written (by this request, or before it
@@ -83,7 +98,7 @@ class StartReply(Struct):  # every field written out: a user's code reads it
     execution_id: str | None
     started: bool
     existing: bool = False
-    error: ErrorInfo | None = None
+    error: RequestError | None = None
 
 
 class ResultRequest(_Wire, forbid_unknown_fields=True):
@@ -108,7 +123,29 @@ class ResultReply(Struct):  # every field written out: a user's code reads it
     status: ExecutionStatus | None = None
     result: Annotated[Any, SECRET] = None
     result_ref: str | None = None
-    error: ErrorInfo | None = None
+    error: RequestError | None = None
+
+
+class CancelAsk(_Wire, forbid_unknown_fields=True):
+    """Asks an execution to stop, on `execution.cancel` (core NATS, answered by the engine
+    pods in a queue group): what `actors-cli cancel` does, for a client that does not know
+    the deployment's partition count (the cancel input's subject names its partition)."""
+
+    execution_id: str
+    reason: str = ""
+
+
+class CancelReply(Struct):  # every field written out: a user's code reads it
+    """The answer to a `CancelAsk`. `cancelled`: the cancel is in the execution's log, so it
+    ends CANCELLED (its running commands stopped) unless it ends otherwise first; false for
+    an execution that had ended (`status` says how). `error`: `InvalidRequest`;
+    `ExecutionNotFound` (no execution has that id: nothing is written); `retryable` when
+    NATS could not be reached."""
+
+    execution_id: str | None
+    cancelled: bool
+    status: ExecutionStatus | None = None
+    error: RequestError | None = None
 
 
 class RegisterRequest(_Wire, forbid_unknown_fields=True):
@@ -130,7 +167,7 @@ class RegisterReply(Struct):  # every field written out: a user's code reads it
     path: str | None
     version: int | None
     registered: bool
-    error: ErrorInfo | None = None
+    error: RequestError | None = None
 
 
 class ScheduleSpec(_Wire, forbid_unknown_fields=True):

@@ -14,9 +14,15 @@ import pytest
 from nats.aio.msg import Msg
 
 from actors.gateway.answers import Gateway
-from actors.wire.messages import RegisterReply, ResultReply
-from streams.subjects import REGISTER_REQUEST_SUBJECT, RESULT_REQUEST_SUBJECT, RESULT_WAIT, STATUS_REVISION
-from tests.conftest import System, wait_for
+from actors.wire.messages import CancelReply, RegisterReply, ResultReply
+from streams.subjects import (
+    CANCEL_REQUEST_SUBJECT,
+    REGISTER_REQUEST_SUBJECT,
+    RESULT_REQUEST_SUBJECT,
+    RESULT_WAIT,
+    STATUS_REVISION,
+)
+from tests.conftest import System, of_type, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -235,3 +241,36 @@ async def test_requests_waiting_for_an_end_do_not_hold_up_other_requests(system:
     await system.client.cancel(eid, reason="test over")
     answers = await asyncio.gather(*waiters)
     assert {a.status.state for a in answers if a.status} == {"CANCELLED"} and all(a.status for a in answers)
+
+
+async def cancel(system: System, body: dict[str, Any] | bytes) -> CancelReply:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    msg = await system.nc.request(CANCEL_REQUEST_SUBJECT, data, timeout=20)
+    return msgspec.json.decode(msg.data, type=CancelReply)
+
+
+async def test_an_execution_is_cancelled_over_nats_without_knowing_its_partition(system: System) -> None:
+    slow = await register(system, SLOW, "slow.yaml")
+    eid = await system.client.start(slow.path or "", payload={"s": 30}, execution_id="proto-cancel")
+    await wait_for(lambda: _running(system, eid), timeout=20)
+    reply = await cancel(system, {"execution_id": eid, "reason": "from node"})
+    assert reply.cancelled and reply.error is None and reply.execution_id == eid
+    assert reply.status is not None and reply.status.state == "RUNNING"  # as it stood when asked
+    assert (await system.client.wait(eid, timeout=20)).state == "CANCELLED"
+    (cancelled,) = of_type(await system.events(eid), "execution.cancelled")
+    assert "from node" in json.dumps(cancelled.data)
+    again = await cancel(system, {"execution_id": eid})  # ended: nothing more to do
+    assert not again.cancelled and again.error is None
+    assert again.status is not None and again.status.state == "CANCELLED"
+
+
+async def test_a_cancel_of_an_unknown_id_writes_nothing_and_says_so(system: System) -> None:
+    reply = await cancel(system, {"execution_id": "proto-never"})
+    assert not reply.cancelled and reply.error is not None and reply.error.type == "ExecutionNotFound"
+    assert not reply.error.retryable  # no start queued: it will not exist
+    # its log holds nothing: a cancel of a made-up id must not become that id's one record for ever
+    assert await system.client.exists("proto-never") is False
+    assert await system.events("proto-never") == []
+    for body in (b"nope", b'{"execution_id": "a b"}', b'{"execution_id": "x", "why": 1}'):
+        bad = await cancel(system, body)
+        assert bad.error is not None and bad.error.type == "InvalidRequest" and not bad.cancelled, body
