@@ -439,9 +439,11 @@ def schedule_of_fire(subject: str) -> str:
 def status_feed_subject(playbook: str | None, execution_id: str) -> str:
     """Where a status is announced: `status.<playbook>.<execution_id>`. A catalog path has
     no `.`, `*`, `>` or space (actors/store/catalog.py PATH_RULE), so it is one token as
-    it is; an execution whose playbook is unknown, or not a catalog path, is under `_`."""
-    token = playbook if playbook and _FEED_TOKEN.fullmatch(playbook) else "_"
+    it is; an execution whose playbook is unknown, or not a catalog path, is under `~`,
+    which no catalog path can be (`_`, say, can)."""
+    token = playbook if playbook and _FEED_TOKEN.fullmatch(playbook) else UNKNOWN_PLAYBOOK
     return f"{STATUS_FEED}.{token}.{execution_id}"
 
 
+UNKNOWN_PLAYBOOK = "~"
 _FEED_TOKEN = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")

@@ -54,6 +54,7 @@ from actors.natsio import (
 )
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.replies import is_inbox
 from actors.runtime.keyed_limiter import KeyedLimiter
 from actors.runtime.ownership import semantics_in_use
 from actors.runtime.stopping import cancel_and_wait
@@ -217,6 +218,11 @@ class Starter:
     def _on_request(self, msg: Msg) -> None:
         if not msg.reply or self._requests is None:
             return  # no one to answer (a plain publish is not stored either: it is not a start)
+        if not is_inbox(msg.reply):
+            # the pod may publish where a requester may not (lifecycle subjects, leases): an
+            # answer goes only to an inbox, never where a request points it
+            log.warning("starter: a start request named reply subject %.80r, not an inbox: ignored", msg.reply)
+            return
         self._limiter.submit(functools.partial(self._answer, msg, time.monotonic()))
 
     async def _answer(self, msg: Msg, received: float) -> None:

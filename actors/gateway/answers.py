@@ -36,6 +36,7 @@ from actors.client.outcome import ExecutionNotFinished, ExecutionNotFound
 from actors.natsio import send
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.replies import is_inbox
 from actors.playbook.errors import PlaybookInvalid
 from actors.playbook.model import Playbook
 from actors.playbook.templates import RenderFault
@@ -63,6 +64,10 @@ GATEWAY_QUEUE = "gateway"
 MAX_RESULT_WAIT = 60.0  # seconds a result request may wait for its execution's end
 INVALID_REQUEST = "InvalidRequest"
 LOADS_AT_ONCE = 2
+LOOKUPS_AT_ONCE = 8
+MAX_WAITING = 256  # result requests waiting for an end per pod; more are answered at once
+UNKNOWN_WAIT = 5.0  # seconds a wait for an id with no status lasts at most
+MAX_FILE_NAME = 256
 
 Loader = Callable[[str, str, int], Awaitable[Playbook]]
 _result_request = msgspec.json.Decoder(ResultRequest)
@@ -125,8 +130,12 @@ class Gateway:
         self._slots = asyncio.Semaphore(in_flight)
         # playbooks loaded at once: each takes one of the engine's fold threads, which folds share
         self._loads = asyncio.Semaphore(LOADS_AT_ONCE)
+        # lookups of a start still queued, at once (each reads stream START and opens a consumer)
+        self._lookups = asyncio.Semaphore(LOOKUPS_AT_ONCE)
         self._backlog = backlog
         self._pending = 0  # requests taken and not yet answered
+        self._waiting = 0  # result requests waiting for an end (MAX_WAITING at most)
+        self._stopping = asyncio.Event()  # set by stop(): waits end, answered as things stand
         self._tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
 
@@ -145,16 +154,26 @@ class Gateway:
             self._subs.append(await subscribe_direct(self.nc, subject, handler, queue=GATEWAY_QUEUE))
 
     async def stop(self) -> None:
-        """Take no more requests; finish those being answered (each ends within its wait)."""
+        """Take no more requests; answer those taken: a wait for an end stops at once and is
+        answered with the status as it stands (a pod stopping must not wait out a requester's
+        minute, past its grace period: its leases would not be handed back)."""
         for sub in self._subs:
             await sub.unsubscribe()
         self._subs.clear()
+        self._stopping.set()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _on_request(self, answer: Callable[[Msg], Awaitable[msgspec.Struct]], msg: Msg) -> None:
         if not msg.reply or not self._subs:
             return  # nobody to answer (a plain publish), or stopping: the requester asks again
+        if not is_inbox(msg.reply):
+            # the pod may publish where a requester may not (lifecycle subjects, leases,
+            # the catalog): an answer goes only to an inbox, never where a request points it
+            log.warning(
+                "gateway: a request on %s named reply subject %.80r, not an inbox: ignored", msg.subject, msg.reply
+            )
+            return
         busy = self._pending >= self._backlog
         self._pending += 1
         task = asyncio.get_running_loop().create_task(self._answer(answer, msg, busy))
@@ -205,13 +224,29 @@ class Gateway:
         if not EXECUTION_ID.fullmatch(eid):
             return ResultReply(execution_id=None, error=_bad_id("result request", eid))
         wait = result_wait(msg)
-        if wait:
+        if wait and self._waiting < MAX_WAITING:  # past it: answered at once, as it stands
+            self._waiting += 1
             try:
-                await self.client.wait(eid, timeout=wait)
-            except TimeoutError:
-                pass  # answered as it stands: still running, or no such execution yet
+                await self._until_ended(eid, wait)
+            finally:
+                self._waiting -= 1
         async with self._slots:
             return await self.result_of(eid)
+
+    async def _until_ended(self, eid: str, wait: float) -> None:
+        """Wait up to `wait` seconds for the execution to end, or until the pod stops; an
+        id with no status is waited for UNKNOWN_WAIT at most (its start may be queued: a
+        made-up id must not hold a waiter for a minute)."""
+        if await self.client.status(eid) is None:
+            wait = min(wait, UNKNOWN_WAIT)
+        ended = asyncio.ensure_future(self.client.wait(eid, timeout=wait))
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((ended, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (ended, stopping):
+                task.cancel()
+            await asyncio.gather(ended, stopping, return_exceptions=True)  # a TimeoutError: answered as it stands
 
     async def result_of(self, eid: str) -> ResultReply:
         try:
@@ -247,20 +282,23 @@ class Gateway:
             return CancelReply(execution_id=None, cancelled=False, error=_bad_id("cancel request", eid))
         async with self._slots:
             status = await self.client.status(eid)
-            if status is not None and status.state in TERMINAL_STATES:
-                return CancelReply(execution_id=eid, cancelled=False, status=status)
-            if status is None:
-                # nothing is written for an id no execution has: it would be that id's one
-                # record, for ever (retention retires ended executions only)
+        if status is not None and status.state in TERMINAL_STATES:
+            return CancelReply(execution_id=eid, cancelled=False, status=status)
+        if status is None:
+            # nothing is written for an id no execution has: it would be that id's one
+            # record, for ever (retention retires ended executions only). The lookup may
+            # wait for starts still queued: a few at once, holding no slot
+            async with self._lookups:
                 known = await self.client.exists(eid, timeout=CANCEL_LOOKUP)
-                if not known:
-                    why = (
-                        f"no execution {eid!r}"
-                        if known is False
-                        else f"execution {eid!r} is not started yet (starts are still queued): ask again"
-                    )
-                    error = RequestError(type="ExecutionNotFound", message=why, retryable=known is None)
-                    return CancelReply(execution_id=eid, cancelled=False, error=error)
+            if not known:
+                why = (
+                    f"no execution {eid!r}"
+                    if known is False
+                    else f"execution {eid!r} is not started yet (starts are still queued): ask again"
+                )
+                error = RequestError(type="ExecutionNotFound", message=why, retryable=known is None)
+                return CancelReply(execution_id=eid, cancelled=False, error=error)
+        async with self._slots:
             try:
                 await self.client.cancel(eid, reason=req.reason)
             except ExecutionNotFound as e:  # retired meanwhile
@@ -275,6 +313,13 @@ class Gateway:
         if isinstance(req, RequestError):
             return RegisterReply(path=None, version=None, registered=False, error=req)
         file = req.file or "<request>"
+        if len(file) > MAX_FILE_NAME or not file.isprintable():
+            message = (
+                f"invalid register request: field file must be printable text of at most {MAX_FILE_NAME} characters"
+            )
+            return RegisterReply(
+                path=None, version=None, registered=False, error=RequestError(type=INVALID_REQUEST, message=message)
+            )
         try:
             async with self._loads:
                 pb = await self._load(req.source, file, self._max_attempts)

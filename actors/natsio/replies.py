@@ -42,3 +42,12 @@ class ReplyInbox:
 
     def _on_reply(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         raise NotImplementedError
+
+
+def is_inbox(subject: str) -> bool:
+    """Is `subject` an inbox a requester chose for its reply (`_INBOX.<...>`, or with a
+    connection's own prefix `_INBOX_<name>.<...>`, as the deployment's permissions give
+    each user)? A service that answers requests answers only there: a pod may publish
+    where its requesters may not, and a reply subject is whatever a request names."""
+    head, _, rest = subject.partition(".")
+    return head.startswith("_INBOX") and bool(rest)

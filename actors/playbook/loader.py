@@ -111,18 +111,26 @@ def parsed_playbook(source: str, file: str, max_attempts: int) -> Playbook:
         if hit is not None:
             _parsed.move_to_end(key)
             return hit
-    st = thread_state
-    if len(source) > INLINE_PLAYBOOK_CHARS and st.loader is not None:
-        pb: Playbook = st.loader(source, file, max_attempts)
-    elif len(source) > INLINE_PLAYBOOK_CHARS and st.slice_left is not None:
-        raise SliceExhausted  # on a pod's event loop
-    else:
-        pb = load_playbook(source, file=file, max_attempts=max_attempts)
+    pb = loaded_playbook(source, file, max_attempts)
     with _parsed_lock:
         _parsed[key] = pb
         if len(_parsed) > _PARSED_MAX:
             _parsed.popitem(last=False)
     return pb
+
+
+def loaded_playbook(source: str, file: str, max_attempts: int) -> Playbook:
+    """`parsed_playbook` without its cache: one over INLINE_PLAYBOOK_CHARS by this fold
+    thread's render process. For a playbook a request brings (`catalog.register`),
+    which no fold will need under that name: cached, a requester naming each copy
+    differently would fill the cache the folds share and hold the pod's memory."""
+    st = thread_state
+    if len(source) > INLINE_PLAYBOOK_CHARS and st.loader is not None:
+        pb: Playbook = st.loader(source, file, max_attempts)
+        return pb
+    if len(source) > INLINE_PLAYBOOK_CHARS and st.slice_left is not None:
+        raise SliceExhausted  # on a pod's event loop
+    return load_playbook(source, file=file, max_attempts=max_attempts)
 
 
 def load_playbook_file(path: str | Path, *, max_attempts: int = MAX_ATTEMPTS_CEILING) -> Playbook:

@@ -44,7 +44,7 @@ from nats.js import JetStreamContext
 
 from actors.natsio import ack
 from actors.natsio.dispatch import subscribe_direct
-from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, parsed_playbook
+from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, loaded_playbook, parsed_playbook
 from actors.playbook.model import Playbook
 from actors.playbook.templates import RenderFault
 from actors.runtime.metrics import EVICTED_ACTORS
@@ -245,9 +245,10 @@ class PartitionHost(Generic[K, A]):
     async def load_playbook(self, source: str, file: str, max_attempts: int) -> Playbook:
         """A playbook a request brought (`catalog.register`, actors/gateway/answers.py),
         loaded on a fold thread, never on the event loop: one over INLINE_PLAYBOOK_CHARS by
-        a render process, under its limits. PlaybookInvalid with every problem of the
-        file; RenderFault when the process was killed or ran out of memory."""
-        return await self._off_loop.off_loop(functools.partial(parsed_playbook, source, file, max_attempts))
+        a render process, under its limits; not kept in the folds' cache (`loaded_playbook`).
+        PlaybookInvalid with every problem of the file; RenderFault when the process was
+        killed or ran out of memory."""
+        return await self._off_loop.off_loop(functools.partial(loaded_playbook, source, file, max_attempts))
 
     async def fold_off_loop(self, actor: Hosted, fold: Callable[[], T]) -> T:
         """Run a fold inline with its slice of template operations, or, for an actor

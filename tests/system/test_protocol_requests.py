@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import msgspec
+import nats.js.errors
 import pytest
 from nats.aio.msg import Msg
 
@@ -274,3 +275,49 @@ async def test_a_cancel_of_an_unknown_id_writes_nothing_and_says_so(system: Syst
     for body in (b"nope", b'{"execution_id": "a b"}', b'{"execution_id": "x", "why": 1}'):
         bad = await cancel(system, body)
         assert bad.error is not None and bad.error.type == "InvalidRequest" and not bad.cancelled, body
+
+
+async def test_an_answer_goes_only_to_an_inbox_never_where_a_request_points_it(system: System) -> None:
+    """A pod may publish where a requester may not: a reply subject naming a lifecycle
+    subject (or a lease) must not make the pod write there."""
+    victim = system.layout.execution("proto-victim").lifecycle("playbook.completed")
+    js = system.nc.jetstream()
+    for subject, body in (
+        (RESULT_REQUEST_SUBJECT, b'{"execution_id": "nosuch"}'),
+        (REGISTER_REQUEST_SUBJECT, b"{"),
+        (CANCEL_REQUEST_SUBJECT, b'{"execution_id": "nosuch"}'),
+        ("start.request", b'{"playbook": "nosuch", "execution_id": "proto-victim"}'),
+    ):
+        await system.nc.publish(subject, body, reply=victim)
+    # the same requests from an inbox are answered: the ones above were taken and dropped by then
+    assert (await ask_result(system, {"execution_id": "nosuch"})).error is not None
+    await system.engine_idle()
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await js.get_last_msg("EXEC", victim)
+
+
+async def test_a_stopping_pod_answers_its_waiting_requests_at_once(system: System) -> None:
+    slow = await register(system, SLOW, "slow.yaml")
+    eid = await system.client.start(slow.path or "", payload={"s": 30}, execution_id="proto-stop")
+    await wait_for(lambda: _running(system, eid), timeout=20)
+    waiter = asyncio.ensure_future(ask_result(system, {"execution_id": eid}, wait=50))
+    (gateway,) = system.runtime.find(Gateway)
+    await wait_for(lambda: _true(gateway.pending == 1), timeout=20)
+    await gateway.stop()  # a rolling restart: the wait ends, answered as it stands
+    reply = await waiter
+    assert reply.status is not None and reply.status.state == "RUNNING" and reply.error is None
+
+
+async def test_a_wait_for_an_id_with_no_status_is_short(system: System) -> None:
+    # a made-up id must not hold a waiter for the minute it asked for: answered well inside 20 s
+    msg = await system.nc.request(
+        RESULT_REQUEST_SUBJECT, b'{"execution_id": "proto-made-up"}', timeout=20, headers={RESULT_WAIT: "60"}
+    )
+    reply = msgspec.json.decode(msg.data, type=ResultReply)
+    assert reply.error is not None and reply.error.type == "ExecutionNotFound"
+
+
+async def test_a_register_request_with_an_odd_file_name_is_refused(system: System) -> None:
+    for file in ("x" * 257, "bad\nname.yaml"):
+        reply = await register(system, GREET, file)
+        assert not reply.registered and reply.error is not None and reply.error.type == "InvalidRequest"
