@@ -126,7 +126,7 @@ OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 # kinds run by tool actors (one durable consumer each); `playbook` runs in the engine
-TOOL_KINDS = ("python", "http", "shell", "noop", "sleep")
+TOOL_KINDS = ("python", "http", "shell", "noop", "sleep", "duckdb", "postgres")
 
 
 @dataclass(frozen=True, kw_only=True)

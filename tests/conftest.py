@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,3 +182,20 @@ async def wait_for(predicate: Any, *, timeout: float = 10.0, interval: float = 0
 
 def of_type(items: list[LogItem], type_: str, step: str | None = None) -> list[LogItem]:
     return [i for i in items if i.type == type_ and (step is None or i.step == step)]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A throwaway PostgreSQL cluster for the test process (tests/support/postgres.py):
+    database `actors_test`, owned by role `actors_app`, whose password is `Database.password`. Skipped
+    only when the server's programs are missing (.ci/run installs them)."""
+    from tests.support import postgres as pg
+
+    why = pg.available()
+    if why is not None:
+        pytest.skip(f"no PostgreSQL server here: {why}")
+    server, database = pg.start_database("pg-S3cret-" + os.urandom(6).hex())
+    try:
+        yield database
+    finally:
+        asyncio.run(server.stop())

@@ -368,6 +368,42 @@ class Settings:
         "left unset, steps then run as the process's own user, with a warning)",
         minimum=None,
     )
+    # --- what duckdb steps may open (actors/tools/kinds/duckdb.py): the tool role reads it ---
+    duckdb_dirs: str | None = _setting(
+        None,
+        "ACTORS_DUCKDB_DIRS",
+        "directories (absolute, `:`-separated) whose files duckdb steps may read and write (CSV, Parquet, JSON, "
+        "a `database` file); besides them only the steps' own directory when steps run as another user. "
+        "Unset: no other",
+        minimum=None,
+    )
+
+    # --- postgres steps' connections (actors/tools/pgpool.py): one pool per credential in each tools pod ---
+    postgres_pool_max: int = _setting(
+        4,
+        "ACTORS_POSTGRES_POOL_MAX",
+        "connections a tools pod keeps open to one postgres credential's database at most (steps beyond wait "
+        "for one); pods x this must stay under the server's max_connections",
+    )
+    postgres_pool_idle: float = _setting(
+        300.0,
+        "ACTORS_POSTGRES_POOL_IDLE",
+        "seconds an unused postgres connection stays open before the pool closes it",
+        minimum=1.0,
+    )
+    postgres_pool_wait: float = _setting(
+        30.0,
+        "ACTORS_POSTGRES_POOL_WAIT",
+        "seconds a postgres step waits for a free connection (or a new one to be made) before failing "
+        "`PoolTimeout` (retryable); the step's own timeout still bounds it",
+        minimum=0.1,
+    )
+    postgres_connect_timeout: float = _setting(
+        10.0,
+        "ACTORS_POSTGRES_CONNECT_TIMEOUT",
+        "seconds a new postgres connection may take to open (libpq's connect_timeout)",
+        minimum=1.0,
+    )
 
     # --- the web UI (`actors-cli ui`, `dev`, `serve --role ui`) ---
     ui_host: str = _setting(

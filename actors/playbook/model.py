@@ -68,10 +68,49 @@ class SleepTool(_Tool, tag="sleep"):
     seconds: float | str = 0.0
 
 
-Tool = PythonTool | HttpTool | ShellTool | PlaybookTool | NoopTool | SleepTool
-TOOL_KINDS = ("python", "http", "shell", "playbook", "noop", "sleep")
+class DuckdbTool(_Tool, tag="duckdb"):
+    query: str = ""  # never rendered: values reach it as bound parameters ($name) from the args
+    max_rows: int | str = 10_000
+    database: str | None = None
+    inputs: dict[str, Any] | str | None = None
+    memory: int | str = 1024
+    threads: int | str = 1
+
+
+class PostgresAuth(_Strict):
+    """The design documents' spelling of a postgres credential: `auth: {type: postgres, credential: NAME}`."""
+
+    credential: str
+    type: Literal["postgres"] = "postgres"
+
+
+class PostgresTool(_Tool, tag="postgres"):
+    query: str | list[str] = ""  # never rendered: values reach it as bound parameters (%(name)s) from the args
+    auth: PostgresAuth | None = None
+    max_rows: int | str = 10_000
+    # a table write instead of a query (actors/tools/pgwrite.py): rows from the args' `rows`
+    table: str | None = None
+    mode: Literal["append", "upsert", "replace"] = "append"
+    key: list[str] | None = None
+    columns: list[str] | None = None
+    ledger: str | None = None  # the exactly-once ledger's table (default actors_ledger)
+    once: bool = False  # a query recorded in the ledger: run once per command
+
+    def __post_init__(self) -> None:
+        if self.table is not None and self.query:
+            raise ValueError("a postgres tool has `query` or `table`, not both")
+        if self.table is None and (self.key is not None or self.columns is not None or self.mode != "append"):
+            raise ValueError("`mode`, `key` and `columns` are for a table write (`table`)")
+        if self.mode == "upsert" and not self.key:
+            raise ValueError("mode upsert needs `key`: the columns of a unique index")
+        if self.mode != "upsert" and self.key is not None:
+            raise ValueError(f"`key` is for mode upsert, not {self.mode}")
+
+
+Tool = PythonTool | HttpTool | ShellTool | PlaybookTool | NoopTool | SleepTool | DuckdbTool | PostgresTool
+TOOL_KINDS = ("python", "http", "shell", "playbook", "noop", "sleep", "duckdb", "postgres")
 # Tool fields that are code or identity, never rendered as templates.
-UNRENDERED_TOOL_FIELDS = frozenset({"kind", "code", "credential"})
+UNRENDERED_TOOL_FIELDS = frozenset({"kind", "code", "credential", "query", "auth"})
 
 
 # --- routing -------------------------------------------------------------------------

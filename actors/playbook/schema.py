@@ -53,6 +53,15 @@ def playbook_schema() -> dict[str, Any]:
     defs["ToolSpec"] = {"anyOf": [_ref("ToolKind"), _ref("AnyTool")]}
     step["tool"] = _ref("ToolSpec")
     defs["Sink"]["properties"]["tool"] = _ref("ToolSpec")
+    # sink: also the design documents' flat shape, the tool's fields beside `tool: <kind>`
+    defs["FlatSink"] = {
+        "title": "FlatSink",
+        "type": "object",
+        "properties": {"tool": _ref("ToolKind"), "args": {"type": "object"}},
+        "required": ["tool"],
+        "additionalProperties": True,
+    }
+    step["sink"] = _nullable(_ref("Sink"), _ref("FlatSink"))
 
     # next
     defs["NextWhenRule"] = {
@@ -181,6 +190,35 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     },
     "NoopTool": dict(_TOOL_COMMON),
     "SleepTool": {**_TOOL_COMMON, "seconds": "how long to wait (an arg `seconds` wins)"},
+    "DuckdbTool": {
+        **_TOOL_COMMON,
+        "query": "SQL run by DuckDB (statements in order, the last one's rows the result); $name parameters "
+        "bound from the args; never rendered",
+        "max_rows": "the most rows a result may hold (default 10000); more fail the step TooManyRows",
+        "database": "a DuckDB file in an allowed directory (ACTORS_DUCKDB_DIRS); default: in-memory",
+        "inputs": "name -> a list of mappings (or values): each a temporary table the SQL reads",
+        "memory": "MiB DuckDB may use (default 1024); past it OutOfMemoryException",
+        "threads": "DuckDB threads for the query (default 1)",
+    },
+    "PostgresTool": {
+        **_TOOL_COMMON,
+        "query": "SQL (or a list of statements), one transaction; %(name)s parameters bound from the args; "
+        "never rendered",
+        "auth": "{type: postgres, credential: NAME}: the credential, as the design documents write it",
+        "max_rows": "the most rows a result may hold (default 10000); more fail the step TooManyRows",
+        "table": "write rows (the arg `rows`; a sink without args: the result) into this table (or schema.table), "
+        "instead of a query",
+        "mode": "a table write: append (COPY), upsert (ON CONFLICT on `key`) or replace (delete, then COPY)",
+        "key": "upsert: the columns of a unique index",
+        "columns": "the columns written (default: the union of the rows' keys)",
+        "ledger": "the table recording each command's write, so a redelivery writes nothing twice "
+        "(default actors_ledger)",
+        "once": "a query recorded in the ledger: a redelivered command does not run it again",
+    },
+    "PostgresAuth": {
+        "type": "always postgres",
+        "credential": "the credential's name (host, port, database, user, password, sslmode, or dsn)",
+    },
     "Loop": {
         "collection": "a list, or a template rendering to one; rendered once, before any iteration",
         "element": "the name each element takes in the step's templates",
@@ -206,6 +244,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "path": "dotted path of the value to accumulate; none: whole results",
     },
     "Sink": {"tool": "the sink's tool", "args": "its args (templates; `result` is the attempt's result)"},
+    "FlatSink": {
+        "tool": "the sink tool's kind; its fields beside it (`sink: {tool: postgres, table: t, mode: append}`)",
+        "args": "its args (templates; `result` is the attempt's result)",
+    },
     "OnErrorRule": {
         "decision": "none, abort, ignore, cancel, retry, retry_later or handled",
         "when": _WHEN,

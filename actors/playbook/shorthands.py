@@ -57,9 +57,28 @@ class Shorthands:
         if field == "loop":
             return self._loop(ctx, value)
         if field == "sink" and isinstance(value, dict) and "tool" in value:
-            tool = self._tool(ctx, value["tool"], ("sink", "tool"))
-            return BAD if tool is BAD else {**value, "tool": tool}
+            return self._sink(ctx, value)
         return value
+
+    def _sink(self, ctx: StepCtx, value: dict[str, Any]) -> Any:
+        if isinstance(value["tool"], str) and set(value) - {"tool", "args"}:
+            # the design documents' flat shape, `sink: {tool: postgres, table: t, mode: append,
+            # auth: ...}`: the tool's fields beside `tool`, as `sink: {tool: {kind: postgres, ...}}`
+            fields = {k: v for k, v in value.items() if k not in ("tool", "args")}
+            if "kind" in fields:
+                self.report.step_error(ctx, ("sink", "kind"), "a flat sink names its kind in `tool`: drop `kind`")
+                return BAD
+            kind = self._tool(ctx, value["tool"], ("sink", "tool"))
+            if kind is BAD:
+                return BAD
+            ctx.remap(("sink", "tool"), ("sink",))  # what is said of the whole tool is said of the sink
+            for k in fields:
+                ctx.remap(("sink", "tool", k), ("sink", k))
+            ctx.remap(("sink", "tool", "kind"), ("sink", "tool"))
+            flat = {"tool": {**kind, **fields}}
+            return {**flat, "args": value["args"]} if "args" in value else flat
+        tool = self._tool(ctx, value["tool"], ("sink", "tool"))
+        return BAD if tool is BAD else {**value, "tool": tool}
 
     def _tool(self, ctx: StepCtx, value: Any, at: KeyPath) -> Any:
         if isinstance(value, str):

@@ -35,6 +35,8 @@ from actors.tools.batching import RESULT_BATCH_MAX, RESULT_BATCH_WINDOW
 from actors.tools.cancels import Cancels
 from actors.tools.credentials import CredentialSource
 from actors.tools.held import HOLD_MARGIN, HeldCommands
+from actors.tools.kinds.duckdb import duckdb_dirs
+from actors.tools.pgpool import PoolBounds
 from actors.tools.podguard import guard_pod
 from actors.tools.pull import KindPull, wake_now_and_then
 from actors.tools.redact import install_log_redaction
@@ -123,7 +125,17 @@ class ToolActor:
         if credentials is None:
             credentials = CredentialSource(settings.credentials_dir, settings.credentials)
         try:
-            self.resources = ToolResources(python_workers=python_workers, credentials=credentials, run_as=run_as)
+            dirs = duckdb_dirs(settings.duckdb_dirs)
+        except ValueError as e:
+            raise SettingsInvalid(str(e)) from None
+        try:
+            self.resources = ToolResources(
+                python_workers=python_workers,
+                credentials=credentials,
+                run_as=run_as,
+                duckdb_dirs=dirs,
+                postgres_pool=PoolBounds.of(settings),
+            )
         except StepUserInvalid as e:
             raise SettingsInvalid(str(e)) from None
         self._step_user_fallback = step_user_fallback and not (settings.step_user or "").strip()
@@ -184,7 +196,10 @@ class ToolActor:
                     STEP_USER_SETTING,
                 )
                 self.resources = ToolResources(
-                    python_workers=self.resources.python_workers, credentials=self.resources.credentials
+                    python_workers=self.resources.python_workers,
+                    credentials=self.resources.credentials,
+                    duckdb_dirs=self.resources.duckdb_dirs,
+                    postgres_pool=self.resources.postgres.bounds,
                 )
                 self._runner.resources = self.resources
                 await self.resources.warm_python()

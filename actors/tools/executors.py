@@ -25,16 +25,27 @@ Kinds (the table `EXECUTORS`, one module each under `actors.tools.kinds`):
   args are sent as query parameters (``params`` win on a clash), for any other method
   they are the JSON body. Returns ``{"status", "headers", "data"}``; ``data`` is the
   parsed JSON when the content type is JSON, else the text.
+- ``duckdb``: ``query`` (SQL, ``$name`` parameters bound from the args), ``max_rows``,
+  ``database``, ``inputs``, ``memory``, ``threads``; runs in a worker process of the
+  resources' duckdb pool (the python pool's machinery, workers of its own: see
+  actors/tools/kinds/duckdb.py). Returns ``{"rows", "row_count", "columns"}``.
+- ``postgres``: ``query`` (SQL, or a list of statements; ``%(name)s`` parameters bound
+  by the driver from the args), ``credential`` or ``auth: {type: postgres, credential}``,
+  ``max_rows``; one transaction per call on the resources' pool for the credential
+  (actors/tools/pgpool.py, actors/tools/kinds/postgres.py). Returns ``{"columns",
+  "rows", "row_count"}``, or ``{"row_count", "status"}`` for a command without rows.
+  With ``table`` instead of ``query``: the arg ``rows`` written (``mode``, ``key``,
+  ``columns``; actors/tools/pgwrite.py), once per command; ``{"table", "mode", "row_count"}``.
 - ``playbook``: runs in the engine, never here (``ToolConfigError``).
 
-Credentials (``credential``: a name) are resolved for ``http``, ``python`` and ``shell``
+Credentials (``credential``: a name) are resolved for ``http``, ``python``, ``shell`` and ``postgres``
 from the resources' `CredentialSource` at each call (`CredentialNotFound`,
 `CredentialInvalid`). Whatever leaves `run_tool` other than a result the tool returned
 itself is masked (actors/tools/redact.py): a failure's type (a python step names its
 exception's class, which may be any text), message, traceback and data, what the tool
 printed, a shell step's stdout and stderr.
 
-`timeout` bounds the whole call; on expiry the work is stopped (python: the worker
+`timeout` bounds the whole call; on expiry the work is stopped (python, duckdb: the worker
 process is killed; shell: the process group is killed; http: the request is
 cancelled) and ``ToolFailure(type="Timeout", retryable=True)`` is raised. Setting
 `cancel` stops the work the same way and raises ``ToolFailure(type="Cancelled")``.
@@ -49,11 +60,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actors.tools import fields
-from actors.tools.call import ToolCall
+from actors.tools.call import CommandIdentity, ToolCall
 from actors.tools.capture import OutputBox
 from actors.tools.failures import ToolFailure, failure_from_exception
 from actors.tools.kinds.basic import run_noop, run_sleep
+from actors.tools.kinds.duckdb import run_duckdb
 from actors.tools.kinds.http import run_http
+from actors.tools.kinds.postgres import run_postgres
 from actors.tools.kinds.python import run_python
 from actors.tools.kinds.shell import run_shell
 from actors.tools.redact import REDACTOR
@@ -70,9 +83,11 @@ EXECUTORS: dict[str, Executor] = {
     "sleep": run_sleep,
     "shell": run_shell,
     "http": run_http,
+    "postgres": run_postgres,
+    "duckdb": run_duckdb,
 }
 # the kinds a `credential` is resolved for (noop and sleep have no use for one)
-USES_CREDENTIAL = frozenset({"http", "python", "shell"})
+USES_CREDENTIAL = frozenset({"http", "python", "shell", "postgres"})
 
 
 async def run_tool(
@@ -84,6 +99,8 @@ async def run_tool(
     resources: ToolResources,
     cancel: asyncio.Event | None = None,
     output: OutputBox | None = None,
+    identity: CommandIdentity | None = None,
+    result: Any = None,
 ) -> bytes:
     """Run one tool call; return its result as JSON text or raise `ToolFailure`.
 
@@ -91,8 +108,10 @@ async def run_tool(
     the step's rendered args, `timeout` the seconds the whole call may take (None: no
     limit), `resources` the pool and session the call may use, `cancel` an event that
     stops the call when set, `output` where what the tool printed goes (python and
-    shell fill it, whatever the outcome). The failure's type, message, traceback and
-    data and the output are masked (see the module docstring).
+    shell fill it, whatever the outcome). `identity`: the command the call runs for
+    (a postgres write's ledger key); `result`: for a sink, the step's result it follows.
+    The failure's type, message, traceback and data and the output are masked (see the
+    module docstring).
     """
     try:
         try:  # one coroutine for the checks and the call: a python call resumes through it once
@@ -109,7 +128,8 @@ async def run_tool(
                 raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
             name = tool.get("credential")
             credential = resources.credentials.resolve(name) if name is not None and kind in USES_CREDENTIAL else None
-            return await executor(ToolCall(tool, args, timeout, cancel, resources, output, credential))
+            call = ToolCall(tool, args, timeout, cancel, resources, output, credential, identity, result)
+            return await executor(call)
         except (ToolFailure, asyncio.CancelledError):
             raise
         except Exception as exc:

@@ -1,5 +1,5 @@
-"""What tool calls share, owned by one tool actor: the python worker pool and the HTTP
-session, made lazily on first use (a sink may call a kind its actor does not consume) and
+"""What tool calls share, owned by one tool actor: the python worker pool (and the duckdb
+steps' own), the HTTP session, made lazily on first use (a sink may call a kind its actor does not consume) and
 closed by `close()` when the actor stops; where credentials are found; the clean
 environment python and shell steps start from, and the user they run as (with, for
 another user than the pod's, a directory of their own: actors/runtime/children.py). Tests that
@@ -17,6 +17,7 @@ from actors.runtime.children import RunAs, cannot_start_steps, step_home
 from actors.tools.credentials import CredentialSource
 from actors.tools.environment import base_environment
 from actors.tools.failures import ToolFailure
+from actors.tools.pgpool import PoolBounds, PostgresPools
 from actors.tools.pypool import PythonPool
 
 if TYPE_CHECKING:
@@ -40,8 +41,12 @@ class ToolResources:
         credentials: CredentialSource | None = None,
         environment: dict[str, str] | None = None,
         run_as: RunAs | None = None,
+        duckdb_dirs: tuple[str, ...] = (),
+        postgres_pool: PoolBounds | None = None,
     ) -> None:
         self.python_workers = python_workers
+        # what duckdb steps may open besides `home` (actors/tools/kinds/duckdb.py)
+        self.duckdb_dirs = duckdb_dirs
         self.credentials = credentials if credentials is not None else CredentialSource()
         self.run_as = run_as
         # the pod's HOME and working directory are not another user's to write (nor, for a root pod, to read)
@@ -49,9 +54,12 @@ class ToolResources:
         env = environment if environment is not None else base_environment()
         self.environment = env if self.home is None else {**env, "HOME": self.home, "TMPDIR": self.home}
         self._pool: PythonPool | None = None
+        self._duckdb_pool: PythonPool | None = None
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._pid = os.getpid()
+        # postgres steps' and sinks' connections: a pool per credential (actors/tools/pgpool.py)
+        self.postgres = PostgresPools(postgres_pool)
 
     def python_pool(self) -> PythonPool:
         """The pool (created on first use; again after it was closed)."""
@@ -60,6 +68,15 @@ class ToolResources:
                 size=self.python_workers, environment=self.environment, run_as=self.run_as, cwd=self.home
             )
         return self._pool
+
+    def duckdb_pool(self) -> PythonPool:
+        """The duckdb steps' own worker pool (actors/tools/kinds/duckdb.py): the python
+        pool's machinery, not its workers, whose address space a query bounds."""
+        if self._duckdb_pool is None or self._duckdb_pool.closed:
+            self._duckdb_pool = PythonPool(
+                size=self.python_workers, environment=self.environment, run_as=self.run_as, cwd=self.home
+            )
+        return self._duckdb_pool
 
     async def warm_python(self) -> None:
         """Start every python worker now, not on the first step. When steps run as
@@ -96,8 +113,13 @@ class ToolResources:
         mine = self._pid == os.getpid()
         if pool is not None and mine:
             await pool.close()
+        duckdb_pool, self._duckdb_pool = self._duckdb_pool, None
+        if duckdb_pool is not None and mine:
+            await duckdb_pool.close()
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
+        if mine:
+            await self.postgres.close()
         if self.home is not None and mine:  # what steps left there goes with them
             shutil.rmtree(self.home, ignore_errors=True)

@@ -29,6 +29,7 @@ from actors.runtime.metrics import commands_in_flight, observe_step, step_outcom
 from actors.runtime.render_process import OffLoop
 from actors.store.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
 from actors.tools.batching import ResultBatcher
+from actors.tools.call import CommandIdentity
 from actors.tools.cancels import Cancels
 from actors.tools.capture import OutputBox
 from actors.tools.executors import run_tool
@@ -284,6 +285,7 @@ class CommandRunner:
                 cancel=cancel,
                 resources=self.resources,
                 output=output,
+                identity=CommandIdentity(cmd.execution_id, cmd.command_id, index, "tool"),
             )
         except ToolFailure as f:
             await publish_output(self.nc, self.js, cmd, index, output.captured)
@@ -324,7 +326,18 @@ class CommandRunner:
             return ErrorInfo(type="TemplateLimit", message=fault.describe())
         kind = str(tool.get("kind"))
         try:
-            await run_tool(kind, tool, args, timeout=cmd.timeout, cancel=cancel, resources=self.resources)
+            # its identity: a postgres sink's ledger key; `result`: what a table write takes as rows by default
+            identity = CommandIdentity(cmd.execution_id, cmd.command_id, index, "sink")
+            await run_tool(
+                kind,
+                tool,
+                args,
+                timeout=cmd.timeout,
+                cancel=cancel,
+                resources=self.resources,
+                identity=identity,
+                result=result,
+            )
         except ToolFailure as f:
             info = ErrorInfo(**f.to_error())
             info.message = f"step '{cmd.step}' sink ({kind}) failed: {info.message}"

@@ -1,0 +1,429 @@
+"""Postgres table writes and sinks against a real server (the session's throwaway cluster,
+tests/support/postgres.py): the three modes in bulk, values by column type, names
+quoted by the driver, a failed sink leaving no rows and failing the attempt, the design
+documents' flat sink shape, and exactly once: a command delivered again writes
+nothing more, also when the tools pod is killed with SIGKILL between the sink's commit
+and its result's publish (a test-only failpoint, actors/tools/failpoints.py) or at
+random times, in a loop of 1,000 iterations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import pytest_asyncio
+from nats.aio.msg import Msg
+
+from actors.client import Client
+from actors.config.settings import Settings
+from actors.pod.roles import connect, start_roles
+from actors.tools.call import CommandIdentity
+from actors.tools.credentials import CredentialSource
+from actors.tools.executors import run_tool
+from actors.tools.failpoints import ENV as FAILPOINTS
+from actors.tools.failures import ToolFailure
+from actors.tools.resources import ToolResources
+from actors.wire.messages import CallError
+from streams.layout import ensure
+from streams.server import NatsServer
+from streams.subjects import progress_subject
+from tests.conftest import System, make_layout, of_type
+from tests.support.pods import PodProcess
+from tests.support.postgres import Database
+
+pytestmark = pytest.mark.asyncio
+
+
+async def admin(db: Database, query: str) -> list[tuple[Any, ...]]:
+    """`query` as the superuser (its rows, if any)."""
+    async with await psycopg.AsyncConnection.connect(db.admin(), autocommit=True) as conn:
+        cur = await conn.execute(query.encode())
+        return await cur.fetchall() if cur.description is not None else []
+
+
+async def as_app(db: Database, query: str) -> None:
+    """DDL as the tests' role (the tables the steps write are its own)."""
+    async with await psycopg.AsyncConnection.connect(db.url(), autocommit=True) as conn:
+        await conn.execute(query.encode())
+
+
+@pytest.fixture
+def table(request: pytest.FixtureRequest) -> str:
+    """A table name of this test's own (the cluster is the session's)."""
+    return "s_" + str(request.node.name).lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+
+
+@pytest_asyncio.fixture
+async def res(postgres: Database) -> AsyncIterator[ToolResources]:
+    r = ToolResources(credentials=CredentialSource(None, {"DB": json.dumps(postgres.credential())}))
+    try:
+        yield r
+    finally:
+        await r.close()
+
+
+_EXECUTION = ["e"]
+
+
+@pytest.fixture(autouse=True)
+def _execution(table: str) -> None:
+    _EXECUTION[0] = table  # the ledger is the session's: each test's commands are of an execution of its own
+
+
+def ident(command: str = "1-1", index: int | None = None, run: str = "sink", eid: str = "") -> CommandIdentity:
+    return CommandIdentity(eid or _EXECUTION[0], command, index, run)  # type: ignore[arg-type]
+
+
+async def write(
+    res: ToolResources,
+    table: str,
+    rows: Any,
+    *,
+    identity: CommandIdentity | None = None,
+    as_result: bool = False,
+    **tool: Any,
+) -> Any:
+    """A table write as the tool actor runs it: `rows` as the arg, or (`as_result`) as the
+    result a sink without args follows."""
+    spec = {"kind": "postgres", "credential": "db", "table": table, **tool}
+    args = {} if as_result else {"rows": rows}
+    out = await run_tool("postgres", spec, args, timeout=20, resources=res, identity=identity or ident(), result=rows)
+    return json.loads(out)
+
+
+@pytest.mark.timeout(60)
+async def test_append_upsert_and_replace_write_rows_by_column_type(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    await as_app(
+        postgres,
+        f"""CREATE SCHEMA IF NOT EXISTS raw;
+            CREATE TABLE raw.{table} (id int PRIMARY KEY, "Select" text, amount numeric, at timestamptz,
+                                      doc jsonb, tags text[], note text DEFAULT 'd')""",
+    )
+    qualified = f"raw.{table}"
+    rows = [
+        {"id": 1, "Select": "x'); DROP TABLE raw." + table + "; --", "amount": "12.50", "at": "2024-01-02T03:04:05Z",
+         "doc": {"a": [1, 2]}, "tags": ["a", "b"]},
+        {"id": 2, "Select": "tab\there\nnewline", "amount": 3, "doc": "just a string", "note": None},
+    ]  # fmt: skip
+    out = await write(res, qualified, rows, identity=ident("1-1"))
+    assert out == {"table": qualified, "mode": "append", "row_count": 2}
+    got = await admin(postgres, f'SELECT id, "Select", amount::text, at, doc, tags, note FROM raw.{table} ORDER BY id')
+    assert (
+        got[0][1] == rows[0]["Select"] and got[0][2] == "12.50" and got[0][3].isoformat() == "2024-01-02T03:04:05+00:00"
+    )
+    assert got[0][4] == {"a": [1, 2]} and got[0][5] == ["a", "b"]
+    assert got[1][1:] == ("tab\there\nnewline", "3", None, "just a string", None, None)  # a key a row lacks: NULL
+
+    # upsert: the key's row updated, a new one inserted, two rows of one key: the last wins
+    out = await write(
+        res,
+        qualified,
+        [{"id": 2, "amount": 5}, {"id": 3, "amount": 7}, {"id": 3, "amount": 8}],
+        identity=ident("2-1"),
+        mode="upsert",
+        key=["id"],
+    )
+    assert out == {"table": qualified, "mode": "upsert", "row_count": 2}
+    got = await admin(postgres, f'SELECT id, amount::text, "Select" FROM raw.{table} ORDER BY id')
+    assert got == [(1, "12.50", rows[0]["Select"]), (2, "5", "tab\there\nnewline"), (3, "8", None)]
+
+    # replace: the rows are these only; a sink without args writes the result it follows
+    out = await write(res, qualified, {"id": 9, "amount": 1}, identity=ident("3-1"), mode="replace", as_result=True)
+    assert out == {"table": qualified, "mode": "replace", "row_count": 1}
+    assert await admin(postgres, f"SELECT id, amount::text FROM raw.{table}") == [(9, "1")]
+
+    # `columns` chooses what is written (other keys ignored)
+    out = await write(res, qualified, [{"id": 10, "amount": 2, "extra": "x"}], identity=ident("4-1"), columns=["id"])
+    assert out["row_count"] == 1
+    assert await admin(postgres, f"SELECT id, amount FROM raw.{table} WHERE id = 10") == [(10, None)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_bad_write_names_what_is_wrong_and_writes_nothing(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    await as_app(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY, name text)")
+    with pytest.raises(ToolFailure) as unknown:
+        await write(res, table, [{"id": 1, "name": "a"}, {"id": 2, "nmae": "b"}], identity=ident("1-1"))
+    assert unknown.value.type == "ToolConfigError" and "'nmae'" in unknown.value.message
+    assert "id, name" in unknown.value.message  # the table's columns, to pick from
+    with pytest.raises(ToolFailure) as missing:
+        await write(res, "no_such_table", [{"id": 1}], identity=ident("2-1"))
+    assert missing.value.type == "UndefinedTable" and "no_such_table" in missing.value.message
+    with pytest.raises(ToolFailure) as hostile:  # a name is an identifier, never SQL
+        await write(res, f"{table}; DROP TABLE {table}", [{"id": 1}], identity=ident("3-1"))
+    assert hostile.value.type == "UndefinedTable"
+    with pytest.raises(ToolFailure) as dup:  # the second row breaks the key: the first is not kept either
+        await write(res, table, [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}], identity=ident("4-1"))
+    assert dup.value.type == "UniqueViolation"
+    with pytest.raises(ToolFailure) as no_key:
+        await write(res, table, [{"id": 1}], identity=ident("5-1"), mode="upsert")
+    assert no_key.value.type == "ToolConfigError" and "key" in no_key.value.message
+    with pytest.raises(ToolFailure) as no_rows:
+        await run_tool("postgres", {"kind": "postgres", "credential": "db", "table": table}, {"x": 1}, timeout=5,
+                       resources=res, identity=ident("6-1"))  # fmt: skip
+    assert no_rows.value.type == "ToolConfigError" and "`rows`" in no_rows.value.message
+    assert await admin(postgres, f"SELECT count(*) FROM {table}") == [(0,)]
+    # the failed writes left no ledger rows: the same commands, delivered again, write
+    out = await write(res, table, [{"id": 1, "name": "a"}], identity=ident("4-1"))
+    assert out["row_count"] == 1
+
+
+@pytest.mark.timeout(60)
+async def test_a_command_delivered_again_writes_nothing_more_and_answers_as_the_first_time(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    await as_app(postgres, f"CREATE TABLE {table} (id int, v text)")
+    first = await write(res, table, [{"id": 1, "v": "a"}, {"id": 2, "v": "a"}], identity=ident("7-1", 4))
+    # the same command again (a pod killed before its answer): the tool ran again and gave other rows
+    again = await write(res, table, [{"id": 1, "v": "b"}], identity=ident("7-1", 4))
+    assert again == first == {"table": table, "mode": "append", "row_count": 2}
+    assert await admin(postgres, f"SELECT id, v FROM {table} ORDER BY id") == [(1, "a"), (2, "a")]
+    # another iteration, attempt, run or execution is another command: it writes
+    for other in (ident("7-1", 5), ident("7-2", 4), ident("7-1", 4, run="tool"), ident("7-1", 4, eid=table + "2")):
+        assert (await write(res, table, [{"id": 3, "v": "c"}], identity=other))["row_count"] == 1
+    assert await admin(postgres, f"SELECT count(*) FROM {table} WHERE id = 3") == [(4,)]
+    ledger = await admin(
+        postgres, f"SELECT result FROM actors_ledger WHERE execution_id = '{table}' AND command_id = '7-1'"
+    )
+    assert json.loads(ledger[0][0]) == first  # what a second delivery answers
+
+    # two deliveries at the same moment (ack wait past, another pod took it): one writes, the
+    # other waits for its transaction and answers its result
+    both = await asyncio.gather(*(write(res, table, [{"id": 4, "v": "d"}], identity=ident("8-1")) for _ in range(2)))
+    assert both[0] == both[1]
+    assert await admin(postgres, f"SELECT count(*) FROM {table} WHERE id = 4") == [(1,)]
+
+    # a query with `once: true`, under its own ledger
+    tool = {"kind": "postgres", "credential": "db", "query": f"INSERT INTO {table} VALUES (5, 'e')", "once": True,
+            "ledger": "public.my_ledger"}  # fmt: skip
+    for _ in range(2):
+        out = json.loads(await run_tool("postgres", tool, {}, timeout=5, resources=res, identity=ident("9-1")))
+        assert out == {"row_count": 1, "status": "INSERT 0 1"}
+    assert await admin(postgres, f"SELECT count(*) FROM {table} WHERE id = 5") == [(1,)]
+    assert await admin(postgres, "SELECT count(*) FROM my_ledger") == [(1,)]
+
+    # the first writes to a new ledger, at once: one makes it, none fails
+    firsts = [write(res, table, [{"id": 6}], identity=ident(f"10-{k}"), ledger="race_ledger") for k in range(1, 5)]
+    assert [out["row_count"] for out in await asyncio.gather(*firsts)] == [1, 1, 1, 1]
+    assert await admin(postgres, "SELECT count(*) FROM race_ledger") == [(4,)]
+
+
+# --- through the whole system -------------------------------------------------------------
+
+
+def playbook(name: str, steps: str) -> str:
+    return f"apiVersion: actors/v1\nkind: Playbook\nmetadata: {{name: {name}}}\nworkflow:\n{steps}"
+
+
+@pytest_asyncio.fixture
+async def pod(nats_server: NatsServer, tmp_path: Path, postgres: Database) -> AsyncIterator[System]:
+    """Every role in this process, with credential `db` for the cluster."""
+    settings = Settings(credentials={"DB": json.dumps(postgres.credential())})
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    runtime = await start_roles(nc, layout=layout, settings=settings)
+    try:
+        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
+    finally:
+        await runtime.stop(drain_timeout=0.2)
+        await nc.close()
+
+
+@pytest.mark.timeout(120)
+async def test_a_sink_writes_each_iteration_with_it_and_a_failed_sink_fails_the_iteration(
+    pod: System, postgres: Database, table: str
+) -> None:
+    # iteration 13's third row breaks a check: that iteration's sink fails, its retry too
+    await as_app(
+        postgres,
+        f"""CREATE TABLE {table} (i int, part int, attempt int, CHECK (NOT (i = 13 AND part = 2)));
+            CREATE TABLE {table}_up (id int PRIMARY KEY, n int)""",
+    )
+    eid, status = await pod.run_yaml(
+        playbook(
+            "pg-sinks",
+            f"""
+  - step: fan
+    loop: {{collection: "{{{{ range(20) | list }}}}", element: i, concurrency: 5, tolerated_failures: 1}}
+    tool: noop
+    retry:
+      when: "{{{{ error is not none and error.type == 'CheckViolation' }}}}"
+      then: {{max_attempts: 2, initial_delay: 0.05}}
+    sink:                      # the design documents' flat shape
+      tool: postgres
+      table: {table}
+      mode: append
+      auth: {{type: postgres, credential: db}}
+      args:                    # the sink's templates see the element and the attempt too
+        rows:
+          - {{i: "{{{{ i }}}}", part: 0, attempt: "{{{{ attempt }}}}"}}
+          - {{i: "{{{{ i }}}}", part: 1, attempt: "{{{{ attempt }}}}"}}
+          - {{i: "{{{{ i }}}}", part: 2, attempt: "{{{{ attempt }}}}"}}
+    next: counts
+  - step: counts
+    tool:
+      kind: python
+      code: |
+        def main():
+            return [{{"id": k, "n": k * 10}} for k in range(3)]
+    sink:                      # nested shape; no args: the result is the rows
+      tool: {{kind: postgres, credential: db, table: {table}_up, mode: upsert, key: [id]}}
+""",
+        ),
+        timeout=60,
+    )
+    assert status.state == "COMPLETED", status.error
+    rows = await admin(postgres, f"SELECT i, part, attempt FROM {table} ORDER BY i, part")
+    assert rows == [(i, p, 1) for i in range(20) if i != 13 for p in range(3)]  # nothing of iteration 13
+    failed = [r for r in await pod.client.iterations(eid) if isinstance(r, CallError)]
+    assert [(r.iteration_index, r.attempt_number) for r in failed] == [(13, 1), (13, 2)]  # retry saw it
+    for r in failed:
+        assert r.error.type == "CheckViolation" and "sink (postgres) failed" in r.error.message
+    verdict = of_type(await pod.events(eid), "iterator.completed")[0].data
+    assert [e["index"] for e in verdict["errors"]] == [13]
+    assert await admin(postgres, f"SELECT id, n FROM {table}_up ORDER BY id") == [(0, 0), (1, 10), (2, 20)]
+
+
+ITERATIONS = 1000
+PARTS = 3
+
+
+def loop_playbook(table: str, mode: str, concurrency: int) -> str:
+    rows = ", ".join(f'{{i: "{{{{ i }}}}", part: {p}}}' for p in range(PARTS))
+    return playbook(
+        "pg-once",
+        f"""
+  - step: fan
+    loop: {{collection: "{{{{ range({ITERATIONS}) | list }}}}", element: i, mode: {mode}, chunk_size: 10,
+           concurrency: {concurrency}}}
+    tool: noop
+    args: {{rows: [{rows}]}}
+    sink:
+      tool: postgres
+      table: {table}
+      auth: {{type: postgres, credential: db}}
+      args: {{rows: "{{{{ result.rows }}}}"}}
+""",
+    )
+
+
+async def run_with_kills(
+    nats_server: NatsServer,
+    tmp_path: Path,
+    postgres: Database,
+    table: str,
+    *,
+    mode: str,
+    concurrency: int,
+    failpoint: str | None = None,
+    kill_at: list[int] | None = None,
+    kills: int,
+) -> int:
+    """Run the loop with the tools pod a process of its own, killed (SIGKILL) and started
+    again: by the failpoint (`failpoint`, armed in the first `kills` lives), or by the
+    test when the loop's progress passes each of `kill_at` (iterations done). Returns
+    how many times it was killed."""
+    await as_app(postgres, f"CREATE TABLE {table} (i int NOT NULL, part int NOT NULL)")  # no key: a row twice shows
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    await ensure(nc.jetstream(), layout)
+    runtime = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector", "retention"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = {"ACTORS_CREDENTIAL_DB": json.dumps(postgres.credential())}
+    killed = 0
+    lives = 0
+    thresholds = sorted(kill_at or [])
+
+    async def tools() -> PodProcess:
+        nonlocal lives
+        lives += 1
+        armed = {FAILPOINTS: failpoint} if failpoint and killed < kills else {}
+        p = await PodProcess.start(
+            "tools", url=nats_server.url, layout=layout, logs=logs, name=f"tools{lives}", env={**env, **armed}
+        )
+        await p.ready()
+        return p
+
+    tools_pod = await tools()
+    eid = "once" + os.urandom(6).hex()
+    done_so_far = [0]
+    moved = asyncio.Event()
+
+    async def on_progress(msg: Msg) -> None:
+        done_so_far[0] = max(done_so_far[0], json.loads(msg.data)["done"])
+        moved.set()
+
+    sub = await nc.subscribe(progress_subject(eid), cb=on_progress)
+    try:
+        client = Client(nc, layout=layout)
+        path = tmp_path / "once.yaml"
+        path.write_text(loop_playbook(table, mode, concurrency))
+        entry = await client.register(path)
+        await client.start(entry.path, execution_id=eid)
+        done = asyncio.ensure_future(client.wait(eid, timeout=150))
+        while not done.done():
+            died = asyncio.ensure_future(tools_pod.proc.wait())
+            progressed = asyncio.ensure_future(moved.wait())
+            await asyncio.wait({done, died, progressed}, return_when=asyncio.FIRST_COMPLETED)
+            moved.clear()
+            if thresholds and done_so_far[0] >= thresholds[0] and not done.done():
+                thresholds.pop(0)
+                await tools_pod.kill()  # wherever its work is: mid-tool, mid-sink, mid-answer
+            if tools_pod.proc.returncode is not None and not done.done():
+                assert tools_pod.proc.returncode == -signal.SIGKILL, tools_pod.log.read_text()[-3000:]
+                killed += 1
+                tools_pod = await tools()
+            died.cancel()
+            progressed.cancel()
+        status = done.result()
+        assert status.state == "COMPLETED", status.error
+    finally:
+        await sub.unsubscribe()
+        await tools_pod.stop()
+        await runtime.stop(drain_timeout=0.2)
+        await nc.close()
+    # each iteration's rows, exactly once
+    assert await admin(postgres, f"SELECT count(*), count(DISTINCT (i, part)) FROM {table}") == [
+        (ITERATIONS * PARTS, ITERATIONS * PARTS)
+    ]
+    assert await admin(postgres, f"SELECT min(i), max(i), count(DISTINCT i) FROM {table}") == [
+        (0, ITERATIONS - 1, ITERATIONS)
+    ]
+    return killed
+
+
+@pytest.mark.timeout(240)
+async def test_a_tools_pod_killed_between_the_sinks_commit_and_its_answer_writes_each_row_once(
+    nats_server: NatsServer, tmp_path: Path, postgres: Database, table: str
+) -> None:
+    # chunked: a kill loses a whole chunk's answer, some of its iterations committed
+    failpoint = "postgres.committed=kill@250"
+    killed = await run_with_kills(
+        nats_server, tmp_path, postgres, table, mode="chunked", concurrency=100, failpoint=failpoint, kills=3
+    )
+    assert killed == 3  # each by the failpoint: committed, then killed before the answer
+
+
+@pytest.mark.timeout(240)
+async def test_a_tools_pod_killed_at_random_times_writes_each_row_once(
+    nats_server: NatsServer, tmp_path: Path, postgres: Database, table: str
+) -> None:
+    # a random point in each of three spans, the last well before the end: progress is
+    # published every 0.25 s at most, and the loop must still be running when it passes
+    kill_at = [random.randrange(lo, hi) for lo, hi in ((30, 300), (360, 600), (660, 800))]
+    killed = await run_with_kills(
+        nats_server, tmp_path, postgres, table, mode="async", concurrency=10, kill_at=kill_at, kills=3
+    )
+    assert killed == 3, kill_at
