@@ -276,6 +276,13 @@ class Settings:
         "`TemplateLimit` (template_memory)",
         minimum=256,
     )
+    step_memory_mb: int = _setting(
+        4096,
+        "ACTORS_STEP_MEMORY_MB",
+        "address space of a python step's worker process, in MiB (RLIMIT_AS); a step past it fails with "
+        "`MemoryError` (or `WorkerCrashed`), its worker replaced. 0: no bound",
+        minimum=0,
+    )
     python_workers: int | None = _setting(
         None,
         "ACTORS_PYTHON_WORKERS",

@@ -131,6 +131,7 @@ class ToolActor:
         try:
             self.resources = ToolResources(
                 python_workers=python_workers,
+                step_memory=settings.step_memory_mb << 20,
                 credentials=credentials,
                 run_as=run_as,
                 duckdb_dirs=dirs,
@@ -197,6 +198,7 @@ class ToolActor:
                 )
                 self.resources = ToolResources(
                     python_workers=self.resources.python_workers,
+                    step_memory=self.resources.step_memory,
                     credentials=self.resources.credentials,
                     duckdb_dirs=self.resources.duckdb_dirs,
                     postgres_pool=self.resources.postgres.bounds,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -83,6 +84,7 @@ class PythonPool:
         environment: dict[str, str] | None = None,
         run_as: RunAs | None = None,
         cwd: str | None = None,
+        memory: int = 0,
     ) -> None:
         """`size`: most workers at once (default: the CPUs this process may use, see
         `available_cpus`); `start_timeout`: seconds a
@@ -91,13 +93,15 @@ class PythonPool:
         `environment`: the workers' whole environment (default: `base_environment()`,
         never the pod's own); `run_as`: the user workers run as (default: this
         process's; actors/runtime/children.py); `cwd`: their working directory (default: this
-        process's)."""
+        process's); `memory`: bytes of address space each worker may map (RLIMIT_AS, set
+        on the process once started, before it runs any user code; 0: no bound)."""
         self.size = max(1, size if size is not None else available_cpus())
         self.start_timeout = start_timeout
         self._python = python or sys.executable
         self.environment = dict(environment) if environment is not None else base_environment()
         self._run_as = run_as
         self._cwd = cwd
+        self._memory = memory
         self._cache_size = max(1, code_cache_size)
         self._workers: set[WorkerProcess] = set()  # live: idle, busy or starting
         self._reaping: dict[asyncio.Future[int | None], subprocess.Popen[bytes]] = {}
@@ -291,6 +295,12 @@ class PythonPool:
 
     def _spawn(self) -> WorkerProcess:
         worker = WorkerProcess(self._python, self._cache_size, self.environment, self._run_as, self._cwd)
+        if self._memory:
+            try:
+                # the kernel's bound, not the worker's own: user code cannot raise it (hard = soft)
+                resource.prlimit(worker.pid, resource.RLIMIT_AS, (self._memory, self._memory))
+            except OSError:  # gone already: the pool sees it die
+                pass
         worker.handlers = (functools.partial(self._on_data, worker), functools.partial(self._on_exit, worker))
         self._workers.add(worker)
         return worker

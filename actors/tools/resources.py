@@ -38,6 +38,7 @@ class ToolResources:
         self,
         *,
         python_workers: int | None = None,
+        step_memory: int = 0,
         credentials: CredentialSource | None = None,
         environment: dict[str, str] | None = None,
         run_as: RunAs | None = None,
@@ -45,6 +46,7 @@ class ToolResources:
         postgres_pool: PoolBounds | None = None,
     ) -> None:
         self.python_workers = python_workers
+        self.step_memory = step_memory  # bytes of address space of a python step's worker; 0: none
         # what duckdb steps may open besides `home` (actors/tools/kinds/duckdb.py)
         self.duckdb_dirs = duckdb_dirs
         self.credentials = credentials if credentials is not None else CredentialSource()
@@ -65,7 +67,11 @@ class ToolResources:
         """The pool (created on first use; again after it was closed)."""
         if self._pool is None or self._pool.closed:
             self._pool = PythonPool(
-                size=self.python_workers, environment=self.environment, run_as=self.run_as, cwd=self.home
+                size=self.python_workers,
+                environment=self.environment,
+                run_as=self.run_as,
+                cwd=self.home,
+                memory=self.step_memory,
             )
         return self._pool
 

@@ -794,3 +794,22 @@ async def test_integers_beyond_64_bits_pass_exactly_through_python_and_http(
     assert r["data"]["json"] == {"n": 2**70} and isinstance(r["data"]["json"]["n"], int)
     f = await failure(py("def main():\n    return [2**70, {1, 2}]\n"))  # a set is still not JSON data
     assert f.type == "ResultNotSerialisable"
+
+
+@pytest.mark.asyncio
+async def test_a_python_step_past_its_memory_bound_fails_and_the_next_one_runs() -> None:
+    """`ACTORS_STEP_MEMORY_MB`: the kernel bounds a step worker's address space, so a step
+    that allocates without end fails (MemoryError) instead of taking the pod's memory."""
+    resources = ToolResources(python_workers=1, step_memory=512 << 20)
+    try:
+        grab = "def main():\n    hoard = [bytearray(64 << 20) for _ in range(64)]\n    return len(hoard)\n"
+        f = await failure(
+            executors.run_tool("python", {"kind": "python", "code": grab}, {}, timeout=20, resources=resources)
+        )
+        assert f.type in ("MemoryError", "WorkerCrashed"), f
+        ok = "def main():\n    return len(bytearray(16 << 20))\n"
+        assert await executors.run_tool(
+            "python", {"kind": "python", "code": ok}, {}, timeout=20, resources=resources
+        ) == (str(16 << 20).encode())
+    finally:
+        await resources.close()
