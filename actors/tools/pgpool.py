@@ -21,6 +21,7 @@ message starting with the SQLSTATE code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -138,10 +139,12 @@ def adapters() -> AdaptersMap:
     return _adapters
 
 
-# per transaction, in one round trip: the step's timeout as the statement timeout, and the
-# styles the text loaders of pgvalues expect (a query's own SET cannot change them for later steps)
+# per transaction, in one round trip with its BEGIN: the step's timeout as the statement
+# timeout (milliseconds, an int of ours: formatted in, so the two statements go as one simple
+# query), and the styles the text loaders of pgvalues expect (a query's own SET cannot change
+# them for later steps)
 _BEGIN = (
-    "SELECT set_config('statement_timeout', %s, true), set_config('IntervalStyle', 'iso_8601', true),"
+    "BEGIN; SELECT set_config('statement_timeout', '%d', true), set_config('IntervalStyle', 'iso_8601', true),"
     " set_config('DateStyle', 'ISO, YMD', true)"
 )
 
@@ -223,10 +226,20 @@ class PostgresPools:
         rolled back when it raises or is cancelled (then the connection goes back to the
         pool idle, or is discarded when the server dropped it). `timeout` (seconds, None:
         none) is the transaction's `statement_timeout`."""
-        millis = "0" if timeout is None else str(max(1, int(timeout * 1000)))
-        async with self.connection(name, credential) as conn, conn.transaction():
-            await conn.execute(_BEGIN, (millis,))
-            yield conn
+        millis = 0 if timeout is None else max(1, int(timeout * 1000))
+        async with self.connection(name, credential) as conn:
+            # BEGIN and the settings in one round trip (psycopg's own transaction sends its
+            # BEGIN alone): the connection is in autocommit, the transaction ours to end
+            if not conn.autocommit:
+                await conn.set_autocommit(True)
+            await conn.execute(_BEGIN % millis)  # no parameters: one simple query, two statements
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(Exception):  # a broken connection: the pool discards it
+                    await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
 
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
