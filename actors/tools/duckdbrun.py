@@ -7,8 +7,9 @@ step's `database` file, checked to be in an allowed directory), bounded (``memor
 ``threads``, no spilling to disk, no extensions loaded or installed), closed to files
 outside the allowed directories (``allowed_directories``, then ``enable_external_access``
 off and ``lock_configuration`` on, so no statement can give any of it back), given the
-step's inputs as temporary tables, then the statements run in order, each with the
-parameters it names, and the last one's rows are returned. The connection is closed
+step's inputs as temporary tables (keys that differ only in case refused), then the
+statements run in order, each with the parameters it names and each to its end (rows of
+all but the last dropped), and the last one's rows are returned. The connection is closed
 after every call: nothing of a step (an in-memory table, a file lock) is left to the next.
 """
 
@@ -40,6 +41,11 @@ class TooManyRows(Exception):
 
 class FileNotAllowed(Exception):
     """The step's `database` is not in a directory duckdb steps may open."""
+
+
+class ToolConfigError(Exception):
+    """The step's fields cannot be run as given (here: an input whose keys DuckDB would
+    take for one name)."""
 
 
 def _bound(memory_mb: int) -> None:
@@ -100,9 +106,23 @@ def main(
             _register(con, name, rows)
         for statement in statements[:-1]:
             con.execute(statement, _named(statement, params))
+            _finish(con)
         return _result(con, statements[-1], params, max_rows)
     finally:
         con.close()
+
+
+def _finish(con: Any) -> None:
+    """Run the statement just executed to its end, its rows dropped unread: DuckDB 2 refuses
+    any other work on a connection whose result is unfinished (`SELECT 1; SELECT 2` failed
+    ResourceInUseException), and stopping early (`abort`) would skip the rest of its work
+    and any error in it. DuckDB before 2 has no `complete`: the rows are read and dropped."""
+    complete = getattr(con, "complete", None)
+    if complete is not None:
+        complete()
+    elif con.description is not None:
+        while con.fetchmany(2048):
+            pass
 
 
 def _named(statement: Any, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -118,6 +138,7 @@ def _register(con: Any, name: str, rows: list[Any]) -> None:
     all its values fit); a list of other values gives the one column ``value``. The rows
     go in as a bound parameter, never as SQL text."""
     table = _quote(name)
+    _distinct_names(name, rows)
     if not rows:
         con.execute(f"CREATE TEMP TABLE {table} (value JSON)")
         return
@@ -128,6 +149,30 @@ def _register(con: Any, name: str, rows: list[Any]) -> None:
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT unnest(r) FROM (SELECT unnest($rows) AS r)", {"rows": rows})
     else:
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT unnest($rows) AS value", {"rows": rows})
+
+
+def _distinct_names(name: str, rows: list[Any]) -> None:
+    """Refuse keys that differ only in ASCII case (`id`, `ID`): DuckDB's names are
+    case-insensitive that way, and its conversion of such rows gives one key's value under
+    both names (`{"id": 1, "ID": 99}` read back as `{"id": 1, "ID_1": 1}`), or one column
+    for keys met in different rows. Other letters' case is DuckDB's to keep apart (`ä`,
+    `Ä` are two columns), so only ASCII is folded, as DuckDB does."""
+    seen: dict[bytes, str] = {}
+    clashes: dict[bytes, list[str]] = {}
+    for row in rows:
+        if not isinstance(row, dict):
+            return  # not all mappings: one column `value`, no names from the keys
+        for key in row:
+            folded = key.encode("utf-8", "surrogatepass").lower()  # bytes.lower(): ASCII only
+            first = seen.setdefault(folded, key)
+            if first != key and key not in clashes.setdefault(folded, [first]):
+                clashes[folded].append(key)
+    if clashes:
+        listed = "; ".join(", ".join(repr(k) for k in keys) for keys in clashes.values())
+        raise ToolConfigError(
+            f"duckdb input {name!r} has keys that differ only in case ({listed}): DuckDB's column "
+            "names are case-insensitive; rename one of each in the step that makes the rows"
+        )
 
 
 _EXACT = re.compile(r"\b(INTERVAL|TIMESTAMP_NS)\b")

@@ -51,18 +51,21 @@ async def table_rows(dsn: str) -> list[tuple[Any, ...]]:
 
 
 async def main(argv: list[str] | None = None) -> int:
-    from examples.pipeline.api import items, serve
+    from examples.pipeline.api import items, pages, serve
 
     p = argparse.ArgumentParser(prog="python -m examples.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--dsn", help="a PostgreSQL database to write to (default: a throwaway cluster of its own)")
     p.add_argument("--api-url", help="the API to fetch (default: examples/pipeline/api.py, started here)")
     p.add_argument("--items", type=int, default=100, help="items the API started here serves")
     p.add_argument("--page-size", type=int, default=25)
+    p.add_argument(
+        "--flaky", type=pages, default=(), help="pages whose first request the API started here answers 503, e.g. 2,4"
+    )
     a = p.parse_args(argv)
     async with AsyncExitStack() as stack:
         api_url = a.api_url
         if api_url is None:
-            api, api_url = serve(n=a.items)
+            api, api_url = serve(n=a.items, flaky=a.flaky)
             stack.callback(api.shutdown)
             print(f"API: {api_url}/items ({a.items} items, {a.page_size} a page)")
         dsn = a.dsn

@@ -122,6 +122,26 @@ async def test_a_parameter_the_args_lack_fails_clearly(duck: System) -> None:
     assert "missing" in error["message"], error
 
 
+@pytest.mark.asyncio
+async def test_every_statement_runs_in_order_whatever_rows_the_earlier_ones_return(duck: System) -> None:
+    """Statements before the last run to their end (their rows dropped): one that returns
+    rows does not stop the next, and an error late in its rows fails the step."""
+    result = await query(
+        duck,
+        {
+            "query": "SELECT 1; CREATE TABLE t AS SELECT 1 AS a; SELECT * FROM t; PRAGMA version; "
+            "INSERT INTO t SELECT $n; FROM t; SELECT count(*) AS n, sum(a) AS total FROM t"
+        },
+        {"n": 41},
+    )
+    assert result["rows"] == [{"n": 2, "total": 42}]
+    error = await query_fails(
+        duck,
+        {"query": "SELECT CASE WHEN range = 50000 THEN error('late in the rows') END FROM range(100000); SELECT 1"},
+    )
+    assert "late in the rows" in error["message"], error
+
+
 # --- inputs and files ---------------------------------------------------------------------
 
 
@@ -156,6 +176,24 @@ async def test_inputs_are_tables_the_sql_reads(duck: System) -> None:
     ]
     assert result["row_count"] == 2
     assert [c["name"] for c in result["columns"]] == ["country", "n", "total", "note"]
+
+
+@pytest.mark.asyncio
+async def test_input_keys_that_differ_only_in_case_are_refused_naming_them(duck: System) -> None:
+    """DuckDB's names are case-insensitive (ASCII): `id` and `ID` cannot be two columns,
+    and DuckDB's own conversion would give one key's value under both names. The step
+    fails naming the keys, whether they meet in one row or in two; keys that differ
+    beyond ASCII case (`ä`, `Ä`) are two columns, as DuckDB has them."""
+    error = await query_fails(
+        duck, {"query": "SELECT * FROM t", "inputs": {"t": [{"id": 1, "ID": 99, "Amount": 5, "amount": 7}]}}
+    )
+    assert error["type"] == "ToolConfigError", error
+    assert "'id', 'ID'" in error["message"] and "'Amount', 'amount'" in error["message"], error
+    assert "'t'" in error["message"], error
+    error = await query_fails(duck, {"query": "SELECT * FROM t", "inputs": {"t": [{"a": 1}, {"b": 2, "A": 3}]}})
+    assert error["type"] == "ToolConfigError" and "'a', 'A'" in error["message"], error
+    result = await query(duck, {"query": "SELECT * FROM t", "inputs": {"t": [{"ä": 1, "Ä": 2}]}})
+    assert result["rows"] == [{"ä": 1, "Ä": 2}]
 
 
 @pytest.mark.asyncio
@@ -202,6 +240,30 @@ async def test_files_outside_the_allowed_directory_are_refused(duck: System, fil
     error = await query_fails(duck, {"query": f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'"})
     assert error["type"] == "PermissionException", error
     assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.asyncio
+async def test_a_symlink_is_followed_only_to_a_file_in_an_allowed_directory(
+    duck: System, files: Path, tmp_path: Path
+) -> None:
+    """A link in the allowed directory to a file there reads it; a link to a file or a
+    directory outside is refused like the path it leads to (DuckDB checks where it leads)."""
+    (files / "sales.csv").write_text("amount\n3\n")
+    (files / "alias.csv").symlink_to(files / "sales.csv")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.csv").write_text("token\nhunter2\n")
+    (files / "secret.csv").symlink_to(outside / "secret.csv")
+    (files / "elsewhere").symlink_to(outside)
+    result = await query(duck, {"query": f"SELECT sum(amount) AS s FROM read_csv_auto('{files / 'alias.csv'}')"})
+    assert result["rows"] == [{"s": 3}]
+    for path in (files / "secret.csv", files / "elsewhere" / "secret.csv"):
+        error = await query_fails(duck, {"query": f"SELECT * FROM read_csv_auto('{path}')"})
+        assert error["type"] == "PermissionException", error
+        assert "hunter2" not in json.dumps(error)
+    error = await query_fails(duck, {"query": f"COPY (SELECT 1) TO '{files / 'elsewhere' / 'out.csv'}'"})
+    assert error["type"] == "PermissionException", error
+    assert not (outside / "out.csv").exists()
 
 
 @pytest.mark.asyncio

@@ -69,3 +69,27 @@ async def test_the_pipeline_example_loads_every_page_once_and_aggregates_it(pod:
     # five pages, five attempts of `fetch`, each with its sink
     done = of_type(await pod.events(out["execution_id"]), "call.done", "fetch")
     assert [d.data["attempt_number"] for d in done] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.timeout(120)
+async def test_an_api_error_on_a_page_past_the_error_rules_count_is_retried(pod: System, postgres: Database) -> None:
+    """The retry rules share the step's one attempt count, pages included: the API
+    failing its first request for pages 5 and 6 (attempts 5 and 7) is retried, not the
+    step failed with four pages written, and each item is still loaded once."""
+    async with await psycopg.AsyncConnection.connect(postgres.url(), autocommit=True) as conn:
+        await conn.execute("DROP TABLE IF EXISTS raw_data")
+    api, url = serve(n=ITEMS, flaky=(5, 6))
+    try:
+        out = await run_pipeline(pod.client, api_url=url, page_size=20, timeout=90)
+    finally:
+        api.shutdown()
+    assert out["state"] == "COMPLETED", out["error"]
+    expected = items(ITEMS)
+    assert await table_rows(postgres.url()) == [(i["id"], i["name"], i["country"], i["amount_cents"]) for i in expected]
+    assert out["result"]["totals"]["rows"] == totals(expected)
+    events = await pod.events(out["execution_id"])
+    failed = of_type(events, "call.error", "fetch")
+    assert [e.data["attempt_number"] for e in failed] == [5, 7]
+    assert all(e.data["error"]["status"] == 503 for e in failed), [e.data for e in failed]
+    done = of_type(events, "call.done", "fetch")
+    assert [d.data["attempt_number"] for d in done] == [1, 2, 3, 4, 6, 8]

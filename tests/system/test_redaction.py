@@ -228,7 +228,9 @@ async def test_url_userinfo_is_masked_in_errors(pod: tuple[System, list[Msg]]) -
     assert status.state == "FAILED"
     [error] = of_type(await system.events(eid), "call.error", "call")
     message = error.data["error"]["message"]
-    assert message.startswith(f"http GET http://{MASK}@127.0.0.1:1/x") and URL_KEY not in message
+    # the host may be masked too: the redactor is the process's, and another test's
+    # credential may have named 127.0.0.1 (every value of a credential is masked)
+    assert message.startswith(f"http GET http://{MASK}@") and URL_KEY not in message
 
 
 # a python step names its error by its exception's class, which its code may build from anything

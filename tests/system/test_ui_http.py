@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from actors.ui.listing import ERROR_SUMMARY
 from actors.ui.server import allowed_hosts, make_app, serve_ui
 from actors.wire.messages import ExecutionStatus
-from tests.conftest import System, of_type
+from tests.conftest import System, of_type, wait_for
 from tests.support.ui import BREAKS, CHILD, LOOP, PARENT, PRINTS, QUICK, SLOW, Events, ok, post, register
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
@@ -161,7 +161,15 @@ async def test_a_big_result_is_named_by_its_blob_and_a_long_error_is_cut_in_rows
     breaks = await register(system, BREAKS)
     failed = await system.client.start(breaks, payload={"msg": "m" * 1000})
     await system.client.wait(failed, timeout=20)
-    [row] = (await ok(await ui.get("/api/executions", params={"state": "FAILED"})))["executions"]
+
+    async def failed_rows() -> list[dict[str, Any]]:
+        # listed from the ENDED index, which the projector writes just after the status
+        rows: list[dict[str, Any]] = (await ok(await ui.get("/api/executions", params={"state": "FAILED"})))[
+            "executions"
+        ]
+        return rows
+
+    [row] = await wait_for(failed_rows, timeout=20)
     assert row["execution_id"] == failed and row["error"]["message"] == "m" * ERROR_SUMMARY + "…"
     detail = await ok(await ui.get(f"/api/executions/{failed}"))
     assert detail["status"] == row and detail["error"]["root_cause"]["message"] == "m" * 1000
