@@ -10,11 +10,20 @@ separate keys win over the same ones in the dsn. The password (also one written 
 the dsn) is handed to the redactor before any connection is tried, and a dsn that cannot
 be parsed is refused without quoting it.
 
+A connection is in autocommit (a transaction's BEGIN and COMMIT are ours, each sent with
+what goes with it in one round trip) and has the session settings the value loaders need
+(`_SESSION`, set when it is made). A transaction that ran a user's SQL (`reset=True`)
+ends by resetting the session in the round trip of its COMMIT or ROLLBACK (`_RESET`): a
+`SET`, a temporary table, `SET ROLE`, a `LISTEN` or an advisory lock of one step never
+reaches the next step on that connection (the pool is shared by every playbook the pod
+runs). Table writes run only our statements, which leave nothing behind, and skip it.
+
 A rotated credential (new values under the same name) gets a new pool; the old one is
 closed. Failures become `ToolFailure` (`pg_failure`): a connection that is refused or
 dropped (the server restarting, `pg_terminate_backend`), a serialization failure, a
-deadlock or too many connections are retryable; a SQL error (syntax, constraint, a
-missing table) is not, and its type is the SQLSTATE's name (`UniqueViolation`), its
+deadlock or too many connections are retryable; a password the server refuses, a role or
+database it does not have are `CredentialInvalid`, not retryable; a SQL error (syntax,
+constraint, a missing table) is not, and its type is the SQLSTATE's name (`UniqueViolation`), its
 message starting with the SQLSTATE code.
 """
 
@@ -23,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -42,8 +52,18 @@ __all__ = ["PoolBounds", "PostgresPools", "conninfo", "pg_failure"]
 # SQLSTATEs worth trying again: the connection (class 08), the server going away (57P01
 # admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now), too many connections,
 # serialization failure and deadlock (the transaction as a whole may succeed next time)
+# (25P03: the server ended a session left idle in its transaction past our limit)
 _RETRYABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "40001", "40P01"})
-_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03"})
+_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
+# a connection attempt the server refused for what the credential says (28P01, 28000, 3D000):
+# libpq gives no SQLSTATE for a failed connect, only the server's message (in English
+# unless the server's lc_messages says otherwise; then it stays a retryable PoolTimeout)
+_CREDENTIAL_REFUSED = re.compile(
+    r"password authentication failed|database \"[^\"]*\" does not exist|role \"[^\"]*\" does not exist"
+    r"|no pg_hba\.conf entry|password is required|no password supplied"
+)
+# TCP keepalives of our end (libpq): a server gone silent is noticed in about a minute
+_KEEPALIVES = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10", "keepalives_count": "3"}
 _ALIASES = {"database": "dbname", "username": "user"}
 _KEYS = ("host", "port", "dbname", "user", "password", "sslmode")
 
@@ -71,8 +91,8 @@ class PoolBounds:
 
 def conninfo(name: str, credential: dict[str, str]) -> str:
     """The libpq connection string of credential `name` (its password registered with the
-    redactor first). ToolFailure(CredentialInvalid) when it names no server or its dsn
-    cannot be read; the message never quotes a value."""
+    redactor first), with TCP keepalives unless it sets them. ToolFailure(CredentialInvalid)
+    when it names no server or its dsn cannot be read; the message never quotes a value."""
     from psycopg import conninfo as ci
 
     params: dict[str, Any] = {}
@@ -91,6 +111,8 @@ def conninfo(name: str, credential: dict[str, str]) -> str:
         key = _ALIASES.get(key, key)
         if key in _KEYS and value != "":
             params[key] = value
+    for key, value in _KEEPALIVES.items():
+        params.setdefault(key, value)
     password = params.get("password")
     if password:
         REDACTOR.add([str(password)])
@@ -139,14 +161,41 @@ def adapters() -> AdaptersMap:
     return _adapters
 
 
-# per transaction, in one round trip with its BEGIN: the step's timeout as the statement
-# timeout (milliseconds, an int of ours: formatted in, so the two statements go as one simple
-# query), and the styles the text loaders of pgvalues expect (a query's own SET cannot change
-# them for later steps)
-_BEGIN = (
-    "BEGIN; SELECT set_config('statement_timeout', '%d', true), set_config('IntervalStyle', 'iso_8601', true),"
-    " set_config('DateStyle', 'ISO, YMD', true)"
+# what every pooled connection's session has (set when it is made, and again after a reset):
+# the styles the text loaders of pgvalues expect, and the server's TCP keepalives on its
+# side, so that a pod gone without a word (a partition, a node lost) is noticed by the
+# server, which then ends the session and its locks
+_SESSION = (
+    "SET IntervalStyle = iso_8601; SET DateStyle = 'ISO, YMD'; SET tcp_keepalives_idle = 30;"
+    " SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3"
 )
+# after a transaction that ran a user's SQL, in the round trip of its COMMIT or ROLLBACK:
+# what DISCARD ALL does (which a transaction block refuses), then `_SESSION` again.
+# DEALLOCATE ALL also drops psycopg's prepared statements: psycopg sees its status and
+# forgets them (its cache stays right)
+_RESET = (
+    "; RESET ALL; SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; UNLISTEN *; SELECT pg_advisory_unlock_all();"
+    " DISCARD TEMP; DISCARD SEQUENCES; DEALLOCATE ALL; " + _SESSION
+)
+# a transaction's settings, in the round trip of its BEGIN (milliseconds, ints of ours:
+# formatted in, so that it is one simple query): the step's timeout as the statement timeout
+# (none: the role's or database's own stays), and a session left idle inside the transaction
+# (its pod partitioned away, holding row and table locks) ended by the server past the step's
+# timeout
+_BEGIN = "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '%d', true)"
+_BEGIN_TIMEOUT = _BEGIN + ", set_config('statement_timeout', '%d', true)"
+# the margin over the step's timeout before an idle transaction is ended; without a timeout,
+# the limit itself (our statements follow each other without pause)
+_IDLE_MARGIN = 10.0
+_IDLE_NO_TIMEOUT = 60.0
+# how long a step waits for a connection before looking whether the credential was refused
+_FIRST_WAIT = 2.0
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """A new connection: autocommit, the session's settings (one round trip, once)."""
+    await conn.set_autocommit(True)
+    await conn.execute(_SESSION)
 
 
 class PostgresPools:
@@ -184,6 +233,7 @@ class PostgresPools:
                 info,
                 connection_class=_recording(self._errors.setdefault(name, [])),
                 kwargs={"context": adapters(), "connect_timeout": max(1, round(b.connect_timeout))},
+                configure=_configure,
                 min_size=0,  # connections made as steps need them, closed after max_idle
                 max_size=b.max_size,
                 max_idle=b.max_idle,
@@ -200,46 +250,89 @@ class PostgresPools:
             return pool
 
     @asynccontextmanager
-    async def connection(self, name: str, credential: dict[str, str]) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def connection(
+        self, name: str, credential: dict[str, str], *, deadline: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection of credential `name`, given back (rolled back if a transaction
-        was left open, discarded if broken) on exit. Failures as `ToolFailure` (`pg_failure`)."""
+        was left open, discarded if broken) on exit. Failures as `ToolFailure` (`pg_failure`).
+        `deadline` (the event loop's clock): the step's end, before which a step that gets no
+        connection fails `PoolTimeout` (or `CredentialInvalid`) saying why, rather than
+        running into its own timeout without a reason."""
         pool = await self.pool(name, credential)
+        wait = self.bounds.wait
+        if deadline is not None:
+            left = deadline - asyncio.get_running_loop().time()
+            wait = max(0.01, min(wait, left - min(0.5, left * 0.1)))
         try:
-            async with pool.connection() as conn:
-                yield conn
+            try:
+                conn = await pool.getconn(timeout=min(wait, _FIRST_WAIT))
+            except Exception as exc:
+                if not _is_pool_timeout(exc) or wait <= _FIRST_WAIT or _refused(self._errors.get(name)):
+                    raise
+                # no connection yet, and not for a refused credential: wait the rest
+                conn = await pool.getconn(timeout=wait - _FIRST_WAIT)
+        except Exception as exc:
+            raise self._failure(exc, name) from None
+        try:
+            yield conn
         except ToolFailure:
             raise
         except Exception as exc:
             failure = pg_failure(exc, name)
             if failure is None:
                 raise
-            last = self._errors.get(name)
-            if failure.type == "PoolTimeout" and last:
-                failure.message += f"; the last connection attempt failed: {last[0]}"
             raise failure from None
+        finally:
+            await pool.putconn(conn)
+
+    def _failure(self, exc: BaseException, name: str) -> BaseException:
+        failure = pg_failure(exc, name)
+        if failure is None:
+            return exc
+        last = self._errors.get(name)
+        if failure.type == "PoolTimeout" and last:
+            if _refused(last):
+                why = f"postgres credential {name!r}: the server refused it: {last[0]}"
+                return ToolFailure("CredentialInvalid", why)
+            failure.message += f"; the last connection attempt failed: {last[0]}"
+        return failure
 
     @asynccontextmanager
     async def transaction(
-        self, name: str, credential: dict[str, str], *, timeout: float | None
+        self,
+        name: str,
+        credential: dict[str, str],
+        *,
+        timeout: float | None,
+        deadline: float | None = None,
+        reset: bool = False,
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """One command's transaction on a pooled connection: committed when the block ends,
         rolled back when it raises or is cancelled (then the connection goes back to the
         pool idle, or is discarded when the server dropped it). `timeout` (seconds, None:
-        none) is the transaction's `statement_timeout`."""
-        millis = 0 if timeout is None else max(1, int(timeout * 1000))
-        async with self.connection(name, credential) as conn:
+        none) is the transaction's `statement_timeout`; `deadline` bounds the wait for a
+        connection (`connection`); `reset`: the block ran SQL not ours, the session is
+        reset as it ends (`_RESET`)."""
+        idle = _IDLE_NO_TIMEOUT if timeout is None else timeout + _IDLE_MARGIN
+        if timeout is None:
+            begin = _BEGIN % int(idle * 1000)
+        else:
+            begin = _BEGIN_TIMEOUT % (int(idle * 1000), max(1, int(timeout * 1000)))
+        after = _RESET if reset else ""
+        async with self.connection(name, credential, deadline=deadline) as conn:
             # BEGIN and the settings in one round trip (psycopg's own transaction sends its
-            # BEGIN alone): the connection is in autocommit, the transaction ours to end
-            if not conn.autocommit:
-                await conn.set_autocommit(True)
-            await conn.execute(_BEGIN % millis)  # no parameters: one simple query, two statements
+            # BEGIN alone): the connection is in autocommit (`_configure`), the transaction ours
+            await conn.execute(begin)  # no parameters: one simple query, two statements
             try:
                 yield conn
             except BaseException:
-                with contextlib.suppress(Exception):  # a broken connection: the pool discards it
-                    await conn.execute("ROLLBACK")
+                await _end(conn, "ROLLBACK" + after)
                 raise
-            await conn.execute("COMMIT")
+            try:
+                await conn.execute("COMMIT" + after)
+            except BaseException:  # a deferred constraint, the connection lost: the reset is still owed
+                await _end(conn, "ROLLBACK" + after)
+                raise
 
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
@@ -247,6 +340,27 @@ class PostgresPools:
             await pool.close(timeout=5.0)
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+async def _end(conn: psycopg.AsyncConnection[Any], statements: str) -> None:
+    """Roll back (and reset); a connection that cannot is closed, so that the pool drops it
+    rather than hand out a session in an unknown state."""
+    try:
+        await conn.execute(statements)
+    except Exception:
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
+def _is_pool_timeout(exc: BaseException) -> bool:
+    import psycopg_pool
+
+    return isinstance(exc, psycopg_pool.PoolTimeout)
+
+
+def _refused(last: list[str] | None) -> bool:
+    """Whether the pool's last connection attempt was refused for the credential itself."""
+    return bool(last) and _CREDENTIAL_REFUSED.search(last[0]) is not None  # type: ignore[index]
 
 
 def _recording(box: list[str]) -> type[psycopg.AsyncConnection[Any]]:

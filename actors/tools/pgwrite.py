@@ -8,9 +8,11 @@ way checked against the table's columns in the catalog, an unknown one a
 ToolConfigError naming it. Modes, all in the command's one transaction:
 
 - ``append``: COPY the rows in;
-- ``upsert``: COPY into a temporary table, then ``INSERT ... SELECT ... ON CONFLICT (key)
-  DO UPDATE`` the other columns (``DO NOTHING`` when every column is a key column); two
-  rows of one key in a write: the last wins. `key` needs a unique index on those columns;
+- ``upsert``: COPY into a temporary table (each row with its place in the write), then
+  ``INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE`` the other columns (``DO NOTHING``
+  when every column is a key column); two rows of one key in a write: the last wins, keys
+  compared by Postgres (``5`` and ``"5"`` are one integer key), and a key holding a NULL
+  equal to none. `key` needs a unique index on those columns;
 - ``replace``: lock the table against other writers (``SHARE ROW EXCLUSIVE``: readers go
   on and see the old rows until the commit), ``DELETE`` every row, COPY the rows in.
 
@@ -19,12 +21,15 @@ quoted by the driver (``psycopg.sql.Identifier``), never formatted into SQL; a n
 itself holds a dot cannot be written. Values: into a json or jsonb column, the value as
 JSON (a string too); into an array column, a list as the array; a mapping or a list into
 any other column, its JSON text; anything else as its text, parsed by the column's type
-(``"2024-01-02T03:04:05Z"`` into a timestamptz, ``"12.50"`` into a numeric); null as
-NULL, and a key a row lacks as NULL too (not the column's default). Result:
+(``"2024-01-02T03:04:05Z"`` into a timestamptz, ``"12.50"`` into a numeric); into a
+bytea column, base64 text (what a step reads from one); null as NULL, and a key a row
+lacks as NULL too (not the column's default). Rows are formatted `WRITE_CHUNK` at a time,
+the event loop running between two. Result:
 ``{"table", "mode", "row_count"}``.
 
 The ledger (`actors_ledger`, or the tool's `ledger:`, made by the first write that needs
-it) has one row per write, keyed by the command's identity (actors/tools/call.py
+it; its schema looked up then and named in every statement on it; made again within
+the call when it was dropped since) has one row per write, keyed by the command's identity (actors/tools/call.py
 `CommandIdentity`: execution id, command id, iteration index (-1 outside a loop), and
 `run`: the step's tool or its sink), holding the result. The row is inserted first in
 the write's transaction: a second delivery of the command finds it (or waits for the
@@ -34,6 +39,9 @@ result. docs/language.md ("Exactly once") says what that guarantees and what not
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,11 +53,12 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
 
-__all__ = ["DEFAULT_LEDGER", "MODES", "copy_text", "once", "table_names", "write_table"]
+__all__ = ["DEFAULT_LEDGER", "MODES", "WRITE_CHUNK", "bytea_value", "copy_text", "once", "table_names", "write_table"]
 
 DEFAULT_LEDGER = "actors_ledger"
 MODES = ("append", "upsert", "replace")
 _TEMP = "_actors_upsert"
+_ORDINAL = "_actors_upsert_n"  # the staged rows' place in the write
 
 # the table's columns: (oid, name, base type name, type category, position); a missing
 # table gives one row with a null oid
@@ -61,8 +70,8 @@ LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
 """
 
-# ledgers known to exist, by (credential, ledger): made once per process
-_LEDGERS: set[tuple[str, str]] = set()
+# ledgers known to exist, by (credential, ledger as the tool names it): their schema and name
+_LEDGERS: dict[tuple[str, str], tuple[str, str]] = {}
 
 Body = Callable[["psycopg.AsyncConnection[Any]"], Awaitable[Any]]
 
@@ -135,39 +144,61 @@ class _Write:
                 raise ToolFailure(
                     "ToolConfigError", f"postgres upsert key column {k!r} is not among the columns written"
                 )
-        if self.key is not None:  # one row per key, the last: ON CONFLICT may not touch a row twice
-            last: dict[str, dict[str, Any]] = {}
-            for row in self.rows:
-                last[result_json([row.get(k) for k in self.key]).decode()] = row
-            self.rows = list(last.values())
 
     def result(self, count: int) -> dict[str, Any]:
         return {"table": self.table_text, "mode": self.mode, "row_count": count}
 
 
-async def write_table(call: ToolCall, name: str, credential: dict[str, str]) -> bytes:
+async def write_table(call: ToolCall, name: str, credential: dict[str, str], *, deadline: float | None = None) -> bytes:
     """A table write (the module docstring) in one transaction of credential `name`, once
     per command: its result's JSON text, or the first delivery's."""
     w = _Write(call)  # the settings and rows checked before a connection is taken
     identity = call.identity
-    ledger = ledger_names(call.tool) if identity is not None else None
-    if ledger is not None:
-        await _ensure_ledger(call, name, credential, ledger)
+    pools = call.resources.postgres
     # append and replace know their result before writing: the ledger row holds it from
     # the start (one statement fewer); upsert's count comes from the server
     upfront = None if w.mode == "upsert" else result_json(w.result(len(w.rows) if w.columns else 0))
-    async with call.resources.postgres.transaction(name, credential, timeout=call.limit) as conn:
-        claimed, kinds = await _claim_and_columns(conn, name, w, ledger, identity, upfront)
-        if isinstance(claimed, bytes):
-            return claimed  # delivered before and committed: nothing more is written
-        count = await _write(conn, w, kinds)
-        text = upfront if upfront is not None else result_json(w.result(count))
-        if upfront is None and ledger is not None:
-            assert identity is not None
-            await _record(conn, ledger, identity, text)
+
+    async def attempt(ledger: tuple[str, ...] | None) -> bytes:
+        async with pools.transaction(name, credential, timeout=call.limit, deadline=deadline) as conn:
+            claimed, kinds = await _claim_and_columns(conn, name, w, ledger, identity, upfront)
+            if isinstance(claimed, bytes):
+                return claimed  # delivered before and committed: nothing more is written
+            count = await _write(conn, w, kinds)
+            text = upfront if upfront is not None else result_json(w.result(count))
+            if upfront is None and ledger is not None:
+                assert identity is not None
+                await _record(conn, ledger, identity, text)
+        return text
+
+    text = await _with_ledger(call, name, credential, deadline, attempt)
     if failpoints.ARMED:  # test-only (actors/tools/failpoints.py): committed, not yet answered
         failpoints.reached("postgres.committed")
     return text
+
+
+async def _with_ledger(
+    call: ToolCall,
+    name: str,
+    credential: dict[str, str],
+    deadline: float | None,
+    attempt: Callable[[tuple[str, ...] | None], Awaitable[bytes]],
+) -> bytes:
+    """`attempt` with the command's ledger (its schema-qualified name; None without a
+    command), made first if missing. A ledger gone since it was made (dropped, or the
+    credential now names another database) is made again and the attempt run again,
+    within the call."""
+    if call.identity is None:
+        return await attempt(None)
+    wanted = ledger_names(call.tool)
+    for again in (False, True):
+        ledger = await _ensure_ledger(call, name, credential, wanted, deadline)
+        try:
+            return await attempt(ledger)
+        except ToolFailure as f:
+            if f.type != "LedgerMissing" or again:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _claim_and_columns(
@@ -234,23 +265,50 @@ async def _write(conn: psycopg.AsyncConnection[Any], w: _Write, kinds: dict[str,
     target = table
     if w.mode == "upsert":
         target = sql.Identifier(_TEMP)
+        # with each row's place in the write, for the last of a key to win (`_upsert`)
         await cur.execute(
-            sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(target, cols, table)
+            sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {}, 0::bigint AS {} FROM {} WITH NO DATA").format(
+                target, cols, sql.Identifier(_ORDINAL), table
+            )
         )
     types = [kinds[c] for c in w.columns]
+    upsert = w.mode == "upsert"
+    copied = sql.SQL(", ").join([*map(sql.Identifier, w.columns), *([sql.Identifier(_ORDINAL)] if upsert else [])])
     statement = _composed(
-        conn, ("copy", w.mode, w.table, *w.columns), lambda: sql.SQL("COPY {} ({}) FROM STDIN").format(target, cols)
+        conn, ("copy", w.mode, w.table, *w.columns), lambda: sql.SQL("COPY {} ({}) FROM STDIN").format(target, copied)
     )
     async with cur.copy(statement) as copy:
         if any(category == "A" for _, category in types):  # arrays: psycopg writes a list as one
-            shape = [_shaper(*t) for t in types]
-            for row in w.rows:
-                await copy.write_row([f(row.get(c)) for f, c in zip(shape, w.columns, strict=True)])
-        else:  # COPY's text format made here, in one piece: per value, not per call into the driver
-            await copy.write(copy_text(w.rows, w.columns, [t in _JSON_TYPES for t, _ in types]))
-    if w.mode != "upsert":
+            shape = [_shaper(c, *t) for c, t in zip(w.columns, types, strict=True)]
+            for i, row in enumerate(w.rows):
+                if i and not i % WRITE_CHUNK:
+                    await asyncio.sleep(0)  # the loop's other work, between two chunks
+                values = [f(row.get(c)) for f, c in zip(shape, w.columns, strict=True)]
+                await copy.write_row([*values, i] if upsert else values)
+        else:  # COPY's text format made here, in one piece a chunk: per value, not per call into the driver
+            shapes = [_kind(t) for t, _ in types]
+            for start in range(0, len(w.rows), WRITE_CHUNK):
+                if start:
+                    await asyncio.sleep(0)  # the loop's other work, between two chunks
+                chunk = w.rows[start : start + WRITE_CHUNK]
+                await copy.write(copy_text(chunk, w.columns, shapes, first=start if upsert else None))
+    if not upsert:
         return len(w.rows)
     assert w.key is not None
+    await cur.execute(_composed(conn, ("upsert", w.table, tuple(w.key), *w.columns), lambda: _upsert(w, target)))
+    return max(cur.rowcount, 0)  # the temporary table goes with the commit (ON COMMIT DROP)
+
+
+def _upsert(w: _Write, staged: sql.Identifier) -> sql.Composed:
+    """The staged rows into the table: of the rows of one key the last written (the
+    ordinal's highest), every row whose key has a NULL (never equal to another in a unique
+    index); ``ON CONFLICT (key) DO UPDATE`` the other columns."""
+    from psycopg import sql
+
+    assert w.key is not None and w.columns is not None
+    cols = sql.SQL(", ").join(map(sql.Identifier, w.columns))
+    keys = sql.SQL(", ").join(map(sql.Identifier, w.key))
+    whole = sql.SQL(" AND ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier(k)) for k in w.key)
     others = [c for c in w.columns if c not in w.key]
     action = (
         sql.SQL("DO UPDATE SET {}").format(
@@ -259,12 +317,20 @@ async def _write(conn: psycopg.AsyncConnection[Any], w: _Write, kinds: dict[str,
         if others
         else sql.SQL("DO NOTHING")
     )
-    await cur.execute(
-        sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
-            table, cols, cols, target, sql.SQL(", ").join(map(sql.Identifier, w.key)), action
-        )
+    return sql.SQL(
+        "INSERT INTO {table} ({cols}) SELECT {cols} FROM"
+        " (SELECT DISTINCT ON ({keys}) {cols} FROM {staged} WHERE {whole} ORDER BY {keys}, {n} DESC) last"
+        " UNION ALL SELECT {cols} FROM {staged} WHERE NOT ({whole})"
+        " ON CONFLICT ({keys}) {action}"
+    ).format(
+        table=sql.Identifier(*w.table),
+        cols=cols,
+        keys=keys,
+        staged=staged,
+        whole=whole,
+        n=sql.Identifier(_ORDINAL),
+        action=action,
     )
-    return max(cur.rowcount, 0)  # the temporary table goes with the commit (ON COMMIT DROP)
 
 
 # statements as text, by what they are made of: composing them (quoting each name) costs
@@ -284,23 +350,45 @@ def _composed(conn: psycopg.AsyncConnection[Any], key: tuple[Any, ...], make: Ca
 
 _JSON_TYPES = frozenset({"json", "jsonb"})
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+# rows a write formats and hands to COPY at a time, the event loop given back between two
+WRITE_CHUNK = 1000
 
 
-def copy_text(rows: list[dict[str, Any]], columns: list[str], json_columns: list[bool]) -> str:
+def _kind(typname: str) -> str:
+    """How copy_text writes a column's values: ``json``, ``bytea`` or as text (``""``)."""
+    return "json" if typname in _JSON_TYPES else "bytea" if typname == "bytea" else ""
+
+
+def bytea_value(v: Any, column: str) -> bytes:
+    """A bytea column's value: base64 text (what a `postgres` step reads from one)."""
+    if isinstance(v, str):
+        try:
+            return base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    raise ToolFailure(
+        "ToolConfigError", f"postgres column {column!r} is bytea: its values are base64 text, got {v!r}"[:300]
+    )
+
+
+def copy_text(rows: list[dict[str, Any]], columns: list[str], kinds: list[str], *, first: int | None = None) -> str:
     """`rows` in COPY's text format (tab-separated, ``\\N`` for NULL, backslash escapes),
-    each value as the module docstring says."""
+    each value as the module docstring says; `kinds` as `_kind` gives them. `first`: each
+    line ends with its row's place in the write, counting from it (upsert's ordinal)."""
     from actors.wire.jsonvalues import dumps
 
     lines = []
-    for row in rows:
+    for n, row in enumerate(rows):
         fields = []
-        for c, as_json in zip(columns, json_columns, strict=True):
+        for c, kind in zip(columns, kinds, strict=True):
             v = row.get(c)
             if v is None:
                 fields.append("\\N")
                 continue
-            if as_json or isinstance(v, dict | list):
+            if kind == "json" or (kind == "" and isinstance(v, dict | list)):
                 text = dumps(v).decode()
+            elif kind == "bytea":
+                text = "\\x" + bytea_value(v, c).hex()
             elif isinstance(v, str):
                 text = v
             elif isinstance(v, bool):
@@ -310,12 +398,14 @@ def copy_text(rows: list[dict[str, Any]], columns: list[str], json_columns: list
             if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
                 text = text.translate(_ESCAPES)
             fields.append(text)
+        if first is not None:
+            fields.append(str(first + n))
         lines.append("\t".join(fields))
     lines.append("")
     return "\n".join(lines)
 
 
-def _shaper(typname: str, category: str) -> Callable[[Any], Any]:
+def _shaper(column: str, typname: str, category: str) -> Callable[[Any], Any]:
     """How a JSON value goes into a column of this type, for psycopg's `write_row` (a
     table with an array column): as `copy_text` writes it."""
     from psycopg.types.json import Json, Jsonb
@@ -323,6 +413,9 @@ def _shaper(typname: str, category: str) -> Callable[[Any], Any]:
     if typname in _JSON_TYPES:
         wrap = Jsonb if typname == "jsonb" else Json
         return lambda v: None if v is None else wrap(v)
+
+    if typname == "bytea":
+        return lambda v: None if v is None else bytea_value(v, column)
 
     if category == "A":
         return lambda v: Jsonb(v) if isinstance(v, dict) else v
@@ -337,25 +430,30 @@ def ledger_names(tool: dict[str, Any]) -> tuple[str, ...]:
     return table_names(tool.get("ledger", DEFAULT_LEDGER), "ledger")
 
 
-async def once(call: ToolCall, name: str, credential: dict[str, str], body: Body) -> bytes:
+async def once(
+    call: ToolCall, name: str, credential: dict[str, str], body: Body, *, deadline: float | None = None
+) -> bytes:
     """Run `body` in one transaction of credential `name` and return its result's JSON text;
     with the command's identity, recorded in the ledger in that transaction, and a second
-    delivery of the command returns the first's result without running `body`."""
+    delivery of the command returns the first's result without running `body`. `body` is
+    a user's SQL: the session is reset as the transaction ends (pgpool)."""
     identity = call.identity
     pools = call.resources.postgres
-    ledger = ledger_names(call.tool) if identity is not None else None
-    if ledger is not None:
-        await _ensure_ledger(call, name, credential, ledger)
-    async with pools.transaction(name, credential, timeout=call.limit) as conn:
-        if ledger is not None:
-            assert identity is not None
-            stored = await _claim(conn, name, ledger, identity)
-            if stored is not None:
-                return stored  # delivered before and committed: nothing more is written
-        text = result_json(await body(conn))
-        if ledger is not None:
-            assert identity is not None
-            await _record(conn, ledger, identity, text)
+
+    async def attempt(ledger: tuple[str, ...] | None) -> bytes:
+        async with pools.transaction(name, credential, timeout=call.limit, deadline=deadline, reset=True) as conn:
+            if ledger is not None:
+                assert identity is not None
+                stored = await _claim(conn, name, ledger, identity)
+                if stored is not None:
+                    return stored  # delivered before and committed: nothing more is written
+            text = result_json(await body(conn))
+            if ledger is not None:
+                assert identity is not None
+                await _record(conn, ledger, identity, text)
+        return text
+
+    text = await _with_ledger(call, name, credential, deadline, attempt)
     if failpoints.ARMED:  # test-only (actors/tools/failpoints.py): committed, not yet answered
         failpoints.reached("postgres.committed")
     return text
@@ -366,26 +464,50 @@ def _key(identity: CommandIdentity) -> tuple[str, str, int, str]:
     return identity.execution_id, identity.command_id, index, identity.run
 
 
-async def _ensure_ledger(call: ToolCall, name: str, credential: dict[str, str], ledger: tuple[str, ...]) -> None:
-    """Make the ledger table if it is missing (once per process and credential): in a
-    transaction of its own. Two writes (or pods) making it at once: one of them fails
-    with a duplicate, which means it is there."""
+async def _ensure_ledger(
+    call: ToolCall, name: str, credential: dict[str, str], ledger: tuple[str, ...], deadline: float | None
+) -> tuple[str, str]:
+    """The ledger table's schema and name, the table made if it is missing (in a transaction
+    of its own; looked up once per process and credential). Every statement on the ledger
+    names its schema: a search path a step changed cannot lead a write to another ledger.
+    Two writes (or pods) making it at once: one of them fails with a duplicate, which means
+    it is there."""
     known = (name, ".".join(ledger))
-    if known in _LEDGERS:
-        return
+    where = _LEDGERS.get(known)
+    if where is not None:
+        return where
     from psycopg import sql
 
     table = sql.Identifier(*ledger)
-    try:
-        async with call.resources.postgres.transaction(name, credential, timeout=call.limit) as conn:
-            cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table.as_string(conn),))
-            row = await cur.fetchone()
-            if not (row and row[0]):
-                await conn.execute(_ledger_ddl(table))
-    except ToolFailure as f:
-        if f.type not in ("UniqueViolation", "DuplicateTable"):
-            raise
-    _LEDGERS.add(known)
+    pools = call.resources.postgres
+    found = None
+    for _ in range(2):
+        try:
+            async with pools.transaction(name, credential, timeout=call.limit, deadline=deadline) as conn:
+                text = table.as_string(conn)
+                found = await _schema_of(conn, text)
+                if found is None:
+                    await conn.execute(_ledger_ddl(table))
+                    found = await _schema_of(conn, text)
+        except ToolFailure as f:
+            if f.type not in ("UniqueViolation", "DuplicateTable"):
+                raise
+            continue  # made by another at the same moment: look again
+        break
+    if found is None:
+        raise ToolFailure("LedgerMissing", f"postgres ledger table {known[1]!r} could not be made", retryable=True)
+    _LEDGERS[known] = found
+    return found
+
+
+async def _schema_of(conn: psycopg.AsyncConnection[Any], table: str) -> tuple[str, str] | None:
+    cur = await conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
+        (table,),
+    )
+    row = await cur.fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
 
 
 def _ledger_ddl(table: sql.Identifier) -> sql.Composed:
@@ -422,7 +544,11 @@ async def _claim(
 
 
 def _ledger_missing(name: str, ledger: tuple[str, ...]) -> ToolFailure:
-    _LEDGERS.discard((name, ".".join(ledger)))  # dropped since: made again by the next attempt
+    """The ledger was dropped since it was looked up (or the credential now names another
+    database): forgotten, so that `_with_ledger` makes it again."""
+    for known, where in list(_LEDGERS.items()):
+        if known[0] == name and where == ledger:
+            del _LEDGERS[known]
     return ToolFailure(
         "LedgerMissing", f"postgres ledger table {'.'.join(ledger)!r} is missing; made again next time", retryable=True
     )

@@ -30,6 +30,7 @@ from actors.tools.credentials import CredentialSource
 from actors.tools.executors import run_tool
 from actors.tools.failpoints import ENV as FAILPOINTS
 from actors.tools.failures import ToolFailure
+from actors.tools.pgpool import PoolBounds
 from actors.tools.resources import ToolResources
 from actors.wire.messages import CallError
 from streams.layout import ensure
@@ -217,6 +218,137 @@ async def test_a_command_delivered_again_writes_nothing_more_and_answers_as_the_
     firsts = [write(res, table, [{"id": 6}], identity=ident(f"10-{k}"), ledger="race_ledger") for k in range(1, 5)]
     assert [out["row_count"] for out in await asyncio.gather(*firsts)] == [1, 1, 1, 1]
     assert await admin(postgres, "SELECT count(*) FROM race_ledger") == [(4,)]
+
+
+@pytest.mark.timeout(60)
+async def test_bytea_read_by_a_step_is_written_back_the_same(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    await as_app(postgres, f"CREATE TABLE {table} (id int, data bytea, blobs bytea[])")
+    await as_app(postgres, f"INSERT INTO {table} VALUES (1, '\\x00ff0a5c09'::bytea, NULL)")
+    tool = {"kind": "postgres", "credential": "db", "query": f"SELECT data FROM {table}"}
+    read = json.loads(await run_tool("postgres", tool, {}, timeout=20, resources=res))["rows"][0]["data"]
+    assert read == "AP8KXAk="  # base64
+    out = await write(res, table, [{"id": 2, "data": read}, {"id": 3, "data": None}], identity=ident("1-1"))
+    assert out["row_count"] == 2
+    got = await admin(postgres, f"SELECT id, encode(data, 'hex') FROM {table} ORDER BY id")
+    assert got == [(1, "00ff0a5c09"), (2, "00ff0a5c09"), (3, None)]
+    # the same through psycopg's row writer (a table with an array column)
+    await write(res, table, [{"id": 4, "data": read, "blobs": None}], identity=ident("2-1"))
+    assert await admin(postgres, f"SELECT encode(data, 'hex') FROM {table} WHERE id = 4") == [("00ff0a5c09",)]
+    with pytest.raises(ToolFailure) as garbled:
+        await write(res, table, [{"id": 5, "data": "not base64!"}], identity=ident("3-1"))
+    assert garbled.value.type == "ToolConfigError" and "'data'" in garbled.value.message
+
+
+@pytest.mark.timeout(60)
+async def test_upsert_takes_the_last_row_of_a_key_by_value_and_never_merges_null_keys(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    await as_app(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY, code text UNIQUE, n int)")
+    # 5 and "5" are one key to Postgres: the last row of it wins, nothing fails
+    out = await write(
+        res, table, [{"id": 5, "n": 1}, {"id": "5", "n": 2}, {"id": 6, "n": 3}], identity=ident("1-1"),
+        mode="upsert", key=["id"],
+    )  # fmt: skip
+    assert out["row_count"] == 2
+    assert await admin(postgres, f"SELECT id, n FROM {table} ORDER BY id") == [(5, 2), (6, 3)]
+    # rows whose key is NULL are not one key (a unique index lets each in)
+    out = await write(
+        res, table, [{"id": 7, "code": None, "n": 1}, {"id": 8, "code": None, "n": 2}, {"id": 9, "code": "a", "n": 3},
+                     {"id": 10, "code": "a", "n": 4}],
+        identity=ident("2-1"), mode="upsert", key=["code"], columns=["id", "code", "n"],
+    )  # fmt: skip
+    assert out["row_count"] == 3
+    got = await admin(postgres, f"SELECT id, code, n FROM {table} WHERE id > 6 ORDER BY id")
+    assert got == [(7, None, 1), (8, None, 2), (10, "a", 4)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_ledger_dropped_since_it_was_made_is_made_again_within_the_write(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    await as_app(postgres, f"CREATE TABLE {table} (id int)")
+    ledger = f"{table}_ledger"
+    assert (await write(res, table, [{"id": 1}], identity=ident("1-1"), ledger=ledger))["row_count"] == 1
+    await admin(postgres, f"DROP TABLE {ledger}")
+    assert (await write(res, table, [{"id": 2}], identity=ident("2-1"), ledger=ledger))["row_count"] == 1
+    tool = {"kind": "postgres", "credential": "db", "query": f"INSERT INTO {table} VALUES (3)", "once": True,
+            "ledger": ledger}  # fmt: skip
+    await admin(postgres, f"DROP TABLE {ledger}")
+    await run_tool("postgres", tool, {}, timeout=20, resources=res, identity=ident("3-1", run="tool"))
+    assert await admin(postgres, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,), (3,)]
+    assert await admin(postgres, f"SELECT command_id FROM {ledger}") == [("3-1",)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_steps_search_path_or_temporary_table_does_not_redirect_a_later_write(
+    postgres: Database, table: str
+) -> None:
+    res = ToolResources(
+        credentials=CredentialSource(None, {"DB": json.dumps(postgres.credential())}),
+        postgres_pool=PoolBounds(max_size=1),  # every call on the one connection
+    )
+    evil = f"{table}_evil"
+    await as_app(postgres, f"CREATE TABLE {table} (id int); CREATE SCHEMA {evil}; CREATE TABLE {evil}.{table} (id int)")
+    ledger = f"{table}_ledger"
+    try:
+        await write(res, table, [{"id": 0}], identity=ident("0-1"), ledger=ledger)  # the ledger made, in public
+
+        async def query(q: str, **tool: Any) -> None:
+            identity = tool.pop("identity", None)
+            spec = {"kind": "postgres", "credential": "db", "query": q, **tool}
+            await run_tool("postgres", spec, {}, timeout=20, resources=res, identity=identity)
+
+        await query(f"SET search_path = {evil}, public; CREATE TEMP TABLE {table} (id int)")
+        await write(res, table, [{"id": 1}], identity=ident("1-1"), ledger=ledger)
+        await query(f"SET search_path = {evil}")
+        await write(res, table, [{"id": 2}], identity=ident("2-1"), ledger=ledger)
+        await write(res, table, [{"id": 2}], identity=ident("2-1"), ledger=ledger)  # again: written once
+        # a `once` query that moves its own search path still records in the ledger it claimed in
+        await query(f"SET LOCAL search_path = {evil}; INSERT INTO public.{table} VALUES (3)", once=True,
+                    ledger=ledger, identity=ident("3-1", run="tool"))  # fmt: skip
+        assert await admin(postgres, f"SELECT id FROM public.{table} ORDER BY id") == [(0,), (1,), (2,), (3,)]
+        assert await admin(postgres, f"SELECT count(*) FROM {evil}.{table}") == [(0,)]
+        recorded = await admin(postgres, f"SELECT command_id, result <> '' FROM public.{ledger} ORDER BY command_id")
+        assert recorded == [("0-1", True), ("1-1", True), ("2-1", True), ("3-1", True)]
+    finally:
+        await res.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_big_write_is_formatted_in_chunks_with_the_event_loop_running_between(
+    postgres: Database, res: ToolResources, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors.tools import pgwrite
+
+    await as_app(postgres, f"CREATE TABLE {table} (id int, doc jsonb)")
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    per_tick: dict[int, int] = {}
+    real = pgwrite.copy_text
+
+    def counting(rows: list[dict[str, Any]], *args: Any, **kwargs: Any) -> str:
+        per_tick[ticks] = per_tick.get(ticks, 0) + len(rows)
+        return real(rows, *args, **kwargs)
+
+    monkeypatch.setattr(pgwrite, "copy_text", counting)
+    ticker = asyncio.ensure_future(ticking())
+    try:
+        out = await write(res, table, [{"id": i, "doc": {"i": i}} for i in range(20000)], identity=ident("1-1"))
+    finally:
+        ticker.cancel()
+    assert out["row_count"] == 20000 and sum(per_tick.values()) == 20000
+    assert max(per_tick.values()) <= 1000  # pgwrite.WRITE_CHUNK
+    assert await admin(postgres, f"SELECT count(*), max(id), max((doc->>'i')::int) FROM {table}") == [
+        (20000, 19999, 19999)
+    ]
 
 
 # --- through the whole system -------------------------------------------------------------

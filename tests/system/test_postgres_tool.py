@@ -79,7 +79,7 @@ async def res(postgres: Database) -> AsyncIterator[ToolResources]:
 @pytest.fixture
 def table(request: pytest.FixtureRequest) -> str:
     """A table name of this test's own (the cluster is the session's)."""
-    return "t_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+    return "t_" + str(request.node.name).lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
 
 
 @pytest.mark.timeout(60)
@@ -246,7 +246,7 @@ async def test_the_password_appears_in_no_error_and_no_log_line(
     try:
         with pytest.raises(ToolFailure) as refused:
             await pg(res, "SELECT 1", credential="bad")
-        assert refused.value.type == "PoolTimeout" and refused.value.retryable
+        assert refused.value.type == "CredentialInvalid" and not refused.value.retryable
         assert "password authentication failed" in refused.value.message
         with pytest.raises(ToolFailure) as unreadable:
             await pg(res, "SELECT 1", credential="broken")
@@ -256,6 +256,178 @@ async def test_the_password_appears_in_no_error_and_no_log_line(
     finally:
         await res.close()
     assert wrong not in caplog.text
+
+
+@pytest.mark.timeout(60)
+async def test_a_server_that_refuses_the_credential_or_is_down_fails_the_step_saying_why(postgres: Database) -> None:
+    """Before the step's own timeout, with the pool's default wait (30 s) longer than it:
+    a refused credential is not worth a retry, a server down is."""
+    res = resources(
+        postgres,
+        bad=dict(postgres.credential(), password="Wrong-Pass-" + "8" * 8),
+        nodb=dict(postgres.credential(), database="no_such_database"),
+        down=dict(postgres.credential(), port="1"),
+    )
+    try:
+        # (the database's name is masked in the message as every credential value)
+        for name, why in (("bad", "password authentication failed"), ("nodb", "does not exist")):
+            with pytest.raises(ToolFailure) as refused:
+                await pg(res, "SELECT 1", credential=name, timeout=4)
+            assert (refused.value.type, refused.value.retryable) == ("CredentialInvalid", False), refused.value
+            assert why in refused.value.message
+        with pytest.raises(ToolFailure) as down:
+            await pg(res, "SELECT 1", credential="down", timeout=4)
+        assert down.value.type == "PoolTimeout" and down.value.retryable
+        assert "the last connection attempt failed" in down.value.message and "refused" in down.value.message
+    finally:
+        await res.close()
+
+
+@pytest.mark.timeout(60)
+async def test_what_a_step_changes_in_its_session_does_not_reach_the_next_step(postgres: Database) -> None:
+    res = resources(postgres, bounds=PoolBounds(max_size=1))  # every step on the one connection
+    probe = """SELECT pg_backend_pid() AS pid, current_setting('search_path') AS path,
+                      current_setting('TimeZone') AS tz, current_setting('DateStyle') AS style,
+                      to_regclass('pg_temp.stage') IS NULL AS no_temp,
+                      (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS locks,
+                      (SELECT count(*) FROM pg_listening_channels()) AS listening,
+                      '2024-01-02'::date AS d"""
+    try:
+        before = (await pg(res, probe))["rows"][0]
+        await pg(
+            res,
+            """SET search_path = pg_catalog; SET TimeZone = 'Asia/Tokyo'; SET DateStyle = 'German';
+               CREATE TEMP TABLE stage (x int); SELECT pg_advisory_lock(42); LISTEN somewhere;
+               PREPARE mine AS SELECT 1""",
+        )
+        after = (await pg(res, probe))["rows"][0]
+        assert after == before  # the same connection, as it was
+        assert after["no_temp"] and after["locks"] == 0 and after["listening"] == 0 and after["d"] == "2024-01-02"
+        # what a failed step changed is undone too; and the temporary table can be made again
+        with pytest.raises(ToolFailure):
+            await pg(res, "SET search_path = pg_catalog; CREATE TEMP TABLE stage (x int); SELECT 1/0")
+        await pg(res, ["CREATE TEMP TABLE stage (x int)", "PREPARE mine AS SELECT 1"])
+        assert (await pg(res, probe))["rows"][0] == before
+    finally:
+        await res.close()
+
+
+def peak_rss_kib() -> int:
+    """This process' peak resident memory since `reset_peak_rss` (Linux' VmHWM)."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def reset_peak_rss() -> None:
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+@pytest.mark.timeout(120)
+async def test_a_result_over_max_rows_is_not_read_whole_into_memory(res: ToolResources) -> None:
+    # about 250 MB of rows if read whole (as the driver's execute does)
+    big = "SELECT g, repeat('x', 200) AS pad FROM generate_series(1, %(n)s) AS g"
+    await pg(res, "SELECT 1")  # the pool's connection made
+    reset_peak_rss()
+    start = peak_rss_kib()
+    with pytest.raises(ToolFailure) as over:
+        await pg(res, big, {"n": 1_000_000}, max_rows=1000, timeout=60)
+    assert over.value.type == "TooManyRows" and "more than 1000 rows" in over.value.message
+    assert peak_rss_kib() - start < 64 * 1024
+    # a string of statements (no parameters) counts the last one's rows as they go by
+    reset_peak_rss()
+    start = peak_rss_kib()
+    with pytest.raises(ToolFailure) as counted:
+        await pg(res, "SELECT 1; SELECT g, repeat('x', 200) FROM generate_series(1, 1000000) AS g", max_rows=1000)
+    assert "returned 1000000 rows" in counted.value.message
+    assert peak_rss_kib() - start < 64 * 1024
+    # the connection serves the next step; a big result of an earlier statement is only counted
+    out = await pg(res, ["SELECT generate_series(1, 5000) AS g", "SELECT 2 AS x"], max_rows=10)
+    assert out["rows"] == [{"x": 2}]
+
+
+@pytest.mark.timeout(120)
+async def test_a_big_result_is_converted_in_chunks_with_the_event_loop_running_between(
+    res: ToolResources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod's one event loop serves every other step while a result is converted: it
+    runs (a ticking task) at least once per chunk of rows."""
+    from actors.tools.kinds import postgres as kind
+
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    per_tick: dict[int, int] = {}
+    from actors.tools.pgvalues import row_values as real
+
+    def counting(row: Any) -> list[Any]:
+        per_tick[ticks] = per_tick.get(ticks, 0) + 1
+        return real(row)
+
+    monkeypatch.setattr(kind, "row_values", counting)
+    ticker = asyncio.ensure_future(ticking())
+    try:
+        out = await pg(
+            res, "SELECT g, now() AS at, 1.5::numeric AS n FROM generate_series(1, 50000) AS g", max_rows=50000
+        )
+    finally:
+        ticker.cancel()
+    assert out["row_count"] == 50000 and out["rows"][-1]["g"] == 50000
+    assert sum(per_tick.values()) == 50000
+    assert max(per_tick.values()) <= 1000  # kind.CHUNK
+
+
+@pytest.mark.timeout(60)
+async def test_a_step_without_timeout_keeps_the_roles_statement_timeout_and_a_transaction_cannot_idle_forever(
+    postgres: Database,
+) -> None:
+    from psycopg import sql
+
+    from actors.tools.pgpool import conninfo
+
+    role, password = "t_role_timeout", "Role-Pass-" + "9" * 6
+    async with await psycopg.AsyncConnection.connect(postgres.admin(), autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        await conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password))
+        )
+        await conn.execute(sql.SQL("ALTER ROLE {} SET statement_timeout = '7s'").format(sql.Identifier(role)))
+    res = resources(postgres, dba=dict(postgres.credential(), user=role, password=password))
+    probe = """SELECT current_setting('statement_timeout') AS statement,
+                      current_setting('idle_in_transaction_session_timeout') AS idle,
+                      current_setting('tcp_keepalives_idle') AS keepalive"""
+    try:
+        untimed = (await pg(res, probe, credential="dba", timeout=None))["rows"][0]
+        assert untimed["statement"] == "7s"  # the DBA's, not 0 (no limit)
+        assert untimed["idle"] == "1min" and untimed["keepalive"] == "30"
+        timed = (await pg(res, probe, credential="dba", timeout=20))["rows"][0]
+        assert timed["statement"] == "20s" and timed["idle"] == "30s"
+    finally:
+        await res.close()
+    assert "keepalives=1" in conninfo("db", postgres.credential())  # our end notices a server gone silent
+
+
+@pytest.mark.timeout(60)
+async def test_columns_are_typed_as_postgres_names_them_and_a_percent_needs_no_escape_beside_parameters(
+    postgres: Database, res: ToolResources
+) -> None:
+    await admin(postgres, "DROP TYPE IF EXISTS t_mood; CREATE TYPE t_mood AS ENUM ('ok', 'sad')")
+    out = await pg(
+        res,
+        """SELECT 1 AS i, now() AS at, ARRAY[1] AS ints, 'ok'::t_mood AS mood, pg_sleep(0) AS nothing,
+                  1.5::numeric(4, 1) AS n, 'x'::varchar(3) AS v""",
+    )
+    assert [c["type"] for c in out["columns"]] == [
+        "integer", "timestamp with time zone", "integer[]", "t_mood", "void", "numeric", "character varying"
+    ]  # fmt: skip
+    assert out["rows"] == [{"i": 1, "at": out["rows"][0]["at"], "ints": [1], "mood": "ok", "nothing": "", "n": "1.5",
+                            "v": "x"}]  # fmt: skip
+    out = await pg(res, ["SELECT '100%' AS p", "SELECT %(x)s::int AS x, '50%%' AS q"], {"x": 1})
+    assert out["rows"] == [{"x": 1, "q": "50%"}]
 
 
 @pytest.mark.timeout(60)
