@@ -306,13 +306,17 @@ class PostgresPools:
         timeout: float | None,
         deadline: float | None = None,
         reset: bool = False,
+        first: Callable[[psycopg.AsyncConnection[Any]], str] | None = None,
+        first_rows: list[Any] | None = None,
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """One command's transaction on a pooled connection: committed when the block ends,
         rolled back when it raises or is cancelled (then the connection goes back to the
         pool idle, or is discarded when the server dropped it). `timeout` (seconds, None:
         none) is the transaction's `statement_timeout`; `deadline` bounds the wait for a
         connection (`connection`); `reset`: the block ran SQL not ours, the session is
-        reset as it ends (`_RESET`)."""
+        reset as it ends (`_RESET`). `first`: the transaction's first statement, made on the
+        connection as text with its values in it (client-side binding: `AsyncClientCursor.mogrify`),
+        sent with the BEGIN in the same round trip; its rows go to `first_rows`."""
         idle = _IDLE_NO_TIMEOUT if timeout is None else timeout + _IDLE_MARGIN
         if timeout is None:
             begin = _BEGIN % int(idle * 1000)
@@ -320,10 +324,16 @@ class PostgresPools:
             begin = _BEGIN_TIMEOUT % (int(idle * 1000), max(1, int(timeout * 1000)))
         after = _RESET if reset else ""
         async with self.connection(name, credential, deadline=deadline) as conn:
-            # BEGIN and the settings in one round trip (psycopg's own transaction sends its
-            # BEGIN alone): the connection is in autocommit (`_configure`), the transaction ours
-            await conn.execute(begin)  # no parameters: one simple query, two statements
+            # BEGIN, the settings and the first statement in one round trip (psycopg's own
+            # transaction sends its BEGIN alone): the connection is in autocommit
+            # (`_configure`), the transaction ours
             try:
+                query = begin if first is None else f"{begin}; {first(conn)}"
+                cur = await conn.execute(query)  # no parameters: one simple query, its statements in turn
+                if first_rows is not None:
+                    while cur.nextset():  # BEGIN's, the settings', then the first statement's
+                        pass
+                    first_rows[:] = await cur.fetchall()
                 yield conn
             except BaseException:
                 await _end(conn, "ROLLBACK" + after)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -160,15 +161,24 @@ async def write_table(call: ToolCall, name: str, credential: dict[str, str], *, 
     upfront = None if w.mode == "upsert" else result_json(w.result(len(w.rows) if w.columns else 0))
 
     async def attempt(ledger: tuple[str, ...] | None) -> bytes:
-        async with pools.transaction(name, credential, timeout=call.limit, deadline=deadline) as conn:
-            claimed, kinds = await _claim_and_columns(conn, name, w, ledger, identity, upfront)
-            if isinstance(claimed, bytes):
-                return claimed  # delivered before and committed: nothing more is written
-            count = await _write(conn, w, kinds)
-            text = upfront if upfront is not None else result_json(w.result(count))
-            if upfront is None and ledger is not None:
-                assert identity is not None
-                await _record(conn, ledger, identity, text)
+        found: list[Any] = []
+        first = functools.partial(_claim_and_columns, w=w, ledger=ledger, identity=identity, result=upfront)
+        try:
+            async with pools.transaction(
+                name, credential, timeout=call.limit, deadline=deadline, first=first, first_rows=found
+            ) as conn:
+                claimed, kinds = await _claimed(conn, w, ledger, identity, found)
+                if isinstance(claimed, bytes):
+                    return claimed  # delivered before and committed: nothing more is written
+                count = await _write(conn, w, kinds)
+                text = upfront if upfront is not None else result_json(w.result(count))
+                if upfront is None and ledger is not None:
+                    assert identity is not None
+                    await _record(conn, ledger, identity, text)
+        except ToolFailure as f:
+            if f.type == "UndefinedTable" and ledger is not None and not found:
+                raise _ledger_missing(name, ledger) from None  # the claim's: only the ledger can be missing
+            raise
         return text
 
     text = await _with_ledger(call, name, credential, deadline, attempt)
@@ -201,42 +211,48 @@ async def _with_ledger(
     raise AssertionError("unreachable")
 
 
-async def _claim_and_columns(
+def _claim_and_columns(
     conn: psycopg.AsyncConnection[Any],
-    name: str,
+    *,
     w: _Write,
     ledger: tuple[str, ...] | None,
     identity: CommandIdentity | None,
     result: bytes | None,
-) -> tuple[bytes | None, dict[str, tuple[str, str]]]:
-    """In one round trip: the command's ledger row inserted (`result` in it, or '' until
-    `_record`) and the table's columns. (the first delivery's result, or None; the
-    columns' (type, category) by name)."""
-    import psycopg
-    from psycopg import sql
+) -> str:
+    """The write's first statement, as text with its values in it (it travels with the
+    transaction's BEGIN, one simple query: `PostgresPools.transaction`): the command's ledger
+    row inserted (`result` in it, or '' until `_record`) and the table's columns. Values are
+    bound by the driver on the client (`AsyncClientCursor.mogrify`: quoted and escaped by libpq)."""
+    from psycopg import AsyncClientCursor, sql
 
     table = _composed(conn, ("name", w.table), lambda: sql.Identifier(*w.table))
     if ledger is None or identity is None:
         query = _composed(
             conn, ("columns",), lambda: sql.SQL("SELECT 1, q.* FROM ({}) q ORDER BY q.attnum").format(sql.SQL(_COLUMNS))
         )
-        cur = await conn.execute(query, (table,))
-    else:
-        query = _composed(
-            conn,
-            ("claim", ledger),
-            lambda: sql.SQL(
-                "WITH claim AS (INSERT INTO {} (execution_id, command_id, iteration_index, run, result)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1)"
-                " SELECT (SELECT count(*) FROM claim), q.* FROM ({}) q ORDER BY q.attnum"
-            ).format(sql.Identifier(*ledger), sql.SQL(_COLUMNS)),
-        )
-        try:
-            cur = await conn.execute(query, (*_key(identity), (result or b"").decode(), table))
-        except psycopg.errors.UndefinedTable:  # the ledger (a missing table itself is a null oid)
-            raise _ledger_missing(name, ledger) from None
-    found = await cur.fetchall()
-    if ledger is not None and identity is not None and found[0][0] == 0:
+        return AsyncClientCursor(conn).mogrify(query, (table,))
+    query = _composed(
+        conn,
+        ("claim", ledger),
+        lambda: sql.SQL(
+            "WITH claim AS (INSERT INTO {} (execution_id, command_id, iteration_index, run, result)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1)"
+            " SELECT (SELECT count(*) FROM claim), q.* FROM ({}) q ORDER BY q.attnum"
+        ).format(sql.Identifier(*ledger), sql.SQL(_COLUMNS)),
+    )
+    return AsyncClientCursor(conn).mogrify(query, (*_key(identity), (result or b"").decode(), table))
+
+
+async def _claimed(
+    conn: psycopg.AsyncConnection[Any],
+    w: _Write,
+    ledger: tuple[str, ...] | None,
+    identity: CommandIdentity | None,
+    found: list[Any],
+) -> tuple[bytes | None, dict[str, tuple[str, str]]]:
+    """What the first statement said: the first delivery's result (claimed before), or None
+    and the table's columns' (type, category) by name."""
+    if ledger is not None and identity is not None and int(found[0][0]) == 0:
         return await _stored(conn, ledger, identity), {}
     if found[0][1] is None:
         raise ToolFailure("UndefinedTable", f"postgres table {w.table_text!r} does not exist (or is not visible)")
