@@ -506,7 +506,9 @@ async def _ensure_ledger(
                     await conn.execute(_ledger_ddl(table))
                     found = await _schema_of(conn, text)
         except ToolFailure as f:
-            if f.type not in ("UniqueViolation", "DuplicateTable"):
+            # racing CREATE TABLE IF NOT EXISTS fail on the catalog's keys or on the table's row
+            # type (DuplicateObject: seen in bench/sink.py's first writes, ten pods' worth at once)
+            if f.type not in ("UniqueViolation", "DuplicateTable", "DuplicateObject"):
                 raise
             continue  # made by another at the same moment: look again
         break
