@@ -4,6 +4,7 @@ the actors running against it in this process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from actors.client import Client, LogItem
+from actors.config.settings import Settings
 from actors.pod.roles import Runtime, connect, start_roles
 from actors.runtime import children
 from streams.layout import Layout
@@ -152,20 +154,29 @@ def make_layout(**overrides: Any) -> Layout:
     return Layout(**settings)
 
 
-@pytest_asyncio.fixture
-async def system(nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[System]:
-    """`@pytest.mark.layout(duplicate_window=0.1)` changes the layout for one test."""
-    marker = request.node.get_closest_marker("layout")
-    layout = make_layout(**(marker.kwargs if marker else {}))
-    nc = await connect(nats_server.url, name="test")
-    runtime = await start_roles(nc, layout=layout)
+@contextlib.asynccontextmanager
+async def running_system(
+    server: NatsServer, tmp_path: Path, *, layout: Layout | None = None, settings: Settings | None = None
+) -> AsyncIterator[System]:
+    """Every role in this process on `server` (`settings`: credentials, a payload key...)."""
+    layout = layout if layout is not None else make_layout()
+    nc = await connect(server.url, name="test")
+    runtime = await start_roles(nc, layout=layout, settings=settings)
     try:
-        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
+        yield System(server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
     finally:
         # the test is over: steps still running are not waited for (5 s each, by default);
         # draining is what tests/system/test_health.py tests
         await runtime.stop(drain_timeout=0.2)
         await nc.close()
+
+
+@pytest_asyncio.fixture
+async def system(nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[System]:
+    """`@pytest.mark.layout(duplicate_window=0.1)` changes the layout for one test."""
+    marker = request.node.get_closest_marker("layout")
+    async with running_system(nats_server, tmp_path, layout=make_layout(**(marker.kwargs if marker else {}))) as s:
+        yield s
 
 
 async def wait_for(predicate: Any, *, timeout: float = 10.0, interval: float = 0.02) -> Any:

@@ -13,13 +13,11 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from actors.client import Client
 from actors.config.settings import Settings
-from actors.pod.roles import connect, start_roles
 from examples.pipeline.__main__ import run_pipeline, table_rows
 from examples.pipeline.api import items, serve
 from streams.server import NatsServer
-from tests.conftest import System, make_layout, of_type
+from tests.conftest import System, of_type, running_system
 from tests.support.postgres import Database
 
 pytestmark = pytest.mark.asyncio
@@ -31,14 +29,8 @@ ITEMS = 103  # not a multiple of the page size: the last page is short
 async def pod(nats_server: NatsServer, tmp_path: Path, postgres: Database) -> AsyncIterator[System]:
     """Every role in this process, with the example's credential `main_db`."""
     settings = Settings(credentials={"MAIN_DB": json.dumps({"dsn": postgres.url()})})
-    layout = make_layout()
-    nc = await connect(nats_server.url, name="test")
-    runtime = await start_roles(nc, layout=layout, settings=settings)
-    try:
-        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
-    finally:
-        await runtime.stop(drain_timeout=0.2)
-        await nc.close()
+    async with running_system(nats_server, tmp_path, settings=settings) as system:
+        yield system
 
 
 def totals(rows: list[dict[str, object]]) -> list[dict[str, object]]:

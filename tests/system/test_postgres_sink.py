@@ -36,7 +36,8 @@ from actors.wire.messages import CallError
 from streams.layout import ensure
 from streams.server import NatsServer
 from streams.subjects import progress_subject
-from tests.conftest import System, make_layout, of_type
+from tests.conftest import System, make_layout, of_type, running_system
+from tests.support.loopturns import loop_turns
 from tests.support.pods import PodProcess
 from tests.support.postgres import Database
 
@@ -323,29 +324,11 @@ async def test_a_big_write_is_formatted_in_chunks_with_the_event_loop_running_be
     from actors.tools import pgwrite
 
     await as_app(postgres, f"CREATE TABLE {table} (id int, doc jsonb)")
-    ticks = 0
-
-    async def ticking() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0)
-            ticks += 1
-
-    per_tick: dict[int, int] = {}
-    real = pgwrite.copy_text
-
-    def counting(rows: list[dict[str, Any]], *args: Any, **kwargs: Any) -> str:
-        per_tick[ticks] = per_tick.get(ticks, 0) + len(rows)
-        return real(rows, *args, **kwargs)
-
-    monkeypatch.setattr(pgwrite, "copy_text", counting)
-    ticker = asyncio.ensure_future(ticking())
-    try:
+    async with loop_turns() as turns:
+        monkeypatch.setattr(pgwrite, "copy_text", turns.counting(pgwrite.copy_text, lambda rows, *a, **k: len(rows)))
         out = await write(res, table, [{"id": i, "doc": {"i": i}} for i in range(20000)], identity=ident("1-1"))
-    finally:
-        ticker.cancel()
-    assert out["row_count"] == 20000 and sum(per_tick.values()) == 20000
-    assert max(per_tick.values()) <= 1000  # pgwrite.WRITE_CHUNK
+    assert out["row_count"] == 20000 and sum(turns.work.values()) == 20000
+    assert max(turns.work.values()) <= 1000  # pgwrite.WRITE_CHUNK
     assert await admin(postgres, f"SELECT count(*), max(id), max((doc->>'i')::int) FROM {table}") == [
         (20000, 19999, 19999)
     ]
@@ -362,14 +345,8 @@ def playbook(name: str, steps: str) -> str:
 async def pod(nats_server: NatsServer, tmp_path: Path, postgres: Database) -> AsyncIterator[System]:
     """Every role in this process, with credential `db` for the cluster."""
     settings = Settings(credentials={"DB": json.dumps(postgres.credential())})
-    layout = make_layout()
-    nc = await connect(nats_server.url, name="test")
-    runtime = await start_roles(nc, layout=layout, settings=settings)
-    try:
-        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
-    finally:
-        await runtime.stop(drain_timeout=0.2)
-        await nc.close()
+    async with running_system(nats_server, tmp_path, settings=settings) as system:
+        yield system
 
 
 @pytest.mark.timeout(120)

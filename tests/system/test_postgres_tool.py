@@ -16,16 +16,15 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from actors.client import Client
 from actors.config.settings import Settings
-from actors.pod.roles import connect, start_roles
 from actors.tools.credentials import CredentialSource
 from actors.tools.executors import run_tool
 from actors.tools.failures import CancelSignal, ToolFailure
 from actors.tools.pgpool import PoolBounds
 from actors.tools.resources import ToolResources
 from streams.server import NatsServer
-from tests.conftest import System, make_layout, of_type, wait_for
+from tests.conftest import System, make_layout, of_type, running_system, wait_for
+from tests.support.loopturns import loop_turns
 from tests.support.postgres import Database
 
 pytestmark = pytest.mark.asyncio
@@ -353,32 +352,14 @@ async def test_a_big_result_is_converted_in_chunks_with_the_event_loop_running_b
     runs (a ticking task) at least once per chunk of rows."""
     from actors.tools.kinds import postgres as kind
 
-    ticks = 0
-
-    async def ticking() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0)
-            ticks += 1
-
-    per_tick: dict[int, int] = {}
-    from actors.tools.pgvalues import row_values as real
-
-    def counting(row: Any) -> list[Any]:
-        per_tick[ticks] = per_tick.get(ticks, 0) + 1
-        return real(row)
-
-    monkeypatch.setattr(kind, "row_values", counting)
-    ticker = asyncio.ensure_future(ticking())
-    try:
+    async with loop_turns() as turns:
+        monkeypatch.setattr(kind, "row_values", turns.counting(kind.row_values))
         out = await pg(
             res, "SELECT g, now() AS at, 1.5::numeric AS n FROM generate_series(1, 50000) AS g", max_rows=50000
         )
-    finally:
-        ticker.cancel()
     assert out["row_count"] == 50000 and out["rows"][-1]["g"] == 50000
-    assert sum(per_tick.values()) == 50000
-    assert max(per_tick.values()) <= 1000  # kind.CHUNK
+    assert sum(turns.work.values()) == 50000
+    assert max(turns.work.values()) <= 1000  # kind.CHUNK
 
 
 @pytest.mark.timeout(60)
@@ -448,13 +429,8 @@ async def pod(nats_server: NatsServer, tmp_path: Path, postgres: Database) -> As
         credentials={"DB": json.dumps(postgres.credential()), "DBURL": json.dumps({"dsn": postgres.url()})}
     )
     layout = make_layout(max_msg_size=64 * 1024)
-    nc = await connect(nats_server.url, name="test")
-    runtime = await start_roles(nc, layout=layout, settings=settings)
-    try:
-        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
-    finally:
-        await runtime.stop(drain_timeout=0.2)
-        await nc.close()
+    async with running_system(nats_server, tmp_path, layout=layout, settings=settings) as system:
+        yield system
 
 
 def playbook(name: str, steps: str) -> str:

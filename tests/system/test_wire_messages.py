@@ -28,7 +28,7 @@ from actors.client import Client
 from actors.config.settings import Settings
 from actors.core.replay import SEMANTICS
 from actors.natsio.binding import codec_of
-from actors.pod.roles import connect, start_roles
+from actors.pod.roles import connect
 from actors.wire.events import ExecState
 from actors.wire.messages import CancelReply, RegisterReply, ResultReply, StartRecord, StartReply, encode
 from actors.wire.protocol import LIFECYCLE_MESSAGES, MESSAGES, SCHEMA_DIR
@@ -42,7 +42,7 @@ from streams.subjects import (
     START_REQUEST_SUBJECT,
     START_SUBJECT,
 )
-from tests.conftest import System, make_layout, wait_for
+from tests.conftest import System, running_system, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240)]
 
@@ -132,15 +132,9 @@ class Recorder:
 @pytest_asyncio.fixture(params=["clear", "sealed"])
 async def wire(nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[System]:
     """All actors, with no payload key (values in clear) or with one (values sealed)."""
-    layout = make_layout()
     settings = Settings(payload_key=KEY) if request.param == "sealed" else None
-    nc = await connect(nats_server.url, name="test")
-    runtime = await start_roles(nc, layout=layout, settings=settings)
-    try:
-        yield System(nats_server, nc, Client(nc, layout=layout), runtime, layout, tmp_path)
-    finally:
-        await runtime.stop(drain_timeout=0.2)
-        await nc.close()
+    async with running_system(nats_server, tmp_path, settings=settings) as system:
+        yield system
 
 
 def kind_of(seen: Seen, replies: dict[str, str]) -> str | None:
