@@ -61,6 +61,12 @@ COMMAND = "cmd"  # ev.cmd.<kind>: a decision record holding its one command
 RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
+# a catalog path (actors/store/catalog.py PATH_RULE): letters, digits, `_`, `-`, `=` (what a
+# KV key allows but `.`, its token separator), in segments separated by single `/`. Spelled
+# here, where subjects are, because a path is also a subject token (`status_feed_subject`)
+CATALOG_PATH = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")
+
+
 def subject_matches(filter_: str, subject: str) -> bool:
     """Does `subject` match `filter_` as NATS matches them (`*` one token, `>` the rest)?"""
     want, got = filter_.split("."), subject.split(".")
@@ -441,9 +447,8 @@ def status_feed_subject(playbook: str | None, execution_id: str) -> str:
     no `.`, `*`, `>` or space (actors/store/catalog.py PATH_RULE), so it is one token as
     it is; an execution whose playbook is unknown, or not a catalog path, is under `~`,
     which no catalog path can be (`_`, say, can)."""
-    token = playbook if playbook and _FEED_TOKEN.fullmatch(playbook) else UNKNOWN_PLAYBOOK
+    token = playbook if playbook and CATALOG_PATH.fullmatch(playbook) else UNKNOWN_PLAYBOOK
     return f"{STATUS_FEED}.{token}.{execution_id}"
 
 
 UNKNOWN_PLAYBOOK = "~"
-_FEED_TOKEN = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")

@@ -76,26 +76,42 @@ _cancel_request = msgspec.json.Decoder(CancelAsk)
 CANCEL_LOOKUP = 2.0  # seconds a cancel of an id with no status waits for a start still queued
 
 
-def _invalid(what: str, e: Exception) -> RequestError:
-    return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: {e}")
+def _invalid(what: str, why: object) -> RequestError:
+    return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: {why}")
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
     """The request, or an InvalidRequest error. Nesting is measured first: a decoder
     meeting thousands of levels raises RecursionError, where a request is only refused."""
     if not json_within(data, START_MESSAGE_DEPTH):
-        return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: nested deeper than {START_MESSAGE_DEPTH}")
+        return _invalid(what, f"nested deeper than {START_MESSAGE_DEPTH}")
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as e:
         return _invalid(what, e)
     except msgspec.DecodeError as e:
-        return RequestError(type=INVALID_REQUEST, message=f"invalid {what}: not JSON: {e}")
+        return _invalid(what, f"not JSON: {e}")
 
 
 def _bad_id(what: str, eid: str) -> RequestError:
-    message = f"invalid {what}: field execution_id {eid[:200]!r} must match {EXECUTION_ID.pattern}"
-    return RequestError(type=INVALID_REQUEST, message=message)
+    return _invalid(what, f"field execution_id {eid[:200]!r} must match {EXECUTION_ID.pattern}")
+
+
+# each request's reply when it is not done (refused, busy, failed): its fields empty but `error`
+def _no_result(error: RequestError) -> ResultReply:
+    return ResultReply(execution_id=None, error=error)
+
+
+def _not_registered(error: RequestError) -> RegisterReply:
+    return RegisterReply(path=None, version=None, registered=False, error=error)
+
+
+def _not_cancelled(error: RequestError) -> CancelReply:
+    return CancelReply(execution_id=None, cancelled=False, error=error)
+
+
+Answer = Callable[[Msg], Awaitable[msgspec.Struct]]
+Refusal = Callable[[RequestError], msgspec.Struct]
 
 
 def result_wait(msg: Msg) -> float:
@@ -109,7 +125,7 @@ def result_wait(msg: Msg) -> float:
 
 
 class Gateway:
-    """The engine pods' answers to `result.request` and `catalog.register`."""
+    """The engine pods' answers to `result.request`, `catalog.register` and `execution.cancel`."""
 
     def __init__(
         self,
@@ -145,12 +161,13 @@ class Gateway:
         return self._pending
 
     async def start(self) -> None:
-        for subject, answer in (
-            (RESULT_REQUEST_SUBJECT, self.answer_result),
-            (REGISTER_REQUEST_SUBJECT, self.answer_register),
-            (CANCEL_REQUEST_SUBJECT, self.answer_cancel),
-        ):
-            handler = functools.partial(self._on_request, answer)
+        served: tuple[tuple[str, Answer, Refusal], ...] = (
+            (RESULT_REQUEST_SUBJECT, self.answer_result, _no_result),
+            (REGISTER_REQUEST_SUBJECT, self.answer_register, _not_registered),
+            (CANCEL_REQUEST_SUBJECT, self.answer_cancel, _not_cancelled),
+        )
+        for subject, answer, refuse in served:
+            handler = functools.partial(self._on_request, answer, refuse)
             self._subs.append(await subscribe_direct(self.nc, subject, handler, queue=GATEWAY_QUEUE))
 
     async def stop(self) -> None:
@@ -164,7 +181,7 @@ class Gateway:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _on_request(self, answer: Callable[[Msg], Awaitable[msgspec.Struct]], msg: Msg) -> None:
+    def _on_request(self, answer: Answer, refuse: Refusal, msg: Msg) -> None:
         if not msg.reply or not self._subs:
             return  # nobody to answer (a plain publish), or stopping: the requester asks again
         if not is_inbox(msg.reply):
@@ -176,15 +193,15 @@ class Gateway:
             return
         busy = self._pending >= self._backlog
         self._pending += 1
-        task = asyncio.get_running_loop().create_task(self._answer(answer, msg, busy))
+        task = asyncio.get_running_loop().create_task(self._answer(answer, refuse, msg, busy))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, answer: Callable[[Msg], Awaitable[msgspec.Struct]], msg: Msg, busy: bool) -> None:
+    async def _answer(self, answer: Answer, refuse: Refusal, msg: Msg, busy: bool) -> None:
         try:
             if busy:
-                reply: msgspec.Struct = self._refusal(
-                    msg, RequestError(type="Busy", message="too many requests waiting; ask again", retryable=True)
+                reply = refuse(
+                    RequestError(type="Busy", message="too many requests waiting; ask again", retryable=True)
                 )
             else:
                 try:
@@ -192,37 +209,29 @@ class Gateway:
                 except Exception as e:
                     log.exception("gateway: a request on %s could not be answered", msg.subject)
                     error = RequestError(type=type(e).__name__, message=str(e), retryable=is_transient(e))
-                    reply = self._refusal(msg, error)
+                    reply = refuse(error)
             data = codec_of(self.nc).encode(reply)
             if len(data) > self.nc.max_payload:  # a result that fit its event, but not beside its status
                 error = RequestError(
                     type="ResultTooLarge",
                     message=f"the answer takes {len(data):,} bytes, over the server's {self.nc.max_payload:,}",
                 )
-                data = codec_of(self.nc).encode(self._refusal(msg, error))
+                data = codec_of(self.nc).encode(refuse(error))
             await send(self.nc, msg.reply, data)
         except Exception:
             log.exception("gateway: could not answer a request on %s", msg.subject)  # it times out
         finally:
             self._pending -= 1
 
-    @staticmethod
-    def _refusal(msg: Msg, error: RequestError) -> msgspec.Struct:
-        if msg.subject == REGISTER_REQUEST_SUBJECT:
-            return RegisterReply(path=None, version=None, registered=False, error=error)
-        if msg.subject == CANCEL_REQUEST_SUBJECT:
-            return CancelReply(execution_id=None, cancelled=False, error=error)
-        return ResultReply(execution_id=None, error=error)
-
     # --- result.request -----------------------------------------------------------------
 
     async def answer_result(self, msg: Msg) -> ResultReply:
         req = _decode(_result_request, msg.data, "result request")
         if isinstance(req, RequestError):
-            return ResultReply(execution_id=None, error=req)
+            return _no_result(req)
         eid = req.execution_id
         if not EXECUTION_ID.fullmatch(eid):
-            return ResultReply(execution_id=None, error=_bad_id("result request", eid))
+            return _no_result(_bad_id("result request", eid))
         wait = result_wait(msg)
         if wait and self._waiting < MAX_WAITING:  # past it: answered at once, as it stands
             self._waiting += 1
@@ -276,10 +285,10 @@ class Gateway:
     async def answer_cancel(self, msg: Msg) -> CancelReply:
         req = _decode(_cancel_request, msg.data, "cancel request")
         if isinstance(req, RequestError):
-            return CancelReply(execution_id=None, cancelled=False, error=req)
+            return _not_cancelled(req)
         eid = req.execution_id
         if not EXECUTION_ID.fullmatch(eid):
-            return CancelReply(execution_id=None, cancelled=False, error=_bad_id("cancel request", eid))
+            return _not_cancelled(_bad_id("cancel request", eid))
         async with self._slots:
             status = await self.client.status(eid)
         if status is not None and status.state in TERMINAL_STATES:
@@ -311,15 +320,11 @@ class Gateway:
     async def answer_register(self, msg: Msg) -> RegisterReply:
         req = _decode(_register_request, msg.data, "register request")
         if isinstance(req, RequestError):
-            return RegisterReply(path=None, version=None, registered=False, error=req)
+            return _not_registered(req)
         file = req.file or "<request>"
         if len(file) > MAX_FILE_NAME or not file.isprintable():
-            message = (
-                f"invalid register request: field file must be printable text of at most {MAX_FILE_NAME} characters"
-            )
-            return RegisterReply(
-                path=None, version=None, registered=False, error=RequestError(type=INVALID_REQUEST, message=message)
-            )
+            why = f"field file must be printable text of at most {MAX_FILE_NAME} characters"
+            return _not_registered(_invalid("register request", why))
         try:
             async with self._loads:
                 pb = await self._load(req.source, file, self._max_attempts)
@@ -333,4 +338,4 @@ class Gateway:
             error = RequestError(type="PlaybookInvalid", message=f"{file}: not loaded within the pod's limits: {e}")
         else:
             return RegisterReply(path=entry.path, version=entry.version, registered=True)
-        return RegisterReply(path=None, version=None, registered=False, error=error)
+        return _not_registered(error)

@@ -31,11 +31,9 @@ from actors.playbook.model import Playbook
 from actors.store.records import RecordInvalid
 from actors.wire.messages import CatalogEntry, encode
 from streams.layout import CATALOG_BUCKET
+from streams.subjects import CATALOG_PATH
 
 _entry = msgspec.json.Decoder(CatalogEntry)
-# letters, digits, `_`, `-`, `=` (what a KV key allows but `.`, its token separator),
-# in segments separated by single `/`
-_PATH = re.compile(r"[A-Za-z0-9_=-]+(?:/[A-Za-z0-9_=-]+)*")
 PATH_RULE = (
     "a catalog path is letters, digits, '_', '-' and '=' in segments separated by single '/' "
     "(no '.', no spaces, no '/' at either end)"
@@ -68,7 +66,7 @@ class CatalogRecordInvalid(CatalogError, RecordInvalid):
 
 def check_path(path: str) -> str:
     """`path`, when it is a catalog path (`PATH_RULE`); CatalogPathInvalid otherwise."""
-    if not _PATH.fullmatch(path):
+    if not CATALOG_PATH.fullmatch(path):
         raise CatalogPathInvalid(f"catalog path {path!r} is not allowed: {PATH_RULE}")
     return path
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats.js.errors
@@ -66,20 +66,31 @@ workflow:
 """
 
 
+T = TypeVar("T")
+
+
+async def ask(
+    system: System,
+    subject: str,
+    body: dict[str, Any] | bytes,
+    reply: type[T],
+    headers: dict[str, str] | None = None,
+    timeout: float = 20,
+) -> T:
+    """A request as any NATS client sends it (JSON, or `body` as is), its reply decoded."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    msg = await system.nc.request(subject, data, timeout=timeout, headers=headers)
+    return msgspec.json.decode(msg.data, type=reply)
+
+
 async def register(system: System, source: str | bytes, file: str | None = "greet.yaml") -> RegisterReply:
-    if isinstance(source, bytes):
-        body = source
-    else:
-        body = json.dumps({"source": source} | ({"file": file} if file else {})).encode()
-    msg = await system.nc.request(REGISTER_REQUEST_SUBJECT, body, timeout=20)
-    return msgspec.json.decode(msg.data, type=RegisterReply)
+    body = source if isinstance(source, bytes) else {"source": source} | ({"file": file} if file else {})
+    return await ask(system, REGISTER_REQUEST_SUBJECT, body, RegisterReply)
 
 
 async def ask_result(system: System, body: dict[str, Any] | bytes, wait: float | None = None) -> ResultReply:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {RESULT_WAIT: str(wait)} if wait is not None else None
-    msg = await system.nc.request(RESULT_REQUEST_SUBJECT, data, timeout=30, headers=headers)
-    return msgspec.json.decode(msg.data, type=ResultReply)
+    return await ask(system, RESULT_REQUEST_SUBJECT, body, ResultReply, headers, timeout=30)
 
 
 async def test_a_playbook_registered_over_nats_starts_and_its_result_is_read_over_nats(system: System) -> None:
@@ -245,9 +256,7 @@ async def test_requests_waiting_for_an_end_do_not_hold_up_other_requests(system:
 
 
 async def cancel(system: System, body: dict[str, Any] | bytes) -> CancelReply:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    msg = await system.nc.request(CANCEL_REQUEST_SUBJECT, data, timeout=20)
-    return msgspec.json.decode(msg.data, type=CancelReply)
+    return await ask(system, CANCEL_REQUEST_SUBJECT, body, CancelReply)
 
 
 async def test_an_execution_is_cancelled_over_nats_without_knowing_its_partition(system: System) -> None:
@@ -312,7 +321,7 @@ async def test_a_wait_for_an_id_with_no_status_is_short(system: System) -> None:
     # a made-up id must not hold a waiter for the minute it asked for: answered well inside 20 s
     msg = await system.nc.request(
         RESULT_REQUEST_SUBJECT, b'{"execution_id": "proto-made-up"}', timeout=20, headers={RESULT_WAIT: "60"}
-    )
+    )  # a 20 s timeout, under the 60 s asked for: the answer must come well before
     reply = msgspec.json.decode(msg.data, type=ResultReply)
     assert reply.error is not None and reply.error.type == "ExecutionNotFound"
 
