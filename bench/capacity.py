@@ -185,35 +185,33 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             paths[name] = (await client.register(work / f"{name}.yaml")).path
         await run_all(client, paths["chain"], 5)  # warm: streams, buckets and consumers made, caches filled
         figures: dict[str, Any] = {}
+        last = await snapshot(nc, servers)
+
+        async def grown(name: str, n: int, per: float, at_once: int = 50) -> dict[str, Any]:
+            """Run `n` executions of playbook `name`: what the servers grew by, per `per`."""
+            nonlocal last
+            before = last
+            await run_all(client, paths[name], n, at_once=at_once)
+            last = await snapshot(nc, servers)
+            return growth(before, last, per)
+
         t0 = time.monotonic()
-        before = await snapshot(nc, servers)
-        await run_all(client, paths["chain"], args.executions)
-        after = await snapshot(nc, servers)
-        figures["execution"] = growth(before, after, args.executions)
+        figures["execution"] = await grown("chain", args.executions, args.executions)
         print(f"execution: {args.executions} in {time.monotonic() - t0:.1f}s", flush=True)
 
         t0 = time.monotonic()
-        before = after
-        await run_all(client, paths["long"], args.executions // 4)
-        after = await snapshot(nc, servers)
-        longer = growth(before, after, args.executions // 4)
+        longer = await grown("long", args.executions // 4, args.executions // 4)
         step = {k: round((longer[k] - figures["execution"][k]) / MORE_STEPS, 3) for k in longer if k != "streams"}
         figures["step"] = {"streams": {}, **step}
         print(f"step: {args.executions // 4} of {2 + MORE_STEPS} steps in {time.monotonic() - t0:.1f}s", flush=True)
 
         t0 = time.monotonic()
-        before = after
-        await run_all(client, paths["loop"], args.loops, at_once=2)
-        after = await snapshot(nc, servers)
-        loop = growth(before, after, args.loops * args.iterations)
+        loop = await grown("loop", args.loops, args.loops * args.iterations, at_once=2)
         figures["iteration"] = less_executions(loop, figures["execution"], 1 / args.iterations, digits=3)
         print(f"iteration: {args.loops} x {args.iterations} in {time.monotonic() - t0:.1f}s", flush=True)
 
         t0 = time.monotonic()
-        before = after
-        await run_all(client, paths["blob"], args.blobs, at_once=4)
-        after = await snapshot(nc, servers)
-        blob = growth(before, after, args.blobs * args.blob_bytes)
+        blob = await grown("blob", args.blobs, args.blobs * args.blob_bytes, at_once=4)
         figures["blob_byte"] = less_executions(blob, figures["execution"], 1 / args.blob_bytes, digits=4)
         print(f"blob: {args.blobs} x {args.blob_bytes} B in {time.monotonic() - t0:.1f}s", flush=True)
     finally:
