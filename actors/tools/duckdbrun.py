@@ -15,17 +15,16 @@ after every call: nothing of a step (an in-memory table, a file lock) is left to
 
 from __future__ import annotations
 
-import base64
 import datetime
-import math
 import os
 import re
 import resource
-import uuid
 from decimal import Decimal
 from typing import Any
 
 import orjson
+
+from actors.tools.jsonscalars import NOT_A_SCALAR, json_scalar
 
 __all__ = ["HEADROOM", "TooManyRows", "main"]
 
@@ -232,20 +231,13 @@ def _json(v: Any) -> Any:
     """A DuckDB value as JSON data (docs/language.md, duckdb: types)."""
     if v is None or isinstance(v, (bool, int, str)):
         return v
-    if isinstance(v, float):
-        if math.isfinite(v):
-            return v
-        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, Decimal):
         return format(v, "f")  # exact: a float would round it
-    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
-        return v.isoformat()
     if isinstance(v, datetime.timedelta):  # only where an INTERVAL could not be read as text
         return str(v)
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(v)).decode("ascii")
-    if isinstance(v, uuid.UUID):
-        return str(v)
+    shaped = json_scalar(v)  # floats, bytes, dates and times, UUIDs
+    if shaped is not NOT_A_SCALAR:
+        return shaped
     if isinstance(v, dict):
         if all(isinstance(k, str) for k in v):
             return {k: _json(x) for k, x in v.items()}

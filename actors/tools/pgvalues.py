@@ -27,14 +27,13 @@ Dates before year 1 keep Postgres' ` BC` suffix (`"0044-03-15 BC"`).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import decimal
-import math
 import re
-import uuid
 from collections.abc import Callable
 from typing import Any
+
+from actors.tools.jsonscalars import NOT_A_SCALAR, json_scalar
 
 __all__ = [
     "TEXT_TYPES",
@@ -104,14 +103,6 @@ TEXT_TYPES: dict[str, Callable[[str], Any]] = {
 }
 
 
-def _float(f: float) -> float | str:
-    if math.isfinite(f):
-        return f
-    if math.isnan(f):
-        return "NaN"
-    return "Infinity" if f > 0 else "-Infinity"
-
-
 def _duration(d: dt.timedelta) -> str:
     sign = "-" if d < dt.timedelta(0) else ""
     d = abs(d)
@@ -123,23 +114,16 @@ def json_value(v: Any) -> Any:
     """A value the driver loaded, as a JSON value (the table in the module docstring)."""
     if isinstance(v, _PLAIN):
         return v
-    if isinstance(v, float):
-        return _float(v)
     if isinstance(v, list | tuple):
         return [json_value(x) for x in v]
     if isinstance(v, dict):  # json / jsonb: already JSON (their floats are finite)
         return v
-    if isinstance(v, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(v)).decode("ascii")
     if isinstance(v, decimal.Decimal):
         return str(v)
-    if isinstance(v, dt.datetime | dt.date | dt.time):
-        return v.isoformat()
     if isinstance(v, dt.timedelta):
         return _duration(v)
-    if isinstance(v, uuid.UUID):
-        return str(v)
-    return str(v)
+    shaped = json_scalar(v)  # floats, bytes, dates and times, UUIDs
+    return str(v) if shaped is NOT_A_SCALAR else shaped
 
 
 def row_values(row: tuple[Any, ...] | list[Any]) -> list[Any]:
