@@ -9,6 +9,13 @@ end, or `dev` went on to wait for a second signal. Here a SIGINT cancels the
 command's task, and again every `CANCEL_AGAIN` seconds while it runs; once it ends
 cancelled, KeyboardInterrupt is raised (exit 130, as before).
 
+Whether SIGINT is ours to take is decided before the event loop starts
+(`sigint_is_ours`): `uvloop.run` and `asyncio.run` (an `asyncio.Runner`, from Python
+3.11) install their own SIGINT handler, which cancels once, before our command runs, so
+the handler found then is never Python's default one. (Deciding it there instead made
+this handler never installed, and a Ctrl-C whose one cancel was swallowed was lost: `run`
+went on to its execution's end.)
+
 A command that runs until told to stop (`dev`, `serve`, `ui`) replaces this handler
 with `stop_on_signal`'s, a stop event. A SIGINT ignored when the CLI started (a job
 a non-interactive shell put in the background) stays ignored, and `cli.main` called
@@ -31,13 +38,21 @@ T = TypeVar("T")
 CANCEL_AGAIN = 3.0
 
 
-async def interruptible(command: Coroutine[Any, Any, T]) -> T:
-    """Await `command`; on SIGINT cancel it (again every CANCEL_AGAIN seconds until it
-    ends) and raise KeyboardInterrupt once it has ended cancelled."""
-    if threading.current_thread() is not threading.main_thread():
-        return await command  # `cli.main` called in a thread: signals are the main thread's
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return await command  # ignored (or someone else's): left as it is
+def sigint_is_ours() -> bool:
+    """May the command take SIGINT? Asked before the event loop starts: in the main
+    thread, with SIGINT still Python's default (not ignored, not someone else's)."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
+async def interruptible(command: Coroutine[Any, Any, T], *, take_sigint: bool) -> T:
+    """Await `command`; when `take_sigint` (`sigint_is_ours()` before the loop started),
+    on SIGINT cancel it (again every CANCEL_AGAIN seconds until it ends) and raise
+    KeyboardInterrupt once it has ended cancelled."""
+    if not take_sigint:
+        return await command  # ignored, someone else's, or not the main thread: left as it is
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None

@@ -26,7 +26,7 @@ from actors.cli.commands import (
 from actors.cli.deadletters import cmd_deadletters
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
 from actors.cli.inputs import seconds, seconds_or_zero
-from actors.cli.interrupt import interruptible
+from actors.cli.interrupt import interruptible, sigint_is_ours
 from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
 from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error
@@ -274,11 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(coro: Any) -> Any:
+    take_sigint = sigint_is_ours()  # before the loop: its runner installs a SIGINT handler of its own
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is not built for every platform
-        return asyncio.run(interruptible(coro))
-    return uvloop.run(interruptible(coro))
+        return asyncio.run(interruptible(coro, take_sigint=take_sigint))
+    return uvloop.run(interruptible(coro, take_sigint=take_sigint))
 
 
 def entrypoint() -> None:

@@ -41,7 +41,6 @@ async def test_one_ctrl_c_ends_a_cli_command_that_swallowed_the_cancel(monkeypat
     CLI command then ran on, or `dev` waited for another signal): the command is
     cancelled again until it ends, which it does as KeyboardInterrupt (exit 130)."""
     monkeypatch.setattr(interrupt, "CANCEL_AGAIN", 0.05)
-    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.default_int_handler)  # as a terminal starts it
     swallowed: list[bool] = []
 
     async def command() -> str:
@@ -54,7 +53,7 @@ async def test_one_ctrl_c_ends_a_cli_command_that_swallowed_the_cancel(monkeypat
         return "ran on"
 
     with pytest.raises(KeyboardInterrupt):
-        await interrupt.interruptible(command())
+        await interrupt.interruptible(command(), take_sigint=True)
     assert swallowed == [True]
 
 
@@ -63,7 +62,6 @@ async def test_one_ctrl_c_ends_a_cli_command_that_swallowed_the_cancel(monkeypat
 async def test_a_cli_command_that_ended_after_a_ctrl_c_is_not_cancelled_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cancels stop when the command ends: what runs after it (the CLI's exit) is left alone."""
     monkeypatch.setattr(interrupt, "CANCEL_AGAIN", 0.05)
-    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.default_int_handler)
 
     async def command() -> str:
         os.kill(os.getpid(), signal.SIGINT)
@@ -73,7 +71,7 @@ async def test_a_cli_command_that_ended_after_a_ctrl_c_is_not_cancelled_again(mo
             return "stopped cleanly"  # a command may end normally on Ctrl-C
         return "ran on"
 
-    assert await interrupt.interruptible(command()) == "stopped cleanly"
+    assert await interrupt.interruptible(command(), take_sigint=True) == "stopped cleanly"
     current = asyncio.current_task()
     assert current is not None
     current.uncancel()  # the cancel the command took
@@ -82,14 +80,16 @@ async def test_a_cli_command_that_ended_after_a_ctrl_c_is_not_cancelled_again(mo
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(20)
-async def test_a_cli_command_run_in_a_thread_leaves_signals_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_cli_command_run_in_a_thread_leaves_signals_alone() -> None:
     """`cli.main` in a thread (as tests/system/test_ride_out.py runs it): uvloop refuses signal
     handlers outside the main thread, and the command must run all the same."""
     import uvloop
 
-    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.default_int_handler)
-
     async def command() -> str:
         return "done"
 
-    assert await asyncio.to_thread(uvloop.run, interrupt.interruptible(command())) == "done"
+    def in_a_thread() -> str:
+        assert not interrupt.sigint_is_ours()  # decided where the loop is started: not the main thread
+        return uvloop.run(interrupt.interruptible(command(), take_sigint=True))  # and refused by uvloop anyway
+
+    assert await asyncio.to_thread(in_a_thread) == "done"
