@@ -4,6 +4,7 @@ psycopg COPY of the same rows, measured in the same run (issue #27).
     python -m bench.sink [--iterations 1000] [--rows 100] [--rounds 5] [--mode chunked]
                          [--concurrency 200] [--chunk-size 20] [--pool 4]
                          [--tools process|inline] [--synchronous-commit on]
+    python -m bench.sink --writes-only [--rounds 3]   # the writes' CPU alone (`write_cpu`)
 
 One embedded nats-server, the engine, counter and projector in this process, the tools
 role in a process of its own (`actors-cli serve --role tools`, as deployed; `--tools
@@ -11,8 +12,9 @@ inline`: in this process too), and a throwaway PostgreSQL cluster
 (tests/support/postgres.py; Debian's `postgresql` package). The loop runs `--iterations`
 python iterations (chunked: `--chunk-size` per command), each returning `--rows` rows
 (int, int, text, numeric, jsonb) that its sink appends to a table: COPY and the
-exactly-once ledger row in one transaction per iteration, on the pod's pool of `--pool`
-connections. The baselines write the same rows with psycopg alone on one connection:
+exactly-once ledger rows, on the pod's pool of `--pool` connections, in one transaction
+per chunk in chunked mode (each item its own ledger row: actors/tools/chunksinks.py), per
+iteration in the other modes. The baselines write the same rows with psycopg alone on one connection:
 `copy_per_iteration`, one COPY transaction per iteration's rows (the same unit of work:
 what a sink's atomicity asks for), and `copy_once`, all of them in one COPY. Rounds
 alternate loop and baselines (the table emptied before each), so drift in the
@@ -208,6 +210,61 @@ async def bench(
     }
 
 
+async def write_cpu(iterations: int, rows: int, rounds: int, chunk_size: int) -> dict[str, Any]:
+    """`--writes-only`: the sinks' writes alone, sequentially, without NATS or the loop: the
+    CPU this process spends per iteration (`time.process_time`: what a tools pod's event
+    loop pays) writing each iteration in a transaction of its own (`write_table`), and a
+    chunk's iterations in one (`write_appends`); medians of `rounds`."""
+    from actors.tools import pgwrite
+    from actors.tools.call import CommandIdentity, ToolCall
+    from actors.tools.credentials import CredentialSource
+    from actors.tools.resources import ToolResources
+
+    pg = await Postgres.start(synchronous_commit=True)
+    await pg.sql(DDL)
+    credential = {"dsn": pg.conninfo("postgres")}
+    res = ToolResources(credentials=CredentialSource(None, {"BENCH": json.dumps(credential)}))
+    tool = {"kind": "postgres", "table": TABLE, "mode": "append", "credential": "bench"}
+    every = [rows_of(i, rows) for i in range(iterations)]
+
+    def call(i: int, command: str) -> ToolCall:
+        identity = CommandIdentity("bench", command, i, "sink")
+        return ToolCall(tool, {"rows": every[i]}, 60.0, None, res, None, credential, identity)
+
+    cpu: dict[str, list[float]] = {"per_iteration": [], "per_chunk": []}
+    try:
+        for r in range(rounds + 1):  # round 0 warms the pool and the ledger
+            await pg.sql(f"TRUNCATE {TABLE}")
+            c0 = time.process_time()
+            for i in range(iterations):
+                await pgwrite.write_table(call(i, f"a{r}"), "bench", credential)
+            c1 = time.process_time()
+            await pg.sql(f"TRUNCATE {TABLE}")
+            for k in range(0, iterations, chunk_size):
+                chunk = [call(i, f"b{r}c{k}") for i in range(k, min(k + chunk_size, iterations))]
+                await pgwrite.write_appends(chunk, "bench", credential)
+            c2 = time.process_time()
+            await check_count(credential["dsn"], iterations * rows)
+            if r:
+                cpu["per_iteration"].append((c1 - c0) / iterations * 1000)
+                cpu["per_chunk"].append((c2 - c1) / iterations * 1000)
+                print(f"round {r}: {cpu['per_iteration'][-1]:.3f} ms CPU an iteration alone, "
+                      f"{cpu['per_chunk'][-1]:.3f} in chunks of {chunk_size}", flush=True)  # fmt: skip
+    finally:
+        await res.close()
+        await pg.stop()
+    alone, chunked = statistics.median(cpu["per_iteration"]), statistics.median(cpu["per_chunk"])
+    return {
+        "bench": "sink_writes",
+        "iterations": iterations,
+        "rows_per_iteration": rows,
+        "rounds": rounds,
+        "chunk_size": chunk_size,
+        "cpu_ms_per_iteration_alone": round(alone, 3),
+        "cpu_ms_per_iteration_in_chunks": round(chunked, 3),
+    }
+
+
 async def check_count(conninfo: str, expected: int) -> None:
     import psycopg
 
@@ -232,7 +289,13 @@ def main() -> None:
         "--tools", choices=("process", "inline"), default="process", help="the tools role in a process of its own"
     )
     p.add_argument("--tools-pods", type=int, default=1, help="tools processes (competing consumers)")
+    p.add_argument(
+        "--writes-only", action="store_true", help="the sinks' writes alone: CPU per iteration, alone and in chunks"
+    )
     a = p.parse_args()
+    if a.writes_only:
+        print(json.dumps(asyncio.run(write_cpu(a.iterations, a.rows, a.rounds, a.chunk_size))))
+        return
     out = asyncio.run(
         bench(
             a.iterations,

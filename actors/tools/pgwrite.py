@@ -35,6 +35,12 @@ the call when it was dropped since) has one row per write, keyed by the command'
 the write's transaction: a second delivery of the command finds it (or waits for the
 first's transaction to end, then finds it), commits nothing more and returns the stored
 result. docs/language.md ("Exactly once") says what that guarantees and what not.
+
+`write_appends`: the appends of a chunk's items (one table, one credential, one ledger)
+as ONE transaction (actors/tools/chunksinks.py decides when): one statement claims every
+item's own ledger row (a redelivered chunk finds, per item, what the first delivery
+committed) and reads the catalog, one COPY takes the rows of the items claimed, one
+COMMIT. Any failure rolls all of it back; the caller then writes the items one by one.
 """
 
 from __future__ import annotations
@@ -42,9 +48,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import copy
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.tools import failpoints
 from actors.tools.call import CommandIdentity, ToolCall
@@ -54,7 +61,17 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
 
-__all__ = ["DEFAULT_LEDGER", "MODES", "WRITE_CHUNK", "bytea_value", "copy_text", "once", "table_names", "write_table"]
+__all__ = [
+    "DEFAULT_LEDGER",
+    "MODES",
+    "WRITE_CHUNK",
+    "bytea_value",
+    "copy_text",
+    "once",
+    "table_names",
+    "write_appends",
+    "write_table",
+]
 
 DEFAULT_LEDGER = "actors_ledger"
 MODES = ("append", "upsert", "replace")
@@ -74,6 +91,7 @@ LEFT JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typba
 # ledgers known to exist, by (credential, ledger as the tool names it): their schema and name
 _LEDGERS: dict[tuple[str, str], tuple[str, str]] = {}
 
+T = TypeVar("T")
 Body = Callable[["psycopg.AsyncConnection[Any]"], Awaitable[Any]]
 
 
@@ -187,13 +205,132 @@ async def write_table(call: ToolCall, name: str, credential: dict[str, str], *, 
     return text
 
 
+async def write_appends(
+    calls: list[ToolCall], name: str, credential: dict[str, str], *, deadline: float | None = None
+) -> list[bytes]:
+    """Appends of several items of one command (a chunk's iterations: one execution, command
+    and run, each its own `iteration_index`) into one table, with one ledger, as ONE
+    transaction of credential `name`: each item's result's JSON text (the first delivery's
+    for an item claimed before). The transaction's timeout is the first call's `limit`.
+    Raises `ToolFailure` for the whole: nothing of it is committed then (the caller falls
+    back to `write_table` per item, actors/tools/chunksinks.py)."""
+    writes = [_Write(c) for c in calls]
+    first = writes[0]
+    identities = [c.identity for c in calls]
+    if any(i is None for i in identities):
+        raise ToolFailure("ToolConfigError", "postgres appends are written together only for a command's items")
+    keys = [_key(i) for i in identities if i is not None]
+    if len({k[:2] + k[3:] for k in keys}) != 1 or len({k[2] for k in keys}) != len(keys):
+        raise ToolFailure("ToolConfigError", "postgres appends written together must be one command's items")
+    assert first.columns is not None
+    cols = set(first.columns)
+    for w in writes:
+        # the same columns (in any order: COPY takes each row's by name), else a column one
+        # item leaves out would get NULL in the common COPY, not the default its own gives
+        if w.mode != "append" or w.table != first.table or set(w.columns or ()) != cols:
+            raise ToolFailure("ToolConfigError", "postgres appends written together must be of one table and columns")
+    # append knows its result before writing: each ledger row holds its item's from the start
+    results = [result_json(w.result(len(w.rows) if w.columns else 0)) for w in writes]
+    pools = calls[0].resources.postgres
+
+    async def attempt(ledger: tuple[str, ...] | None) -> list[bytes]:
+        assert ledger is not None  # every item has a command
+        found: list[Any] = []
+        claims = functools.partial(_claims_and_columns, w=first, ledger=ledger, keys=keys, results=results)
+        try:
+            async with pools.transaction(
+                name, credential, timeout=calls[0].limit, deadline=deadline, first=claims, first_rows=found
+            ) as conn:
+                claimed = {int(n) for n in str(found[0][0] or "").split(",") if n}
+                texts = list(results)
+                late = [k for k, key in enumerate(keys) if key[2] not in claimed]
+                if late:  # delivered before and committed (or by a delivery that just committed)
+                    stored = await _stored_many(conn, ledger, [keys[k] for k in late])
+                    for k in late:
+                        texts[k] = stored[keys[k][2]]
+                rows = [r for k, w in enumerate(writes) if keys[k][2] in claimed for r in w.rows]
+                if rows and first.columns:
+                    if found[0][1] is None:
+                        raise ToolFailure(
+                            "UndefinedTable", f"postgres table {first.table_text!r} does not exist (or is not visible)"
+                        )
+                    kinds = {col: (typname, cat) for _, _, col, typname, cat, _ in found if col is not None}
+                    merged = copy.copy(first)
+                    merged.rows = rows
+                    await _write(conn, merged, kinds)
+        except ToolFailure as f:
+            if f.type == "UndefinedTable" and not found:
+                raise _ledger_missing(name, ledger) from None  # the claim's: only the ledger can be missing
+            raise
+        return texts
+
+    texts = await _with_ledger(calls[0], name, credential, deadline, attempt)
+    if failpoints.ARMED:  # test-only: committed, not yet answered; counted per item, as each alone would
+        for _ in calls:
+            failpoints.reached("postgres.committed")
+    return texts
+
+
+def _claims_and_columns(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    w: _Write,
+    ledger: tuple[str, ...],
+    keys: list[tuple[str, str, int, str]],
+    results: list[bytes],
+) -> str:
+    """`_claim_and_columns` for several items: each item's ledger row inserted (its result
+    in it), the iteration indexes claimed (comma-separated; a row another delivery holds
+    uncommitted makes the insert wait for its transaction's end) and the table's columns."""
+    from psycopg import AsyncClientCursor, sql
+
+    table = _composed(conn, ("name", w.table), lambda: sql.Identifier(*w.table))
+    query = _composed(
+        conn,
+        ("claims", ledger, len(keys)),
+        lambda: sql.SQL(
+            "WITH claim AS (INSERT INTO {} (execution_id, command_id, iteration_index, run, result)"
+            " VALUES {} ON CONFLICT DO NOTHING RETURNING iteration_index)"
+            " SELECT (SELECT string_agg(iteration_index::text, ',') FROM claim), q.* FROM ({}) q ORDER BY q.attnum"
+        ).format(
+            sql.Identifier(*ledger),
+            sql.SQL(", ").join([sql.SQL("(%s, %s, %s, %s, %s)")] * len(keys)),
+            sql.SQL(_COLUMNS),
+        ),
+    )
+    values = [v for key, text in zip(keys, results, strict=True) for v in (*key, text.decode())]
+    return AsyncClientCursor(conn).mogrify(query, (*values, table))
+
+
+async def _stored_many(
+    conn: psycopg.AsyncConnection[Any], ledger: tuple[str, ...], keys: list[tuple[str, str, int, str]]
+) -> dict[int, bytes]:
+    """`_stored` for several items of one command: the results by iteration index."""
+    from psycopg import sql
+
+    execution_id, command_id, _, run = keys[0]
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT iteration_index, result FROM {}"
+            " WHERE execution_id = %s AND command_id = %s AND run = %s AND iteration_index = ANY(%s)"
+        ).format(sql.Identifier(*ledger)),
+        (execution_id, command_id, run, [k[2] for k in keys]),
+    )
+    got = {int(i): str(text).encode() for i, text in await cur.fetchall()}
+    if len(got) < len(keys):  # deleted between the two statements: as `_stored`
+        raise ToolFailure(
+            "LedgerMissing", f"postgres ledger rows of command {command_id!r} vanished; try again", retryable=True
+        )
+    return got
+
+
 async def _with_ledger(
     call: ToolCall,
     name: str,
     credential: dict[str, str],
     deadline: float | None,
-    attempt: Callable[[tuple[str, ...] | None], Awaitable[bytes]],
-) -> bytes:
+    attempt: Callable[[tuple[str, ...] | None], Awaitable[T]],
+) -> T:
     """`attempt` with the command's ledger (its schema-qualified name; None without a
     command), made first if missing. A ledger gone since it was made (dropped, or the
     credential now names another database) is made again and the attempt run again,

@@ -32,7 +32,7 @@ from actors.tools.failpoints import ENV as FAILPOINTS
 from actors.tools.failures import ToolFailure
 from actors.tools.pgpool import PoolBounds
 from actors.tools.resources import ToolResources
-from actors.wire.messages import CallError
+from actors.wire.messages import CallError, ChunkDone
 from streams.layout import ensure
 from streams.server import NatsServer
 from streams.subjects import progress_subject
@@ -404,17 +404,59 @@ async def test_a_sink_writes_each_iteration_with_it_and_a_failed_sink_fails_the_
     assert await admin(postgres, f"SELECT id, n FROM {table}_up ORDER BY id") == [(0, 0), (1, 10), (2, 20)]
 
 
+@pytest.mark.timeout(120)
+async def test_a_chunks_appends_are_one_transaction_and_a_bad_row_fails_only_its_iteration(
+    pod: System, postgres: Database, table: str
+) -> None:
+    # chunks of 4; iteration 6's second row breaks a check: its chunk's write together fails,
+    # then each item is written alone, so 4, 5 and 7 are written and only 6 fails
+    await as_app(postgres, f"CREATE TABLE {table} (i int, part int, CHECK (NOT (i = 6 AND part = 1)))")
+    eid, status = await pod.run_yaml(
+        playbook(
+            "pg-chunk-sinks",
+            f"""
+  - step: fan
+    loop: {{collection: "{{{{ range(12) | list }}}}", element: i, mode: chunked, chunk_size: 4, concurrency: 12,
+           tolerated_failures: 1}}
+    tool: noop
+    args: {{rows: [{{i: "{{{{ i }}}}", part: 0}}, {{i: "{{{{ i }}}}", part: 1}}]}}
+    sink: {{tool: postgres, table: {table}, auth: {{type: postgres, credential: db}},
+           args: {{rows: "{{{{ result.rows }}}}"}}}}
+""",
+        ),
+        timeout=60,
+    )
+    assert status.state == "COMPLETED", status.error
+    rows = await admin(postgres, f"SELECT i, part FROM {table} ORDER BY i, part")
+    assert rows == [(i, p) for i in range(12) if i != 6 for p in range(2)]  # once each, nothing of 6
+    outcomes = {o.iteration_index: o for r in await pod.client.iterations(eid) if isinstance(r, ChunkDone)
+                for o in r.outcomes}  # fmt: skip
+    assert sorted(outcomes) == list(range(12))
+    bad = outcomes.pop(6).error
+    assert bad is not None and bad.type == "CheckViolation" and "sink (postgres) failed" in bad.message
+    for i, o in outcomes.items():  # the others' results are their tools'
+        assert o.error is None and o.result["rows"] == [{"i": i, "part": 0}, {"i": i, "part": 1}]
+    # per chunk (command): its items' ledger rows, and the transactions they were written in
+    # (`written_at` is the transaction's now()): the good chunks in one, the bad one's alone
+    ledger = await admin(
+        postgres,
+        "SELECT array_agg(iteration_index ORDER BY iteration_index), count(DISTINCT written_at)"
+        f" FROM actors_ledger WHERE execution_id = '{eid}' GROUP BY command_id ORDER BY 1",
+    )
+    assert ledger == [([0, 1, 2, 3], 1), ([4, 5, 7], 3), ([8, 9, 10, 11], 1)]
+
+
 ITERATIONS = 1000
 PARTS = 3
 
 
-def loop_playbook(table: str, mode: str, concurrency: int) -> str:
+def loop_playbook(table: str, mode: str, concurrency: int, iterations: int = ITERATIONS, chunk_size: int = 10) -> str:
     rows = ", ".join(f'{{i: "{{{{ i }}}}", part: {p}}}' for p in range(PARTS))
     return playbook(
         "pg-once",
         f"""
   - step: fan
-    loop: {{collection: "{{{{ range({ITERATIONS}) | list }}}}", element: i, mode: {mode}, chunk_size: 10,
+    loop: {{collection: "{{{{ range({iterations}) | list }}}}", element: i, mode: {mode}, chunk_size: {chunk_size},
            concurrency: {concurrency}}}
     tool: noop
     args: {{rows: [{rows}]}}
@@ -438,11 +480,15 @@ async def run_with_kills(
     failpoint: str | None = None,
     kill_at: list[int] | None = None,
     kills: int,
+    iterations: int = ITERATIONS,
+    chunk_size: int = 10,
+    ledger: list[tuple[Any, ...]] | None = None,
 ) -> int:
     """Run the loop with the tools pod a process of its own, killed (SIGKILL) and started
     again: by the failpoint (`failpoint`, armed in the first `kills` lives), or by the
     test when the loop's progress passes each of `kill_at` (iterations done). Returns
-    how many times it was killed."""
+    how many times it was killed; `ledger` gets the execution's ledger rows per command
+    (command id, rows, distinct `written_at`: one per transaction)."""
     await as_app(postgres, f"CREATE TABLE {table} (i int NOT NULL, part int NOT NULL)")  # no key: a row twice shows
     layout = make_layout()
     nc = await connect(nats_server.url, name="test")
@@ -478,7 +524,7 @@ async def run_with_kills(
     try:
         client = Client(nc, layout=layout)
         path = tmp_path / "once.yaml"
-        path.write_text(loop_playbook(table, mode, concurrency))
+        path.write_text(loop_playbook(table, mode, concurrency, iterations, chunk_size))
         entry = await client.register(path)
         await client.start(entry.path, execution_id=eid)
         done = asyncio.ensure_future(client.wait(eid, timeout=150))
@@ -505,11 +551,17 @@ async def run_with_kills(
         await nc.close()
     # each iteration's rows, exactly once
     assert await admin(postgres, f"SELECT count(*), count(DISTINCT (i, part)) FROM {table}") == [
-        (ITERATIONS * PARTS, ITERATIONS * PARTS)
+        (iterations * PARTS, iterations * PARTS)
     ]
     assert await admin(postgres, f"SELECT min(i), max(i), count(DISTINCT i) FROM {table}") == [
-        (0, ITERATIONS - 1, ITERATIONS)
+        (0, iterations - 1, iterations)
     ]
+    if ledger is not None:
+        ledger[:] = await admin(
+            postgres,
+            "SELECT command_id, count(*), count(DISTINCT written_at) FROM actors_ledger"
+            f" WHERE execution_id = '{eid}' GROUP BY command_id ORDER BY command_id",
+        )
     return killed
 
 
@@ -536,3 +588,19 @@ async def test_a_tools_pod_killed_at_random_times_writes_each_row_once(
         nats_server, tmp_path, postgres, table, mode="async", concurrency=10, kill_at=kill_at, kills=3
     )
     assert killed == 3, kill_at
+
+
+@pytest.mark.timeout(120)
+async def test_a_chunk_delivered_again_after_its_commit_writes_its_rows_once(
+    nats_server: NatsServer, tmp_path: Path, postgres: Database, table: str
+) -> None:
+    # killed right after the first chunk's one transaction committed, before its answer:
+    # the chunk is delivered again, finds each item's ledger row and writes nothing more
+    ledger: list[tuple[Any, ...]] = []
+    killed = await run_with_kills(
+        nats_server, tmp_path, postgres, table, mode="chunked", concurrency=8, failpoint="postgres.committed=kill@1",
+        kills=1, iterations=24, chunk_size=4, ledger=ledger,
+    )  # fmt: skip
+    assert killed == 1
+    # each iteration recorded once, each chunk's items in one transaction (rows: run_with_kills)
+    assert [(n, tx) for _, n, tx in ledger] == [(4, 1)] * 6
