@@ -56,6 +56,21 @@ def output_id(execution_id: str, command_id: str, iteration_index: int | None = 
     return f"{execution_id}:out:{command_id}" + ("" if iteration_index is None else f":{iteration_index}")
 
 
+def output_part_id(execution_id: str, command_id: str, iteration_index: int | None, delivery: int, part: int) -> str:
+    """Part `part` of what one delivery of a command (or one iteration of a chunk)
+    printed while it ran: the same part sent twice is stored once, and a redelivered
+    command run again writes its own parts beside the first run's (readers show the
+    last delivery's), never over them."""
+    return f"{output_id(execution_id, command_id, iteration_index)}:d{delivery}:{part}"
+
+
+def output_delivery_id(execution_id: str, command_id: str, iteration_index: int | None, delivery: int) -> str:
+    """The `step.output` of one delivery: the first delivery's id is `output_id` (as
+    before deliveries were counted); a later delivery run again writes its own."""
+    base = output_id(execution_id, command_id, iteration_index)
+    return base if delivery <= 1 else f"{base}:d{delivery}"
+
+
 def decision_id(execution_id: str, cause: int) -> str:
     """The decision record of the input at stream sequence `cause`."""
     return f"{execution_id}:ev:{cause}"
@@ -100,6 +115,11 @@ def loop_spec_id(execution_id: str, loop_id: str) -> str:
 
 def loop_cancel_id(execution_id: str, loop_id: str) -> str:
     return f"{execution_id}:loopcancel:{loop_id}"
+
+
+def failed_item_id(execution_id: str, loop_id: str, index: int) -> str:
+    """A loop iteration's failure record (one per iteration: it is counted once)."""
+    return f"{execution_id}:{loop_id}:fail:{index}"
 
 
 def verdict_id(execution_id: str, loop_id: str) -> str:
@@ -176,6 +196,12 @@ def scheduled_execution_id(schedule: str, fire_epoch: float) -> str:
     after any restart, starts the same execution, never a second one."""
     stamp = datetime.datetime.fromtimestamp(int(fire_epoch), datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{schedule}-{stamp}"
+
+
+def schedule_run_id(schedule: str, request: str) -> str:
+    """A fire sent by hand (`run now`), as asked by one request: a request sent twice (a
+    double click, a retried POST) is stored once, so it starts one execution."""
+    return f"schedule-run:{schedule}:{request}"
 
 
 def retry_execution_id(execution_id: str, from_step: str, payload_json: bytes) -> str:

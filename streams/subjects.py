@@ -16,7 +16,8 @@ why; this module only spells them.
 Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
 ``ev.cmd.<kind>`` for one that holds its one command), ``lc`` lifecycle
 events, ``sch`` durable timers (the server fires them into ``in.timer.<id>``), ``out``
-what a step printed (written by tool actors beside their answer; no actor reads it).
+what a step printed (written by tool actors beside their answer; no actor reads it),
+``fail`` a loop's iterations that failed for good (``fail.<index>``, written by the counter).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import zlib
 from dataclasses import dataclass
 
 IN, EV, LC, SCH, OUT = "in", "ev", "lc", "sch", "out"
+FAILED = "fail"  # loop.<p>.<id>.<loop>.fail.<index>: an iteration that failed for good (LoopSubjects.failed)
 START_SUBJECT = "start"
 # a start sent as a request: core NATS, answered by a starter (not captured by START, whose
 # PubAck would otherwise be the only answer the requester gets)
@@ -226,6 +228,12 @@ class LoopSubjects(_LogSubjects):
     def results_filter(self) -> str:
         return f"{self.results}.>"
 
+    def failed(self, index: int) -> str:
+        """Where the counter records iteration `index` failed for good (`FailedItem`):
+        not an input (the counter's consumer reads `in.>`), one subject per iteration,
+        so failures are counted and paged by subject alone."""
+        return f"{self.prefix}.{FAILED}.{index}"
+
 
 def loop_key(subject: str) -> tuple[str, str]:
     """loop.<p>.<id>.<loop>.<class>.<type...> -> (<id>, <loop>)"""
@@ -266,6 +274,19 @@ def result_batch_subject(reply_to: str) -> str | None:
 def loop_results_filter(execution_id: str, partitions: int) -> str:
     """The iteration results of every loop of an execution."""
     return f"loop.{partition_of(execution_id, partitions)}.{execution_id}.*.{IN}.{LOOP_RESULT}.>"
+
+
+def failed_items_filter(execution_id: str, partitions: int, loop_id: str = "*") -> str:
+    """The failed iterations of an execution's loops (or of loop `loop_id`)."""
+    return f"loop.{partition_of(execution_id, partitions)}.{execution_id}.{loop_id}.{FAILED}.*"
+
+
+def failed_item_of(subject: str) -> tuple[str, int] | None:
+    """(loop id, iteration index) of a `...<loop>.fail.<index>` subject; None for another."""
+    parts = subject.split(".")
+    if len(parts) != 6 or parts[4] != FAILED or not parts[5].isdigit():
+        return None
+    return parts[3], int(parts[5])
 
 
 def loop_outputs_filter(execution_id: str, partitions: int) -> str:

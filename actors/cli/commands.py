@@ -10,29 +10,36 @@ from typing import Any
 
 import msgspec
 
+from actors.cli import progress
 from actors.cli.connection import connection
+from actors.cli.describe import print_failure_traceback
 from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_NATS, EXIT_OK, EXIT_TIMEOUT, STATE_EXIT
 from actors.cli.inputs import checked_execution_id, payload_of, settings_of, timeout_of
+from actors.cli.items import loop_failures_summary
 from actors.cli.live import ProgressBars, follow_steps, progress_bars
 from actors.cli.output import (
     error_line,
     json_text,
+    no_execution,
     print_error,
     print_events_table,
     print_json,
     print_status,
     status_row,
     warn_if_existing,
+    why_missing,
 )
+from actors.wire.events import ExecState
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from actors.playbook.lint import lint
+    from actors.playbook.lint import lint, unloaded_python_errors
     from actors.playbook.loader import PlaybookInvalid, load_playbook, read_playbook_text
 
     ceiling = settings_of(args).max_attempts_ceiling
     bad = 0
     for f in args.files:
+        text = ""  # not UTF-8: nothing of its code can be checked
         try:
             text = read_playbook_text(f)  # once: a file that changes between two reads is not two playbooks
             pb = load_playbook(text, file=f, max_attempts=ceiling)
@@ -54,16 +61,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"{f}: ok ({pb.metadata.catalog_path}, {len(pb.workflow)} steps)")
         except PlaybookInvalid as e:
             bad += 1
+            # the code's own errors too: one pass shows every problem of the file
+            errors = sorted([*e.errors, *unloaded_python_errors(text, file=f)], key=lambda x: x.line or 0)
             if args.json:
-                print_json(
-                    {"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in e.errors], "warnings": []}
-                )
+                print_json({"file": f, "ok": False, "errors": [msgspec.to_builtins(x) for x in errors], "warnings": []})
             else:
-                for x in e.errors:
+                for x in errors:
                     print_error(str(x))
         except OSError as e:
             bad += 1
-            print_error(f"{f}: {e.strerror}")
+            print_error(f"actors-cli: {f}: {e.strerror}")
     return EXIT_INVALID if bad else EXIT_OK
 
 
@@ -126,21 +133,28 @@ async def cmd_status(args: argparse.Namespace) -> int:
     async with connection(args) as client:
         st = await client.status(args.execution_id)
         if st is None and not args.watch:
-            print_error(f"no execution {args.execution_id!r} (not started, or not projected yet)")
-            return EXIT_INVALID
+            line, code = await why_missing(client, args.execution_id, timeout_of(args))
+            print_error(line)
+            return code
         if args.watch and (st is None or st.state not in TERMINAL_STATES):
             if st is not None:
                 (print_json(status_row(st)) if args.json else print(f"{st.state}"))
             left = None if args.timeout is None else max(0.0, args.timeout - (time.monotonic() - started))
-            try:
-                st = await client.wait(args.execution_id, timeout=left)
+            try:  # the steps running meanwhile shown as they change (actors/cli/progress.py)
+                st = await progress.watch_until_end(client, args.execution_id, left, as_json=args.json)
             except TimeoutError:
                 line, code = not_finished(client, args.execution_id, args.timeout)
                 print_error(line)
                 return code
         assert st is not None
-        running = [] if st.state in TERMINAL_STATES else await client.running_steps(args.execution_id)
-        (print_json({**status_row(st), "running_steps": running}) if args.json else print_status(st, running))
+        now = [] if st.state in TERMINAL_STATES else await progress.snapshot(client, args.execution_id)
+        running = [r.step for r in now]
+        if args.json:
+            print_json({**status_row(st), "running_steps": running, "running": progress.running_json(now)})
+        else:
+            print_status(st, running)
+            for line in progress.running_lines(now):  # how long each has run, a loop's counts
+                print(line)
         return STATE_EXIT.get(st.state, EXIT_OK)
 
 
@@ -149,8 +163,9 @@ async def cmd_events(args: argparse.Namespace) -> int:
     async with connection(args) as client:
         items = await client.events(args.execution_id)
         if not items:
-            print_error(f"no events for execution {args.execution_id!r}")
-            return EXIT_INVALID
+            line, code = await why_missing(client, args.execution_id, timeout_of(args))
+            print_error(line)
+            return code
         if args.json:
             for n, it in enumerate(items, 1):
                 print_json({"n": n, **it.to_dict()})
@@ -177,7 +192,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
             )
             return EXIT_TIMEOUT
         if not found:
-            print_error(f"actors-cli: no execution {eid}: nothing to cancel")
+            print_error(f"{no_execution(args.execution_id)}: nothing to cancel")
             return EXIT_INVALID
         st = await client.status(args.execution_id)
         if st is not None and st.state in TERMINAL_STATES:
@@ -201,7 +216,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print_error(str(x))
         return EXIT_INVALID
     except OSError as e:
-        print_error(f"{e.filename}: {e.strerror}")
+        print_error(f"actors-cli: {e.filename}: {e.strerror}")
         return EXIT_INVALID
     payload = payload_of(args.payload)
     eid = checked_execution_id(args.execution_id)
@@ -269,7 +284,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print(f"{st.state} in {took * 1000:.1f} ms")
             if out["error"]:
                 print("error: " + error_line(out["error"]))
-            print("result: " + json_text(out["result"], indent=True))
+                await print_failure_traceback(client, eid, out["error"])
+            if st.state == ExecState.COMPLETED:  # a failed one's `result` is its steps' partial results
+                print("result: " + json_text(out["result"], indent=True))
+            for line in await loop_failures_summary(client, eid):  # loops that tolerated failures
+                print(line)
         return STATE_EXIT.get(st.state, EXIT_FAILED)
 
 

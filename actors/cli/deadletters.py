@@ -4,11 +4,10 @@ first: when, which actor gave up, the execution it is filed under, and why."""
 from __future__ import annotations
 
 import argparse
-import time
 
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_OK
-from actors.cli.output import print_json
+from actors.cli.output import print_json, when
 from actors.cli.since import parse_since
 from actors.client import LogItem
 
@@ -25,11 +24,6 @@ def letter_dict(item: LogItem) -> dict[str, object]:
         "subject": d.get("subject"),
         "data": d.get("data"),
     }
-
-
-def when(t: float) -> str:
-    """A letter's time, local, to the second (as `--since` takes it without a zone)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
 
 
 async def cmd_deadletters(args: argparse.Namespace) -> int:

@@ -6,12 +6,14 @@ Exit codes:
   1  FAILED
   2  CANCELLED
   3  invalid input or usage: a bad playbook, payload or execution id, a value over the
-    message limit, an unknown execution, a port already in use, a bad or unknown
-    schedule (name, cron, time zone), a retry refused, a catalog path that is not one;
+    message limit, an unknown execution, playbook or version, a port already in use,
+    a bad or unknown schedule (name, cron, time zone), a retry refused, a catalog path
+    that is not one;
     a stored record the command asked about that cannot be read (a status, a catalog
     record: RecordInvalid), a blob that is not what its key names (BlobCorrupt)
   4  timeout: the execution (run, status --watch) did not end within --timeout;
-     result of an execution still running
+     result of an execution still running; an execution whose start is still queued
+     or whose status is not recorded yet (status, events, result)
   5  NATS unavailable: unreachable, credentials refused, a TLS handshake failed, or
      it stopped answering; also an embedded nats-server that could not start, and
      streams missing that this NATS user may not create

@@ -7,6 +7,7 @@ import sys
 from typing import Any, TextIO
 
 from actors.cli.logs import excerpt_lines, output_header
+from actors.playbook.model import END
 from actors.wire.events import ActivationStatus, EventType, StepOutput
 
 # iterations of one loop step whose output `run` shows under it (the rest: `actors-cli logs`)
@@ -84,6 +85,8 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
     entered: dict[int, float] = {}
     printed: dict[int, list[StepOutput]] = {}  # a step's output, shown under its line
     loops: set[int] = set()  # activations that ran a loop: their iterations' output is in LOOP
+    streamed: dict[tuple[str, int], int] = {}  # (command, delivery) -> its parts printed while it ran
+    held_end: tuple[Any, float] | None = None  # `end`'s exit, shown once the workflow's outcome is known
     t0: float | None = None
     async for item in client.follow(eid):
         t0 = item.at if t0 is None else t0
@@ -91,14 +94,20 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
             entered[item.data.get("activation", -1)] = item.at
         elif item.type == EventType.ITERATOR_STARTED:
             loops.add(item.data.get("activation", -1))
+        elif item.type == "step.output.part" and not quiet:
+            live_part(item, streamed)  # printed while the step runs (actors/cli/logs.py says how)
         elif item.type == "step.output" and not quiet:
             out = StepOutput(execution_id=eid, step=item.step or "", **item.data)
-            printed.setdefault(_activation(out.command_id), []).append(out)
+            if not streamed_already(out, streamed):
+                printed.setdefault(_activation(out.command_id), []).append(out)
         elif item.type == EventType.STEP_EXIT and not quiet:
             if bars is not None:
                 bars.settle(item.step)
             began = entered.get(item.data.get("activation", -1), item.at)
             status = item.data.get("status", "")
+            if item.step == END and status == ActivationStatus.COMPLETED:
+                held_end = (item, began)  # `end` gathered the branches: ok only if the workflow is
+                continue
             mark = "ok " if status == ActivationStatus.COMPLETED else "ERR"
             why = ""
             if item.data.get("error"):
@@ -115,6 +124,16 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
             if activation in loops:
                 outputs += [o for o in await client.outputs(eid, step=item.step) if o.iteration_index is not None]
             _show(outputs, eid, item.step)
+        elif item.type in (EventType.WORKFLOW_COMPLETED, EventType.WORKFLOW_FAILED) and held_end and not quiet:
+            end, began = held_end
+            held_end = None
+            failed = item.type == EventType.WORKFLOW_FAILED
+            why = f"  failed steps: {', '.join(item.data.get('failed_steps') or [])}" if failed else ""
+            print(
+                f"  [{(end.at - t0) * 1000:8.1f} ms] {'ERR' if failed else 'ok '} {end.step:20} "
+                f"{(end.at - began) * 1000:7.1f} ms{why}",
+                flush=True,
+            )
         elif item.type == EventType.EXECUTION_HALTED:
             # not an end: a pod whose code decides as the log does resumes it, so the
             # command keeps waiting (up to its --timeout) and says why nothing moves
@@ -132,6 +151,25 @@ async def follow_steps(client: Any, eid: str, *, quiet: bool, bars: ProgressBars
                 bars.settle()
             return item
     raise RuntimeError("log ended without a terminal event")
+
+
+def live_part(item: Any, streamed: dict[tuple[str, int], int]) -> None:
+    """A part of a step's output, printed as it comes: `step | line`, in order, once."""
+    key = (str(item.data.get("command_id")), int(item.data.get("delivery", 0)))
+    part = int(item.data.get("part", 0))
+    if streamed.get(key, 0) != part:
+        return  # a copy, or a part of a run whose start was not seen
+    streamed[key] = part + 1
+    text = str(item.data.get("text", ""))
+    lines = text.rstrip("\n").split("\n") if text else []
+    if lines:
+        print("\n".join(f"    {item.step} | {line}" for line in lines), flush=True)
+
+
+def streamed_already(out: StepOutput, streamed: dict[tuple[str, int], int]) -> bool:
+    """Every part of `out` was printed while its step ran (what was cut is left out
+    of `run`: `actors-cli logs` shows it)."""
+    return bool(out.parts) and streamed.get((out.command_id, out.delivery)) == out.parts
 
 
 def _activation(command_id: str) -> int:

@@ -1,8 +1,10 @@
 """What the CLI prints: JSON lines on stdout, one-line messages on stderr, a status,
-a log as a table, an error on one line, the warning for a start that changed nothing."""
+a log as a table, an error on one line, the warning for a start that changed nothing;
+times with their zone (UTC unless `--local`) and durations."""
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import time
 from typing import Any
@@ -26,10 +28,85 @@ def print_error(text: str) -> None:
     sys.stderr.flush()
 
 
-def _ts(t: float | None) -> str:
-    if t is None:
+# `--local` (main.py sets it for the command's run): times in this machine's zone
+# instead of UTC. Every printed time goes through `when`, so one flag covers them all.
+_local = False
+
+
+def use_local_time(local: bool) -> None:
+    global _local
+    _local = bool(local)
+
+
+def when(t: float | str | None, *, ms: bool = False) -> str:
+    """A moment as the tables print it, always with its zone: `2026-11-26 21:04:05Z`
+    (UTC), or with `--local` `2026-11-26 22:04:05+01:00`; `ms` adds milliseconds. An
+    RFC 3339 string (a schedule's next fire, in its own zone) is shown the same way;
+    "-" for none."""
+    if t is None or t == "":
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"
+    if isinstance(t, str):
+        try:
+            moment = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+        except ValueError:
+            return t  # not a time we can read: shown as it came
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+    else:
+        moment = dt.datetime.fromtimestamp(t, dt.UTC)
+    moment = moment.astimezone() if _local else moment.astimezone(dt.UTC)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S") + (f".{moment.microsecond // 1000:03d}" if ms else "")
+    if not _local:
+        return text + "Z"
+    offset = moment.strftime("%z")  # +0100
+    return text + (f"{offset[:3]}:{offset[3:]}" if offset else "")
+
+
+def duration(seconds: float | None) -> str:
+    """`850ms`, `12.3s`, `4m05s`, `2h13m`, `3d04h`; "-" for none."""
+    if seconds is None or seconds < 0:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def run_time(started: float | None, ended: float | None, now: float | None = None) -> float | None:
+    """How long an execution ran, or has been running (to `now`) when it has not ended."""
+    if started is None:
+        return None
+    return (ended if ended is not None else (time.time() if now is None else now)) - started
+
+
+def no_execution(execution_id: str) -> str:
+    """The one line of every command asked about an execution that does not exist."""
+    return f"actors-cli: no execution {execution_id!r}"
+
+
+async def why_missing(client: Any, execution_id: str, timeout: float) -> tuple[str, int]:
+    """What a command says of an execution it found nothing of (no status, no log), and
+    its exit code: 3 when no such execution exists; 4 when it cannot be told yet (its
+    start may still be queued) or it has started and its status is not recorded yet (the
+    projector's lag): the same id may work a moment later."""
+    from actors.cli.exits import EXIT_INVALID, EXIT_TIMEOUT
+
+    found = await client.exists(execution_id, timeout=timeout)
+    if found is None:
+        return (
+            f"actors-cli: cannot tell yet whether execution {execution_id!r} exists: start messages queued before "
+            f"it were still waiting after {timeout:g}s (is an engine running?)",
+            EXIT_TIMEOUT,
+        )
+    if found:
+        return f"actors-cli: execution {execution_id!r} has started; its status is not recorded yet", EXIT_TIMEOUT
+    return no_execution(execution_id), EXIT_INVALID
 
 
 def warn_if_existing(outcome: Any) -> None:
@@ -63,7 +140,10 @@ def print_status(st: Any, running: list[str] | None = None) -> None:
     d = status_row(st)
     for k in ("execution_id", "state", "playbook", "version", "started_at", "ended_at", "terminal_event"):
         v = d.get(k)
-        print(f"{k:15} {_ts(v) if k.endswith('_at') else (v if v is not None else '-')}")
+        print(f"{k:15} {when(v, ms=True) if k.endswith('_at') else (v if v is not None else '-')}")
+        if k == "ended_at":
+            took = run_time(d.get("started_at"), v)
+            print(f"{'duration':15} {duration(took)}{'' if v is not None or took is None else ' so far'}")
     if running:
         print(f"{'running':15} {', '.join(running)}")
     if d.get("error"):

@@ -5,13 +5,12 @@ name, cron or time zone, unknown playbook, no such schedule) is one line, exit 3
 from __future__ import annotations
 
 import argparse
-import datetime
 from typing import TYPE_CHECKING, Any
 
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_INVALID, EXIT_OK
 from actors.cli.inputs import payload_of
-from actors.cli.output import print_error, print_json
+from actors.cli.output import print_error, print_json, when
 
 if TYPE_CHECKING:
     from actors.client import Client, ScheduleView
@@ -22,23 +21,32 @@ def add_schedule_parser(
 ) -> None:
     """The `schedule` command and its subcommands; `common` are the --nats and
     --timeout options every one takes."""
-    sp = sub.add_parser("schedule", help="start a playbook on a cron schedule")
-    ss = sp.add_subparsers(dest="schedule_command", required=True, help="add, list, pause, resume or delete")
+    sp = sub.add_parser(
+        "schedule",
+        help="start a playbook on a cron schedule",
+        description="Cron schedules that start a playbook: each fire starts an execution (its id derived from "
+        "the schedule and the fire time). `actors-cli schedule VERB --help` for each verb's options.",
+    )
+    ss = sp.add_subparsers(dest="schedule_command", required=True, metavar="VERB", help="one of:")
     p = ss.add_parser("add", parents=common, help="create a schedule")
     p.add_argument("name", help="schedule name: letters, digits, _ and - (up to 100)")
-    p.add_argument("--playbook", required=True, help="catalog path of a registered playbook")
+    p.add_argument("--playbook", required=True, metavar="PATH", help="catalog path of a registered playbook")
     p.add_argument(
         "--cron",
         required=True,
         help='"*/5 * * * *" (5 fields, minute first), 6 fields (seconds first) or @hourly, @daily, ...',
     )
-    p.add_argument("--payload", help="JSON object each execution starts with, or @file")
-    p.add_argument("--timezone", help="IANA time zone the cron is read in (default UTC)")
-    p.add_argument("--version", type=int, help="playbook version (default: the latest at each fire)")
-    p = ss.add_parser("list", parents=common, help="every schedule, with its next fire")
+    p.add_argument("--payload", metavar="JSON", help="JSON object each execution starts with, or @file")
+    p.add_argument("--timezone", metavar="TZ", help="IANA time zone the cron is read in (default UTC)")
+    p.add_argument("--version", type=int, metavar="N", help="playbook version (default: the latest at each fire)")
+    p = ss.add_parser("list", parents=common, help="every schedule, its state and its next fire")
     p.add_argument("--json", action="store_true", help="one JSON object per schedule")
-    for verb, what in (("pause", "stop firing until resumed"), ("resume", "fire again"), ("delete", "remove")):
-        ss.add_parser(verb, parents=common, help=f"{what} a schedule").add_argument("name")
+    for verb, what in (
+        ("pause", "stop a schedule firing until it is resumed"),
+        ("resume", "let a paused schedule fire again"),
+        ("delete", "remove a schedule (executions it started are kept)"),
+    ):
+        ss.add_parser(verb, parents=common, help=what).add_argument("name", help="the schedule's name")
 
 
 async def cmd_schedule(args: argparse.Namespace) -> int:
@@ -104,7 +112,6 @@ def _print_list(views: list[ScheduleView], *, as_json: bool) -> None:
     rows = [("NAME", "PLAYBOOK", "CRON", "TIMEZONE", "STATE", "NEXT FIRE", "CREATED")]
     for v in views:
         s = v.spec
-        created = datetime.datetime.fromtimestamp(s.created, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         rows.append(
             (
                 s.name,
@@ -112,8 +119,8 @@ def _print_list(views: list[ScheduleView], *, as_json: bool) -> None:
                 s.cron,
                 s.timezone or "UTC",
                 "paused" if s.paused else "active",
-                v.next_fire or "-",
-                created,
+                when(v.next_fire),
+                when(s.created),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -106,7 +106,7 @@ async def _dev_ui(nc: Any, settings: Settings) -> Any:
     try:
         runner, url = await start_ui(Client(nc, layout=settings.layout, codec=settings.payload_codec), settings)
     except UsageError as e:
-        print(f"actors-cli dev: {e}; running without it", file=sys.stderr, flush=True)
+        print(f"actors-cli: dev: {e}; running without it", file=sys.stderr, flush=True)
         return None
     print(f"Web UI at {url}", flush=True)
     return runner

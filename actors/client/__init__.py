@@ -26,6 +26,8 @@ One module per idea:
 * `checks`: execution ids and value sizes, checked before they go to NATS
 * `schedules`: cron schedules that start a playbook (add, list, pause, resume, delete)
 * `retrying`: retry a terminal execution from a step (`RetryOutcome`)
+* `steps`: each step's whole story folded from the log (`StepStory`: attempts, errors, retries)
+* `deadletters`: dead letters newest first, a page at a time (the UI's page)
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
@@ -36,6 +38,7 @@ from nats.aio.client import Client as NATS
 from actors.client.archiving import Archiver, ArchiveReport
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
 from actors.client.connecting import CLIENT_TIMEOUT, Connecting, open_client
+from actors.client.deadletters import DeadLetterReader
 from actors.client.listing import Lister
 from actors.client.logview import LogItem, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
@@ -43,6 +46,7 @@ from actors.client.outputs import StepOutputs
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
 from actors.client.runs import Runs
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
+from actors.client.steps import StepStories, StepStory, UnknownStep
 from actors.client.writing import StartOutcome, StartRefused
 from actors.config.settings import Settings
 from actors.natsio.connopts import ConnectOptions
@@ -52,7 +56,7 @@ from actors.wire.messages import Limits
 from streams.layout import Layout
 
 
-class Client(Retrier, Runs, StepOutputs, Scheduling, Lister, Archiver):
+class Client(Retrier, Runs, StepOutputs, StepStories, Scheduling, Lister, Archiver, DeadLetterReader):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
@@ -111,8 +115,10 @@ __all__ = [
     "ScheduleView",
     "StartOutcome",
     "StartRefused",
+    "StepStory",
     "TooLarge",
     "UnknownExecution",
+    "UnknownStep",
     "check_execution_id",
     "check_size",
     "log_items",

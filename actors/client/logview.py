@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
-from actors.wire.events import decision_decoder, event_decoder, extras_decoder, in_order, step_output_decoder
+from actors.wire.events import any_output_decoder, decision_decoder, event_decoder, extras_decoder, in_order
 from actors.wire.messages import DeadLetter, input_decoder
 from streams.layout import EV, IN, LC, class_of
 from streams.subjects import OUT
@@ -71,7 +71,7 @@ def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[
                 LogItem(seq, e.at, LC, str(e.type), e.step, msgspec.to_builtins(e.data)) for e in in_order(ev, extras)
             ]
         if cls == OUT:
-            out = opened(step_output_decoder.decode(data))
+            out = opened(any_output_decoder.decode(data))  # a step's output, or a part of it (while it ran)
             raw = msgspec.to_builtins(out)
             raw.pop("execution_id", None)
             return [LogItem(seq, out.at, OUT, raw.pop("type"), raw.pop("step", None), raw)]

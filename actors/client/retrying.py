@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.client.checks import check_execution_id, check_size
-from actors.client.reading import Reader
+from actors.client.items import FailedItems
 from actors.client.writing import Writer
-from actors.core.rerun import RetryRefused
+from actors.core.rerun import RetryPlan, RetryRefused
 from actors.errors import UserError
 from actors.store.blobs import start_payload
-from actors.wire.events import decision_decoder, event_decoder, extras_decoder
-from actors.wire.messages import EngineFault, StartMessage, StartRecord, encode, input_decoder
+from actors.wire.events import ActivationStatus, decision_decoder, event_decoder, extras_decoder
+from actors.wire.messages import EngineFault, Redrive, StartMessage, StartRecord, encode, input_decoder
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
 from streams.layout import EXEC_STREAM, START_SUBJECT
@@ -52,10 +52,11 @@ class RetryOutcome:
     from_step: str
     kept_steps: tuple[str, ...]
     existing: bool = False
+    redriven: dict[str, int] = dataclasses.field(default_factory=dict)  # a redrive: items run again, by loop step
 
 
-class Retrier(Writer, Reader):
-    """Retry a terminal execution from a step."""
+class Retrier(Writer, FailedItems):
+    """Retry a terminal execution from a step, or redrive its loops' failed items."""
 
     async def retry(
         self, execution_id: str, *, from_step: str | None = None, payload: dict[str, Any] | None = None
@@ -88,11 +89,66 @@ class Retrier(Writer, Reader):
         plan = plan_retry(old, record, from_step=from_step, payload=payload)
         given = msgspec.json.encode(payload or {}, order="sorted")
         eid = retry_execution_id(execution_id, plan.retry_of.from_step, given)
+        return await self._start_retry(execution_id, eid, plan)
+
+    async def redrive(self, execution_id: str, *, step: str | None = None) -> RetryOutcome:
+        """Start a new execution that runs again only the failed items of the loops of
+        `execution_id` (of `step`'s loop when named) and keeps every other iteration's
+        result: a retry from the first such loop step (`retry`), whose start record
+        names, for each loop step, the iterations to run again and the results kept
+        (`RetryOf.redrive`). A loop redriven is the step's last loop that completed
+        with tolerated failures; a loop that failed as a whole is retried with `retry`.
+
+        Raises RetryRefused (one line) when there is no failed item to redrive, and as
+        `retry` does. Idempotent: the same redrive returns the same execution id, with
+        `existing=True` once started."""
+        from actors.core.rerun import plan_retry  # the engine's fold: imported by retry alone
+
+        check_execution_id(execution_id)
+        replay = await self._ride(f"reading execution {execution_id}", lambda: self._replay_log(execution_id))
+        old, record = replay.state, replay.start
+        if replay.mismatch is not None:
+            raise RetryRefused(
+                f"execution {execution_id} cannot be redriven by this code: {replay.mismatch.describe()}"
+            )
+        if record is None:
+            raise UnknownExecution(f"no execution {execution_id!r}")
+        if old.playbook is not None and step is not None and step not in old.playbook.steps:
+            raise RetryRefused(
+                f"playbook {old.playbook_path} has no step '{step}' (steps: {', '.join(old.playbook.steps)})"
+            )
+        # each loop step's last loop that completed: the one whose results are in scope
+        loops: dict[str, tuple[int, str]] = {}
+        for act in sorted(old.activations.values(), key=lambda a: a.id):
+            if act.kind == "loop" and act.status == ActivationStatus.COMPLETED and act.command_id is not None:
+                if step is None or act.step == step:
+                    loops[act.step] = (act.id, act.command_id)
+        keys = await self._ride(
+            f"reading the failed items of execution {execution_id}", lambda: self.failed_keys(execution_id)
+        )
+        redrive: dict[str, Redrive] = {}
+        for name, (_, loop_id) in loops.items():
+            results = old.results.get(name)
+            indices = keys.get(loop_id, [])
+            if indices and isinstance(results, list):
+                redrive[name] = Redrive(indices=indices, total=len(results), results=results)
+        if not redrive:
+            where = f"step '{step}' of execution {execution_id}" if step else f"execution {execution_id}"
+            raise RetryRefused(f"{where} has no failed loop items to redrive (retry it with --from STEP instead)")
+        first = min(redrive, key=lambda name: loops[name][0])
+        plan = plan_retry(old, record, from_step=first)
+        plan.retry_of.redrive = redrive
+        eid = retry_execution_id(execution_id, "failed-items:" + ",".join(sorted(redrive)), b"{}")
+        return await self._start_retry(execution_id, eid, plan)
+
+    async def _start_retry(self, execution_id: str, eid: str, plan: RetryPlan) -> RetryOutcome:
+        """Start `plan` as execution `eid`, unless it was started before (`existing`)."""
         outcome = RetryOutcome(
             execution_id=eid,
             retry_of=execution_id,
             from_step=plan.retry_of.from_step,
             kept_steps=tuple(sorted(plan.retry_of.results)),
+            redriven={name: len(r.indices) for name, r in plan.retry_of.redrive.items()},
         )
         what = f"the start of execution {eid} (retry of {execution_id})"
         if await self._ride(what, lambda: self._start_record(eid)) is not None:

@@ -8,6 +8,12 @@ header whose body is the start message. The server publishes that body to
 whose id is the schedule's name and the fire time (`streams.ids.scheduled_execution_id`),
 so a fire delivered twice, or after any restart, starts one execution.
 
+The last fire is the last message on `schedules.fire.<name>` (kept for `fire_ttl`):
+its time, and the execution it started (the same id the starter derives from it), are
+read from there, with no write of their own. "Run now" publishes a fire by hand on the
+same subject (marked `Actors-Run-Now`), so the starter starts it as it starts any fire,
+and it is the schedule's last fire from then on.
+
 Pausing removes the definition (the server schedules nothing for it any more);
 resuming publishes it again. A fire missed while the server was down is run once when
 it comes back (the server's own policy), not once per missed tick.
@@ -27,11 +33,12 @@ from actors.client.checks import check_size
 from actors.client.session import Session
 from actors.errors import UserError
 from actors.natsio import MSG_ID, kv_keys, publisher
+from actors.natsio.batchget import stamp_time
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
 from actors.store.catalog import CatalogReader
 from actors.wire.messages import ScheduleSpec, StartMessage, encode
 from actors.wire.nesting import check_value_depth
-from streams.ids import schedule_definition_id
+from streams.ids import schedule_definition_id, schedule_run_id, scheduled_execution_id
 from streams.layout import SCHEDULE_STREAM, SCHEDULES_BUCKET
 from streams.subjects import schedule_definition_subject, schedule_fire_subject
 
@@ -40,6 +47,12 @@ SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 # the server's answers to a pattern or a time zone it cannot use (ADR-51)
 _BAD_PATTERN, _BAD_TIME_ZONE = 10189, 10223
 _spec_decoder = msgspec.json.Decoder(ScheduleSpec)
+RUN_NOW = "Actors-Run-Now"  # on a fire sent by hand (`schedule_run_now`)
+# the next tick a fire sent by hand passes on from the last fire, for `list`: the server
+# refuses a message carrying its own Nats-Schedule-* headers (no scheduler sent it)
+RUN_NOW_NEXT = "Actors-Schedule-Next"
+MSG_TTL = "Nats-TTL"  # a fire sent by hand expires as the server's fires do
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class ScheduleError(UserError):
@@ -49,10 +62,14 @@ class ScheduleError(UserError):
 
 class ScheduleView(msgspec.Struct):
     """A schedule as `list` shows it: its spec and, when it has fired, the next fire
-    time the server announced (RFC 3339, in the schedule's time zone)."""
+    time the server announced (RFC 3339, in the schedule's time zone); its last fire
+    (epoch seconds), the execution that fire started and whether it was a "run now"."""
 
     spec: ScheduleSpec
     next_fire: str | None = None
+    last_fire: float | None = None
+    last_execution_id: str | None = None
+    last_run_now: bool = False
 
 
 def cron_pattern(cron: str) -> str:
@@ -130,8 +147,53 @@ class Scheduling(Session):
             except KeyNotFoundError:
                 continue  # deleted meanwhile
             spec = self.codec.open_for_display(_spec_decoder.decode(entry.value or b""))
-            views.append(ScheduleView(spec=spec, next_fire=None if spec.paused else await self._next_fire(name)))
+            views.append(await self._view(spec))
         return views
+
+    async def _view(self, spec: ScheduleSpec) -> ScheduleView:
+        last = await self._last_fire(spec.name)
+        if last is None:
+            return ScheduleView(spec=spec)
+        headers = last.headers or {}
+        stored = stamp_time(headers)
+        if stored < spec.created:
+            # a fire of an earlier schedule of this name (deleted, added again): not this one's
+            return ScheduleView(spec=spec)
+        announced = headers.get(SCHEDULE_NEXT)
+        return ScheduleView(
+            spec=spec,
+            next_fire=None if spec.paused else _upcoming(announced or headers.get(RUN_NOW_NEXT)),
+            last_fire=stored,
+            last_execution_id=_fired_execution(spec.name, stored, announced),
+            last_run_now=bool(headers.get(RUN_NOW)),
+        )
+
+    async def schedule_run_now(self, name: str, *, request_id: str) -> str:
+        """Start `name`'s playbook with its payload now, paused or not, as a fire of the
+        schedule sent by hand: the starter starts it as it starts every fire (under the
+        id derived from the schedule and the fire's time, which this returns), and it
+        is the schedule's last fire. `request_id` names this request: the same one sent
+        again (a double click) is stored once, so it starts one execution."""
+        if not REQUEST_ID.fullmatch(request_id):
+            raise ScheduleError(f"invalid request id {request_id!r}: must match {REQUEST_ID.pattern}")
+        spec, _ = await self._spec(name)
+        start = StartMessage(playbook=spec.playbook, version=spec.version, payload=spec.payload)
+        headers = {MSG_ID: schedule_run_id(name, request_id), MSG_TTL: f"{int(self.layout.fire_ttl)}s", RUN_NOW: "1"}
+        last = None if spec.paused else await self._last_fire(name)
+        before = (last.headers or {}) if last is not None else {}
+        upcoming = _upcoming(before.get(SCHEDULE_NEXT) or before.get(RUN_NOW_NEXT))
+        if upcoming is not None:
+            headers[RUN_NOW_NEXT] = upcoming  # `list` keeps showing the next tick
+        acks = await publisher(self.nc).send(
+            [(schedule_fire_subject(name), self.codec.encode(start), headers)], budget=self.timeout
+        )
+        # a duplicate's ack names the first copy: its time, hence the same execution
+        fire = await self._ride(
+            f"reading the fire of schedule {name}",
+            lambda: self.nc.jsm().get_msg(SCHEDULE_STREAM, seq=acks[0].seq, direct=True),
+        )
+        headers = fire.headers or {}
+        return _fired_execution(name, stamp_time(headers), headers.get(SCHEDULE_NEXT))
 
     async def schedule_pause(self, name: str) -> bool:
         """Stop firing `name` until resumed; False if it was paused already."""
@@ -194,18 +256,26 @@ class Scheduling(Session):
                 raise ScheduleError(f"invalid cron {spec.cron!r}: NATS refused it ({e.description})") from None
             raise
 
-    async def _next_fire(self, name: str) -> str | None:
+    async def _last_fire(self, name: str) -> Any:
+        """The last message on the schedule's fire subject (a RawStreamMsg), or None."""
         try:
-            last = await self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True)
+            return await self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True)
         except NotFoundError:
             return None
-        announced = (last.headers or {}).get(SCHEDULE_NEXT)
-        try:
-            # a time already past is stale (announced before a pause, or an outage): unknown
-            return (
-                announced
-                if announced and datetime.datetime.fromisoformat(announced).timestamp() > time.time()
-                else None
-            )
-        except ValueError:
-            return None
+
+
+def _upcoming(announced: str | None) -> str | None:
+    """A next fire time a fire announced, if it is still ahead: a time already past is
+    stale (announced before a pause, or an outage), so unknown."""
+    try:
+        return announced if announced and datetime.datetime.fromisoformat(announced).timestamp() > time.time() else None
+    except ValueError:
+        return None
+
+
+def _fired_execution(name: str, stored: float, announced: str | None) -> str:
+    """The execution a fire stored at `stored` starts: what the starter derives from it
+    (actors/engine/fires.py), from the same two facts of the same message."""
+    from actors.engine.fires import fire_time  # the starter's own rule, so both agree
+
+    return scheduled_execution_id(name, fire_time(stored, announced))

@@ -26,7 +26,7 @@ from actors.natsio.requests import requester
 from actors.playbook.loader import read_playbook_text
 from actors.store import catalog
 from actors.store.blobs import payload_blob, start_payload
-from actors.store.catalog import CatalogReader, PlaybookNotRegistered, check_path
+from actors.store.catalog import CatalogReader, check_path
 from actors.wire.messages import (
     UNREADABLE_START,
     CancelRequest,
@@ -164,8 +164,9 @@ class Writer(Session):
         (then nothing is published) and how its start differs from this one, and
         refuses a payload that would not fit in the start record with the playbook.
         A few round trips more than `start`: for people and scripts, not floods.
-        CatalogPathInvalid, or CatalogRecordInvalid (a catalog record of the playbook
-        that cannot be read, naming its key): nothing is sent."""
+        PlaybookNotRegistered (an unknown playbook or version), CatalogPathInvalid, or
+        CatalogRecordInvalid (a catalog record of the playbook that cannot be read,
+        naming its key): nothing is sent."""
         eid = check_execution_id(execution_id or uuid.uuid4().hex)
         check_path(playbook)
         check_value_depth("the payload", payload)  # TooDeep (a ValueError): nothing is sent
@@ -177,12 +178,13 @@ class Writer(Session):
             # ever (a second would be read as the first, and not archived over it)
             return StartOutcome(eid, existing=True, differs=None)
         if running is None:
-            try:
-                entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
-            except PlaybookNotRegistered:
-                entry = None  # the execution starts and fails with PlaybookNotFound, as with `start`
+            # an unknown playbook or version is refused here, nothing sent, as a start
+            # request without START_AS_MESSAGE is refused by the starters: a person or a
+            # script learns of a typo now, not from an execution that fails at once
+            # (PlaybookNotRegistered: a UserError whose error_type is PlaybookNotFound)
+            entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
             size = len(msgspec.json.encode(payload))
-            source = len(msgspec.json.encode(entry.source)) if entry is not None else 0
+            source = len(msgspec.json.encode(entry.source))
             msg = StartMessage(playbook=playbook, version=version, payload=payload, execution_id=eid)
             if size + source > self.value_limit():
                 # the start record carries payload and playbook source: a payload that does

@@ -179,6 +179,7 @@ def _start(decision: Decision, rec: StartRecord) -> None:
         return  # a second start record for the same id: the first one won
     ex.playbook_path = rec.playbook_path
     ex.playbook_source = rec.playbook_source or ""
+    ex.playbook_file = rec.playbook_file
     ex.started_at = decision.out.at
     ex.parent = rec.parent
     ex.limits = rec.limits
@@ -207,6 +208,7 @@ def _start(decision: Decision, rec: StartRecord) -> None:
             return
         # the old execution's results are in scope from the start, as if its steps had run here
         ex.results = dict(retry.results)
+        ex.redrive = dict(retry.redrive)
         entry = retry.from_step
         decision.event(
             None, RetryOfData(execution_id=retry.execution_id, from_step=entry, kept_steps=sorted(retry.results))

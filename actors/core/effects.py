@@ -14,6 +14,7 @@ from actors.wire.messages import (
     CallError,
     Command,
     ErrorInfo,
+    FailedItem,
     IteratorCompleted,
     IteratorFailed,
     LoopCancel,
@@ -75,6 +76,8 @@ class Effects:
     # the parent's result subject and the message for it, when a child execution ends
     reply: tuple[str, CallDone | CallError] | None = None
     verdict: IteratorCompleted | IteratorFailed | None = None  # a loop's end (counter)
+    # iterations that failed for good, each recorded on a subject of its own (counter)
+    failures: list[FailedItem] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         """Asks for anything (what names the decision is not an ask)."""

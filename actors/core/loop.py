@@ -26,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from actors.core.backoff import unit_random
 from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view, iteration_error, template_error
 from actors.core.retry import Gathered, after_attempt
@@ -39,6 +41,7 @@ from actors.wire.messages import (
     ChunkItem,
     Command,
     ErrorInfo,
+    FailedItem,
     IterationOutcome,
     IteratorCompleted,
     IteratorFailed,
@@ -52,6 +55,7 @@ from streams.ids import child_execution_id, iteration_command_id
 from streams.subjects import LoopSubjects
 
 MAX_ERRORS_KEPT = 20  # failures listed in the verdict; the counts cover the rest
+ELEMENT_HEAD = 256  # bytes of an element's JSON a failure record holds (FailedItem)
 
 
 def tolerated(loop: Loop, total: int) -> int:
@@ -92,7 +96,8 @@ class LoopRun:
     slots: int = 1
     chunk_size: int = 1
     tolerated: int = 0
-    released: int = 0  # iterations [0, released) have had a first command
+    released: int = 0  # iterations [0, released) have had a first command (of `order`, when set)
+    order: list[int] | None = None  # a redrive: the iterations to run (LoopSpec.only), in order
     inflight: dict[str, InFlight] = field(default_factory=dict)  # command id -> what it carries
     waiting: dict[str, int] = field(default_factory=dict)  # timer id -> iteration waiting on it
     ready: deque[int] = field(default_factory=deque)  # iterations due for another attempt
@@ -175,6 +180,19 @@ def _begin(fold: _Fold, spec: LoopSpec, step: Step, loop: Loop) -> None:
     run.results = [None] * run.total
     run.counted = bytearray(run.total)
     run.templates = IterationTemplates(step, spec)
+    if spec.only is not None:
+        # a redrive: the other iterations succeeded before; the engine puts their kept
+        # results back (actors/core/work.py), so here they only count
+        run.order = sorted({i for i in spec.only if 0 <= i < run.total})
+        run.counted = bytearray(b"\x01" * run.total)
+        for i in run.order:
+            run.counted[i] = 0
+        run.succeeded = run.total - len(run.order)
+
+
+def _pending(run: LoopRun) -> int:
+    """Iterations due a first command in all (every one, or a redrive's)."""
+    return run.total if run.order is None else len(run.order)
 
 
 # --- releasing iterations -------------------------------------------------------------
@@ -186,10 +204,11 @@ def _release(fold: _Fold) -> None:
     while len(run.inflight) < run.slots and not run.finished:
         if run.ready:
             _issue(fold, [run.ready.popleft()], chunk=False)
-        elif run.released < run.total:
+        elif run.released < _pending(run):
             start = run.released
-            run.released = min(run.total, start + run.chunk_size)
-            _issue(fold, list(range(start, run.released)), chunk=run.chunk_size > 1)
+            run.released = min(_pending(run), start + run.chunk_size)
+            batch = list(range(start, run.released)) if run.order is None else run.order[start : run.released]
+            _issue(fold, batch, chunk=run.chunk_size > 1)
         else:
             break
 
@@ -214,7 +233,7 @@ def _issue(fold: _Fold, indices: list[int], *, chunk: bool) -> None:
         try:
             args, tool = templates.render(step, scope)
         except TemplateError as e:
-            _counted(fold, i, None, template_error(step.step, e))
+            _counted(fold, i, None, template_error(step.step, e), attempt=_attempt(run, i))
             continue
         state = run.retrying.get(i)
         if state is not None and state.next_args is not None:
@@ -254,6 +273,7 @@ def _issue(fold: _Fold, indices: list[int], *, chunk: bool) -> None:
             iteration_index=single.iteration_index if single is not None else None,
             element=single.element if single is not None else None,
             chunk=None if single is not None else items,
+            code_at=run.spec.code_at,
         )
     )
 
@@ -326,7 +346,7 @@ def _attempted(fold: _Fold, index: int, attempt: int, result: Any, error: ErrorI
         return
     state = run.retrying.get(index)
     if not step.retry:
-        _counted(fold, index, result, error)
+        _counted(fold, index, result, error, attempt=attempt)
         return
     ok = error is None
     scope = _scope(run, index)
@@ -343,10 +363,10 @@ def _attempted(fold: _Fold, index: int, attempt: int, result: Any, error: ErrorI
             unit=unit_random(run.execution_id, run.loop_id, index, attempt),
         )
     except TemplateError as e:
-        _counted(fold, index, None, template_error(step.step, e))
+        _counted(fold, index, None, template_error(step.step, e), attempt=attempt)
         return
     if after.what == "completed":
-        _counted(fold, index, after.result, None)
+        _counted(fold, index, after.result, None, attempt=attempt)
     elif after.what == "again":
         assert after.verdict is not None
         if state is None:  # most iterations never get here: their state is a few integers
@@ -364,10 +384,15 @@ def _attempted(fold: _Fold, index: int, attempt: int, result: Any, error: ErrorI
                 Timer(timer_id, due, TimerFired(execution_id=run.execution_id, timer_id=timer_id, due=due))
             )
     else:  # exhausted, or no rule for this attempt
-        _counted(fold, index, gathered.final(result, add=True) if ok else None, error)
+        _counted(fold, index, gathered.final(result, add=True) if ok else None, error, attempt=attempt)
 
 
-def _counted(fold: _Fold, index: int, result: Any, error: ErrorInfo | None) -> None:
+def _attempt(run: LoopRun, index: int) -> int:
+    state = run.retrying.get(index)
+    return state.attempt if state is not None else 1
+
+
+def _counted(fold: _Fold, index: int, result: Any, error: ErrorInfo | None, *, attempt: int) -> None:
     run = fold.run
     run.counted[index] = 1
     run.retrying.pop(index, None)
@@ -378,11 +403,38 @@ def _counted(fold: _Fold, index: int, result: Any, error: ErrorInfo | None) -> N
     run.failed += 1
     if len(run.errors) < MAX_ERRORS_KEPT:
         run.errors.append(iteration_error(index, error))
+    fold.out.failures.append(failed_item(run, index, attempt, error, at=fold.at))
     if run.failed > run.tolerated:
         # fail fast: more failures than tolerated decide the loop; what is still
         # running is stopped and nothing new is released
         _stop(fold)
         fold.out.verdict = IteratorFailed(tolerated=run.tolerated, **_verdict_fields(run, results=False))
+
+
+def failed_item(run: LoopRun, index: int, attempts: int, error: ErrorInfo, *, at: float) -> FailedItem:
+    """The record of iteration `index` failed for good: its element whole when its JSON
+    is short, else the head of that JSON (a failure record stays small whatever the
+    elements are)."""
+    assert run.spec is not None
+    element = run.collection[index]
+    item = FailedItem(
+        execution_id=run.execution_id,
+        loop_id=run.loop_id,
+        step=run.spec.step,
+        index=index,
+        attempts=attempts,
+        error=error,
+        at=at,
+    )
+    try:
+        text = msgspec.json.encode(element)
+    except (TypeError, msgspec.EncodeError):  # not JSON (it came through templates): say what it is
+        text = repr(element).encode()
+    if len(text) <= ELEMENT_HEAD:
+        item.element = element
+    else:
+        item.element_head = text[:ELEMENT_HEAD].decode(errors="ignore")
+    return item
 
 
 def _stop(fold: _Fold) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from actors.core.retry import Gathered
 from actors.playbook.model import Playbook
 from actors.wire.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
-from actors.wire.messages import CancelRequest, ErrorInfo, Limits, ParentRef
+from actors.wire.messages import CancelRequest, ErrorInfo, Limits, ParentRef, Redrive
 
 # Routing work a decision has yet to do (actors/core/decide.py): start an activation,
 # or see whether the branch that just left was the last one before `end`
@@ -55,6 +55,7 @@ class Execution:
     playbook: Playbook | None = None
     playbook_path: str = ""
     playbook_source: str = ""  # handed to the counter with each loop
+    playbook_file: str | None = None  # the start record's: python commands say where their code starts
     workload: dict[str, Any] = field(default_factory=dict)
     status: ExecState = ExecState.PENDING
     started_at: float | None = None
@@ -85,6 +86,10 @@ class Execution:
     # change of behaviour that would alter decisions branches on it, so an execution
     # keeps the behaviour it started with across upgrades (docs/upgrades.md)
     semantics: int = 1
+    # a redrive (RetryOf.redrive): by loop step, what its next loop runs again and keeps;
+    # once that loop starts, by its loop id until its verdict
+    redrive: dict[str, Redrive] = field(default_factory=dict)
+    redriving: dict[str, Redrive] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:

@@ -20,7 +20,7 @@ from actors.core.effects import child_start
 from actors.core.effects import template_error as _template_error
 from actors.core.outcome import finish
 from actors.core.state import Activation, Execution
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, PlaybookTool, Step
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, PlaybookTool, PythonTool, Step
 from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
 from actors.playbook.tool_render import render_tool, sink_call
 from actors.wire.events import (
@@ -31,7 +31,17 @@ from actors.wire.events import (
     IteratorStartedData,
     StepExitData,
 )
-from actors.wire.messages import CallDone, CallError, Command, ErrorInfo, IteratorCompleted, IteratorFailed, LoopSpec
+from actors.wire.messages import (
+    CallDone,
+    CallError,
+    CodeAt,
+    Command,
+    ErrorInfo,
+    IteratorCompleted,
+    IteratorFailed,
+    LoopSpec,
+    Redrive,
+)
 from streams.ids import child_execution_id, step_command_id
 
 # --- steps -----------------------------------------------------------------------------
@@ -113,10 +123,21 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
             timeout=step.timeout,
             attempt_number=act.attempt,
             sink=sink_call(step, scope),
+            code_at=code_at(ex, step),
         )
     )
     decision.event(step.step, issued)
     return None
+
+
+def code_at(ex: Execution, step: Step) -> CodeAt | None:
+    """Where a python step's code starts in its playbook file, for its tracebacks. Only
+    when the start record names the file: an execution started before it did decides
+    the commands it always did (tests/corpus)."""
+    if ex.playbook_file is None or ex.playbook is None or not isinstance(step.tool, PythonTool):
+        return None
+    line = ex.playbook.code_lines.get(step.step)
+    return None if line is None else CodeAt(file=ex.playbook_file, line=line)
 
 
 # --- loops -----------------------------------------------------------------------------
@@ -140,11 +161,24 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
                 f"got {type(collection).__name__} ({str(collection)[:80]!r})",
             )
         )
+    # a redrive's loop runs only the old loop's failed iterations, once (a second
+    # attempt of the step, or a later visit, runs it whole)
+    redrive = ex.redrive.pop(step.step, None)
+    if redrive is not None and len(collection) != redrive.total:
+        return Fail(
+            ErrorInfo(
+                type="RedriveInvalid",
+                message=f"step '{step.step}': the collection has {len(collection)} elements, "
+                f"the loop redriven had {redrive.total}: its failed items are not these",
+            )
+        )
     parent = act.command_id
     loop_id = step_command_id(act.id, act.attempt)  # the loop stands for the step's command
     act.command_id = loop_id
     act.kind = "loop"
     ex.by_command[loop_id] = act.id
+    if redrive is not None:
+        ex.redriving[loop_id] = redrive
     started = IteratorStartedData(
         activation=act.id,
         loop_id=loop_id,
@@ -158,6 +192,8 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
     )
     if act.attempt > 1:
         started.parent_event_id = parent
+    if redrive is not None:
+        started.redriven = len(redrive.indices)
     decision.event(step.step, started)
     if not collection:
         decision.event(
@@ -177,6 +213,8 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
             reply_to=decision.subjects.iterator(loop_id),
             parent_event_id=parent,
             limits=ex.limits,
+            code_at=code_at(ex, step),
+            only=list(redrive.indices) if redrive is not None else None,
         )
     )
     return None
@@ -204,8 +242,12 @@ def iterator_end(decision: Decision, res: IteratorCompleted | IteratorFailed) ->
     if act is None or act.status != ActivationStatus.RUNNING or act.command_id != res.loop_id:
         return  # a verdict delivered twice, or for a loop since cancelled
     step = ex.playbook.step(act.step)
+    redrive = ex.redriving.pop(res.loop_id, None)
     if isinstance(res, IteratorCompleted):
-        step_completed(decision, act, step, res.results if res.results is not None else [])
+        results = res.results if res.results is not None else []
+        if redrive is not None:
+            results = _kept(results, redrive)
+        step_completed(decision, act, step, results)
         return
     first = res.errors[0] if res.errors else None
     detail = (
@@ -219,6 +261,17 @@ def iterator_end(decision: Decision, res: IteratorCompleted | IteratorFailed) ->
         f"more than the {res.tolerated} tolerated{detail}",
     )
     settle(decision, act, step, Fail(error))
+
+
+def _kept(results: list[Any], redrive: Redrive) -> list[Any]:
+    """A redriven loop's results: the iterations run again from its verdict, every
+    other one from the redriven loop (the start record's)."""
+    again = set(redrive.indices)
+    old = redrive.results
+    return [
+        (results[i] if i < len(results) else None) if i in again else (old[i] if i < len(old) else None)
+        for i in range(redrive.total)
+    ]
 
 
 # --- results ---------------------------------------------------------------------------

@@ -348,6 +348,7 @@ class Starter:
         try:
             entry = await self.catalog.resolve(start.playbook, start.version)
             record.playbook_source, record.playbook_version = entry.source, entry.version
+            record.playbook_file = entry.file
         except CatalogError as e:
             # an unknown playbook, a path that is not one, a catalog record that cannot be
             # read: the start is refused (a request) or fails saying so, never retried

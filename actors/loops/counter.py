@@ -13,8 +13,9 @@ turns thousands of round trips into a few pipelined ones, and the fold stays exa
 Replay: a loop actor that did not see its loop from the start (a restart, another
 pod) reads the loop's inputs from the log, folds them (same decisions), then sends
 only what the log shows missing: commands in flight that are neither queued nor
-answered, timers still waiting, children not started, the verdict if the execution
-has not got it. Recognising these by state, not by the server's duplicate window,
+answered, timers still waiting, children not started, failure records of iterations
+(`fail.<index>`) the log lacks, the verdict if the execution has not got it.
+Recognising these by state, not by the server's duplicate window,
 keeps a replay after hours from duplicating anything.
 
 The replay is held against the log (actors/core/replay.py `LoopReplayer`): every answer
@@ -58,6 +59,7 @@ from actors.wire.messages import (
     ChunkDone,
     Command,
     ErrorInfo,
+    FailedItem,
     LoopInput,
     LoopProgress,
     LoopSpec,
@@ -75,6 +77,8 @@ from streams.subjects import (
     LoopSubjects,
     answered_command,
     cmd_subject,
+    failed_item_of,
+    failed_items_filter,
     is_result_batch,
     loop_key,
     loop_type,
@@ -272,6 +276,7 @@ class LoopActor(LogActor):
         commands: dict[str, Command] = {}
         starts: dict[str, StartMessage] = {}
         timers: dict[str, Timer] = {}
+        failures: dict[int, FailedItem] = {}
         stopped = Effects()
         verdict = None
         checker = LoopReplayer(self.execution_id, self.loop_id)
@@ -289,6 +294,7 @@ class LoopActor(LogActor):
             commands.update((c.command_id, c) for c in out.commands)
             starts.update(((s.parent.command_id or "") if s.parent else "", s) for s in out.starts)
             timers.update((t.timer_id, t) for t in out.timers)
+            failures.update((f.index, f) for f in out.failures)
             stopped.cancels += out.cancels
             stopped.child_cancels += out.child_cancels
             verdict = out.verdict or verdict
@@ -327,6 +333,9 @@ class LoopActor(LogActor):
             late = await self._answered_after(self.last_seq)
             missing.commands += [c for c in unsure if c.command_id not in late]
         missing.timers = [timers[t] for t in run.waiting if t in timers]
+        if failures:
+            recorded = await self._failures_recorded()
+            missing.failures = [f for i, f in sorted(failures.items()) if i not in recorded]
         if run.finished:
             missing.cancels, missing.child_cancels = stopped.cancels, stopped.child_cancels
             if (
@@ -346,6 +355,16 @@ class LoopActor(LogActor):
             run.total,
             len(missing.commands),
         )
+
+    async def _failures_recorded(self) -> set[int]:
+        """The iterations whose failure records the loop's log has (one request: the
+        stream's subjects under the loop's `fail.*`, counted by the stream leader)."""
+        loop_filter = failed_items_filter(self.execution_id, self.counter.layout.partitions, self.loop_id)
+        try:
+            info = await self.counter.nc.jsm().stream_info(LOOP_STREAM, subjects_filter=loop_filter)
+        except NotFoundError:
+            return set()
+        return {at[1] for s in (info.state.subjects or {}) if (at := failed_item_of(s)) is not None}
 
     async def _halts(self) -> Recorded:
         """The execution's halts and resumes, from its lifecycle (EXEC stream). Most

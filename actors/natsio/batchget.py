@@ -110,6 +110,43 @@ async def on_subject(nc: NATS, stream: str, subject: str) -> list[Stored]:
         seq = out[-1].seq + 1
 
 
+async def window(nc: NATS, stream: str, first: int, last: int) -> list[Stored]:
+    """The messages of `stream` stored from sequence `first` to `last` (both included),
+    in order: one page of a stream read newest first, with each message's subject and
+    time (a page of dead letters, actors/client/deadletters.py). A message deleted in
+    between is simply not there."""
+    out: list[Stored] = []
+    seq = first
+    while seq <= last:
+        got = await _batch(nc, stream, {"seq": seq, "batch": min(MAX_BATCH, last - seq + 1)})
+        page = [stored_of(stream, m) for m in got]
+        out.extend(s for s in page if s.seq <= last)
+        if len(got) < min(MAX_BATCH, last - seq + 1) or not page:
+            return out
+        seq = page[-1].seq + 1
+    return out
+
+
+def stored_of(stream: str, m: Msg) -> Stored:
+    """A message a direct get answered with, as a `Stored` (its log time from the
+    `Nats-Time-Stamp` the server adds)."""
+    h = m.headers or {}
+    return Stored(
+        stream=stream,
+        subject=h.get("Nats-Subject", ""),
+        seq=int(h.get(SEQUENCE, "0")),
+        time=_timestamp(h.get("Nats-Time-Stamp", "")),
+        data=m.data,
+        headers={k: v for k, v in h.items() if k not in _ADDED},
+    )
+
+
+def stamp_time(headers: dict[str, str] | None) -> float:
+    """The log time a direct get's headers name (`Nats-Time-Stamp`), in epoch seconds;
+    0.0 when absent."""
+    return _timestamp((headers or {}).get("Nats-Time-Stamp", ""))
+
+
 def _timestamp(text: str) -> float:
     """`2026-11-26T16:01:02.123456789Z` (RFC 3339, nanoseconds) in seconds since the epoch."""
     if not text:

@@ -55,6 +55,36 @@ def lint(pb: Playbook, text: str, *, file: str) -> Findings:
     return found
 
 
+def unloaded_python_errors(text: str, *, file: str) -> list[PlaybookError]:
+    """The python code errors of a playbook that did not load (PlaybookInvalid): found
+    on its YAML as written, so that `validate` reports them with the loader's errors in
+    one pass instead of after those are fixed. Only code that is plainly a python tool's
+    (`tool: {kind: python, code: ...}`, the same under `sink`) is checked; the loader
+    reports every other shape."""
+    composed = compose(text)
+    workflow = composed.data.get("workflow") if isinstance(composed.data, dict) else None
+    if composed.fatal or not isinstance(workflow, list):
+        return []
+    found: list[PlaybookError] = []
+    for index, step in enumerate(workflow):
+        if not isinstance(step, dict):
+            continue
+        name = step.get("step") if isinstance(step.get("step"), str) else None
+        sink = step.get("sink")
+        for where, tool in (
+            (("tool",), step.get("tool")),
+            (("sink", "tool"), sink.get("tool") if isinstance(sink, dict) else None),
+        ):
+            if not (isinstance(tool, dict) and tool.get("kind") == "python" and isinstance(tool.get("code"), str)):
+                continue
+            problem = python_problem(tool["code"])
+            if problem is not None:
+                field = (*where, "code")
+                line = composed.lines.get(("workflow", index, *field))
+                found.append(PlaybookError(file, line, name, ".".join(field), problem))
+    return found
+
+
 def _python_code(pb: Playbook) -> Iterator[tuple[int, Step, tuple[str, ...], str]]:
     for index, step in enumerate(pb.workflow):
         if isinstance(step.tool, PythonTool):

@@ -46,7 +46,7 @@ from actors.playbook.errors import (
     strip_unknown,
     suggest,
 )
-from actors.playbook.model import END, Playbook, RetryRule, Step
+from actors.playbook.model import END, LOADER_FIELDS, Playbook, PythonTool, RetryRule, Step
 from actors.playbook.shorthands import BAD, Partial, Shorthands
 from actors.playbook.userfiles import read_regular_file
 from actors.playbook.yaml_lines import MAX_ALIAS_NODES, MAX_SOURCE_BYTES, KeyPath, compose
@@ -161,7 +161,8 @@ _STEP_INFO = mi.type_info(Step)
 _PLAYBOOK_INFO = mi.type_info(Playbook)
 assert isinstance(_STEP_INFO, mi.StructType) and isinstance(_PLAYBOOK_INFO, mi.StructType)
 _STEP_FIELD_INFO = {f.encode_name: f for f in _STEP_INFO.fields}
-_PLAYBOOK_FIELD_INFO = {f.encode_name: f for f in _PLAYBOOK_INFO.fields}
+# what the user may write: not what the loader itself fills in (`Playbook.code_lines`)
+_PLAYBOOK_FIELD_INFO = {f.encode_name: f for f in _PLAYBOOK_INFO.fields if f.encode_name not in LOADER_FIELDS}
 _STEP_HINTS = get_type_hints(Step, include_extras=True)
 _PLAYBOOK_HINTS = get_type_hints(Playbook, include_extras=True)
 
@@ -181,6 +182,7 @@ class _Loader(Reporter):
     def load(self, text: str) -> Playbook:
         composed = compose(text)
         self.lines = composed.lines
+        self.code_at = composed.code_lines
         data = composed.data
         if isinstance(data, dict) and isinstance(data.get("workflow"), list):
             for i, raw in enumerate(data["workflow"]):
@@ -217,7 +219,17 @@ class _Loader(Reporter):
         steps = self._workflow(data["workflow"]) if "workflow" in data else None
         if self.errors or steps is None or any(v is BAD for v in top.values()):
             return None
-        return Playbook(workflow=steps, **top)
+        return Playbook(workflow=steps, code_lines=self._code_lines(steps), **top)
+
+    def _code_lines(self, steps: list[Step]) -> dict[str, int]:
+        """Where each python step's code starts in the file, when its lines are the
+        file's (a `|` block or one line): its tracebacks count from there."""
+        out: dict[str, int] = {}
+        for i, s in enumerate(steps):
+            line = self.code_at.get(("workflow", i, "tool", "code"))
+            if isinstance(s.tool, PythonTool) and line is not None:
+                out[s.step] = line
+        return out
 
     def _top_field(self, name: str, info: mi.Field, value: Any) -> Any:
         if name in ("apiVersion", "kind"):

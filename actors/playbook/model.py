@@ -237,6 +237,11 @@ class Playbook(_Strict, dict=True):  # dict=True: room for the cached step index
     workflow: Annotated[list[Step], Meta(min_length=1)]
     workload: dict[str, Any] = field(default_factory=dict)
     limits: PlaybookLimits | None = None
+    # filled in by the loader, never written by the user (LOADER_FIELDS): the 1-based
+    # line of the playbook where each python step's code starts, so a traceback names
+    # the YAML's line (the command's `code_at`). A field, not an attribute: a playbook
+    # loaded in a render process comes back encoded, and must come back the same.
+    code_lines: dict[str, int] = field(default_factory=dict)
 
     def step(self, name: str) -> Step:
         return self.steps[name]
@@ -253,6 +258,15 @@ class Playbook(_Strict, dict=True):  # dict=True: room for the cached step index
         return self.workflow[0].step
 
 
+LOADER_FIELDS = frozenset({"code_lines"})
+
+
 def playbook_json_schema() -> dict[str, Any]:
-    """JSON Schema of the *normalised* playbook form (what editors check against)."""
-    return msgspec.json.schema(Playbook)
+    """JSON Schema of the *normalised* playbook form (what editors check against): what
+    a user writes, so not the fields the loader fills in."""
+    schema = msgspec.json.schema(Playbook)
+    for definition in schema.get("$defs", {}).values():
+        if definition.get("title") == "Playbook":
+            for name in LOADER_FIELDS:
+                definition.get("properties", {}).pop(name, None)
+    return schema

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from actors.playbook.model import TOOL_KINDS, Playbook
+from actors.playbook.model import LOADER_FIELDS, TOOL_KINDS, Playbook
 
 __all__ = ["playbook_schema"]
 
@@ -41,6 +41,8 @@ def playbook_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) editors use to check a playbook's YAML form."""
     schema: dict[str, Any] = copy.deepcopy(msgspec.json.schema(Playbook))
     defs: dict[str, Any] = schema["$defs"]
+    for name in LOADER_FIELDS:  # filled in by the loader: not the user's to write
+        defs["Playbook"]["properties"].pop(name, None)
     step = defs["Step"]["properties"]
 
     defs["StepName"] = dict(step["step"])

@@ -46,6 +46,10 @@ class Composed:
     def __init__(self) -> None:
         self.data: Any = None
         self.lines: dict[KeyPath, int] = {}
+        # the 1-based line of the first line of text of each `code` value whose lines
+        # are the file's lines (a `|` block, or one line): a python step's traceback
+        # names the playbook's line (actors/tools/pyworker.py)
+        self.code_lines: dict[KeyPath, int] = {}
         self.problems: list[tuple[KeyPath, int | None, str]] = []
         self.fatal = False  # the YAML cannot be read at all: nothing else can be checked
 
@@ -209,6 +213,8 @@ class _Builder:
     def build(self, node: yaml.Node, path: KeyPath) -> Any:
         self.out.lines.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.ScalarNode):
+            if path and path[-1] == "code":
+                self._code_line(node, path)
             return self.loader.construct_object(node, deep=True)
         key = id(node)
         if key in self.active:
@@ -229,6 +235,14 @@ class _Builder:
             self.active.discard(key)
         self.built[key] = value
         return value
+
+    def _code_line(self, node: yaml.ScalarNode, path: KeyPath) -> None:
+        # a literal block's text starts on the line after its `|`; a folded or
+        # multi-line flow scalar's lines are not the file's, so it gets none
+        if node.style == "|":
+            self.out.code_lines[path] = node.start_mark.line + 2
+        elif node.start_mark.line == node.end_mark.line:
+            self.out.code_lines[path] = node.start_mark.line + 1
 
     def _mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict[Any, Any]:
         out: dict[Any, Any] = {}

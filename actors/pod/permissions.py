@@ -396,6 +396,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_writes(CATALOG_BUCKET),
                 *kv_writes(SCHEDULES_BUCKET),
                 "schedules.def.>",
+                "schedules.fire.>",  # "run now": a schedule's fire sent by hand (actors/client/schedules.py)
                 _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
                 *blobs(PAYLOAD_BUCKET),  # a large start payload (a retry's read back)
                 *reads(obj_stream(BLOB_BUCKET)),  # a large result, step output: read, never written

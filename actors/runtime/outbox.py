@@ -3,7 +3,8 @@
 publishes them, for the engine and the counter alike.
 
 Order (`send`): commands and child starts, loops handed over, timers, the parent's
-result, cancels of children and loops, commands stopped, a loop's verdict, then the
+result, cancels of children and loops, commands stopped, a loop's failed iterations
+(one record each) and its verdict, then the
 decision record and lifecycle events. Each step waits for its PubAcks before the
 next: a decision record in the log proves that everything it decided was stored, so
 a replay that finds the record sends nothing of that decision again.
@@ -34,7 +35,7 @@ from actors.wire.events import (
     carrier_of,
     splice,
 )
-from actors.wire.messages import CancelRequest, IteratorCompleted, IteratorFailed, LoopSpec, encode
+from actors.wire.messages import CancelRequest, FailedItem, IteratorCompleted, IteratorFailed, LoopSpec, encode
 from streams import ids
 from streams.layout import TOOL_KINDS, Layout
 from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject
@@ -100,6 +101,8 @@ class Outbox:
             await publish_all(js, await self.signals(fx))
         if fx.cancels:
             await self.stop(fx.cancels)
+        if fx.failures:
+            await self.record_failures(fx.failures)
         if fx.verdict is not None:
             await self.send_verdict(fx.verdict)
         if record:
@@ -189,6 +192,20 @@ class Outbox:
         the cancel) has its result ignored: it answers a command no longer in flight."""
         for c in cancels:
             await self.nc.publish(cancel_subject(self.execution_id, c.command_id), b"")
+
+    async def record_failures(self, failures: list[FailedItem]) -> None:
+        """Each iteration failed for good, on its own subject beside the loop's log
+        (`fail.<index>`), before the verdict: once the loop's end is known, every failure
+        of it can be listed."""
+        assert isinstance(self.subjects, LoopSubjects) and self.loop_id is not None
+        subjects, eid, loop_id = self.subjects, self.execution_id, self.loop_id
+        await publish_all(
+            self.js,
+            [
+                (subjects.failed(f.index), self.codec.encode(f), ids.failed_item_id(eid, loop_id, f.index))
+                for f in failures
+            ],
+        )
 
     async def send_verdict(self, verdict: IteratorCompleted | IteratorFailed) -> None:
         """A loop's end, into its execution's inputs (`in.iterator.<loop_id>`, where the

@@ -108,8 +108,11 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
     if RANK[target] == 2:
         new.ended_at = ev.at
         new.terminal_event = ev.type
-        # a failure's error; no other end keeps one (a halt's, lifted by the end, is gone)
+        # a failure's error, a cancel's reason (`status` and the lists show why it
+        # ended); no other end keeps one (a halt's, lifted by the end, is gone)
         new.error = data.error if isinstance(data, PlaybookFailedData) else None
+        if isinstance(data, ExecutionCancelledData):
+            new.error = {"type": "Cancelled", "message": data.reason or "cancelled"}
     return new
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
+from pathlib import PurePath
 
 import msgspec
 from nats.js import JetStreamContext
@@ -108,7 +109,9 @@ async def register_loaded(js: JetStreamContext, pb: Playbook, source: str, *, fi
             return current
         else:
             version = latest + 1
-        entry = CatalogEntry(path=path, version=version, source=source, registered_at=time.time())
+        entry = CatalogEntry(
+            path=path, version=version, source=source, registered_at=time.time(), file=_file_name(file)
+        )
         try:
             await kv.create(_key(path, f"v{version}"), encode(entry))
         except KeyWrongLastSequenceError:
@@ -129,6 +132,15 @@ async def register_loaded(js: JetStreamContext, pb: Playbook, source: str, *, fi
                 continue
         return entry
     raise CatalogError(f"{file}: could not register {path}: too much contention on its latest version")
+
+
+def _file_name(file: str) -> str | None:
+    """The name a traceback gives the playbook: the file's own name, without the
+    directories of the machine it was registered from; None for a source that came
+    without one (`<string>`, `<request>`)."""
+    if not file or file.startswith("<"):
+        return None
+    return PurePath(file).name or None
 
 
 async def _latest(kv: KeyValue, path: str) -> tuple[int, int | None]:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from actors.tools.capture import OutputBox
 from actors.tools.resources import ToolResources
+from actors.wire.messages import CodeAt
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +37,4 @@ class ToolCall:
     credential: dict[str, str] | None = None  # the tool's `credential`, resolved (http, python, shell)
     identity: CommandIdentity | None = None  # the command it runs for (None: called directly, as tests do)
     result: Any = None  # a sink's call: the result of the step's tool it follows
+    code_at: CodeAt | None = None  # a python tool's: where its code starts in the playbook (tracebacks)

@@ -7,18 +7,47 @@ output too) are one unlinked temporary file opened for appending (`capture_file`
 worker reads it (up to the cap, and the tail) and empties it after each call, and sends
 it with its reply; the pool reads it itself when the call timed out or crashed and the
 worker was killed. Nothing a tool prints reaches a pod's or the CLI's own stdout.
+
+While a step runs, what it printed so far is also published in parts (`LiveOutput`):
+nothing for a step that ends within `LIVE_AFTER`, then a part about every `LIVE_EVERY`
+seconds (sooner when `PART_MAX` bytes wait), never more than the cap in all. A shell
+step feeds it as its pipes are read; a python step's pool gives it a `source` that
+reads the worker's capture file from the parent, no frame of the worker protocol.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fcntl
+import logging
 import os
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["TAIL", "Captured", "OutputBox", "capture_file", "captured_bytes", "read_capture"]
+__all__ = [
+    "LIVE_AFTER",
+    "LIVE_EVERY",
+    "PART_MAX",
+    "TAIL",
+    "Captured",
+    "LiveOutput",
+    "OutputBox",
+    "capture_file",
+    "captured_bytes",
+    "read_capture",
+]
+
+log = logging.getLogger(__name__)
 
 TAIL = 4096  # bytes of the end kept apart, for when the whole text is over the cap
+# a step that ends within LIVE_AFTER seconds publishes no part (its `step.output` is all
+# there is: a quick step costs nothing more); after that, a part every LIVE_EVERY seconds
+# while it prints, or as soon as PART_MAX bytes wait (a part is one message)
+LIVE_AFTER = 0.5
+LIVE_EVERY = 0.5
+PART_MAX = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +58,183 @@ class Captured:
 
 
 class OutputBox:
-    """Where an executor leaves what its tool printed (None: it captured nothing)."""
+    """Where an executor leaves what its tool printed (None: it captured nothing), and
+    where it feeds it while the tool runs (`live`, None: not published live)."""
 
-    __slots__ = ("cap", "captured")
+    __slots__ = ("cap", "captured", "live")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, live: LiveOutput | None = None) -> None:
         self.cap = cap  # bytes kept at most (`Layout.step_output_max_bytes`)
         self.captured: Captured | None = None
+        self.live = live
+
+
+# sends part `n` (its bytes as printed): the length of what was stored (masked), None
+# when it could not be stored (no later part is sent then: parts have no gaps)
+SendPart = Callable[[int, int, bytes], Awaitable[int | None]]
+# reads up to `n` bytes printed from offset `offset` on (a python worker's capture file)
+Source = Callable[[int, int], bytes]
+
+
+class LiveOutput:
+    """What one run of a step prints, published in parts while it runs (see the module
+    docstring). `feed` gives it bytes as they are read, or `follow` a `source` it reads
+    itself at each tick; `finish` sends the rest once the step ended, if it published
+    anything, and says how many parts there are; `close` stops it whatever happened."""
+
+    __slots__ = (
+        "_closing",
+        "_task",
+        "_timer",
+        "_wake",
+        "buf",
+        "cap",
+        "every",
+        "failed",
+        "part_max",
+        "parts",
+        "send",
+        "sent",
+        "shown",
+        "source",
+    )
+
+    def __init__(
+        self,
+        cap: int,
+        send: SendPart,
+        *,
+        after: float = LIVE_AFTER,
+        every: float = LIVE_EVERY,
+        part_max: int = PART_MAX,
+    ) -> None:
+        self.cap = cap
+        self.send = send
+        self.every = every
+        self.part_max = max(1, part_max)
+        self.buf = bytearray()  # read and not sent yet
+        self.sent = 0  # bytes as printed that went out in parts
+        self.shown = 0  # the same, as stored (masked): where the rest of the final text starts
+        self.parts = 0
+        self.failed = False
+        self.source: Source | None = None
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        # one timer per run, nothing else until it fires (most steps end before)
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(after, self._due)
+
+    def feed(self, data: bytes) -> None:
+        room = self.cap - self.sent - len(self.buf)
+        if room > 0 and data:
+            self.buf += data[:room]
+            if self._wake is not None and len(self.buf) >= self.part_max:
+                self._wake.set()
+
+    def follow(self, source: Source | None) -> None:
+        """Read what is printed from `source` at each tick (None: stop reading)."""
+        self.source = source
+
+    def _pull(self) -> None:
+        source = self.source
+        want = min(self.cap - self.sent - len(self.buf), 4 * self.part_max)
+        if source is None or want <= 0:
+            return
+        try:
+            self.buf += source(self.sent + len(self.buf), want)
+        except OSError:
+            pass
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._closing:
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        while not self.failed:
+            self._pull()
+            while self.buf and not self.failed:
+                n = _cut(self.buf, self.part_max)
+                if n == 0:
+                    break
+                await self._send(bytes(self.buf[:n]))
+                del self.buf[:n]
+            if self._closing:
+                return
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.every)
+            if self._closing:
+                return
+
+    async def _send(self, data: bytes) -> None:
+        stored = await self.send(self.parts, self.shown, data)
+        if stored is None:
+            self.failed = True
+            return
+        self.parts += 1
+        self.sent += len(data)
+        self.shown += stored
+
+    async def finish(self, kept: bytes | None) -> int:
+        """The step ended; `kept`: its whole kept text as stored (masked; None: none was
+        captured, what was read is the rest). The number of parts published."""
+        self.source = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is None:
+            return 0
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        try:
+            await task
+        except Exception:
+            log.warning("live output: its sender failed", exc_info=True)
+            self.failed = True
+        if self.parts and not self.failed:
+            if kept is not None:  # the rest as the final text has it: the same bytes, masked alike
+                rest = kept[self.shown :]
+                while rest and not self.failed:
+                    await self._send(rest[: self.part_max])
+                    rest = rest[self.part_max :]
+            else:
+                while self.buf and not self.failed:
+                    await self._send(bytes(self.buf[: self.part_max]))
+                    del self.buf[: self.part_max]
+        return self.parts
+
+    def close(self) -> None:
+        """Stop at once (the run was cancelled, or `finish` was never reached)."""
+        self.source = None
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+def _cut(buf: bytearray, limit: int) -> int:
+    """How many bytes of `buf` the next part takes: up to the last line end within
+    `limit`, else as many as fit without splitting a UTF-8 character."""
+    n = min(len(buf), limit)
+    nl = buf.rfind(b"\n", 0, n)
+    if nl >= 0:
+        return nl + 1
+    i = n
+    while i > 0 and n - i < 4 and buf[i - 1] & 0xC0 == 0x80:  # continuation bytes at the end
+        i -= 1
+    if i > 0 and n - i < 4 and buf[i - 1] >= 0xC0:  # a lead byte: is its character whole?
+        need = 2 if buf[i - 1] < 0xE0 else 3 if buf[i - 1] < 0xF0 else 4
+        if n - (i - 1) < need:
+            return i - 1
+    return n
 
 
 def captured_bytes(*parts: bytes, cap: int) -> Captured:

@@ -71,6 +71,7 @@ from actors.tools.kinds.python import run_python
 from actors.tools.kinds.shell import run_shell
 from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
+from actors.wire.messages import CodeAt
 
 __all__ = ["EXECUTORS", "USES_CREDENTIAL", "Executor", "run_tool"]
 
@@ -101,6 +102,7 @@ async def run_tool(
     output: OutputBox | None = None,
     identity: CommandIdentity | None = None,
     result: Any = None,
+    code_at: CodeAt | None = None,
 ) -> bytes:
     """Run one tool call; return its result as JSON text or raise `ToolFailure`.
 
@@ -109,7 +111,8 @@ async def run_tool(
     limit), `resources` the pool and session the call may use, `cancel` an event that
     stops the call when set, `output` where what the tool printed goes (python and
     shell fill it, whatever the outcome). `identity`: the command the call runs for
-    (a postgres write's ledger key); `result`: for a sink, the step's result it follows.
+    (a postgres write's ledger key); `result`: for a sink, the step's result it follows;
+    `code_at`: where a python tool's code starts in its playbook (its tracebacks say so).
     The failure's type, message, traceback and data and the output are masked (see the
     module docstring).
     """
@@ -128,7 +131,7 @@ async def run_tool(
                 raise ToolFailure("ToolConfigError", f"unknown tool kind {kind!r}")
             name = tool.get("credential")
             credential = resources.credentials.resolve(name) if name is not None and kind in USES_CREDENTIAL else None
-            call = ToolCall(tool, args, timeout, cancel, resources, output, credential, identity, result)
+            call = ToolCall(tool, args, timeout, cancel, resources, output, credential, identity, result, code_at)
             return await executor(call)
         except (ToolFailure, asyncio.CancelledError):
             raise

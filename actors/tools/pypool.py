@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from actors.runtime.children import RunAs
-from actors.tools.capture import TAIL, Captured, OutputBox, read_capture
+from actors.tools.capture import TAIL, Captured, LiveOutput, OutputBox, read_capture
 from actors.tools.cpus import available_cpus
 from actors.tools.environment import base_environment
 from actors.tools.failures import ToolFailure, cancelled_failure, timeout_failure
@@ -192,12 +192,14 @@ class PythonPool:
         output: OutputBox | None = None,
         credential: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        filename: str | None = None,
     ) -> bytes:
         """Run `code`'s ``main(**args)`` in a worker; its result as the JSON text the
         worker wrote (it checked the result is JSON data), or ToolFailure. What the
         code printed goes into `output` (when given), whatever the outcome. `credential`
         goes to ``main``'s ``credential`` parameter (if it has one); `env` is laid over
-        the worker's environment for this call only."""
+        the worker's environment for this call only; `filename`: the name the code is
+        compiled under (its tracebacks name it; the worker's own name when None)."""
         if self._closed:
             raise cancelled_failure("python worker pool closed")
         if cancel is not None and cancel.is_set():
@@ -210,6 +212,8 @@ class PythonPool:
                 request["k"] = credential
             if env:
                 request["e"] = env
+            if filename is not None:
+                request["f"] = filename
             payload = dumps(request)
         except TypeError as exc:
             raise ToolFailure("ArgsNotSerialisable", f"python tool args are not JSON-serialisable: {exc}") from None
@@ -222,12 +226,15 @@ class PythonPool:
             if worker is None or not worker.ready:  # to wait for: a worker, or its boot
                 worker, deadline = await self._acquire(loop, deadline, timeout, cancel, quick, worker)
             call = worker.submit(loop, frame)
+            live = _follow(worker, output, quick)
             bounds = Bounds(call.fut, loop, deadline, cancel)
             try:
                 try:
                     reply: bytes = await call.fut
                 finally:
                     bounds.disarm()
+                    if live is not None:
+                        live.follow(None)  # the file is the next call's from now on
             except Stop as stop:
                 if stop.reason == "requeue":  # its worker died before starting it: another one will
                     self._done_with(worker, quick)
@@ -602,6 +609,23 @@ class PythonPool:
             self._reaping[r] = worker.proc
             r.add_done_callback(lambda f: self._reaping.pop(f, None))
         return r
+
+
+def _follow(worker: WorkerProcess, output: OutputBox | None, quick: bool) -> LiveOutput | None:
+    """Let `output`'s live parts read what the call prints from the worker's capture file
+    while it runs (the parent holds the file too: no frame of the worker protocol, and
+    nothing at all for a call that ends before its first part is due). Only for a call
+    alone on its worker (not quick code): the file is then this call's until its reply."""
+    live = None if output is None else output.live
+    fd = worker.outfd
+    if live is None or quick or fd is None:
+        return None
+    live.follow(functools.partial(_read_printed, fd))
+    return live
+
+
+def _read_printed(fd: int, offset: int, n: int) -> bytes:
+    return os.pread(fd, n, offset)
 
 
 def _forget(worker: WorkerProcess, call: Call) -> None:

@@ -11,7 +11,8 @@ big-endian length and a payload:
 - parent -> worker: one kind byte, then for ``REQ`` the JSON ``{"c": code, "a": args,
   "o": bytes of output to keep}`` (orjson, msgspec for integers beyond 64 bits), with
   ``"k"``, the step's credential (given to ``main``'s ``credential`` parameter, if it
-  declares one), and ``"e"``, the step's ``env`` (set for this call only); for
+  declares one), ``"e"``, the step's ``env`` (set for this call only), and ``"f"``, the
+  name to compile the code under (its playbook's file; the code is padded to its lines); for
   ``SKIP`` the sequence number (``SEQ``, counted from 0 per worker) of a request not to run.
 - worker -> parent: one status byte, then for ``OK`` and ``ERR`` the output header
   (``OUT``: bytes printed, kept, tail; microseconds the call took), the kept output and
@@ -123,30 +124,42 @@ def _user_traceback(exc: BaseException) -> str:
         return f"{type(exc).__name__}: {_str(exc)}\n"
 
 
-def _compile(code: str, cache: OrderedDict[str, CodeType], cache_size: int) -> CodeType:
+def _compile(code: str, cache: OrderedDict[Any, CodeType], cache_size: int, name: str | None = None) -> CodeType:
     # keyed by the text itself: a dict lookup, not a sha256 of it on every call (the
-    # cache is bounded by `cache_size` snippets either way)
-    co = cache.get(code)
+    # cache is bounded by `cache_size` snippets either way); with the name it is
+    # compiled under when it has one (the playbook's file: the same code in two files
+    # names each its own)
+    ckey: Any = code if name is None else (name, code)
+    co = cache.get(ckey)
     if co is not None:
-        cache.move_to_end(code)
+        cache.move_to_end(ckey)
         return co
     key = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
-    filename = f"<python tool {key[:12]}>"
+    filename = f"<python tool {key[:12]}>" if name is None else name
     co = compile(code, filename, "exec")
-    # lets tracebacks show the user's source lines
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    cache[code] = co
+    # lets tracebacks show the user's source lines; codes compiled under one name (a
+    # playbook's steps, each padded to its own lines) share its entry (mtime None: never
+    # checked against a file of that name on this machine)
+    lines = code.splitlines(True)
+    held = linecache.cache.get(filename) if name is not None else None
+    if held is not None and len(held) == 4:  # the file's other steps keep their lines: each fills only its own
+        before = list(held[2])
+        lines = [new if new.strip() or i >= len(before) else before[i] for i, new in enumerate(lines)]
+        lines += before[len(lines) :]
+    linecache.cache[filename] = (len(code), None, lines, filename)
+    cache[ckey] = co
     while len(cache) > cache_size:
         _, old = cache.popitem(last=False)
-        linecache.cache.pop(old.co_filename, None)
+        if not any(c.co_filename == old.co_filename for c in cache.values()):
+            linecache.cache.pop(old.co_filename, None)
     return co
 
 
-def _execute(msg: Any, cache: OrderedDict[str, CodeType], cache_size: int) -> tuple[int, bytes]:
+def _execute(msg: Any, cache: OrderedDict[Any, CodeType], cache_size: int) -> tuple[int, bytes]:
     """One call, in the environment the worker started with plus the call's ``env``;
     that environment is restored afterwards whatever the code did to ``os.environ``."""
     try:
-        code, args, credential, env = msg["c"], msg["a"], msg.get("k"), msg.get("e")
+        code, args, credential, env, name = msg["c"], msg["a"], msg.get("k"), msg.get("e"), msg.get("f")
     except Exception as exc:
         return _error("ProtocolError", f"bad request to python worker: {_str(exc)}")
     try:
@@ -155,7 +168,7 @@ def _execute(msg: Any, cache: OrderedDict[str, CodeType], cache_size: int) -> tu
                 os.environ.update(env)
             except (ValueError, TypeError) as exc:  # a name with '=' or a NUL: the step's mistake
                 return _error("ToolConfigError", f"python env: {_str(exc)}")
-        return _call(code, args, credential, cache, cache_size)
+        return _call(code, args, credential, cache, cache_size, name if isinstance(name, str) else None)
     finally:
         if _environ_changed():
             os.environ.clear()
@@ -228,14 +241,15 @@ def _call(
     code: str,
     args: dict[str, Any],
     credential: dict[str, str] | None,
-    cache: OrderedDict[str, CodeType],
+    cache: OrderedDict[Any, CodeType],
     cache_size: int,
+    name: str | None = None,
 ) -> tuple[int, bytes]:
     try:
-        co = _compile(code, cache, cache_size)
+        co = _compile(code, cache, cache_size, name)
     except SyntaxError as exc:
         text = (exc.text or "").strip()
-        where = f"line {exc.lineno}" + (f": {text}" if text else "")
+        where = (f"{name}, " if name is not None else "") + f"line {exc.lineno}" + (f": {text}" if text else "")
         return _error("SyntaxError", f"{exc.msg} ({where})", "".join(traceback.format_exception_only(type(exc), exc)))
     except Exception as exc:
         return _error(type(exc).__name__, _str(exc), _user_traceback(exc))
@@ -300,7 +314,7 @@ def _worker_main(fd: int, ppid: int, cache_size: int) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(line_buffering=True)
-    cache: OrderedDict[str, CodeType] = OrderedDict()
+    cache: OrderedDict[Any, CodeType] = OrderedDict()
     inbox = _Inbox()
     try:
         _send(sock, READY, str(os.getpid()).encode())

@@ -12,6 +12,7 @@ is (`msgspec.Raw`); a sink gets it decoded.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from typing import Any
@@ -28,14 +29,15 @@ from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError
 from actors.runtime.metrics import commands_in_flight, observe_step, step_outcome
 from actors.runtime.render_process import OffLoop
 from actors.store.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
+from actors.tools import chunksinks
 from actors.tools.batching import ResultBatcher
 from actors.tools.call import CommandIdentity
 from actors.tools.cancels import Cancels
 from actors.tools.capture import OutputBox
 from actors.tools.executors import run_tool
 from actors.tools.failures import ToolFailure
-from actors.tools.held import HeldCommands
-from actors.tools.outputs import publish_output
+from actors.tools.held import HeldCommands, hold_bound
+from actors.tools.outputs import live_output, publish_output
 from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
 from actors.tools.undeliverable import answer_undeliverable
@@ -46,6 +48,7 @@ from actors.wire.messages import (
     CallDone,
     CallError,
     ChunkDone,
+    ChunkItem,
     Command,
     ErrorInfo,
     IterationOutcome,
@@ -61,6 +64,9 @@ __all__ = ["RESULT_HEADROOM", "CommandRunner"]
 log = logging.getLogger("actors.tools")
 
 RESULT_HEADROOM = HEADROOM  # room for the envelope around a result
+LIVE_KINDS = frozenset({"python", "shell"})  # the kinds whose printed output is published while they run
+# the delivery count of the command the current task runs (`CommandRunner.command`)
+DELIVERY: contextvars.ContextVar[int] = contextvars.ContextVar("actors_tools_delivery", default=0)
 
 
 class CommandRunner:
@@ -157,6 +163,7 @@ class CommandRunner:
             await msg.term()
             return
         delivered = num_delivered(msg)
+        DELIVERY.set(delivered)  # for the output its run publishes (`_tool`): this task's alone
         if await self._answered_already(msg, cmd, delivered):
             await ack(msg)
             return
@@ -199,24 +206,13 @@ class CommandRunner:
         if slot is not None and not await self._slot_taken(slot, msg, cmd, key):
             return  # let go while it waited: the server hands it to another pod
         handed_over = False
+        since = asyncio.get_running_loop().time()  # its hold's bound counts from here (held.py)
         commands_in_flight(cmd.kind, 1)
         try:
             started = time.time()
             try:
                 if cmd.chunk is not None:
-                    outcomes = []
-                    for item in cmd.chunk:
-                        t0 = time.time()
-                        result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
-                        outcomes.append(
-                            IterationOutcome(
-                                iteration_index=item.iteration_index,
-                                result=result,
-                                error=error,
-                                started_at=t0,
-                                ended_at=time.time(),
-                            )
-                        )
+                    outcomes = await self._run_chunk(cmd, cmd.chunk, cancel, since)
                 else:
                     result, error = await self._run(cmd, cmd.args, cmd.element, cmd.iteration_index, cancel)
             finally:
@@ -273,9 +269,91 @@ class CommandRunner:
         self, cmd: Command, args: dict[str, Any], element: Any, index: int | None, cancel: asyncio.Event
     ) -> tuple[msgspec.Raw | None, ErrorInfo | None]:
         """The tool, then its sink (same command: a failed sink fails the attempt)."""
+        ran = await self._tool(cmd, args, index, cancel)
+        if isinstance(ran, ErrorInfo):
+            return None, ran
+        if cmd.sink is not None:
+            error = await self._sink(cmd, cmd.sink, loads(ran), element, index, cancel)
+            if error is not None:
+                return None, _masked(error)
+        return msgspec.Raw(ran), None
+
+    async def _run_chunk(
+        self, cmd: Command, chunk: list[ChunkItem], cancel: asyncio.Event, since: float
+    ) -> list[IterationOutcome]:
+        """A chunk's items, each its tool then its sink, all-or-nothing per item. Postgres
+        appends to one table: the items' tools first, then their sinks as one transaction
+        (actors/tools/chunksinks.py); `since` (the loop's clock): when the command started."""
+        sink = cmd.sink
+        if sink is None or not chunksinks.may_combine(sink.tool):
+            outcomes = []
+            for item in chunk:
+                t0 = time.time()
+                result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
+                outcomes.append(_outcome(item, t0, result, error))
+            return outcomes
+        staged: list[_Staged] = []
+        for item in chunk:
+            s = _Staged(item, time.time())
+            staged.append(s)
+            ran = await self._tool(cmd, item.args, item.iteration_index, cancel)
+            if isinstance(ran, ErrorInfo):
+                s.error, s.ended = ran, time.time()
+                continue
+            s.raw, s.value = ran, loads(ran)
+            rendered = await self._render_sink(cmd, sink, s.value, item.element, item.iteration_index)
+            if isinstance(rendered, ErrorInfo):
+                s.error, s.ended = _masked(rendered), time.time()
+            else:
+                s.sink = rendered
+        groups: dict[Any, list[_Staged]] = {}
+        for k, s in enumerate(staged):
+            if s.sink is not None:
+                groups.setdefault(chunksinks.group_key(s.sink[0]) or k, []).append(s)
+        deadline = since + hold_bound(cmd)
+        for members in groups.values():
+            if len(members) == 1:  # alone: as a command of one item writes it
+                s = members[0]
+                assert s.sink is not None
+                error = await self._run_sink(cmd, *s.sink, s.value, s.item.iteration_index, cancel)
+                if error is not None:
+                    s.error = _masked(error)
+                s.ended = time.time()
+                continue
+            writes = []
+            for s in members:
+                assert s.sink is not None
+                identity = CommandIdentity(cmd.execution_id, cmd.command_id, s.item.iteration_index, "sink")
+                writes.append(chunksinks.SinkWrite(s.sink[0], s.sink[1], identity, s.value))
+            done = await chunksinks.write_together(
+                writes, resources=self.resources, cancel=cancel, each=cmd.timeout, deadline=deadline
+            )
+            ended = time.time()
+            for s, out in zip(members, done, strict=True):
+                if isinstance(out, ToolFailure):
+                    s.error = _masked(_sink_failed(cmd, "postgres", out))
+                s.ended = ended
+        return [
+            _outcome(
+                s.item,
+                s.started,
+                None if s.error is not None or s.raw is None else msgspec.Raw(s.raw),
+                s.error,
+                s.ended,
+            )
+            for s in staged
+        ]
+
+    async def _tool(
+        self, cmd: Command, args: dict[str, Any], index: int | None, cancel: asyncio.Event
+    ) -> bytes | ErrorInfo:
+        """The command's tool: its result's JSON text, or why it failed."""
         if cancel.is_set():
-            return None, ErrorInfo(type="Cancelled", message=f"step '{cmd.step}': cancelled")
-        output = OutputBox(self.layout.step_output_max_bytes)
+            return ErrorInfo(type="Cancelled", message=f"step '{cmd.step}': cancelled")
+        cap, delivery = self.layout.step_output_max_bytes, DELIVERY.get()
+        # what it prints, published while it runs (the kinds that print: actors/tools/capture.py)
+        live = live_output(self.nc, cmd, index, delivery, cap) if cmd.kind in LIVE_KINDS else None
+        output = OutputBox(cap, live)
         try:
             result = await run_tool(
                 cmd.kind,
@@ -286,21 +364,31 @@ class CommandRunner:
                 resources=self.resources,
                 output=output,
                 identity=CommandIdentity(cmd.execution_id, cmd.command_id, index, "tool"),
+                code_at=cmd.code_at,
             )
         except ToolFailure as f:
-            await publish_output(self.nc, self.js, cmd, index, output.captured)
-            return None, ErrorInfo(**f.to_error())
+            await publish_output(self.nc, self.js, cmd, index, output.captured, live=live, delivery=delivery)
+            return ErrorInfo(**f.to_error())
+        except BaseException:
+            if live is not None:
+                live.close()  # cancelled: no part is sent any more
+            raise
         # stored before the answer: a reader of the log sees the output before the step ends
-        await publish_output(self.nc, self.js, cmd, index, output.captured)
-        if cmd.sink is not None:
-            error = await self._sink(cmd, cmd.sink, loads(result), element, index, cancel)
-            if error is not None:
-                return None, _masked(error)
-        return msgspec.Raw(result), None
+        await publish_output(self.nc, self.js, cmd, index, output.captured, live=live, delivery=delivery)
+        return result
 
     async def _sink(
         self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None, cancel: asyncio.Event
     ) -> ErrorInfo | None:
+        rendered = await self._render_sink(cmd, sink, result, element, index)
+        if isinstance(rendered, ErrorInfo):
+            return rendered
+        return await self._run_sink(cmd, *rendered, result, index, cancel)
+
+    async def _render_sink(
+        self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None
+    ) -> tuple[dict[str, Any], Any] | ErrorInfo:
+        """The sink's tool and args rendered with the attempt's result (and element)."""
         scope = {**sink.scope, "result": result, "response": result, "error": None, "attempt": cmd.attempt_number}
         if sink.element is not None:
             scope[sink.element] = element
@@ -316,14 +404,19 @@ class CommandRunner:
 
         try:
             try:
-                tool, args = self.off_loop.inline(render)
+                return self.off_loop.inline(render)
             except SliceExhausted:  # not cheap by construction: in a render process, off the loop
-                tool, args = await self.off_loop.off_loop(render)
+                return await self.off_loop.off_loop(render)
         except TemplateError as e:
             return ErrorInfo(type=e.kind, message=f"step '{cmd.step}' field {e}")
         except RenderFault as fault:  # the render process's limits: the attempt's outcome records it
             fault.step = fault.step or cmd.step
             return ErrorInfo(type="TemplateLimit", message=fault.describe())
+
+    async def _run_sink(
+        self, cmd: Command, tool: dict[str, Any], args: Any, result: Any, index: int | None, cancel: asyncio.Event
+    ) -> ErrorInfo | None:
+        """The rendered sink run alone: None, or why it failed."""
         kind = str(tool.get("kind"))
         try:
             # its identity: a postgres sink's ledger key; `result`: what a table write takes as rows by default
@@ -339,9 +432,7 @@ class CommandRunner:
                 result=result,
             )
         except ToolFailure as f:
-            info = ErrorInfo(**f.to_error())
-            info.message = f"step '{cmd.step}' sink ({kind}) failed: {info.message}"
-            return info
+            return _sink_failed(cmd, kind, f)
         return None
 
     async def _reply_chunk(self, cmd: Command, outcomes: list[IterationOutcome]) -> None:
@@ -398,6 +489,39 @@ class CommandRunner:
         await publisher(self.nc).send(
             [(cmd.reply_to, payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})], readers_deduplicate=True
         )
+
+
+class _Staged:
+    """A chunk item between its tool and its sink (`CommandRunner._run_chunk`)."""
+
+    __slots__ = ("ended", "error", "item", "raw", "sink", "started", "value")
+
+    def __init__(self, item: ChunkItem, started: float) -> None:
+        self.item = item
+        self.started = started
+        self.ended: float | None = None  # None: when the outcome is made
+        self.raw: bytes | None = None  # the tool's result, as JSON text
+        self.value: Any = None  # ... decoded, for the sink
+        self.sink: tuple[dict[str, Any], Any] | None = None  # the sink's tool and args, rendered
+        self.error: ErrorInfo | None = None
+
+
+def _outcome(
+    item: ChunkItem, started: float, result: msgspec.Raw | None, error: ErrorInfo | None, ended: float | None = None
+) -> IterationOutcome:
+    return IterationOutcome(
+        iteration_index=item.iteration_index,
+        result=result,
+        error=error,
+        started_at=started,
+        ended_at=time.time() if ended is None else ended,
+    )
+
+
+def _sink_failed(cmd: Command, kind: str, f: ToolFailure) -> ErrorInfo:
+    info = ErrorInfo(**f.to_error())
+    info.message = f"step '{cmd.step}' sink ({kind}) failed: {info.message}"
+    return info
 
 
 def _masked(error: ErrorInfo) -> ErrorInfo:

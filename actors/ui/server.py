@@ -48,11 +48,13 @@ from actors.client import (
     UnknownExecution,
     check_execution_id,
 )
+from actors.client.outputs import RunningOutput
 from actors.store.catalog import CatalogError
 from actors.store.records import RecordInvalid
 from actors.ui import listing
 from actors.ui.detail import DetailCache, NotFound, execution_detail
 from actors.ui.live import ExecutionWatch, StatusHub
+from actors.ui.playbookview import playbook_view
 from actors.wire.codec import PayloadUnreadable
 from actors.wire.events import TERMINAL_STATES
 from actors.wire.nesting import MAX_DEPTH, json_within
@@ -65,6 +67,7 @@ MAX_BODY = 1024 * 1024  # bytes of a POST body (a start payload)
 STATES = ("PENDING", "RUNNING", "HALTED", "COMPLETED", "FAILED", "CANCELLED")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")  # what a browser on this machine sends as Host
 MAX_STREAMS = 100  # live feeds open at once in one UI process (ACTORS_UI_MAX_STREAMS)
+MAX_REASON = 1000  # characters of a cancel's reason (it goes into the log and the status)
 
 CLIENT = web.AppKey("client", Client)
 CONFIG = web.AppKey("config", dict)
@@ -130,8 +133,14 @@ def make_app(
     r.add_get("/api/playbooks", playbooks)
     r.add_post("/api/playbooks/{name:.+}/start", start)
     r.add_get("/api/playbooks/{name:.+}", playbook)
+    from actors.ui import deadletters, items, schedules, steps  # their handlers use this module's helpers
+
+    items.add_routes(r)  # a loop's failed items, and their redrive (a guarded POST)
+    schedules.add_routes(r)
+    deadletters.add_routes(r)
+    steps.add_routes(r)
     r.add_static("/static/", _static_dir(), show_index=False, append_version=False)
-    for page in ("/", "/executions/{id}", "/playbooks", "/playbooks/{name:.+}"):
+    for page in ("/", "/executions/{id}", "/playbooks", "/playbooks/{name:.+}", "/schedules", "/deadletters"):
         r.add_get(page, shell)
     return app
 
@@ -371,10 +380,17 @@ async def _status_feed(request: web.Request, filters: dict[str, str | None]) -> 
 
 
 async def execution(request: web.Request) -> web.Response:
+    """The execution page's data; 404 for an id that names nothing, with `queued` true
+    when a start still waits in stream START (it may be this id's): the page then waits
+    for it to start, where otherwise it says "not found" and waits only when asked."""
+    client = request.app[CLIENT]
+    eid = _execution_id(request)
     try:
-        detail = await execution_detail(request.app[CLIENT], _execution_id(request), request.app[CACHE])
+        detail = await execution_detail(client, eid, request.app[CACHE])
     except NotFound as e:
-        raise _refuse(404, str(e)) from None
+        queued = await client.exists(eid, timeout=0) is not False  # None: cannot tell yet; True: started since
+        body = {"error": str(e) + (": its start may still be queued" if queued else ""), "queued": queued}
+        raise web.HTTPNotFound(text=msgspec.json.encode(body).decode(), content_type="application/json") from None
     return _json(detail)
 
 
@@ -452,6 +468,7 @@ async def logs(request: web.Request) -> web.Response:
                     "step": o.step,
                     "iteration_index": o.iteration_index,
                     "attempt_number": o.attempt_number,
+                    "running": isinstance(o, RunningOutput),  # its text so far (actors/client/outputs.py)
                     "text": text,
                 }
                 for o, text in zip(outputs, texts, strict=True)
@@ -464,6 +481,11 @@ async def cancel(request: web.Request) -> web.Response:
     client = request.app[CLIENT]
     eid = _execution_id(request)
     body = await _body(request)
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise _refuse(400, "reason must be a string")
+    if reason is not None and len(reason) > MAX_REASON:
+        raise _refuse(400, f"reason must be at most {MAX_REASON} characters")
     # a start still queued is waited for a moment, as `actors-cli cancel` does: a cancel
     # written before the start record would be ignored
     known = await client.exists(eid, timeout=START_WAIT)
@@ -471,7 +493,7 @@ async def cancel(request: web.Request) -> web.Response:
         raise _refuse(400, f"execution {eid} is still queued (no engine has taken its start yet): try again")
     if not known:
         raise _refuse(404, f"no execution {eid!r}")
-    await client.cancel(eid, str(body.get("reason") or "cancelled from the web UI"))
+    await client.cancel(eid, (reason or "").strip() or "cancelled from the web UI")
     return _json({"execution_id": eid})
 
 
@@ -521,10 +543,10 @@ async def _entry(request: web.Request, version: int | None) -> Any:
 
 async def playbook(request: web.Request) -> web.Response:
     entry = await _entry(request, _int(request, "version", None, low=1, high=2**31))
-    """One catalog entry as KV `catalog` holds it: `{path, version, source, registered_at}`."""
-    return _json(
-        {"path": entry.path, "version": entry.version, "source": entry.source, "registered_at": entry.registered_at}
-    )
+    """One catalog entry as KV `catalog` holds it: `{path, version, source, registered_at, file?}`,
+    with its `graph` and `workload` (actors/ui/playbookview.py)."""
+    view = await playbook_view(request.app[CLIENT], request.app[CACHE], entry)
+    return _json({**msgspec.to_builtins(entry), **view})  # every field the entry has (`file` when known)
 
 
 async def start(request: web.Request) -> web.Response:

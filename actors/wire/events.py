@@ -178,6 +178,8 @@ class IteratorStartedData(_Data):
     tolerated_failures: int | str
     attempt_number: int
     parent_event_id: str | UnsetType | None = UNSET
+    # a redrive: how many iterations run again (the others keep their old results)
+    redriven: int | UnsetType = UNSET
 
 
 class IteratorCompletedData(_Data):
@@ -784,6 +786,35 @@ class StepOutput(Struct, omit_defaults=True, tag="step.output", tag_field="type"
     tail: Annotated[str, SECRET] = ""
     output_ref: str | None = None
     stored: int = 0  # bytes of the text behind `output_ref` (the first `stored` of `size`)
+    # the command's delivery that ran (JetStream's delivery count; 0: not known, an older
+    # writer): a redelivered command run again writes its own, and readers show the last
+    delivery: int = 0
+    # `step.output.part` events this delivery published while it ran (0: none, the step
+    # ended before the first was due): together, the first bytes of the text up to the cap
+    parts: int = 0
+
+
+class StepOutputPart(Struct, omit_defaults=True, tag="step.output.part", tag_field="type", kw_only=True):
+    """What a step printed while it runs: a slice of its text, published by the tool
+    actor about every half second (or every `PART_MAX` bytes) once the step has run
+    half a second, on the subject of its `step.output` (actors/tools/outputs.py). Parts
+    `0..n-1` of one `delivery` are its text from the first byte, in order, up to the cap;
+    the `step.output` written when the step ends says how many there were (`parts`).
+    A redelivered command run again writes parts of its own delivery: readers show the
+    last delivery's (actors/client/outputs.py)."""
+
+    execution_id: str
+    step: str
+    command_id: str
+    attempt_number: int = 1
+    iteration_index: int | None = None
+    delivery: int = 0
+    part: int = 0  # its number in this delivery, from 0
+    offset: int = 0  # bytes of the text before it
+    at: float = 0.0
+    text: Annotated[str, SECRET] = ""
 
 
 step_output_decoder = msgspec.json.Decoder(StepOutput)
+# what is stored on an `out` subject: the final output or a part of it
+any_output_decoder = msgspec.json.Decoder(StepOutput | StepOutputPart)

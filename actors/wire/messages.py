@@ -28,6 +28,16 @@ class ErrorInfo(_Wire):
     traceback: Annotated[str | None, SECRET] = None
 
 
+class CodeAt(_Wire):
+    """Where a python step's code starts in its playbook: `file` (the name it was
+    registered from) and the 1-based `line` of the code's first line. The worker
+    compiles the code under that name, shifted to that line, so a traceback reads
+    `File "flow.yaml", line 42`."""
+
+    file: str
+    line: int
+
+
 class ParentRef(_Wire, forbid_unknown_fields=True):
     """Who started an execution. With `reply_to`, the child's end is reported there as
     the result of the parent's command `command_id` (sub-playbooks)."""
@@ -61,6 +71,19 @@ class RetryOf(_Wire, forbid_unknown_fields=True):
     execution_id: str
     from_step: str
     results: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
+    # a redrive of failed loop items (`Client.redrive`): by loop step, the iterations to
+    # run again and the old results of the others, which the loop keeps
+    redrive: dict[str, Redrive] = field(default_factory=dict)
+
+
+class Redrive(_Wire, forbid_unknown_fields=True):
+    """One loop step of a redrive: its loop runs only the iterations `indices` of a
+    collection of `total` elements (the old loop's failed ones); every other iteration
+    keeps its result from `results` (the old loop's list, one entry per element)."""
+
+    indices: list[int]
+    total: int
+    results: Annotated[list[Any], SECRET] = field(default_factory=list)
 
 
 # StartReply error types that sending the start again, or through stream START, cannot
@@ -222,6 +245,11 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     # the engine semantics it started under (actors/core/replay.py SEMANTICS): the fold
     # keeps it on them; a record written before the field existed is version 1
     semantics: int = 1
+    # the name of the file the playbook was registered from (`CatalogEntry.file`): its
+    # python steps' commands then say where their code starts (`Command.code_at`), so
+    # tracebacks name the file's lines. None (a record from before, or a playbook
+    # registered without a file name): commands carry no `code_at`, as they did.
+    playbook_file: str | None = None
 
 
 class CallDone(_Wire, tag="call.done", tag_field="type"):
@@ -416,6 +444,28 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
     parent_event_id: str | None = None
     limits: Limits = field(default_factory=Limits)  # the execution's, from its start record
+    code_at: CodeAt | None = None  # a python loop step's: where its code starts (each command carries it)
+    # a redrive: only these iterations run (in this order); the others count as
+    # succeeded, their results kept by the engine (RetryOf.redrive). None: every one
+    only: list[int] | None = None
+
+
+class FailedItem(_Wire, tag="loop.item.failed", tag_field="type", kw_only=True):
+    """One loop iteration that failed for good (its retry rules exhausted), written by
+    the counter beside the loop's log on a subject of its own (`...fail.<index>`,
+    streams/subjects.py), so failures are listed and paged without reading the log:
+    no message for an iteration that succeeded. `element` is the iteration's element
+    when its JSON is short, else `element_head` holds the head of that JSON."""
+
+    execution_id: str
+    loop_id: str
+    step: str
+    index: int
+    attempts: int
+    error: ErrorInfo
+    element: Annotated[Any, SECRET] = None
+    element_head: Annotated[str | None, SECRET] = None
+    at: float = 0.0  # the log time of the input that counted it
 
 
 class LoopCancel(_Wire, tag="loop.cancel", tag_field="type"):
@@ -482,6 +532,7 @@ class Command(_Wire, kw_only=True):
     # a command too large for a message is sent as a stub naming a blob that holds all
     # of it (args, element, chunk, sink); the tool actor reads it back
     body_ref: str | None = None
+    code_at: CodeAt | None = None  # a python step's: where its code starts in the playbook
 
 
 command_decoder = msgspec.json.Decoder(Command)
@@ -498,7 +549,8 @@ class ExecutionStatus(_Wire):
     ended_at: float | None = None
     terminal_event: str | None = None
     # a failed execution's error, copied from `playbook.failed`: its root cause (type,
-    # message, step) and every failed step (decide.execution_error)
+    # message, step) and every failed step (decide.execution_error); a cancelled one's
+    # `{"type": "Cancelled", "message": <the cancel's reason>}`
     error: Annotated[dict[str, Any] | None, SECRET_ERROR] = None
     version: int | None = None  # the catalog version it runs (from `playbook.initialized`)
 
@@ -537,6 +589,7 @@ class CatalogEntry(_Wire):
     version: int
     source: str
     registered_at: float
+    file: str | None = None  # the name of the file it was registered from (tracebacks name it)
 
 
 encode = msgspec.json.Encoder().encode

@@ -71,7 +71,9 @@ async def test_cancel_a_running_execution(system: System, tab: Page) -> None:
     await expect(page.locator('#graph g.node[data-step="nap"]')).to_have_attribute("data-state", "running")
     await expect(page.locator("#retry")).to_be_hidden()
     await page.click("#cancel")
+    await page.click("#cancel-confirm")  # it asks first (no reason given: the default one)
     await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "CANCELLED")
+    await expect(page.locator("#error-message")).to_have_text("cancelled from the web UI")
     await expect(page.locator("#cancel")).to_be_hidden()
     await expect(page.locator("#retry")).to_be_visible()
     assert (await system.client.wait(eid, timeout=10)).state == "CANCELLED"
@@ -136,10 +138,13 @@ async def test_read_only_hides_every_action(browser: Any, system: System) -> Non
     await system.client.cancel(eid)
 
 
-async def test_an_execution_page_opened_before_its_start_shows_it_once_it_runs(system: System, tab: Page) -> None:
+async def test_an_unknown_execution_says_not_found_and_waits_for_it_only_when_asked(system: System, tab: Page) -> None:
     quick = await register(system, QUICK)
     page = tab.page
-    await tab.open("/executions/later-1")  # what the start button does: its start may still be queued
+    await tab.open("/executions/later-1")  # a typo, or an id not started yet: not a PENDING execution
+    await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "NOT FOUND")
+    await expect(page.locator("#flash")).to_contain_text("no execution 'later-1'")
+    await page.click("#wait")  # asked to wait: the page follows the id until it starts
     await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "PENDING")
     await system.client.start(quick, execution_id="later-1")
     await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "COMPLETED")

@@ -183,6 +183,18 @@ async def retry_from_step(r: Recording) -> Recorded:
     return Recorded(outcome.execution_id)
 
 
+async def redrive(r: Recording) -> Recorded:
+    """A loop that tolerated failures, then the redrive of its failed items: the file is
+    about the redrive (its start record names the items and the results kept, its
+    loop's spec the items to run), whose log links the old one (both are recorded)."""
+    old = await r.start("redrive")
+    if await r.finish(old) != "COMPLETED":
+        raise RuntimeError(f"{old} should have completed, its failures tolerated, before its redrive")
+    outcome = await r.client.redrive(old)
+    await r.finish(outcome.execution_id)
+    return Recorded(outcome.execution_id)
+
+
 async def schedule(r: Recording) -> Recorded:
     """The first execution a cron schedule (every second) starts; the schedule is
     deleted at once, and a second fire that came first is left out of the file."""
@@ -221,6 +233,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("child", "COMPLETED", child),
         Scenario("cancel", "CANCELLED", cancel),
         Scenario("retry_from_step", "COMPLETED", retry_from_step),
+        Scenario("redrive", "COMPLETED", redrive),
         Scenario("schedule", "COMPLETED", schedule),
         Scenario("big_value", "COMPLETED", big_value),
         # semantics 2: a decision with lifecycle events is one message (its carrier event)

@@ -70,7 +70,7 @@ async def test_wildcards_and_dots_in_an_execution_id_are_refused_and_address_not
 async def test_cancel_of_an_unknown_execution_says_so_and_writes_nothing(system: System) -> None:
     code, out, err, _ = await cli("cancel", "no-such-run", url=system.server.url)
     assert code == EXIT_INVALID
-    assert "no execution no-such-run" in one_line(err) and "cancel requested" not in out
+    assert "no execution 'no-such-run'" in one_line(err) and "cancel requested" not in out
     assert await log_size(system, "no-such-run") == 0
     # an execution that does exist is still cancelled
     eid = await system.start_yaml(SLOW)

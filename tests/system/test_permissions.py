@@ -434,6 +434,10 @@ async def test_the_cli_user_manages_schedules_and_the_engine_user_starts_their_f
             return any(s.state == ExecState.COMPLETED for s in await client.list(playbook=path))
 
         await wait_for(a_fire_completed, timeout=60)
+        # "run now" (the UI's): a fire the cli user sends by hand, started by the engine's starter
+        eid = await client.schedule_run_now("tick", request_id="by-hand")
+        assert (await client.wait(eid, timeout=30)).state == ExecState.COMPLETED
+        await client.dead_letter_page(limit=5)  # the UI's dead-letters page, read as the cli user
         assert await client.schedule_pause("tick")
         assert await client.schedule_resume("tick")
         await client.schedule_delete("tick")

@@ -272,7 +272,7 @@ async def test_logs_prints_each_step_attempt(system: System) -> None:
     assert obj["step"] == "shout" and obj["text"] == "shouting\n" and obj["attempt"] == 1
 
     code, out, err = await cli(system, "logs", "never-started", "--timeout", "5")
-    assert code == 3 and "no execution never-started" in err and out == ""
+    assert code == 3 and "no execution 'never-started'" in err and out == ""
 
 
 async def test_run_shows_output_under_its_step_and_logs_follow_ends_with_the_execution(system: System) -> None:

@@ -102,11 +102,19 @@ async def test_execution_detail_graph_timeline_result_events_and_logs(system: Sy
     events = (await ok(await ui.get(f"/api/executions/{eid}/events")))["events"]
     assert events[0]["type"] == "execution.start" and events[-1]["type"] == "playbook.completed"
     logs = (await ok(await ui.get(f"/api/executions/{eid}/logs", params={"step": "talk"})))["logs"]
-    talk = {"step": "talk", "iteration_index": None, "attempt_number": 1, "text": "hello <script>alert(1)</script>\n"}
+    talk = {
+        "step": "talk",
+        "iteration_index": None,
+        "attempt_number": 1,
+        "running": False,
+        "text": "hello <script>alert(1)</script>\n",
+    }
     assert logs == [talk]
     assert (await ok(await ui.get(f"/api/executions/{eid}/logs?step=nope")))["logs"] == []
 
-    assert (await ui.get("/api/executions/never-started")).status == 404
+    missing = await ui.get("/api/executions/never-started")  # no start queued: the page says "not found"
+    assert missing.status == 404
+    assert await missing.json() == {"error": "no execution 'never-started'", "queued": False}
     assert (await ui.get("/api/executions/a.b")).status == 400
 
 
@@ -194,7 +202,9 @@ async def test_start_and_cancel_from_the_api(system: System, ui: TestClient[Any,
     # an entry as KV `catalog` holds it
     pb = await ok(await ui.get("/api/playbooks/ui/slow"))
     [entry] = await system.client.playbooks()
+    graph, workload = pb.pop("graph"), pb.pop("workload")  # beside the entry: the page's graph and start form
     assert pb == msgspec.to_builtins(entry) and pb["path"] == "ui/slow" and "kind: sleep" in pb["source"]
+    assert [n["id"] for n in graph["nodes"]] == ["nap", "end"] and workload == {}
     assert (await ui.get("/api/playbooks/ui/slow?version=7")).status == 404
     assert (await ui.get("/api/playbooks/nope")).status == 404
 

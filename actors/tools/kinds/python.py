@@ -20,6 +20,12 @@ def run_python(call: ToolCall) -> Awaitable[bytes]:
     if not isinstance(code, str) or not code.strip():
         raise ToolFailure("ToolConfigError", "python tool needs `code` defining def main(**args)")
     env = step_environment(call.tool.get("env"), "python env")
+    filename = None
+    if call.code_at is not None and call.code_at.line >= 1:
+        # compiled under the playbook's name with the code on its own lines: a traceback
+        # (or a syntax error) reads `File "flow.yaml", line 42`, the YAML's line
+        code = "\n" * (call.code_at.line - 1) + code
+        filename = call.code_at.file
     return call.resources.python_pool().run_json(
         code,
         call.args,
@@ -28,4 +34,5 @@ def run_python(call: ToolCall) -> Awaitable[bytes]:
         output=call.output,
         credential=call.credential,
         env=env or None,
+        filename=filename,
     )

@@ -2,9 +2,10 @@
 (killed whole on timeout or cancel), in the clean environment (actors/tools/environment.py)
 with the step's args exported as ``ARG_<NAME>``, its ``env``, and its credential's keys
 as variables (upper-cased; they win over ``env``), as the user steps run as (in their
-directory, unless the step gives ``cwd``: actors/runtime/children.py). Its
-output (stdout, then stderr) is also the step's printed output (`OutputBox`) once the
-command has ended; a command killed on timeout or cancel leaves none."""
+directory, unless the step gives ``cwd``: actors/runtime/children.py). Its stdout and
+stderr are read as they come: the step's printed output (`OutputBox`) is both, in the
+order they arrived (published while it runs: `LiveOutput`), its result has each apart.
+A command killed on timeout or cancel keeps what it printed until then."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from actors.tools import fields
 from actors.tools.call import ToolCall
-from actors.tools.capture import OutputBox, captured_bytes
+from actors.tools.capture import TAIL, Captured, OutputBox
 from actors.tools.environment import credential_environment, step_environment
 from actors.tools.failures import ToolFailure, result_json
 from actors.tools.limits import limited, wait_quietly
@@ -76,16 +77,20 @@ async def _shell(
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise ToolFailure("ToolConfigError", f"cannot start shell command: {exc}") from None
+    printed = _Printed(output)
     try:
-        out, err = await proc.communicate()
+        assert proc.stdout is not None and proc.stderr is not None
+        await asyncio.gather(printed.read(proc.stdout, printed.out), printed.read(proc.stderr, printed.err))
+        await proc.wait()
     except BaseException:
         # timeout / cancel / anything: kill the whole process group, then reap sh
         _killpg(proc.pid)
         await asyncio.shield(wait_quietly(proc.wait()))
+        printed.keep()  # what it printed until then
         raise
     code = proc.returncode if proc.returncode is not None else -1
-    if output is not None:
-        output.captured = captured_bytes(out, err, cap=output.cap)
+    printed.keep()
+    out, err = b"".join(printed.out), b"".join(printed.err)
     # captured text, not a value the command chose to return: masked like its printed output
     stderr = REDACTOR.text(err.decode("utf-8", errors="replace"))
     stdout = REDACTOR.text(out.decode("utf-8", errors="replace"))
@@ -96,6 +101,46 @@ async def _shell(
         msg = f"shell command {how}" + (f": {tail}" if tail else "")
         raise ToolFailure("ShellError", msg, data=result)
     return result
+
+
+class _Printed:
+    """A command's stdout and stderr as read: each apart (its result), and both in the
+    order they came (its printed output: the first `cap` bytes, the tail, the count),
+    fed to the output's live parts as they come."""
+
+    __slots__ = ("both", "err", "out", "output", "size", "tail")
+
+    def __init__(self, output: OutputBox | None) -> None:
+        self.output = output
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.both = bytearray()  # the first `cap` bytes of both
+        self.tail = b""
+        self.size = 0
+
+    async def read(self, stream: asyncio.StreamReader, into: list[bytes]) -> None:
+        while True:
+            chunk = await stream.read(_READ)
+            if not chunk:
+                return
+            into.append(chunk)
+            output = self.output
+            if output is None:
+                continue
+            self.size += len(chunk)
+            room = output.cap - len(self.both)
+            if room > 0:
+                self.both += chunk[:room]
+            self.tail = (self.tail + chunk)[-TAIL:]
+            if output.live is not None:
+                output.live.feed(chunk)
+
+    def keep(self) -> None:
+        if self.output is not None and self.size:
+            self.output.captured = Captured(size=self.size, kept=bytes(self.both), tail=self.tail)
+
+
+_READ = 1 << 16
 
 
 def _killpg(pid: int) -> None:

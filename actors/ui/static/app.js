@@ -4,6 +4,8 @@
 // setAttribute, never parsed as HTML: a payload or an error message is only text.
 import { renderGraph, updateGraph } from "/static/graph.js";
 import { renderTimeline } from "/static/timeline.js";
+import { schedulesPage } from "/static/schedules.js";
+import { deadLettersPage } from "/static/deadletters.js";
 
 const STATES = ["PENDING", "RUNNING", "HALTED", "COMPLETED", "FAILED", "CANCELLED"];
 const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
@@ -61,7 +63,7 @@ function flash(message, ok) {
 async function api(path, options) {
   const res = await fetch(path, options);
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw Object.assign(new Error(body.error || `${res.status} ${res.statusText}`), { status: res.status });
+  if (!res.ok) throw Object.assign(new Error(body.error || `${res.status} ${res.statusText}`), { status: res.status, body });
   return body;
 }
 
@@ -92,8 +94,9 @@ function execLink(id) {
 
 // --- routing ------------------------------------------------------------------------
 
-function navigate(href) {
-  history.pushState({}, "", href);
+// state: { wait: true } for a page of an execution just started (its start may be queued)
+function navigate(href, state) {
+  history.pushState(state || {}, "", href);
   route();
 }
 
@@ -111,13 +114,16 @@ function route() {
   flash("");
   document.getElementById("live").classList.remove("on");
   const path = decodeURIComponent(location.pathname);
-  const section = path.startsWith("/playbooks") ? "playbooks" : "executions";
+  const section = path.startsWith("/playbooks") ? "playbooks"
+    : path === "/schedules" || path === "/deadletters" ? path.slice(1) : "executions";
   for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === section);
   main.replaceChildren();
   const show = (p) => p.catch((err) => flash(String(err.message || err)));
   if (path.startsWith("/executions/")) return show(executionPage(path.slice("/executions/".length)));
   if (path === "/playbooks") return show(playbooksPage());
   if (path.startsWith("/playbooks/")) return show(playbookPage(path.slice("/playbooks/".length)));
+  if (path === "/schedules") return show(schedulesPage(main));
+  if (path === "/deadletters") return show(deadLettersPage(main));
   return show(executionsPage());
 }
 
@@ -231,20 +237,42 @@ async function executionPage(id) {
   const cancel = el("button", { class: "danger", id: "cancel", text: "Cancel", hidden: true });
   const retry = el("button", { id: "retry", text: "Retry", hidden: true });
   if (!config.read_only) actions.append(cancel, retry);
-  cancel.addEventListener("click", async () => {
+  // a cancel asks first, with a reason (kept in the log and shown in the status); an
+  // inline form, not window.confirm: it says what happens and takes the reason
+  const reason = el("input", { id: "cancel-reason", placeholder: "reason (shown in its status)", size: 32, maxlength: 1000 });
+  const confirmCancel = el("button", { class: "danger", id: "cancel-confirm", text: "Cancel execution" });
+  const keep = el("button", { id: "cancel-keep", text: "Keep running" });
+  const ask = el("div", { class: "panel confirm", id: "cancel-ask", hidden: true },
+    el("div", { text: "Cancel this execution? Its running steps are stopped; it ends CANCELLED." }),
+    el("div", { class: "actions" }, reason, confirmCancel, keep));
+  if (!config.read_only) main.insertBefore(ask, links);
+  cancel.addEventListener("click", () => {
+    ask.hidden = false;
     cancel.disabled = true;
+    reason.focus();
+  });
+  keep.addEventListener("click", () => {
+    ask.hidden = true;
+    cancel.disabled = false;
+  });
+  const sendCancel = async () => {
+    confirmCancel.disabled = true;
     try {
-      await post(`/api/executions/${encodeURIComponent(id)}/cancel`, { reason: "cancelled from the web UI" });
+      await post(`/api/executions/${encodeURIComponent(id)}/cancel`, { reason: reason.value.trim() || null });
+      ask.hidden = true;
       flash("cancel sent", true);
     } catch (e) {
       flash(e.message);
       cancel.disabled = false;
     }
-  });
+    confirmCancel.disabled = false;
+  };
+  confirmCancel.addEventListener("click", sendCancel);
+  reason.addEventListener("keydown", (e) => e.key === "Enter" && sendCancel());
   retry.addEventListener("click", async () => {
     try {
       const r = await post(`/api/executions/${encodeURIComponent(id)}/retry`, { from: null, payload: null });
-      navigate(`/executions/${encodeURIComponent(r.execution_id)}`);
+      navigate(`/executions/${encodeURIComponent(r.execution_id)}`, { wait: true });
     } catch (e) {
       flash(e.message);
     }
@@ -265,6 +293,7 @@ async function executionPage(id) {
       ...fact("duration", duration(s.started_at, s.ended_at)),
     );
     cancel.hidden = TERMINAL.has(s.state);
+    if (TERMINAL.has(s.state)) ask.hidden = true;
     retry.hidden = !(s.state === "FAILED" || s.state === "CANCELLED");
     const rel = [];
     if (d.parent) rel.push(el("span", {}, "parent ", execLink(d.parent.execution_id)));
@@ -293,17 +322,46 @@ async function executionPage(id) {
       finished = true;
       loadLogs(id, logs);
       loadEvents(id, events);
-    }
+    } else if (!TERMINAL.has(s.state)) liveLogs();
+  };
+  // while it runs, what its steps print so far (their parts come as the log grows): read
+  // again at most once a second, the last change never left unread
+  let logsAt = 0;
+  let logsTimer = null;
+  const liveLogs = () => {
+    if (logsTimer !== null || finished) return;
+    logsTimer = setTimeout(() => {
+      logsTimer = null;
+      logsAt = Date.now();
+      if (!finished) loadLogs(id, logs);
+    }, Math.max(0, logsAt + 1000 - Date.now()));
   };
   let known = true;
+  const waiting = (message) => {
+    document.getElementById("exec-state").replaceChildren(badge("PENDING"));
+    flash(`${message}: waiting for it to start`, true);
+  };
   try {
     show(await api(`/api/executions/${encodeURIComponent(id)}`));
   } catch (e) {
     if (e.status !== 404) throw e;
-    // just started (its start still queued): the stream below shows it once it exists
     known = false;
-    document.getElementById("exec-state").replaceChildren(badge("PENDING"));
-    flash(`${e.message}: waiting for it to start`, true);
+    if ((history.state && history.state.wait) || (e.body && e.body.queued)) {
+      waiting(e.message); // just started, or its start still queued: the stream below shows it once it exists
+    } else {
+      // an id that names nothing (a typo, a link to a retired execution) says so; it is
+      // waited for only when asked
+      document.getElementById("exec-state").replaceChildren(badge("NOT FOUND"));
+      title.setAttribute("data-state", "NOT FOUND");
+      flash(e.message);
+      const wait = el("button", { id: "wait", text: "Wait for it to start" });
+      actions.replaceChildren(wait);
+      wait.addEventListener("click", () => {
+        history.replaceState({ ...(history.state || {}), wait: true }, "");
+        route(); // the same page, waiting
+      });
+      return;
+    }
   }
   if (known && !finished) {
     loadLogs(id, logs);
@@ -342,7 +400,8 @@ function showError(box, error) {
       el("details", {}, el("summary", { text: "failure envelope handed to the remediation step" }),
         el("pre", { class: "light", id: "envelope", text: env.text || "" })));
   }
-  box.append(el("h2", { text: root ? "Failure" : "Handled failure" }), panel);
+  if (root && root.type === "Cancelled") panel.classList.add("cancelled-box");
+  box.append(el("h2", { text: root ? (root.type === "Cancelled" ? "Cancelled" : "Failure") : "Handled failure" }), panel);
 }
 
 function showLoops(box, nodes) {
@@ -373,8 +432,9 @@ async function loadLogs(id, box) {
     box.replaceChildren();
     if (!logs.length) return box.append(el("div", { class: "muted", text: "nothing printed" }));
     for (const l of logs.slice(0, 200)) {
-      const what = `${l.step}${l.iteration_index !== null ? ` [${l.iteration_index}]` : ""} · attempt ${l.attempt_number}`;
-      box.append(el("div", { class: "muted mono", text: what }), el("pre", { class: "light", "data-log-step": l.step, text: l.text }));
+      const what = `${l.step}${l.iteration_index !== null ? ` [${l.iteration_index}]` : ""} · attempt ${l.attempt_number}${l.running ? " · running" : ""}`;
+      box.append(el("div", { class: "muted mono", text: what }),
+        el("pre", { class: "light", "data-log-step": l.step, "data-log-running": l.running ? "1" : "0", text: l.text }));
     }
   } catch (e) {
     box.replaceChildren(el("div", { class: "muted", text: `logs unavailable: ${e.message}` }));
@@ -430,7 +490,8 @@ async function playbookPage(name) {
   const side = el("div", {});
   if (!config.read_only) {
     const payload = el("textarea", { id: "payload", spellcheck: "false", "aria-label": "payload (JSON)" });
-    payload.value = "{}";
+    // the playbook's workload, as the form's starting point: what runs unless changed
+    payload.value = JSON.stringify(pb.workload || {}, null, 2);
     const go = el("button", { class: "primary", id: "start", text: `Start version ${pb.version}` });
     go.addEventListener("click", async () => {
       let body;
@@ -441,7 +502,7 @@ async function playbookPage(name) {
       }
       try {
         const r = await post(`/api/playbooks/${pb.path}/start`, { payload: body, version: pb.version });
-        navigate(`/executions/${encodeURIComponent(r.execution_id)}`);
+        navigate(`/executions/${encodeURIComponent(r.execution_id)}`, { wait: true });
       } catch (e) {
         flash(e.message);
       }
@@ -449,6 +510,11 @@ async function playbookPage(name) {
     side.append(el("h2", { text: "Start" }), el("div", { class: "panel start-form" },
       el("label", { class: "muted", text: "payload (JSON object, merged over the workload)" }), payload, el("div", {}, go)));
   }
+  // its graph as an execution draws it, every step pending (no execution needed)
+  const graph = el("div", { class: "graph panel", id: "graph" });
+  main.append(el("h2", { text: "Graph" }), graph);
+  if (pb.graph) renderGraph(graph, pb.graph);
+  else graph.append(el("span", { class: "muted", text: "no graph: the playbook did not load" }));
   main.append(el("div", { class: "two" }, el("div", {}, el("h2", { text: "YAML" }), yaml), side));
 }
 
@@ -466,4 +532,6 @@ const configReady = api("/api/config").then((c) => {
   token.addEventListener("change", () => localStorage.setItem("actors-ui-token", token.value));
 });
 configReady.catch((e) => flash(String(e.message || e)));
+// for the pages in modules of their own (schedules.js, deadletters.js)
+export { api, badge, config, configReady, el, execLink, flash, link, live, navigate, post };
 route();

@@ -1,0 +1,109 @@
+"""`actors-cli status` of a running execution shows the steps running now and a loop's
+done/total; `status --watch` prints that progress while it runs, not only the end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from actors.cli.exits import EXIT_CANCELLED
+from actors.wire.messages import LoopProgress
+from streams.layout import progress_subject
+from tests.conftest import System
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+ROOT = Path(__file__).resolve().parents[2]
+
+# slow enough to be seen running, cancelled by the test once it has seen it
+SLOW_LOOP = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: slow_loop}
+workflow:
+  - step: each
+    loop: {collection: "{{ range(1000) | list }}", element: n, mode: async, concurrency: 2}
+    tool:
+      kind: python
+      code: |
+        import time
+        def main(n):
+            time.sleep(0.05)
+            return n
+    args: {n: "{{ n }}"}
+"""
+
+
+async def _spawn(system: System, *args: str) -> asyncio.subprocess.Process:
+    env = {**os.environ, "NATS_URL": system.server.url, "ACTORS_PARTITIONS": str(system.layout.partitions)}
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "actors.cli",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def _cli(system: System, *args: str) -> tuple[int, str, str]:
+    proc = await _spawn(system, *args)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_status_shows_a_running_loops_progress_and_watch_prints_it_before_the_end(system: System) -> None:
+    heard: asyncio.Queue[LoopProgress] = asyncio.Queue()
+
+    async def progress(msg: object) -> None:
+        heard.put_nowait(msgspec.json.decode(msg.data, type=LoopProgress))  # type: ignore[attr-defined]
+
+    sub = await system.nc.subscribe(progress_subject("slow-1"), cb=progress)
+    pb = system.tmp / "slow.yaml"
+    pb.write_text(SLOW_LOOP)
+    entry = await system.client.register(pb)
+    await system.client.start(entry.path, version=entry.version, execution_id="slow-1")
+    first = await asyncio.wait_for(heard.get(), 60)  # the loop is under way
+    assert first.total == 1000
+    await sub.unsubscribe()
+
+    code, out, err = await _cli(system, "status", "slow-1")
+    assert code == 0, err
+    assert re.search(r"^state\s+RUNNING$", out, re.M), out
+    assert re.search(r"^running\s+each$", out, re.M), out
+    [line] = [x for x in out.splitlines() if x.startswith("  each ")]
+    done = re.search(r"  ([\d,]+)/1,000 done .* in flight", line)
+    assert done is not None and int(done.group(1).replace(",", "")) > 0, line
+
+    code, out, err = await _cli(system, "status", "slow-1", "--json")
+    assert code == 0, err
+    row = json.loads(out)
+    [running] = row["running"]
+    assert row["running_steps"] == ["each"] and running["step"] == "each"
+    assert running["loop"]["total"] == 1000 and running["loop"]["done"] > 0, row
+
+    watch = await _spawn(system, "status", "slow-1", "--watch")
+    assert watch.stdout is not None
+    assert (await asyncio.wait_for(watch.stdout.readline(), 60)).decode() == "RUNNING\n"
+
+    async def counted() -> str:  # the loop's counts, once its counter has said them
+        while True:
+            line = (await watch.stdout.readline()).decode()  # type: ignore[union-attr]
+            assert line.startswith("  each "), line
+            if not line.startswith("?", line.index(" s  ") + 4):
+                return line
+
+    line = await asyncio.wait_for(counted(), 60)
+    assert re.search(r"^  each\s+[\d.]+ s  [\d,]+/1,000 done", line), line  # progress, before the end
+    await system.client.cancel("slow-1", reason="seen running")
+    rest, err_b = await asyncio.wait_for(watch.communicate(), 60)
+    assert watch.returncode == EXIT_CANCELLED, err_b
+    assert re.search(r"^state\s+CANCELLED$", rest.decode(), re.M), rest
