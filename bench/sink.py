@@ -242,7 +242,7 @@ async def write_cpu(iterations: int, rows: int, rounds: int, chunk_size: int) ->
             await pg.sql(f"TRUNCATE {TABLE}")
             for k in range(0, iterations, chunk_size):
                 chunk = [call(i, f"b{r}c{k}") for i in range(k, min(k + chunk_size, iterations))]
-                await pgwrite.write_appends(chunk, "bench", credential)
+                await pgwrite.write_appends(chunk, [pgwrite.prepared(c) for c in chunk], "bench", credential)
             c2 = time.process_time()
             await check_count(credential["dsn"], iterations * rows)
             if r:

@@ -21,8 +21,8 @@ def add_items_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "items",
         help="the failed items of an execution's loops: index, element, attempts, error (paged)",
         description="Lists the iterations of an execution's loops that failed for good, in loop order then "
-        "index order, a page at a time, and how many failed in all. Redrive them with "
-        "`actors-cli retry ID --failed-items`.\n\nexample: actors-cli items 3f2a fan --limit 20 --after 140",
+        "the order they failed, a page at a time, and how many failed in all. Redrive them with "
+        "`actors-cli retry ID --failed-items`.\n\nexample: actors-cli items 3f2a fan --limit 20 --after 4-1:5120",
     )
     sp.add_argument("execution_id", help="the execution's id")
     sp.add_argument("step", nargs="?", help="only this loop step's items")
@@ -32,7 +32,9 @@ def add_items_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="the failed items (the default, and for now the only listing: succeeded items keep no record)",
     )
     sp.add_argument("--limit", type=int, default=50, help="at most this many (1 to 1000, default 50)")
-    sp.add_argument("--after", metavar="K", help="the page after this item: an index (one loop), or LOOP:INDEX")
+    sp.add_argument(
+        "--after", metavar="K", help="the page after this one: the `--after` a page prints (LOOP:SEQ, its last item)"
+    )
     sp.add_argument(
         "--json",
         action="store_true",
@@ -81,7 +83,7 @@ def item_lines(items: list[Any]) -> list[str]:
 
 async def loop_failures_summary(client: Any, execution_id: str) -> list[str]:
     """What `run` prints after an execution whose loops tolerated failures: per loop,
-    "8 of 2,000 items failed (tolerated)", the first few, and how to see the rest."""
+    "8 of 2,000 items failed (tolerated)", that loop's first few, and how to see the rest."""
     lines: list[str] = []
     for item in await client.events(execution_id):
         data = item.data or {}
@@ -89,7 +91,10 @@ async def loop_failures_summary(client: Any, execution_id: str) -> list[str]:
             continue
         step = data.get("step") or item.step or ""
         lines.append(f"{step}: {data['failed']:,} of {data.get('total', 0):,} items failed (tolerated)")
-        page = await client.failed_items(execution_id, step, limit=FIRST_FEW)
+        loop_id = data.get("loop_id")
+        page = await client.failed_items(
+            execution_id, step, limit=FIRST_FEW, loop_id=loop_id if isinstance(loop_id, str) else None
+        )
         lines += item_lines(page.items)
         if page.total > len(page.items):
             lines.append(f"  all of them: actors-cli items {execution_id} {step}")

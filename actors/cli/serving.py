@@ -90,6 +90,9 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("--http-port and --drain-timeout must not be negative")
     roles = ROLES if args.role == "all" else () if args.role == "ui" else (args.role,)
     log_lifecycle_as_json(sys.stderr)
+    from actors.runtime import logtrace
+
+    logtrace.install()  # with OTEL_* set: trace and span ids on log lines, exemplars
     extra = _ui_pod(settings) if args.role == "ui" else None
     clean = await serve(settings, stop=stop, roles=roles, extra=extra)
     return EXIT_OK if clean else EXIT_FAILED

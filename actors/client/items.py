@@ -3,37 +3,48 @@ a page at a time, and how many there are.
 
 The counter records each such iteration on a subject of its own beside the loop's log
 (`loop.<p>.<id>.<loop>.fail.<index>`, actors/wire/messages.py `FailedItem`); an
-iteration that succeeded leaves no record there. So a page costs two requests whatever
-the loop's size: the stream's subjects under the execution's `fail.*` (one per failed
-iteration, counted by the server: the total, and the order to page in), then the
-page's records by one batched direct get of the last message of each subject.
+iteration that succeeded leaves no record there. A page costs requests by the number of
+the execution's loops, never by the number of failed items: the loops (one subject each,
+`<loop>.in.spec`), then per loop its first record (its step) and how many follow it
+(the server's `Nats-Num-Pending`: the total), then the page's records by batched direct
+gets from the cursor on. The cursor is `LOOP:SEQ`: the loop and the stream sequence of
+the page's last record, so a page far down does not read the ones before it. Items are
+in loop order, then in the order they failed.
+
+A redrive (`failed_keys`) reads every index of the loops it redrives once, from the
+stream's subjects, page after page (actors/natsio/subjectlist.py): never cut short.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from nats.js.errors import NotFoundError
 
 from actors.client.checks import check_execution_id
 from actors.client.reading import Reader
 from actors.errors import UserError
-from actors.natsio.batchget import _batch
+from actors.natsio.batchget import Stored, next_on_subject
+from actors.natsio.subjectlist import stream_subjects
 from actors.wire.messages import FailedItem
 from streams.layout import LOOP_STREAM
-from streams.subjects import LoopSubjects, failed_item_of, failed_items_filter
+from streams.subjects import failed_item_of, failed_items_filter, loop_key, partition_of
 
 __all__ = ["MAX_PAGE", "FailedItemView", "FailedItems", "FailedItemsPage", "InvalidCursor"]
 
-MAX_PAGE = 1000  # items one page may hold (the server's limit on one batched get)
+MAX_PAGE = 1000  # items one page may hold
+PROBES = 32  # loops probed at once (one small direct get each)
 _decoder = msgspec.json.Decoder(FailedItem)
+# a page's cursor: `<loop id>:<stream sequence>` (ASCII digits only: `str.isdigit` takes `²`)
+_CURSOR = re.compile(r"([0-9]{1,18}-[0-9]{1,18}):([0-9]{1,19})")
 
 
 class InvalidCursor(UserError, ValueError):
-    """`after` names no position of the listing (`LOOP:INDEX`, or an index for one loop)."""
+    """`after` names no position of the listing (a page's `next_after`: `LOOP:SEQ`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +62,12 @@ class FailedItemView:
     element: Any
     element_head: str | None
     at: float
+    seq: int = 0  # where its record is stored in the loop stream (a page's cursor)
 
     @property
     def cursor(self) -> str:
         """Where a page that ends with this item ends (`after=` for the next one)."""
-        return f"{self.loop_id}:{self.index}"
+        return f"{self.loop_id}:{self.seq}"
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -75,7 +87,7 @@ class FailedItemView:
 
 @dataclass(frozen=True, slots=True)
 class FailedItemsPage:
-    """A page of failed iterations, in loop order then index order. `total`: how many
+    """A page of failed iterations, in loop order then the order they failed. `total`: how many
     failed in all (of `step`'s loops, when one was named); `next_after`: pass it as
     `after` for the next page, None on the last."""
 
@@ -105,97 +117,134 @@ class FailedItems(Reader):
     """`failed_items`, and what a redrive reads of them (`failed_keys`)."""
 
     async def failed_items(
-        self, execution_id: str, step: str | None = None, *, after: str | int | None = None, limit: int = 50
+        self,
+        execution_id: str,
+        step: str | None = None,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        loop_id: str | None = None,
     ) -> FailedItemsPage:
-        """A page of the iterations of `execution_id`'s loops (only `step`'s when named)
-        that failed for good, after the cursor `after` (a page's `next_after`; an
-        iteration index when one loop has failures), at most `limit` (1 to 1000)."""
+        """A page of the iterations of `execution_id`'s loops (only `step`'s when named,
+        only loop `loop_id`'s when named) that failed for good, after the cursor `after`
+        (a page's `next_after`), at most `limit` (1 to 1000)."""
         check_execution_id(execution_id)
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidCursor(f"limit must be 1 to {MAX_PAGE}, not {limit}")
+        mark = _cursor(after)
         what = f"reading the failed items of execution {execution_id}"
-        return await self._ride(what, functools.partial(self._failed_page, execution_id, step, after, limit))
+        return await self._ride(
+            what, functools.partial(self._failed_page, execution_id, step, loop_id, mark, after, limit)
+        )
 
     async def _failed_page(
-        self, execution_id: str, step: str | None, after: str | int | None, limit: int
+        self,
+        execution_id: str,
+        step: str | None,
+        loop_id: str | None,
+        mark: tuple[str, int] | None,
+        after: str | None,
+        limit: int,
     ) -> FailedItemsPage:
-        keys = await self.failed_keys(execution_id, step)
-        order = sorted(((_loop_order(loop), loop, i) for loop, indices in keys.items() for i in indices))
-        start = _position(order, after, keys)
-        page = order[start : start + limit]
-        items = await self._failed_records(execution_id, [(loop, i) for _, loop, i in page])
-        more = start + limit < len(order)
+        loops = await self._failed_loops(execution_id, [loop_id] if loop_id is not None else None)
+        if step is not None:
+            loops = [(loop, first, count) for loop, first, count in loops if first.step == step]
+        total = sum(count for _, _, count in loops)
+        start, seq = 0, 1
+        if mark is not None:
+            names = [loop for loop, _, _ in loops]
+            if mark[0] not in names:
+                raise InvalidCursor(f"--after {after}: no loop {mark[0]} with failed items in this listing")
+            start, seq = names.index(mark[0]), mark[1] + 1
+        items: list[FailedItemView] = []
+        more = False
+        for n, (loop, _, _) in enumerate(loops[start:], start):
+            if len(items) >= limit:
+                more = True
+                break
+            filter_ = failed_items_filter(execution_id, self.layout.partitions, loop)
+            got, pending = await next_on_subject(self.nc, LOOP_STREAM, filter_, seq, limit - len(items))
+            seen = {i.index for i in items if i.loop_id == loop}
+            for stored in got:
+                view = self._failed_view(stored)
+                if view is not None and view.index not in seen:  # a record written twice shows once
+                    seen.add(view.index)
+                    items.append(view)
+            seq = 1
+            if pending:
+                more = True
+                break
+            more = n + 1 < len(loops)
         return FailedItemsPage(
             execution_id=execution_id,
             step=step,
-            total=len(order),
+            total=total,
             items=items,
             next_after=items[-1].cursor if more and items else None,
         )
 
-    async def failed_keys(self, execution_id: str, step: str | None = None) -> dict[str, list[int]]:
-        """The failed iterations of each loop of the execution (of `step`'s loops when
-        named), by loop id: from the stream's subjects alone."""
-        filter_ = failed_items_filter(execution_id, self.layout.partitions)
-        try:
-            info = await self.nc.jsm().stream_info(LOOP_STREAM, subjects_filter=filter_)
-        except NotFoundError:
-            return {}
+    async def _failed_loops(
+        self, execution_id: str, only: list[str] | None = None
+    ) -> list[tuple[str, FailedItemView, int]]:
+        """The execution's loops (or those named) that have failed items, in the order
+        their steps started them: each with its first record (its step) and how many
+        records it has. A request per loop, a few at once: none reads a failed item
+        more than its first."""
+        if only is None:
+            prefix = f"loop.{partition_of(execution_id, self.layout.partitions)}.{execution_id}"
+            specs = await stream_subjects(self.nc, LOOP_STREAM, f"{prefix}.*.in.spec")
+            only = sorted({loop_key(subject)[1] for subject in specs}, key=_loop_order)
+        gate = asyncio.Semaphore(PROBES)
+
+        async def probe(loop: str) -> tuple[str, FailedItemView, int] | None:
+            async with gate:
+                filter_ = failed_items_filter(execution_id, self.layout.partitions, loop)
+                got, pending = await next_on_subject(self.nc, LOOP_STREAM, filter_, 1, 1)
+            first = self._failed_view(got[0]) if got else None
+            return (loop, first, pending + 1) if first is not None else None
+
+        found = await asyncio.gather(*(probe(loop) for loop in only))
+        return [f for f in found if f is not None]
+
+    async def failed_keys(self, execution_id: str, loops: list[str]) -> dict[str, list[int]]:
+        """The failed iterations of each of these loops of the execution, by loop id:
+        every one, from the stream's subjects (read page after page)."""
         keys: dict[str, list[int]] = {}
-        for subject in info.state.subjects or {}:
-            at = failed_item_of(subject)
-            if at is not None:
-                keys.setdefault(at[0], []).append(at[1])
-        if step is not None:
-            # the step a loop runs is in its records: one of each loop says
-            firsts = await self._failed_records(execution_id, [(loop, min(ix)) for loop, ix in keys.items()])
-            mine = {f.loop_id for f in firsts if f.step == step}
-            keys = {loop: ix for loop, ix in keys.items() if loop in mine}
-        return {loop: sorted(ix) for loop, ix in keys.items()}
+        for loop in loops:
+            filter_ = failed_items_filter(execution_id, self.layout.partitions, loop)
+            indices = {at[1] for s in await stream_subjects(self.nc, LOOP_STREAM, filter_) if (at := failed_item_of(s))}
+            if indices:
+                keys[loop] = sorted(indices)
+        return keys
 
-    async def _failed_records(self, execution_id: str, wanted: list[tuple[str, int]]) -> list[FailedItemView]:
-        """The records of these (loop, index), in that order, by one batched get."""
-        if not wanted:
-            return []
-        subjects = [LoopSubjects.of(execution_id, loop, self.layout.partitions).failed(i) for loop, i in wanted]
-        got: dict[str, FailedItemView] = {}
-        for msg in await _batch(self.nc, LOOP_STREAM, {"multi_last": subjects, "batch": len(subjects)}):
-            subject = (msg.headers or {}).get("Nats-Subject", "")
-            try:
-                f = self.codec.decode(_decoder, msg.data)
-            except msgspec.DecodeError:
-                continue  # not a record this code reads: left out of the page
-            got[subject] = FailedItemView(
-                step=f.step,
-                loop_id=f.loop_id,
-                index=f.index,
-                attempts=f.attempts,
-                error_type=f.error.type,
-                message=f.error.message,
-                traceback=f.error.traceback,
-                element=f.element,
-                element_head=f.element_head,
-                at=f.at,
-            )
-        return [got[s] for s in subjects if s in got]
+    def _failed_view(self, stored: Stored) -> FailedItemView | None:
+        """A failed item's record as listed; None for one this code cannot read."""
+        try:
+            f = self.codec.decode(_decoder, stored.data)
+        except msgspec.DecodeError:
+            return None
+        return FailedItemView(
+            step=f.step,
+            loop_id=f.loop_id,
+            index=f.index,
+            attempts=f.attempts,
+            error_type=f.error.type,
+            message=f.error.message,
+            traceback=f.error.traceback,
+            element=f.element,
+            element_head=f.element_head,
+            at=f.at,
+            seq=stored.seq,
+        )
 
 
-def _position(
-    order: list[tuple[tuple[int, int], str, int]], after: str | int | None, keys: dict[str, list[int]]
-) -> int:
-    """Where the page after the cursor `after` starts in `order`."""
+def _cursor(after: str | int | None) -> tuple[str, int] | None:
+    """(loop id, stream sequence) of a page's `next_after`; None for the first page."""
     if after is None or after == "":
-        return 0
+        return None
     text = str(after)
-    loop, sep, index = text.rpartition(":")
-    if not sep:
-        if len(keys) > 1:
-            raise InvalidCursor(
-                f"--after {text}: items of {len(keys)} loops are listed; give LOOP:INDEX (a page's next_after) "
-                "or name the step"
-            )
-        loop = next(iter(keys), "")
-    if not index.lstrip("-").isdigit():
-        raise InvalidCursor(f"--after {text!r}: an iteration index, or LOOP:INDEX as a page gives it")
-    mark = (_loop_order(loop), loop, int(index))
-    return sum(1 for key in order if key <= mark)
+    match = _CURSOR.fullmatch(text)
+    if match is None:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InvalidCursor(f"--after {shown!r}: not a page's next_after (LOOP:SEQ, as a page prints it)")
+    return match.group(1), int(match.group(2))

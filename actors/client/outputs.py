@@ -179,8 +179,12 @@ class StepOutputs(Reader):
             run.next_part += 1
             return Printed(o, o.text, begins=o.part == 0, again=again)
         run.ended = True
-        if o.parts and run.next_part == o.parts:  # every part shown: only what was cut is left
-            return Printed(o, cut_marker(o), begins=False)
+        if o.parts and run.next_part == o.parts:  # every part shown: what they miss, what was cut
+            missed = ""
+            if o.rest > 0:
+                data = await self._kept_bytes(o) or b""
+                missed = data[max(0, len(data) - o.rest) :].decode("utf-8", errors="replace")
+            return Printed(o, missed + cut_marker(o), begins=False)
         # it ended before its first part was due (or some parts never came): all of it
         return Printed(o, await self.output_text(o), begins=True, again=again or run.next_part > 0)
 
@@ -189,15 +193,24 @@ class StepOutputs(Reader):
         than the event's head and tail; past the cap, what was kept, a marker and the end."""
         if o.output_ref is None:
             return o.head if not o.tail else f"{o.head}\n... {o.size:,} bytes in all, middle not kept ...\n{o.tail}"
+        data = await self._kept_bytes(o)
+        if data is None:
+            return f"{o.head}\n... {o.size:,} bytes in all, the whole text is gone from the store ...\n{o.tail}"
+        return data.decode("utf-8", errors="replace") + cut_marker(o)
+
+    async def _kept_bytes(self, o: StepOutput) -> bytes | None:
+        """The kept text of `o` as stored: its head, or its object (None: gone)."""
         ref = o.output_ref
+        if ref is None:
+            return o.head.encode("utf-8", errors="replace")
         try:
-            data = await self._ride(f"reading output {ref}", lambda: get_blob_bytes(self.js, ref))
+            data: bytes = await self._ride(f"reading output {ref}", lambda: get_blob_bytes(self.js, ref))
         except BLOB_MISSING:
             stored = await self._archived_blob(ref)  # retired: from its archive
             if stored is None:
-                return f"{o.head}\n... {o.size:,} bytes in all, the whole text is gone from the store ...\n{o.tail}"
+                return None
             data = stored_bytes(self.js, ref, stored)
-        return data.decode("utf-8", errors="replace") + cut_marker(o)
+        return data
 
     async def step_names(self, execution_id: str) -> set[str] | None:
         """The steps of the playbook the execution runs; None when that is not known

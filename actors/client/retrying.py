@@ -28,7 +28,7 @@ from actors.wire.events import ActivationStatus, decision_decoder, event_decoder
 from actors.wire.messages import EngineFault, Redrive, StartMessage, StartRecord, encode, input_decoder
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
-from streams.layout import EXEC_STREAM, START_SUBJECT
+from streams.layout import EXEC_STREAM, OWNERS_BUCKET, START_SUBJECT
 from streams.subjects import EV, IN, LC, ExecSubjects, class_of
 
 if TYPE_CHECKING:
@@ -100,7 +100,9 @@ class Retrier(Writer, FailedItems):
         with tolerated failures; a loop that failed as a whole is retried with `retry`.
 
         Raises RetryRefused (one line) when there is no failed item to redrive, and as
-        `retry` does. Idempotent: the same redrive returns the same execution id, with
+        `retry` does, for a loop step that ran more than once (a cycle: `retry --from`
+        it), and while an engine or counter pod runs code older than redrives (it would
+        run every item again, or not read the start). Idempotent: the same redrive returns the same execution id, with
         `existing=True` once started."""
         from actors.core.rerun import plan_retry  # the engine's fold: imported by retry alone
 
@@ -119,12 +121,16 @@ class Retrier(Writer, FailedItems):
             )
         # each loop step's last loop that completed: the one whose results are in scope
         loops: dict[str, tuple[int, str]] = {}
+        visits: dict[str, set[int]] = {}
         for act in sorted(old.activations.values(), key=lambda a: a.id):
-            if act.kind == "loop" and act.status == ActivationStatus.COMPLETED and act.command_id is not None:
-                if step is None or act.step == step:
-                    loops[act.step] = (act.id, act.command_id)
+            if act.kind != "loop" or (step is not None and act.step != step):
+                continue
+            visits.setdefault(act.step, set()).add(act.id)
+            if act.status == ActivationStatus.COMPLETED and act.command_id is not None:
+                loops[act.step] = (act.id, act.command_id)
         keys = await self._ride(
-            f"reading the failed items of execution {execution_id}", lambda: self.failed_keys(execution_id)
+            f"reading the failed items of execution {execution_id}",
+            lambda: self.failed_keys(execution_id, [loop_id for _, loop_id in loops.values()]),
         )
         redrive: dict[str, Redrive] = {}
         for name, (_, loop_id) in loops.items():
@@ -135,11 +141,40 @@ class Retrier(Writer, FailedItems):
         if not redrive:
             where = f"step '{step}' of execution {execution_id}" if step else f"execution {execution_id}"
             raise RetryRefused(f"{where} has no failed loop items to redrive (retry it with --from STEP instead)")
+        # a step visited again (a loop in a cycle): the new execution would apply the last
+        # visit's failed items to its first visit, so it is not redriven item by item
+        again = sorted(name for name in redrive if len(visits.get(name, ())) > 1)
+        if again:
+            name = again[0]
+            raise RetryRefused(
+                f"loop step '{name}' ran {len(visits[name])} times in execution {execution_id} (a cycle): "
+                f"its failed items cannot be redriven alone; retry it with --from {name}"
+            )
+        older = await self._ride("reading which pods run", lambda: self._pods_lacking("redrive"))
+        if older:
+            shown = ", ".join(older[:5]) + (f" and {len(older) - 5} more" if len(older) > 5 else "")
+            raise RetryRefused(
+                f"a redrive needs every engine and counter pod to know it; these run older code: {shown} "
+                "(finish the upgrade first, docs/upgrades.md)"
+            )
         first = min(redrive, key=lambda name: loops[name][0])
         plan = plan_retry(old, record, from_step=first)
         plan.retry_of.redrive = redrive
         eid = retry_execution_id(execution_id, "failed-items:" + ",".join(sorted(redrive)), b"{}")
         return await self._start_retry(execution_id, eid, plan)
+
+    async def _pods_lacking(self, feature: str) -> list[str]:
+        """The live engine and counter pods whose member entry does not name `feature`
+        (actors/runtime/ownership.py `lacking`); none when there is no owners bucket."""
+        from nats.js.errors import BucketNotFoundError
+
+        from actors.runtime.ownership import lacking
+
+        try:
+            kv = await self.js.key_value(OWNERS_BUCKET)
+        except BucketNotFoundError:
+            return []
+        return await lacking(self.nc, kv, feature)
 
     async def _start_retry(self, execution_id: str, eid: str, plan: RetryPlan) -> RetryOutcome:
         """Start `plan` as execution `eid`, unless it was started before (`existing`)."""

@@ -11,8 +11,10 @@ so a fire delivered twice, or after any restart, starts one execution.
 The last fire is the last message on `schedules.fire.<name>` (kept for `fire_ttl`):
 its time, and the execution it started (the same id the starter derives from it), are
 read from there, with no write of their own. "Run now" publishes a fire by hand on the
-same subject (marked `Actors-Run-Now`), so the starter starts it as it starts any fire,
-and it is the schedule's last fire from then on.
+same subject (marked `Actors-Run-Now` with its request id), so the starter starts it as
+it starts any fire, under an id of its own (the tick's and the request's: two run-nows
+in one second, or one in a cron tick's second, are two executions), and it is the
+schedule's last fire from then on.
 
 Pausing removes the definition (the server schedules nothing for it any more);
 resuming publishes it again. A fire missed while the server was down is run once when
@@ -38,7 +40,7 @@ from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SC
 from actors.store.catalog import CatalogReader
 from actors.wire.messages import ScheduleSpec, StartMessage, encode
 from actors.wire.nesting import check_value_depth
-from streams.ids import schedule_definition_id, schedule_run_id, scheduled_execution_id
+from streams.ids import schedule_definition_id, schedule_run_id
 from streams.layout import SCHEDULE_STREAM, SCHEDULES_BUCKET
 from streams.subjects import schedule_definition_subject, schedule_fire_subject
 
@@ -47,7 +49,8 @@ SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 # the server's answers to a pattern or a time zone it cannot use (ADR-51)
 _BAD_PATTERN, _BAD_TIME_ZONE = 10189, 10223
 _spec_decoder = msgspec.json.Decoder(ScheduleSpec)
-RUN_NOW = "Actors-Run-Now"  # on a fire sent by hand (`schedule_run_now`)
+# on a fire sent by hand (`schedule_run_now`): its request id (actors.engine.fires.RUN_NOW)
+RUN_NOW = "Actors-Run-Now"
 # the next tick a fire sent by hand passes on from the last fire, for `list`: the server
 # refuses a message carrying its own Nats-Schedule-* headers (no scheduler sent it)
 RUN_NOW_NEXT = "Actors-Schedule-Next"
@@ -164,7 +167,7 @@ class Scheduling(Session):
             spec=spec,
             next_fire=None if spec.paused else _upcoming(announced or headers.get(RUN_NOW_NEXT)),
             last_fire=stored,
-            last_execution_id=_fired_execution(spec.name, stored, announced),
+            last_execution_id=_fired_execution(spec.name, stored, announced, headers.get(RUN_NOW)),
             last_run_now=bool(headers.get(RUN_NOW)),
         )
 
@@ -178,7 +181,12 @@ class Scheduling(Session):
             raise ScheduleError(f"invalid request id {request_id!r}: must match {REQUEST_ID.pattern}")
         spec, _ = await self._spec(name)
         start = StartMessage(playbook=spec.playbook, version=spec.version, payload=spec.payload)
-        headers = {MSG_ID: schedule_run_id(name, request_id), MSG_TTL: f"{int(self.layout.fire_ttl)}s", RUN_NOW: "1"}
+        # the request's id in the fire: its execution is its own, not another fire's of the same second
+        headers = {
+            MSG_ID: schedule_run_id(name, request_id),
+            MSG_TTL: f"{int(self.layout.fire_ttl)}s",
+            RUN_NOW: request_id,
+        }
         last = None if spec.paused else await self._last_fire(name)
         before = (last.headers or {}) if last is not None else {}
         upcoming = _upcoming(before.get(SCHEDULE_NEXT) or before.get(RUN_NOW_NEXT))
@@ -193,7 +201,7 @@ class Scheduling(Session):
             lambda: self.nc.jsm().get_msg(SCHEDULE_STREAM, seq=acks[0].seq, direct=True),
         )
         headers = fire.headers or {}
-        return _fired_execution(name, stamp_time(headers), headers.get(SCHEDULE_NEXT))
+        return _fired_execution(name, stamp_time(headers), headers.get(SCHEDULE_NEXT), headers.get(RUN_NOW))
 
     async def schedule_pause(self, name: str) -> bool:
         """Stop firing `name` until resumed; False if it was paused already."""
@@ -273,9 +281,9 @@ def _upcoming(announced: str | None) -> str | None:
         return None
 
 
-def _fired_execution(name: str, stored: float, announced: str | None) -> str:
+def _fired_execution(name: str, stored: float, announced: str | None, run_now: str | None) -> str:
     """The execution a fire stored at `stored` starts: what the starter derives from it
-    (actors/engine/fires.py), from the same two facts of the same message."""
-    from actors.engine.fires import fire_time  # the starter's own rule, so both agree
+    (actors/engine/fires.py), from the same facts of the same message."""
+    from actors.engine.fires import fire_execution_id  # the starter's own rule, so both agree
 
-    return scheduled_execution_id(name, fire_time(stored, announced))
+    return fire_execution_id(name, stored, announced, run_now)

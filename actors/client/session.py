@@ -87,14 +87,21 @@ class Session:
             raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
 
     async def _publish(
-        self, what: str, subject: str, data: bytes, msg_id: str, *, budget: float | None = None
+        self,
+        what: str,
+        subject: str,
+        data: bytes,
+        msg_id: str,
+        *,
+        budget: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> PubAck:
         """A JetStream publish, sent again with the same Nats-Msg-Id until the stream
         acks it or the timeout passes (then NatsUnavailable). `budget`: seconds, when
         less than the timeout is left."""
         budget = self.timeout if budget is None else budget
         try:
-            acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id})], budget=budget)
+            acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id, **(headers or {})})], budget=budget)
         except PUBLISH_FAILED as e:
             # a copy may have been stored with its PubAck lost: the same id makes a re-send harmless
             raise NatsUnavailable(

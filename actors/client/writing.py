@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import unicodedata
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -21,9 +22,11 @@ from actors.client.checks import check_execution_id, check_size
 from actors.client.outcome import ExecutionNotFound
 from actors.client.session import Session
 from actors.errors import UserError
-from actors.natsio import last_message
+from actors.natsio import MSG_ID, last_message
+from actors.natsio.batchget import window
 from actors.natsio.requests import requester
 from actors.playbook.loader import read_playbook_text
+from actors.runtime.tracing import caller_headers
 from actors.store import catalog
 from actors.store.blobs import payload_blob, start_payload
 from actors.store.catalog import CatalogReader, check_path
@@ -45,6 +48,8 @@ from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
 
 START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
 START_REQUEST_WAIT = 2.0  # seconds `start` waits for a starter's answer before it uses the stream
+QUEUED_LOOK = 1000  # queued starts `start_queued` reads at most (one batched get)
+MAX_REASON = 1000  # characters of a cancel's reason (it goes into the log and every status)
 _start_reply_decoder = msgspec.json.Decoder(StartReply)
 
 
@@ -122,14 +127,15 @@ class Writer(Session):
             )
             data = self.codec.encode(msg)
         began = time.monotonic()
-        if await self._started_by_request(eid, data):
+        traced = caller_headers()  # the caller's trace context: its span parents the execution's
+        if await self._started_by_request(eid, data, traced):
             return eid
         # no starter answered in time: the stream keeps the start until one takes it
         budget = self.timeout - (time.monotonic() - began)
-        await self._publish(what, START_SUBJECT, data, start_id(eid), budget=budget)
+        await self._publish(what, START_SUBJECT, data, start_id(eid), budget=budget, headers=traced)
         return eid
 
-    async def _started_by_request(self, eid: str, data: bytes) -> bool:
+    async def _started_by_request(self, eid: str, data: bytes, traced: dict[str, str] | None = None) -> bool:
         """The start sent to the starters as a request (`start.request`, handled as the
         same start on the stream would be): True once a starter says its start record
         is written, which is all a start through the stream would have achieved, with
@@ -138,7 +144,7 @@ class Writer(Session):
         the stream, where it waits for a starter. Sending both is harmless: a start
         record is written once per execution id."""
         wait = min(START_REQUEST_WAIT, self.timeout / 4)
-        headers = {START_AS_MESSAGE: "1", START_WAIT: f"{wait:g}"}
+        headers = {START_AS_MESSAGE: "1", START_WAIT: f"{wait:g}", **(traced or {})}
         try:
             answer = await requester(self.nc).request(START_REQUEST_SUBJECT, data, timeout=wait, headers=headers)
             reply = _start_reply_decoder.decode(answer)
@@ -192,7 +198,8 @@ class Writer(Session):
                 cap = self.layout.max_value_bytes
                 ref = await self._ride(what, lambda: payload_blob(self.js, payload, eid, cap=cap))
                 msg = msgspec.structs.replace(msg, payload={}, payload_ref=ref)
-            ack = await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid))
+            traced = caller_headers()
+            ack = await self._publish(what, START_SUBJECT, self.codec.encode(msg), start_id(eid), headers=traced)
             if not ack.duplicate:
                 return StartOutcome(eid)
             # a start with this id is still queued (the server dropped ours as its
@@ -280,12 +287,31 @@ class Writer(Session):
         finally:
             await sub.unsubscribe()
 
+    async def start_queued(self, execution_id: str) -> bool | None:
+        """Whether a start of `execution_id` waits in stream START now (not taken by a
+        starter yet); None when more than QUEUED_LOOK starts wait (not looked at)."""
+        check_execution_id(execution_id)
+
+        async def look() -> bool | None:
+            state = (await self.nc.jsm().stream_info(START_STREAM)).state
+            if not state.messages:
+                return False
+            if state.messages > QUEUED_LOOK:
+                return None
+            queued = await window(self.nc, START_STREAM, state.first_seq, state.last_seq)
+            return any(m.headers.get(MSG_ID) == start_id(execution_id) for m in queued)
+
+        return await self._ride(f"looking up the queued start of {execution_id}", look)
+
     async def cancel(self, execution_id: str, reason: str = "") -> None:
         """Ask the execution to stop: its running commands are stopped and it ends
         CANCELLED (a terminal execution is left as it is). The cancel is written to the
         execution's log whatever is there: one that lands before the start record (a
         start still queued in stream START) cancels the execution as it starts, before
-        its first step. `actors-cli cancel` checks that the id exists first."""
+        its first step. `actors-cli cancel` checks that the id exists first. `reason`
+        is kept on one line, without control characters, and at most MAX_REASON
+        characters (a longer one is refused): it is printed in every status."""
+        reason = cancel_reason(reason)
         subject = self.layout.execution(check_execution_id(execution_id)).cancel
         if await self._ride(f"reading the archive of {execution_id}", lambda: self.archives.has(execution_id)):
             # retired: finished long ago, and a cancel would be the one record left of it, for ever
@@ -296,3 +322,18 @@ class Writer(Session):
             encode(CancelRequest(execution_id=execution_id, reason=reason)),
             cancel_id(execution_id),
         )
+
+
+class CancelReasonTooLong(UserError, ValueError):
+    pass
+
+
+def cancel_reason(reason: str) -> str:
+    """`reason` as a cancel keeps it: control and format characters (a terminal's
+    escapes, line ends) made spaces, runs of spaces one, no space at either end; one
+    longer than MAX_REASON characters is refused (CancelReasonTooLong)."""
+    plain = "".join(" " if unicodedata.category(c) in ("Cc", "Cf") else c for c in reason)
+    plain = " ".join(plain.split())
+    if len(plain) > MAX_REASON:
+        raise CancelReasonTooLong(f"a cancel's reason is at most {MAX_REASON:,} characters ({len(plain):,} given)")
+    return plain

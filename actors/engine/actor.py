@@ -50,6 +50,8 @@ from actors.engine.readback import read_back
 from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
 from actors.natsio.binding import codec_of
 from actors.playbook.templates import RenderFault
+from actors.runtime import tracing
+from actors.runtime.exectrace import ExecutionTrace
 from actors.runtime.hosting import PartitionHost
 from actors.runtime.logactor import LogActor, LogEntry
 from actors.runtime.metrics import HALTED_REPLAYS
@@ -113,6 +115,9 @@ class ExecutionActor(LogActor):
         self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
         self.replayer: Replayer | None = None  # while a replay folds: holds each decision against the log
         self.start_seq: int | None = None  # where the start record this actor folded is in the log
+        # its spans (docs/tracing.md): fed by every fold, read by nothing the fold decides
+        self.trace = ExecutionTrace(execution_id) if tracing.enabled() else None
+        self.outbox.trace = self.trace
 
     @property
     def finished(self) -> bool:
@@ -122,6 +127,22 @@ class ExecutionActor(LogActor):
         # from semantics 2 on, a decision with lifecycle events is one message (docs/upgrades.md)
         self.outbox.carry = self.state.semantics >= 2
         await super().publish(effects)
+        if self.trace is not None:
+            self.trace.flush()  # the spans of what is now stored
+
+    async def handle(self, batch: list[Msg]) -> None:
+        if self.trace is None:
+            await super().handle(batch)
+            return
+        # the execution's span is the current one while its input is handled (log lines
+        # carry its ids); not yet for the input an actor folds its start record from
+        with tracing.handling(self.trace.root):
+            await super().handle(batch)
+
+    def reset(self) -> None:
+        super().reset()
+        if self.trace is not None:
+            self.trace.pending.clear()  # not stored: the replay that follows decides again
 
     def opens_log(self, subject: str) -> bool:
         return type_of(subject) == START
@@ -176,6 +197,8 @@ class ExecutionActor(LogActor):
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
         if isinstance(inp, StartRecord):
+            if self.trace is not None:
+                self.trace.started(inp, entry.at)
             if self.start_seq is None or self.state.status == ExecState.PENDING:
                 self.start_seq = entry.seq
             elif entry.seq != self.start_seq and self.replayer is None and await self._history_gone():
@@ -202,9 +225,21 @@ class ExecutionActor(LogActor):
             log.warning("execution %s: input %d: %s", self.execution_id, entry.seq, fault.describe())
             await self.unreadable(entry, ErrorInfo(type="TemplateLimit", message=fault.describe()))
             raise Refold from None  # the fold may have changed the state part way: rebuild it
+        if self.trace is not None:
+            self._traced(entry, inp, fx)
         if into is not None:
             into.merge(fx)
         return fx
+
+    def _traced(self, entry: LogEntry, inp: Input, fx: Effects | None) -> None:
+        """Feed the execution's spans: every fold, live or replayed, so what is open is
+        known; spans are queued only for an input whose decision this pod writes (live,
+        or a replay that finds none recorded), never for one the log already holds."""
+        trace = self.trace
+        assert trace is not None
+        recorded = self.replayer.recorded if self.replayer is not None else None
+        emit = recorded is None or (entry.seq not in recorded.decisions and entry.seq not in recorded.by_cause)
+        trace.observe(inp, fx, entry.at, emit=emit)
 
     async def _history_gone(self) -> bool:
         """Is the start record this actor folded no longer in the log?"""
@@ -248,6 +283,8 @@ class ExecutionActor(LogActor):
         self.replayer = replayer = Replayer(self.execution_id, seen)
         self.state = replayer.fresh()
         self.last_seq = 0
+        if self.trace is not None:
+            self.trace.clear()
         # the engine's halts no replay has ended yet (a loop's are the counter's to end)
         halted = seen.open_halts("engine")
         try:

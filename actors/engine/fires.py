@@ -7,11 +7,18 @@ by another starter, after a restart of every pod) names the same execution.
 The fire time is the second the fire was stored in, but never later than a second
 before the next tick the fire announces: a fire the server stored late (past the next
 tick's second, on a loaded server) keeps its own tick's name instead of taking the next
-one's. Both come from the fire message itself, so a redelivery derives the same."""
+one's. Both come from the fire message itself, so a redelivery derives the same.
+
+A fire sent by hand ("run now", actors/client/schedules.py) names the request that sent
+it (`Actors-Run-Now: <request id>`): its execution is the tick's id and a digest of the
+request, so two run-nows in one second, or one in the second of a cron tick, start
+executions of their own, while the same request sent twice is stored once and starts
+one (its Nats-Msg-Id)."""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 
 import msgspec
 from nats.aio.msg import Msg
@@ -25,6 +32,18 @@ from streams.ids import scheduled_execution_id
 from streams.subjects import schedule_of_fire
 
 _start_decoder = msgspec.json.Decoder(StartMessage)
+RUN_NOW = "Actors-Run-Now"  # on a fire sent by hand: the request's id ("1" from older clients)
+
+
+def fire_execution_id(schedule: str, stored: float, next_tick: str | None, run_now: str | None = None) -> str:
+    """The execution a fire starts, from the fire message's own facts: the schedule,
+    when it was stored, the next tick it announces, and the request of a fire sent by
+    hand. The starter and the client (which returns the id of a run now) both use it."""
+    eid = scheduled_execution_id(schedule, fire_time(stored, next_tick))
+    if run_now and run_now != "1":
+        # <= 128 with a 100-character name: "-n" and 8 hex digits after the 117 of the tick
+        eid += "-n" + hashlib.blake2b(run_now.encode(), digest_size=4).hexdigest()
+    return eid
 
 
 def fire_time(stored: float, next_tick: str | None) -> float:
@@ -47,5 +66,8 @@ def fire_start(msg: Msg, codec: PayloadCodec = CLEAR) -> tuple[str, StartMessage
     if not json_within(msg.data, START_MESSAGE_DEPTH):
         raise too_deep("the start message", START_MESSAGE_DEPTH)
     start = codec.decode(_start_decoder, msg.data)
-    when = fire_time(log_time(msg), (msg.headers or {}).get(SCHEDULE_NEXT))
-    return scheduled_execution_id(schedule_of_fire(msg.subject), when), start
+    headers = msg.headers or {}
+    eid = fire_execution_id(
+        schedule_of_fire(msg.subject), log_time(msg), headers.get(SCHEDULE_NEXT), headers.get(RUN_NOW)
+    )
+    return eid, start

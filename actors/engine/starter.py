@@ -59,6 +59,7 @@ from actors.runtime.keyed_limiter import KeyedLimiter
 from actors.runtime.ownership import semantics_in_use
 from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import POISON_TRIES, is_transient
+from actors.runtime.tracing import from_headers
 from actors.store.blobs import HEADROOM, ValueTooLarge, payload_blob
 from actors.store.catalog import CatalogError, CatalogReader, CatalogRecordInvalid
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
@@ -144,6 +145,15 @@ def parse_start(data: bytes, codec: PayloadCodec = CLEAR) -> StartMessage | Erro
             message=f"invalid start message: field execution_id {eid!r} must match {EXECUTION_ID.pattern}",
         )
     return start
+
+
+def _traced(record: StartRecord, msg: Msg) -> StartRecord:
+    """The start message's W3C trace context (its headers), kept in the start record: the
+    parent of the execution's span (docs/tracing.md). A malformed one is not kept."""
+    parent = from_headers(msg.headers)
+    if parent is not None:
+        record.traceparent, record.tracestate = parent.traceparent, parent.tracestate
+    return record
 
 
 def _given_up(msg: Msg, received: float) -> bool:
@@ -284,7 +294,7 @@ class Starter:
         # deterministic: the same start message (by its stream position) gets the same id
         eid = start.execution_id or uuid.uuid5(_NAMESPACE, f"{stream_seq(msg)}:{msg.metadata.timestamp}").hex
         async with self._limiter.turn(eid):
-            if not await self._write(await self._record(eid, start)):
+            if not await self._write(_traced(await self._record(eid, start), msg)):
                 log.info("starter: execution %s already started; duplicate start ignored", eid)
 
     async def handle_fire(self, msg: Msg) -> None:
@@ -309,7 +319,7 @@ class Starter:
         eid = start.execution_id or uuid.uuid4().hex
         as_message = bool(msg.headers and msg.headers.get(START_AS_MESSAGE))
         async with self._limiter.turn(eid):
-            record = await self._record(eid, start)
+            record = _traced(await self._record(eid, start), msg)
             if record.error is not None and not as_message:
                 if await has_message(self.nc, EXEC_STREAM, self.layout.execution(eid).start):
                     await self._link_retry(eid, start.retry_of)

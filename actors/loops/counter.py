@@ -43,15 +43,18 @@ from actors.core.loop import LoopRun, fold_loop
 from actors.core.replay import SEMANTICS, LoopReplayer, Mismatch, Recorded
 from actors.natsio import ack, dead_letter, has_message, last_message, publish_all
 from actors.natsio.binding import codec_of
+from actors.natsio.subjectlist import stream_subjects
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import Step
 from actors.playbook.templates import DEFAULT_LIMITS, RenderFault, call_with_limits
+from actors.runtime.exectrace import loop_carrier, traced_loop
 from actors.runtime.hosting import PartitionHost
 from actors.runtime.logactor import LogActor, LogEntry
 from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox
 from actors.runtime.render_process import RenderBounds
 from actors.runtime.supervision import engine_error
+from actors.runtime.tracing import handling
 from actors.store.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_result
 from actors.wire.events import EventType, ExecutionHaltedData, ExecutionResumedData, event_decoder, make_event
 from actors.wire.messages import (
@@ -125,7 +128,8 @@ class LoopActor(LogActor):
         return loop_type(subject) == SPEC
 
     async def handle(self, batch: list[Msg]) -> None:
-        await super().handle(batch)
+        with handling(traced_loop(self.outbox.trace)):  # the loop's span current: log lines name it
+            await super().handle(batch)
         self._progress()
 
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
@@ -141,6 +145,7 @@ class LoopActor(LogActor):
             step = await self._resolve(inp)
             if step is None:
                 return None
+            self.outbox.trace = loop_carrier(entry.headers)  # its iterations join its trace (docs/tracing.md)
         elif isinstance(inp, CallDone) and inp.result_ref is not None:  # an iteration's result too large: a blob
             inp = await resolve_result(self.counter.js, inp)
         elif isinstance(inp, ChunkDone):
@@ -276,7 +281,10 @@ class LoopActor(LogActor):
         commands: dict[str, Command] = {}
         starts: dict[str, StartMessage] = {}
         timers: dict[str, Timer] = {}
+        # failure records the log lacks, to send again: only those are kept while
+        # replaying (a record holds a traceback; a big loop's replay would hold them all)
         failures: dict[int, FailedItem] = {}
+        recorded: set[int] | None = None
         stopped = Effects()
         verdict = None
         checker = LoopReplayer(self.execution_id, self.loop_id)
@@ -294,7 +302,10 @@ class LoopActor(LogActor):
             commands.update((c.command_id, c) for c in out.commands)
             starts.update(((s.parent.command_id or "") if s.parent else "", s) for s in out.starts)
             timers.update((t.timer_id, t) for t in out.timers)
-            failures.update((f.index, f) for f in out.failures)
+            if out.failures:
+                if recorded is None:
+                    recorded = await self._failures_recorded()
+                failures.update((f.index, f) for f in out.failures if f.index not in recorded)
             stopped.cancels += out.cancels
             stopped.child_cancels += out.child_cancels
             verdict = out.verdict or verdict
@@ -333,9 +344,7 @@ class LoopActor(LogActor):
             late = await self._answered_after(self.last_seq)
             missing.commands += [c for c in unsure if c.command_id not in late]
         missing.timers = [timers[t] for t in run.waiting if t in timers]
-        if failures:
-            recorded = await self._failures_recorded()
-            missing.failures = [f for i, f in sorted(failures.items()) if i not in recorded]
+        missing.failures = [f for _, f in sorted(failures.items())]
         if run.finished:
             missing.cancels, missing.child_cancels = stopped.cancels, stopped.child_cancels
             if (
@@ -357,14 +366,11 @@ class LoopActor(LogActor):
         )
 
     async def _failures_recorded(self) -> set[int]:
-        """The iterations whose failure records the loop's log has (one request: the
-        stream's subjects under the loop's `fail.*`, counted by the stream leader)."""
+        """The iterations whose failure records the loop's log has: the stream's subjects
+        under the loop's `fail.*`, every page of them (a page holds 100,000 at most)."""
         loop_filter = failed_items_filter(self.execution_id, self.counter.layout.partitions, self.loop_id)
-        try:
-            info = await self.counter.nc.jsm().stream_info(LOOP_STREAM, subjects_filter=loop_filter)
-        except NotFoundError:
-            return set()
-        return {at[1] for s in (info.state.subjects or {}) if (at := failed_item_of(s)) is not None}
+        subjects = await stream_subjects(self.counter.nc, LOOP_STREAM, loop_filter)
+        return {at[1] for s in subjects if (at := failed_item_of(s)) is not None}
 
     async def _halts(self) -> Recorded:
         """The execution's halts and resumes, from its lifecycle (EXEC stream). Most

@@ -154,3 +154,22 @@ def _timestamp(text: str) -> float:
     whole, _, rest = text.rstrip("Z").partition(".")
     fraction = float(f"0.{rest[:9]}") if rest else 0.0
     return datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp() + fraction
+
+
+async def next_on_subject(nc: NATS, stream: str, subject: str, seq: int, count: int) -> tuple[list[Stored], int]:
+    """Up to `count` messages of `stream` on `subject` (a filter) stored at `seq` or
+    after, in order, and how many more match after the last one read (the server's
+    `Nats-Num-Pending`; 0 when none was read): a page of a subject's messages whose
+    cursor is a stream sequence, read without listing the subjects."""
+    out: list[Stored] = []
+    pending = 0
+    while count > 0:
+        got = await _batch(nc, stream, {"seq": seq, "batch": min(count, MAX_BATCH), "next_by_subj": subject})
+        if not got:
+            return out, 0
+        out.extend(stored_of(stream, m) for m in got)
+        pending = int((got[-1].headers or {}).get("Nats-Num-Pending", "0") or 0)
+        if len(got) < min(count, MAX_BATCH) or pending == 0:
+            return out, pending
+        seq, count = out[-1].seq + 1, count - len(got)
+    return out, pending

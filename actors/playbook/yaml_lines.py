@@ -238,10 +238,11 @@ class _Builder:
 
     def _code_line(self, node: yaml.ScalarNode, path: KeyPath) -> None:
         # a literal block's text starts on the line after its `|`; a folded or
-        # multi-line flow scalar's lines are not the file's, so it gets none
+        # multi-line flow scalar's lines are not the file's, nor are those of a one-line
+        # quoted value with escaped newlines (`"x = 1\ndef main(): ..."`): they get none
         if node.style == "|":
             self.out.code_lines[path] = node.start_mark.line + 2
-        elif node.start_mark.line == node.end_mark.line:
+        elif node.start_mark.line == node.end_mark.line and "\n" not in str(node.value):
             self.out.code_lines[path] = node.start_mark.line + 1
 
     def _mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict[Any, Any]:

@@ -4,8 +4,9 @@
   NATS, or a NATS outage would have Kubernetes restart every pod at once.
 * ``GET /readyz``: readiness. 200 once connected to NATS with the roles started; 503
   while starting, while NATS is unreachable, and from SIGTERM on (draining).
-* ``GET /metrics``: the Prometheus text format 0.0.4, written by prometheus-client
-  (see `actors.runtime.metrics`).
+* ``GET /metrics``: the Prometheus text format 0.0.4, or OpenMetrics (with exemplars)
+  when the ``Accept`` header asks for it, written by prometheus-client (see
+  `actors.runtime.metrics`).
 
 The server starts before NATS is dialled, so liveness holds while a pod waits for
 its server, and stops last, so probes keep answering while a pod drains.
@@ -110,5 +111,8 @@ class HealthServer:
         return web.Response(text=why + "\n", status=200 if ok else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = await self.registry.render()
-        return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE})
+        # a scraper that asks for OpenMetrics (Prometheus does, with exemplar storage
+        # on) gets it, with the step histogram's exemplars; anyone else the 0.0.4 text
+        accept = request.headers.get("Accept", "")
+        body = await self.registry.render(accept)
+        return web.Response(body=body.encode(), headers={"Content-Type": self.registry.content_type(accept)})

@@ -412,6 +412,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                     kv_stream(STATUS_BUCKET),
                     kv_stream(CATALOG_BUCKET),
                     kv_stream(SCHEDULES_BUCKET),
+                    kv_stream(OWNERS_BUCKET),  # a redrive asks whether every pod knows it (member entries)
                 ),
             ),
             subscribe=("progress.>", STATUS_REPUBLISH_DEST, inbox("cli")),

@@ -27,6 +27,7 @@ from actors.natsio.dial import refusal
 from actors.natsio.reader import install_reader
 from actors.pod.health import HealthServer, PodState
 from actors.retention.actor import Retention
+from actors.runtime import tracing
 from actors.runtime.children import protect_pod
 from actors.runtime.metrics import ConsumerCollector, Registry, consumers_for, pod_registry, resident_actors
 from actors.runtime.ownership import Leases, pod_name
@@ -325,6 +326,23 @@ async def serve(
     ui`): started after the roles, before the pod is ready; what it returns stops it."""
     if settings.nats_url is None:
         raise ValueError("serve() needs settings with a nats_url")
+    traced = tracing.configure(roles)  # the OTEL_* variables; off unless they ask (docs/tracing.md)
+    try:
+        return await _serve(settings, stop=stop, roles=roles, shutdown_timeout=shutdown_timeout, extra=extra)
+    finally:
+        if traced:
+            await asyncio.to_thread(tracing.shutdown)  # what is queued is exported before the pod exits
+
+
+async def _serve(
+    settings: Settings,
+    *,
+    stop: asyncio.Event,
+    roles: Sequence[str],
+    shutdown_timeout: float | None,
+    extra: Extra | None,
+) -> bool:
+    assert settings.nats_url is not None
     state = PodState()
     registry = pod_registry()
     registry.add_collector(state)

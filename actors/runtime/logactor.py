@@ -80,6 +80,9 @@ class LogEntry(NamedTuple):
     data: bytes
     seq: int  # stream sequence: the input's identity (decision records name it: `cause`)
     at: float  # log time: the only clock a decision reads
+    # the message's NATS headers, kept in the log with it: a loop spec's trace context
+    # (docs/tracing.md); never read by a fold
+    headers: dict[str, str] | None = None
 
 
 class LogStalled(TimeoutError):
@@ -297,7 +300,7 @@ class LogActor:
         for msg in batch:
             seq = stream_seq(msg)
             if seq > self.last_seq:
-                await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg)), into=effects)
+                await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg), msg.headers), into=effects)
         if self.halted is not None:
             await self._halted(batch)
             return
@@ -371,7 +374,7 @@ class LogActor:
                             f"{self.source} {self.key}: the log stalled after {len(entries)} messages"
                         ) from None
                     break
-                entry = LogEntry(msg.subject, msg.data, stream_seq(msg), log_time(msg))
+                entry = LogEntry(msg.subject, msg.data, stream_seq(msg), log_time(msg), msg.headers)
                 entries.append(entry)
                 if msg.metadata.num_pending == 0 and entry.seq >= through:
                     break

@@ -1,4 +1,5 @@
-"""A pod's metrics, served in the Prometheus text format by prometheus-client.
+"""A pod's metrics, served in the Prometheus text format by prometheus-client (or in
+OpenMetrics, with the step histogram's exemplars, when the scraper asks for it).
 
 Each `Registry` wraps a `prometheus_client.CollectorRegistry` of its own (never the
 library's global one), so several runtimes in one process (tests, benches) never
@@ -30,18 +31,20 @@ import math
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 import prometheus_client
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
 from actors.wire.events import TERMINAL_STATES, ExecState
 from streams.layout import (
     CMD_STREAM,
+    DLQ_STREAM,
     ENDED_STREAM,
     EXEC_STREAM,
     LOOP_STREAM,
@@ -192,7 +195,11 @@ class Registry:
         if collector in self._collectors:
             self._collectors.remove(collector)
 
-    async def render(self) -> str:
+    async def render(self, accept: str = "") -> str:
+        """The text of a scrape in the format the scraper's `Accept` header asks for
+        (`content_type(accept)`): OpenMetrics, which carries the step histogram's
+        exemplars, or else the Prometheus text format 0.0.4."""
+        encoder, _ = choose_encoder(accept)
         families: list[Metric] = []
         for c in list(self._collectors):
             try:
@@ -204,9 +211,14 @@ class Registry:
                 logging.getLogger("actors.runtime.metrics").exception("collector %s failed", type(c).__name__)
         self._gathered.families = families
         try:
-            return generate_latest(self.lib).decode()
+            return encoder(self.lib).decode()
         finally:
             self._gathered.families = []
+
+    @staticmethod
+    def content_type(accept: str = "") -> str:
+        """The Content-Type of what `render(accept)` returns."""
+        return choose_encoder(accept)[1]
 
 
 def gauge_family(name: str, help: str, labels: Sequence[str], values: Iterable[tuple[Sequence[str], float]]) -> Metric:
@@ -238,24 +250,38 @@ class StepSeconds:
         self.bounds = (*buckets, math.inf)
         # (kind, outcome) -> observations per bucket (not cumulative) and their sum, last
         self.series: dict[tuple[str, str], list[float]] = {}
+        # (kind, outcome) -> the latest exemplar per bucket, only while tracing is on
+        self.exemplars: dict[tuple[str, str], list[Exemplar | None]] = {}
         self.lib = self  # what a `Registry` registers with the library
 
-    def observe(self, kind: str, outcome: str, seconds: float) -> None:
+    def observe(self, kind: str, outcome: str, seconds: float, ids: tuple[str, str] | None = None) -> None:
+        """`ids`: the (trace id, span id) of the span the command ran in, kept as its
+        bucket's exemplar (the latest one wins: OpenMetrics allows one per bucket)."""
         counts = self.series.get((kind, outcome))
         if counts is None:
             counts = self.series[(kind, outcome)] = [0.0] * (len(self.bounds) + 1)
-        counts[bisect_left(self.bounds, seconds)] += 1  # the first bucket whose bound >= seconds
+        bucket = bisect_left(self.bounds, seconds)  # the first bucket whose bound >= seconds
+        counts[bucket] += 1
         counts[-1] += seconds
+        if ids is not None:
+            kept = self.exemplars.get((kind, outcome))
+            if kept is None:
+                kept = self.exemplars[(kind, outcome)] = [None] * len(self.bounds)
+            kept[bucket] = Exemplar({"trace_id": ids[0], "span_id": ids[1]}, seconds, time.time())
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.help, labels=self.labelnames)
         for labels, counts in self.series.items():
             cumulative = list(itertools.accumulate(counts[:-1]))
-            family.add_metric(
-                list(labels),
-                [(floatToGoString(b), c) for b, c in zip(self.bounds, cumulative, strict=True)],  # type: ignore[no-untyped-call]
-                counts[-1],
+            bounds = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
+            kept = self.exemplars.get(labels)
+            buckets: list[Any] = (
+                list(zip(bounds, cumulative, strict=True))
+                if kept is None
+                # the text format 0.0.4 drops them; OpenMetrics writes them after the bucket
+                else [(b, c) if e is None else (b, c, e) for b, c, e in zip(bounds, cumulative, kept, strict=True)]
             )
+            family.add_metric(list(labels), buckets, counts[-1])
         yield family
 
 
@@ -345,10 +371,26 @@ def resident_actors(counts: Iterable[tuple[str, int]]) -> Metric:
 lifecycle_log = logging.getLogger("actors.lifecycle")
 
 
-def observe_step(kind: str, outcome: str, seconds: float) -> None:
+# set by `actors.runtime.logtrace.install` when tracing is on: the (trace id, span id)
+# of the current span if it is sampled, else None. Off, an observation pays one check.
+_current_ids: Callable[[], tuple[str, str] | None] | None = None
+
+
+def use_exemplars(current_ids: Callable[[], tuple[str, str] | None] | None) -> None:
+    """Give the step histogram an exemplar per observation made inside a sampled span
+    (None: none again)."""
+    global _current_ids
+    _current_ids = current_ids
+
+
+def observe_step(kind: str, outcome: str, seconds: float, ids: tuple[str, str] | None = None) -> None:
     """A tool actor ran a command of `kind` for `seconds`; outcome: ok, error, timeout
-    or cancelled (keep it to a few values: each is a series per bucket)."""
-    STEP_SECONDS.observe(kind, outcome, seconds)
+    or cancelled (keep it to a few values: each is a series per bucket). `ids`: the
+    command's (trace id, span id) for the bucket's exemplar; by default the current
+    span's, when tracing is on."""
+    if ids is None and _current_ids is not None:
+        ids = _current_ids()
+    STEP_SECONDS.observe(kind, outcome, seconds, ids)
 
 
 def commands_in_flight(kind: str, delta: int) -> None:
@@ -491,8 +533,9 @@ def consumers_for(
 
 
 class ConsumerCollector:
-    """Reads consumer info from JetStream on each scrape. The numbers are the
-    consumer's, shared by every pod that reads it: aggregate with max(), not sum()."""
+    """Reads consumer info (and the dead-letter stream's size) from JetStream on each
+    scrape. The numbers are the consumer's or the stream's, shared by every pod that
+    reads it: aggregate with max(), not sum()."""
 
     FIELDS = (
         (
@@ -508,11 +551,36 @@ class ConsumerCollector:
         ),
     )
     LABELS = ("stream", "consumer")
+    STREAM_FIELDS = (
+        ("actors_stream_messages", "messages", "Messages stored in the stream now (DLQ: dead letters kept)."),
+        (
+            "actors_stream_last_sequence",
+            "last_seq",
+            "The stream's last sequence: grows by one per message ever stored (DLQ: dead letters parked).",
+        ),
+    )
 
-    def __init__(self, nc: Any, consumers: Sequence[tuple[str, str]], *, timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        nc: Any,
+        consumers: Sequence[tuple[str, str]],
+        *,
+        timeout: float = 2.0,
+        streams: Sequence[str] = (DLQ_STREAM, LOOP_STREAM),
+    ) -> None:
         self.nc = nc
         self.consumers = list(consumers)
         self.timeout = timeout
+        # streams whose size is reported too: dead letters have no consumer to lag, and
+        # the growth of LOOP is the loops' rate (iteration results, or batches of them)
+        self.streams = list(streams)
+
+    async def _stream(self, stream: str) -> Any:
+        try:
+            return (await asyncio.wait_for(self.nc.jsm().stream_info(stream), self.timeout)).state
+        except Exception as e:
+            logging.getLogger("actors.runtime.metrics").warning("stream info %s: %r", stream, e)
+            return None
 
     async def _info(self, stream: str, consumer: str) -> Any:
         try:
@@ -536,4 +604,18 @@ class ConsumerCollector:
             self.LABELS,
             ((labels, 0 if info is None else 1) for labels, info in zip(self.consumers, infos, strict=True)),
         )
-        return [*families, up]
+        states = await asyncio.gather(*(self._stream(s) for s in self.streams))
+        streams = [
+            gauge_family(
+                name,
+                help,
+                ("stream",),
+                (
+                    ((s,), float(getattr(state, attr) or 0))
+                    for s, state in zip(self.streams, states, strict=True)
+                    if state
+                ),
+            )
+            for name, attr, help in self.STREAM_FIELDS
+        ]
+        return [*families, up, *streams]

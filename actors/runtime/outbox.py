@@ -16,6 +16,7 @@ results) go as blobs (actors/store/blobs.py), named from the message.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from msgspec import UNSET, Raw
 from nats.aio.client import Client as NATS
@@ -39,6 +40,9 @@ from actors.wire.messages import CancelRequest, FailedItem, IteratorCompleted, I
 from streams import ids
 from streams.layout import TOOL_KINDS, Layout
 from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject
+
+if TYPE_CHECKING:
+    from actors.runtime.exectrace import Carrier
 
 TIMER_DUE_SLACK = 0.05  # a timer due within this is delivered at once, not scheduled
 
@@ -71,6 +75,9 @@ class Outbox:
         # a decision with lifecycle events is stored as one message, its carrier event's
         # (`LifecycleExtras`): set by the engine for executions of semantics 2 on
         self.carry = False
+        # the trace context its messages carry in their headers (docs/tracing.md): set
+        # by the engine and the counter while tracing is on; None, no headers at all
+        self.trace: Carrier | None = None
 
     async def send(self, fx: Effects) -> None:
         js = self.js
@@ -90,9 +97,14 @@ class Outbox:
         if (fx.commands and not held) or fx.starts:
             commands = [] if held else fx.commands
             starts = [await start_item(js, s, limit=self.limit, cap=self.cap) for s in fx.starts]
-            await publish_all(
-                js, await command_items(js, commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
+            items = await command_items(js, commands, limit=self.limit, cap=self.cap, sender=self.sender) + starts
+            trace = self.trace
+            headers = (
+                None
+                if trace is None
+                else [trace.command(c) or {} for c in commands] + [trace.start(s) or {} for s in fx.starts]
             )
+            await publish_all(js, items, headers=headers)
         if fx.loops:
             await self.hand_over_loops(fx.loops)
         if fx.timers:
@@ -106,7 +118,9 @@ class Outbox:
         if fx.verdict is not None:
             await self.send_verdict(fx.verdict)
         if record:
-            await publish_all(js, record)
+            # a record holding its command carries the command's trace context
+            carried = self.trace.command(fx.commands[0]) if held and self.trace is not None else None
+            await publish_all(js, record, headers=[carried] * len(record) if carried else None)
 
     async def hand_over_loops(self, loops: list[LoopSpec]) -> None:
         """Each loop goes to the counter as one spec on the loop's own log; a large
@@ -124,7 +138,8 @@ class Outbox:
                 await put_blob(js, spec.scope_ref, scope)
                 data = self.codec.encode(spec)
             items.append((self.loop_subjects(spec.loop_id).spec, data, ids.loop_spec_id(eid, spec.loop_id)))
-        await publish_all(js, items)
+        trace = self.trace
+        await publish_all(js, items, headers=None if trace is None else [trace.loop(spec) or {} for spec in loops])
 
     def loop_subjects(self, loop_id: str) -> LoopSubjects:
         return LoopSubjects.of(self.execution_id, loop_id, self.layout.partitions)

@@ -36,8 +36,10 @@ from nats.js.kv import KeyValue
 
 from actors.core.replay import SEMANTICS
 from actors.natsio import TRANSIENT_REQUEST
+from actors.natsio.subjectlist import stream_subjects
 from actors.runtime.stopping import cancel_and_wait
 from streams.layout import OWNERS_BUCKET
+from streams.subjects import kv_stream
 
 log = logging.getLogger("actors.runtime.ownership")
 Callback = Callable[[int], Awaitable[None]]
@@ -46,12 +48,18 @@ Callback = Callable[[int], Awaitable[None]]
 class Member(msgspec.Struct):
     """What a pod's `members.<role>.<pod>` entry says of it: the engine semantics it
     runs (actors/core/replay.py). An entry written before it said so (empty) is of
-    semantics 1."""
+    semantics 1. `features`: what it knows of start records that an older pod would
+    drop without a word (docs/upgrades.md "Features"); an entry without one is a pod
+    that knows none."""
 
     semantics: int = 1
+    features: list[str] = msgspec.field(default_factory=list)
 
 
-MEMBER_RECORD = msgspec.json.encode(Member(semantics=SEMANTICS))
+# `redrive`: a start record's `RetryOf.redrive` and a loop spec's `LoopSpec.only` are
+# honoured (an older counter runs every item again; an older engine cannot decode it)
+FEATURES = ["redrive"]
+MEMBER_RECORD = msgspec.json.encode(Member(semantics=SEMANTICS, features=FEATURES))
 _member = msgspec.json.Decoder(Member)
 
 
@@ -77,6 +85,29 @@ async def semantics_in_use(kv: KeyValue, role: str = "engine") -> int:
         except KeyNotFoundError:
             continue  # gone meanwhile
         found = min(found, member_semantics(entry.value))
+    return found
+
+
+async def lacking(nc: NATS, kv: KeyValue, feature: str, roles: tuple[str, ...] = ("engine", "counter")) -> list[str]:
+    """The live pods of `roles` (`<role>/<pod>`) whose member entry does not name
+    `feature`: older code, which must not meet a start that relies on it. The members
+    are read from the bucket's subjects (a stream lookup and gets: what a client's
+    NATS user may do; `KeyValue.keys` would need a consumer)."""
+    found: list[str] = []
+    for role in roles:
+        prefix = f"$KV.{OWNERS_BUCKET}.members.{role}."
+        for subject in sorted(await stream_subjects(nc, kv_stream(OWNERS_BUCKET), prefix + ">")):
+            member = subject[len(prefix) :]
+            try:
+                entry = await kv.get(f"members.{role}.{member}")
+            except KeyNotFoundError:
+                continue  # gone meanwhile
+            try:
+                features = _member.decode(entry.value).features if entry.value else []
+            except msgspec.DecodeError:
+                features = []
+            if feature not in features:
+                found.append(f"{role}/{member}")
     return found
 
 

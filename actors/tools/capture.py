@@ -13,6 +13,16 @@ nothing for a step that ends within `LIVE_AFTER`, then a part about every `LIVE_
 seconds (sooner when `PART_MAX` bytes wait), never more than the cap in all. A shell
 step feeds it as its pipes are read; a python step's pool gives it a `source` that
 reads the worker's capture file from the parent, no frame of the worker protocol.
+
+Parts are masked one by one, so a part ends only where no credential value (nor a
+URL's userinfo) can straddle it: `safe` (the redactor's `safe_cut`) holds back the
+last bytes that could be the start of a value until more is printed or the step
+ends, and the rest is sent from the final text as stored (masked as a whole, a value
+cut by the cap masked too). The parts joined are then exactly the final text.
+
+The number of parts is bounded by time too: after `n` parts the next waits at least
+`n / STRETCH` seconds, so a step printing a dot every half second sends about
+`sqrt(2 * STRETCH * seconds)` parts: about 1,200 in its first hour, 5,900 in a day.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import tempfile
@@ -30,6 +41,7 @@ __all__ = [
     "LIVE_AFTER",
     "LIVE_EVERY",
     "PART_MAX",
+    "STRETCH",
     "TAIL",
     "Captured",
     "LiveOutput",
@@ -48,6 +60,7 @@ TAIL = 4096  # bytes of the end kept apart, for when the whole text is over the 
 LIVE_AFTER = 0.5
 LIVE_EVERY = 0.5
 PART_MAX = 64 * 1024
+STRETCH = 200.0  # after n parts the next one waits n / STRETCH seconds at least
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +82,19 @@ class OutputBox:
         self.live = live
 
 
-# sends part `n` (its bytes as printed): the length of what was stored (masked), None
+# sends part `n` at stored offset `offset`: its bytes as printed (`masked` False) or as
+# stored already (True, the rest from the final text); what was stored (masked), None
 # when it could not be stored (no later part is sent then: parts have no gaps)
-SendPart = Callable[[int, int, bytes], Awaitable[int | None]]
+SendPart = Callable[[int, int, bytes, bool], Awaitable[bytes | None]]
 # reads up to `n` bytes printed from offset `offset` on (a python worker's capture file)
 Source = Callable[[int, int], bytes]
+# the largest cut <= n of the text printed and not sent yet at which a part may end
+# (`final`: nothing more will be printed); the redactor's `safe_cut`
+Safe = Callable[[bytes, int, bool], int]
+
+
+def _anywhere(buf: bytes, n: int, final: bool) -> int:
+    return n
 
 
 class LiveOutput:
@@ -84,6 +105,7 @@ class LiveOutput:
 
     __slots__ = (
         "_closing",
+        "_digest",
         "_task",
         "_timer",
         "_wake",
@@ -93,6 +115,7 @@ class LiveOutput:
         "failed",
         "part_max",
         "parts",
+        "safe",
         "send",
         "sent",
         "shown",
@@ -107,14 +130,17 @@ class LiveOutput:
         after: float = LIVE_AFTER,
         every: float = LIVE_EVERY,
         part_max: int = PART_MAX,
+        safe: Safe = _anywhere,
     ) -> None:
         self.cap = cap
         self.send = send
+        self.safe = safe
         self.every = every
         self.part_max = max(1, part_max)
         self.buf = bytearray()  # read and not sent yet
         self.sent = 0  # bytes as printed that went out in parts
         self.shown = 0  # the same, as stored (masked): where the rest of the final text starts
+        self._digest = hashlib.sha256()  # of what the parts stored: is it the final text's start?
         self.parts = 0
         self.failed = False
         self.source: Source | None = None
@@ -157,38 +183,57 @@ class LiveOutput:
         while not self.failed:
             self._pull()
             while self.buf and not self.failed:
-                n = _cut(self.buf, self.part_max)
+                n = self._next(final=False)
                 if n == 0:
                     break
                 await self._send(bytes(self.buf[:n]))
-                del self.buf[:n]
+                if not self.failed:  # kept for `finish` to try again otherwise
+                    del self.buf[:n]
             if self._closing:
                 return
             wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.every)
+                # stretched as parts add up: their number grows as the root of the time
+                await asyncio.wait_for(wake.wait(), max(self.every, self.parts / STRETCH))
             if self._closing:
                 return
 
-    async def _send(self, data: bytes) -> None:
-        stored = await self.send(self.parts, self.shown, data)
+    def _next(self, *, final: bool) -> int:
+        """How many bytes of `buf` the next part takes: a line end or a whole UTF-8
+        character (`_cut`) where no credential value straddles the cut (`safe`)."""
+        buf = bytes(self.buf)
+        n = min(len(buf), self.part_max)
+        while n > 0:
+            c = _cut(buf, n)
+            m = self.safe(buf, c, final)
+            if m == c:
+                return c
+            n = m
+        # a run that could begin a URL's userinfo longer than a part (never a value:
+        # `safe` holds back less than a part): a part as it comes
+        return _cut(buf, self.part_max) if len(buf) >= self.part_max else 0
+
+    async def _send(self, data: bytes, *, masked: bool = False, printed: int | None = None) -> None:
+        stored = await self.send(self.parts, self.shown, data, masked)
         if stored is None:
             self.failed = True
             return
         self.parts += 1
-        self.sent += len(data)
-        self.shown += stored
+        self.sent += len(data) if printed is None else printed
+        self.shown += len(stored)
+        self._digest.update(stored)
 
-    async def finish(self, kept: bytes | None) -> int:
+    async def finish(self, kept: bytes | None) -> tuple[int, int]:
         """The step ended; `kept`: its whole kept text as stored (masked; None: none was
-        captured, what was read is the rest). The number of parts published."""
+        captured, what was read is the rest). The number of parts published, and how
+        many bytes at the end of `kept` they do not hold (0: the parts are all of it)."""
         self.source = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         task = self._task
         if task is None:
-            return 0
+            return 0, 0
         self._closing = True
         if self._wake is not None:
             self._wake.set()
@@ -197,17 +242,28 @@ class LiveOutput:
         except Exception:
             log.warning("live output: its sender failed", exc_info=True)
             self.failed = True
-        if self.parts and not self.failed:
-            if kept is not None:  # the rest as the final text has it: the same bytes, masked alike
-                rest = kept[self.shown :]
-                while rest and not self.failed:
-                    await self._send(rest[: self.part_max])
-                    rest = rest[self.part_max :]
-            else:
-                while self.buf and not self.failed:
-                    await self._send(bytes(self.buf[: self.part_max]))
-                    del self.buf[: self.part_max]
-        return self.parts
+        if not self.parts:
+            return 0, 0
+        self.failed = False  # a part that could not be stored: try the rest once more
+        if kept is None:
+            while self.buf and not self.failed:
+                n = self._next(final=True) or min(len(self.buf), self.part_max)
+                await self._send(bytes(self.buf[:n]))
+                if not self.failed:
+                    del self.buf[:n]
+            return self.parts, 0
+        if hashlib.sha256(kept[: self.shown]).digest() != self._digest.digest():
+            # the parts are not the final text's start (a value added to the redactor
+            # while the step ran): readers show the whole final text after them
+            log.warning("live output: its parts differ from the final text")
+            return self.parts, len(kept)
+        # the rest as the final text has it: masked as a whole (a value cut by the cap too)
+        rest = bytearray(kept[self.shown :])
+        while rest and not self.failed:
+            n = _cut(rest, self.part_max) or min(len(rest), self.part_max)
+            await self._send(bytes(rest[:n]), masked=True, printed=0)
+            del rest[:n]
+        return self.parts, len(kept) - self.shown
 
     def close(self) -> None:
         """Stop at once (the run was cancelled, or `finish` was never reached)."""
@@ -220,7 +276,7 @@ class LiveOutput:
             self._task.cancel()
 
 
-def _cut(buf: bytearray, limit: int) -> int:
+def _cut(buf: bytes | bytearray, limit: int) -> int:
     """How many bytes of `buf` the next part takes: up to the last line end within
     `limit`, else as many as fit without splitting a UTF-8 character."""
     n = min(len(buf), limit)

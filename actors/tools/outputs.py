@@ -14,11 +14,14 @@ in the object store (actors/store/blobs.py) up to `Layout.step_output_max_bytes`
 
 A step that runs longer than `LIVE_AFTER` also publishes what it prints while it runs:
 `StepOutputPart` events on the same subject (`live_output`, actors/tools/capture.py),
-masked as the final text is, the rest sent when it ends, then its `step.output` saying
-how many parts there are. Ids are per delivery of the command (`output_part_id`,
-`output_delivery_id`): a part sent twice is stored once, and a redelivered command that
-runs again writes parts and a `step.output` of its own delivery, which readers show
-instead of the earlier run's (actors/client/outputs.py), never a mix of the two.
+masked as the final text is (a part ends where no credential value straddles it, and
+the end is sent from the final text: joined, the parts are that text), the rest sent
+when it ends, then its `step.output` saying how many parts there are and how many bytes
+at the end of the text they miss (`rest`: a part that could not be stored). Ids are
+per delivery of the command (`output_part_id`, `output_delivery_id`): a part sent
+twice is stored once, and a redelivered command that runs again writes parts and a
+`step.output` of its own delivery, which readers show instead of the earlier run's
+(actors/client/outputs.py), never a mix of the two.
 """
 
 from __future__ import annotations
@@ -51,7 +54,14 @@ def _text(data: bytes) -> str:
 
 
 def step_output(
-    cmd: Command, index: int | None, captured: Captured, output_ref: str | None, *, delivery: int = 0, parts: int = 0
+    cmd: Command,
+    index: int | None,
+    captured: Captured,
+    output_ref: str | None,
+    *,
+    delivery: int = 0,
+    parts: int = 0,
+    rest: int = 0,
 ) -> StepOutput:
     """The event for what `cmd` (iteration `index`) printed; `output_ref` names the
     whole kept text when it is longer than head and tail together."""
@@ -70,6 +80,7 @@ def step_output(
         stored=0 if whole or output_ref is None else len(captured.kept),
         delivery=delivery,
         parts=parts,
+        rest=rest if parts else 0,
     )
 
 
@@ -80,8 +91,10 @@ def live_output(nc: NATS, cmd: Command, index: int | None, delivery: int, cap: i
     if subject is None:
         return None
 
-    async def send(part: int, offset: int, data: bytes) -> int | None:
-        masked = REDACTOR.data(data)
+    async def send(part: int, offset: int, data: bytes, stored: bool) -> bytes | None:
+        # a part ends where no value straddles it (`safe_cut`): masked alone, it is the
+        # final text's bytes (`stored`: taken from the final text, masked already)
+        masked = data if stored else REDACTOR.data(data)
         event = StepOutputPart(
             execution_id=cmd.execution_id,
             step=cmd.step,
@@ -102,9 +115,9 @@ def live_output(nc: NATS, cmd: Command, index: int | None, delivery: int, cap: i
         except Exception:
             log.warning("step %r: could not publish part %d of its output", cmd.step, part, exc_info=True)
             return None
-        return len(masked)
+        return masked
 
-    return LiveOutput(cap, send)
+    return LiveOutput(cap, send, safe=REDACTOR.safe_cut)
 
 
 async def publish_output(
@@ -120,10 +133,10 @@ async def publish_output(
     """Store what `cmd` printed (nothing when it printed nothing), after the rest of
     its `live` parts. A failure is logged, not raised: the step's answer matters more
     than its output."""
-    parts = 0
+    parts = rest = 0
     if live is not None:
         try:
-            parts = await live.finish(None if captured is None else captured.kept)
+            parts, rest = await live.finish(None if captured is None else captured.kept)
         finally:
             live.close()
     if captured is None or captured.size == 0:
@@ -138,7 +151,7 @@ async def publish_output(
             kept = sealed(js, captured.kept)
             ref = blob_key(*where, data=kept)
             await put_blob(js, ref, kept)
-        event = step_output(cmd, index, captured, ref, delivery=delivery, parts=parts)
+        event = step_output(cmd, index, captured, ref, delivery=delivery, parts=parts, rest=rest)
         msg_id = output_delivery_id(cmd.execution_id, cmd.command_id, index, delivery)
         await publisher(nc).send([(subject, codec_of(nc).encode(event), {MSG_ID: msg_id})], readers_deduplicate=True)
     except Exception:

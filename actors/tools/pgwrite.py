@@ -65,9 +65,13 @@ __all__ = [
     "DEFAULT_LEDGER",
     "MODES",
     "WRITE_CHUNK",
+    "Prepared",
     "bytea_value",
     "copy_text",
     "once",
+    "prepared",
+    "row_count",
+    "shape",
     "table_names",
     "write_appends",
     "write_table",
@@ -168,6 +172,9 @@ class _Write:
         return {"table": self.table_text, "mode": self.mode, "row_count": count}
 
 
+Prepared = _Write  # what `prepared` gives: its table, mode, columns and rows
+
+
 async def write_table(call: ToolCall, name: str, credential: dict[str, str], *, deadline: float | None = None) -> bytes:
     """A table write (the module docstring) in one transaction of credential `name`, once
     per command: its result's JSON text, or the first delivery's."""
@@ -176,7 +183,7 @@ async def write_table(call: ToolCall, name: str, credential: dict[str, str], *, 
     pools = call.resources.postgres
     # append and replace know their result before writing: the ledger row holds it from
     # the start (one statement fewer); upsert's count comes from the server
-    upfront = None if w.mode == "upsert" else result_json(w.result(len(w.rows) if w.columns else 0))
+    upfront = None if w.mode == "upsert" else result_json(w.result(row_count(w)))
 
     async def attempt(ledger: tuple[str, ...] | None) -> bytes:
         found: list[Any] = []
@@ -205,16 +212,39 @@ async def write_table(call: ToolCall, name: str, credential: dict[str, str], *, 
     return text
 
 
+def prepared(call: ToolCall) -> Prepared:
+    """A table write's settings and rows, checked as `write_table` checks them before a
+    connection is taken (raises the `ToolFailure` it would): for `write_appends`, and for
+    its caller to group the items by table and columns (actors/tools/chunksinks.py)."""
+    return _Write(call)
+
+
+def shape(w: Prepared) -> tuple[Any, ...]:
+    """What the writes `write_appends` takes together must share: mode, table, column set
+    (in any order: COPY takes each row's by name; a column one item leaves out would get
+    NULL in the common COPY, not the default its own write gives)."""
+    return w.mode, w.table, frozenset(w.columns or ())
+
+
+def row_count(w: Prepared) -> int:
+    return len(w.rows) if w.columns else 0
+
+
 async def write_appends(
-    calls: list[ToolCall], name: str, credential: dict[str, str], *, deadline: float | None = None
+    calls: list[ToolCall],
+    writes: list[Prepared],
+    name: str,
+    credential: dict[str, str],
+    *,
+    deadline: float | None = None,
 ) -> list[bytes]:
     """Appends of several items of one command (a chunk's iterations: one execution, command
     and run, each its own `iteration_index`) into one table, with one ledger, as ONE
     transaction of credential `name`: each item's result's JSON text (the first delivery's
-    for an item claimed before). The transaction's timeout is the first call's `limit`.
-    Raises `ToolFailure` for the whole: nothing of it is committed then (the caller falls
-    back to `write_table` per item, actors/tools/chunksinks.py)."""
-    writes = [_Write(c) for c in calls]
+    for an item claimed before). `writes`: the calls' `prepared` writes, of one `shape`.
+    The transaction's timeout is the first call's `limit`. Raises `ToolFailure` for the
+    whole: nothing of it is committed then (the caller writes the items one by one,
+    actors/tools/chunksinks.py)."""
     first = writes[0]
     identities = [c.identity for c in calls]
     if any(i is None for i in identities):
@@ -222,15 +252,10 @@ async def write_appends(
     keys = [_key(i) for i in identities if i is not None]
     if len({k[:2] + k[3:] for k in keys}) != 1 or len({k[2] for k in keys}) != len(keys):
         raise ToolFailure("ToolConfigError", "postgres appends written together must be one command's items")
-    assert first.columns is not None
-    cols = set(first.columns)
-    for w in writes:
-        # the same columns (in any order: COPY takes each row's by name), else a column one
-        # item leaves out would get NULL in the common COPY, not the default its own gives
-        if w.mode != "append" or w.table != first.table or set(w.columns or ()) != cols:
-            raise ToolFailure("ToolConfigError", "postgres appends written together must be of one table and columns")
+    if first.mode != "append" or len({shape(w) for w in writes}) != 1:
+        raise ToolFailure("ToolConfigError", "postgres appends written together must be of one table and columns")
     # append knows its result before writing: each ledger row holds its item's from the start
-    results = [result_json(w.result(len(w.rows) if w.columns else 0)) for w in writes]
+    results = [result_json(w.result(row_count(w))) for w in writes]
     pools = calls[0].resources.postgres
 
     async def attempt(ledger: tuple[str, ...] | None) -> list[bytes]:
@@ -248,15 +273,14 @@ async def write_appends(
                     stored = await _stored_many(conn, ledger, [keys[k] for k in late])
                     for k in late:
                         texts[k] = stored[keys[k][2]]
-                rows = [r for k, w in enumerate(writes) if keys[k][2] in claimed for r in w.rows]
-                if rows and first.columns:
+                if claimed:  # as `write_table` checks an item it claims: the table, its columns (no rows too)
                     if found[0][1] is None:
                         raise ToolFailure(
                             "UndefinedTable", f"postgres table {first.table_text!r} does not exist (or is not visible)"
                         )
                     kinds = {col: (typname, cat) for _, _, col, typname, cat, _ in found if col is not None}
                     merged = copy.copy(first)
-                    merged.rows = rows
+                    merged.rows = [r for k, w in enumerate(writes) if keys[k][2] in claimed for r in w.rows]
                     await _write(conn, merged, kinds)
         except ToolFailure as f:
             if f.type == "UndefinedTable" and not found:

@@ -114,14 +114,40 @@ def _str(exc: BaseException) -> str:
         return f"<{type(exc).__name__}>"
 
 
+# a code's linecache key -> the name its traceback shows (the playbook's file): each
+# code has a key of its own, so two playbooks named alike (or two versions of one) never
+# show each other's lines
+_SHOWN: dict[str, str] = {}
+
+
 def _user_traceback(exc: BaseException) -> str:
     tb: TracebackType | None = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     try:
-        return "".join(traceback.format_exception(type(exc), exc, tb))
+        # the frames' lines are read (under each code's own key) as it is made
+        te = traceback.TracebackException(type(exc), exc, tb)
+        for t in (te, *_chained(te)):
+            for frame in t.stack:
+                frame.filename = _SHOWN.get(frame.filename, frame.filename)
+            if getattr(t, "filename", None) is not None:  # a SyntaxError raised by the user's code
+                t.filename = _SHOWN.get(t.filename, t.filename)
+        return "".join(te.format())
     except Exception:
         return f"{type(exc).__name__}: {_str(exc)}\n"
+
+
+def _chained(te: traceback.TracebackException) -> list[traceback.TracebackException]:
+    """The exceptions `te` was raised from or during (each once)."""
+    out: list[traceback.TracebackException] = []
+    todo = [te]
+    while todo:
+        t = todo.pop()
+        for nxt in (t.__cause__, t.__context__):
+            if nxt is not None and all(nxt is not o for o in out):
+                out.append(nxt)
+                todo.append(nxt)
+    return out
 
 
 def _compile(code: str, cache: OrderedDict[Any, CodeType], cache_size: int, name: str | None = None) -> CodeType:
@@ -135,23 +161,27 @@ def _compile(code: str, cache: OrderedDict[Any, CodeType], cache_size: int, name
         cache.move_to_end(ckey)
         return co
     key = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
-    filename = f"<python tool {key[:12]}>" if name is None else name
-    co = compile(code, filename, "exec")
-    # lets tracebacks show the user's source lines; codes compiled under one name (a
-    # playbook's steps, each padded to its own lines) share its entry (mtime None: never
-    # checked against a file of that name on this machine)
-    lines = code.splitlines(True)
-    held = linecache.cache.get(filename) if name is not None else None
-    if held is not None and len(held) == 4:  # the file's other steps keep their lines: each fills only its own
-        before = list(held[2])
-        lines = [new if new.strip() or i >= len(before) else before[i] for i, new in enumerate(lines)]
-        lines += before[len(lines) :]
-    linecache.cache[filename] = (len(code), None, lines, filename)
+    # the linecache key is the code's own (its name and a hash of it); a traceback shows
+    # the name (`_user_traceback`). A step's code is padded to its lines in the file, so
+    # its own entry numbers lines as the file does
+    filename = f"<python tool {key[:12]}>" if name is None else f"{name} <{key[:16]}>"
+    try:
+        co = compile(code, filename, "exec")
+    except SyntaxError as exc:
+        if name is not None and exc.filename == filename:
+            exc.filename = name
+        raise
+    # lets tracebacks show the user's source lines (mtime None: never checked against
+    # a file of that name on this machine)
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    if name is not None:
+        _SHOWN[filename] = name
     cache[ckey] = co
     while len(cache) > cache_size:
         _, old = cache.popitem(last=False)
         if not any(c.co_filename == old.co_filename for c in cache.values()):
             linecache.cache.pop(old.co_filename, None)
+            _SHOWN.pop(old.co_filename, None)
     return co
 
 

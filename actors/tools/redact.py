@@ -38,6 +38,9 @@ MIN_SECRET = 4
 # a password with an unescaped `@` (`svc:p@ss@host`) is masked whole, not up to its own `@`
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'\"<>]+@")
 _USERINFO_B = re.compile(rb"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'\"<>]+@")
+# the end of a text still printing that could begin a URL's userinfo (a scheme, its
+# `://`, the userinfo so far): more bytes may make it one
+_USERINFO_OPEN_B = re.compile(rb"[A-Za-z][A-Za-z0-9+.\-]*(?::(?:/(?:/[^\s/?#'\"<>]*)?)?)?\Z")
 
 
 def _forms(value: str) -> set[str]:
@@ -96,6 +99,31 @@ class Redactor:
             b = _USERINFO_B.sub(rb"\1" + MASK.encode() + b"@", b)
         return b
 
+    def safe_cut(self, b: bytes, n: int, final: bool) -> int:
+        """The largest cut <= `n` of `b` (printed and not published yet; more follows
+        unless `final`) at which `b[:cut]` masked alone is the start of `b` masked whole
+        (of all that will be printed): no value nor URL userinfo straddles it, and,
+        unless `final`, none may yet begin before it and end in what is to come (an
+        end of `b` that is the start of a value, an unfinished URL)."""
+        pattern = self._data
+        if pattern is not None and not final:  # held back: an end that begins a value
+            held = max((k for v in self._edges for k in range(1, len(v)) if b.endswith(v[:k])), default=0)
+            n = min(n, len(b) - held)
+        for p in (pattern, _USERINFO_B if b"://" in b else None):
+            if p is None:
+                continue
+            for m in p.finditer(b):
+                if m.start() >= n:
+                    break
+                if m.end() > n:
+                    n = m.start()
+                    break
+        if not final:  # in the last KiB only (a regex anchored at the end is quadratic)
+            opened = _USERINFO_OPEN_B.search(b, max(0, len(b) - 1024))
+            if opened is not None and opened.start() < n:
+                n = opened.start()
+        return n
+
     def captured(self, c: Captured) -> Captured:
         """What a tool printed, masked. Kept whole: masked as one text. Cut (past the cap):
         the kept start and the tail are masked apart, and a value cut in two by either
@@ -103,7 +131,10 @@ class Redactor:
         if len(c.kept) == c.size:
             kept = self.data(c.kept)
             return Captured(size=len(kept), kept=kept, tail=kept[-TAIL:])
-        return Captured(size=c.size, kept=self._cut_end(self.data(c.kept)), tail=self._cut_start(self.data(c.tail)))
+        kept = self._cut_end(self.data(c.kept))
+        # `size` as if the kept text had been printed masked: `size - len(kept)` is still
+        # the count of bytes not kept (the "N more bytes not kept" of readers)
+        return Captured(size=c.size - len(c.kept) + len(kept), kept=kept, tail=self._cut_start(self.data(c.tail)))
 
     def _cut_end(self, b: bytes) -> bytes:
         for v in self._edges:

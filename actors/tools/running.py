@@ -26,6 +26,7 @@ from actors.natsio import MSG_ID, ack, dead_letter, has_message, num_delivered, 
 from actors.natsio.binding import codec_of
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
+from actors.runtime import tracing
 from actors.runtime.metrics import commands_in_flight, observe_step, step_outcome
 from actors.runtime.render_process import OffLoop
 from actors.store.blobs import BLOB_MISSING, HEADROOM, chunk_message, resolve_command, result_message
@@ -208,6 +209,8 @@ class CommandRunner:
         handed_over = False
         since = asyncio.get_running_loop().time()  # its hold's bound counts from here (held.py)
         commands_in_flight(cmd.kind, 1)
+        # its spans (docs/tracing.md), current while it runs: none when tracing is off
+        call = tracing.tool_call(cmd, msg.headers, msg.metadata.timestamp, delivered) if tracing.enabled() else None
         try:
             started = time.time()
             try:
@@ -227,6 +230,8 @@ class CommandRunner:
             else:
                 failed = error
             observe_step(cmd.kind, step_outcome(failed.type if failed else None), time.time() - started)
+            if call is not None:
+                call.outcome(failed.type if failed else None)  # the type alone: a message may hold values
             # the result is stored (PubAck) before the command is acked: a command that
             # was ever acked has its result in the log, which replay relies on
             if cmd.chunk is not None:
@@ -239,6 +244,8 @@ class CommandRunner:
             else:
                 await self.reply(cmd, result, error, started, time.time())
         finally:
+            if call is not None:
+                call.end()
             if not handed_over:
                 self.held.release(msg.reply)
         await ack(msg)
@@ -282,8 +289,9 @@ class CommandRunner:
         self, cmd: Command, chunk: list[ChunkItem], cancel: asyncio.Event, since: float
     ) -> list[IterationOutcome]:
         """A chunk's items, each its tool then its sink, all-or-nothing per item. Postgres
-        appends to one table: the items' tools first, then their sinks as one transaction
-        (actors/tools/chunksinks.py); `since` (the loop's clock): when the command started."""
+        appends to one table: the items' sinks held as their tools run, and written together
+        (actors/tools/chunksinks.py) when they hold about `chunksinks.GROUP_ROWS` rows and at
+        the end, then let go; `since` (the loop's clock): when the command started."""
         sink = cmd.sink
         if sink is None or not chunksinks.may_combine(sink.tool):
             outcomes = []
@@ -292,47 +300,77 @@ class CommandRunner:
                 result, error = await self._run(cmd, item.args, item.element, item.iteration_index, cancel)
                 outcomes.append(_outcome(item, t0, result, error))
             return outcomes
+        each, deadline = cmd.timeout, since + hold_bound(cmd)
+
+        def keep(untooled: int, unwritten: int) -> float:
+            """What the command's bound (held.py: `each` per item's tool and per item's
+            sink) keeps for what is still to run: tools not yet run and sinks not written."""
+            return 0.0 if each is None else each * (2 * untooled + unwritten)
+
         staged: list[_Staged] = []
-        for item in chunk:
+        pending: dict[Any, list[_Staged]] = {}  # the appends not written yet, by group
+        held = 0  # ... their rows, at most about chunksinks.GROUP_ROWS (memory)
+
+        async def flush(untooled: int, others: int) -> None:
+            """The pending appends written, a group at a time; `others`: items rendered
+            and not among them (their sinks are still to write)."""
+            nonlocal held
+            groups = list(pending.values())
+            pending.clear()
+            held = 0
+            waiting = sum(len(g) for g in groups)
+            for members in groups:
+                waiting -= len(members)
+                writes = []
+                for s in members:
+                    assert s.sink is not None
+                    identity = CommandIdentity(cmd.execution_id, cmd.command_id, s.item.iteration_index, "sink")
+                    writes.append(chunksinks.SinkWrite(s.sink[0], s.sink[1], identity, s.value))
+                done = await chunksinks.write_together(
+                    writes,
+                    resources=self.resources,
+                    cancel=cancel,
+                    each=each,
+                    deadline=deadline,
+                    keep=keep(untooled, others + waiting),
+                )
+                del writes
+                ended = time.time()
+                for s, out in zip(members, done, strict=True):
+                    if isinstance(out, ToolFailure):
+                        s.error = _masked(_sink_failed(cmd, "postgres", out))
+                    s.ended, s.value, s.sink = ended, None, None  # written: its rows let go
+
+        for n, item in enumerate(chunk):
             s = _Staged(item, time.time())
             staged.append(s)
             ran = await self._tool(cmd, item.args, item.iteration_index, cancel)
             if isinstance(ran, ErrorInfo):
                 s.error, s.ended = ran, time.time()
                 continue
-            s.raw, s.value = ran, loads(ran)
-            rendered = await self._render_sink(cmd, sink, s.value, item.element, item.iteration_index)
+            s.raw, value = ran, loads(ran)
+            rendered = await self._render_sink(cmd, sink, value, item.element, item.iteration_index)
             if isinstance(rendered, ErrorInfo):
                 s.error, s.ended = _masked(rendered), time.time()
-            else:
-                s.sink = rendered
-        groups: dict[Any, list[_Staged]] = {}
-        for k, s in enumerate(staged):
-            if s.sink is not None:
-                groups.setdefault(chunksinks.group_key(s.sink[0]) or k, []).append(s)
-        deadline = since + hold_bound(cmd)
-        for members in groups.values():
-            if len(members) == 1:  # alone: as a command of one item writes it
-                s = members[0]
-                assert s.sink is not None
-                error = await self._run_sink(cmd, *s.sink, s.value, s.item.iteration_index, cancel)
+                continue
+            untooled = len(chunk) - n - 1
+            key = chunksinks.group_key(rendered[0])
+            if key is None:  # alone: as a chunk item is written without chunksinks
+                timeout = chunksinks.alone_timeout(each, deadline, keep(untooled, sum(map(len, pending.values()))))
+                error = await self._run_sink(cmd, *rendered, value, item.iteration_index, cancel, timeout=timeout)
                 if error is not None:
                     s.error = _masked(error)
                 s.ended = time.time()
                 continue
-            writes = []
-            for s in members:
-                assert s.sink is not None
-                identity = CommandIdentity(cmd.execution_id, cmd.command_id, s.item.iteration_index, "sink")
-                writes.append(chunksinks.SinkWrite(s.sink[0], s.sink[1], identity, s.value))
-            done = await chunksinks.write_together(
-                writes, resources=self.resources, cancel=cancel, each=cmd.timeout, deadline=deadline
-            )
-            ended = time.time()
-            for s, out in zip(members, done, strict=True):
-                if isinstance(out, ToolFailure):
-                    s.error = _masked(_sink_failed(cmd, "postgres", out))
-                s.ended = ended
+            rows = chunksinks.rows_in(rendered[1], value)
+            if pending and held + rows > chunksinks.GROUP_ROWS:
+                await flush(untooled, 1)  # this item's after them
+            s.value, s.sink = value, rendered
+            pending.setdefault(key, []).append(s)
+            held += rows
+            if held >= chunksinks.GROUP_ROWS:  # (an item of that many rows alone: written alone, as before)
+                await flush(untooled, 0)
+        await flush(0, 0)
         return [
             _outcome(
                 s.item,
@@ -383,7 +421,7 @@ class CommandRunner:
         rendered = await self._render_sink(cmd, sink, result, element, index)
         if isinstance(rendered, ErrorInfo):
             return rendered
-        return await self._run_sink(cmd, *rendered, result, index, cancel)
+        return await self._run_sink(cmd, *rendered, result, index, cancel, timeout=cmd.timeout)
 
     async def _render_sink(
         self, cmd: Command, sink: SinkCall, result: Any, element: Any, index: int | None
@@ -414,9 +452,17 @@ class CommandRunner:
             return ErrorInfo(type="TemplateLimit", message=fault.describe())
 
     async def _run_sink(
-        self, cmd: Command, tool: dict[str, Any], args: Any, result: Any, index: int | None, cancel: asyncio.Event
+        self,
+        cmd: Command,
+        tool: dict[str, Any],
+        args: Any,
+        result: Any,
+        index: int | None,
+        cancel: asyncio.Event,
+        *,
+        timeout: float | None,
     ) -> ErrorInfo | None:
-        """The rendered sink run alone: None, or why it failed."""
+        """The rendered sink run alone, within `timeout`: None, or why it failed."""
         kind = str(tool.get("kind"))
         try:
             # its identity: a postgres sink's ledger key; `result`: what a table write takes as rows by default
@@ -425,7 +471,7 @@ class CommandRunner:
                 kind,
                 tool,
                 args,
-                timeout=cmd.timeout,
+                timeout=timeout,
                 cancel=cancel,
                 resources=self.resources,
                 identity=identity,
@@ -501,7 +547,7 @@ class _Staged:
         self.started = started
         self.ended: float | None = None  # None: when the outcome is made
         self.raw: bytes | None = None  # the tool's result, as JSON text
-        self.value: Any = None  # ... decoded, for the sink
+        self.value: Any = None  # ... decoded, for its sink until written
         self.sink: tuple[dict[str, Any], Any] | None = None  # the sink's tool and args, rendered
         self.error: ErrorInfo | None = None
 

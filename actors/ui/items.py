@@ -1,5 +1,5 @@
-"""A loop's failed items in the web UI: a page of them (`Client.failed_items`: two
-requests whatever the loop's size) and the redrive of them (`Client.redrive`, what
+"""A loop's failed items in the web UI: a page of them (`Client.failed_items`: requests by
+the number of the execution's loops, whatever their size) and the redrive of them (`Client.redrive`, what
 `actors-cli retry ID --failed-items` does). Registered by actors/ui/server.py
 (`add_routes`); the redrive is a POST, guarded there like every action (`_check_action`).
 
@@ -26,7 +26,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
 
 async def items(request: web.Request) -> web.Response:
     """`{"execution_id", "step", "total", "items": [item], "next_after"}`: the failed
-    items of the execution's loops (`?step=` one step's), in loop then index order,
+    items of the execution's loops (`?step=` one step's), in loop order then the order they failed,
     `?limit=` (1 to 1000, 50) after `?after=` (a page's `next_after`). `?failed=1` is
     the only listing there is (an item that succeeded keeps no record)."""
     from actors.ui import server  # imported here: server.py imports this module to register it

@@ -68,6 +68,11 @@ STATES = ("PENDING", "RUNNING", "HALTED", "COMPLETED", "FAILED", "CANCELLED")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")  # what a browser on this machine sends as Host
 MAX_STREAMS = 100  # live feeds open at once in one UI process (ACTORS_UI_MAX_STREAMS)
 MAX_REASON = 1000  # characters of a cancel's reason (it goes into the log and the status)
+# the execution page's step logs: the first LOGS_SHOWN outputs, each up to LOG_TEXT_MAX
+# bytes (`actors-cli logs` prints them whole); a poll while it runs (`live`) reads no
+# object: each output's head and tail as its record holds them
+LOGS_SHOWN = 200
+LOG_TEXT_MAX = 64 * 1024
 
 CLIENT = web.AppKey("client", Client)
 CONFIG = web.AppKey("config", dict)
@@ -381,15 +386,16 @@ async def _status_feed(request: web.Request, filters: dict[str, str | None]) -> 
 
 async def execution(request: web.Request) -> web.Response:
     """The execution page's data; 404 for an id that names nothing, with `queued` true
-    when a start still waits in stream START (it may be this id's): the page then waits
-    for it to start, where otherwise it says "not found" and waits only when asked."""
+    when a start of this id still waits in stream START (or it started since): the page
+    then waits for it to start, where otherwise it says "not found" and waits only when
+    asked (also when too many starts wait to look for this one among them)."""
     client = request.app[CLIENT]
     eid = _execution_id(request)
     try:
         detail = await execution_detail(client, eid, request.app[CACHE])
     except NotFound as e:
-        queued = await client.exists(eid, timeout=0) is not False  # None: cannot tell yet; True: started since
-        body = {"error": str(e) + (": its start may still be queued" if queued else ""), "queued": queued}
+        queued = await client.start_queued(eid) is True or await client.exists(eid, timeout=0) is True
+        body = {"error": str(e) + (": its start is still queued" if queued else ""), "queued": queued}
         raise web.HTTPNotFound(text=msgspec.json.encode(body).decode(), content_type="application/json") from None
     return _json(detail)
 
@@ -457,10 +463,15 @@ async def events(request: web.Request) -> web.Response:
 
 
 async def logs(request: web.Request) -> web.Response:
-    """What the steps printed: `{"logs": [{step, iteration_index, attempt_number, text}]}`."""
+    """What the steps printed: `{"logs": [{step, iteration_index, attempt_number,
+    running, text}], "total": n}`: the first `LOGS_SHOWN` outputs in the order printed,
+    each text cut at `LOG_TEXT_MAX` bytes; `?live=1` (the page's poll while the execution
+    runs) reads no object from the store, only the outputs' records."""
     client = request.app[CLIENT]
     outputs = await client.outputs(_execution_id(request), step=request.query.get("step") or None)
-    texts = await asyncio.gather(*(client.output_text(o) for o in outputs))
+    shown = outputs[:LOGS_SHOWN]
+    live = request.query.get("live") == "1"
+    texts = await asyncio.gather(*(_log_text(client, o, live) for o in shown))
     return _json(
         {
             "logs": [
@@ -471,10 +482,28 @@ async def logs(request: web.Request) -> web.Response:
                     "running": isinstance(o, RunningOutput),  # its text so far (actors/client/outputs.py)
                     "text": text,
                 }
-                for o, text in zip(outputs, texts, strict=True)
-            ]
+                for o, text in zip(shown, texts, strict=True)
+            ],
+            "total": len(outputs),
         }
     )
+
+
+async def _log_text(client: Client, o: Any, live: bool) -> str:
+    """The text the page shows of output `o`: cut at `LOG_TEXT_MAX` bytes, and without
+    reading its object when `live` or when the object is longer than that."""
+    if o.output_ref is not None and (live or o.stored > LOG_TEXT_MAX):
+        text = f"{o.head}\n... {o.size:,} bytes in all: `actors-cli logs` prints them ...\n{o.tail}"
+    else:
+        text = await client.output_text(o)
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= LOG_TEXT_MAX:
+        return text
+    # a running step's text so far, or a long one: its start and its end
+    half = LOG_TEXT_MAX // 2
+    head = data[:half].decode("utf-8", errors="ignore")
+    tail = data[-half:].decode("utf-8", errors="ignore")
+    return f"{head}\n... {len(data):,} bytes: `actors-cli logs` prints them whole ...\n{tail}"
 
 
 async def cancel(request: web.Request) -> web.Response:

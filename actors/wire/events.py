@@ -792,6 +792,9 @@ class StepOutput(Struct, omit_defaults=True, tag="step.output", tag_field="type"
     # `step.output.part` events this delivery published while it ran (0: none, the step
     # ended before the first was due): together, the first bytes of the text up to the cap
     parts: int = 0
+    # bytes at the end of the kept text the parts do not hold (a part that could not be
+    # stored): readers that showed the parts show those after them
+    rest: int = 0
 
 
 class StepOutputPart(Struct, omit_defaults=True, tag="step.output.part", tag_field="type", kw_only=True):

@@ -250,6 +250,11 @@ class StartRecord(_Wire, tag="execution.start", tag_field="type"):
     # tracebacks name the file's lines. None (a record from before, or a playbook
     # registered without a file name): commands carry no `code_at`, as they did.
     playbook_file: str | None = None
+    # the W3C trace context the start came with (its message's `traceparent` and
+    # `tracestate` headers, docs/tracing.md): the parent of the execution's span, kept in
+    # the log so every engine pod and every replay hangs the spans under the same one
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 class CallDone(_Wire, tag="call.done", tag_field="type"):

@@ -68,11 +68,14 @@ async def test_failed_items_are_shown_paged_and_redriven(system: System, tab: Pa
     rows = box.locator("tr[data-index]")
     await expect(rows).to_have_count(20)
     await expect(rows.first).to_contain_text("KeyError")
-    await expect(rows.first).to_contain_text("<b>missing</b> 1")  # as text, not markup
+    await expect(rows.first).to_contain_text("<b>missing</b> ")  # as text, not markup
     assert await box.locator("b").count() == 0
+    first = [await r.get_attribute("data-index") for r in await rows.all()]
     await box.locator(".li-next").click()
     await expect(rows).to_have_count(5)
-    assert [await r.get_attribute("data-index") for r in await rows.all()] == ["41", "43", "45", "47", "49"]
+    # items are listed in the order they failed (actors/client/items.py): the two pages hold each once
+    second = [await r.get_attribute("data-index") for r in await rows.all()]
+    assert sorted(int(i or -1) for i in first + second) == list(range(1, 50, 2))
     await expect(box.locator(".li-next")).to_be_hidden()
 
     # the redrive asks first; Keep sends nothing

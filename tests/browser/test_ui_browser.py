@@ -144,9 +144,13 @@ async def test_an_unknown_execution_says_not_found_and_waits_for_it_only_when_as
     await tab.open("/executions/later-1")  # a typo, or an id not started yet: not a PENDING execution
     await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "NOT FOUND")
     await expect(page.locator("#flash")).to_contain_text("no execution 'later-1'")
+    # nothing to show of what does not exist: no empty graph, timeline, logs or events
+    for heading in ("Graph", "Timeline", "Step logs", "Events"):
+        await expect(page.get_by_role("heading", name=heading)).to_be_hidden()
     await page.click("#wait")  # asked to wait: the page follows the id until it starts
     await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "PENDING")
     await system.client.start(quick, execution_id="later-1")
     await expect(page.locator("#exec-state .badge")).to_have_attribute("data-state", "COMPLETED")
     await expect(page.locator('#graph g.node[data-step="one"]')).to_have_attribute("data-state", "completed")
+    await expect(page.locator("#exec-sections")).to_be_visible()
     await expect(page.locator('#events tr[data-type="playbook.completed"]')).to_have_count(1)

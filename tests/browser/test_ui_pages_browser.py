@@ -17,7 +17,7 @@ from playwright.async_api import expect
 from streams.layout import START_SUBJECT
 from tests.conftest import System, wait_for
 from tests.support.browser import Page, browser, open_ui
-from tests.support.ui import HEAD, SLOW, register
+from tests.support.ui import HEAD, LOOP, SLOW, register
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 __all__ = ["browser"]  # the fixture, used by name
@@ -70,7 +70,7 @@ async def test_schedules_and_dead_letters_pages(browser: Any, system: System, ta
     # run now (a double click: one execution), linked, and the schedule's last run
     await row.locator('button[data-action="run"]').dblclick()
     started = page.locator("#run-started a")
-    await expect(started).to_have_text(re.compile(r"^nightly-\d{8}T\d{6}Z$"))
+    await expect(started).to_have_text(re.compile(r"^nightly-\d{8}T\d{6}Z-n[0-9a-f]{8}$"))
     eid = await started.inner_text()
     assert (await system.client.wait(eid, timeout=20)).state == "COMPLETED"
     await expect(row).to_have_attribute("data-last-state", "COMPLETED", timeout=15_000)
@@ -120,6 +120,12 @@ async def test_playbook_graph_filled_start_form_and_a_cancel_with_its_reason(sys
     await expect(page.locator('#graph g.node[data-step="bye"]')).to_be_visible()
     assert json.loads(await page.locator("#payload").input_value()) == {"who": "world", "times": 2}
     await shot(tab, "playbook")
+    # a loop step's node, with no run to count: none of an execution's loop figures
+    await tab.open(f"/playbooks/{await register(system, LOOP)}")
+    await expect(page.locator('#graph g.node[data-step="each"]')).to_have_attribute("data-state", "pending")
+    assert await page.locator("#graph .loop-text, #graph .loop-track").count() == 0
+    await tab.open(f"/playbooks/{greet}")
+    await expect(page.locator('#graph g.node[data-step="hello"]')).to_be_visible()
     # the workload, edited, is what the execution starts with
     await page.fill("#payload", '{"who": "you", "times": 2}')
     await page.click("#start")

@@ -204,6 +204,17 @@ async def test_live_output_keeps_the_cap_and_a_command_run_again_shows_its_own_l
     final = StepOutput(**common, delivery=2, parts=3, size=18, head="two a\ntwo b\ntwo c\n", at=30.0)
     await put(final, output_delivery_id(eid, "9-1", None, 2))
 
+    # a run whose second part could not be stored: its step.output says how many bytes
+    # at its end the parts miss, and the followed view shows them after the parts
+    c2: dict[str, Any] = {**common, "command_id": "9-2", "delivery": 1}
+    await put(StepOutputPart(**c2, part=0, text="kept a\n", at=40.0), output_part_id(eid, "9-2", None, 1, 0))
+    await put(
+        StepOutput(**c2, parts=1, rest=7, size=14, head="kept a\nkept b\n", at=41.0),
+        output_delivery_id(eid, "9-2", None, 1),
+    )
+    printed2 = [p async for p in system.client.follow_printed(eid) if p.record.command_id == "9-2"]
+    assert "".join(p.text for p in printed2) == "kept a\nkept b\n"
+
     outs = [o for o in await system.client.outputs(eid) if o.command_id == "9-1"]
     assert [(o.delivery, o.head) for o in outs] == [(2, "two a\ntwo b\ntwo c\n")]
     printed = [p async for p in system.client.follow_printed(eid) if p.record.command_id == "9-1"]
@@ -213,3 +224,82 @@ async def test_live_output_keeps_the_cap_and_a_command_run_again_shows_its_own_l
     assert code == 0, err
     [mine] = [json.loads(line) for line in out.splitlines() if json.loads(line)["command_id"] == "9-1"]
     assert mine["text"] == "two a\ntwo b\ntwo c\n"
+
+
+TOKEN = "tok-Wq3vN8-live"  # credential `api` (ACTORS_CREDENTIAL_API): 15 bytes
+SPLIT = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: split}
+workflow:
+  - step: split
+    tool:
+      kind: shell
+      credential: api
+      command: >-
+        echo start; printf "%%s" "$TOKEN" | head -c 8;
+        while [ ! -e %(a)s ]; do sleep 0.02; done;
+        printf "%%s" "$TOKEN" | tail -c +9; echo " end";
+        while [ ! -e %(b)s ]; do sleep 0.02; done; echo after
+"""
+AT_CAP = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: atcap}
+workflow:
+  - step: atcap
+    tool:
+      kind: shell
+      credential: api
+      command: >-
+        for i in $(seq 1 999); do echo 12345678; done; printf 12;
+        printf "%%s" "$TOKEN"; while [ ! -e %(c)s ]; do sleep 0.02; done; echo more
+"""
+
+
+async def test_no_part_holds_a_credential_split_by_a_tick_or_the_cap_and_follow_shows_what_logs_shows(
+    nats_server: Any, tmp_path: Path
+) -> None:
+    """A value printed half before a part is due and half after, and a value cut by the
+    cap, never reach a part: the followed text is `logs`' text, masks and all, to its end."""
+    from actors.config.settings import Settings
+    from tests.conftest import make_layout, running_system
+
+    settings = Settings(python_workers=1, credentials={"API": TOKEN})
+    # 999 lines of 9 bytes and "12": the cap falls 6 bytes into the value
+    layout = make_layout(step_output_max_bytes=9000)
+    async with running_system(nats_server, tmp_path, layout=layout, settings=settings) as system:
+        gates = {k: tmp_path / k for k in "abc"}
+
+        async def follow(eid: str, opens: dict[str, Path]) -> tuple[list[str], list[str], StepOutput]:
+            texts: list[str] = []
+            parts: list[str] = []
+            async for p in system.client.follow_printed(eid):
+                texts.append(p.text)
+                if isinstance(p.record, StepOutput):
+                    return texts, parts, p.record
+                parts.append(p.text)
+                for seen, gate in opens.items():
+                    if seen in "".join(parts):
+                        gate.touch()  # the step goes on once the part before was seen
+            raise AssertionError(f"no step.output for {eid}: {texts}")
+
+        split = await system.start_yaml(SPLIT % gates)
+        cap = await system.start_yaml(AT_CAP % gates)
+        (texts, parts, end), (cap_texts, cap_parts, cap_end) = await asyncio.wait_for(
+            asyncio.gather(
+                follow(split, {"start\n": gates["a"], "end\n": gates["b"]}), follow(cap, {"\n12": gates["c"]})
+            ),
+            60,
+        )
+        # split: the first part ("start") came while the value's first half waited
+        assert parts[0] == "start\n" and end.parts >= 2
+        followed = "".join(texts)
+        assert followed == "start\n*** end\nafter\n" == await system.client.output_text(end)
+        # cut by the cap: the kept text ends with a mask where the value's start was
+        kept = "12345678\n" * 999 + "12***"
+        assert "".join(cap_parts) == kept and cap_end.parts >= 2
+        assert "".join(cap_texts) == await system.client.output_text(cap_end)
+        # 8,993 + 15 + 5 bytes printed, 9,000 kept
+        assert "".join(cap_texts).startswith(kept + "\n... 13 more bytes not kept")
+        for text in parts + cap_parts:
+            for secret in (TOKEN[:4], TOKEN[:8], TOKEN[8:], TOKEN[-4:]):
+                assert secret not in text, (secret, text)

@@ -4,7 +4,10 @@ quoted by the driver, a failed sink leaving no rows and failing the attempt, the
 documents' flat sink shape, and exactly once: a command delivered again writes
 nothing more, also when the tools pod is killed with SIGKILL between the sink's commit
 and its result's publish (a test-only failpoint, actors/tools/failpoints.py) or at
-random times, in a loop of 1,000 iterations."""
+random times, in a loop of 1,000 iterations. A chunk's appends written together: each
+item ends as it would alone (a retryable error on one item's rows, a redelivered chunk's
+committed item, columns that differ, a missing table, the time left after a failed write
+together), and a chunk's rows are written a few thousand at a time."""
 
 from __future__ import annotations
 
@@ -334,6 +337,78 @@ async def test_a_big_write_is_formatted_in_chunks_with_the_event_loop_running_be
     ]
 
 
+def sink_write(table: str, rows: Any, command: str, index: int) -> Any:
+    from actors.tools.chunksinks import SinkWrite
+
+    spec = {"kind": "postgres", "credential": "db", "table": table}
+    return SinkWrite(spec, {"rows": rows}, ident(command, index), rows)
+
+
+def outcomes_of(out: list[Any]) -> list[Any]:
+    """Each item's row count, or its failure's type."""
+    return [o.type if isinstance(o, ToolFailure) else json.loads(o)["row_count"] for o in out]
+
+
+@pytest.mark.timeout(60)
+async def test_a_chunks_appends_written_together_end_for_each_item_as_written_alone(
+    postgres: Database, res: ToolResources, table: str
+) -> None:
+    from actors.tools.chunksinks import write_together
+
+    # a deadlock (retryable) on item 2's rows: only item 2 fails, as alone
+    await as_app(
+        postgres,
+        f"""CREATE TABLE {table} (i int, part int);
+        CREATE FUNCTION {table}_f() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.i = 2 THEN RAISE EXCEPTION 'conflict' USING ERRCODE = '40P01'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER {table}_t BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_f();
+        CREATE TABLE {table}_b (i int, part int DEFAULT 7);
+        CREATE SEQUENCE {table}_n;
+        CREATE FUNCTION {table}_s() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_sleep(CASE WHEN nextval('{table}_n') = 1 THEN 30 ELSE 0.3 END); RETURN NEW; END $$;
+        CREATE TABLE {table}_c (i int);
+        CREATE TRIGGER {table}_t BEFORE INSERT ON {table}_c FOR EACH ROW EXECUTE FUNCTION {table}_s();""",
+    )
+    out = await write_together(
+        [sink_write(table, [{"i": i, "part": 0}], "d", i) for i in range(4)],
+        resources=res, cancel=None, each=5.0, deadline=None,
+    )  # fmt: skip
+    assert outcomes_of(out) == [1, 1, "DeadlockDetected", 1]
+    assert await admin(postgres, f"SELECT i FROM {table} ORDER BY i") == [(0,), (1,), (3,)]
+
+    # item 1 leaves out a column: written alone (its default), the others still together
+    rows = [[{"i": 0, "part": 0}], [{"i": 1}], [{"i": 2, "part": 2}], [{"part": 3, "i": 3}]]
+    out = await write_together(
+        [sink_write(f"{table}_b", rows[i], "c", i) for i in range(4)],
+        resources=res, cancel=None, each=5.0, deadline=None,
+    )  # fmt: skip
+    assert outcomes_of(out) == [1, 1, 1, 1]
+    assert await admin(postgres, f"SELECT i, part FROM {table}_b ORDER BY i") == [(0, 0), (1, 7), (2, 2), (3, 3)]
+    ledger = await admin(
+        postgres,
+        f"SELECT array_agg(iteration_index ORDER BY iteration_index) FROM actors_ledger"
+        f" WHERE execution_id = '{table}' AND command_id = 'c' GROUP BY written_at ORDER BY 1",
+    )
+    assert ledger == [([0, 2, 3],), ([1],)]
+
+    # empty items into a missing table: UndefinedTable, as each alone
+    out = await write_together(
+        [sink_write(f"{table}_nope", [], "e", i) for i in range(3)], resources=res, cancel=None, each=5.0, deadline=None
+    )
+    assert outcomes_of(out) == ["UndefinedTable"] * 3
+
+    # the first insert hangs, the others take 0.3 s: the write together gets only the time
+    # the command can spare (0.5 s: the deadline leaves each item its 2 s alone), then each
+    # item alone has its own
+    deadline = asyncio.get_running_loop().time() + 4 * 2.0 + 0.5
+    out = await write_together(
+        [sink_write(f"{table}_c", [{"i": i}], "t", i) for i in range(4)],
+        resources=res, cancel=None, each=2.0, deadline=deadline,
+    )  # fmt: skip
+    assert outcomes_of(out) == [1, 1, 1, 1]
+    assert await admin(postgres, f"SELECT i FROM {table}_c ORDER BY i") == [(0,), (1,), (2,), (3,)]
+
+
 # --- through the whole system -------------------------------------------------------------
 
 
@@ -409,8 +484,14 @@ async def test_a_chunks_appends_are_one_transaction_and_a_bad_row_fails_only_its
     pod: System, postgres: Database, table: str
 ) -> None:
     # chunks of 4; iteration 6's second row breaks a check: its chunk's write together fails,
-    # then each item is written alone, so 4, 5 and 7 are written and only 6 fails
-    await as_app(postgres, f"CREATE TABLE {table} (i int, part int, CHECK (NOT (i = 6 AND part = 1)))")
+    # then each item is written alone, so 4, 5 and 7 are written and only 6 fails. Then a
+    # chunk of 4 items of 2,000 rows each: written two items (4,000 rows) at a time, a
+    # chunk's rows held until written bounded (chunksinks.GROUP_ROWS)
+    await as_app(
+        postgres,
+        f"""CREATE TABLE {table} (i int, part int, CHECK (NOT (i = 6 AND part = 1)));
+        CREATE TABLE {table}_big (i int, part int)""",
+    )
     eid, status = await pod.run_yaml(
         playbook(
             "pg-chunk-sinks",
@@ -422,15 +503,26 @@ async def test_a_chunks_appends_are_one_transaction_and_a_bad_row_fails_only_its
     args: {{rows: [{{i: "{{{{ i }}}}", part: 0}}, {{i: "{{{{ i }}}}", part: 1}}]}}
     sink: {{tool: postgres, table: {table}, auth: {{type: postgres, credential: db}},
            args: {{rows: "{{{{ result.rows }}}}"}}}}
+    next: big
+  - step: big
+    loop: {{collection: "{{{{ range(4) | list }}}}", element: i, mode: chunked, chunk_size: 4}}
+    tool: {{kind: python, code: "def main(i): return [{{'i': i, 'part': p}} for p in range(2000)]"}}
+    args: {{i: "{{{{ i }}}}"}}
+    sink: {{tool: postgres, table: {table}_big, ledger: {table}_ledger, auth: {{type: postgres, credential: db}}}}
 """,
         ),
         timeout=60,
     )
     assert status.state == "COMPLETED", status.error
+    assert await admin(postgres, f"SELECT i, count(DISTINCT part) FROM {table}_big GROUP BY i ORDER BY i") == [
+        (i, 2000) for i in range(4)
+    ]
+    together = f"SELECT array_agg(iteration_index ORDER BY iteration_index) FROM {table}_ledger GROUP BY written_at"
+    assert sorted(await admin(postgres, together)) == [([0, 1],), ([2, 3],)]
     rows = await admin(postgres, f"SELECT i, part FROM {table} ORDER BY i, part")
     assert rows == [(i, p) for i in range(12) if i != 6 for p in range(2)]  # once each, nothing of 6
-    outcomes = {o.iteration_index: o for r in await pod.client.iterations(eid) if isinstance(r, ChunkDone)
-                for o in r.outcomes}  # fmt: skip
+    outcomes = {o.iteration_index: o for r in await pod.client.iterations(eid)
+                if isinstance(r, ChunkDone) and r.step == "fan" for o in r.outcomes}  # fmt: skip
     assert sorted(outcomes) == list(range(12))
     bad = outcomes.pop(6).error
     assert bad is not None and bad.type == "CheckViolation" and "sink (postgres) failed" in bad.message
@@ -604,3 +696,72 @@ async def test_a_chunk_delivered_again_after_its_commit_writes_its_rows_once(
     assert killed == 1
     # each iteration recorded once, each chunk's items in one transaction (rows: run_with_kills)
     assert [(n, tx) for _, n, tx in ledger] == [(4, 1)] * 6
+
+
+@pytest.mark.timeout(180)
+async def test_a_chunk_delivered_again_whose_write_together_fails_retryably_writes_its_committed_item_once(
+    nats_server: NatsServer, tmp_path: Path, postgres: Database, table: str
+) -> None:
+    # first delivery: item 3's second row breaks a check, so the chunk's items are written
+    # one by one; the pod is killed right after item 0's commit. Second delivery: item 0 is
+    # found committed, and the write together of 1 to 3 meets a serialization failure (the
+    # second time item 1's first row is copied). Item 0 must answer its stored result, not
+    # the retryable error (its retry, a command of its own, would write its rows again)
+    await as_app(
+        postgres,
+        f"""CREATE TABLE {table} (i int NOT NULL, part int NOT NULL, CHECK (NOT (i = 3 AND part = 1)));
+        CREATE SEQUENCE {table}_n;
+        CREATE FUNCTION {table}_f() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.i = 1 AND NEW.part = 0 AND nextval('{table}_n') = 2 THEN
+          RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER {table}_t BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_f();""",
+    )
+    layout = make_layout()
+    nc = await connect(nats_server.url, name="test")
+    await ensure(nc.jetstream(), layout)
+    runtime = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector", "retention"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = {"ACTORS_CREDENTIAL_DB": json.dumps(postgres.credential())}
+    armed = {**env, FAILPOINTS: "postgres.committed=kill@1"}
+    tools = await PodProcess.start("tools", url=nats_server.url, layout=layout, logs=logs, name="tools1", env=armed)
+    eid = "dup" + os.urandom(6).hex()
+    try:
+        await tools.ready()
+        client = Client(nc, layout=layout)
+        path = tmp_path / "p.yaml"
+        path.write_text(
+            playbook(
+                "pg-dup",
+                f"""
+  - step: fan
+    loop: {{collection: "{{{{ range(4) | list }}}}", element: i, mode: chunked, chunk_size: 4, tolerated_failures: 1}}
+    tool: noop
+    timeout: 10
+    retry: {{when: "{{{{ error is not none and error.retryable }}}}", then: {{max_attempts: 3, initial_delay: 0.1}}}}
+    args: {{rows: [{{i: "{{{{ i }}}}", part: 0}}, {{i: "{{{{ i }}}}", part: 1}}]}}
+    sink: {{tool: postgres, table: {table}, auth: {{type: postgres, credential: db}},
+           args: {{rows: "{{{{ result.rows }}}}"}}}}
+""",
+            )
+        )
+        entry = await client.register(path)
+        await client.start(entry.path, execution_id=eid)
+        assert await asyncio.wait_for(tools.proc.wait(), 60) == -signal.SIGKILL, tools.log.read_text()[-3000:]
+        assert await admin(postgres, f"SELECT i, part FROM {table} ORDER BY 1, 2") == [(0, 0), (0, 1)]
+        tools = await PodProcess.start("tools", url=nats_server.url, layout=layout, logs=logs, name="tools2", env=env)
+        await tools.ready()
+        status = await client.wait(eid, timeout=120)
+        assert status.state == "COMPLETED", status.error
+        done = [r for r in await client.iterations(eid) if isinstance(r, ChunkDone)]
+    finally:
+        await tools.stop()
+        await runtime.stop(drain_timeout=0.2)
+        await nc.close()
+    assert await admin(postgres, f"SELECT i, part, count(*) FROM {table} GROUP BY 1, 2 ORDER BY 1, 2") == [
+        (i, p, 1) for i in range(3) for p in range(2)
+    ]  # once each, nothing of 3
+    # one answer, of the chunk's first attempt: 1 and 2 written alone, 3 failed by its row
+    assert [(r.attempt_number, [o.error.type if o.error else None for o in r.outcomes]) for r in done] == [
+        (1, [None, None, None, "CheckViolation"])
+    ]

@@ -107,3 +107,35 @@ async def test_status_shows_a_running_loops_progress_and_watch_prints_it_before_
     rest, err_b = await asyncio.wait_for(watch.communicate(), 60)
     assert watch.returncode == EXIT_CANCELLED, err_b
     assert re.search(r"^state\s+CANCELLED$", rest.decode(), re.M), rest
+
+
+async def test_a_watch_with_no_timeout_gives_up_once_nats_is_gone_for_the_connection_timeout(tmp_path: Path) -> None:
+    """`status --watch` with no --timeout waits for the end for ever, not for NATS: gone
+    for the connection's timeout (30 s by default, 2 s here), it ends (exit 5)."""
+    from actors.cli import progress
+    from actors.client import Client
+    from actors.errors import Unavailable
+    from actors.natsio import close_connection
+    from actors.pod.roles import connect, start_roles
+    from streams.server import NatsServer
+    from tests.conftest import make_layout
+
+    server = await NatsServer.start()
+    nc = await connect(server.url, name="test")
+    rt = await start_roles(nc, layout=make_layout())
+    watcher = await connect(server.url, name="watcher")
+    try:
+        client = Client(nc, layout=make_layout())
+        (tmp_path / "slow.yaml").write_text(SLOW_LOOP)
+        entry = await client.register(tmp_path / "slow.yaml")
+        eid = await client.start(entry.path, version=entry.version)
+        watch = asyncio.ensure_future(
+            progress.watch_until_end(Client(watcher, layout=make_layout(), timeout=2.0), eid, None, as_json=True)
+        )
+        await server.stop()
+        with pytest.raises(Unavailable, match="NATS unreachable for 2s while watching it"):
+            await asyncio.wait_for(watch, 30)
+    finally:
+        await rt.stop(drain_timeout=0)
+        await close_connection(nc)
+        await close_connection(watcher)

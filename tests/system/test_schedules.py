@@ -136,8 +136,8 @@ async def test_cli_add_list_pause_resume_delete(system: System, tmp_path: Path) 
     first = await wait_for(lambda: fired(system, "nightly"), timeout=30)
     assert (await system.client.wait(first[0], timeout=20)).state == ExecState.COMPLETED
 
-    code, out, _, _ = await cli("schedule", "list", env=env)
-    assert code == 0 and "nightly" in out and "active" in out and "lib/tick" in out
+    code, out, err, _ = await cli("schedule", "list", env=env)
+    assert code == 0 and "nightly" in out and "active" in out and "lib/tick" in out, err
 
     code, out, err, _ = await cli("schedule", "pause", "nightly", env=env)
     assert code == 0 and "paused" in out, err

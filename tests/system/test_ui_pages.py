@@ -5,15 +5,20 @@ show, and bad input answered with a JSON error and a status, never a 500."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
+from actors.client.writing import CancelReasonTooLong, cancel_reason
 from actors.ui.deadletters import HEAD
-from actors.ui.server import make_app
+from actors.ui.server import LOG_TEXT_MAX, LOGS_SHOWN, make_app
+from actors.wire.codec import CLEAR
+from actors.wire.events import StepOutput, StepOutputPart
 from streams.layout import START_SUBJECT
 from tests.conftest import System, wait_for
 from tests.support.ui import HEAD as PB_HEAD
@@ -82,6 +87,12 @@ async def test_schedules_their_last_fire_and_run_now(system: System, ui: TestCli
     row = await _row(ui, "yearly")
     assert row["last_execution_id"] == eid and row["last_run_now"] is True and row["last_state"] == "COMPLETED"
     assert row["last_fire"] is not None and row["next_fire"] is None  # a sparse cron: not fired yet
+    # two requests in one second are two executions (a fire's time is to the second: the
+    # request names the execution too), each the one the starter started
+    two = await asyncio.gather(*(system.client.schedule_run_now("yearly", request_id=f"click-{n}") for n in (2, 3)))
+    assert len({eid, *two}) == 3 and all(x.startswith("yearly-") for x in two), two
+    for x in two:
+        assert (await system.client.wait(x, timeout=20)).state == "COMPLETED"
 
     # pause and resume say whether they changed anything
     assert (await ok(await post(ui, "/api/schedules/yearly/pause"))) == {"name": "yearly", "changed": True}
@@ -172,3 +183,47 @@ async def test_a_playbook_page_has_its_graph_and_workload_and_a_cancel_its_reaso
     assert row["execution_id"] == eid and row["error"]["message"] == "wrong payload, rerun tomorrow"
     detail = await ok(await ui.get(f"/api/executions/{eid}"))
     assert detail["error"]["root_cause"]["type"] == "Cancelled"
+
+
+async def test_step_logs_are_bounded_and_a_poll_while_it_runs_reads_no_object(
+    system: System, ui: TestClient[Any, Any]
+) -> None:
+    eid = "logs-1"
+    prefix = system.layout.execution(eid).prefix
+    common: dict[str, Any] = {"execution_id": eid, "step": "s"}
+
+    async def put(o: StepOutput | StepOutputPart, command: str) -> None:
+        await system.js_publish(f"{prefix}.out.{command}", CLEAR.encode(o), msg_id=f"{eid}-{command}")
+
+    # one output whose whole text is an object (gone here: reading it says so), one step
+    # still running with 100,000 bytes so far, and 201 small ones
+    big = StepOutput(**common, command_id="big", size=10_000, stored=10_000, head="first", tail="last")
+    await put(msgspec.structs.replace(big, output_ref="out.logs-1.big.gone", at=1.0), "big")
+    await put(StepOutputPart(**common, command_id="run", text="r" * 100_000, at=2.0), "run")
+    for n in range(201):
+        await put(StepOutput(**common, command_id=f"c{n}", size=2, head=f"{n}\n", at=10.0 + n), f"c{n}")
+
+    whole = await ok(await ui.get(f"/api/executions/{eid}/logs"))
+    polled = await ok(await ui.get(f"/api/executions/{eid}/logs?live=1"))
+    for got in (whole, polled):
+        assert got["total"] == 203 and len(got["logs"]) == LOGS_SHOWN
+        running = got["logs"][1]
+        assert running["running"] is True and running["text"].startswith("r" * 1000)
+        assert LOG_TEXT_MAX - 200 < len(running["text"]) < LOG_TEXT_MAX + 200  # its start and its end, cut
+        assert got["logs"][2]["text"] == "0\n"
+    # the page's poll shows what the record holds; the whole read looked for the object
+    assert (
+        polled["logs"][0]["text"].startswith("first\n... 10,000 bytes in all")
+        and "gone" not in polled["logs"][0]["text"]
+    )
+    assert "gone from the store" in whole["logs"][0]["text"]
+
+    # an id that names nothing is not found (no start of it is queued)
+    resp = await ui.get("/api/executions/nosuch-1")
+    assert resp.status == 404 and (await resp.json())["queued"] is False
+    assert await system.client.start_queued("nosuch-1") is False
+
+    # a cancel's reason: one line, no control characters, at most 1,000 characters
+    assert cancel_reason("\x1b[31m  disk\nfull\t\u200b ") == "[31m disk full"
+    with pytest.raises(CancelReasonTooLong, match="at most 1,000 characters"):
+        await system.client.cancel(eid, "x" * 1001)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from actors.runtime import tracing
 from actors.tools import fields
 from actors.tools.call import ToolCall
 from actors.tools.failures import ToolFailure, result_json, safe_str
@@ -136,13 +137,22 @@ async def _request(
 
     try:
         session = resources.http_session()
-        if credential is None:
-            async with session.request(method, url, params=query or None, headers=headers or None, data=data) as resp:
-                status, reason, rheaders, raw, charset, content_type = await _response(resp)
-        else:
-            status, reason, rheaders, raw, charset, content_type = await _request_with_credential(
-                session, method, url, query, headers, data, secret=frozenset(k.lower() for k in given)
-            )
+        # a client span, its `traceparent` sent to the server (docs/tracing.md): a no-op when tracing is off
+        with tracing.http_client(method, url, headers) as span:
+            try:
+                if credential is None:
+                    async with session.request(
+                        method, url, params=query or None, headers=headers or None, data=data
+                    ) as resp:
+                        status, reason, rheaders, raw, charset, content_type = await _response(resp)
+                else:
+                    status, reason, rheaders, raw, charset, content_type = await _request_with_credential(
+                        session, method, url, query, headers, data, secret=frozenset(k.lower() for k in given)
+                    )
+            except BaseException as exc:
+                tracing.fail(span, type(exc).__name__)
+                raise
+            tracing.responded(span, status)
     except aiohttp.InvalidURL as exc:
         raise ToolFailure("ToolConfigError", f"invalid url {url!r}: {exc}") from None
     except TimeoutError:

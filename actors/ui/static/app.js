@@ -224,15 +224,18 @@ async function executionPage(id) {
   const result = el("div", { id: "result" });
   const logs = el("div", { id: "logs" });
   const events = el("div", { id: "events" });
-  main.append(
-    title,
-    el("div", { class: "bar-line" }, facts, actions),
-    links,
+  // what an execution has: hidden until it exists (an id not found shows no empty sections)
+  const sections = el("div", { id: "exec-sections" },
     el("div", { class: "exec-grid" },
       el("div", {}, el("h2", { text: "Graph" }), graph, loops, el("h2", { text: "Timeline" }), timeline),
       el("div", {}, error, result)),
     el("h2", { text: "Step logs" }), logs,
     el("h2", { text: "Events" }), events);
+  main.append(
+    title,
+    el("div", { class: "bar-line" }, facts, actions),
+    links,
+    sections);
 
   const cancel = el("button", { class: "danger", id: "cancel", text: "Cancel", hidden: true });
   const retry = el("button", { id: "retry", text: "Retry", hidden: true });
@@ -325,15 +328,26 @@ async function executionPage(id) {
     } else if (!TERMINAL.has(s.state)) liveLogs();
   };
   // while it runs, what its steps print so far (their parts come as the log grows): read
-  // again at most once a second, the last change never left unread
+  // again at most once a second, never while the last read is still under way (a slow
+  // server is not asked again and again), the last change never left unread
   let logsAt = 0;
   let logsTimer = null;
+  let logsBusy = false;
+  let logsAgain = false;
   const liveLogs = () => {
+    if (logsBusy) { logsAgain = true; return; }
     if (logsTimer !== null || finished) return;
-    logsTimer = setTimeout(() => {
+    logsTimer = setTimeout(async () => {
       logsTimer = null;
       logsAt = Date.now();
-      if (!finished) loadLogs(id, logs);
+      if (finished) return;
+      logsBusy = true;
+      try {
+        await loadLogs(id, logs, true);
+      } finally {
+        logsBusy = false;
+      }
+      if (logsAgain) { logsAgain = false; liveLogs(); }
     }, Math.max(0, logsAt + 1000 - Date.now()));
   };
   let known = true;
@@ -346,6 +360,7 @@ async function executionPage(id) {
   } catch (e) {
     if (e.status !== 404) throw e;
     known = false;
+    sections.hidden = true;
     if ((history.state && history.state.wait) || (e.body && e.body.queued)) {
       waiting(e.message); // just started, or its start still queued: the stream below shows it once it exists
     } else {
@@ -371,6 +386,7 @@ async function executionPage(id) {
     update: (d) => {
       if (!known) {
         known = true;
+        sections.hidden = false;
         flash("");
         if (!finished) loadEvents(id, events);
       }
@@ -426,12 +442,18 @@ function showLoops(box, nodes) {
       .map((h) => el("th", { text: h })))), el("tbody", {}, ...rows)));
 }
 
-async function loadLogs(id, box) {
+// `live`: a poll while it runs (the server reads no stored object for it); the server
+// sends the first 200 outputs, each cut, and how many there are
+async function loadLogs(id, box, live = false) {
   try {
-    const { logs } = await api(`/api/executions/${encodeURIComponent(id)}/logs`);
+    const { logs, total } = await api(`/api/executions/${encodeURIComponent(id)}/logs${live ? "?live=1" : ""}`);
     box.replaceChildren();
     if (!logs.length) return box.append(el("div", { class: "muted", text: "nothing printed" }));
-    for (const l of logs.slice(0, 200)) {
+    if (total > logs.length) {
+      box.append(el("div", { class: "muted", id: "logs-more",
+        text: `the first ${logs.length} of ${total} outputs: actors-cli logs ${id} prints them all` }));
+    }
+    for (const l of logs) {
       const what = `${l.step}${l.iteration_index !== null ? ` [${l.iteration_index}]` : ""} · attempt ${l.attempt_number}${l.running ? " · running" : ""}`;
       box.append(el("div", { class: "muted mono", text: what }),
         el("pre", { class: "light", "data-log-step": l.step, "data-log-running": l.running ? "1" : "0", text: l.text }));
@@ -510,10 +532,13 @@ async function playbookPage(name) {
     side.append(el("h2", { text: "Start" }), el("div", { class: "panel start-form" },
       el("label", { class: "muted", text: "payload (JSON object, merged over the workload)" }), payload, el("div", {}, go)));
   }
-  // its graph as an execution draws it, every step pending (no execution needed)
+  // its graph as an execution draws it, every step pending (no execution needed), and
+  // no loop's runtime figures (done, rate, in flight, failed): there is no run to count
   const graph = el("div", { class: "graph panel", id: "graph" });
   main.append(el("h2", { text: "Graph" }), graph);
-  if (pb.graph) renderGraph(graph, pb.graph);
+  if (pb.graph) {
+    renderGraph(graph, { ...pb.graph, nodes: pb.graph.nodes.map(({ loop, ...node }) => node) });
+  }
   else graph.append(el("span", { class: "muted", text: "no graph: the playbook did not load" }));
   main.append(el("div", { class: "two" }, el("div", {}, el("h2", { text: "YAML" }), yaml), side));
 }

@@ -30,16 +30,19 @@ export async function renderLoopItems(container, executionId, stepName) {
 
   let after = null;
   let total = 0;
+  let shown = 0;
   const load = async () => {
     const p = new URLSearchParams({ failed: "1", limit: String(PAGE) });
     if (stepName) p.set("step", stepName);
     if (after) p.set("after", after);
     const page = await api(`/api/executions/${id}/items?${p}`);
     total = page.total;
-    const first = page.items.length ? page.items[0].index : 0;
+    // pages follow the order the items failed (not their indices): say which of them these are
+    const from = shown + 1;
+    shown += page.items.length;
     count.textContent = total
       ? `${total.toLocaleString()} failed item${total === 1 ? "" : "s"}` +
-        (page.items.length < total ? ` · showing ${page.items.length} from #${first}` : "")
+        (page.items.length < total ? ` · showing ${from}–${shown}, in the order they failed` : "")
       : "no failed items";
     tbody.replaceChildren(...page.items.map((it) => {
       const error = el("td", { class: "li-error" }, el("span", { class: "mono", text: it.error.type }), `: ${it.error.message}`);
