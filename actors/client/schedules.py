@@ -32,6 +32,7 @@ import msgspec
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from actors.client.checks import check_size
+from actors.client.nextfire import next_tick
 from actors.client.session import Session
 from actors.errors import UserError
 from actors.natsio import MSG_ID, kv_keys, publisher
@@ -156,16 +157,16 @@ class Scheduling(Session):
     async def _view(self, spec: ScheduleSpec) -> ScheduleView:
         last = await self._last_fire(spec.name)
         if last is None:
-            return ScheduleView(spec=spec)
+            return ScheduleView(spec=spec, next_fire=_computed(spec))
         headers = last.headers or {}
         stored = stamp_time(headers)
         if stored < spec.created:
             # a fire of an earlier schedule of this name (deleted, added again): not this one's
-            return ScheduleView(spec=spec)
+            return ScheduleView(spec=spec, next_fire=_computed(spec))
         announced = headers.get(SCHEDULE_NEXT)
         return ScheduleView(
             spec=spec,
-            next_fire=None if spec.paused else _upcoming(announced or headers.get(RUN_NOW_NEXT)),
+            next_fire=None if spec.paused else _upcoming(announced or headers.get(RUN_NOW_NEXT)) or _computed(spec),
             last_fire=stored,
             last_execution_id=_fired_execution(spec.name, stored, announced, headers.get(RUN_NOW)),
             last_run_now=bool(headers.get(RUN_NOW)),
@@ -270,6 +271,18 @@ class Scheduling(Session):
             return await self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True)
         except NotFoundError:
             return None
+
+
+def _computed(spec: ScheduleSpec) -> str | None:
+    """The next tick from the cron itself, when the server has announced none that is
+    still ahead (actors/client/nextfire.py); None for a paused schedule."""
+    if spec.paused:
+        return None
+    try:
+        pattern = cron_pattern(spec.cron)
+    except ScheduleError:
+        return None  # a spec stored by hand that the server could not have taken either
+    return next_tick(pattern, spec.timezone, time.time())
 
 
 def _upcoming(announced: str | None) -> str | None:

@@ -75,6 +75,7 @@ async def test_schedules_their_last_fire_and_run_now(system: System, ui: TestCli
     assert row["playbook"] == greet and row["cron"] == "0 0 0 1 1 *" and row["timezone"] == "UTC"
     assert row["paused"] is False and row["payload"] == {"who": "ops"}
     assert row["last_fire"] is None and row["last_execution_id"] is None and row["last_state"] is None
+    assert row["next_fire"].endswith("-01-01T00:00:00+00:00")  # before any fire: from the cron itself
 
     # run now: an execution of its playbook with its payload; the same click twice is one
     first = await ok(await post(ui, "/api/schedules/yearly/run", {"request": "click-1"}))
@@ -86,7 +87,8 @@ async def test_schedules_their_last_fire_and_run_now(system: System, ui: TestCli
     assert record is not None and record.playbook_path == greet and record.payload == {"who": "ops"}
     row = await _row(ui, "yearly")
     assert row["last_execution_id"] == eid and row["last_run_now"] is True and row["last_state"] == "COMPLETED"
-    assert row["last_fire"] is not None and row["next_fire"] is None  # a sparse cron: not fired yet
+    # a sparse cron the server has not fired yet: its next tick computed from the cron
+    assert row["last_fire"] is not None and row["next_fire"].endswith("-01-01T00:00:00+00:00")
     # two requests in one second are two executions (a fire's time is to the second: the
     # request names the execution too), each the one the starter started
     two = await asyncio.gather(*(system.client.schedule_run_now("yearly", request_id=f"click-{n}") for n in (2, 3)))

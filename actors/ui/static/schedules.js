@@ -93,7 +93,7 @@ export async function schedulesPage(main) {
       el("td", {}, el("span", { class: "badge state", "data-state": state, text: state.toLowerCase() })),
       el("td", { class: "next-fire", title: s.next_fire || "" }, s.paused ? el("span", { class: "muted", text: "paused" })
         : s.next_fire ? el("span", {}, utc(s.next_fire), el("div", { class: "muted", text: relative(s.next_fire) }))
-        : el("span", { class: "muted", text: "announced at its first fire", title: "NATS announces the next fire time with each fire" })),
+        : el("span", { class: "muted", text: "unknown", title: "a pattern the next tick cannot be computed from; NATS announces it with each fire" })),
       el("td", { class: "last-fire" }, s.last_fire ? el("span", {}, utc(s.last_fire),
         el("div", { class: "muted", text: `${relative(s.last_fire)}${s.last_run_now ? " · run now" : ""}` })) : el("span", { class: "muted", text: "-" })),
       el("td", {}, last),
