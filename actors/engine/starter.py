@@ -147,13 +147,13 @@ def parse_start(data: bytes, codec: PayloadCodec = CLEAR) -> StartMessage | Erro
     return start
 
 
-def _traced(record: StartRecord, msg: Msg) -> StartRecord:
-    """The start message's W3C trace context (its headers), kept in the start record: the
-    parent of the execution's span (docs/tracing.md). A malformed one is not kept."""
+def _trace_context(msg: Msg) -> tuple[str | None, str | None]:
+    """The start message's W3C trace context (its headers), as the start record keeps
+    it: the parent of the execution's span (docs/tracing.md). A malformed `traceparent`
+    is not kept, nor a `tracestate` W3C would not have (`tracing.valid_tracestate`: at
+    most 32 members, 512 bytes): it would ride every record and command of the run."""
     parent = from_headers(msg.headers)
-    if parent is not None:
-        record.traceparent, record.tracestate = parent.traceparent, parent.tracestate
-    return record
+    return (parent.traceparent, parent.tracestate) if parent is not None else (None, None)
 
 
 def _given_up(msg: Msg, received: float) -> bool:
@@ -294,7 +294,7 @@ class Starter:
         # deterministic: the same start message (by its stream position) gets the same id
         eid = start.execution_id or uuid.uuid5(_NAMESPACE, f"{stream_seq(msg)}:{msg.metadata.timestamp}").hex
         async with self._limiter.turn(eid):
-            if not await self._write(_traced(await self._record(eid, start), msg)):
+            if not await self._write(await self._record(eid, start, _trace_context(msg))):
                 log.info("starter: execution %s already started; duplicate start ignored", eid)
 
     async def handle_fire(self, msg: Msg) -> None:
@@ -319,7 +319,7 @@ class Starter:
         eid = start.execution_id or uuid.uuid4().hex
         as_message = bool(msg.headers and msg.headers.get(START_AS_MESSAGE))
         async with self._limiter.turn(eid):
-            record = _traced(await self._record(eid, start), msg)
+            record = await self._record(eid, start, _trace_context(msg))
             if record.error is not None and not as_message:
                 if await has_message(self.nc, EXEC_STREAM, self.layout.execution(eid).start):
                     await self._link_retry(eid, start.retry_of)
@@ -335,9 +335,12 @@ class Starter:
         await dead_letter(self.js, source="start", reason=error.message, msg=msg, execution_id=eid)
         return StartReply(execution_id=eid, started=False, error=RequestError.of(error))
 
-    async def _record(self, eid: str, start: StartMessage) -> StartRecord:
+    async def _record(
+        self, eid: str, start: StartMessage, traced: tuple[str | None, str | None] = (None, None)
+    ) -> StartRecord:
         """The start record for the message (whether the execution was started before
-        is for `_write` to find out)."""
+        is for `_write` to find out), with the trace context `traced` (`_trace_context`),
+        set before its size is checked: what is measured is what is written."""
         record = StartRecord(
             execution_id=eid,
             playbook_path=start.playbook,
@@ -348,6 +351,8 @@ class Starter:
             limits=self.limits,
             retry_of=start.retry_of,
             semantics=self.semantics,  # the engine semantics it runs under, for its whole life (docs/upgrades.md)
+            traceparent=traced[0],
+            tracestate=traced[1],
         )
         if not value_within(record.payload):
             # refused on request; from the stream the execution starts failed saying so

@@ -331,7 +331,9 @@ async def serve(
         return await _serve(settings, stop=stop, roles=roles, shutdown_timeout=shutdown_timeout, extra=extra)
     finally:
         if traced:
-            await asyncio.to_thread(tracing.shutdown)  # what is queued is exported before the pod exits
+            # what is queued is exported before the pod exits, for a few seconds at most
+            # (`tracing.SHUTDOWN_WAIT`): a collector that hangs does not hold the pod
+            await asyncio.to_thread(tracing.shutdown)
 
 
 async def _serve(

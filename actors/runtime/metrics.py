@@ -38,7 +38,7 @@ import orjson
 import prometheus_client
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from actors.wire.events import TERMINAL_STATES, ExecState
@@ -199,7 +199,7 @@ class Registry:
         """The text of a scrape in the format the scraper's `Accept` header asks for
         (`content_type(accept)`): OpenMetrics, which carries the step histogram's
         exemplars, or else the Prometheus text format 0.0.4."""
-        encoder, _ = choose_encoder(accept)
+        encoder, _ = _negotiated(accept)
         families: list[Metric] = []
         for c in list(self._collectors):
             try:
@@ -218,7 +218,17 @@ class Registry:
     @staticmethod
     def content_type(accept: str = "") -> str:
         """The Content-Type of what `render(accept)` returns."""
-        return choose_encoder(accept)[1]
+        return _negotiated(accept)[1]
+
+
+def _negotiated(accept: str) -> tuple[Callable[[Any], bytes], str]:
+    """prometheus-client's pick of a format for `accept`, or the 0.0.4 text format when
+    it cannot read the header (`version=abc` is a TypeError inside it): a scraper's odd
+    header gets the format every scraper reads, never a 500."""
+    try:
+        return choose_encoder(accept)
+    except Exception:
+        return generate_latest, CONTENT_TYPE_PLAIN_0_0_4
 
 
 def gauge_family(name: str, help: str, labels: Sequence[str], values: Iterable[tuple[Sequence[str], float]]) -> Metric:

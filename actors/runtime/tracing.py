@@ -18,12 +18,14 @@ spans never feed a decision: the engine reads its log, never this module.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import hashlib
 import logging
 import os
 import re
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,6 +50,21 @@ ITERATIONS_ENV = "ACTORS_TRACE_ITERATIONS"
 SCOPE = "actors"
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+# W3C Trace Context `tracestate`: list-members `key=value` (the keys and values the spec
+# allows, as OpenTelemetry's TraceState reads them), at most 32, and a whole header we
+# keep of at most 512 bytes, the size the spec asks propagators to keep at least. It
+# rides every record, command, loop spec and child start of an execution: a caller's
+# 60 KB value would ride them all (and break a start whose payload nearly fills it)
+_TRACESTATE_MEMBER = re.compile(
+    r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
+TRACESTATE_MAX_MEMBERS = 32
+TRACESTATE_MAX_BYTES = 512
+# the OpenTelemetry context key under which a tool pod says "no spans here, only the
+# context" (a loop iteration while iterations are not traced): the http tool then sends
+# its `traceparent` (the loop's) without a client span of its own
+_QUIET = otel_context.create_key("actors-untraced-iteration")
 
 
 # --- ids and W3C trace context ------------------------------------------------------
@@ -106,9 +123,30 @@ class Parent:
         return trace.set_span_in_context(NonRecordingSpan(ctx))
 
 
+def valid_tracestate(value: str | None) -> str | None:
+    """A W3C `tracestate` as we keep it (its members, whitespace around them dropped), or
+    None when it is absent, empty or not one we keep: a malformed member, a key twice,
+    more than 32 members, more than 512 bytes. Dropped whole, as a bad `traceparent` is
+    (W3C: a vendor's state is all or nothing); never an error and never a log line (a
+    caller's header is not ours to complain about, on every record that would carry it)."""
+    if not value or len(value) > 4 * TRACESTATE_MAX_BYTES:  # no work on a huge one
+        return None
+    members = [m.strip(" \t") for m in value.split(",")]
+    members = [m for m in members if m]
+    if not members or len(members) > TRACESTATE_MAX_MEMBERS:
+        return None
+    if not all(_TRACESTATE_MEMBER.fullmatch(m) for m in members):
+        return None
+    if len({m.partition("=")[0] for m in members}) != len(members):
+        return None
+    kept = ",".join(members)
+    return kept if len(kept) <= TRACESTATE_MAX_BYTES else None
+
+
 def parse_traceparent(value: str | None, tracestate: str | None = None) -> Parent | None:
     """A W3C `traceparent` (and its `tracestate`) as a remote parent; None when absent
-    or malformed (a bad header is ignored, as the W3C spec asks, never an error)."""
+    or malformed (a bad header is ignored, as the W3C spec asks, never an error). A
+    `tracestate` is kept only when valid (`valid_tracestate`): else the parent has none."""
     if not value:
         return None
     m = _TRACEPARENT.match(value.strip().lower())
@@ -117,7 +155,7 @@ def parse_traceparent(value: str | None, tracestate: str | None = None) -> Paren
     trace_id, span_id = int(m.group(2), 16), int(m.group(3), 16)
     if not trace_id or not span_id:
         return None
-    return Parent(trace_id, span_id, bool(int(m.group(4), 16) & 1), True, tracestate or None)
+    return Parent(trace_id, span_id, bool(int(m.group(4), 16) & 1), True, valid_tracestate(tracestate))
 
 
 def from_headers(headers: Mapping[str, str] | None) -> Parent | None:
@@ -136,8 +174,8 @@ def caller_headers() -> dict[str, str]:
         # its environment hands down, as OpenTelemetry's environment carrier names it
         env = parse_traceparent(os.environ.get("TRACEPARENT"), os.environ.get("TRACESTATE"))
         return env.headers() if env is not None else {}
-    parent = Parent(ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, True, ctx.trace_state.to_header() or None)
-    return parent.headers()
+    state = valid_tracestate(ctx.trace_state.to_header())
+    return Parent(ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, True, state).headers()
 
 
 # --- the provider -------------------------------------------------------------------
@@ -207,14 +245,25 @@ def use(provider: Any | None, *, iterations: bool = False) -> None:
     _on = _Tracing(provider, iterations) if provider is not None else None
 
 
+def exporter_names(environ: Mapping[str, str]) -> list[str] | None:
+    """OTEL_TRACES_EXPORTER as the OpenTelemetry spec reads it: a comma-separated list
+    (`otlp,console`), each named once; `none` names no exporter (alone: tracing off).
+    None when the variable is not set."""
+    given = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if not given:
+        return None
+    names = [n.strip() for n in given.split(",")]
+    return list(dict.fromkeys(n for n in names if n and n != "none"))
+
+
 def wanted(environ: Mapping[str, str]) -> bool:
     """Do the `OTEL_*` variables ask for traces? An exporter named, or an OTLP
-    endpoint given; `none` (or OTEL_SDK_DISABLED) says no."""
+    endpoint given; `none` alone (or OTEL_SDK_DISABLED) says no."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
+    names = exporter_names(environ)
+    if names is not None:
+        return bool(names)
     return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
@@ -270,30 +319,60 @@ def configure(roles: Sequence[str], environ: Mapping[str, str] | None = None) ->
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        exporter = _exporter(env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp", env)
+        # every exporter made before any is used: one that cannot be is the whole
+        # configuration's error, not half a pod's tracing
+        exporters = [_exporter(name, env) for name in exporter_names(env) or ["otlp"]]
         attributes: dict[str, Any] = {"service.name": f"actors-{'+'.join(roles)}"}
         host = env.get("ACTORS_POD_NAME") or env.get("HOSTNAME")  # the pod's name, as its leases say it
         if host:
             attributes |= {"service.instance.id": host, "k8s.pod.name": host}
         provider = TracerProvider(
-            resource=Resource.create(attributes | _resource_env(env)), id_generator=_id_generator()
+            resource=Resource.create(attributes | _resource_env(env)),
+            id_generator=_id_generator(),
+            # no exit hook of the SDK's: its shutdown waits up to 30 s on a collector that
+            # does not answer; `shutdown` below is the pod's, bounded
+            shutdown_on_exit=False,
         )
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        for exporter in exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
     except Exception as e:  # ImportError (no `otel` extra), ValueError (a bad variable)
         log.error("tracing off: the OTEL_* configuration cannot be used: %s", e)
         use(None)
         return False
     use(provider, iterations=env.get(ITERATIONS_ENV, "").strip().lower() in ("1", "true", "yes"))
-    log.info("tracing on: spans exported by %s", type(exporter).__name__)
+    log.info("tracing on: spans exported by %s", ", ".join(type(e).__name__ for e in exporters))
     return True
 
 
-def shutdown() -> None:
-    """Flush what is queued and stop (a pod stopping)."""
+# how long a stopping pod gives its exporters to send what is queued: a collector that
+# does not answer must not keep the pod past its grace period (Kubernetes' default is 30 s,
+# and the roles' drain comes first)
+SHUTDOWN_WAIT = 3.0
+
+
+def shutdown(wait: float = SHUTDOWN_WAIT) -> None:
+    """Send what is queued and stop (a pod stopping), for at most `wait` seconds: what
+    is not sent by then is lost. The SDK cannot bound it itself: its batch processor's
+    `force_flush` ignores its timeout and its `shutdown` waits up to 30 s for the export
+    under way (opentelemetry-python #4568, #4555), so both run on a daemon thread this
+    waits for no longer; the process may exit while that thread still waits on the
+    collector."""
     on = _on
-    if on is not None:
+    if on is None:
+        return
+    use(None)  # nothing more is made meanwhile
+
+    def stop() -> None:
+        with contextlib.suppress(Exception):
+            on.provider.force_flush(int(wait * 1000))
         with contextlib.suppress(Exception):
             on.provider.shutdown()
+
+    stopping = threading.Thread(target=stop, name="actors-tracing-shutdown", daemon=True)
+    stopping.start()
+    stopping.join(wait)
+    if stopping.is_alive():
+        log.warning("tracing: the collector took no spans for %gs; what was queued is dropped", wait)
 
 
 def iterations_traced() -> bool:
@@ -400,9 +479,13 @@ def responded(span: Any, status: int) -> None:
             span.set_attribute("error.type", str(status))
 
 
-def fail(span: Any, message: str) -> None:
+def fail(span: Any, exc: BaseException) -> None:
+    """An HTTP client span's request that got no response: ERROR, with its category
+    (`http_error_type`) as `error.type` and status, never the exception's message."""
     if span is not None:
-        span.set_status(Status(StatusCode.ERROR, message))
+        category = http_error_type(exc)
+        span.set_attribute("error.type", category)
+        span.set_status(Status(StatusCode.ERROR, category))
 
 
 def now() -> float:
@@ -433,7 +516,9 @@ class ToolCall:
         self.spans: list[Any] = []
         iteration = cmd.iteration_index is not None or cmd.chunk is not None
         if iteration and not on.iterations:
-            self.token = otel_context.attach(parent.context())
+            # the loop's context, current for the log lines and the http tool's
+            # `traceparent`, marked so that no span is made under it (`http_client`)
+            self.token = otel_context.attach(otel_context.set_value(_QUIET, True, parent.context()))
             return
         now_s = time.time()
         attrs: dict[str, Any] = {
@@ -500,17 +585,61 @@ def tool_call(
     return ToolCall(on, cmd, headers, stored.timestamp() if stored is not None else None, delivered)
 
 
+def http_error_type(exc: BaseException) -> str:
+    """What an http client span's `error.type` says of a request that got no response:
+    a fixed category (`timeout`, `connection`, `cancelled`, `client`: the client refused
+    or could not read it, `other`), never a name or a message that came with it."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    names = {c.__name__ for c in type(exc).__mro__}  # aiohttp's, without importing it here
+    if isinstance(exc, OSError) or names & {"ClientConnectionError", "ClientPayloadError"}:
+        return "connection"
+    return "client" if "ClientError" in names else "other"
+
+
+def _url_origin(url: str) -> dict[str, Any]:
+    """The scheme, host and port of `url`: all an http span says of where it went. The
+    path and the query are the step's values (templated from its input, a token in a
+    query, sealed in the log when a payload key is set), the user info a credential;
+    none is exported. `hostname` takes the host after the LAST `@` (a password with an
+    `@` in it is not taken for the host)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a bad port, a bad IPv6 literal: the request fails on its own
+        return {}
+    if not host:
+        return {}
+    scheme = parts.scheme.lower()
+    port = port or {"http": 80, "https": 443}.get(scheme)
+    attrs: dict[str, Any] = {"url.scheme": scheme, "server.address": host}
+    if port is not None:
+        attrs["server.port"] = port
+    return attrs
+
+
 @contextlib.contextmanager
 def http_client(method: str, url: str, headers: dict[str, str]) -> Iterator[Any]:
-    """An HTTP client span (semantic conventions: `http.request.method`, `url.full`,
-    `http.response.status_code`) under the current context, whose `traceparent` (and
-    `tracestate`) `headers` gets for the server; one the tool's own headers set wins."""
+    """An HTTP client span (semantic conventions: `http.request.method`, `url.scheme`,
+    `server.address`, `server.port`, `http.response.status_code`; no `url.full`: see
+    `_url_origin`) under the current context, whose `traceparent` (and `tracestate`)
+    `headers` gets for the server; one the tool's own headers set wins. A loop iteration
+    not traced (`ACTORS_TRACE_ITERATIONS` off) makes no span: the server gets the loop's
+    context."""
     on = _on
     if on is None:
         yield None
         return
-    # no query, no user info: either may hold a secret
-    attrs = {"http.request.method": method, "url.full": re.sub(r"//[^/@]*@", "//", url.split("?", 1)[0])}
+    if otel_context.get_value(_QUIET):
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid and not any(k.lower() == TRACEPARENT for k in headers):
+            state = valid_tracestate(ctx.trace_state.to_header())
+            headers.update(Parent(ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, tracestate=state).headers())
+        yield None
+        return
+    attrs = {"http.request.method": method, **_url_origin(url)}
     with live_span(method, kind=SpanKind.CLIENT, attributes=attrs) as span:
         ctx = span.get_span_context()
         if not any(k.lower() == TRACEPARENT for k in headers):

@@ -51,11 +51,10 @@ from typing import Any
 
 from actors.tools import pgwrite
 from actors.tools.call import CommandIdentity, ToolCall
-from actors.tools.executors import run_tool
+from actors.tools.executors import mask_failure, run_tool
 from actors.tools.failures import ToolFailure, failure_from_exception
 from actors.tools.kinds.postgres import credential_name
 from actors.tools.limits import limited
-from actors.tools.redact import REDACTOR
 from actors.tools.resources import ToolResources
 
 __all__ = ["GROUP_ROWS", "SinkWrite", "alone_timeout", "group_key", "may_combine", "rows_in", "write_together"]
@@ -270,9 +269,5 @@ async def _combined(
         except Exception as exc:
             raise failure_from_exception(exc) from exc
     except ToolFailure as f:
-        f.type = REDACTOR.text(f.type)
-        f.message = REDACTOR.text(f.message)
-        f.traceback = REDACTOR.maybe(f.traceback)
-        f.data = REDACTOR.value(f.data)
-        f.args = (f"{f.type}: {f.message}",)
+        mask_failure(f)  # as run_tool does for a write alone
         raise

@@ -138,12 +138,18 @@ async def run_tool(
         except Exception as exc:
             raise failure_from_exception(exc) from exc
     except ToolFailure as f:
-        f.type = REDACTOR.text(f.type)
-        f.message = REDACTOR.text(f.message)
-        f.traceback = REDACTOR.maybe(f.traceback)
-        f.data = REDACTOR.value(f.data)
-        f.args = (f"{f.type}: {f.message}",)
+        mask_failure(f)
         raise
     finally:
         if output is not None and output.captured is not None:
             output.captured = REDACTOR.captured(output.captured)
+
+
+def mask_failure(f: ToolFailure) -> None:
+    """Every credential value out of a failure a tool raised (its type, message,
+    traceback and data), before it is answered, logged or stored."""
+    f.type = REDACTOR.text(f.type)
+    f.message = REDACTOR.text(f.message)
+    f.traceback = REDACTOR.maybe(f.traceback)
+    f.data = REDACTOR.value(f.data)
+    f.args = (f"{f.type}: {f.message}",)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import socket
 
 import aiohttp
 import pytest
@@ -71,6 +72,9 @@ async def test_lines_and_exemplars_carry_the_current_span_and_metrics_speak_open
                 om_type, om = r.headers["Content-Type"], await r.text()
             async with http.get(url) as r:
                 plain_type, plain = r.headers["Content-Type"], await r.text()
+            # a version prometheus-client cannot read (a TypeError inside it): the 0.0.4 text, not a 500
+            async with http.get(url, headers={"Accept": "application/openmetrics-text;version=abc"}) as r:
+                odd_status, odd_type, odd = r.status, r.headers["Content-Type"], await r.text()
     finally:
         await server.stop()
         logtrace.uninstall()
@@ -107,6 +111,25 @@ async def test_lines_and_exemplars_carry_the_current_span_and_metrics_speak_open
         if s.name == "actors_step_seconds_bucket" and s.labels.get("kind") == "logtrace-test"
     }
     assert counts["0.005"] == 1 and counts["+Inf"] == 2
+    assert (odd_status, odd_type) == (200, plain_type) and "actors_step_seconds_bucket" in odd
+
+
+@pytest.mark.timeout(20)  # the SDK alone waits 30 s and more on a collector that never answers
+def test_a_collector_that_never_answers_does_not_hold_a_stopping_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.runtime import tracing
+
+    with socket.create_server(("127.0.0.1", 0)) as hung:  # accepts (the backlog), never answers
+        port = hung.getsockname()[1]
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "60")  # the exporter's own wait, per request
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")  # the exporter reads it here
+        assert tracing.configure(["engine"], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
+        try:
+            for i in range(3):
+                tracing.emit("step x", parent=None, trace_id=1, span_id=i + 1, start=1.0, end=2.0, attributes={})
+            tracing.shutdown()  # what a pod does after its roles stop: bounded (tracing.SHUTDOWN_WAIT)
+            assert not tracing.enabled()
+        finally:
+            tracing.use(None)
 
 
 def _logger(name: str) -> tuple[logging.Logger, io.StringIO]:

@@ -195,3 +195,74 @@ async def test_an_engine_restarted_mid_execution_emits_no_span_twice(
     iterations = [s for s in spans if s.name == "cmd.python process"]
     assert sorted((s.attributes or {})["actors.iteration"] for s in iterations) == [0, 1]
     assert all(_parent_id(s) == loop.context.span_id for s in iterations)
+
+
+HTTP_LOOP = HEAD % "trace/http-loop" + (
+    "  - step: call\n"
+    '    tool: {kind: http, url: "http://127.0.0.1:%d/{{ workload.tag }}/{{ n }}"}\n'
+    '    loop: {collection: "{{ range(3) | list }}", element: n}\n'
+)
+
+
+@pytest.mark.timeout(60)
+async def test_a_callers_tracestate_is_kept_only_when_valid_and_http_iterations_make_no_spans(
+    exporter: InMemorySpanExporter, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    from aiohttp import web
+
+    from actors.wire.messages import StartMessage
+    from streams.ids import start_id
+    from streams.layout import START_SUBJECT
+
+    received: dict[str, list[tuple[str, str | None]]] = {}
+
+    async def remember(request: web.Request) -> web.Response:
+        tag = request.match_info["tag"]
+        received.setdefault(tag, []).append((request.headers["traceparent"], request.headers.get("tracestate")))
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/{tag}/{n}", remember)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    huge = "k=" + "v" * 48_000  # the review's: it rode every command, loop spec and log line
+    states = {"big": huge, "ok": "congo=t61rcWkgMzE"}
+    try:
+        async with running_system(nats_server, tmp_path) as system:
+            await _register(system, HTTP_LOOP % port)
+            js = system.nc.jetstream()
+            for tag, state in states.items():
+                # a start message as any NATS client sends it, W3C context in its headers
+                start = StartMessage(playbook="trace/http-loop", payload={"tag": tag}, execution_id=f"ts-{tag}")
+                headers = {"traceparent": ENV_PARENT, "tracestate": state, "Nats-Msg-Id": start_id(f"ts-{tag}")}
+                await js.publish(START_SUBJECT, system.client.codec.encode(start), headers=headers)
+            done = await asyncio.gather(*(system.client.wait(f"ts-{tag}", timeout=30) for tag in states))
+            assert [s.state for s in done] == ["COMPLETED", "COMPLETED"]
+            records = {tag: await system.client.start_record(f"ts-{tag}") for tag in states}
+            await system.engine_idle()
+    finally:
+        await runner.cleanup()
+    env_parent = tracing.parse_traceparent(ENV_PARENT)
+    assert env_parent is not None
+    spans = list(exporter.get_finished_spans())
+    for tag in states:
+        record = records[tag]
+        assert record is not None and record.traceparent == ENV_PARENT
+        mine = _of(spans, f"ts-{tag}")
+        execution = _one(mine, "execution trace/http-loop")
+        assert execution.context.trace_id == env_parent.trace_id and _parent_id(execution) == env_parent.span_id
+        loop_span = _one(mine, "loop call")
+        # no span per iteration, the http client's neither: the server hears of the loop's span
+        trace_spans = [s for s in spans if s.context.trace_id == env_parent.trace_id]
+        assert not [s for s in trace_spans if s.kind == SpanKind.CLIENT or s.name.startswith(("cmd.", "tool "))]
+        sent = received[tag]
+        assert len(sent) == 3
+        assert {tp for tp, _ in sent} == {f"00-{env_parent.trace_id:032x}-{loop_span.context.span_id:016x}-01"}
+    # a valid state is kept and passed on; one W3C would not keep is dropped before it is recorded
+    assert records["ok"] is not None and records["ok"].tracestate == "congo=t61rcWkgMzE"
+    assert {ts for _, ts in received["ok"]} == {"congo=t61rcWkgMzE"}
+    assert records["big"] is not None and records["big"].tracestate is None
+    assert {ts for _, ts in received["big"]} == {None}

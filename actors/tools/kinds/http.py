@@ -150,7 +150,7 @@ async def _request(
                         session, method, url, query, headers, data, secret=frozenset(k.lower() for k in given)
                     )
             except BaseException as exc:
-                tracing.fail(span, type(exc).__name__)
+                tracing.fail(span, exc)
                 raise
             tracing.responded(span, status)
     except aiohttp.InvalidURL as exc:
