@@ -93,8 +93,11 @@ class _Span:
 class ExecutionTrace:
     """One execution's spans (see the module docstring). Made only when tracing is on."""
 
-    def __init__(self, execution_id: str) -> None:
+    def __init__(self, execution_id: str, *, sealed: bool = False) -> None:
+        """`sealed`: the deployment seals payloads (a payload key is set), error types
+        included, so spans name no error type (`tracing.span_error_type`)."""
         self.execution_id = execution_id
+        self.sealed = sealed
         self.span_id = span_id_of(execution_id, "execution")
         self.caller: Parent | None = None
         self.root: Parent | None = None  # the execution span's context, once its start record is folded
@@ -138,7 +141,7 @@ class ExecutionTrace:
             return
         if isinstance(inp, (CallDone, CallError, ChunkDone)):
             # an error's type alone: its message may hold values (sealed in the log with a payload key)
-            error = inp.error.type if isinstance(inp, CallError) else None
+            error = tracing.span_error_type(inp.error.type, sealed=self.sealed) if isinstance(inp, CallError) else None
             worker = {"actors.worker": inp.worker} if inp.worker else {}
             self._end_attempt(inp.command_id, at, emit, error=error, more=worker)
         elif isinstance(inp, (IteratorCompleted, IteratorFailed)):
@@ -191,7 +194,7 @@ class ExecutionTrace:
                 {
                     "actors.attempt": data.attempt_number,
                     "actors.decision": data.decision,
-                    "error.type": str(data.error.get("type", "")),
+                    "error.type": tracing.span_error_type(str(data.error.get("type", "")), sealed=self.sealed),
                 },
             )
         elif isinstance(data, IteratorStartedData):
@@ -271,7 +274,7 @@ class ExecutionTrace:
         error = None
         if data.status == ActivationStatus.FAILED:
             err = data.error if isinstance(data.error, dict) else {}
-            error = str(err.get("type") or "failed")
+            error = tracing.span_error_type(str(err.get("type") or "failed"), sealed=self.sealed)
         attrs = {**opened.attributes, "actors.step.status": str(data.status)}
         span_id = span_id_of(self.execution_id, "step", step, data.activation)
         self.pending.append(
@@ -325,7 +328,7 @@ class ExecutionTrace:
         )
         error = None
         if isinstance(data, PlaybookFailedData):
-            error = str(data.error.get("type") or "failed")
+            error = tracing.span_error_type(str(data.error.get("type") or "failed"), sealed=self.sealed)
         elif isinstance(data, ExecutionCancelledData):
             error = "cancelled"
         start = data.started_at if data.started_at else self.started_at

@@ -585,6 +585,18 @@ def tool_call(
     return ToolCall(on, cmd, headers, stored.timestamp() if stored is not None else None, delivered)
 
 
+# what a span says of an error whose type is sealed in the log (a payload key is set):
+# a python step's error type is the class its code raised, which may be built from any
+# value (actors/wire/secrecy.py), so it stays out of the span like the value itself
+SEALED_ERROR = "error"
+
+
+def span_error_type(error_type: str, *, sealed: bool) -> str:
+    """An error's type as a span may carry it: as it is, or `SEALED_ERROR` when the
+    deployment seals error types in the log."""
+    return SEALED_ERROR if sealed else error_type
+
+
 def http_error_type(exc: BaseException) -> str:
     """What an http client span's `error.type` says of a request that got no response:
     a fixed category (`timeout`, `connection`, `cancelled`, `client`: the client refused

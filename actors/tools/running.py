@@ -231,7 +231,9 @@ class CommandRunner:
                 failed = error
             observe_step(cmd.kind, step_outcome(failed.type if failed else None), time.time() - started)
             if call is not None:
-                call.outcome(failed.type if failed else None)  # the type alone: a message may hold values
+                # the type alone (a message may hold values), and not even that when types are sealed
+                sealed = codec_of(self.js).encrypts
+                call.outcome(tracing.span_error_type(failed.type, sealed=sealed) if failed else None)
             # the result is stored (PubAck) before the command is acked: a command that
             # was ever acked has its result in the log, which replay relies on
             if cmd.chunk is not None:

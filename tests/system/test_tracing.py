@@ -6,6 +6,7 @@ engine restarted mid-execution (its replay) emitting no span twice."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from actors.config.settings import Settings
 from actors.runtime import tracing
 from tests.conftest import NatsServer, System, running_system
 
@@ -266,3 +268,29 @@ async def test_a_callers_tracestate_is_kept_only_when_valid_and_http_iterations_
     assert {ts for _, ts in received["ok"]} == {"congo=t61rcWkgMzE"}
     assert records["big"] is not None and records["big"].tracestate is None
     assert {ts for _, ts in received["big"]} == {None}
+
+
+SECRET_TYPE = HEAD % "trace/sealed" + (
+    "  - step: leak\n    tool:\n      kind: python\n      code: |\n"
+    "        def main():\n"
+    "            raise type('Token_s3cr3t', (Exception,), {})('no')\n"
+)
+
+
+@pytest.mark.timeout(60)
+async def test_with_a_payload_key_spans_name_no_error_type(
+    exporter: InMemorySpanExporter, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A python step's error type is whatever class its code raised, sealed in the log when
+    a payload key is set: its spans then say `error` and nothing more."""
+    key = "k1:" + base64.b64encode(b"K" * 32).decode()
+    async with running_system(nats_server, tmp_path, settings=Settings(payload_key=key)) as system:
+        await _register(system, SECRET_TYPE)
+        eid = await system.client.start("trace/sealed")
+        assert (await system.client.wait(eid, timeout=30)).state == "FAILED"
+        await system.engine_idle()
+    spans = _of(list(exporter.get_finished_spans()), eid)
+    assert _one(spans, "attempt leak").status.status_code == StatusCode.ERROR
+    said = repr([(s.name, dict(s.attributes or {}), s.status.description, s.events) for s in spans])
+    assert "s3cr3t" not in said
+    assert (_one(spans, "attempt leak").attributes or {})["error.type"] == "error"
