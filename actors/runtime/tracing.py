@@ -495,6 +495,15 @@ def now() -> float:
 # --- a tool pod's side ----------------------------------------------------------------
 
 
+# the data tools' run spans as database client spans (semantic conventions: `db.system.name`);
+# only the system: a statement, table or database name is the step's value (sealed in the
+# log when a payload key is set), so it stays out of the span
+DB_SYSTEMS: dict[str, dict[str, Any]] = {
+    "postgres": {"db.system.name": "postgresql"},
+    "duckdb": {"db.system.name": "duckdb"},
+}
+
+
 class ToolCall:
     """A command run on a tool pod: a `process` span (messaging, consumer) from when the
     command was stored to its answer, with the queue wait as an attribute, and a `tool`
@@ -550,7 +559,12 @@ class ToolCall:
             run = on.tracer.start_span(
                 f"tool {cmd.kind}",
                 context=trace.set_span_in_context(process),
-                attributes={"actors.execution_id": eid, "actors.step": cmd.step, "actors.attempt": cmd.attempt_number},
+                attributes={
+                    "actors.execution_id": eid,
+                    "actors.step": cmd.step,
+                    "actors.attempt": cmd.attempt_number,
+                    **DB_SYSTEMS.get(cmd.kind, {}),
+                },
             )
         finally:
             _IDS.reset(token)

@@ -294,3 +294,23 @@ async def test_with_a_payload_key_spans_name_no_error_type(
     said = repr([(s.name, dict(s.attributes or {}), s.status.description, s.events) for s in spans])
     assert "s3cr3t" not in said
     assert (_one(spans, "attempt leak").attributes or {})["error.type"] == "error"
+
+
+DUCK = HEAD % "trace/duck" + '  - step: sum\n    tool: {kind: duckdb, query: "SELECT 41 + 1 AS answer"}\n'
+
+
+@pytest.mark.timeout(60)
+async def test_a_data_tools_run_is_a_database_client_span(
+    exporter: InMemorySpanExporter, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The data tools' runs carry the semantic conventions' `db.system.name`, and nothing of
+    the statement (a step's value)."""
+    async with running_system(nats_server, tmp_path) as system:
+        await _register(system, DUCK)
+        eid = await system.client.start("trace/duck")
+        assert (await system.client.wait(eid, timeout=30)).state == "COMPLETED"
+        await system.engine_idle()
+    run = _one(_of(list(exporter.get_finished_spans()), eid), "tool duckdb")
+    attrs = dict(run.attributes or {})
+    assert attrs["db.system.name"] == "duckdb"
+    assert "41 + 1" not in repr(attrs)
