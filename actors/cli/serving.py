@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from typing import Any
 
@@ -38,6 +39,12 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     except BaseException:
         await server.stop()
         raise
+    from actors.pod.roles import ROLES
+    from actors.runtime import logtrace, tracing
+
+    # as `serve`: the OTEL_* variables turn traces on (docs/tracing.md), ids on log lines
+    traced = tracing.configure(ROLES)
+    logtrace.install()
     rt = await start_roles(nc, settings=settings, step_user_fallback=True)
     tune_gc()
     print(f"NATS at {server.url} (store {server.store}); all actors running. Ctrl-C to stop.", flush=True)
@@ -51,6 +58,8 @@ async def cmd_dev(args: argparse.Namespace) -> int:
         await rt.stop()
         await close_connection(nc)
         await server.stop()
+        if traced:
+            await asyncio.to_thread(tracing.shutdown)  # bounded: tracing.SHUTDOWN_WAIT
     return EXIT_OK
 
 
