@@ -318,6 +318,19 @@ class NatsServer:
         if self._owns_store:
             shutil.rmtree(self.store, ignore_errors=True)
 
+    async def discard(self) -> None:
+        """Stop a server whose store is thrown away with it (a test's): killed at once
+        rather than shut down in turn (a JetStream shutdown takes a third of a second,
+        spent for nothing when the store goes next). A store this server does not own
+        is kept, so the shutdown is the orderly one then."""
+        if not self._owns_store:
+            await self.stop()
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+            await asyncio.to_thread(self.proc.wait, 10)
+        shutil.rmtree(self.store, ignore_errors=True)
+
     async def __aenter__(self) -> NatsServer:
         return self
 

@@ -59,7 +59,7 @@ async def nats_server() -> AsyncIterator[NatsServer]:
     try:
         yield server
     finally:
-        await server.stop()
+        await server.discard()  # its store goes with it: no orderly shutdown to wait for
 
 
 @dataclass

@@ -395,7 +395,7 @@ async def record(scenario: Scenario, out: Path, *, release_name: str | None = No
                 await runtime.stop()
                 await nc.close()
         finally:
-            await server.stop()
+            await server.discard()
     assert header["state"] in TERMINAL
     path = out / f"{scenario.name}.jsonl"
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))

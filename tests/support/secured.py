@@ -58,7 +58,7 @@ async def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     try:
         yield Secured(server, passwords, permissions.deployed_layout())
     finally:
-        await server.stop()
+        await server.discard()
 
 
 class Pods:

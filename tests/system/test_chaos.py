@@ -199,7 +199,7 @@ async def test_pods_killed_mid_run_change_no_outcome(tmp_path: Path) -> None:
         layout = Layout(partitions=6, ack_wait=2.0, lease_ttl=2.0, duplicate_window=1.0)
         await run_chaos(server.url, layout, tmp_path, kill_pods)
     finally:
-        await server.stop()
+        await server.discard()
 
 
 async def test_pods_and_a_nats_node_killed_mid_run_change_no_outcome(tmp_path: Path) -> None:

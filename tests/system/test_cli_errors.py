@@ -235,7 +235,7 @@ async def test_every_command_says_at_once_when_the_server_refuses_the_credential
         code, out, err, _ = await cli("register", "examples/hello.yaml", url=server.url)  # the right one works
         assert code == 0, err
     finally:
-        await server.stop()
+        await server.discard()
 
 
 # --- item 9: a second start of the same id -------------------------------------------------

@@ -156,7 +156,7 @@ async def test_connect_with_credentials_in_the_url_and_a_refused_password_fails_
             await Client.connect(wrong, timeout=20)
         assert "wrong" not in str(e.value)  # the password is never printed
     finally:
-        await server.stop()
+        await server.discard()
 
 
 async def test_connect_to_nothing_gives_up_within_its_timeout() -> None:

@@ -247,7 +247,7 @@ async def server(request: pytest.FixtureRequest, pki: Pki) -> AsyncIterator[tupl
     try:
         yield srv, sec
     finally:
-        await srv.stop()
+        await srv.discard()
 
 
 def _no_secret(text: str) -> None:
@@ -386,7 +386,7 @@ async def test_the_deploy_values_encrypt_jetstream_at_rest(encrypted: bool, tmp_
             await runtime.stop()
             await nc.close()
     finally:
-        await srv.stop()  # flushed and closed: what is on disk is all there is
+        await srv.discard()  # flushed and closed: what is on disk is all there is
     found = _stored_files_containing(tmp_path / "store" / "jetstream", marker.encode())
     assert (found == []) if encrypted else found, found
 

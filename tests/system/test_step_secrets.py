@@ -293,7 +293,7 @@ async def test_run_as_root_with_the_default_step_user_runs_the_quick_start(tmp_p
         code, _, served, _ = await cli("serve", "--role", "tools", "--http-port", "0", url=server.url, env=default)
         assert code == 3 and "cannot start as nobody" in served, served
     finally:
-        await server.stop()
+        await server.discard()
 
 
 @pytest.mark.asyncio
@@ -338,4 +338,4 @@ async def test_the_embedded_server_gets_only_the_variables_its_configuration_nam
         nc = await nats.connect(f"nats://127.0.0.1:{server.port}", token=token)  # the server read it
         await nc.close()
     finally:
-        await server.stop()
+        await server.discard()

@@ -121,7 +121,7 @@ async def test_ui_command_says_what_is_wrong_in_one_line() -> None:
             and f"cannot serve the web UI on 127.0.0.1:{port}" in err.decode()
         )
     finally:
-        await server.stop()
+        await server.discard()
 
 
 @pytest.mark.asyncio
