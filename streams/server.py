@@ -458,3 +458,11 @@ class NatsCluster:
             if node is not None:
                 await node.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    async def discard(self) -> None:
+        """Stop a cluster whose stores are thrown away with it (a test's): every node
+        killed at once, as `NatsServer.discard` does."""
+        for node in self.nodes:
+            if node is not None:
+                node.kill()
+        shutil.rmtree(self.root, ignore_errors=True)

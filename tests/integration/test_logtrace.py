@@ -76,7 +76,7 @@ async def test_lines_and_exemplars_carry_the_current_span_and_metrics_speak_open
             async with http.get(url, headers={"Accept": "application/openmetrics-text;version=abc"}) as r:
                 odd_status, odd_type, odd = r.status, r.headers["Content-Type"], await r.text()
     finally:
-        await server.discard()
+        await server.stop()
         logtrace.uninstall()
 
     trace_id, span_id = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")

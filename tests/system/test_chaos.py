@@ -223,4 +223,4 @@ async def test_pods_and_a_nats_node_killed_mid_run_change_no_outcome(tmp_path: P
 
         await run_chaos(cluster.url, layout, tmp_path, mid_run)
     finally:
-        await cluster.stop()
+        await cluster.discard()

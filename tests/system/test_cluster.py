@@ -72,7 +72,7 @@ async def cluster() -> AsyncIterator[NatsCluster]:
     try:
         yield c
     finally:
-        await c.stop()
+        await c.discard()
 
 
 async def test_a_cluster_starts_when_a_port_it_picked_is_taken_before_the_bind(
@@ -95,7 +95,7 @@ async def test_a_cluster_starts_when_a_port_it_picked_is_taken_before_the_bind(
             finally:
                 await nc.close()
         finally:
-            await cluster.stop()
+            await cluster.discard()
 
 
 async def test_free_ports_come_from_below_the_range_outgoing_connections_use() -> None:
@@ -236,4 +236,4 @@ async def test_streams_are_declared_once_a_forming_cluster_can_place_them() -> N
         finally:
             await nc.close()
     finally:
-        await cluster.stop()
+        await cluster.discard()

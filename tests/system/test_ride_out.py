@@ -50,7 +50,7 @@ async def cluster(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NatsCluster]
     try:
         yield c
     finally:
-        await c.stop()
+        await c.discard()
 
 
 async def run_cli(*args: str) -> int:
