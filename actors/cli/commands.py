@@ -17,6 +17,7 @@ from actors.cli.exits import EXIT_FAILED, EXIT_INVALID, EXIT_NATS, EXIT_OK, EXIT
 from actors.cli.inputs import checked_execution_id, payload_of, settings_of, timeout_of
 from actors.cli.items import loop_failures_summary
 from actors.cli.live import ProgressBars, follow_steps, progress_bars
+from actors.cli.outage import unless_nats_gone
 from actors.cli.output import (
     error_line,
     json_text,
@@ -29,6 +30,7 @@ from actors.cli.output import (
     warn_if_existing,
     why_missing,
 )
+from actors.errors import Unavailable
 from actors.wire.events import ExecState
 
 
@@ -236,17 +238,23 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"execution {eid}: {pb.metadata.catalog_path} v{entry.version}")
         try:
-            terminal = await asyncio.wait_for(follow_steps(client, eid, quiet=args.json, bars=bars), args.timeout)
+            following = follow_steps(client, eid, quiet=args.json, bars=bars)
+            if args.timeout is None:  # no bound of the user's, but not for ever once NATS is gone
+                following = unless_nats_gone(following, client, eid, "while following it")
+            terminal = await asyncio.wait_for(following, args.timeout)
             st = await client.wait(eid, timeout=10)
         except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us, then raises KeyboardInterrupt
             if bars is not None:
                 bars.settle()
             print_error(interrupted_line(eid, embedded=args_embedded(args)))
             raise
-        except TimeoutError:
+        except (TimeoutError, Unavailable) as e:
             if bars is not None:
                 bars.settle()
-            line, code = not_finished(client, eid, args.timeout)
+            if isinstance(e, Unavailable):
+                line, code = str(e), EXIT_NATS  # worded as not_finished's lines are
+            else:
+                line, code = not_finished(client, eid, args.timeout)
             if args.json:
                 print_json(
                     {

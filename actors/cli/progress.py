@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from actors.cli.outage import unless_nats_gone
 from actors.client.progress import RunningStep, follow_running, running_now
-from actors.errors import Unavailable
 
 __all__ = ["running_json", "running_lines", "snapshot", "watch_until_end"]
 
@@ -49,13 +49,6 @@ def running_json(steps: list[RunningStep]) -> list[dict[str, Any]]:
 async def snapshot(client: Any, execution_id: str) -> list[RunningStep]:
     """The steps running now, with their loops' counts (`status` without --watch)."""
     return await running_now(client, execution_id)
-
-
-OUTAGE_CHECK = 0.25  # seconds between two looks at the connection while NATS is away
-
-
-def limit_of(client: Any) -> float:
-    return float(getattr(client, "timeout", 0) or 0)
 
 
 class _Board:
@@ -114,39 +107,13 @@ async def watch_until_end(client: Any, execution_id: str, timeout: float | None,
             if latest:
                 board.show(latest)
 
-    async def outage() -> None:
-        """Returns when NATS has been unreachable for `client.timeout` seconds on end
-        (no --timeout: nothing else would end the wait)."""
-        limit = limit_of(client)
-        if timeout is not None or limit <= 0:
-            await asyncio.Event().wait()  # the --timeout given bounds the wait
-        loop = asyncio.get_running_loop()
-        down: float | None = None
-        while True:
-            await asyncio.sleep(OUTAGE_CHECK)  # nats-py has no awaitable for "still down"
-            if client.nc.is_connected:
-                down = None
-            elif down is None:
-                down = loop.time()
-            elif loop.time() - down >= limit:
-                return
-
     drawing = [asyncio.ensure_future(draw()), asyncio.ensure_future(tick())]
-    waiting = asyncio.ensure_future(client.wait(execution_id, timeout=timeout))
-    gone = asyncio.ensure_future(outage())
     try:
-        await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not waiting.done():
-            raise Unavailable(
-                f"execution {execution_id}: NATS unreachable for {limit_of(client):g}s while watching it: "
-                "its outcome is unknown here"
-            )
-        return waiting.result()
+        waiting = client.wait(execution_id, timeout=timeout)
+        if timeout is not None:  # the --timeout given bounds the wait
+            return await waiting
+        return await unless_nats_gone(waiting, client, execution_id, "while watching it")
     finally:
-        for task in (waiting, gone):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
         for task in drawing:
             task.cancel()
             with contextlib.suppress(BaseException):

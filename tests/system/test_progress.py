@@ -139,3 +139,54 @@ async def test_a_watch_with_no_timeout_gives_up_once_nats_is_gone_for_the_connec
         await rt.stop(drain_timeout=0)
         await close_connection(nc)
         await close_connection(watcher)
+
+
+SLEEPY = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: sleepy}
+workflow:
+  - step: nap
+    tool: {kind: sleep, seconds: 600}
+"""
+
+
+async def test_run_with_no_timeout_gives_up_once_nats_is_gone_for_the_connection_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run --nats URL` with no --timeout follows its execution for as long as it takes,
+    not for ever once NATS is gone: after the connection's timeout (30 s by default, 2 s
+    here) it ends with exit 5 and one line (it used to wait on a dead connection)."""
+    from actors import cli
+    from actors.cli import inputs
+    from actors.cli.exits import EXIT_NATS
+    from actors.client import Client
+    from actors.natsio import close_connection
+    from actors.pod.roles import connect, start_roles
+    from streams.server import NatsServer
+    from tests.conftest import make_layout
+
+    monkeypatch.setattr(inputs, "CLIENT_TIMEOUT", 2.0)
+    layout = make_layout()
+    monkeypatch.setenv("ACTORS_PARTITIONS", str(layout.partitions))
+    server = await NatsServer.start()
+    nc = await connect(server.url, name="test")
+    # no tools role: the step's command waits in its queue, and the run follows it
+    rt = await start_roles(nc, layout=layout, roles=("engine", "counter", "projector"))
+    try:
+        (tmp_path / "sleepy.yaml").write_text(SLEEPY)
+        # `cli.main` in a thread: it runs its own event loop (signals stay the main thread's)
+        run = asyncio.ensure_future(
+            asyncio.to_thread(
+                cli.main, ["run", str(tmp_path / "sleepy.yaml"), "--nats", server.url, "--execution-id", "gone-1"]
+            )
+        )
+        async for item in Client(nc, layout=layout).follow("gone-1"):
+            if item.type == "command.issued":
+                break  # the run follows a step that will not end
+        await server.stop()
+        assert await asyncio.wait_for(run, 60) == EXIT_NATS
+    finally:
+        await rt.stop(drain_timeout=0)
+        await close_connection(nc)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "execution gone-1: NATS unreachable for 2s while following it: its outcome is unknown here"
