@@ -116,8 +116,7 @@ class ExecutionActor(LogActor):
         self.replayer: Replayer | None = None  # while a replay folds: holds each decision against the log
         self.start_seq: int | None = None  # where the start record this actor folded is in the log
         # its spans (docs/tracing.md): fed by every fold, read by nothing the fold decides
-        sealed = codec_of(engine.js).encrypts
-        self.trace = ExecutionTrace(execution_id, sealed=sealed) if tracing.enabled() else None
+        self.trace = ExecutionTrace(execution_id, sealed=codec_of(engine.js).encrypts) if tracing.enabled() else None
         self.outbox.trace = self.trace
 
     @property

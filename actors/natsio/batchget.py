@@ -93,18 +93,7 @@ async def on_subject(nc: NATS, stream: str, subject: str) -> list[Stored]:
     seq = 1
     while True:
         got = await _batch(nc, stream, {"seq": seq, "batch": MAX_BATCH, "next_by_subj": subject})
-        for m in got:
-            h = m.headers or {}
-            out.append(
-                Stored(
-                    stream=stream,
-                    subject=h.get("Nats-Subject", ""),
-                    seq=int(h.get(SEQUENCE, "0")),
-                    time=_timestamp(h.get("Nats-Time-Stamp", "")),
-                    data=m.data,
-                    headers={k: v for k, v in h.items() if k not in _ADDED},
-                )
-            )
+        out.extend(stored_of(stream, m) for m in got)
         if len(got) < MAX_BATCH:
             return out
         seq = out[-1].seq + 1
@@ -135,7 +124,7 @@ def stored_of(stream: str, m: Msg) -> Stored:
         stream=stream,
         subject=h.get("Nats-Subject", ""),
         seq=int(h.get(SEQUENCE, "0")),
-        time=_timestamp(h.get("Nats-Time-Stamp", "")),
+        time=stamp_time(h),
         data=m.data,
         headers={k: v for k, v in h.items() if k not in _ADDED},
     )
