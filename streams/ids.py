@@ -109,6 +109,17 @@ def cancel_id(execution_id: str) -> str:
     return f"{execution_id}:cancel"
 
 
+def signal_msg_id(execution_id: str, signal_id: str) -> str:
+    """A signal: sent twice under the same id, it is one signal (the fold also keeps the
+    ids it has taken, past the duplicate window)."""
+    return f"{execution_id}:signal:{signal_id}"
+
+
+def signal_forward_id(execution_id: str, loop_id: str, signal_id: str) -> str:
+    """A signal the engine hands to a waiting loop's log (LoopSubjects.signal)."""
+    return f"{execution_id}:{loop_id}:signal:{signal_id}"
+
+
 def loop_spec_id(execution_id: str, loop_id: str) -> str:
     return f"{execution_id}:loop:{loop_id}"
 

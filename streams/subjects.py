@@ -47,6 +47,9 @@ RESULT_REQUEST_SUBJECT = "result.request"
 REGISTER_REQUEST_SUBJECT = "catalog.register"
 # not `cancel.request`: `cancel.<execution_id>` is the tool actors' (an execution may be named "request")
 CANCEL_REQUEST_SUBJECT = "execution.cancel"
+# a signal for a waiting step (`tool: wait`), sent as a request any client may make:
+# checked (the execution exists and is not finished) and written to the execution's log
+SIGNAL_REQUEST_SUBJECT = "execution.signal"
 # a header on a result request: seconds to wait for the execution to end before answering
 RESULT_WAIT = "Actors-Result-Wait"
 # every status the projector writes, also published on core NATS under its playbook, so a
@@ -60,6 +63,7 @@ STATUS_REVISION = "Actors-Revision"
 START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterator", "timer", "fault", "cancel", "spec"
 LOOP_RESULT, DECISION = "res", "decision"
 COMMAND = "cmd"  # ev.cmd.<kind>: a decision record holding its one command
+SIGNAL = "signal"  # in.signal: a signal sent to the execution (actors/wire/messages.py SignalSent)
 RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
@@ -97,6 +101,12 @@ class _LogSubjects:
     @property
     def cancel(self) -> str:
         return self.input(CANCEL)
+
+    @property
+    def signal(self) -> str:
+        """Where signals go: one subject for every signal of the log (its name and key are
+        in the message), so signals add no subject per name to the server's index."""
+        return self.input(SIGNAL)
 
     @property
     def results(self) -> str:

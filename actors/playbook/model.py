@@ -7,6 +7,7 @@ fields: a misspelt key is an error, never silently ignored.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ MAX_SECONDS = 365 * 24 * 3600.0
 Seconds = Annotated[float, Meta(gt=0, le=MAX_SECONDS)]
 Delay = Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
 END = "end"
+SIGNAL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a signal's name (`tool: wait`, `actors-cli signal`)
 
 
 class _Strict(Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -68,6 +70,36 @@ class SleepTool(_Tool, tag="sleep"):
     seconds: float | str = 0.0
 
 
+class WaitTool(_Tool, tag="wait"):
+    """A step that waits for something outside the execution (docs/language.md, Waiting):
+    a signal named `signal` (sent to this execution, with `key` when the step names one;
+    in a loop, each iteration its own key), whose `when` holds over it; or a date
+    (`until`, ISO 8601, UTC unless it carries an offset or `zone` names one). With both,
+    `until` is the deadline. The step's `timeout` (seconds from when it starts waiting)
+    bounds a signal wait too; past it, or past `until`, a signal wait fails with
+    `WaitTimeout`, an ordinary failure. Decided by the engine (and, in a loop, the
+    counter): no tool actor runs it. `approval`: the UI offers approve / reject; the
+    signal's data is `{approved, comment, by}`, and a rejection fails the step with
+    `Rejected`."""
+
+    signal: str | None = None
+    key: str = ""  # a template
+    when: str | None = None  # a condition; `signal` in scope: {name, key, data, by, sent_at}
+    until: str | None = None  # a template rendering to an ISO 8601 time (or epoch seconds)
+    zone: str | None = None  # an IANA zone for an `until` without an offset (default UTC)
+    approval: bool = False
+
+    def __post_init__(self) -> None:
+        if self.signal is None and self.until is None:
+            raise ValueError("a wait step waits for a `signal`, or `until` a time, or both")
+        if self.approval and self.signal is None:
+            raise ValueError("`approval` waits for a signal: name it (`signal`)")
+        if self.signal is not None and not SIGNAL_NAME.match(self.signal):
+            raise ValueError("`signal` is a name: letters, digits, `_`, `-`, at most 64 characters")
+        if self.credential is not None:
+            raise ValueError("a wait step takes no credential")
+
+
 class DuckdbTool(_Tool, tag="duckdb"):
     query: str = ""  # never rendered: values reach it as bound parameters ($name) from the args
     max_rows: int | str = 10_000
@@ -107,8 +139,8 @@ class PostgresTool(_Tool, tag="postgres"):
             raise ValueError(f"`key` is for mode upsert, not {self.mode}")
 
 
-Tool = PythonTool | HttpTool | ShellTool | PlaybookTool | NoopTool | SleepTool | DuckdbTool | PostgresTool
-TOOL_KINDS = ("python", "http", "shell", "playbook", "noop", "sleep", "duckdb", "postgres")
+Tool = PythonTool | HttpTool | ShellTool | PlaybookTool | NoopTool | SleepTool | WaitTool | DuckdbTool | PostgresTool
+TOOL_KINDS = ("python", "http", "shell", "playbook", "noop", "sleep", "wait", "duckdb", "postgres")
 # Tool fields that are code or identity, never rendered as templates.
 UNRENDERED_TOOL_FIELDS = frozenset({"kind", "code", "credential", "query", "auth"})
 

@@ -192,6 +192,15 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     },
     "NoopTool": dict(_TOOL_COMMON),
     "SleepTool": {**_TOOL_COMMON, "seconds": "how long to wait (an arg `seconds` wins)"},
+    "WaitTool": {
+        **_TOOL_COMMON,
+        "signal": "the name of the signal the step waits for (actors-cli signal ID NAME)",
+        "key": "a template: only a signal sent with this key (in a loop, each iteration its own)",
+        "when": "a condition over `signal` ({name, key, data, by, sent_at}): only a signal for which it holds",
+        "until": "a template rendering to an ISO 8601 time: a timer to that date, or the signal wait's deadline",
+        "zone": "an IANA time zone for an `until` without an offset (default UTC)",
+        "approval": "the UI offers approve / reject; a rejection fails the step with Rejected",
+    },
     "DuckdbTool": {
         **_TOOL_COMMON,
         "query": "SQL run by DuckDB (statements in order, the last one's rows the result); $name parameters "

@@ -171,6 +171,34 @@ class CancelReply(Struct):  # every field written out: a user's code reads it
     error: RequestError | None = None
 
 
+class SignalAsk(_Wire, forbid_unknown_fields=True):
+    """Sends a signal to an execution, on `execution.signal` (core NATS, answered by the
+    engine pods in a queue group): what `actors-cli signal` and `Client.signal` do. A step
+    waiting for `name` (and `key`, when it waits on one) takes it, with `data` as its
+    result; one that comes before the step waits is kept for it (docs/language.md,
+    Signals). `signal_id`: sending twice under the same id is one signal (the requester's
+    to choose; the Python client makes one up when none is given)."""
+
+    execution_id: str
+    name: str
+    data: Annotated[Any, SECRET] = None  # sealed like a start's payload when the deployment has a key
+    key: str = ""
+    signal_id: str | None = None
+
+
+class SignalReply(Struct):  # every field written out: a user's code reads it
+    """The answer to a `SignalAsk`. `accepted`: the signal is in the execution's log (a
+    step waiting for it takes it; else it is kept, see docs/language.md). False for an
+    execution that has ended (`status` says how): nothing is written. `error`:
+    `InvalidRequest`; `ExecutionNotFound`; `retryable` when NATS could not be reached."""
+
+    execution_id: str | None
+    signal_id: str | None
+    accepted: bool
+    status: ExecutionStatus | None = None
+    error: RequestError | None = None
+
+
 class RegisterRequest(_Wire, forbid_unknown_fields=True):
     """Registers a playbook in the catalog, on `catalog.register` (core NATS, answered by
     the engine pods in a queue group): what `actors-cli register` does, for any NATS
@@ -360,6 +388,22 @@ class CancelRequest(_Wire, tag="execution.cancel", tag_field="type"):
     reason: str = ""
 
 
+class SignalSent(_Wire, tag="signal.sent", tag_field="type"):
+    """A signal, in an execution's inputs (`exec.<p>.<id>.in.signal`) or handed by the
+    engine to a waiting loop's (`loop.<p>.<id>.<loop>.in.signal`). Its `signal_id` makes
+    it one signal however often it is sent (Nats-Msg-Id `signal_msg_id`, and the folds
+    keep the ids they took). `sent_at` and `by` are what the sender says, shown to
+    users; the fold's times come from the log."""
+
+    execution_id: str
+    signal_id: str
+    name: str
+    key: str = ""
+    data: Annotated[Any, SECRET] = None
+    sent_at: float = 0.0
+    by: str = ""  # who sent it: a user, `ui`, `hook:<name>`, ... (free text, at most 200 characters)
+
+
 class RetriedBy(_Wire, tag="execution.retried_by", tag_field="type"):
     """Written by the starter into a retried execution's inputs when it starts its
     retry: the old log then says which execution retries it (event `execution.retried`)."""
@@ -425,6 +469,7 @@ Input = (
     | IteratorFailed
     | EngineFault
     | RetriedBy
+    | SignalSent
 )
 input_decoder = msgspec.json.Decoder(Input)
 
@@ -453,6 +498,9 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     # a redrive: only these iterations run (in this order); the others count as
     # succeeded, their results kept by the engine (RetryOf.redrive). None: every one
     only: list[int] | None = None
+    # a loop of `tool: wait` steps: the signals for it the execution kept before the loop
+    # started (the engine hands them over with the spec, and forwards later ones)
+    signals: list[SignalSent] = field(default_factory=list)
 
 
 class FailedItem(_Wire, tag="loop.item.failed", tag_field="type", kw_only=True):
@@ -479,7 +527,7 @@ class LoopCancel(_Wire, tag="loop.cancel", tag_field="type"):
     reason: str = ""
 
 
-LoopInput = LoopSpec | CallDone | CallError | ChunkDone | ResultBatch | TimerFired | LoopCancel
+LoopInput = LoopSpec | CallDone | CallError | ChunkDone | ResultBatch | TimerFired | LoopCancel | SignalSent
 loop_input_decoder = msgspec.json.Decoder(LoopInput)
 
 
@@ -546,6 +594,22 @@ command_decoder = msgspec.json.Decoder(Command)
 # --- status projection (KV `status`) ---------------------------------------------------
 
 
+class WaitInfo(_Wire):
+    """What a running execution waits for (a `tool: wait` step), in its status: the
+    projector copies it from lifecycle event `execution.waiting`. `signal` None: a timer
+    to a date (`until`). `deadline`: when the wait fails with `WaitTimeout` (or, with no
+    signal, ends), epoch seconds. `loop`: a loop of waits (each iteration its own key)."""
+
+    step: str
+    activation: int
+    since: float
+    signal: str | None = None
+    key: str = ""
+    deadline: float | None = None
+    approval: bool = False
+    loop: bool = False
+
+
 class ExecutionStatus(_Wire):
     execution_id: str
     state: ExecState
@@ -558,6 +622,8 @@ class ExecutionStatus(_Wire):
     # `{"type": "Cancelled", "message": <the cancel's reason>}`
     error: Annotated[dict[str, Any] | None, SECRET_ERROR] = None
     version: int | None = None  # the catalog version it runs (from `playbook.initialized`)
+    # a RUNNING execution's waits, from its latest `execution.waiting` (empty or None: none)
+    waiting: list[WaitInfo] | None = None
 
 
 status_decoder = msgspec.json.Decoder(ExecutionStatus)

@@ -644,7 +644,17 @@ def test_schema_widens_the_shorthands() -> None:
     retry_alts = step["retry"]["anyOf"]
     assert {"type": "integer", "minimum": 1} in retry_alts and {"$ref": "#/$defs/RetryPolicy"} in retry_alts
     assert {"$ref": "#/$defs/StepName"} in step["on_failure"]["anyOf"]
-    assert defs["ToolKind"]["enum"] == ["python", "http", "shell", "playbook", "noop", "sleep", "duckdb", "postgres"]
+    assert defs["ToolKind"]["enum"] == [
+        "python",
+        "http",
+        "shell",
+        "playbook",
+        "noop",
+        "sleep",
+        "wait",
+        "duckdb",
+        "postgres",
+    ]
     assert {"$ref": "#/$defs/ToolKind"} in defs["ToolSpec"]["anyOf"]
     assert defs["Step"]["additionalProperties"] is False  # unknown keys stay errors for editors too
     # the normalised model still converts from what the loader produced
