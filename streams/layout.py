@@ -121,6 +121,8 @@ INDEX_STREAM = "INDEX"
 ENDED_STREAM = "ENDED"
 SCHEDULE_STREAM = "SCHEDULES"
 SCHEDULES_BUCKET = "schedules"  # one entry per schedule: what `actors-cli schedule list` shows
+TRIGGERS_BUCKET = "triggers"  # one entry per trigger, and its counts (actors/wire/triggers.py)
+HOOKS_BUCKET = "hooks"  # one entry per webhook (actors/wire/hooks.py): its action and its token's digest
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -499,6 +501,9 @@ async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tup
     checks += [exists(f"bucket {b!r}", js.stream_info(obj_stream(b))) for b in (BLOB_BUCKET, PAYLOAD_BUCKET)]
     checks += [
         exists(f"bucket {b!r}", js.stream_info(kv_stream(b)))
+        # not HOOKS_BUCKET nor TRIGGERS_BUCKET, added later: pods and clients of this version beside
+        # engine pods of an earlier one would wait for them; only a hook's calls and the trigger
+        # role need them, and say so when they are missing
         for b in (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET)
     ]
     return [m for m in await asyncio.gather(*checks) if m is not None]
@@ -553,7 +558,8 @@ async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, 
             replicas=layout.replicas,
             storage=api.StorageType.FILE,
         )
-    for bucket, history in ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1), (SCHEDULES_BUCKET, 1)):
+    kvs = ((STATUS_BUCKET, 1), (CATALOG_BUCKET, 1), (SCHEDULES_BUCKET, 1), (HOOKS_BUCKET, 1), (TRIGGERS_BUCKET, 1))
+    for bucket, history in kvs:
         republish = STATUS_REPUBLISH if bucket == STATUS_BUCKET else None
         try:
             await js.key_value(bucket)
@@ -608,6 +614,7 @@ __all__ = [
     "EV",
     "EXECUTION_ID",
     "EXEC_STREAM",
+    "HOOKS_BUCKET",
     "IN",
     "INDEX_STREAM",
     "LC",
@@ -626,6 +633,7 @@ __all__ = [
     "START_SUBJECT",
     "STATUS_BUCKET",
     "TOOL_KINDS",
+    "TRIGGERS_BUCKET",
     "Layout",
     "StreamsMissing",
     "class_of",

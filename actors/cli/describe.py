@@ -14,6 +14,7 @@ from actors.cli.connection import connection
 from actors.cli.exits import EXIT_OK
 from actors.cli.inputs import checked_execution_id
 from actors.cli.output import duration, json_text, print_json, when
+from actors.cli.waits import shown, wait_text
 
 __all__ = [
     "add_describe_parser",
@@ -44,8 +45,9 @@ def add_describe_parser(sub: argparse._SubParsersAction[Any]) -> argparse.Argume
 
 
 def head(value: Any, limit: int = HEAD) -> str:
-    text = value if isinstance(value, str) else json_text(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """A value on one line, at most `limit` characters, what is not printable escaped
+    (JSON escapes only C0 controls: a C1 CSI or a bidi override would reach the terminal)."""
+    return shown(value if isinstance(value, str) else json_text(value), limit)
 
 
 def print_traceback(traceback: str | None, indent: str = INDENT) -> None:
@@ -66,8 +68,11 @@ def yaml_line(traceback: str | None) -> str | None:
 
 
 def error_text(error: dict[str, Any]) -> str:
+    """`Type: message  at flow.yaml:42`; what is not printable escaped (a `Rejected`
+    message names the sender and the comment of a signal as the log holds them)."""
     at = yaml_line(error.get("traceback"))
-    return f"{error.get('type')}: {error.get('message')}" + (f"  at {at}" if at else "")
+    text = f"{shown(error.get('type'))}: {shown(error.get('message'), 100_000, lines=True)}"
+    return text + (f"  at {at}" if at else "")
 
 
 async def failure_traceback(client: Any, execution_id: str, error: dict[str, Any] | None) -> str | None:
@@ -117,7 +122,9 @@ def _table(stories: list[Any]) -> None:
     print(f"{'step':24}  {'state':10}  {'attempts':>8}  {'duration':>9}  error")
     for s in stories:
         tries = str(len(s.attempts)) if s.loop is None else _loop_counts(s.loop)
-        print(f"{s.step:24}  {s.state:10}  {tries:>8}  {duration(s.duration):>9}  {s.error_type or '-'}")
+        waiting = s.wait is not None and s.wait.get("state") == "WAITING"
+        last = wait_text(s.wait, step=False) if waiting else s.error_type or "-"
+        print(f"{s.step:24}  {s.state:10}  {tries:>8}  {duration(s.duration):>9}  {last}")
 
 
 def _loop_counts(loop: dict[str, Any]) -> str:
@@ -139,8 +146,10 @@ def _story(s: Any) -> None:
         print(f"{k:10} {v}")
     if s.args is not None:
         print(f"{'args':10} {head(s.args)}")
-    if s.state == "COMPLETED" and s.attempts:
+    if s.state == "COMPLETED" and (s.attempts or s.wait is not None):
         print(f"{'result':10} {head(s.result)}")
+    if s.wait is not None:
+        _wait(s.wait)
     if s.loop is not None:
         lp = s.loop
         print(
@@ -183,6 +192,23 @@ def _story(s: Any) -> None:
         # failed without an attempt of its own failing so (a template, a loop, a budget)
         print(f"{'error':10} {error_text(s.error)}")
         print_traceback(s.error.get("traceback"))
+
+
+def _wait(w: dict[str, Any]) -> None:
+    """A wait step's wait: what for, since and until when, and the signal it took."""
+    text = wait_text(w, step=False)
+    if w.get("state") != "WAITING":
+        text = "waited" + text.removeprefix("waiting")  # its story, once it ended
+    print(f"{'wait':10} {w.get('state')}: {text}")
+    got = w.get("received")
+    if got:
+        # as written to the log, by whoever may publish there: escaped, one line each
+        by = f" by {shown(got.get('by'))}" if got.get("by") else ""
+        kept = " (kept before the step waited)" if got.get("kept") else ""
+        name, sid = shown(got.get("name")), shown(got.get("signal_id"))
+        print(f"{'signal':10} {name} {sid}{by} at {when(got.get('at'), ms=True)}{kept}")
+    elif w.get("ended_at") is not None:
+        print(f"{'ended':10} {when(w.get('ended_at'), ms=True)}")
 
 
 def _same(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:

@@ -8,7 +8,8 @@ Exit codes:
   3  invalid input or usage: a bad playbook, payload or execution id, a value over the
     message limit, an unknown execution, playbook or version, a port already in use,
     a bad or unknown schedule (name, cron, time zone), a retry refused, a catalog path
-    that is not one;
+    that is not one; a signal refused (the execution has ended: nothing sent) or no
+    approval step waiting (approve, reject);
     a stored record the command asked about that cannot be read (a status, a catalog
     record: RecordInvalid), a blob that is not what its key names (BlobCorrupt)
   4  timeout: the execution (run, status --watch) did not end within --timeout;

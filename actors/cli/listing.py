@@ -23,6 +23,7 @@ from actors.cli.output import (
     why_missing,
 )
 from actors.cli.since import parse_since
+from actors.cli.waits import waits_cell, waits_json
 from actors.wire.events import ExecState
 
 
@@ -50,6 +51,7 @@ def list_row(st: Any, now: float) -> dict[str, Any]:
         "ended_at": st.ended_at,
         "duration": run_time(st.started_at, st.ended_at, now),
         "error": st.error or None,
+        "waiting": waits_json(st.waiting),  # a RUNNING execution's waits (`tool: wait`)
     }
 
 
@@ -77,9 +79,10 @@ async def cmd_list(args: argparse.Namespace) -> int:
     for st in found:
         version = "-" if st.version is None else str(st.version)
         took = duration(run_time(st.started_at, st.ended_at, now))
+        last = _error_cell(st.error) or waits_cell(st.waiting)  # a RUNNING one: what it waits for
         print(
             f"{st.execution_id:34}  {st.state:9}  {(st.playbook or '-'):28}  {version:>4}  "
-            f"{when(st.started_at):{len(started)}}  {took:>8}  {_error_cell(st.error)}".rstrip()
+            f"{when(st.started_at):{len(started)}}  {took:>8}  {last}".rstrip()
         )
     return EXIT_OK
 

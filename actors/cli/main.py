@@ -26,6 +26,7 @@ from actors.cli.commands import (
 from actors.cli.deadletters import cmd_deadletters
 from actors.cli.describe import add_describe_parser, cmd_describe
 from actors.cli.exits import EXIT_INVALID, EXIT_OK, UsageError, exit_code_for, nats_reason
+from actors.cli.hooks import add_hook_parser, cmd_hook
 from actors.cli.inputs import seconds, seconds_or_zero
 from actors.cli.interrupt import interruptible, sigint_is_ours
 from actors.cli.items import add_items_parser, cmd_items
@@ -36,6 +37,8 @@ from actors.cli.retrying import add_retry_parser, cmd_retry
 from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.security import add_connection_flags
 from actors.cli.serving import cmd_dev, cmd_serve
+from actors.cli.signals import add_signal_parsers, cmd_approve, cmd_reject, cmd_signal
+from actors.cli.triggers import add_trigger_parser, cmd_trigger
 from actors.cli.ui import add_ui_parser, cmd_ui
 from actors.natsio.dial import CLIENT_TIMEOUT
 
@@ -101,11 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_nats(sub.add_parser("serve", help="run one actor role (a pod)"))
     sp.add_argument(
         "--role",
-        choices=["engine", "counter", "tools", "projector", "retention", "all", "ui"],
+        choices=["engine", "counter", "tools", "projector", "retention", "trigger", "all", "ui"],
         default="all",
         help="the actors this pod runs: engine (executions, starts, schedule fires), counter (loops), tools "
-        "(steps), projector (statuses), retention (archival), all of them (all, the default), or ui (the web UI "
-        "alone; --port: $ACTORS_UI_PORT)",
+        "(steps), projector (statuses), retention (archival), trigger (starts for NATS messages), all of them "
+        "(all, the default), or ui (the web UI alone; --port: $ACTORS_UI_PORT)",
     )
     # defaults None: unset flags leave the environment's settings (actors/config/settings.py) as they are
     sp.add_argument(
@@ -215,12 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the playbook JSON Schema")
 
     add_schedule_parser(sub, [with_timeout(with_nats(_CommandParser(add_help=False)))])
+    add_hook_parser(sub, [with_timeout(with_nats(_CommandParser(add_help=False)))])
+    add_trigger_parser(sub, [with_timeout(with_nats(_CommandParser(add_help=False)))])
     with_timeout(with_nats(add_ui_parser(sub)))
 
     sp = sub.add_parser("help", help="help on a command, or on a topic: connect (NATS, TLS, keys), exits")
     sp.add_argument("topic", nargs="?", help="connect, exits, or a command's name")
 
     with_timeout(with_nats(add_describe_parser(sub)))
+    for sp in add_signal_parsers(sub):
+        with_timeout(with_nats(sp))
     # registration points of other commands: `with_timeout(with_nats(add_X_parser(sub)))` above this line
 
     finish_help(sub)
@@ -280,6 +287,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "events": ("actors-cli events ID", "actors-cli events ID --json | jq -c 'select(.type == \"call.error\")'"),
     "logs": ("actors-cli logs ID --step fetch", "actors-cli logs ID --follow"),
     "cancel": ("actors-cli cancel ID --reason 'wrong payload'",),
+    "signal": (
+        "actors-cli signal ID payment-received --data '{\"amount\": 42}'",
+        "actors-cli signal ID shipped --key order-7",
+    ),
+    "approve": ("actors-cli approve ID", "actors-cli approve ID review --comment 'looks good'"),
+    "reject": ("actors-cli reject ID --comment 'wrong amount'",),
     "deadletters": ("actors-cli deadletters --since 2h",),
     "retry": ("actors-cli retry ID", 'actors-cli retry ID --from fetch --payload \'{"day": "2026-11-25"}\''),
     "list": (
@@ -300,11 +313,32 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "actors-cli schedule add every5 --playbook etl/load --cron '*/5 * * * *' --payload @payload.json",
     ),
     "schedule list": ("actors-cli schedule list --local",),
+    "hook": (
+        "actors-cli hook add orders --playbook shop/order   # prints its token, once",
+        "actors-cli hook add approvals --signal approval",
+        "actors-cli hook list",
+    ),
+    "hook add": (
+        "actors-cli hook add orders --playbook shop/order --version 3",
+        "actors-cli hook add paid --signal payment-received --json",
+    ),
+    "hook rotate": ("actors-cli hook rotate orders",),
+    "trigger": (
+        "actors-cli trigger add orders --subject orders.created --stream ORDERS --playbook shop/order",
+        "actors-cli trigger list",
+    ),
+    "trigger add": (
+        "actors-cli trigger add orders --subject 'orders.*' --stream ORDERS --playbook shop/order "
+        '--payload \'{"order": "{{ message.data.id }}", "seq": "{{ message.seq }}"}\'',
+        "actors-cli trigger add pings --subject ops.ping --playbook ops/pong   # core NATS: at most once",
+    ),
+    "trigger list": ("actors-cli trigger list --local",),
     "ui": ("actors-cli ui --port 8233 --token-file ~/.actors-ui-token",),
     "help": ("actors-cli help connect", "actors-cli help run"),
 }
 # the commands that print times: UTC unless --local (output.when)
-TIMED = {"status", "list", "playbooks", "deadletters", "schedule list", "describe", "items"}
+TIMED = {"status", "list", "playbooks", "deadletters", "schedule list", "hook list", "trigger list"}
+TIMED |= {"describe", "items"}
 EXITS_LINE = (
     "exit codes: 0 done (COMPLETED), 1 FAILED, 2 CANCELLED, 3 bad input or unknown id,\n"
     "  4 timeout, 5 NATS unavailable, 130 Ctrl-C (details: actors-cli help exits)"
@@ -377,8 +411,13 @@ ASYNC = {
     "logs": cmd_logs,
     "describe": cmd_describe,
     "cancel": cmd_cancel,
+    "signal": cmd_signal,
+    "approve": cmd_approve,
+    "reject": cmd_reject,
     "deadletters": cmd_deadletters,
     "schedule": cmd_schedule,
+    "hook": cmd_hook,
+    "trigger": cmd_trigger,
     "retry": cmd_retry,
     "items": cmd_items,
     "list": cmd_list,

@@ -146,6 +146,10 @@ def print_status(st: Any, running: list[str] | None = None) -> None:
             print(f"{'duration':15} {duration(took)}{'' if v is not None or took is None else ' so far'}")
     if running:
         print(f"{'running':15} {', '.join(running)}")
+    from actors.cli.waits import wait_text  # a RUNNING execution's waits (`tool: wait`)
+
+    for w in d.get("waiting") or []:
+        print(f"{'waiting':15} {wait_text(w).removeprefix('waiting ')}")
     if d.get("error"):
         print(f"{'error':15} {error_line(d['error'])}")
 

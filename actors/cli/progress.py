@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from actors.cli.outage import unless_nats_gone
+from actors.cli.waits import wait_text
 from actors.client.progress import RunningStep, follow_running, running_now
 
 __all__ = ["running_json", "running_lines", "snapshot", "watch_until_end"]
@@ -27,6 +28,8 @@ def running_lines(steps: list[RunningStep], now: float | None = None) -> list[st
     lines = []
     for r in steps:
         line = f"  {r.step:20} {max(0.0, now - r.since):7.1f} s"
+        if r.wait is not None:  # a wait step: what it waits for, until when
+            line += "  " + wait_text(r.wait, step=False, since=False)
         loop = r.loop
         if loop is not None:
             total = "?" if loop.total is None else f"{loop.total:,}"
@@ -38,6 +41,8 @@ def running_lines(steps: list[RunningStep], now: float | None = None) -> list[st
                 line += f"  {loop.rate:,.0f} it/s"
             if loop.in_flight is not None:
                 line += f"  {loop.in_flight:,} in flight"
+            if loop.waiting:
+                line += f"  {loop.waiting:,} waiting"
         lines.append(line)
     return lines
 

@@ -25,9 +25,12 @@ One module per idea:
 * `logview`: `LogItem`, a log entry as users see it, and `log_items`
 * `checks`: execution ids and value sizes, checked before they go to NATS
 * `schedules`: cron schedules that start a playbook (add, list, pause, resume, delete)
+* `triggers`: a playbook started for every message on a NATS subject (add, list, pause, resume, delete)
 * `retrying`: retry a terminal execution from a step (`RetryOutcome`)
 * `steps`: each step's whole story folded from the log (`StepStory`: attempts, errors, retries)
 * `deadletters`: dead letters newest first, a page at a time (the UI's page)
+* `hooks`: webhooks (add, list, rotate, delete; what `POST /hooks/<name>` does)
+* `signals`: send a signal to an execution's waiting step, answer an approval step
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
@@ -39,6 +42,7 @@ from actors.client.archiving import Archiver, ArchiveReport
 from actors.client.checks import InvalidExecutionId, TooLarge, check_execution_id, check_size
 from actors.client.connecting import CLIENT_TIMEOUT, Connecting, open_client
 from actors.client.deadletters import DeadLetterReader
+from actors.client.hooks import HookError, Hooks
 from actors.client.listing import Lister
 from actors.client.logview import LogItem, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
@@ -46,7 +50,9 @@ from actors.client.outputs import StepOutputs
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
 from actors.client.runs import Runs
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
+from actors.client.signals import ExecutionNotKnownYet, InvalidSignal, NotWaiting, SignalRefused, Signals
 from actors.client.steps import StepStories, StepStory, UnknownStep
+from actors.client.triggers import TriggerError, Triggering, TriggerView
 from actors.client.writing import StartOutcome, StartRefused
 from actors.config.settings import Settings
 from actors.natsio.connopts import ConnectOptions
@@ -56,7 +62,9 @@ from actors.wire.messages import Limits
 from streams.layout import Layout
 
 
-class Client(Retrier, Runs, StepOutputs, StepStories, Scheduling, Lister, Archiver, DeadLetterReader):
+class Client(
+    Hooks, Signals, Retrier, Runs, StepOutputs, StepStories, Scheduling, Triggering, Lister, Archiver, DeadLetterReader
+):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
 
@@ -107,16 +115,23 @@ __all__ = [
     "ExecutionFailed",
     "ExecutionNotFinished",
     "ExecutionNotFound",
+    "ExecutionNotKnownYet",
+    "HookError",
     "InvalidExecutionId",
+    "InvalidSignal",
     "LogItem",
+    "NotWaiting",
     "RetryOutcome",
     "RetryRefused",
     "ScheduleError",
     "ScheduleView",
+    "SignalRefused",
     "StartOutcome",
     "StartRefused",
     "StepStory",
     "TooLarge",
+    "TriggerError",
+    "TriggerView",
     "UnknownExecution",
     "UnknownStep",
     "check_execution_id",

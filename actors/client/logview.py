@@ -11,9 +11,9 @@ import msgspec
 
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
 from actors.wire.events import any_output_decoder, decision_decoder, event_decoder, extras_decoder, in_order
-from actors.wire.messages import DeadLetter, input_decoder
+from actors.wire.messages import DeadLetter, TimerFired, input_decoder
 from streams.layout import EV, IN, LC, class_of
-from streams.subjects import OUT
+from streams.subjects import OUT, SCH
 
 _dead = msgspec.json.Decoder(DeadLetter)
 
@@ -25,7 +25,7 @@ class LogItem:
 
     seq: int
     at: float
-    cls: str  # in | ev | lc | out (what a step printed) | dlq
+    cls: str  # in | ev | lc | out (what a step printed) | sch (a durable timer armed) | dlq
     type: str
     step: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
@@ -75,6 +75,15 @@ def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[
             raw = msgspec.to_builtins(out)
             raw.pop("execution_id", None)
             return [LogItem(seq, out.at, OUT, raw.pop("type"), raw.pop("step", None), raw)]
+        if cls == SCH:
+            # a durable timer armed and not fired yet (the server holds its schedule until
+            # it is due, then removes it): its body is the `timer.fired` input it will
+            # deliver, which has not happened; shown as what it is, with when it is due
+            fired = opened(input_decoder.decode(data))
+            if isinstance(fired, TimerFired):
+                return [LogItem(seq, at, SCH, "timer.armed", None, {"timer_id": fired.timer_id, "due": fired.due})]
+            odd = {"error": f"a schedule holding a {type(fired).__name__}"}
+            return [LogItem(seq, at, SCH, "undecodable", None, odd)]
         inp = opened(input_decoder.decode(data))
         raw = msgspec.to_builtins(inp)
         type_ = raw.pop("type")

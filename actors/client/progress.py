@@ -26,7 +26,7 @@ from actors.wire.events import TERMINAL_EVENTS, EventType
 from actors.wire.messages import LoopProgress
 from streams.layout import LC, progress_subject
 
-__all__ = ["LoopCounts", "Progress", "RunningStep", "follow_running", "running_now"]
+__all__ = ["LoopCounts", "Progress", "RunningStep", "StepWait", "follow_running", "running_now"]
 
 SNAPSHOT_WAIT = 1.0  # seconds `running_now` listens for its loops' progress (the counter sends 4 a second)
 _progress = msgspec.json.Decoder(LoopProgress)
@@ -44,6 +44,7 @@ class LoopCounts:
     failed: int | None = None
     in_flight: int | None = None
     rate: float | None = None
+    waiting: int | None = None  # a loop of waits: iterations waiting for their signal (not done)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +54,30 @@ class LoopCounts:
             "failed": self.failed,
             "in_flight": self.in_flight,
             "rate": None if self.rate is None else round(self.rate, 1),
+            "waiting": self.waiting,
+        }
+
+
+@dataclass(slots=True)
+class StepWait:
+    """What a running wait step (`tool: wait`) waits for, from its `step.waiting`:
+    `signal` None is a timer to a date; `deadline` None waits for ever."""
+
+    signal: str | None
+    key: str
+    since: float
+    deadline: float | None = None
+    approval: bool = False
+    loop: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "signal": self.signal,
+            "key": self.key,
+            "since": self.since,
+            "deadline": self.deadline,
+            "approval": self.approval,
+            "loop": self.loop,
         }
 
 
@@ -61,9 +86,15 @@ class RunningStep:
     step: str
     since: float  # when it was entered (Unix time)
     loop: LoopCounts | None = None
+    wait: StepWait | None = None  # a wait step waiting (None: not waiting)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "since": self.since, "loop": None if self.loop is None else self.loop.to_dict()}
+        return {
+            "step": self.step,
+            "since": self.since,
+            "loop": None if self.loop is None else self.loop.to_dict(),
+            "wait": None if self.wait is None else self.wait.to_dict(),
+        }
 
 
 @dataclass
@@ -74,6 +105,7 @@ class Progress:
     loops: dict[str, tuple[str, int]] = field(default_factory=dict)  # step -> (loop id, size) of its running loop
     heard: dict[str, LoopProgress] = field(default_factory=dict)  # loop id -> its last progress
     first: dict[str, tuple[float, int]] = field(default_factory=dict)  # loop id -> (at, done) first heard
+    waits: dict[str, StepWait] = field(default_factory=dict)  # step -> what it waits for now
     ended: bool = False
 
     def item(self, it: LogItem) -> bool:
@@ -92,6 +124,20 @@ class Progress:
                 if not visits:
                     del self.entered[it.step]
                     self.loops.pop(it.step, None)
+            self.waits.pop(it.step, None)
+        elif it.type == "step.waiting" and it.cls == "ev":
+            d = it.data
+            self.waits[it.step] = StepWait(
+                signal=d.get("signal"),
+                key=str(d.get("key") or ""),
+                since=it.at,
+                deadline=d.get("deadline"),
+                approval=bool(d.get("approval")),
+                loop=bool(d.get("loop_id")),
+            )
+        elif it.type in ("signal.received", "wait.ended") and it.cls == "ev":
+            if self.waits.pop(it.step, None) is None:
+                return False
         elif it.type == EventType.ITERATOR_STARTED:
             self.loops[it.step] = (str(it.data.get("loop_id")), int(it.data.get("size", 0) or 0))
         elif it.type in _VERDICTS:
@@ -117,9 +163,10 @@ class Progress:
                 p = self.heard.get(loop_id)
                 if p is not None:
                     counts.total, counts.done, counts.failed, counts.in_flight = p.total, p.done, p.failed, p.in_flight
+                    counts.waiting = p.waiting
                     at, done = self.first[loop_id]
                     counts.rate = (p.done - done) / (p.at - at) if p.at > at else None
-            shown.append(RunningStep(step, visits[0], counts))
+            shown.append(RunningStep(step, visits[0], counts, self.waits.get(step)))
         return shown
 
 

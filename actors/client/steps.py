@@ -90,6 +90,9 @@ class StepStory:
     exit: dict[str, Any] | None = None  # status, reason, next, failure_route, handled, ignored_error
     retry_exhausted: dict[str, Any] | None = None  # attempts, max_attempts, rule
     loop: dict[str, Any] | None = None  # size, mode, done, total, succeeded, failed, errors (the verdict's first)
+    # a wait step's last wait (`tool: wait`): signal, key, since, deadline, approval, state
+    # (WAITING, SIGNALLED, TIMED_OUT, UNTIL, ENDED) and the signal it took (`received`)
+    wait: dict[str, Any] | None = None
 
     @property
     def duration(self) -> float | None:
@@ -103,6 +106,8 @@ class StepStory:
     @property
     def result(self) -> Any:
         done = [a for a in self.attempts if a.state == "COMPLETED"]
+        if not done and self.wait is not None and self.wait.get("received"):
+            return self.wait["received"].get("data")  # a wait step's result: the signal's data
         return done[-1].result if done else None
 
     @property
@@ -127,6 +132,7 @@ class StepStory:
             "exit": self.exit,
             "retry_exhausted": self.retry_exhausted,
             "loop": self.loop,
+            "wait": self.wait,
             "attempts": [a.to_dict() for a in self.attempts],
         }
 
@@ -155,8 +161,12 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
             found = stories[step] = StepStory(step)
         return found
 
+    signals: dict[str, dict[str, Any]] = {}  # signals in the log, by id: what a wait took
     for it in items:
         step, d = it.step, it.data
+        if it.cls == IN and it.type == "signal.sent":
+            signals.setdefault(str(d.get("signal_id")), d)
+            continue
         if step is None and it.type != "timer.fired":
             continue
         if it.cls == EV and step is not None:
@@ -166,6 +176,8 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
                 s.state, s.entered_at, s.exited_at = "RUNNING", it.at, None
             elif it.type == EventType.STEP_EXIT:
                 s.state, s.exited_at = str(d.get("status")), it.at
+                if s.wait is not None and s.wait.get("state") == "WAITING":
+                    s.wait["state"] = "ENDED"  # cancelled, aborted: the wait ended with its step
                 s.exit = {k: v for k, v in d.items() if k not in ("activation", "error")}
                 s.error = _error(d.get("error"))
                 if s.kind is None and s.state == "COMPLETED" and not s.attempts:
@@ -199,6 +211,8 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
                     "failed": 0,
                     "state": "RUNNING",
                 }
+            elif it.type in _WAIT_EVENTS:
+                _waited(s, it, signals)
             elif it.type == EventType.ITERATOR_COMPLETED and s.loop is not None:  # an empty collection
                 s.loop.update(total=0, done=0, state="COMPLETED")
             elif it.type == EventType.RETRY_SCHEDULED:
@@ -241,6 +255,47 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
             if printed is not None and d.get("iteration_index") is None:
                 printed.output = {k: d.get(k) for k in ("size", "head", "tail", "output_ref")}
     return stories
+
+
+# a wait's decisions (actors/wire/events.py: step.waiting, signal.received, wait.ended)
+_WAIT_EVENTS = ("step.waiting", "signal.received", "wait.ended")
+
+
+def _waited(s: StepStory, it: LogItem, signals: dict[str, dict[str, Any]]) -> None:
+    """A wait step's story: the wait it started, the signal it took, its timer."""
+    d = it.data
+    if it.type == "step.waiting":
+        s.kind = "wait"
+        s.wait = {
+            "signal": d.get("signal"),
+            "key": d.get("key") or "",
+            "since": it.at,
+            "deadline": d.get("deadline"),
+            "approval": bool(d.get("approval")),
+            "attempt_number": d.get("attempt_number"),
+            "loop_id": d.get("loop_id"),
+            "state": "WAITING",
+            "received": None,
+        }
+        return
+    wait = s.wait if s.wait is not None else {}
+    if it.type == "signal.received":
+        sent = signals.get(str(d.get("signal_id")), {})
+        wait["state"] = "SIGNALLED"
+        wait["received"] = {
+            "signal_id": d.get("signal_id"),
+            "name": d.get("name"),
+            "key": d.get("key"),
+            "by": d.get("by"),
+            "sent_at": d.get("sent_at"),
+            "at": it.at,
+            "kept": bool(d.get("kept")),
+            "data": sent.get("data"),
+        }
+    else:  # wait.ended: its timer fired
+        wait["state"] = "UNTIL" if d.get("reason") == "until" else "TIMED_OUT"
+        wait["ended_at"] = it.at
+    s.wait = wait
 
 
 class StepStories(Reader):

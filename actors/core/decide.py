@@ -37,13 +37,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.core import waits
 from actors.core.decision import Decision, activate
 from actors.core.effects import Effects, Timer
 from actors.core.effects import template_error as _template_error
 from actors.core.failure import cancel, engine_fault
 from actors.core.outcome import execution_error, finish, reply_to_parent
 from actors.core.state import Activation, Execution
-from actors.core.work import call_result, deep_merge, dispatch, issue, iterator_end
+from actors.core.work import call_result, deep_merge, dispatch, issue, iterator_end, settle
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
 from actors.playbook.model import END, NoopTool, Step
 from actors.playbook.templates import TemplateError, call_with_limits, render_value
@@ -68,6 +69,7 @@ from actors.wire.messages import (
     IteratorCompleted,
     IteratorFailed,
     RetriedBy,
+    SignalSent,
     StartRecord,
     TimerFired,
 )
@@ -105,6 +107,8 @@ def _fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubje
         _retried(decision, inp)  # a link in the log, whatever the state: it decides nothing
     elif isinstance(inp, CancelRequest) and ex.status == ExecState.PENDING:
         ex.early_cancel = ex.early_cancel or inp  # kept for the start (the first reason wins)
+    elif isinstance(inp, SignalSent) and ex.status == ExecState.PENDING:
+        waits.signal(decision, inp)  # kept for the steps to come (a start still queued)
     elif ex.terminal or ex.playbook is None:
         pass  # late results after the end, or inputs before a start: nothing to decide
     elif isinstance(inp, (CallDone, CallError)):
@@ -115,8 +119,18 @@ def _fold(ex: Execution, inp: Input, *, seq: int, at: float, subjects: ExecSubje
         _timer_fired(decision, inp)
     elif isinstance(inp, (IteratorCompleted, IteratorFailed)):
         iterator_end(decision, inp)
+    elif isinstance(inp, SignalSent):
+        _then(decision, waits.signal(decision, inp))
     _route_pending(decision)
+    if ex.waits_changed:
+        waits.announce(decision)
     return decision.out
+
+
+def _then(decision: Decision, what: waits.Next | None) -> None:
+    """Apply what a wait's end decided for its step (a result, a failure)."""
+    if what is not None:
+        settle(decision, *what)
 
 
 def _route_pending(decision: Decision) -> None:
@@ -153,6 +167,9 @@ def _timer_fired(decision: Decision, fired: TimerFired) -> None:
     assert ex.playbook is not None
     if fired.timer_id.startswith(f"{RESUME_TIMER}-"):
         return  # routing goes on where the last decision paused it (_route_pending)
+    if waits.is_wait_timer(fired.timer_id):
+        _then(decision, waits.timer_fired(decision, fired))
+        return
     head = fired.timer_id.split("-", 1)[0]
     act = ex.activations.get(int(head)) if head.isdigit() else None
     if act is None or act.status != ActivationStatus.RUNNING or act.timer_id != fired.timer_id:
@@ -192,6 +209,10 @@ def _start(decision: Decision, rec: StartRecord) -> None:
         ex.playbook = parsed_playbook(rec.playbook_source, rec.playbook_path, ex.limits.max_attempts)
     except PlaybookInvalid as e:
         _fail_at_start(decision, ErrorInfo(type="PlaybookInvalid", message=str(e)))
+        return
+    too_old = waits.too_old(ex.playbook, ex.semantics)
+    if too_old is not None:
+        _fail_at_start(decision, too_old)
         return
     entry = ex.playbook.entry
     if rec.retry_of is not None:

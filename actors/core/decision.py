@@ -184,6 +184,8 @@ def cancel_activation(decision: Decision, act: Activation, *, reason: str, to_en
     act.timer_id = None
     act.status = ActivationStatus.CANCELLED
     ex.live.pop(act.id, None)
+    if ex.waits and ex.waits.pop(act.id, None) is not None:
+        ex.waits_changed = True  # it waited (actors/core/waits.py): its timer, if any, fires for nothing
     if to_end:
         decision.event(
             act.step,

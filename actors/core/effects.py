@@ -20,6 +20,7 @@ from actors.wire.messages import (
     LoopCancel,
     LoopSpec,
     ParentRef,
+    SignalSent,
     StartMessage,
     TimerFired,
 )
@@ -45,6 +46,15 @@ class CommandCancel:
     command_id: str
 
 
+@dataclass(slots=True)
+class SignalForward:
+    """A signal handed to a running loop of waits (`tool: wait` in a loop): to the
+    loop's log, where the counter matches it to an iteration."""
+
+    loop_id: str
+    signal: SignalSent
+
+
 NAMES_DECISION = {"names_decision": True}  # field metadata: which decision, not something asked for
 
 
@@ -52,7 +62,7 @@ NAMES_DECISION = {"names_decision": True}  # field metadata: which decision, not
 class Effects:
     """What one decision (the engine's, for one input) or one batch of decisions (the
     counter's) asks for. The shell publishes it in this order (actors/runtime/outbox.py):
-    commands, child starts, loops handed over, timers, the parent's result, cancels,
+    commands, child starts, loops handed over, signals forwarded to loops, timers, the parent's result, cancels,
     the verdict, then the decision record and lifecycle events, so a record in the log
     proves that what it decided was sent.
 
@@ -72,6 +82,7 @@ class Effects:
     starts: list[StartMessage] = field(default_factory=list)  # child executions to start
     loops: list[LoopSpec] = field(default_factory=list)  # loops handed to the counter (engine)
     loop_cancels: list[LoopCancel] = field(default_factory=list)
+    signal_forwards: list[SignalForward] = field(default_factory=list)  # to loops of waits (engine)
     child_cancels: list[str] = field(default_factory=list)  # child executions to cancel
     # the parent's result subject and the message for it, when a child execution ends
     reply: tuple[str, CallDone | CallError] | None = None

@@ -17,10 +17,19 @@ log: command ids come from (loop, iteration, attempt), delays from a hash, times
 log timestamps, so a counter that replays the log makes the same decisions.
 
 Each iteration's retry rules apply to that iteration alone (actors/core/retry.py).
+
+A loop of waits (`tool: wait`) sends no command: every iteration waits at once (a
+waiting iteration holds no worker, so `concurrency` does not apply) for a signal of
+the step's name and its own `key`, forwarded by the engine to the loop's log
+(`SignalSent`: those the execution kept before the loop, right after the spec, then
+each later one), or for its deadline: one durable timer per distinct deadline, however
+many iterations share it. A signal for which an iteration's `when` cannot be evaluated
+does not match it (signals come from outside: none can fail an iteration). See `_Waits`.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,9 +40,11 @@ import msgspec
 from actors.core.backoff import unit_random
 from actors.core.effects import CommandCancel, Effects, Timer, child_start, error_view, iteration_error, template_error
 from actors.core.retry import Gathered, after_attempt
-from actors.playbook.model import Loop, PlaybookTool, Step
+from actors.playbook.model import Loop, PlaybookTool, Step, WaitTool
 from actors.playbook.precompiled import IterationTemplates
 from actors.playbook.templates import TemplateError
+from actors.playbook.until import UntilInvalid, iso_utc, parse_until
+from actors.playbook.waits import rejection, signal_bytes, signal_key, signal_view
 from actors.wire.messages import (
     CallDone,
     CallError,
@@ -49,6 +60,7 @@ from actors.wire.messages import (
     LoopInput,
     LoopSpec,
     ResultBatch,
+    SignalSent,
     TimerFired,
 )
 from streams.ids import child_execution_id, iteration_command_id
@@ -56,6 +68,9 @@ from streams.subjects import LoopSubjects
 
 MAX_ERRORS_KEPT = 20  # failures listed in the verdict; the counts cover the rest
 ELEMENT_HEAD = 256  # bytes of an element's JSON a failure record holds (FailedItem)
+MAX_KEPT = 1_000  # signals a loop of waits keeps for keys no iteration waits on (yet)
+MAX_KEPT_BYTES = 4 << 20  # and the bytes of their data it holds for them (memory: a replay rebuilds them)
+WAIT_TIMER = "w"  # a wait deadline's timer id: `w<deadline in ms>` (a retry's is `<index>-<attempt>`)
 
 
 def tolerated(loop: Loop, total: int) -> int:
@@ -74,6 +89,33 @@ class Retrying:
     attempt: int = 1
     next_args: dict[str, Any] | None = None
     gathered: Gathered = field(default_factory=Gathered)
+
+
+@dataclass(slots=True)
+class Waiting:
+    """An iteration waiting for its signal (or its `until`)."""
+
+    key: str
+    attempt: int
+    deadline: int | None  # epoch milliseconds: the deadline's timer is `w<deadline>`
+    ends: bool = False  # the deadline is `until` of a wait with no signal: it completes then
+
+
+@dataclass(slots=True)
+class _Waits:
+    """A loop of waits: which iteration waits on which key, the signals kept for keys
+    nothing waits on yet, the signal ids seen, the deadlines. A few fields per waiting
+    iteration and an id per signal."""
+
+    tool: WaitTool
+    waiting: dict[int, Waiting] = field(default_factory=dict)
+    by_key: dict[str, list[int]] = field(default_factory=dict)  # key -> iterations, in the order they began
+    kept: dict[str, list[SignalSent]] = field(default_factory=dict)  # key -> signals, in arrival order
+    kept_count: int = 0
+    kept_bytes: int = 0
+    seen: set[str] = field(default_factory=set)  # signal ids taken or kept: the same id again is no signal
+    deadlines: list[tuple[int, int, int]] = field(default_factory=list)  # heap of (ms, iteration, attempt)
+    timers: dict[str, int] = field(default_factory=dict)  # armed deadline timers not fired: id -> ms
 
 
 @dataclass(slots=True)
@@ -109,6 +151,7 @@ class LoopRun:
     errors: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # a verdict was given, or the loop was cancelled
     cancelled: bool = False
+    waits: _Waits | None = None  # a loop of `tool: wait` steps
     # prepared from the step, at the spec
     templates: IterationTemplates | None = field(default=None, compare=False, repr=False)
 
@@ -119,6 +162,19 @@ class LoopRun:
     @property
     def done(self) -> int:
         return self.succeeded + self.failed
+
+    @property
+    def waiting_count(self) -> int:
+        """Iterations waiting for a signal or a time now (a loop of waits)."""
+        return len(self.waits.waiting) if self.waits is not None else 0
+
+    def pending_timers(self) -> list[str]:
+        """The timers armed and not fired yet (retry delays, wait deadlines) that still
+        matter: what a replay arms again."""
+        out = list(self.waiting)
+        if self.waits is not None:
+            out += self.waits.timers
+        return out
 
 
 class _Fold:
@@ -157,9 +213,15 @@ def fold_loop(
     elif isinstance(inp, ChunkDone):
         _chunk_done(fold, inp)
     elif isinstance(inp, TimerFired):
-        index = run.waiting.pop(inp.timer_id, None)
-        if index is not None:
-            run.ready.append(index)
+        if run.waits is not None and inp.timer_id.startswith(WAIT_TIMER):
+            _deadline(fold, run.waits, inp)
+        else:
+            index = run.waiting.pop(inp.timer_id, None)
+            if index is not None:
+                run.ready.append(index)
+    elif isinstance(inp, SignalSent):
+        if run.waits is not None:
+            _signal(fold, run.waits, inp)
     elif isinstance(inp, LoopCancel):
         _stop(fold)
         run.cancelled = True
@@ -180,6 +242,8 @@ def _begin(fold: _Fold, spec: LoopSpec, step: Step, loop: Loop) -> None:
     run.results = [None] * run.total
     run.counted = bytearray(run.total)
     run.templates = IterationTemplates(step, spec)
+    if isinstance(step.tool, WaitTool):
+        run.waits = _Waits(tool=step.tool)
     if spec.only is not None:
         # a redrive: the other iterations succeeded before; the engine puts their kept
         # results back (actors/core/work.py), so here they only count
@@ -201,6 +265,9 @@ def _pending(run: LoopRun) -> int:
 def _release(fold: _Fold) -> None:
     """Keep `slots` commands in flight: retries due first, then new iterations."""
     run = fold.run
+    if run.waits is not None:
+        _release_waits(fold, run.waits)
+        return
     while len(run.inflight) < run.slots and not run.finished:
         if run.ready:
             _issue(fold, [run.ready.popleft()], chunk=False)
@@ -448,6 +515,13 @@ def _stop(fold: _Fold) -> None:
     run.inflight.clear()
     run.waiting.clear()
     run.ready.clear()
+    if run.waits is not None:
+        # signals and deadlines after the verdict (or a cancel) change nothing
+        run.waits.waiting.clear()
+        run.waits.by_key.clear()
+        run.waits.kept.clear()
+        run.waits.deadlines.clear()
+        run.waits.timers.clear()
 
 
 def _maybe_finish(fold: _Fold) -> None:
@@ -470,3 +544,159 @@ def _verdict_fields(run: LoopRun, *, results: bool) -> dict[str, Any]:
         results=run.results if results else None,
         errors=run.errors,
     )
+
+
+# --- a loop of waits ------------------------------------------------------------------
+
+
+def _release_waits(fold: _Fold, w: _Waits) -> None:
+    """Every iteration due waits now: no command, so no slot bounds them. Iterations
+    that begin in one fold share their `timeout` deadline, hence its one timer."""
+    run = fold.run
+    while run.ready and not run.finished:
+        _wait_begin(fold, w, run.ready.popleft())
+    while run.released < _pending(run) and not run.finished:
+        index = run.released if run.order is None else run.order[run.released]
+        run.released += 1
+        _wait_begin(fold, w, index)
+
+
+def _wait_begin(fold: _Fold, w: _Waits, index: int) -> None:
+    """Iteration `index` starts waiting (each attempt): its key and `until` rendered in
+    its scope, then the first kept signal for it taken, else it waits with its deadline."""
+    run, step, templates = fold.run, fold.run.step, fold.run.templates
+    assert step is not None and templates is not None
+    attempt = _attempt(run, index)
+    scope = _scope(run, index)
+    try:
+        key_value, until_value, zone = templates.render_wait(scope)
+        key = signal_key(key_value)
+        until = None if until_value is None else parse_until(until_value, zone if isinstance(zone, str) else None)
+    except TemplateError as e:
+        _counted(fold, index, None, template_error(step.step, e), attempt=attempt)
+        return
+    except UntilInvalid as e:  # rendered, but not a time: `WaitInvalid`, as the engine's wait step says
+        message = f"step '{step.step}' iteration {index} field tool.until: {e}"
+        _counted(fold, index, None, ErrorInfo(type="WaitInvalid", message=message), attempt=attempt)
+        return
+    if w.tool.signal is not None:
+        kept = w.kept.get(key)
+        for n, sig in enumerate(kept or ()):
+            if _holds(fold, w, sig, scope):
+                assert kept is not None
+                del kept[n]
+                w.kept_count -= 1
+                w.kept_bytes -= signal_bytes(sig)
+                if not kept:
+                    del w.kept[key]
+                _take(fold, w, index, attempt, sig)
+                return
+    # the deadline: `timeout` from now, or `until`, whichever comes first
+    ends = w.tool.signal is None
+    deadline = None if step.timeout is None else fold.at + step.timeout
+    if until is not None and (deadline is None or until <= deadline):
+        deadline = until
+    else:
+        ends = False  # the step's timeout comes first: a timeout even without a signal
+    ms = None if deadline is None else math.ceil(deadline * 1000)
+    if ms is not None and ms <= fold.at * 1000:  # already past
+        _expired(fold, w, index, attempt, key, ms, ends)
+        return
+    w.waiting[index] = Waiting(key=key, attempt=attempt, deadline=ms, ends=ends)
+    w.by_key.setdefault(key, []).append(index)
+    if ms is not None:
+        heapq.heappush(w.deadlines, (ms, index, attempt))
+        timer_id = f"{WAIT_TIMER}{ms}"
+        if timer_id not in w.timers:
+            w.timers[timer_id] = ms
+            due = ms / 1000
+            fold.out.timers.append(
+                Timer(timer_id, due, TimerFired(execution_id=run.execution_id, timer_id=timer_id, due=due))
+            )
+
+
+def _holds(fold: _Fold, w: _Waits, sig: SignalSent, scope: dict[str, Any]) -> bool:
+    """Whether an iteration's `when` (in its `scope`) holds for `sig`. One that cannot be
+    evaluated for it (the sender's data is not what the condition expects) does not
+    match: the iteration goes on waiting, the signal is kept."""
+    if w.tool.when is None:
+        return True
+    step, templates = fold.run.step, fold.run.templates
+    assert step is not None and templates is not None
+    try:
+        return templates.wait_holds(step, {**scope, "signal": signal_view(sig)})
+    except TemplateError:
+        return False
+
+
+def _signal(fold: _Fold, w: _Waits, sig: SignalSent) -> None:
+    """A signal for this loop: the first iteration waiting on its key whose `when`
+    holds takes it; else it is kept for a later wait (bounded: past `MAX_KEPT`, or
+    `MAX_KEPT_BYTES` of data, it is dropped; it stays in the loop's log as an input)."""
+    if sig.name != w.tool.signal or sig.signal_id in w.seen:
+        return  # not this loop's signal, or one already taken or kept
+    w.seen.add(sig.signal_id)
+    for index in list(w.by_key.get(sig.key, ())):
+        if fold.run.finished:
+            return
+        state = w.waiting[index]
+        if w.tool.when is None or _holds(fold, w, sig, _scope(fold.run, index)):
+            _unwait(w, index)
+            _take(fold, w, index, state.attempt, sig)
+            return
+    size = signal_bytes(sig)
+    if fold.run.finished or w.kept_count >= MAX_KEPT or w.kept_bytes + size > MAX_KEPT_BYTES:
+        return
+    w.kept.setdefault(sig.key, []).append(sig)
+    w.kept_count += 1
+    w.kept_bytes += size
+
+
+def _take(fold: _Fold, w: _Waits, index: int, attempt: int, sig: SignalSent) -> None:
+    """Iteration `index` (no longer waiting) takes `sig`: its result is the signal's data
+    (an approval rejected fails it `Rejected`)."""
+    assert fold.run.spec is not None
+    why = rejection(fold.run.spec.step, sig) if w.tool.approval else None
+    if why is None:
+        _attempted(fold, index, attempt, sig.data, None)
+    else:
+        _attempted(fold, index, attempt, None, ErrorInfo(type="Rejected", message=why))
+
+
+def _unwait(w: _Waits, index: int) -> None:
+    state = w.waiting.pop(index, None)
+    if state is None:
+        return
+    keyed = w.by_key.get(state.key)
+    if keyed is not None:
+        keyed.remove(index)
+        if not keyed:
+            del w.by_key[state.key]
+
+
+def _deadline(fold: _Fold, w: _Waits, fired: TimerFired) -> None:
+    """A deadline's timer fired: every iteration still waiting with a deadline up to it
+    ends (times out, or completes at its `until`)."""
+    due = w.timers.pop(fired.timer_id, None)
+    if due is None:
+        return  # fired before (a redelivery), or not armed by this fold
+    while w.deadlines and w.deadlines[0][0] <= due and not fold.run.finished:
+        ms, index, attempt = heapq.heappop(w.deadlines)
+        state = w.waiting.get(index)
+        if state is None or state.attempt != attempt or state.deadline != ms:
+            continue  # it took a signal, or waits again with another deadline
+        _unwait(w, index)
+        _expired(fold, w, index, attempt, state.key, ms, state.ends)
+
+
+def _expired(fold: _Fold, w: _Waits, index: int, attempt: int, key: str, ms: int, ends: bool) -> None:
+    if ends:
+        _attempted(fold, index, attempt, {"until": iso_utc(ms / 1000)}, None)
+        return
+    assert fold.run.spec is not None
+    keyed = f" (key {key!r})" if key else ""
+    message = (
+        f"step '{fold.run.spec.step}' iteration {index} waited for signal '{w.tool.signal}'{keyed}: "
+        f"its deadline {iso_utc(ms / 1000)} passed"
+    )
+    _attempted(fold, index, attempt, None, ErrorInfo(type="WaitTimeout", message=message))

@@ -48,6 +48,7 @@ from actors.core.state import Execution
 from actors.playbook.loader import parsed_playbook
 from actors.playbook.templates import call_with_limits
 from actors.wire.events import (
+    REPEATED_LIFECYCLE,
     TERMINAL_EVENTS,
     AnyEvent,
     DecisionRecord,
@@ -83,7 +84,12 @@ from streams.subjects import ExecSubjects, LoopSubjects
 #      holding the decision record and the others (actors/wire/events.py
 #      `LifecycleExtras`); the decisions themselves are those of 1. A pod of 1 halts
 #      such an execution (`SemanticsUnknown`) rather than misread its log.
-SEMANTICS = 2
+#   3: wait steps and signals (`tool: wait`, actors/core/waits.py): a playbook with a
+#      wait step runs only in an execution of 3 on (one of 2 or less fails at its start,
+#      saying so); the lifecycle event `execution.waiting` may be written more than
+#      once (once per decision, its message id by cause). Executions without wait
+#      steps decide as under 2.
+SEMANTICS = 3
 
 NONDETERMINISM = "Nondeterminism"
 SEMANTICS_UNKNOWN = "SemanticsUnknown"
@@ -203,6 +209,20 @@ class Recorded:
         else:
             self.lifecycle.setdefault(ev.type, stored)  # one of each type: a re-send past the window is the same
             self.by_cause.setdefault(ev.cause, []).append(stored)
+
+    def has_lifecycle(self, event_type: str, cause: int) -> bool:
+        """The log holds this lifecycle event of the decision at `cause` (one written
+        more than once, `execution.waiting`: that decision's own), or of the execution."""
+        if event_type in REPEATED_LIFECYCLE:
+            return any(s.value.type == event_type for s in self.by_cause.get(cause, ()))
+        return event_type in self.lifecycle
+
+    def lifecycle_of(self, event_type: str, cause: int) -> Stored | None:
+        """The recorded lifecycle event a decision's is held against: the execution's one
+        of its type, or (written more than once) the decision's own."""
+        if event_type in REPEATED_LIFECYCLE:
+            return next((s for s in self.by_cause.get(cause, ()) if s.value.type == event_type), None)
+        return self.lifecycle.get(event_type)
 
     def answered(self, command_id: str) -> None:
         self.results.add(command_id)
@@ -375,7 +395,7 @@ class Replayer:
             )
         lifecycle = {ev.type: _plain(ev) for ev in fx.lifecycle} if fx is not None else {}
         for type_, mine in lifecycle.items():
-            stored = self.recorded.lifecycle.get(type_)
+            stored = self.recorded.lifecycle_of(type_, seq)
             if stored is None:
                 continue  # not written yet (a crash before it): the replay sends it
             theirs = _plain(stored.value)

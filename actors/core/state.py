@@ -11,8 +11,15 @@ from typing import Any, Literal
 
 from actors.core.retry import Gathered
 from actors.playbook.model import Playbook
-from actors.wire.events import TERMINAL_STATES, ActivationStatus, ArrivalStatus, ExecState, FailureDecidedData
-from actors.wire.messages import CancelRequest, ErrorInfo, Limits, ParentRef, Redrive
+from actors.wire.events import (
+    TERMINAL_STATES,
+    ActivationStatus,
+    ArrivalStatus,
+    ExecState,
+    FailureDecidedData,
+    WaitEntry,
+)
+from actors.wire.messages import CancelRequest, ErrorInfo, Limits, ParentRef, Redrive, SignalSent
 
 # Routing work a decision has yet to do (actors/core/decide.py): start an activation,
 # or see whether the branch that just left was the last one before `end`
@@ -38,6 +45,25 @@ class Activation:
     max_attempts: int | None = None  # from the retry rule that last matched
     errors: list[str] = field(default_factory=list)  # one line per failed attempt: the retry summary
     failure: dict[str, Any] | None = None  # `failure` in scope, for a remediation step
+
+
+@dataclass(slots=True)
+class Wait:
+    """A step's attempt waiting (`tool: wait`, actors/core/waits.py): for a signal
+    named `signal` with `key` (None: only a date), until `deadline` (None: no bound),
+    on the durable timer `timer_id`. A loop of waits (`loop_id`) is the counter's to
+    match: the execution forwards it each signal of its name."""
+
+    activation: int
+    step: str
+    since: float
+    signal: str | None
+    key: str = ""
+    until: float | None = None
+    deadline: float | None = None
+    timer_id: str | None = None
+    approval: bool = False
+    loop_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -90,6 +116,16 @@ class Execution:
     # once that loop starts, by its loop id until its verdict
     redrive: dict[str, Redrive] = field(default_factory=dict)
     redriving: dict[str, Redrive] = field(default_factory=dict)
+    # waits (actors/core/waits.py): by activation, in the order they began; the signals
+    # kept for a later wait (the mailbox), in arrival order; every signal id taken, kept
+    # or forwarded (the same id again is the same signal); what `execution.waiting` last
+    # said, and whether the waits changed since (checked once per decision)
+    waits: dict[int, Wait] = field(default_factory=dict)
+    mailbox: list[SignalSent] = field(default_factory=list)
+    mailbox_bytes: int = 0  # what the mailbox's signals weigh (waits.signal_bytes): bounded
+    signal_ids: set[str] = field(default_factory=set)
+    waits_shown: list[WaitEntry] = field(default_factory=list)
+    waits_changed: bool = False
 
     @property
     def terminal(self) -> bool:

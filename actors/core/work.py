@@ -13,14 +13,23 @@ from typing import Any
 
 import msgspec
 
-from actors.core import failure
+from actors.core import failure, waits
 from actors.core.attempt import REISSUE, Complete, Fail, Outcome
 from actors.core.decision import Decision, fail_step, leave
 from actors.core.effects import child_start
 from actors.core.effects import template_error as _template_error
 from actors.core.outcome import finish
 from actors.core.state import Activation, Execution
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, Loop, NoopTool, PlaybookTool, PythonTool, Step
+from actors.playbook.model import (
+    END,
+    UNRENDERED_TOOL_FIELDS,
+    Loop,
+    NoopTool,
+    PlaybookTool,
+    PythonTool,
+    Step,
+    WaitTool,
+)
 from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
 from actors.playbook.tool_render import render_tool, sink_call
 from actors.wire.events import (
@@ -85,6 +94,8 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
     ex = decision.ex
     if step.loop is not None:
         return _start_loop(decision, act, step, step.loop)
+    if isinstance(step.tool, WaitTool):
+        return waits.begin(decision, act, step, step.tool)  # decided here: no tool actor runs it
     scope = ex.scope(act)
     try:
         args = render_value(step.args, scope, where="args", step=step.step)
@@ -217,6 +228,10 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
             only=list(redrive.indices) if redrive is not None else None,
         )
     )
+    if isinstance(step.tool, WaitTool):
+        # a loop of waits: the counter matches signals to its iterations; the kept ones
+        # are forwarded to its log after the spec, later ones as they come
+        waits.hand_over(decision, act, step, step.tool, loop_id)
     return None
 
 
@@ -242,6 +257,7 @@ def iterator_end(decision: Decision, res: IteratorCompleted | IteratorFailed) ->
     if act is None or act.status != ActivationStatus.RUNNING or act.command_id != res.loop_id:
         return  # a verdict delivered twice, or for a loop since cancelled
     step = ex.playbook.step(act.step)
+    waits.ended(decision, act)  # a loop of waits: no signal is forwarded to it any more
     redrive = ex.redriving.pop(res.loop_id, None)
     if isinstance(res, IteratorCompleted):
         results = res.results if res.results is not None else []

@@ -47,7 +47,7 @@ from actors.core.effects import Effects
 from actors.core.replay import SEMANTICS, HaltKey, Mismatch, Recorded, Replayer, Stored
 from actors.core.state import Execution
 from actors.engine.readback import read_back
-from actors.natsio import ack, command_sent, has_message, log_time, publish_all, stream_seq
+from actors.natsio import ack, command_sent, dead_letter, has_message, log_time, publish_all, stream_seq
 from actors.natsio.binding import codec_of
 from actors.playbook.templates import RenderFault
 from actors.runtime import tracing
@@ -70,21 +70,32 @@ from actors.wire.events import (
     make_event,
 )
 from actors.wire.messages import (
+    CallDone,
+    CallError,
+    CancelRequest,
     EngineFault,
     ErrorInfo,
     Input,
+    IteratorCompleted,
+    IteratorFailed,
+    RetriedBy,
+    SignalSent,
     StartRecord,
+    TimerFired,
     input_decoder,
 )
 from streams import ids
 from streams.layout import EXEC_STREAM, LOOP_STREAM, Layout, engine_consumer
 from streams.subjects import (
+    CANCEL,
     EV,
     FAULT,
     IN,
+    ITERATOR,
     LC,
     RESULT,
     RETRIED,
+    SIGNAL,
     START,
     TIMER,
     ExecSubjects,
@@ -95,6 +106,25 @@ from streams.subjects import (
 
 log = logging.getLogger("actors.engine")
 fault_decoder = msgspec.json.Decoder(EngineFault)
+
+# what each input subject (`exec.<p>.<id>.in.<type>...`) takes: the decoder reads the
+# type from the message, so without this a message of one type published where another
+# is written (a user may publish `in.signal` and `in.cancel`) would be folded as sent
+INPUT_TYPES: dict[str, tuple[type, ...]] = {
+    START: (StartRecord,),
+    RESULT: (CallDone, CallError),
+    ITERATOR: (IteratorCompleted, IteratorFailed),
+    TIMER: (TimerFired,),
+    FAULT: (EngineFault,),
+    CANCEL: (CancelRequest,),
+    RETRIED: (RetriedBy,),
+    SIGNAL: (SignalSent,),
+}
+
+
+def fits_subject(subject: str, inp: Input) -> bool:
+    """Is `inp` of a type its input subject takes (INPUT_TYPES)?"""
+    return isinstance(inp, INPUT_TYPES.get(type_of(subject).split(".", 1)[0], ()))
 
 
 class ExecutionActor(LogActor):
@@ -194,6 +224,9 @@ class ExecutionActor(LogActor):
         inp = await self.decode(input_decoder, entry)
         if inp is None:
             return None
+        if not fits_subject(entry.subject, inp):
+            await self._misfiled(entry, inp)
+            return None
         if isinstance(inp, StartRecord) and inp.execution_id != self.execution_id:
             return None
         if isinstance(inp, StartRecord):
@@ -230,6 +263,22 @@ class ExecutionActor(LogActor):
         if into is not None:
             into.merge(fx)
         return fx
+
+    async def _misfiled(self, entry: LogEntry, inp: Input) -> None:
+        """An input whose type is not its subject's (a `timer.fired` published on
+        `in.signal`, where any user may publish): never folded, live or in a replay,
+        and dead-lettered the first time it is met live, saying why."""
+        if not self.hydrated:
+            return
+        await dead_letter(
+            self.engine.js,
+            source=self.source,
+            reason=f"input of type {type(inp).__name__} on {entry.subject}: not what that subject takes; not folded",
+            subject=entry.subject,
+            data=entry.data,
+            execution_id=self.execution_id,
+            msg_id=ids.dead_letter_id(self.source, self.stream, entry.seq),
+        )
 
     def _traced(self, entry: LogEntry, inp: Input, fx: Effects | None) -> None:
         """Feed the execution's spans: every fold, live or replayed, so what is open is
@@ -362,8 +411,10 @@ class ExecutionActor(LogActor):
         """What of a replayed decision the log lacks. A stored decision record proves
         that everything it decided was sent before it: only lifecycle events it lacks
         remain. Otherwise: commands neither answered nor still queued, loops not handed
-        over, timers that have not fired, and every signal (idempotent downstream)."""
-        lifecycle = [ev for ev in fx.lifecycle if ev.type not in seen.lifecycle]
+        over, timers that have not fired, and every signal (idempotent downstream: a
+        signal forwarded to a loop of waits too, by its message id and the counter's
+        memory of the ids it took)."""
+        lifecycle = [ev for ev in fx.lifecycle if not seen.has_lifecycle(ev.type, fx.cause)]
         if fx.cause in seen.decisions:
             return Effects(cause=fx.cause, at=fx.at, lifecycle=lifecycle)
         nc = self.engine.nc

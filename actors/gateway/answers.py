@@ -1,6 +1,7 @@
-"""Answering `result.request`, `catalog.register` and `execution.cancel` (core NATS, a queue group of the
-engine pods), so a client in any language reads a result and registers a playbook
-without the Python client.
+"""Answering `result.request`, `catalog.register`, `execution.cancel` and `execution.signal` (core
+NATS, a queue group of the engine pods), so a client in any language reads a result,
+registers a playbook, cancels an execution and signals a waiting step without the
+Python client.
 
 Each answer is what the Python client would say (`Client.status`, `Client.terminal`,
 `catalog.register`), in the wire's own form: values travel as the deployment's payload
@@ -31,8 +32,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from actors.client import Client
+from actors.client import Client, InvalidExecutionId, InvalidSignal, SignalRefused, TooLarge
 from actors.client.outcome import ExecutionNotFinished, ExecutionNotFound
+from actors.client.signals import ExecutionNotKnownYet
 from actors.natsio import send
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
@@ -53,10 +55,18 @@ from actors.wire.messages import (
     RequestError,
     ResultReply,
     ResultRequest,
+    SignalAsk,
+    SignalReply,
 )
 from actors.wire.nesting import START_MESSAGE_DEPTH, json_within
 from streams.layout import EXECUTION_ID
-from streams.subjects import CANCEL_REQUEST_SUBJECT, REGISTER_REQUEST_SUBJECT, RESULT_REQUEST_SUBJECT, RESULT_WAIT
+from streams.subjects import (
+    CANCEL_REQUEST_SUBJECT,
+    REGISTER_REQUEST_SUBJECT,
+    RESULT_REQUEST_SUBJECT,
+    RESULT_WAIT,
+    SIGNAL_REQUEST_SUBJECT,
+)
 
 log = logging.getLogger("actors.gateway")
 
@@ -73,6 +83,7 @@ Loader = Callable[[str, str, int], Awaitable[Playbook]]
 _result_request = msgspec.json.Decoder(ResultRequest)
 _register_request = msgspec.json.Decoder(RegisterRequest)
 _cancel_request = msgspec.json.Decoder(CancelAsk)
+_signal_request = msgspec.json.Decoder(SignalAsk)
 CANCEL_LOOKUP = 2.0  # seconds a cancel of an id with no status waits for a start still queued
 
 
@@ -110,6 +121,10 @@ def _not_cancelled(error: RequestError) -> CancelReply:
     return CancelReply(execution_id=None, cancelled=False, error=error)
 
 
+def _not_signalled(error: RequestError) -> SignalReply:
+    return SignalReply(execution_id=None, signal_id=None, accepted=False, error=error)
+
+
 Answer = Callable[[Msg], Awaitable[msgspec.Struct]]
 Refusal = Callable[[RequestError], msgspec.Struct]
 
@@ -125,7 +140,8 @@ def result_wait(msg: Msg) -> float:
 
 
 class Gateway:
-    """The engine pods' answers to `result.request`, `catalog.register` and `execution.cancel`."""
+    """The engine pods' answers to `result.request`, `catalog.register`, `execution.cancel`
+    and `execution.signal`."""
 
     def __init__(
         self,
@@ -165,6 +181,7 @@ class Gateway:
             (RESULT_REQUEST_SUBJECT, self.answer_result, _no_result),
             (REGISTER_REQUEST_SUBJECT, self.answer_register, _not_registered),
             (CANCEL_REQUEST_SUBJECT, self.answer_cancel, _not_cancelled),
+            (SIGNAL_REQUEST_SUBJECT, self.answer_signal, _not_signalled),
         )
         for subject, answer, refuse in served:
             handler = functools.partial(self._on_request, answer, refuse)
@@ -314,6 +331,43 @@ class Gateway:
                 error = RequestError(type="ExecutionNotFound", message=str(e))
                 return CancelReply(execution_id=eid, cancelled=False, error=error)
             return CancelReply(execution_id=eid, cancelled=True, status=status)
+
+    # --- execution.signal ---------------------------------------------------------------
+
+    async def answer_signal(self, msg: Msg) -> SignalReply:
+        """`Client.signal`'s checks and write, for a requester of any language: refused
+        (`accepted: false`, its status) for an execution that has ended; `duplicate` when
+        a signal of its id was in the log already (the first stands); `InvalidRequest`
+        for a bad name, key, id, sender or data; `ExecutionNotFound` for an unknown or retired id
+        (`retryable` while starts queued before it may still hold its start)."""
+        req = _decode(_signal_request, msg.data, "signal request")
+        if isinstance(req, RequestError):
+            return _not_signalled(req)
+        eid = req.execution_id
+        if not EXECUTION_ID.fullmatch(eid):
+            return _not_signalled(_bad_id("signal request", eid))
+        try:
+            # data sealed by a requester that holds the deployment's key is opened, then
+            # sealed again as the log's copy is written (clear data passes as it is)
+            data = codec_of(self.nc).open_value(req.data) if req.data is not None else None
+        except PayloadUnreadable as e:
+            return _not_signalled(_invalid("signal request", f"field data: {e}"))
+
+        def refused(kind: str, message: str, retryable: bool = False) -> SignalReply:
+            error = RequestError(type=kind, message=message, retryable=retryable)
+            return SignalReply(execution_id=eid, signal_id=req.signal_id, accepted=False, error=error)
+
+        async with self._lookups:  # a start still queued may be looked for: a few at once
+            try:
+                return await self.client.signal(eid, req.name, data, key=req.key, signal_id=req.signal_id, by=req.by)
+            except (InvalidSignal, InvalidExecutionId, TooLarge, ValueError) as e:  # TooDeep is a ValueError
+                return refused(INVALID_REQUEST, f"invalid signal request: {e}")
+            except ExecutionNotKnownYet as e:
+                return refused("ExecutionNotFound", str(e), retryable=True)
+            except ExecutionNotFound as e:
+                return refused("ExecutionNotFound", str(e))
+            except SignalRefused as e:
+                return refused("SignalRefused", str(e))
 
     # --- catalog.register ---------------------------------------------------------------
 

@@ -59,21 +59,28 @@ from actors.store.blobs import BlobCorrupt, get_blob, resolve_chunk, resolve_res
 from actors.wire.events import EventType, ExecutionHaltedData, ExecutionResumedData, event_decoder, make_event
 from actors.wire.messages import (
     CallDone,
+    CallError,
     ChunkDone,
     Command,
     ErrorInfo,
     FailedItem,
+    LoopCancel,
     LoopInput,
     LoopProgress,
     LoopSpec,
     ResultBatch,
+    SignalSent,
     StartMessage,
+    TimerFired,
     encode,
     loop_input_decoder,
 )
 from streams import ids
 from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, Layout, counter_consumer
 from streams.subjects import (
+    CANCEL,
+    LOOP_RESULT,
+    SIGNAL,
     SPEC,
     TIMER,
     ExecSubjects,
@@ -91,6 +98,11 @@ from streams.subjects import (
 log = logging.getLogger("actors.loops.counter")
 BATCH = 4096  # most inputs folded before one publish round
 PROGRESS_EVERY = 0.25  # seconds between progress messages of one loop
+# while iterations wait (a loop of `tool: wait`) and nothing changes, the counts are said
+# again this often: `status` listens for a second (actors/client/progress.py SNAPSHOT_WAIT)
+# and would otherwise show no counts for a loop idly waiting. One small core-NATS message
+# a second per waiting loop in memory, not stored
+PROGRESS_WAITING = 0.9
 
 
 class LoopActor(LogActor):
@@ -119,6 +131,8 @@ class LoopActor(LogActor):
         self.subjects = subjects
         self.state = LoopRun(execution_id=execution_id, loop_id=loop_id)
         self._progress_at = 0.0
+        self._shown: tuple[int, ...] | None = None  # the counts last published
+        self._later: asyncio.TimerHandle | None = None  # a change held back by PROGRESS_EVERY
 
     @property
     def finished(self) -> bool:
@@ -137,6 +151,9 @@ class LoopActor(LogActor):
         self.last_seq = entry.seq
         inp: LoopInput | None = await self.decode(loop_input_decoder, entry)
         if inp is None:
+            return None
+        if not _fits(loop_type(entry.subject), inp):
+            await self._misfiled(entry, inp)
             return None
         step: Step | None = None
         if isinstance(inp, LoopSpec):
@@ -170,6 +187,21 @@ class LoopActor(LogActor):
             if into is not None:
                 into.clear()
             return None
+
+    async def _misfiled(self, entry: LogEntry, inp: LoopInput) -> None:
+        """An input whose type is not its subject's (a `timer.fired` on `in.signal`):
+        never folded, live or in a replay; dead-lettered when met live."""
+        if not self.hydrated:
+            return
+        await dead_letter(
+            self.counter.js,
+            source="counter",
+            reason=f"input of type {type(inp).__name__} on {entry.subject}: not what that subject takes; not folded",
+            subject=entry.subject,
+            data=entry.data,
+            execution_id=self.execution_id,
+            msg_id=ids.dead_letter_id("counter", LOOP_STREAM, entry.seq),
+        )
 
     async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
         """Handling these inputs failed deterministically, again and again: the loop
@@ -236,12 +268,25 @@ class LoopActor(LogActor):
             self.state.finished = True
             return None
 
-    def _progress(self) -> None:
-        """Best effort, rate-limited, never stored: for people watching, not decisions."""
-        run, now = self.state, time.monotonic()
-        if run.spec is None or (now - self._progress_at < PROGRESS_EVERY and not run.finished):
+    def _progress(self, *, again: bool = False) -> None:
+        """Best effort, rate-limited, never stored: for people watching, not decisions.
+        Published when the counts change (once when the loop starts, so a loop of waits
+        says how many wait), and while iterations wait, `again` every PROGRESS_WAITING
+        (so `status` of an idle loop of waits still shows its counts). A change within
+        PROGRESS_EVERY of the last message goes out at its end."""
+        run = self.state
+        if run.spec is None:
             return
-        self._progress_at = now
+        counts = (run.total, run.done, run.failed, len(run.inflight), run.waiting_count)
+        if counts == self._shown and not again:
+            return
+        now = time.monotonic()
+        held = self._progress_at + PROGRESS_EVERY - now
+        if held > 0 and not run.finished:
+            if self._later is None:
+                self._later = asyncio.get_running_loop().call_later(held, self._held_back)
+            return
+        self._progress_at, self._shown = now, counts
         p = LoopProgress(
             execution_id=self.execution_id,
             loop_id=self.loop_id,
@@ -250,10 +295,29 @@ class LoopActor(LogActor):
             done=run.done,
             failed=run.failed,
             in_flight=len(run.inflight),
+            waiting=run.waiting_count,
             at=time.time(),
         )
         task = asyncio.ensure_future(self.counter.nc.publish(progress_subject(self.execution_id), encode(p)))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        if run.waiting_count and not run.finished and self._later is None:
+            self._later = asyncio.get_running_loop().call_later(PROGRESS_WAITING, self._said_again)
+
+    def _said_again(self) -> None:
+        """The counts of a loop whose iterations wait, said again (see `_held_back`)."""
+        self._later = None
+        if self.counter.actors.get(self.key) is not self or self.task is None or self.task.done() or self.busy:
+            return
+        self._progress(again=True)
+
+    def _held_back(self) -> None:
+        """The change `_progress` held back, while this actor still runs the loop (an
+        evicted or retired actor's state may be stale: it says nothing); one handling
+        inputs says it when done."""
+        self._later = None
+        if self.counter.actors.get(self.key) is not self or self.task is None or self.task.done() or self.busy:
+            return
+        self._progress()
 
     # --- replay ----------------------------------------------------------------------
 
@@ -343,7 +407,7 @@ class LoopActor(LogActor):
         if unsure:
             late = await self._answered_after(self.last_seq)
             missing.commands += [c for c in unsure if c.command_id not in late]
-        missing.timers = [timers[t] for t in run.waiting if t in timers]
+        missing.timers = [timers[t] for t in run.pending_timers() if t in timers]
         missing.failures = [f for _, f in sorted(failures.items())]
         if run.finished:
             missing.cancels, missing.child_cancels = stopped.cancels, stopped.child_cancels
@@ -414,6 +478,25 @@ class LoopActor(LogActor):
         data = mismatch.halted_data(source="counter", loop_id=self.loop_id)
         msg_id = ids.halted_id(self.execution_id, f"counter:{self.loop_id}", entry.seq, round_)
         await self._publish_lifecycle(data, at=entry.at, cause=entry.seq, msg_id=msg_id)
+
+
+# what each loop input subject (`loop.<p>.<id>.<loop>.in.<type>...`) takes: the decoder
+# reads the type from the message, so without this one published where another type is
+# written would be folded as sent
+_LOOP_INPUTS: dict[str, tuple[type, ...]] = {
+    SPEC: (LoopSpec,),
+    LOOP_RESULT: (CallDone, CallError, ChunkDone),
+    TIMER: (TimerFired,),
+    CANCEL: (LoopCancel,),
+    SIGNAL: (SignalSent,),
+}
+
+
+def _fits(kind: str, inp: LoopInput) -> bool:
+    """Is `inp` of a type its input subject's type (`kind`: `spec`, `res.<id>`...) takes?"""
+    if is_result_batch(kind):
+        return isinstance(inp, ResultBatch)
+    return isinstance(inp, _LOOP_INPUTS.get(kind.split(".", 1)[0], ()))
 
 
 def _answers(entry: LogEntry) -> set[str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 
 SCHEDULE = "Nats-Schedule"
 SCHEDULE_TARGET = "Nats-Schedule-Target"
@@ -11,7 +12,11 @@ SCHEDULE_TARGET = "Nats-Schedule-Target"
 
 def schedule_at(epoch: float) -> str:
     """The `Nats-Schedule` value for a one-shot timer (millisecond precision, UTC)."""
-    stamp = datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="milliseconds")
+    # rounded up to the millisecond: a timer is never delivered before its due time (a
+    # wait's `until` is a promise of "not before")
+    stamp = datetime.datetime.fromtimestamp(math.ceil(epoch * 1000) / 1000, datetime.UTC).isoformat(
+        timespec="milliseconds"
+    )
     return "@at " + stamp.replace("+00:00", "Z")
 
 

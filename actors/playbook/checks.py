@@ -155,7 +155,9 @@ class StepChecks:
             tool = n.get("tool")
             if isinstance(tool, dict):
                 for k, v in tool.items():
-                    if k not in UNRENDERED_TOOL_FIELDS:
+                    if tool.get("kind") == "wait" and k == "when":  # rendered per signal: `signal` in scope
+                        self._condition(ctx, v, ("tool", k), _Names(everywhere, frozenset(own | {"signal"})))
+                    elif k not in UNRENDERED_TOOL_FIELDS:
                         self._walk(ctx, v, ("tool", k), base)
             loop = n.get("loop")
             if isinstance(loop, dict) and "collection" in loop:

@@ -46,8 +46,10 @@ from actors.playbook.errors import (
     strip_unknown,
     suggest,
 )
-from actors.playbook.model import END, LOADER_FIELDS, Playbook, PythonTool, RetryRule, Step
+from actors.playbook.model import END, LOADER_FIELDS, Playbook, PythonTool, RetryRule, Step, WaitTool
 from actors.playbook.shorthands import BAD, Partial, Shorthands
+from actors.playbook.templates import is_template
+from actors.playbook.until import UntilInvalid, parse_until, zone_of
 from actors.playbook.userfiles import read_regular_file
 from actors.playbook.yaml_lines import MAX_ALIAS_NODES, MAX_SOURCE_BYTES, KeyPath, compose
 from actors.wire.messages import Limits
@@ -318,6 +320,9 @@ class _Loader(Reporter):
         self._after_convert(ctx)
 
     def _after_convert(self, ctx: StepCtx) -> None:
+        tool = ctx.converted.get("tool")
+        if isinstance(tool, WaitTool):
+            self._wait_step(ctx, tool)
         ceiling = self.max_attempts
         retry = ctx.converted.get("retry")
         for i, rule in enumerate(retry or []):
@@ -328,3 +333,22 @@ class _Loader(Reporter):
                     f"max_attempts {rule.then.max_attempts} is above the ceiling {ceiling} "
                     f"(env {MAX_ATTEMPTS_CEILING_ENV})",
                 )
+
+    def _wait_step(self, ctx: StepCtx, tool: WaitTool) -> None:
+        """What of a wait step can be known wrong before it runs (the model checks the
+        rest: a signal's name, an approval without a signal)."""
+        if ctx.label == END:
+            self.step_error(ctx, ("tool",), "the 'end' step cannot wait: put the wait step before it")
+        if "sink" in ctx.raw:
+            self.step_error(ctx, ("sink",), "a wait step has no sink: its result is the signal's data")
+        if tool.zone is not None:
+            try:
+                zone_of(tool.zone)
+            except UntilInvalid as e:
+                self.step_error(ctx, ("tool", "zone"), str(e))
+                return
+        if tool.until is not None and not is_template(tool.until):
+            try:
+                parse_until(tool.until, tool.zone)
+            except UntilInvalid as e:
+                self.step_error(ctx, ("tool", "until"), str(e))

@@ -17,8 +17,8 @@ import jinja2
 import msgspec
 from jinja2 import nodes
 
-from actors.playbook.model import UNRENDERED_TOOL_FIELDS, PlaybookTool, Step
-from actors.playbook.templates import TemplateError, is_template, names_read, render_value
+from actors.playbook.model import UNRENDERED_TOOL_FIELDS, PlaybookTool, Step, WaitTool
+from actors.playbook.templates import TemplateError, is_template, names_read, render_condition, render_value
 from actors.playbook.tool_render import render_tool, sink_call
 from actors.wire.messages import LoopSpec
 
@@ -106,13 +106,35 @@ class IterationTemplates:
     """What a loop renders for each iteration's command (args, tool, sink), prepared
     from its step and spec once: `render` gives exactly what rendering each would."""
 
-    __slots__ = ("args", "args_const", "per_iteration_tool", "sink", "tool", "tool_error", "tool_nested")
+    __slots__ = (
+        "args",
+        "args_const",
+        "per_iteration_tool",
+        "sink",
+        "tool",
+        "tool_error",
+        "tool_nested",
+        "wait",
+        "wait_key",
+        "wait_until",
+        "wait_zone",
+    )
 
     def __init__(self, step: Step, spec: LoopSpec) -> None:
         assert step.loop is not None
         varying = {step.loop.element, "iteration"}
         self.args = _renderer(step.args, "args", step.step)
         self.args_const = step.args
+        # a loop of waits sends no command: what each iteration renders is its wait's
+        # key and deadline (its `when` is rendered per signal, with `signal` in scope)
+        self.wait = step.tool if isinstance(step.tool, WaitTool) else None
+        self.wait_key: _Render | None = None
+        self.wait_until: _Render | None = None
+        self.wait_zone: _Render | None = None
+        if self.wait is not None:
+            self.wait_key = _renderer(self.wait.key, "tool.key", step.step)
+            self.wait_until = _renderer(self.wait.until, "tool.until", step.step)
+            self.wait_zone = _renderer(self.wait.zone, "tool.zone", step.step)
         raw = msgspec.to_builtins(step.tool)
         fields = {k: v for k, v in raw.items() if k not in UNRENDERED_TOOL_FIELDS}
         # a tool that reads nothing of the iteration renders the same for every one
@@ -120,6 +142,11 @@ class IterationTemplates:
         self.tool: dict[str, Any] | None = None
         self.tool_error: TemplateError | None = None
         self.tool_nested = False
+        if self.wait is not None:
+            # no command: the tool is not rendered whole (its `when` reads `signal`), nor a sink run
+            self.per_iteration_tool = False
+            self.sink = None
+            return
         if not self.per_iteration_tool:
             try:
                 self.tool = render_tool(step, spec.scope)
@@ -138,3 +165,18 @@ class IterationTemplates:
             raise self.tool_error
         assert self.tool is not None
         return args, (_fresh(self.tool) if self.tool_nested else dict(self.tool))
+
+    def render_wait(self, scope: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """A wait iteration's (key, until, zone) as rendered (None where the tool has
+        none); raises TemplateError like rendering would (key first)."""
+        assert self.wait is not None
+        w = self.wait
+        key = self.wait_key(scope) if self.wait_key is not None else w.key
+        until = self.wait_until(scope) if self.wait_until is not None else w.until
+        zone = self.wait_zone(scope) if self.wait_zone is not None else w.zone
+        return key, until, zone
+
+    def wait_holds(self, step: Step, scope: dict[str, Any]) -> bool:
+        """The wait's `when` over `scope` (the iteration's, with `signal`): absent is true."""
+        assert self.wait is not None
+        return render_condition(self.wait.when, scope, where="tool.when", step=step.step)

@@ -26,8 +26,12 @@ Users (account ACTORS):
   purges their records from EXEC, LOOP, INDEX, ENDED, KV ``status`` and the blob
   buckets; the one user that may delete messages of those streams. `actors-cli
   archive` runs with its credential.
+* ``trigger``: reads the triggers' specs (KV ``triggers``), their consumers' deliveries
+  (``_trigger.<name>``) and acks them; publishes start messages and its dead letters.
+  A core trigger's subject is the deployment's own choice: add it to this user's
+  subscribe list (none is allowed by default).
 * ``cli``: the operator (`actors-cli` and `actors.client.Client`): register, start,
-  retry, cancel, schedule; reads statuses, logs, outputs, dead letters and the catalog.
+  retry, cancel, signal, schedule; reads statuses, logs, outputs, dead letters and the catalog.
   It may neither write a decision, a result nor a lifecycle event, nor KV ``status``;
   of the object stores it writes only ``payloads`` (its starts' large payloads), never
   ``blobs`` (results, commands, step output).
@@ -51,6 +55,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors.wire.triggers import DELIVER_PREFIX as TRIGGER_DELIVER
 from streams.layout import (
     ARCHIVE_BUCKET,
     BLOB_BUCKET,
@@ -59,6 +64,7 @@ from streams.layout import (
     DLQ_STREAM,
     ENDED_STREAM,
     EXEC_STREAM,
+    HOOKS_BUCKET,
     INDEX_STREAM,
     LOOP_STREAM,
     OWNERS_BUCKET,
@@ -72,6 +78,7 @@ from streams.layout import (
     STARTER_CONSUMER,
     STATUS_BUCKET,
     TOOL_KINDS,
+    TRIGGERS_BUCKET,
     Layout,
     counter_consumer,
     deliver_subject,
@@ -88,6 +95,7 @@ from streams.subjects import (
     INDEX_FILTER,
     REGISTER_REQUEST_SUBJECT,
     RESULT_REQUEST_SUBJECT,
+    SIGNAL_REQUEST_SUBJECT,
     START_REQUEST_SUBJECT,
     START_SUBJECT,
     STATUS_REPUBLISH_DEST,
@@ -95,7 +103,7 @@ from streams.subjects import (
 )
 
 ACCOUNT = "ACTORS"
-USERS = ("engine", "counter", "tools", "projector", "retention", "cli")
+USERS = ("engine", "counter", "tools", "projector", "retention", "trigger", "cli")
 JS_API = "$JS.API"
 # nats-server sends max-deliveries advisories here (actors/tools/undeliverable.py)
 MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
@@ -205,7 +213,7 @@ def blobs(bucket: str = BLOB_BUCKET) -> list[str]:
 
 def declared_streams(layout: Layout) -> list[str]:
     """Every stream `ensure` declares, the buckets' included."""
-    buckets = (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET)
+    buckets = (OWNERS_BUCKET, STATUS_BUCKET, CATALOG_BUCKET, SCHEDULES_BUCKET, HOOKS_BUCKET, TRIGGERS_BUCKET)
     return [
         *(c.name for c in stream_configs(layout) if c.name),
         *(kv_stream(b) for b in buckets),
@@ -277,6 +285,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 "exec.*.*.sch.>",
                 f"{LOOP_IN}.spec",
                 f"{LOOP_IN}.cancel",
+                f"{LOOP_IN}.signal",  # signals forwarded to a loop of waits (`tool: wait`)
                 "cmd.>",
                 START_SUBJECT,  # child playbooks
                 CANCEL_FILTER,
@@ -300,6 +309,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 RESULT_REQUEST_SUBJECT,
                 REGISTER_REQUEST_SUBJECT,
                 CANCEL_REQUEST_SUBJECT,
+                SIGNAL_REQUEST_SUBJECT,  # signals for waiting steps (actors/gateway/answers.py)
                 STATUS_WATCH,
                 MAX_DELIVERIES_ADVISORY,
                 inbox("engine"),
@@ -383,6 +393,25 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
             subscribe=(inbox("retention"),),
         ),
         User(
+            "trigger",
+            doc="triggers: messages on users' subjects -> start messages",
+            publish=(
+                *lookups(),
+                # acks of its consumers' messages (`trigger-<name>` on the users' streams): it
+                # receives no other consumer's, so it can ack no other's
+                "$JS.ACK.*.*.>",
+                # a consumer a trigger lost (deleted by hand) is made again from the trigger's start
+                _api("CONSUMER", "DURABLE", "CREATE", "*", "*"),
+                START_SUBJECT,
+                _dlq("trigger"),
+                *kv_writes(TRIGGERS_BUCKET),  # the pods' counts (`<name>.stats`)
+                *kv_reads(TRIGGERS_BUCKET),  # the specs, watched
+            ),
+            # a stream trigger's deliveries; a core trigger's subjects are the deployment's own:
+            # add them here (docs/triggers.md), none is allowed by default
+            subscribe=(f"{TRIGGER_DELIVER}.*", inbox("trigger")),
+        ),
+        User(
             "cli",
             doc="actors-cli and actors.client.Client: start, cancel, retry, register, schedule; read everything",
             publish=(
@@ -393,8 +422,16 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 REGISTER_REQUEST_SUBJECT,
                 CANCEL_REQUEST_SUBJECT,
                 f"{EXEC_IN}.cancel",
+                SIGNAL_REQUEST_SUBJECT,  # a signal, answered by the engine pods' gateway
+                f"{EXEC_IN}.signal",  # or written by the client itself (Client.signal), as a cancel is
                 *kv_writes(CATALOG_BUCKET),
                 *kv_writes(SCHEDULES_BUCKET),
+                *kv_writes(HOOKS_BUCKET),  # hook add, rotate, delete (the UI server's hooks read it)
+                *kv_writes(TRIGGERS_BUCKET),  # trigger add, pause, resume, delete
+                # a stream trigger's durable consumer, made at `trigger add` and deleted with it,
+                # on the user's own stream (any name: a subject token cannot be matched by prefix)
+                _api("CONSUMER", "DURABLE", "CREATE", "*", "*"),
+                _api("CONSUMER", "DELETE", "*", "*"),
                 "schedules.def.>",
                 "schedules.fire.>",  # "run now": a schedule's fire sent by hand (actors/client/schedules.py)
                 _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
@@ -412,6 +449,8 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                     kv_stream(STATUS_BUCKET),
                     kv_stream(CATALOG_BUCKET),
                     kv_stream(SCHEDULES_BUCKET),
+                    kv_stream(HOOKS_BUCKET),
+                    kv_stream(TRIGGERS_BUCKET),
                     kv_stream(OWNERS_BUCKET),  # a redrive asks whether every pod knows it (member entries)
                 ),
             ),

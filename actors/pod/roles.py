@@ -37,10 +37,11 @@ from actors.store.archive import archive_reader, archive_store
 from actors.tools.actor import ToolActor
 from actors.tools.credentials import CredentialSource
 from actors.tools.undeliverable import MaxDeliveriesWatcher
+from actors.triggers.actor import TriggerActor
 from streams.layout import Layout, StreamsMissing, ensure
 
 log = logging.getLogger("actors")
-ROLES = ("engine", "counter", "tools", "projector", "retention")
+ROLES = ("engine", "counter", "tools", "projector", "retention", "trigger")
 # something more a pod runs on its connection (serve --role ui): start it, get what stops it
 Extra = Callable[[NATS], Awaitable[Callable[[], Awaitable[None]]]]
 # seconds a starting pod asks again while its streams elect leaders (a node of the
@@ -136,8 +137,9 @@ class Runtime:
 # deployment (so an advisory finds a pod while tool pods crash-loop on a command) and
 # its NATS user may answer a command, as the tools' may
 WATCHERS = {"engine", "tools"}
-# the roles that start processes: render processes (engine, counter, tools' sinks), step workers (tools)
-PARENTS = {"engine", "counter", "tools"}
+# the roles that start processes: render processes (engine, counter, tools' sinks, trigger payloads),
+# step workers (tools)
+PARENTS = {"engine", "counter", "tools", "trigger"}
 # the role that declares (creates and updates) the streams; the others look them up
 DECLARES = "engine"
 STREAMS_WAIT = 2.0  # seconds between two looks of a pod waiting for its streams
@@ -283,6 +285,9 @@ async def start_roles(
             archive=archive_reader(nc, settings.archive),  # as `Client.connect`: an earlier setting's archives too
         )
         actors.append(Gateway(nc, client=reader, load=engine.load_playbook, max_attempts=settings.limits.max_attempts))
+    if "trigger" in roles:
+        # after the starter: a start it publishes is taken by this runtime's starter too
+        actors.append(TriggerActor(nc, layout=layout, limits=settings.limits, render_bounds=bounds))
     for a in actors:
         await a.start()
     return Runtime(nc, actors, settings=settings, registry=registry)

@@ -42,7 +42,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from actors.natsio import ack
+from actors.natsio import ack, dead_letter
 from actors.natsio.dispatch import subscribe_direct
 from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, loaded_playbook, parsed_playbook
 from actors.playbook.model import Playbook
@@ -147,6 +147,9 @@ class PartitionHost(Generic[K, A]):
         if not msg.reply:
             return  # flow-control/heartbeat status messages carry no ack subject
         key = self._key_of(msg.subject)
+        if not self._in_its_partition(msg.subject, key):
+            self._misrouted(msg, key)
+            return
         actor = self.actors.pop(key, None)
         if actor is None:
             if key in self.retired and not self.wakes_retired(msg.subject):
@@ -159,6 +162,31 @@ class PartitionHost(Generic[K, A]):
         actor.mailbox.put_nowait(msg)
         if len(self.actors) > self.max_resident:
             self._evict()
+
+    def _in_its_partition(self, subject: str, key: K) -> bool:
+        """Is an input's subject in its key's partition (`exec.<p>.<id>...`, `loop.<p>...`,
+        p = partition_of(id))? Only such an input is in the log a replay reads
+        (`exec.<p>.<id>.>`): one folded from another partition would be lost at the next
+        replay, leaving the execution stuck and its status wrong."""
+        token = subject.split(".", 2)[1] if subject.count(".") >= 2 else ""
+        return token.isdigit() and int(token) == self._partition_of(key)
+
+    def _misrouted(self, msg: Msg, key: K) -> None:
+        """Dead-letter (then ack) an input published in a partition not its key's: never
+        folded (called from the read loop: the work is a task)."""
+        want = self._partition_of(key)
+        reason = (
+            f"input on {msg.subject} is not in its partition: {key!r} is in partition {want} "
+            f"of {self.layout.partitions}, so its log (read on replay) does not hold this subject; not folded"
+        )
+        execution_id = key[0] if isinstance(key, tuple) else str(key)
+        done = asyncio.ensure_future(self._dead_letter(msg, reason, execution_id))
+        self._acks.add(done)
+        done.add_done_callback(self._ack_sent)
+
+    async def _dead_letter(self, msg: Msg, reason: str, execution_id: str) -> None:
+        await dead_letter(self.js, source=self.role, reason=reason, msg=msg, execution_id=execution_id)
+        await ack(msg)
 
     def _ack_late(self, msg: Msg) -> None:
         """Ack an input no actor needs (called from the read loop: the ack is a task)."""

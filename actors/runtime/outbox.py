@@ -2,7 +2,8 @@
 (actors/core/effects.py `Effects`) into subjects, payloads and message ids, and
 publishes them, for the engine and the counter alike.
 
-Order (`send`): commands and child starts, loops handed over, timers, the parent's
+Order (`send`): commands and child starts, loops handed over, signals forwarded to
+loops of waits, timers, the parent's
 result, cancels of children and loops, commands stopped, a loop's failed iterations
 (one record each) and its verdict, then the
 decision record and lifecycle events. Each step waits for its PubAcks before the
@@ -22,12 +23,13 @@ from msgspec import UNSET, Raw
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from actors.core.effects import CommandCancel, Effects, Timer
+from actors.core.effects import CommandCancel, Effects, SignalForward, Timer
 from actors.natsio import SCHEDULE, SCHEDULE_TARGET, publish_all, schedule_at
 from actors.natsio.binding import codec_of
 from actors.store.blobs import HEADROOM, blob_key, command_items, offload, put_blob, result_message, sealed, start_item
 from actors.wire.codec import PayloadCodec
 from actors.wire.events import (
+    REPEATED_LIFECYCLE,
     DecisionRecord,
     Event,
     LifecycleExtras,
@@ -107,6 +109,8 @@ class Outbox:
             await publish_all(js, items, headers=headers)
         if fx.loops:
             await self.hand_over_loops(fx.loops)
+        if fx.signal_forwards:
+            await self.forward_signals(fx.signal_forwards)
         if fx.timers:
             await self.arm(fx.timers)
         if fx.reply is not None or fx.child_cancels or fx.loop_cancels:
@@ -140,6 +144,23 @@ class Outbox:
             items.append((self.loop_subjects(spec.loop_id).spec, data, ids.loop_spec_id(eid, spec.loop_id)))
         trace = self.trace
         await publish_all(js, items, headers=None if trace is None else [trace.loop(spec) or {} for spec in loops])
+
+    async def forward_signals(self, forwards: list[SignalForward]) -> None:
+        """Each signal to its loop's log (`in.signal`), after the loop's spec: its id
+        makes a re-send (a replay) one signal there, and the counter keeps the ids it
+        took past the duplicate window."""
+        eid = self.execution_id
+        await publish_all(
+            self.js,
+            [
+                (
+                    self.loop_subjects(f.loop_id).signal,
+                    self.codec.encode(f.signal),
+                    ids.signal_forward_id(eid, f.loop_id, f.signal.signal_id),
+                )
+                for f in forwards
+            ],
+        )
 
     def loop_subjects(self, loop_id: str) -> LoopSubjects:
         return LoopSubjects.of(self.execution_id, loop_id, self.layout.partitions)
@@ -310,7 +331,11 @@ def _one_message(
             after=fx.lifecycle[at + 1 :],
         )
         subject = subjects.lifecycle_with_command(ev.type, kind) if held is not None else subjects.lifecycle(ev.type)
-        return subject, splice(codec.encode(ev), codec.encode(extras)), ids.lifecycle_id(execution_id, ev.type)
+        return (
+            subject,
+            splice(codec.encode(ev), codec.encode(extras)),
+            lifecycle_msg_id(execution_id, ev.type, fx.cause),
+        )
     if held is None:
         return None
     record = DecisionRecord(cause=fx.cause, events=fx.events, command=held)
@@ -335,8 +360,16 @@ def _separate(codec: PayloadCodec, fx: Effects, subjects: ExecSubjects, executio
         record = DecisionRecord(cause=fx.cause, events=fx.events)
         items.append((subjects.decision, codec.encode(record), ids.decision_id(execution_id, fx.cause)))
     for ev in fx.lifecycle:
-        items.append((subjects.lifecycle(ev.type), codec.encode(ev), ids.lifecycle_id(execution_id, ev.type)))
+        items.append((subjects.lifecycle(ev.type), codec.encode(ev), lifecycle_msg_id(execution_id, ev.type, fx.cause)))
     return items
+
+
+def lifecycle_msg_id(execution_id: str, event_type: str, cause: int) -> str:
+    """A lifecycle event's message id: once per execution, but an event written more
+    than once (`execution.waiting`) once per decision, so the next is not a duplicate."""
+    if event_type in REPEATED_LIFECYCLE:
+        return f"{ids.lifecycle_id(execution_id, event_type)}:{cause}"
+    return ids.lifecycle_id(execution_id, event_type)
 
 
 def cancel_request(layout: Layout, execution_id: str, reason: str) -> tuple[str, bytes, str]:

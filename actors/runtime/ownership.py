@@ -57,8 +57,10 @@ class Member(msgspec.Struct):
 
 
 # `redrive`: a start record's `RetryOf.redrive` and a loop spec's `LoopSpec.only` are
-# honoured (an older counter runs every item again; an older engine cannot decode it)
-FEATURES = ["redrive"]
+# honoured (an older counter runs every item again; an older engine cannot decode it).
+# `signals`: a `SignalSent` in an execution's or a loop's log is folded (an older engine
+# or counter cannot decode it, and would fault the execution)
+FEATURES = ["redrive", "signals"]
 MEMBER_RECORD = msgspec.json.encode(Member(semantics=SEMANTICS, features=FEATURES))
 _member = msgspec.json.Decoder(Member)
 

@@ -41,6 +41,7 @@ from actors.wire.events import (
     ExecState,
     ExecutionCancelledData,
     ExecutionHaltedData,
+    ExecutionWaitingData,
     PlaybookCompletedData,
     PlaybookFailedData,
     PlaybookInitializedData,
@@ -48,7 +49,7 @@ from actors.wire.events import (
     extras_decoder,
     in_order,
 )
-from actors.wire.messages import ExecutionStatus, IndexEntry, encode
+from actors.wire.messages import ExecutionStatus, IndexEntry, WaitInfo, encode
 from streams.ids import index_end_id, index_entry_id
 from streams.layout import PROJECTOR_CONSUMER, STATUS_BUCKET, deliver_subject, execution_of
 from streams.subjects import STATUS_REVISION, index_end_subject, index_subject, status_feed_subject
@@ -78,6 +79,8 @@ _WITH_PLAYBOOK = (PlaybookInitializedData, PlaybookCompletedData, PlaybookFailed
 def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | None:
     """Pure: the next status, or None when the event changes nothing (an event of a
     type this projector does not know among them)."""
+    if isinstance(ev.data, ExecutionWaitingData):
+        return _waiting(current, ev, ev.data)
     target = TRANSITIONS.get(ev.type)
     if target is None:
         return None
@@ -106,6 +109,7 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
     if new.started_at is None:
         new.started_at = float(started) if started is not None else ev.at
     if RANK[target] == 2:
+        new.waiting = None  # it waits for nothing any more
         new.ended_at = ev.at
         new.terminal_event = ev.type
         # a failure's error, a cancel's reason (`status` and the lists show why it
@@ -113,6 +117,30 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
         new.error = data.error if isinstance(data, PlaybookFailedData) else None
         if isinstance(data, ExecutionCancelledData):
             new.error = {"type": "Cancelled", "message": data.reason or "cancelled"}
+    return new
+
+
+def _waiting(current: ExecutionStatus | None, ev: AnyEvent, data: ExecutionWaitingData) -> ExecutionStatus | None:
+    """What a running execution waits for (`execution.waiting`: a RUNNING sub-state, no
+    state of its own); None once it has ended, or for a decision older than the one
+    whose waits the status shows.
+
+    An older projector reads this event as one of a type it does not know (actors/wire/
+    events.py `UnknownEvent`): `project` finds no transition for it, it is acked and
+    changes nothing (no dead letter); the status then lacks `waiting` until an upgrade."""
+    if current is not None and RANK[current.state] == 2:
+        return None
+    if current is not None and current.waiting_cause is not None and ev.cause <= current.waiting_cause:
+        # an older decision's set (a redelivery, another projector replica applying out
+        # of order): the newer one stands. Decisions' causes grow with the log.
+        return None
+    waits = [WaitInfo(**msgspec.structs.asdict(w)) for w in data.waits] or None
+    cur = current or ExecutionStatus(execution_id=ev.execution_id, state=ExecState.PENDING)
+    # the cause is kept even when the set is the same, so an older one cannot follow it
+    new = msgspec.structs.replace(cur, waiting=waits, waiting_cause=ev.cause)
+    if new.state == ExecState.PENDING:  # applied before its `*.initialized` (another pod): it runs
+        new.state = ExecState.RUNNING
+        new.started_at = new.started_at if new.started_at is not None else ev.at
     return new
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from nats.js.errors import NotFoundError
 
 from actors.client import Client
@@ -43,6 +44,9 @@ def row_of(st: ExecutionStatus) -> dict[str, Any]:
         "ended_at": st.ended_at,
         "terminal_event": st.terminal_event,
         "error": error_cut(st.error),
+        # a RUNNING execution's waits (`tool: wait`): step, signal, key, since, deadline, approval
+        "waiting": None if st.waiting is None else [msgspec.to_builtins(w) for w in st.waiting],
+        "waiting_cause": st.waiting_cause,  # which decision said so (the projector's order of waits)
     }
 
 

@@ -1,6 +1,6 @@
 """The web UI's HTTP server (aiohttp): one HTML shell for every page (the page routes
 itself), the JSON API the pages read, the live feeds (server-sent events), and the
-actions (start, cancel, retry).
+actions (start, cancel, retry, an approval's answer).
 
 `make_app(client, read_only=..., token=...)` builds it on a `Client`; `serve_ui` binds it.
 
@@ -12,6 +12,9 @@ Actions are POSTs and only POSTs change anything. Each one must:
 * be JSON (`Content-Type: application/json`) from this origin: a page elsewhere can
   send neither without a CORS preflight, which this server never answers, so a
   malicious site cannot make a user's browser cancel executions (no CSRF).
+
+The webhooks (`POST /hooks/<name>[/<execution id>]`, actors/ui/hooks.py) are the one
+exception, by route: other systems call them, each with its own hook's token.
 
 A stored record that cannot be read (a status, a catalog record: `RecordInvalid`) or a
 blob that is not what its key names (`BlobCorrupt`, a `PayloadUnreadable`) is answered
@@ -53,6 +56,8 @@ from actors.store.catalog import CatalogError
 from actors.store.records import RecordInvalid
 from actors.ui import listing
 from actors.ui.detail import DetailCache, NotFound, execution_detail
+from actors.ui.hooks import ROUTES as HOOK_ROUTES
+from actors.ui.hooks import add_routes as add_hook_routes
 from actors.ui.live import ExecutionWatch, StatusHub
 from actors.ui.playbookview import playbook_view
 from actors.wire.codec import PayloadUnreadable
@@ -139,13 +144,20 @@ def make_app(
     r.add_post("/api/playbooks/{name:.+}/start", start)
     r.add_get("/api/playbooks/{name:.+}", playbook)
     from actors.ui import deadletters, items, schedules, steps  # their handlers use this module's helpers
+    from actors.ui import signals as signal_routes  # approve / reject a waiting approval step (a guarded POST)
 
     items.add_routes(r)  # a loop's failed items, and their redrive (a guarded POST)
     schedules.add_routes(r)
     deadletters.add_routes(r)
     steps.add_routes(r)
+    signal_routes.add_routes(r)
+    from actors.ui import triggers  # the triggers page: list, pause, resume, delete (guarded POSTs)
+
+    triggers.add_routes(r)
+    add_hook_routes(r)  # POST /hooks/...: each hook's own token, not this guard (actors/ui/hooks.py)
     r.add_static("/static/", _static_dir(), show_index=False, append_version=False)
-    for page in ("/", "/executions/{id}", "/playbooks", "/playbooks/{name:.+}", "/schedules", "/deadletters"):
+    pages = ("/", "/executions/{id}", "/playbooks", "/playbooks/{name:.+}", "/schedules", "/triggers", "/deadletters")
+    for page in pages:
         r.add_get(page, shell)
     return app
 
@@ -169,8 +181,8 @@ async def _guard(request: web.Request, handler: Any) -> web.StreamResponse:
     authorised, JSON from this origin. Every answer: no framing, no sniffing, scripts
     only from here."""
     _check_host(request)
-    if request.method == "POST":
-        _check_action(request)
+    if request.method == "POST" and request.match_info.route.name not in HOOK_ROUTES:
+        _check_action(request)  # a hook's routes check their own token (actors/ui/hooks.py)
     try:
         response: web.StreamResponse = await handler(request)
     except (RecordInvalid, PayloadUnreadable) as e:

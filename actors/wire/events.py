@@ -88,6 +88,15 @@ class EventType(StrEnum):
     ENGINE_FAULT = "engine.fault"
     RETRY_OF = "execution.retry_of"  # in a retry's log: which execution it retries, from which step
     RETRIED = "execution.retried"  # in the retried execution's log: which execution retries it
+    # waits (`tool: wait`, docs/language.md "Waiting"): a step starts waiting, a signal is
+    # taken by a wait, kept in the mailbox, dropped past its bound or handed to a loop of
+    # waits, a wait's timer fires
+    STEP_WAITING = "step.waiting"
+    SIGNAL_RECEIVED = "signal.received"
+    SIGNAL_KEPT = "signal.kept"
+    SIGNAL_DROPPED = "signal.dropped"
+    SIGNAL_FORWARDED = "signal.forwarded"
+    WAIT_ENDED = "wait.ended"
     # lifecycle events: the only events that decide an execution's status
     PLAYBOOK_INITIALIZED = "playbook.initialized"
     WORKFLOW_INITIALIZED = "workflow.initialized"
@@ -96,6 +105,10 @@ class EventType(StrEnum):
     PLAYBOOK_COMPLETED = "playbook.completed"
     PLAYBOOK_FAILED = "playbook.failed"
     EXECUTION_CANCELLED = "execution.cancelled"
+    # what a RUNNING execution waits for, each time the set of its waits changes (empty:
+    # it waits for nothing any more); the one lifecycle event an execution writes more
+    # than once (`REPEATED_LIFECYCLE`), so its message id names its decision
+    EXECUTION_WAITING = "execution.waiting"
     # written by the shells, not decided by the fold: a replay's mismatch stops the
     # execution (HALTED); a later replay that matches again resumes it (RUNNING)
     EXECUTION_HALTED = "execution.halted"
@@ -108,6 +121,11 @@ TERMINAL_EVENTS: dict[str, ExecState] = {
     EventType.PLAYBOOK_FAILED: ExecState.FAILED,
     EventType.EXECUTION_CANCELLED: ExecState.CANCELLED,
 }
+
+# lifecycle events an execution may write more than once, one per decision at most:
+# their message id and their place in a replay's comparison are by decision (cause),
+# not by type (actors/runtime/outbox.py, actors/core/replay.py)
+REPEATED_LIFECYCLE = frozenset({EventType.EXECUTION_WAITING.value})
 
 # An error as templates and events see it (actors/core/effects.py `error_view`): every
 # ErrorInfo field present. A dict, because templates read it as one.
@@ -271,6 +289,106 @@ class RetriedData(_Data):
 
     retry_execution_id: str
     from_step: str
+
+
+class StepWaitingData(_Data):
+    """A wait step's attempt starts waiting (`tool: wait`): for the signal `signal` with
+    `key` (None: a timer to a date), until `deadline` (epoch seconds; None: no bound),
+    its durable timer `timer_id`. A loop of waits (`loop_id`) waits per iteration, in
+    the counter: the execution forwards it the signals of its name."""
+
+    activation: int
+    attempt_number: int
+    signal: str | None
+    key: str
+    deadline: float | None
+    timer_id: str | None
+    approval: bool | UnsetType = UNSET
+    loop_id: str | UnsetType = UNSET
+
+
+class SignalReceivedData(_Data):
+    """A waiting step took a signal (`kept`: from the mailbox, where it waited for the
+    step): its data is the step's result (not repeated here: the signal is in the log)."""
+
+    activation: int
+    signal_id: str
+    name: str
+    key: str
+    by: str
+    sent_at: float
+    kept: bool | UnsetType = UNSET
+
+
+class SignalKeptData(_Data):
+    """A signal nothing waits for (or whose key or `when` no waiting step matches), kept
+    in the execution's mailbox for a later wait; `kept`: how many are kept now.
+    `reason`: a waiting step's `when` could not be evaluated for it (what the template
+    said): for that step it does not match, and the step goes on waiting."""
+
+    signal_id: str
+    name: str
+    key: str
+    by: str
+    kept: int
+    reason: str | UnsetType = UNSET
+
+
+class SignalDroppedData(_Data):
+    """A signal the mailbox had no room for: its bound is `limit` kept signals, and
+    `limit_bytes` bytes of their data (set when that bound is the one reached)."""
+
+    signal_id: str
+    name: str
+    key: str
+    by: str
+    limit: int
+    limit_bytes: int | UnsetType = UNSET
+
+
+class SignalForwardedData(_Data):
+    """A signal handed to a running loop of waits (its log's `in.signal`): the counter
+    matches it to an iteration. `kept`: handed over with the loop's spec (it was kept
+    before the loop started)."""
+
+    activation: int
+    loop_id: str
+    signal_id: str
+    name: str
+    key: str
+    kept: bool | UnsetType = UNSET
+
+
+class WaitEndedData(_Data):
+    """A wait's timer fired: `until` (a timer to a date, the step completes) or
+    `timeout` (a signal wait, the attempt fails `WaitTimeout`)."""
+
+    activation: int
+    timer_id: str
+    reason: str  # until | timeout
+    due: float
+    late_ms: float
+
+
+class WaitEntry(_Data):
+    """One wait, as `execution.waiting` lists it: the shape of actors/wire/messages.py
+    `WaitInfo` (the status record's), which this module cannot import."""
+
+    step: str
+    activation: int
+    since: float
+    signal: str | None = None
+    key: str = ""
+    deadline: float | None = None
+    approval: bool = False
+    loop: bool = False
+
+
+class ExecutionWaitingData(_Data):
+    """What the execution waits for now, written whenever that changes; empty once it
+    waits for nothing. The status record's `waiting` (actors/status/projector.py)."""
+
+    waits: list[WaitEntry]
 
 
 class PlaybookInitializedData(_Data):
@@ -463,6 +581,34 @@ class RetriedEvent(_Event, tag=EventType.RETRIED.value, kw_only=True):
     data: RetriedData
 
 
+class StepWaitingEvent(_Event, tag=EventType.STEP_WAITING.value, kw_only=True):
+    data: StepWaitingData
+
+
+class SignalReceivedEvent(_Event, tag=EventType.SIGNAL_RECEIVED.value, kw_only=True):
+    data: SignalReceivedData
+
+
+class SignalKeptEvent(_Event, tag=EventType.SIGNAL_KEPT.value, kw_only=True):
+    data: SignalKeptData
+
+
+class SignalDroppedEvent(_Event, tag=EventType.SIGNAL_DROPPED.value, kw_only=True):
+    data: SignalDroppedData
+
+
+class SignalForwardedEvent(_Event, tag=EventType.SIGNAL_FORWARDED.value, kw_only=True):
+    data: SignalForwardedData
+
+
+class WaitEndedEvent(_Event, tag=EventType.WAIT_ENDED.value, kw_only=True):
+    data: WaitEndedData
+
+
+class ExecutionWaitingEvent(_Event, tag=EventType.EXECUTION_WAITING.value, kw_only=True):
+    data: ExecutionWaitingData
+
+
 class PlaybookInitializedEvent(_Event, tag=EventType.PLAYBOOK_INITIALIZED.value, kw_only=True):
     data: PlaybookInitializedData
 
@@ -516,6 +662,13 @@ Event = (
     | EngineFaultEvent
     | RetryOfEvent
     | RetriedEvent
+    | StepWaitingEvent
+    | SignalReceivedEvent
+    | SignalKeptEvent
+    | SignalDroppedEvent
+    | SignalForwardedEvent
+    | WaitEndedEvent
+    | ExecutionWaitingEvent
     | PlaybookInitializedEvent
     | WorkflowInitializedEvent
     | WorkflowCompletedEvent
@@ -543,6 +696,13 @@ EventData = (
     | EngineFaultData
     | RetryOfData
     | RetriedData
+    | StepWaitingData
+    | SignalReceivedData
+    | SignalKeptData
+    | SignalDroppedData
+    | SignalForwardedData
+    | WaitEndedData
+    | ExecutionWaitingData
     | PlaybookInitializedData
     | WorkflowInitializedData
     | WorkflowCompletedData
@@ -735,7 +895,9 @@ def carrier_of(lifecycle: Sequence[AnyEvent]) -> int:
     a reader that knows only events (an older projector) meets the event that names
     the playbook and decides the status."""
     for i in range(len(lifecycle) - 1, -1, -1):
-        if lifecycle[i].type.startswith(("playbook.", "execution.")):
+        kind = lifecycle[i].type
+        # never `execution.waiting` while another can carry: it says no more than a sub-state
+        if kind.startswith(("playbook.", "execution.")) and kind not in REPEATED_LIFECYCLE:
             return i
     return len(lifecycle) - 1
 

@@ -184,19 +184,26 @@ class SignalAsk(_Wire, forbid_unknown_fields=True):
     data: Annotated[Any, SECRET] = None  # sealed like a start's payload when the deployment has a key
     key: str = ""
     signal_id: str | None = None
+    # who sends it (shown in `describe` and the step's result of an approval): one line,
+    # control characters made spaces, at most 200 characters (a longer one is refused)
+    by: str = ""
 
 
 class SignalReply(Struct):  # every field written out: a user's code reads it
     """The answer to a `SignalAsk`. `accepted`: the signal is in the execution's log (a
     step waiting for it takes it; else it is kept, see docs/language.md). False for an
-    execution that has ended (`status` says how): nothing is written. `error`:
-    `InvalidRequest`; `ExecutionNotFound`; `retryable` when NATS could not be reached."""
+    execution that has ended (`status` says how): nothing is written. `duplicate`: a
+    signal of this `signal_id` was in the log already (sent before, by this requester or
+    another: two answers to one approval wait share its id), so this one was not written:
+    the first one stands. `error`: `InvalidRequest`; `ExecutionNotFound`; `retryable`
+    when NATS could not be reached, or whether the execution exists cannot be told yet."""
 
     execution_id: str | None
     signal_id: str | None
     accepted: bool
     status: ExecutionStatus | None = None
     error: RequestError | None = None
+    duplicate: bool = False
 
 
 class RegisterRequest(_Wire, forbid_unknown_fields=True):
@@ -498,9 +505,9 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     # a redrive: only these iterations run (in this order); the others count as
     # succeeded, their results kept by the engine (RetryOf.redrive). None: every one
     only: list[int] | None = None
-    # a loop of `tool: wait` steps: the signals for it the execution kept before the loop
-    # started (the engine hands them over with the spec, and forwards later ones)
-    signals: list[SignalSent] = field(default_factory=list)
+    # (a loop of `tool: wait` steps gets the signals the execution kept for it as inputs
+    # of its log right after this spec, one message each, as it gets later ones: not
+    # here, where a few large ones would make the spec exceed the max message size)
 
 
 class FailedItem(_Wire, tag="loop.item.failed", tag_field="type", kw_only=True):
@@ -543,6 +550,7 @@ class LoopProgress(_Wire):
     failed: int
     in_flight: int
     at: float
+    waiting: int = 0  # iterations waiting for a signal or a time (a loop of `tool: wait`): not done
 
 
 # --- commands: engine -> tool actors (stream CMD, subject cmd.<kind>) ------------------
@@ -624,6 +632,10 @@ class ExecutionStatus(_Wire):
     version: int | None = None  # the catalog version it runs (from `playbook.initialized`)
     # a RUNNING execution's waits, from its latest `execution.waiting` (empty or None: none)
     waiting: list[WaitInfo] | None = None
+    # the decision (its input's stream sequence, the event's `cause`) whose
+    # `execution.waiting` set `waiting`: an older one applied late (a redelivery, another
+    # projector replica) is dropped, so a stale set of waits never shows after a newer one
+    waiting_cause: int | None = None
 
 
 status_decoder = msgspec.json.Decoder(ExecutionStatus)

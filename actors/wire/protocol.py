@@ -14,8 +14,9 @@ Two rules are applied on top of `msgspec.json.schema_components`:
 
 * `required`: a Struct with `omit_defaults` leaves a field at its default off the wire,
   so only the fields without a default are required (msgspec's rule). A Struct without
-  it (the replies: `StartReply`, `ResultReply`, `RegisterReply`, `CancelReply`) writes every field,
-  so every field is required there: a client may rely on reading each one. An event's
+  it (the replies: `StartReply`, `ResultReply`, `RegisterReply`, `CancelReply`,
+  `SignalReply`) writes every field, so every field is required there: a client may
+  rely on reading each one. An event's
   `data` keys typed `... | UnsetType` are written only when set, so never required.
 * `x-sealed` (an annotation, ignored by validators) marks each field that holds a user's
   value (actors/wire/secrecy.py markers, which the payload codec reads): `value`, sealed
@@ -57,6 +58,9 @@ from actors.wire.messages import (
     RequestError,
     ResultReply,
     ResultRequest,
+    SignalAsk,
+    SignalReply,
+    SignalSent,
     StartMessage,
     StartReply,
 )
@@ -80,6 +84,7 @@ LIFECYCLE_EVENTS: tuple[type[Event], ...] = (
     events.ExecutionCancelledEvent,
     events.ExecutionHaltedEvent,
     events.ExecutionResumedEvent,
+    events.ExecutionWaitingEvent,
 )
 # one of them, told apart by `type`: what a carrier's `before` and `after` hold
 LifecycleEvent = Union[LIFECYCLE_EVENTS]  # type: ignore[valid-type]  # noqa: UP007
@@ -134,6 +139,9 @@ _PUBLIC: tuple[type[Struct], ...] = (
     CancelAsk,
     CancelReply,
     CancelRequest,
+    SignalAsk,
+    SignalReply,
+    SignalSent,
     ExecutionStatus,
     *LIFECYCLE_MESSAGES.values(),
     DeadLetter,

@@ -215,6 +215,43 @@ async def big_value(r: Recording) -> Recorded:
     return Recorded(r.eid)
 
 
+async def waits(r: Recording) -> Recorded:
+    """Signals sent as soon as the execution is started (kept: its first step still
+    runs, or its start is still queued), then its waits: an approval takes its kept
+    signal, another times out, a timer to a date 1.5 s ahead completes."""
+    at = datetime.datetime.fromtimestamp(time.time() + 1.5, datetime.UTC).isoformat()
+    eid = await r.start("waits", payload={"at": at})
+    approval = {"approved": True, "comment": "corpus", "by": "corpus"}
+    await r.client.signal(eid, "approval", approval, signal_id="approval-1", by="corpus")
+    await r.client.signal(eid, "nobody", {"n": 1}, signal_id="nobody-1", by="corpus")
+    await r.finish(eid)
+    return Recorded(eid)
+
+
+async def waits_loop(r: Recording) -> Recorded:
+    """Signals sent as soon as the execution is started (kept): two for the loop of
+    waits (one with junk data its `when` cannot read), a rejection for the approval
+    step; once the loop waits, the signals of its other keys; once the first attempt
+    of `patient` timed out, its signal (its retry takes it)."""
+    eid = await r.start("waits_loop")
+    c = r.client
+    await c.signal(eid, "item", {"ok": 1}, key="1", signal_id="item-1", by="corpus")
+    await c.signal(eid, "item", {"ok": "junk"}, key="2", signal_id="item-2-junk", by="corpus")
+    rejected = {"approved": False, "comment": "corpus says no", "by": "corpus"}
+    await c.signal(eid, "verdict", rejected, signal_id="verdict-1", by="corpus")
+    await wait_for(lambda: _logged(r, eid, "step.waiting", "each"), timeout=WAIT)
+    await c.signal(eid, "item", {"ok": 2}, key="2", signal_id="item-2", by="corpus")
+    await c.signal(eid, "item", {"ok": 3}, key="3", signal_id="item-3", by="corpus")
+    await wait_for(lambda: _logged(r, eid, "wait.ended", "patient"), timeout=WAIT)
+    await c.signal(eid, "late", {"at_last": True}, signal_id="late-1", by="corpus")
+    await r.finish(eid)
+    return Recorded(eid)
+
+
+async def _logged(r: Recording, eid: str, type_: str, step: str) -> bool:
+    return any(i.type == type_ and i.step == step for i in await r.client.events(eid))
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -241,6 +278,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("carried_one_decision", "COMPLETED", plain("one_decision")),
         Scenario("carried_cancel", "CANCELLED", cancel),
         Scenario("carried_big_value", "COMPLETED", big_value),
+        # semantics 3: wait steps and signals
+        Scenario("waits", "COMPLETED", waits),
+        Scenario("waits_loop", "COMPLETED", waits_loop),
         Scenario(
             "encryption",
             "COMPLETED",

@@ -75,7 +75,7 @@ async def test_list_newest_first_filtered_by_state_playbook_since_and_limit(syst
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["execution_id"] for r in rows] == ["ls-3", "ls-2", "ls-1"]
-    listed = {"execution_id", "state", "playbook", "version", "started_at", "ended_at", "duration", "error"}
+    listed = {"execution_id", "state", "playbook", "version", "started_at", "ended_at", "duration", "error", "waiting"}
     assert set(rows[0]) == listed
     assert rows[1]["state"] == "FAILED" and rows[1]["playbook"] == "ops/fails"
 

@@ -5,6 +5,7 @@
 import { renderGraph, updateGraph } from "/static/graph.js";
 import { renderTimeline } from "/static/timeline.js";
 import { schedulesPage } from "/static/schedules.js";
+import { triggersPage } from "/static/triggers.js";
 import { deadLettersPage } from "/static/deadletters.js";
 
 const STATES = ["PENDING", "RUNNING", "HALTED", "COMPLETED", "FAILED", "CANCELLED"];
@@ -115,7 +116,7 @@ function route() {
   document.getElementById("live").classList.remove("on");
   const path = decodeURIComponent(location.pathname);
   const section = path.startsWith("/playbooks") ? "playbooks"
-    : path === "/schedules" || path === "/deadletters" ? path.slice(1) : "executions";
+    : path === "/schedules" || path === "/triggers" || path === "/deadletters" ? path.slice(1) : "executions";
   for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === section);
   main.replaceChildren();
   const show = (p) => p.catch((err) => flash(String(err.message || err)));
@@ -123,6 +124,7 @@ function route() {
   if (path === "/playbooks") return show(playbooksPage());
   if (path.startsWith("/playbooks/")) return show(playbookPage(path.slice("/playbooks/".length)));
   if (path === "/schedules") return show(schedulesPage(main));
+  if (path === "/triggers") return show(triggersPage(main));
   if (path === "/deadletters") return show(deadLettersPage(main));
   return show(executionsPage());
 }
@@ -321,6 +323,8 @@ async function executionPage(id) {
       result.append(el("h2", { text: d.result_truncated ? "Result (cut: see actors-cli result)" : "Result" }),
         el("pre", { id: "result-json", text }));
     }
+    // what it waits for, and an approval step's buttons (waits.js)
+    document.dispatchEvent(new CustomEvent("execution-update", { detail: { id, detail: d, readOnly: config.read_only } }));
     if (TERMINAL.has(s.state) && !finished) {
       finished = true;
       loadLogs(id, logs);

@@ -1,0 +1,205 @@
+"""Webhooks (actors/wire/hooks.py): add, list, rotate and delete them, and what the UI
+server's `POST /hooks/<name>` does once a request's token is checked: start the hook's
+playbook with the body as payload, or send its signal with the body as data.
+
+A hook is one entry of KV `hooks` (key: its name). Its token is made here, returned
+once by `hook_add` and `hook_rotate`, and stored only as its SHA-256: `hook_authorized`
+compares a request's token with it in constant time, and takes the same steps for a
+hook that does not exist, so an answer does not tell whether a name is a hook.
+
+A request's `Idempotency-Key` names what it does: a start hook's execution id, a signal
+hook's signal id are derived from the hook and the key (`hook_execution_id`,
+`hook_signal_id`), so the same request sent again starts nothing and signals nothing
+twice. Without one, every request starts its own execution (sends its own signal)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+from actors.client.signals import Signals
+from actors.client.writing import StartOutcome
+from actors.errors import UserError
+from actors.natsio import kv_keys
+from actors.playbook.model import SIGNAL_NAME
+from actors.store.catalog import CatalogReader, check_path
+from actors.wire.hooks import (
+    HOOK_NAME,
+    IDEMPOTENCY_KEY_MAX,
+    HookSignal,
+    HookSpec,
+    HookStart,
+    hook_execution_id,
+    hook_signal_id,
+    new_hook_id,
+    new_token,
+    token_digest,
+    token_matches,
+)
+from actors.wire.messages import SignalReply
+from streams.layout import HOOKS_BUCKET
+
+__all__ = ["HookError", "Hooks", "check_hook_name", "check_idempotency_key"]
+
+_spec_decoder = msgspec.json.Decoder(HookSpec)
+
+
+class HookError(UserError, ValueError):
+    """A hook request that cannot be done as asked (bad name, no such hook, one already
+    there, neither or both of a playbook and a signal, a bad Idempotency-Key): one line."""
+
+
+def check_hook_name(name: str) -> str:
+    if not isinstance(name, str) or not HOOK_NAME.fullmatch(name):
+        raise HookError(f"invalid hook name {str(name)[:80]!r}: must match {HOOK_NAME.pattern}")
+    return name
+
+
+def check_idempotency_key(key: str) -> str:
+    """A caller's `Idempotency-Key`: printable, at most IDEMPOTENCY_KEY_MAX characters
+    (it is hashed into an id, never used as one)."""
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
+        raise HookError(f"Idempotency-Key must be printable text of 1 to {IDEMPOTENCY_KEY_MAX} characters")
+    return key
+
+
+class Hooks(Signals):
+    """`hook_add`, `hooks`, `hook_rotate`, `hook_delete`; `hook_authorized`,
+    `hook_start`, `hook_signal` (the UI server's endpoint)."""
+
+    async def hook_add(
+        self, name: str, *, playbook: str | None = None, version: int | None = None, signal: str | None = None
+    ) -> tuple[HookSpec, str]:
+        """Create hook `name`: it starts `playbook` (at `version`; None: the latest at
+        each call) or sends `signal`, exactly one. Returns its spec and its token: the
+        only time the token is seen (only its digest is kept). HookError for a bad name,
+        neither or both actions, a bad signal name, a hook of that name already there;
+        CatalogError for a playbook (or version) the catalog does not hold."""
+        check_hook_name(name)
+        if (playbook is None) == (signal is None):
+            raise HookError("a hook either starts a playbook (--playbook) or sends a signal (--signal): give one")
+        start = sig = None
+        if playbook is not None:
+            check_path(playbook)
+            await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
+            start = HookStart(playbook=playbook, version=version)
+        else:
+            if version is not None:
+                raise HookError("--version goes with --playbook, not with --signal")
+            if not isinstance(signal, str) or not SIGNAL_NAME.fullmatch(signal):
+                raise HookError(
+                    f"invalid signal name {str(signal)[:80]!r}: letters, digits, `_` and `-`, at most 64 characters"
+                )
+            sig = HookSignal(name=signal)
+        token = new_token()
+        spec = HookSpec(
+            name=name,
+            hook_id=new_hook_id(),
+            token_digest=token_digest(token),
+            created_at=time.time(),
+            start=start,
+            signal=sig,
+        )
+        kv = await self._hooks_kv()
+        try:
+            await kv.create(name, msgspec.json.encode(spec))
+        except KeyWrongLastSequenceError:
+            raise HookError(f"hook {name} already exists (delete it first, or rotate its token)") from None
+        return spec, token
+
+    async def hooks(self) -> list[HookSpec]:
+        """Every hook, by name (an entry that cannot be read is left out)."""
+        kv = await self._hooks_kv()
+        specs = []
+        for name in sorted(await kv_keys(self.js, HOOKS_BUCKET)):
+            spec = await self._read_hook(kv, name)
+            if spec is not None:
+                specs.append(spec[0])
+        return specs
+
+    async def hook(self, name: str) -> HookSpec:
+        """Hook `name`'s spec; HookError when there is none."""
+        return (await self._hook_spec(name))[0]
+
+    async def hook_rotate(self, name: str) -> tuple[HookSpec, str]:
+        """A new token for `name` (the old one stops working at once); returns the spec
+        and the token, seen this once. Idempotency keys keep naming what they named."""
+        spec, revision = await self._hook_spec(name)
+        token = new_token()
+        spec = msgspec.structs.replace(spec, token_digest=token_digest(token), rotated_at=time.time())
+        try:
+            await (await self._hooks_kv()).update(name, msgspec.json.encode(spec), last=revision)
+        except KeyWrongLastSequenceError:
+            raise HookError(f"hook {name} changed meanwhile (rotated or deleted elsewhere): try again") from None
+        return spec, token
+
+    async def hook_delete(self, name: str) -> None:
+        """Remove hook `name`: its token is refused from now on (executions it started stay)."""
+        await self._hook_spec(name)  # HookError if there is no such hook
+        await (await self._hooks_kv()).delete(name)
+
+    async def hook_authorized(self, name: str, token: str) -> HookSpec | None:
+        """Hook `name`'s spec when `token` is its token; None otherwise: a wrong or
+        empty token, a name that is no hook (or not a hook name), after the same
+        constant-time comparison, so the answer says nothing of which."""
+        spec = None
+        if isinstance(name, str) and HOOK_NAME.fullmatch(name):
+            found = await self._read_hook(await self._hooks_kv(), name)
+            spec = found[0] if found is not None else None
+        return spec if token_matches(token, spec) else None
+
+    async def hook_start(
+        self, spec: HookSpec, payload: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> StartOutcome:
+        """Start `spec`'s playbook with `payload` (a start hook's request): under the id
+        `idempotency_key` derives when given (`existing`: started before, nothing sent
+        now), else a new one. TooLarge / TooDeep for the payload; CatalogError when the
+        catalog no longer resolves the playbook."""
+        if spec.start is None:
+            raise HookError(f"hook {spec.name} sends a signal: POST /hooks/{spec.name}/<execution id>")
+        eid = None if idempotency_key is None else hook_execution_id(spec, check_idempotency_key(idempotency_key))
+        return await self.start_execution(
+            spec.start.playbook, payload=payload, version=spec.start.version, execution_id=eid
+        )
+
+    async def hook_signal(
+        self, spec: HookSpec, execution_id: str, data: Any, *, key: str = "", idempotency_key: str | None = None
+    ) -> SignalReply:
+        """Send `spec`'s signal to `execution_id` with `data` (a signal hook's request),
+        by `hook:<name>`, under the id `idempotency_key` derives when given. What
+        `Client.signal` raises and answers (not accepted: the execution has ended)."""
+        if spec.signal is None:
+            raise HookError(f"hook {spec.name} starts executions: POST /hooks/{spec.name}")
+        sid = None
+        if idempotency_key is not None:
+            sid = hook_signal_id(spec, execution_id, check_idempotency_key(idempotency_key))
+        return await self.signal(execution_id, spec.signal.name, data, key=key, signal_id=sid, by=f"hook:{spec.name}")
+
+    async def _hooks_kv(self) -> KeyValue:
+        try:
+            return await self.bucket(HOOKS_BUCKET)
+        except NotFoundError:
+            raise HookError(
+                f"KV bucket {HOOKS_BUCKET!r} is missing: engine pods of this version create it at their start"
+            ) from None
+
+    async def _read_hook(self, kv: KeyValue, name: str) -> tuple[HookSpec, int] | None:
+        try:
+            entry = await self._ride(f"reading hook {name}", lambda: kv.get(name))
+        except KeyNotFoundError:
+            return None
+        try:
+            return _spec_decoder.decode(entry.value or b""), entry.revision or 0
+        except msgspec.DecodeError:
+            return None  # not a spec this version wrote: no token can match it
+
+    async def _hook_spec(self, name: str) -> tuple[HookSpec, int]:
+        check_hook_name(name)
+        found = await self._read_hook(await self._hooks_kv(), name)
+        if found is None:
+            raise HookError(f"no hook {name}")
+        return found

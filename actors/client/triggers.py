@@ -1,0 +1,324 @@
+"""Triggers: start a playbook for every message on a NATS subject (docs/triggers.md).
+
+A trigger is its spec in KV `triggers` (`TriggerSpec`, actors/wire/triggers.py), which
+the trigger pods (actors/triggers/) watch, and, on a subject of a stream, a durable
+consumer `trigger-<name>` on that stream, made here at `add` from the messages stored
+from then on: the server keeps them for the pods, whether or not one runs. On a core
+subject the pods hold a queue subscription: at most once, a message sent while none
+listens is gone.
+
+`add` refuses (one line, `TriggerError`, nothing left behind) a bad name, an unknown
+playbook or version (`CatalogError`), a stream that does not exist or does not hold the
+subject, wildcards on a core subject, a core subject a stream stores (read it through
+the stream instead), and a payload template that does not compile or reads anything
+but `message`. Pausing and resuming rewrite the spec: the pods drop or take up the
+subscription (a paused stream trigger's messages wait in the stream). `delete` removes
+the spec, the counts and the consumer; executions it started stay.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import msgspec
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
+from nats.js.kv import KeyValue
+
+from actors.client.checks import check_size
+from actors.client.session import Session
+from actors.errors import UserError
+from actors.natsio import kv_keys
+from actors.playbook.templates import TemplateError, check, is_template
+from actors.store.catalog import CatalogReader
+from actors.triggers.actor import consumer_config
+from actors.wire.messages import encode
+from actors.wire.nesting import check_value_depth
+from actors.wire.triggers import TRIGGER_NAME, TriggerSpec, TriggerStats, consumer_name, stats_key
+from streams.layout import TRIGGERS_BUCKET
+
+_spec_decoder = msgspec.json.Decoder(TriggerSpec)
+_stats_decoder = msgspec.json.Decoder(TriggerStats)
+_TOKEN = re.compile(r"^[^\s.*>]+$")
+# subjects a core trigger may not listen on: the server's and the clients' own
+_RESERVED = ("$", "_INBOX", "_trigger", "_deliver")
+MAX_SUBJECT = 255
+
+
+class TriggerError(UserError):
+    """A trigger request that cannot be done as asked (bad name, subject, stream or
+    template, no such trigger, one already there): one line for the user."""
+
+
+class TriggerView(msgspec.Struct):
+    """A trigger as `list` shows it: its spec, what the pods counted (started,
+    dead-lettered, the last of each), and for a stream trigger the messages waiting
+    for it (stored, not yet started: `waiting`), or why that cannot be read
+    (`problem`: its stream or consumer gone)."""
+
+    spec: TriggerSpec
+    stats: TriggerStats
+    waiting: int | None = None
+    problem: str | None = None
+
+
+def check_trigger_name(name: str) -> str:
+    if not TRIGGER_NAME.fullmatch(name):
+        raise TriggerError(f"invalid trigger name {name!r}: must match {TRIGGER_NAME.pattern}")
+    return name
+
+
+def check_subject(subject: str, *, wildcards: bool) -> str:
+    """A NATS subject: tokens separated by dots, none empty, no whitespace; `*` and `>`
+    only as whole tokens, `>` last; with `wildcards` False, neither."""
+    if not subject or len(subject) > MAX_SUBJECT:
+        raise TriggerError(f"invalid subject {subject!r}: 1 to {MAX_SUBJECT} characters")
+    tokens = subject.split(".")
+    for i, t in enumerate(tokens):
+        if t in ("*", ">"):
+            if not wildcards:
+                raise TriggerError(
+                    f"subject {subject!r} has wildcards: a trigger on a core subject takes one subject "
+                    "(wildcards are for a subject of a stream, with --stream)"
+                )
+            if t == ">" and i != len(tokens) - 1:
+                raise TriggerError(f"invalid subject {subject!r}: '>' may only be the last token")
+        elif not _TOKEN.fullmatch(t):
+            raise TriggerError(f"invalid subject {subject!r}: empty token, whitespace or a partial wildcard")
+    return subject
+
+
+def subject_within(subject: str, pattern: str) -> bool:
+    """Is every subject `subject` matches (itself a pattern) matched by `pattern`?"""
+    s, p = subject.split("."), pattern.split(".")
+    for i, pt in enumerate(p):
+        if pt == ">":
+            return len(s) > i
+        if i >= len(s):
+            return False
+        st = s[i]
+        if st == ">":
+            return False  # `>` covers more tokens than any pattern but `>` does
+        if pt == "*":
+            continue
+        if st == "*" or st != pt:
+            return False
+    return len(s) == len(p)
+
+
+def check_template(template: Any) -> None:
+    """A payload template: a JSON object (its strings may be templates) or one template
+    string that makes one, reading only `message`. Compiled here, so a syntax error or
+    an unknown filter is refused at `add`, not at the first message."""
+    if template is None:
+        return
+    if not isinstance(template, dict) and not is_template(template):
+        raise TriggerError("invalid payload template: a JSON object (its strings may be templates), or a template")
+    try:
+        check_value_depth("the payload template", template)
+    except ValueError as e:
+        raise TriggerError(f"invalid payload template: {e}") from None
+    for where, source in _templates(template, "payload"):
+        try:
+            names = check(source)
+        except TemplateError as e:
+            raise TriggerError(f"invalid payload template at {where}: {e.message}") from None
+        unknown = sorted(names - {"message"})
+        if unknown:
+            raise TriggerError(
+                f"invalid payload template at {where}: it reads {', '.join(unknown)}; "
+                "a trigger's template reads only `message` (subject, data, headers, seq, time)"
+            )
+
+
+def _templates(value: Any, where: str) -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [(where, value)] if is_template(value) else []
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in _templates(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [t for i, v in enumerate(value) for t in _templates(v, f"{where}[{i}]")]
+    return []
+
+
+class Triggering(Session):
+    """Add, list, pause, resume and delete triggers."""
+
+    async def trigger_add(
+        self,
+        name: str,
+        *,
+        subject: str,
+        playbook: str,
+        stream: str | None = None,
+        version: int | None = None,
+        payload: Any = None,
+    ) -> TriggerSpec:
+        """Create trigger `name`: every message on `subject` (of `stream`, or a core
+        subject when None) from now on starts `playbook`, its payload rendered from the
+        template `payload` over `message` (None: the message's JSON body). Refused
+        (TriggerError, CatalogError) as the module says; nothing is left behind."""
+        check_trigger_name(name)
+        check_subject(subject, wildcards=stream is not None)
+        check_template(payload)
+        await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
+        if stream is None:
+            await self._trigger_check_core(subject)
+        else:
+            await self._trigger_check_stream(stream, subject)
+        spec = TriggerSpec(
+            name=name,
+            subject=subject,
+            playbook=playbook,
+            stream=stream,
+            version=version,
+            payload=payload,
+            created_at=time.time(),
+        )
+        check_size(f"trigger {name}'s payload template", len(encode(spec)), self.value_limit())
+        kv = await self._triggers_kv()
+        try:
+            await kv.get(name)
+            raise TriggerError(f"trigger {name} already exists (delete it first)")
+        except KeyNotFoundError:
+            pass
+        if stream is not None:
+            await self._trigger_make_consumer(spec)
+        try:
+            await kv.create(name, self.codec.encode(spec))
+        except KeyWrongLastSequenceError:
+            raise TriggerError(f"trigger {name} already exists (delete it first)") from None
+        except BaseException:
+            await self._trigger_drop_consumer(spec)
+            raise
+        return spec
+
+    async def _trigger_check_core(self, subject: str) -> None:
+        if subject.startswith(_RESERVED):
+            raise TriggerError(f"subject {subject!r} is reserved (NATS's own, or replies): not a trigger's subject")
+        try:
+            held = await self.js.find_stream_name_by_subject(subject)
+        except NotFoundError:
+            return
+        raise TriggerError(
+            f"subject {subject!r} is stored by stream {held}: add --stream {held} to read it durably "
+            "(a core trigger would start again what the stream already holds, at most once)"
+        )
+
+    async def _trigger_check_stream(self, stream: str, subject: str) -> None:
+        try:
+            info = await self.js.stream_info(stream)
+        except NotFoundError:
+            raise TriggerError(f"no stream {stream!r}") from None
+        except BadRequestError as e:
+            raise TriggerError(f"invalid stream name {stream!r}: {e.description}") from None
+        subjects = info.config.subjects or []
+        if not any(subject_within(subject, p) for p in subjects):
+            held = ", ".join(subjects) or "none: it is a mirror or sourced"
+            raise TriggerError(f"stream {stream} does not hold subject {subject!r} (its subjects: {held})")
+
+    async def _trigger_make_consumer(self, spec: TriggerSpec) -> None:
+        """The durable consumer, from the next message stored: a consumer of this name
+        left on the stream by a trigger deleted half way is replaced."""
+        assert spec.stream is not None
+        config = consumer_config(spec, self.layout, created_now=True)
+        try:
+            await self.js.add_consumer(spec.stream, config)
+        except BadRequestError:
+            await self._trigger_drop_consumer(spec)
+            await self.js.add_consumer(spec.stream, config)
+
+    async def _trigger_drop_consumer(self, spec: TriggerSpec) -> None:
+        if spec.stream is None:
+            return
+        try:
+            await self.js.delete_consumer(spec.stream, consumer_name(spec.name))
+        except NotFoundError:
+            pass
+
+    async def triggers(self) -> list[TriggerView]:
+        """Every trigger, by name, with its counts and (stream) the messages waiting."""
+        kv = await self._triggers_kv()
+        names = [k for k in await kv_keys(self.js, TRIGGERS_BUCKET) if "." not in k]
+        views = []
+        for name in sorted(names):
+            try:
+                entry = await kv.get(name)
+            except KeyNotFoundError:
+                continue  # deleted meanwhile
+            spec = self.codec.open_for_display(_spec_decoder.decode(entry.value or b""))
+            views.append(await self._trigger_view(spec))
+        return views
+
+    async def _trigger_view(self, spec: TriggerSpec) -> TriggerView:
+        kv = await self._triggers_kv()
+        try:
+            entry = await kv.get(stats_key(spec.name))
+            stats = _stats_decoder.decode(entry.value or b"{}")
+        except (KeyNotFoundError, msgspec.DecodeError):
+            stats = TriggerStats()
+        if spec.stream is None:
+            return TriggerView(spec=spec, stats=stats)
+        try:
+            info = await self.js.consumer_info(spec.stream, consumer_name(spec.name))
+        except NotFoundError:
+            return TriggerView(spec=spec, stats=stats, problem=f"its consumer on stream {spec.stream} is gone")
+        waiting = (info.num_pending or 0) + (info.num_ack_pending or 0)
+        return TriggerView(spec=spec, stats=stats, waiting=waiting)
+
+    async def trigger_pause(self, name: str) -> bool:
+        """Start nothing for `name` until resumed (a stream's messages wait); False if
+        it was paused already."""
+        return await self._trigger_set_paused(name, True)
+
+    async def trigger_resume(self, name: str) -> bool:
+        """Start again (a stream trigger: from the first message that waited); False if
+        it was not paused."""
+        return await self._trigger_set_paused(name, False)
+
+    async def _trigger_set_paused(self, name: str, paused: bool) -> bool:
+        kv = await self._triggers_kv()
+        for _ in range(5):
+            spec, revision = await self._trigger_spec(name)
+            if spec.paused == paused:
+                return False
+            spec.paused = paused
+            try:
+                await kv.update(name, self.codec.encode(spec), last=revision)
+                return True
+            except KeyWrongLastSequenceError:
+                continue  # changed meanwhile: read it again
+        raise TriggerError(f"trigger {name} keeps changing under this request; try again")
+
+    async def trigger_delete(self, name: str) -> None:
+        """Remove `name` for good: its spec, its counts and its consumer (executions it
+        started stay)."""
+        spec, _ = await self._trigger_spec(name)
+        kv = await self._triggers_kv()
+        await kv.delete(name)
+        await kv.delete(stats_key(name))
+        await self._trigger_drop_consumer(spec)
+
+    async def _triggers_kv(self) -> KeyValue:
+        try:
+            return await self.bucket(TRIGGERS_BUCKET)
+        except BucketNotFoundError:
+            raise TriggerError(
+                f"no KV bucket {TRIGGERS_BUCKET!r}: an engine pod of a version with triggers creates it at its start"
+            ) from None
+
+    async def _trigger_spec(self, name: str) -> tuple[TriggerSpec, int]:
+        check_trigger_name(name)
+        kv = await self._triggers_kv()
+        try:
+            entry = await kv.get(name)
+        except KeyNotFoundError:
+            raise TriggerError(f"no trigger {name}") from None
+        return self.codec.decode(_spec_decoder, entry.value or b""), entry.revision or 0
