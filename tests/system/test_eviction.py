@@ -90,8 +90,9 @@ async def test_a_flood_of_executions_stays_within_the_resident_bound_and_decides
 class _Input:
     """What PartitionHost._on_msg reads of a message: its subject and ack subject."""
 
-    def __init__(self, subject: str) -> None:
-        self.subject, self.reply = subject, f"ack.{subject}"
+    def __init__(self, key: str) -> None:
+        # an input of its key's log, in its partition (the host folds nothing from another)
+        self.subject, self.reply = f"exec.0.{key}.in.start", f"ack.{key}"
 
 
 class _Actor:
@@ -127,7 +128,7 @@ async def test_eviction_takes_least_recently_used_idle_actors_and_never_a_busy_o
             nc,
             layout=Layout(partitions=1),
             consumer=str,
-            key_of=lambda s: s,
+            key_of=lambda s: s.split(".")[2],
             partition_of=lambda k: 0,
             max_resident=3,
             role="test",

@@ -30,7 +30,15 @@ from actors.core.replay import SEMANTICS
 from actors.natsio.binding import codec_of
 from actors.pod.roles import connect
 from actors.wire.events import ExecState
-from actors.wire.messages import CancelReply, RegisterReply, ResultReply, StartRecord, StartReply, encode
+from actors.wire.messages import (
+    CancelReply,
+    RegisterReply,
+    ResultReply,
+    SignalReply,
+    StartRecord,
+    StartReply,
+    encode,
+)
 from actors.wire.protocol import LIFECYCLE_MESSAGES, MESSAGES, SCHEMA_DIR
 from streams import ids
 from streams.server import NatsServer
@@ -39,6 +47,7 @@ from streams.subjects import (
     REGISTER_REQUEST_SUBJECT,
     RESULT_REQUEST_SUBJECT,
     RESULT_WAIT,
+    SIGNAL_REQUEST_SUBJECT,
     START_REQUEST_SUBJECT,
     START_SUBJECT,
 )
@@ -96,6 +105,11 @@ SLEEPY = (
     + '  - step: nap\n    tool: {kind: python, code: "import time\\ndef main(): time.sleep(60)"}\n    timeout: 90\n'
 )
 BIG = HEAD % "wire-big" + "  - step: big\n    tool: {kind: python, code: \"def main(): return 'x' * 300000\"}\n"
+WAITING = (
+    HEAD % "wire-waiting"
+    + "  - step: gate\n    tool: {kind: wait, signal: go, approval: true}\n    timeout: 60\n    next: [later]\n"
+    + "  - step: later\n    tool: {kind: wait, signal: more}\n    timeout: 60\n"
+)
 REGISTERED = HEAD % "wire-registered" + '  - step: one\n    tool: {kind: python, code: "def main(): return 1"}\n'
 QUICK = HEAD % "wire-future" + '  - step: one\n    tool: {kind: python, code: "def main(): return 1"}\n'
 
@@ -151,6 +165,10 @@ def kind_of(seen: Seen, replies: dict[str, str]) -> str | None:
         return "RegisterRequest"
     if subject == CANCEL_REQUEST_SUBJECT:
         return "CancelAsk"
+    if subject == SIGNAL_REQUEST_SUBJECT:
+        return "SignalAsk"
+    if parts[0] == "exec" and parts[3:] == ["in", "signal"]:
+        return "SignalSent"
     if parts[0] == "exec" and len(parts) >= 6 and parts[3] == "lc":
         return LIFECYCLE_MESSAGES[".".join(parts[4:6])].__name__
     if parts[0] == "exec" and parts[3:] == ["in", "cancel"]:
@@ -188,6 +206,7 @@ async def request(system: System, subject: str, body: dict[str, Any] | bytes, **
         START_REQUEST_SUBJECT: StartReply,
         RESULT_REQUEST_SUBJECT: ResultReply,
         CANCEL_REQUEST_SUBJECT: CancelReply,
+        SIGNAL_REQUEST_SUBJECT: SignalReply,
     }
     return codec_of(system.nc).decode(msgspec.json.Decoder(replies.get(subject, RegisterReply)), msg.data)
 
@@ -210,6 +229,7 @@ async def test_every_message_on_a_public_subject_validates_against_its_schema(wi
             answer = {START_REQUEST_SUBJECT: "StartReply", RESULT_REQUEST_SUBJECT: "ResultReply"}
             answer[REGISTER_REQUEST_SUBJECT] = "RegisterReply"
             answer[CANCEL_REQUEST_SUBJECT] = "CancelReply"
+            answer[SIGNAL_REQUEST_SUBJECT] = "SignalReply"
             if s.subject in answer:
                 replies[s.reply] = answer[s.subject]
     checks = validators()
@@ -296,6 +316,17 @@ async def run_everything(system: System, recorder: Recorder) -> None:
     nobody = await request(system, CANCEL_REQUEST_SUBJECT, {"execution_id": "wire-nobody"})
     assert not nobody.cancelled and nobody.error.type == "ExecutionNotFound"
 
+    # a step waiting for an approval (execution.waiting), answered through the client; the
+    # next one through the signal request any client can send; and one refused (unknown id)
+    waiting = await client.start(await register(system, "waiting.yaml", WAITING))
+    await wait_for(lambda: waits_for(client, waiting, "go"), timeout=60)
+    assert (await client.approve(waiting, comment="wire")).accepted
+    await wait_for(lambda: waits_for(client, waiting, "more"), timeout=60)
+    sent = await request(system, SIGNAL_REQUEST_SUBJECT, {"execution_id": waiting, "name": "more", "data": [1, "x"]})
+    assert sent.accepted and sent.error is None
+    nobody = await request(system, SIGNAL_REQUEST_SUBJECT, {"execution_id": "wire-nobody", "name": "go"})
+    assert not nobody.accepted and nobody.error.type == "ExecutionNotFound"
+
     # a halt: a start record of semantics this code does not know
     record = StartRecord(
         execution_id="wire-halt", playbook_path="future", playbook_source=QUICK, semantics=SEMANTICS + 1
@@ -304,7 +335,7 @@ async def run_everything(system: System, recorder: Recorder) -> None:
         system.layout.execution("wire-halt").start, encode(record), msg_id=ids.start_record_id("wire-halt")
     )
 
-    ended = [ok, *others, child_parent, "wire-pub", "wire-req", nap, nap2]
+    ended = [ok, *others, child_parent, "wire-pub", "wire-req", nap, nap2, waiting]
     for eid in ended:
         await client.wait(eid, timeout=90)
     await wait_for(lambda: state_is(client, "wire-halt", ExecState.HALTED), timeout=60)
@@ -365,3 +396,8 @@ async def final_status_fed(recorder: Recorder, eid: str) -> bool:
             if json.loads(s.data)["state"] in ("COMPLETED", "FAILED", "CANCELLED", "HALTED"):
                 return True
     return False
+
+
+async def waits_for(client: Client, eid: str, signal: str) -> bool:
+    status = await client.status(eid)
+    return status is not None and any(w.signal == signal for w in status.waiting or [])
