@@ -12,6 +12,9 @@ per step, in the order the steps were first entered, each with its bars:
   `started_at` (the time it spent in the work queue);
 * `delay`: a retry's backoff, from `retry.scheduled` to the timer firing (`retry.due`),
   or to its planned `due` while it waits; state `retrying`;
+* a wait step (`tool: wait`): one `run` bar per attempt, from `step.waiting` to the
+  signal it took (`signal.received`) or its timer (`wait.ended`: a timeout fails it);
+  open (state `running`) while it waits;
 * a loop step is one row, one `run` bar per run of the whole loop (`iterator.started`
   to its verdict), with `loop` counts: its iterations are in the loop's own log, not
   the execution's.
@@ -50,6 +53,7 @@ class _Timeline:
         self.loop_runs: dict[str, Bar] = {}  # loop id -> its run bar
         self.entered: dict[tuple[str, int], float] = {}  # (step, activation) -> entry time
         self.worked: set[tuple[str, int]] = set()  # activations that issued a command or a loop
+        self.waits: dict[tuple[str, int], Bar] = {}  # (step, activation) -> its open wait bar
         self.log = Log()
 
     def fold(self, items: Iterable[Item]) -> dict[str, Any]:
@@ -122,6 +126,17 @@ class _Timeline:
                 fired = self.timers.pop((step, act), None)
                 if fired is not None:
                     fired["end"] = max(fired["start"], at)  # when it fired (it may be late)
+            case "step.waiting" if d.get("loop_id") is None:
+                self.worked.add((step, act))
+                bar = self._bar(step, "run", int(d.get("attempt_number", 1)), at, RUNNING, activation=act, wait=True)
+                self.waits[(step, act)] = bar
+            case "signal.received" | "wait.ended":
+                waited = self.waits.pop((step, act), None)
+                if waited is not None:
+                    waited["end"] = max(waited["start"], at)
+                    timed_out = item.type == "wait.ended" and d.get("reason") == "timeout"
+                    waited["state"] = FAILED if timed_out else COMPLETED
+                    waited["error"] = "WaitTimeout" if timed_out else None
             case "iterator.started":
                 self.worked.add((step, act))
                 self.loops.add(step)
@@ -161,6 +176,15 @@ class _Timeline:
             bar["state"] = COMPLETED
 
     def _exit(self, step: str, act: int, item: Item) -> None:
+        rejected = self.rows.get(step, [])[-1:] if item.data.get("status") == "FAILED" else []
+        if (
+            rejected
+            and rejected[0].get("wait")
+            and rejected[0]["activation"] == act
+            and rejected[0]["state"] == COMPLETED
+        ):
+            # a wait that took its signal and failed anyway (an approval rejected)
+            rejected[0]["state"], rejected[0]["error"] = FAILED, one_line(item.data.get("error"))
         if (step, act) in self.worked:
             return
         entered = self.entered.get((step, act), item.at)

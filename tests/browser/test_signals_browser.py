@@ -6,6 +6,7 @@ no buttons. The answer goes through the public client, as `actors-cli approve` d
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -39,11 +40,20 @@ async def test_approve_and_reject_from_the_execution_page(system: System, browse
         page = tab.page
         await tab.open("/")
         await page.evaluate("() => localStorage.setItem('actors-ui-token', 's3cret')")
+        # the list says which executions wait, and for what
+        await tab.open("/")
+        tag = page.locator(f'tr[data-id="{yes}"] .waiting-tag')
+        await expect(tag).to_have_text("waiting")
+        await expect(tag).to_have_attribute("title", "waiting for approval sign-off (step sign_off)")
+        if shots := os.environ.get("ACTORS_TEST_SCREENSHOTS"):
+            await page.screenshot(path=f"{shots}/list-waiting.png")
 
         await tab.open(f"/executions/{yes}")
         wait = page.locator('#waits .wait[data-step="sign_off"]')
         await expect(wait.locator(".wait-what")).to_contain_text("approval sign-off since ")
         await expect(wait.locator(".wait-what")).to_contain_text(", times out ")
+        if shots:
+            await page.screenshot(path=f"{shots}/execution-waiting.png")
         # a rejection needs a comment: nothing is sent without one
         await wait.locator("button.reject").click()
         await expect(page.locator("#flash")).to_have_text("a rejection needs a comment: say why")

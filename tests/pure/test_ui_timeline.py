@@ -159,3 +159,26 @@ def test_a_late_answer_after_the_end_changes_nothing() -> None:
     timeline = step_timeline(items_of(run))
     assert [b["state"] for b in row(timeline, "a")] == ["cancelled"]
     assert [b["state"] for b in row(timeline, "b")] == ["failed"]
+
+
+def test_a_wait_step_is_a_bar_per_attempt_open_while_it_waits() -> None:
+    from tests.pure.test_waits import TIMEOUTS, Waits
+
+    # two attempts that time out (30 s each, 5 s apart): failed bars, the delay between
+    timed_out = step_timeline(items_of(Waits().run(TIMEOUTS)))
+    assert brief(row(timed_out, "w")) == [
+        ("run", 1, "failed", 0, 30),
+        ("delay", 2, "retrying", 30, 35),
+        ("run", 2, "failed", 35, 65),
+    ]
+    assert row(timed_out, "w")[0]["error"] == "WaitTimeout"
+
+    # one still waiting is open; the signal closes it; a rejected approval fails it
+    source = HEAD % "approve" + "  - step: ok\n    tool: {kind: wait, signal: go, approval: true}\n"
+    h = Waits()
+    run = h.run(source)
+    assert brief(row(step_timeline(items_of(run)), "ok")) == [("run", 1, "running", 0, None)]
+    h.signal("go", {"approved": False, "comment": "no", "by": "ann"})
+    h.run()
+    (bar,) = row(step_timeline(items_of(run)), "ok")
+    assert (bar["state"], bar["end"]) == ("failed", START_TIME) and "Rejected" in bar["error"]

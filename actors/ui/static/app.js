@@ -138,6 +138,14 @@ function errorLine(error) {
   return `${error.type || "Error"}: ${message}${error.step ? ` (step '${error.step}')` : ""}`;
 }
 
+// a RUNNING execution's waits (`tool: wait`): what it waits for, shown beside its state
+function waitingTag(waits) {
+  const what = waits.map((w) =>
+    w.signal ? `${w.approval ? "approval" : "signal"} ${w.signal} (step ${w.step})` : `a date (step ${w.step})`,
+  );
+  return el("span", { class: "waiting-tag", text: "waiting", title: `waiting for ${what.join(", ")}` });
+}
+
 function execRow(r) {
   const tr = el(
     "tr",
@@ -145,7 +153,7 @@ function execRow(r) {
     el("td", {}, execLink(r.execution_id)),
     el("td", {}, r.playbook ? link(`/playbooks/${r.playbook}`, r.playbook) : ""),
     el("td", { class: "num", text: r.version ?? "" }),
-    el("td", {}, badge(r.state)),
+    el("td", {}, badge(r.state), ...(r.waiting && r.waiting.length ? [" ", waitingTag(r.waiting)] : [])),
     el("td", { text: time(r.started_at) }),
     el("td", { class: "num", text: duration(r.started_at, r.ended_at) }),
     el("td", { class: "err", text: errorLine(r.error), title: errorLine(r.error) }),
