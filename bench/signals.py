@@ -242,7 +242,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             pb = Path(tmp) / "waits.yaml"
             pb.write_text(waits_playbook(args.steps))
             await client.register(pb)
-        _, token = await client.hook_add("go", signal="go")
+        _, token = await client.hook_add("go", signal="go", playbook="bench/signals")
         ui, url = await serve_ui(client, host="127.0.0.1", port=0)
         async with aiohttp.ClientSession(base_url=url) as http:
             await raw.run(args.steps)  # warm-up

@@ -33,12 +33,19 @@ def add_hook_parser(
     hs = sp.add_subparsers(dest="hook_command", required=True, metavar="VERB", help="one of:")
     p = hs.add_parser("add", parents=common, help="create a hook; prints its token, once")
     p.add_argument("name", help="hook name: letters, digits, _ and - (up to 64); its URL is /hooks/NAME")
-    action = p.add_mutually_exclusive_group(required=True)
-    action.add_argument("--playbook", metavar="PATH", help="start this registered playbook, the body as payload")
-    action.add_argument(
-        "--signal", metavar="NAME", help="send this signal to /hooks/NAME/EXECUTION_ID, the body as data"
+    p.add_argument(
+        "--playbook",
+        metavar="PATH",
+        required=True,
+        help="start this registered playbook, the body as payload; with --signal: the playbook whose executions "
+        "it signals (only those)",
     )
-    p.add_argument("--version", type=int, metavar="N", help="with --playbook: this version (default: the latest)")
+    p.add_argument(
+        "--signal",
+        metavar="NAME",
+        help="send this signal to /hooks/NAME/EXECUTION_ID (an execution of --playbook), the body as data",
+    )
+    p.add_argument("--version", type=int, metavar="N", help="a start hook's version (default: the latest)")
     p.add_argument("--json", action="store_true", help='{"name", "action", "token", "url_path"}')
     p = hs.add_parser("list", parents=common, help="every hook and what it does (never a token)")
     p.add_argument("--json", action="store_true", help="one JSON object per hook")
@@ -71,7 +78,7 @@ async def _do(client: Client, args: argparse.Namespace) -> int:
         spec, token = await client.hook_rotate(args.name)
         _print_token(spec, token, as_json=args.json, what="has a new token (the old one is refused from now on)")
     elif verb == "list":
-        _print_list(await client.hooks(), as_json=args.json)
+        _print_list(await client.hooks(), await client.unreadable_hooks(), as_json=args.json)
     else:
         await client.hook_delete(args.name)
         print(f"hook {args.name} deleted")
@@ -94,8 +101,10 @@ def _print_token(spec: HookSpec, token: str, *, as_json: bool, what: str) -> Non
     )
 
 
-def _print_list(specs: list[HookSpec], *, as_json: bool) -> None:
+def _print_list(specs: list[HookSpec], unreadable: dict[str, str], *, as_json: bool) -> None:
     if as_json:
+        for name, why in unreadable.items():
+            print_json({"name": name, "unreadable": why})
         for s in specs:
             print_json(
                 {
@@ -104,13 +113,14 @@ def _print_list(specs: list[HookSpec], *, as_json: bool) -> None:
                     "playbook": s.start.playbook if s.start is not None else None,
                     "version": s.start.version if s.start is not None else None,
                     "signal": s.signal.name if s.signal is not None else None,
+                    "signal_playbook": s.signal.playbook if s.signal is not None else None,
                     "url_path": _url_path(s),
                     "created_at": s.created_at,
                     "rotated_at": s.rotated_at,
                 }
             )
         return
-    if not specs:
+    if not specs and not unreadable:
         print("no hooks")
         return
     rows = [("NAME", "ACTION", "PATH", "CREATED", "TOKEN ROTATED")]
@@ -119,3 +129,5 @@ def _print_list(specs: list[HookSpec], *, as_json: bool) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for name, why in unreadable.items():
+        print(f"{name}: its entry cannot be read ({why}); `actors-cli hook delete {name}` removes it")

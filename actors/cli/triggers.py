@@ -113,9 +113,10 @@ async def _do(client: Client, args: argparse.Namespace, template: Any) -> int:
     elif verb == "resume":
         done = await client.trigger_resume(args.name)
         print(f"trigger {args.name} {'resumed' if done else 'was not paused'}")
-    else:
-        await client.trigger_delete(args.name)
+    elif await client.trigger_delete(args.name):
         print(f"trigger {args.name} deleted")
+    else:
+        print(f"trigger {args.name} deleting: a trigger pod removes its consumer, then the trigger (none has yet)")
     return EXIT_OK
 
 
@@ -123,6 +124,9 @@ def _print_list(views: list[TriggerView], *, as_json: bool) -> None:
     if as_json:
         for v in views:
             s, st = v.spec, v.stats
+            if v.unreadable is not None:
+                print_json({"name": s.name, "unreadable": v.unreadable})
+                continue
             print_json(
                 {
                     "name": s.name,
@@ -132,6 +136,7 @@ def _print_list(views: list[TriggerView], *, as_json: bool) -> None:
                     "version": s.version,
                     "payload": s.payload,
                     "paused": s.paused,
+                    "deleting": s.deleting,
                     "created_at": s.created_at,
                     "started": st.started,
                     "errors": st.errors,
@@ -149,13 +154,16 @@ def _print_list(views: list[TriggerView], *, as_json: bool) -> None:
     rows = [("NAME", "SUBJECT", "STREAM", "PLAYBOOK", "STATE", "STARTED", "ERRORS", "WAITING", "LAST START")]
     for v in views:
         s, st = v.spec, v.stats
+        if v.unreadable is not None:
+            rows.append((s.name, "?", "?", "?", "unreadable", "-", "-", "-", "-"))
+            continue
         rows.append(
             (
                 s.name,
                 s.subject,
                 s.stream or "(core)",
                 s.playbook + (f"@{s.version}" if s.version is not None else ""),
-                "paused" if s.paused else "active",
+                "deleting" if s.deleting else "paused" if s.paused else "active",
                 str(st.started),
                 str(st.errors),
                 v.problem or ("-" if v.waiting is None else str(v.waiting)),
@@ -165,6 +173,9 @@ def _print_list(views: list[TriggerView], *, as_json: bool) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    for v in views:
+        if v.unreadable is not None:
+            print(f"{v.spec.name}: its spec cannot be read ({v.unreadable}); `actors-cli trigger delete` removes it")
     errors = [v for v in views if v.stats.last_error]
     for v in errors:
         print(f"{v.spec.name}: last error {when(v.stats.last_error_at)}: {v.stats.last_error}")

@@ -10,7 +10,16 @@ hook that does not exist, so an answer does not tell whether a name is a hook.
 A request's `Idempotency-Key` names what it does: a start hook's execution id, a signal
 hook's signal id are derived from the hook and the key (`hook_execution_id`,
 `hook_signal_id`), so the same request sent again starts nothing and signals nothing
-twice. Without one, every request starts its own execution (sends its own signal)."""
+twice. Without one, every request starts its own execution (sends its own signal).
+
+A signal hook is bound to one playbook: an execution of another is refused as an
+unknown one is (ExecutionNotFound), and its signals carry `by = hook:<name>`, which is
+who an approval names (actors/playbook/waits.py `rejection`), whatever the body says.
+
+An unknown hook's request reads a fixed KV key that is no hook's (`NOBODY_KEY`) and
+decodes and compares as a known one's, so its timing says little of whether a hook
+exists: the residue (a few microseconds of a key found or not) is under the network's
+noise, not nil (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +30,9 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
-from actors.client.signals import Signals
+from actors.client.checks import check_execution_id
+from actors.client.outcome import ExecutionNotFound
+from actors.client.signals import ExecutionNotKnownYet, Signals
 from actors.client.writing import StartOutcome
 from actors.errors import UserError
 from actors.natsio import kv_keys
@@ -30,6 +41,8 @@ from actors.store.catalog import CatalogReader, check_path
 from actors.wire.hooks import (
     HOOK_NAME,
     IDEMPOTENCY_KEY_MAX,
+    NOBODY_KEY,
+    NOBODY_SPEC,
     HookSignal,
     HookSpec,
     HookStart,
@@ -46,6 +59,7 @@ from streams.layout import HOOKS_BUCKET
 __all__ = ["HookError", "Hooks", "check_hook_name", "check_idempotency_key"]
 
 _spec_decoder = msgspec.json.Decoder(HookSpec)
+_NOBODY_BYTES = msgspec.json.encode(NOBODY_SPEC)
 
 
 class HookError(UserError, ValueError):
@@ -75,26 +89,31 @@ class Hooks(Signals):
         self, name: str, *, playbook: str | None = None, version: int | None = None, signal: str | None = None
     ) -> tuple[HookSpec, str]:
         """Create hook `name`: it starts `playbook` (at `version`; None: the latest at
-        each call) or sends `signal`, exactly one. Returns its spec and its token: the
-        only time the token is seen (only its digest is kept). HookError for a bad name,
-        neither or both actions, a bad signal name, a hook of that name already there;
-        CatalogError for a playbook (or version) the catalog does not hold."""
+        each call), or, with `signal`, sends that signal to executions of `playbook`
+        (only those). Returns its spec and its token: the only time the token is seen
+        (only its digest is kept). HookError for a bad name, no playbook, a bad signal
+        name, a version with a signal, a hook of that name already there; CatalogError
+        for a playbook (or version) the catalog does not hold."""
         check_hook_name(name)
-        if (playbook is None) == (signal is None):
-            raise HookError("a hook either starts a playbook (--playbook) or sends a signal (--signal): give one")
+        if playbook is None:
+            raise HookError(
+                "a hook starts a playbook (--playbook P) or sends a signal to its executions "
+                "(--signal S --playbook P): give --playbook"
+            )
+        check_path(playbook)
         start = sig = None
-        if playbook is not None:
-            check_path(playbook)
+        if signal is None:
             await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
             start = HookStart(playbook=playbook, version=version)
         else:
             if version is not None:
-                raise HookError("--version goes with --playbook, not with --signal")
+                raise HookError("--version goes with a start hook, not with --signal")
             if not isinstance(signal, str) or not SIGNAL_NAME.fullmatch(signal):
                 raise HookError(
                     f"invalid signal name {str(signal)[:80]!r}: letters, digits, `_` and `-`, at most 64 characters"
                 )
-            sig = HookSignal(name=signal)
+            await CatalogReader(self.js).resolve(playbook, None)
+            sig = HookSignal(name=signal, playbook=playbook)
         token = new_token()
         spec = HookSpec(
             name=name,
@@ -112,7 +131,8 @@ class Hooks(Signals):
         return spec, token
 
     async def hooks(self) -> list[HookSpec]:
-        """Every hook, by name (an entry that cannot be read is left out)."""
+        """Every hook, by name (an entry that cannot be read is left out:
+        `unreadable_hooks` names those)."""
         kv = await self._hooks_kv()
         specs = []
         for name in sorted(await kv_keys(self.js, HOOKS_BUCKET)):
@@ -120,6 +140,25 @@ class Hooks(Signals):
             if spec is not None:
                 specs.append(spec[0])
         return specs
+
+    async def unreadable_hooks(self) -> dict[str, str]:
+        """The hooks whose entry this version cannot read (a newer version's, one
+        written by hand), each with why: no token can call them; `hook_delete` removes
+        them."""
+        kv = await self._hooks_kv()
+        found = {}
+        for name in sorted(await kv_keys(self.js, HOOKS_BUCKET)):
+            if not HOOK_NAME.fullmatch(name):
+                continue
+            try:
+                entry = await kv.get(name)
+            except KeyNotFoundError:
+                continue
+            try:
+                _spec_decoder.decode(entry.value or b"")
+            except msgspec.DecodeError as e:
+                found[name] = str(e)[:300]
+        return found
 
     async def hook(self, name: str) -> HookSpec:
         """Hook `name`'s spec; HookError when there is none."""
@@ -138,18 +177,28 @@ class Hooks(Signals):
         return spec, token
 
     async def hook_delete(self, name: str) -> None:
-        """Remove hook `name`: its token is refused from now on (executions it started stay)."""
-        await self._hook_spec(name)  # HookError if there is no such hook
-        await (await self._hooks_kv()).delete(name)
+        """Remove hook `name`: its token is refused from now on (executions it started
+        stay). An entry this version cannot read is removed too."""
+        check_hook_name(name)
+        kv = await self._hooks_kv()
+        try:
+            await self._ride(f"reading hook {name}", lambda: kv.get(name))
+        except KeyNotFoundError:
+            raise HookError(f"no hook {name}") from None
+        await kv.delete(name)
 
     async def hook_authorized(self, name: str, token: str) -> HookSpec | None:
         """Hook `name`'s spec when `token` is its token; None otherwise: a wrong or
         empty token, a name that is no hook (or not a hook name), after the same
         constant-time comparison, so the answer says nothing of which."""
-        spec = None
-        if isinstance(name, str) and HOOK_NAME.fullmatch(name):
-            found = await self._read_hook(await self._hooks_kv(), name)
-            spec = found[0] if found is not None else None
+        kv = await self._hooks_kv()
+        known = isinstance(name, str) and HOOK_NAME.fullmatch(name) is not None
+        # an unknown or invalid name does a known one's work: a read (of a key that is no
+        # hook's), a decode, a compare
+        found = await self._read_hook(kv, name if known else NOBODY_KEY)
+        if found is None:
+            _spec_decoder.decode(_NOBODY_BYTES)
+        spec = found[0] if found is not None and known else None
         return spec if token_matches(token, spec) else None
 
     async def hook_start(
@@ -171,13 +220,33 @@ class Hooks(Signals):
     ) -> SignalReply:
         """Send `spec`'s signal to `execution_id` with `data` (a signal hook's request),
         by `hook:<name>`, under the id `idempotency_key` derives when given. What
-        `Client.signal` raises and answers (not accepted: the execution has ended)."""
+        `Client.signal` raises and answers (not accepted: the execution has ended);
+        ExecutionNotFound, as for no such execution, for one of another playbook than
+        the hook's; ExecutionNotKnownYet while its start is queued (its playbook unread)."""
         if spec.signal is None:
             raise HookError(f"hook {spec.name} starts executions: POST /hooks/{spec.name}")
+        await self._hook_playbook_check(spec.signal.playbook, check_execution_id(execution_id))
         sid = None
         if idempotency_key is not None:
             sid = hook_signal_id(spec, execution_id, check_idempotency_key(idempotency_key))
         return await self.signal(execution_id, spec.signal.name, data, key=key, signal_id=sid, by=f"hook:{spec.name}")
+
+    async def _hook_playbook_check(self, playbook: str, execution_id: str) -> None:
+        """ExecutionNotFound unless `execution_id` runs `playbook` (the same answer as
+        for no such execution: a hook's caller learns nothing of other playbooks')."""
+        status = await self._ride(
+            f"reading the status of execution {execution_id}", lambda: self._live_status(execution_id)
+        )
+        runs = status.playbook if status is not None else None
+        if runs is None:
+            record = await self._ride(f"reading execution {execution_id}", lambda: self._start_record(execution_id))
+            runs = record.playbook_path if record is not None else None
+        if runs is None:
+            if status is None and await self.start_queued(execution_id) is not False:
+                raise ExecutionNotKnownYet(f"execution {execution_id!r} has not started yet: ask again")
+            runs = ""
+        if runs != playbook:
+            raise ExecutionNotFound(f"no execution {execution_id!r}: nothing to signal")
 
     async def _hooks_kv(self) -> KeyValue:
         try:

@@ -2,22 +2,30 @@
 
 A trigger is its spec in KV `triggers` (`TriggerSpec`, actors/wire/triggers.py), which
 the trigger pods (actors/triggers/) watch, and, on a subject of a stream, a durable
-consumer `trigger-<name>` on that stream, made here at `add` from the messages stored
-from then on: the server keeps them for the pods, whether or not one runs. On a core
-subject the pods hold a queue subscription: at most once, a message sent while none
-listens is gone.
+consumer `trigger-<name>` on that stream, made by the trigger pods from the spec's
+creation time (so nothing stored since `add` is missed, whenever a pod makes it): the
+server keeps the messages for the pods, whether or not one runs. This client makes and
+deletes no consumer: the cli user may not (deploy/nats/permissions.conf), so it can
+neither delete the system's consumers nor make one that steals their messages. On a
+core subject the pods hold a queue subscription: at most once, a message sent while
+none listens is gone.
 
 `add` refuses (one line, `TriggerError`, nothing left behind) a bad name, an unknown
 playbook or version (`CatalogError`), a stream that does not exist or does not hold the
-subject, wildcards on a core subject, a core subject a stream stores (read it through
-the stream instead), and a payload template that does not compile or reads anything
-but `message`. Pausing and resuming rewrite the spec: the pods drop or take up the
-subscription (a paused stream trigger's messages wait in the stream). `delete` removes
-the spec, the counts and the consumer; executions it started stay.
+subject, the system's own streams and subjects (actors/triggers/guard.py: a trigger on
+them feeds itself or steals inputs), wildcards on a core subject, a core subject a
+stream stores (read it through the stream instead), and a payload template that does
+not compile or reads anything but `message`. Pausing and resuming rewrite the spec:
+the pods drop or take up the subscription (a paused stream trigger's messages wait in
+the stream). `delete` removes a core trigger's spec and counts; a stream trigger's it
+marks `deleting`, and a trigger pod deletes its consumer, then its counts and spec.
+Executions it started stay. A spec this version cannot read (written by a newer one)
+is listed as unreadable, with the reason, and can be deleted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
@@ -38,10 +46,10 @@ from actors.errors import UserError
 from actors.natsio import kv_keys
 from actors.playbook.templates import TemplateError, check, is_template
 from actors.store.catalog import CatalogReader
-from actors.triggers.actor import consumer_config
+from actors.triggers.guard import SYSTEM_STREAMS, refusal
 from actors.wire.messages import encode
 from actors.wire.nesting import check_value_depth
-from actors.wire.triggers import TRIGGER_NAME, TriggerSpec, TriggerStats, consumer_name, stats_key
+from actors.wire.triggers import TRIGGER_NAME, TriggerSpec, TriggerStats, consumer_name, new_add_id, stats_key
 from streams.layout import TRIGGERS_BUCKET
 
 _spec_decoder = msgspec.json.Decoder(TriggerSpec)
@@ -50,6 +58,7 @@ _TOKEN = re.compile(r"^[^\s.*>]+$")
 # subjects a core trigger may not listen on: the server's and the clients' own
 _RESERVED = ("$", "_INBOX", "_trigger", "_deliver")
 MAX_SUBJECT = 255
+DELETE_WAIT = 5.0  # seconds `trigger_delete` waits for a trigger pod to remove a stream trigger
 
 
 class TriggerError(UserError):
@@ -61,12 +70,14 @@ class TriggerView(msgspec.Struct):
     """A trigger as `list` shows it: its spec, what the pods counted (started,
     dead-lettered, the last of each), and for a stream trigger the messages waiting
     for it (stored, not yet started: `waiting`), or why that cannot be read
-    (`problem`: its stream or consumer gone)."""
+    (`problem`: its stream or consumer gone). `unreadable`: why its spec cannot be
+    read (a newer version's, say); `spec` then holds only its name."""
 
     spec: TriggerSpec
     stats: TriggerStats
     waiting: int | None = None
     problem: str | None = None
+    unreadable: str | None = None
 
 
 def check_trigger_name(name: str) -> str:
@@ -167,6 +178,9 @@ class Triggering(Session):
         (TriggerError, CatalogError) as the module says; nothing is left behind."""
         check_trigger_name(name)
         check_subject(subject, wildcards=stream is not None)
+        refused = refusal(subject, stream)
+        if refused is not None:
+            raise TriggerError(refused)
         check_template(payload)
         await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
         if stream is None:
@@ -181,23 +195,23 @@ class Triggering(Session):
             version=version,
             payload=payload,
             created_at=time.time(),
+            add_id=new_add_id(),
         )
         check_size(f"trigger {name}'s payload template", len(encode(spec)), self.value_limit())
         kv = await self._triggers_kv()
         try:
-            await kv.get(name)
-            raise TriggerError(f"trigger {name} already exists (delete it first)")
-        except KeyNotFoundError:
-            pass
-        if stream is not None:
-            await self._trigger_make_consumer(spec)
-        try:
             await kv.create(name, self.codec.encode(spec))
         except KeyWrongLastSequenceError:
+            try:
+                existing: TriggerSpec | None = (await self._trigger_spec(name))[0]
+            except TriggerError:
+                existing = None  # unreadable, or gone meanwhile
+            if existing is not None and existing.deleting:
+                raise TriggerError(
+                    f"trigger {name} is being deleted (a trigger pod removes its consumer first): try again once "
+                    "`actors-cli trigger list` no longer shows it"
+                ) from None
             raise TriggerError(f"trigger {name} already exists (delete it first)") from None
-        except BaseException:
-            await self._trigger_drop_consumer(spec)
-            raise
         return spec
 
     async def _trigger_check_core(self, subject: str) -> None:
@@ -219,29 +233,12 @@ class Triggering(Session):
             raise TriggerError(f"no stream {stream!r}") from None
         except BadRequestError as e:
             raise TriggerError(f"invalid stream name {stream!r}: {e.description}") from None
+        if info.config.name in SYSTEM_STREAMS:
+            raise TriggerError(refusal(subject, info.config.name) or f"stream {stream} is the system's own")
         subjects = info.config.subjects or []
         if not any(subject_within(subject, p) for p in subjects):
             held = ", ".join(subjects) or "none: it is a mirror or sourced"
             raise TriggerError(f"stream {stream} does not hold subject {subject!r} (its subjects: {held})")
-
-    async def _trigger_make_consumer(self, spec: TriggerSpec) -> None:
-        """The durable consumer, from the next message stored: a consumer of this name
-        left on the stream by a trigger deleted half way is replaced."""
-        assert spec.stream is not None
-        config = consumer_config(spec, self.layout, created_now=True)
-        try:
-            await self.js.add_consumer(spec.stream, config)
-        except BadRequestError:
-            await self._trigger_drop_consumer(spec)
-            await self.js.add_consumer(spec.stream, config)
-
-    async def _trigger_drop_consumer(self, spec: TriggerSpec) -> None:
-        if spec.stream is None:
-            return
-        try:
-            await self.js.delete_consumer(spec.stream, consumer_name(spec.name))
-        except NotFoundError:
-            pass
 
     async def triggers(self) -> list[TriggerView]:
         """Every trigger, by name, with its counts and (stream) the messages waiting."""
@@ -253,7 +250,12 @@ class Triggering(Session):
                 entry = await kv.get(name)
             except KeyNotFoundError:
                 continue  # deleted meanwhile
-            spec = self.codec.open_for_display(_spec_decoder.decode(entry.value or b""))
+            try:
+                spec = self.codec.open_for_display(_spec_decoder.decode(entry.value or b""))
+            except Exception as e:  # a newer version's, or written by hand: shown, not fatal
+                placeholder = TriggerSpec(name=name, subject="", playbook="")
+                views.append(TriggerView(spec=placeholder, stats=TriggerStats(), unreadable=_unreadable(e)))
+                continue
             views.append(await self._trigger_view(spec))
         return views
 
@@ -266,10 +268,15 @@ class Triggering(Session):
             stats = TriggerStats()
         if spec.stream is None:
             return TriggerView(spec=spec, stats=stats)
+        if spec.deleting:
+            return TriggerView(spec=spec, stats=stats, problem="being deleted: a trigger pod removes its consumer")
         try:
             info = await self.js.consumer_info(spec.stream, consumer_name(spec.name))
         except NotFoundError:
-            return TriggerView(spec=spec, stats=stats, problem=f"its consumer on stream {spec.stream} is gone")
+            # made by a trigger pod: none has run since `add`, or it was deleted by hand
+            return TriggerView(
+                spec=spec, stats=stats, problem=f"no consumer on stream {spec.stream} yet (a trigger pod makes it)"
+            )
         waiting = (info.num_pending or 0) + (info.num_ack_pending or 0)
         return TriggerView(spec=spec, stats=stats, waiting=waiting)
 
@@ -287,6 +294,8 @@ class Triggering(Session):
         kv = await self._triggers_kv()
         for _ in range(5):
             spec, revision = await self._trigger_spec(name)
+            if spec.deleting:
+                raise TriggerError(f"trigger {name} is being deleted")
             if spec.paused == paused:
                 return False
             spec.paused = paused
@@ -297,14 +306,36 @@ class Triggering(Session):
                 continue  # changed meanwhile: read it again
         raise TriggerError(f"trigger {name} keeps changing under this request; try again")
 
-    async def trigger_delete(self, name: str) -> None:
+    async def trigger_delete(self, name: str) -> bool:
         """Remove `name` for good: its spec, its counts and its consumer (executions it
-        started stay)."""
-        spec, _ = await self._trigger_spec(name)
+        started stay). A stream trigger is marked `deleting` and a trigger pod removes
+        it, consumer first: True once it is gone, False if no trigger pod did within
+        DELETE_WAIT seconds (one will when it runs). A spec that cannot be read is
+        removed as it is (its consumer, if any, is left to the version that wrote it)."""
         kv = await self._triggers_kv()
-        await kv.delete(name)
-        await kv.delete(stats_key(name))
-        await self._trigger_drop_consumer(spec)
+        spec: TriggerSpec | None
+        try:
+            spec, revision = await self._trigger_spec(name)
+        except UnreadableTrigger:
+            spec, revision = None, 0
+        if spec is None or spec.stream is None:
+            await kv.delete(name)
+            await kv.delete(stats_key(name))
+            return True
+        if not spec.deleting:
+            spec.deleting = True
+            try:
+                await kv.update(name, self.codec.encode(spec), last=revision)
+            except KeyWrongLastSequenceError:
+                raise TriggerError(f"trigger {name} changed meanwhile: try again") from None
+        deadline = time.monotonic() + DELETE_WAIT
+        while time.monotonic() < deadline:
+            try:
+                await kv.get(name)
+            except KeyNotFoundError:
+                return True
+            await asyncio.sleep(0.05)
+        return False
 
     async def _triggers_kv(self) -> KeyValue:
         try:
@@ -321,4 +352,18 @@ class Triggering(Session):
             entry = await kv.get(name)
         except KeyNotFoundError:
             raise TriggerError(f"no trigger {name}") from None
-        return self.codec.decode(_spec_decoder, entry.value or b""), entry.revision or 0
+        try:
+            return self.codec.decode(_spec_decoder, entry.value or b""), entry.revision or 0
+        except Exception as e:
+            raise UnreadableTrigger(
+                f"trigger {name}: its spec cannot be read ({_unreadable(e)}); "
+                "`actors-cli trigger delete` removes it, or use the version that wrote it"
+            ) from None
+
+
+class UnreadableTrigger(TriggerError):
+    """A spec this version cannot read (a newer version's, a hand-written one)."""
+
+
+def _unreadable(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:300]

@@ -34,11 +34,13 @@ def signal_view(sig: SignalSent) -> dict[str, Any]:
 def rejection(step: str, sig: SignalSent) -> str | None:
     """An approval signal (data `{approved, comment, by}`): None when approved, else the
     message of the step's `Rejected` failure, naming who and the comment. Data that does
-    not say `approved` true is no approval."""
+    not say `approved` true is no approval. Who is the signal's sender (`sig.by`, set by
+    the client or the hook that sent it: `hook:<name>`), never the data's `by`, which
+    the caller writes (a hook's body could name anyone)."""
     data = sig.data
     if isinstance(data, dict) and data.get("approved") is True:
         return None
     data = data if isinstance(data, dict) else {}
-    who = data.get("by") or sig.by or "someone"
+    who = sig.by or "someone"
     comment = data.get("comment")
     return f"step '{step}' was rejected by {str(who)[:200]}" + (f": {str(comment)[:500]}" if comment else "")

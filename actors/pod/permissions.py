@@ -26,12 +26,15 @@ Users (account ACTORS):
   purges their records from EXEC, LOOP, INDEX, ENDED, KV ``status`` and the blob
   buckets; the one user that may delete messages of those streams. `actors-cli
   archive` runs with its credential.
-* ``trigger``: reads the triggers' specs (KV ``triggers``), their consumers' deliveries
-  (``_trigger.<name>``) and acks them; publishes start messages and its dead letters.
-  A core trigger's subject is the deployment's own choice: add it to this user's
-  subscribe list (none is allowed by default).
+* ``trigger``: reads the triggers' specs (KV ``triggers``), makes and deletes their
+  consumers on the users' streams, reads their deliveries (``_trigger.<name>``) and acks
+  them; publishes start messages and its dead letters. Denied (``deny``) any consumer
+  on the system's streams: it may neither make nor delete one there. A core
+  trigger's subject is the deployment's own choice: add it to this user's subscribe
+  list (none is allowed by default).
 * ``cli``: the operator (`actors-cli` and `actors.client.Client`): register, start,
-  retry, cancel, signal, schedule; reads statuses, logs, outputs, dead letters and the catalog.
+  retry, cancel, signal, schedule, triggers and hooks (their specs; it makes and
+  deletes no consumer); reads statuses, logs, outputs, dead letters and the catalog.
   It may neither write a decision, a result nor a lifecycle event, nor KV ``status``;
   of the object stores it writes only ``payloads`` (its starts' large payloads), never
   ``blobs`` (results, commands, step output).
@@ -134,6 +137,9 @@ class User:
     subscribe: tuple[str, ...]
     responds: bool = False
     doc: str = ""
+    # publishes refused even where `publish` allows them (nats-server's `deny` wins): what a
+    # wildcard allow must not reach
+    deny_publish: tuple[str, ...] = ()
 
     @property
     def password_variable(self) -> str:
@@ -247,6 +253,24 @@ STATUS_FEED_FILTER = "status.*.*"
 
 def _dlq(source: str) -> str:
     return f"dlq.{source}.>"
+
+
+def system_consumers_denied(layout: Layout) -> list[str]:
+    """What the trigger user may not do on the system's streams, though it makes and
+    deletes consumers (`trigger-<name>`) on users' streams of any name: make or delete
+    a consumer there (deleting the starter's or an engine's stops the system; one of
+    its own on EXEC would read every execution's log), or ack their messages. Looking
+    one up stays allowed (`lookups`: metadata, no message; every pod's metrics read
+    the system's consumers)."""
+    found: list[str] = []
+    for s in declared_streams(layout):
+        found += [
+            _api("CONSUMER", "DURABLE", "CREATE", s, "*"),
+            _api("CONSUMER", "CREATE", s, ">"),
+            _api("CONSUMER", "DELETE", s, "*"),
+            f"$JS.ACK.{s}.>",
+        ]
+    return found
 
 
 def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
@@ -400,8 +424,11 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 # acks of its consumers' messages (`trigger-<name>` on the users' streams): it
                 # receives no other consumer's, so it can ack no other's
                 "$JS.ACK.*.*.>",
-                # a consumer a trigger lost (deleted by hand) is made again from the trigger's start
+                # the triggers' consumers, made from a trigger's start and deleted with it, on
+                # the users' streams (any name: a subject token cannot be matched by prefix);
+                # denied on the system's below
                 _api("CONSUMER", "DURABLE", "CREATE", "*", "*"),
+                _api("CONSUMER", "DELETE", "*", "*"),
                 START_SUBJECT,
                 _dlq("trigger"),
                 *kv_writes(TRIGGERS_BUCKET),  # the pods' counts (`<name>.stats`)
@@ -410,6 +437,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
             # a stream trigger's deliveries; a core trigger's subjects are the deployment's own:
             # add them here (docs/triggers.md), none is allowed by default
             subscribe=(f"{TRIGGER_DELIVER}.*", inbox("trigger")),
+            deny_publish=tuple(system_consumers_denied(layout)),
         ),
         User(
             "cli",
@@ -427,11 +455,10 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_writes(CATALOG_BUCKET),
                 *kv_writes(SCHEDULES_BUCKET),
                 *kv_writes(HOOKS_BUCKET),  # hook add, rotate, delete (the UI server's hooks read it)
-                *kv_writes(TRIGGERS_BUCKET),  # trigger add, pause, resume, delete
-                # a stream trigger's durable consumer, made at `trigger add` and deleted with it,
-                # on the user's own stream (any name: a subject token cannot be matched by prefix)
-                _api("CONSUMER", "DURABLE", "CREATE", "*", "*"),
-                _api("CONSUMER", "DELETE", "*", "*"),
+                # trigger add, pause, resume, delete: the spec only; the trigger pods make and
+                # delete its consumer (this user makes none: it could delete the system's, or
+                # make one delivering the starter's or an engine's messages to itself)
+                *kv_writes(TRIGGERS_BUCKET),
                 "schedules.def.>",
                 "schedules.fire.>",  # "run now": a schedule's fire sent by hand (actors/client/schedules.py)
                 _api("STREAM", "PURGE", SCHEDULE_STREAM),  # deleting a schedule's definition
@@ -472,10 +499,10 @@ def _list(subjects: Iterable[str]) -> list[str]:
 
 
 def permissions_of(user: User) -> dict[str, object]:
-    perms: dict[str, object] = {
-        "publish": {"allow": _list(user.publish)},
-        "subscribe": {"allow": _list(user.subscribe)},
-    }
+    publish: dict[str, list[str]] = {"allow": _list(user.publish)}
+    if user.deny_publish:
+        publish["deny"] = _list(user.deny_publish)
+    perms: dict[str, object] = {"publish": publish, "subscribe": {"allow": _list(user.subscribe)}}
     if user.responds:
         perms["allow_responses"] = True
     return perms
@@ -498,9 +525,12 @@ def server_config(layout: Layout) -> str:
         lines.append(f"      {{user: {u.name}, password: ${u.password_variable}, permissions: {{")
         for key, value in permissions_of(u).items():
             if isinstance(value, dict):
-                lines.append(f"        {key}: {{allow: [")
-                lines += [f"          {json.dumps(s)}," for s in value["allow"]]
-                lines.append("        ]}")
+                lines.append(f"        {key}: {{")
+                for kind, subjects in value.items():
+                    lines.append(f"          {kind}: [")
+                    lines += [f"            {json.dumps(s)}," for s in subjects]
+                    lines.append("          ]")
+                lines.append("        }")
             else:
                 lines.append(f"        {key}: {json.dumps(value)}")
         lines.append("      }}")
@@ -535,8 +565,10 @@ def helm_values(layout: Layout) -> str:
         out.append("            permissions:")
         for key, value in permissions_of(u).items():
             if isinstance(value, dict):
-                out += [f"              {key}:", "                allow:"]
-                out += [f"                  - {json.dumps(s)}" for s in value["allow"]]
+                out.append(f"              {key}:")
+                for kind, subjects in value.items():
+                    out.append(f"                {kind}:")
+                    out += [f"                  - {json.dumps(s)}" for s in subjects]
             else:
                 out.append(f"              {key}: {json.dumps(value)}")
     out += ["container:", "  env:"]

@@ -2,14 +2,17 @@
 playbook (docs/triggers.md; the spec: actors/wire/triggers.py).
 
 Each trigger pod watches KV `triggers` and keeps one subscription per trigger that is
-not paused: on a stream subject, to the push consumer `trigger-<name>` (created by
-`actors-cli trigger add`; created here too, from the spec's creation time, if it is
-missing) in a queue group of the same name, so every pod shares one consumer and the
-server keeps what arrives while none runs; on a core subject, a queue subscription
-(at most once: a message sent while no pod listens is gone).
+not paused: on a stream subject, to the push consumer `trigger-<name>` (created here,
+not by `actors-cli trigger add`, whose user may make no consumer: from the spec's
+creation time, so nothing stored since `add` is missed) in a queue group of the same
+name, so every pod shares one consumer and the server keeps what arrives while none
+runs; on a core subject, a queue subscription (at most once: a message sent while no
+pod listens is gone). A spec `delete` marked `deleting` is removed here: its consumer
+first, then its counts and the spec. A spec on the system's streams or subjects
+(written by hand) is not run (actors/triggers/guard.py).
 
 A message becomes a start message on stream START under an id derived from the
-message (`trg-<name>-<stream seq>`, or from its `Nats-Msg-Id`), published with that id
+message (`trg-<name>-<add id>-<stream seq>`, or from its `Nats-Msg-Id`), published with that id
 as its Nats-Msg-Id: a redelivery, or the same message read by a second pod, names
 the same execution, which the stream drops as a duplicate within its window and the
 starter (which writes a start record only on an empty subject) after it. A stream
@@ -20,10 +23,15 @@ The payload is rendered from the trigger's template over `message` as an executi
 templates are, under the pod's `Limits`: on the event loop only when the template is
 cheap by construction, otherwise on a worker thread that hands it to a bounded render
 process (actors/runtime/render_process.py). A message whose payload cannot be made
-(a template error or limit, a render killed, a body that is no JSON object, a payload
-too large or too deep) starts nothing: it goes to the dead letters
-(`dlq.trigger.trg-<name>`, the reason naming the trigger) and is acked; the trigger
-goes on with the next.
+(a template error or limit, a body that is no JSON object, a payload too large or too
+deep) starts nothing: it goes to the dead letters (`dlq.trigger.trg-<name>`, the
+reason naming the trigger) and is acked; the trigger goes on with the next. A render
+killed by the pod's bounds (deadline, memory: load, not the message, may be why) is
+handed back with a delay (`RENDER_TRIES` deliveries) before it is dead-lettered.
+
+A pod holds at most `MAX_ACK_PENDING` of a consumer's messages unacked (the consumer's
+bound, near `IN_FLIGHT`): a backlog waits in the stream, not in a pod's queue past the
+ack wait (where it would be delivered again).
 
 Paused (or deleted), a trigger's subscription is dropped; a stream message in hand
 then is handed back (nak) for when it is resumed. Each pod adds what it started and
@@ -47,7 +55,15 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
+from nats.js.errors import (
+    APIError,
+    BadRequestError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+    NotFoundError,
+)
 from nats.js.kv import KeyValue
 
 from actors.natsio import MSG_ID, ack, log_time, num_delivered, publish_all, publisher, stream_seq
@@ -65,6 +81,7 @@ from actors.runtime.keyed_limiter import KeyedLimiter
 from actors.runtime.render_process import OffLoop, RenderBounds
 from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import POISON_TRIES, is_transient
+from actors.triggers.guard import refusal
 from actors.wire.messages import DeadLetter, Limits, StartMessage, encode
 from actors.wire.nesting import MAX_DEPTH, json_within, value_within
 from actors.wire.triggers import (
@@ -88,7 +105,14 @@ _stats_decoder = msgspec.json.Decoder(TriggerStats)
 _json = msgspec.json.Decoder()
 
 IN_FLIGHT = 64  # messages handled at once by a pod (each: a render, a publish, an ack)
+# a stream trigger's messages delivered and not acked, across its pods: near IN_FLIGHT, so
+# what a pod queues is handled well within the ack wait (4096 here had 473 of 1,500 delivered twice)
+MAX_ACK_PENDING = 2 * IN_FLIGHT
 CORE_BACKLOG = 10_000  # core messages waiting for a slot; past it they are dropped (at most once)
+CORE_BACKLOG_BYTES = 64 << 20  # and their bodies' bytes: 10,000 of 1 MB each is no bound
+RENDER_TRIES = 3  # deliveries of a stream message whose render was killed, before its dead letter
+RENDER_RETRY_DELAY = 5.0  # seconds before such a message is delivered again
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code: the key was written since it was read
 STATS_EVERY = 1.0  # seconds between two additions of a pod's counts to KV
 RESCAN = 30.0  # seconds between two full reads of the specs, beside the watch
 RENDER_THREADS = 2
@@ -97,6 +121,11 @@ MESSAGE_HEADROOM = 16 * 1024  # room around a payload in its start message (as t
 
 class Unusable(Exception):
     """A message whose payload cannot be made: it starts nothing and is dead-lettered."""
+
+
+class RenderKilled(Unusable):
+    """Its render was killed by the pod's bounds (deadline, memory): maybe the load's
+    doing, so a stream message is tried again a few times before its dead letter."""
 
 
 @dataclass
@@ -141,6 +170,7 @@ class TriggerActor:
         self._kv: KeyValue | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._backlog = 0
+        self._backlog_bytes = 0
         self._lock = asyncio.Lock()  # specs applied one at a time (watch and rescan)
         self._stopping = False
 
@@ -194,9 +224,9 @@ class TriggerActor:
                     if entry is None:
                         continue  # the end of what was there: read already by `_rescan`
                     if entry.operation in ("DEL", "PURGE"):
-                        await self._apply(entry.key, None)
+                        await self._apply(entry.key, None, gone=True)
                     else:
-                        await self._apply(entry.key, self._decode(entry.key, entry.value))
+                        await self._apply(entry.key, self._decode(entry.key, entry.value), entry.revision or 0)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a watch lost with the connection: read everything again
@@ -219,9 +249,9 @@ class TriggerActor:
             except KeyNotFoundError:
                 continue
             seen.add(name)
-            await self._apply(name, self._decode(name, entry.value))
+            await self._apply(name, self._decode(name, entry.value), entry.revision or 0)
         for name in set(self._running) - seen:
-            await self._apply(name, None)
+            await self._apply(name, None, gone=True)
 
     def _decode(self, name: str, value: bytes | None) -> TriggerSpec | None:
         try:
@@ -230,7 +260,10 @@ class TriggerActor:
             log.error("trigger %s: its spec in KV %s cannot be read (%s); not running it", name, TRIGGERS_BUCKET, e)
             return None
 
-    async def _apply(self, name: str, spec: TriggerSpec | None) -> None:
+    async def _apply(self, name: str, spec: TriggerSpec | None, revision: int = 0, *, gone: bool = False) -> None:
+        """Run `spec` as trigger `name` (None: run nothing; `gone`: its spec was deleted,
+        so its consumer goes too; an unreadable spec's is kept, the version that wrote
+        it owns it)."""
         async with self._lock:
             if self._stopping:
                 return
@@ -240,7 +273,17 @@ class TriggerActor:
             if run is not None:
                 await self._halt(run)
                 del self._running[name]
+                if gone:
+                    with contextlib.suppress(Exception):
+                        await self._drop_consumer(run.spec)
             if spec is None or spec.name != name:
+                return
+            if spec.deleting:
+                await self._remove(spec, revision)
+                return
+            refused = refusal(spec.subject, spec.stream)
+            if refused is not None:
+                log.error("trigger %s: not run: %s", name, refused)
                 return
             run = self._running[name] = _Running(spec)
             if spec.paused:
@@ -278,17 +321,63 @@ class TriggerActor:
         )
 
     async def _ensure_consumer(self, spec: TriggerSpec) -> None:
-        """The trigger's durable consumer, made by `trigger add`; made here from the
-        spec's creation time when missing (deleted by hand), so no message stored
-        since the trigger was added is skipped."""
+        """The trigger's durable consumer, made here from the spec's creation time
+        when missing (not made yet, or deleted by hand), so no message stored since
+        the trigger was added is skipped. One of the same name left by a predecessor
+        (another `add`: its description names another add id) is replaced."""
         assert spec.stream is not None
         name = consumer_name(spec.name)
+        config = consumer_config(spec, self.layout)
         try:
-            await self.js.consumer_info(spec.stream, name)
-            return
+            info = await self.js.consumer_info(spec.stream, name)
         except NotFoundError:
-            pass
-        await self.js.add_consumer(spec.stream, consumer_config(spec, self.layout))
+            info = None
+        if info is not None:
+            if not spec.add_id or info.config.description == config.description:
+                return
+            log.info("trigger %s: consumer %s is a predecessor's; replacing it", spec.name, name)
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_consumer(spec.stream, name)
+        try:
+            await self.js.add_consumer(spec.stream, config)
+        except BadRequestError:
+            # made meanwhile by another pod with the same config: fine; else say so
+            info = await self.js.consumer_info(spec.stream, name)
+            if info.config.description != config.description:
+                raise
+
+    async def _drop_consumer(self, spec: TriggerSpec) -> None:
+        """`spec`'s consumer deleted, if it is still this spec's (not a successor's)."""
+        if spec.stream is None:
+            return
+        name = consumer_name(spec.name)
+        try:
+            info = await self.js.consumer_info(spec.stream, name)
+        except NotFoundError:
+            return
+        if spec.add_id and info.config.description != consumer_config(spec, self.layout).description:
+            return  # a successor's (the trigger added again meanwhile)
+        with contextlib.suppress(NotFoundError):
+            await self.js.delete_consumer(spec.stream, name)
+
+    async def _remove(self, spec: TriggerSpec, revision: int) -> None:
+        """A spec `delete` marked: its consumer, its counts, then the spec (unless
+        written again meanwhile). Every pod may do it; each step is idempotent, and a
+        pod that dies half way leaves the mark for the next rescan."""
+        assert self._kv is not None
+        try:
+            await self._drop_consumer(spec)
+            await self._kv.delete(stats_key(spec.name))
+            await self._kv.delete(spec.name, last=revision or None)
+        except APIError as e:
+            if e.err_code != WRONG_LAST_SEQUENCE:
+                log.warning("trigger %s: not removed yet (tried again at the next rescan): %s", spec.name, e)
+            return  # else changed meanwhile (deleted by another pod, or added again): its own entry says
+        except Exception as e:
+            log.warning("trigger %s: not removed yet (tried again at the next rescan): %s", spec.name, e)
+            return
+        self._counts.pop(spec.name, None)
+        log.info("trigger %s: deleted", spec.name)
 
     # --- messages -------------------------------------------------------------------
 
@@ -298,12 +387,17 @@ class TriggerActor:
         self._limiter.submit(functools.partial(self._stream_message, run, msg))
 
     def _on_core(self, run: _Running, msg: Msg) -> None:
-        if self._backlog >= CORE_BACKLOG:
+        size = len(msg.data) + sum(len(k) + len(str(v)) for k, v in (msg.headers or {}).items())
+        if self._backlog >= CORE_BACKLOG or self._backlog_bytes + size > CORE_BACKLOG_BYTES:
             # at most once: a flood past what a pod holds is dropped, counted, not queued without end
-            self._count_error(run.spec.name, f"dropped: more than {CORE_BACKLOG} core messages waiting")
+            self._count_error(
+                run.spec.name,
+                f"dropped: more than {CORE_BACKLOG} core messages or {CORE_BACKLOG_BYTES >> 20} MB waiting",
+            )
             return
         self._backlog += 1
-        self._limiter.submit(functools.partial(self._core_message, run, msg, time.time()))
+        self._backlog_bytes += size
+        self._limiter.submit(functools.partial(self._core_message, run, msg, time.time(), size))
 
     async def _stream_message(self, run: _Running, msg: Msg) -> None:
         spec = run.spec
@@ -311,13 +405,20 @@ class TriggerActor:
             await _nak(msg)  # paused or deleted meanwhile: handed back, started by no one now
             return
         seq = stream_seq(msg)
+        letter_id = dead_letter_id(DEAD_LETTER_SOURCE, _letter_key(spec), seq)
         try:
-            eid = stream_execution_id(spec.name, seq)
+            eid = stream_execution_id(spec.name, seq, spec.add_id)
             message = _message(msg, seq=seq, at=log_time(msg))
             try:
                 start = await self._start_of(spec, eid, message)
+            except RenderKilled as e:
+                if num_delivered(msg) < RENDER_TRIES:
+                    log.warning("trigger %s: render killed (%s); handed back for a later try", spec.name, e)
+                    await _nak(msg, delay=RENDER_RETRY_DELAY)
+                    return
+                await self._dead_letter(spec, msg, eid, str(e), letter_id)
             except Unusable as e:
-                await self._dead_letter(spec, msg, eid, str(e), dead_letter_id(DEAD_LETTER_SOURCE, spec.name, seq))
+                await self._dead_letter(spec, msg, eid, str(e), letter_id)
             else:
                 await self._publish(spec, start, eid)
         except Exception as e:
@@ -327,7 +428,7 @@ class TriggerActor:
             # the same message failed the same way every time: it will not start, say why
             try:
                 reason = f"the message could not be handled: {type(e).__name__}: {e}"
-                await self._dead_letter(spec, msg, None, reason, dead_letter_id(DEAD_LETTER_SOURCE, spec.name, seq))
+                await self._dead_letter(spec, msg, None, reason, letter_id)
             except Exception:
                 log.exception("trigger %s: could not dead-letter a message", spec.name)
                 return
@@ -335,13 +436,14 @@ class TriggerActor:
             return  # stopping: not acked, it comes back
         await ack(msg)
 
-    async def _core_message(self, run: _Running, msg: Msg, received: float) -> None:
+    async def _core_message(self, run: _Running, msg: Msg, received: float, size: int) -> None:
         self._backlog -= 1
+        self._backlog_bytes -= size
         spec = run.spec
         if not run.active:
             return  # paused meanwhile: at most once, so dropped
         headers = msg.headers or {}
-        eid = core_execution_id(spec.name, headers.get(MSG_ID), uuid.uuid4().hex)
+        eid = core_execution_id(spec.name, headers.get(MSG_ID), uuid.uuid4().hex, spec.add_id)
         try:
             try:
                 start = await self._start_of(spec, eid, _message(msg, seq=None, at=received))
@@ -399,7 +501,7 @@ class TriggerActor:
             where = f" ({e.where})" if getattr(e, "where", "") else ""
             raise Unusable(f"trigger {spec.name}: its payload template failed{where}: {e.message}") from None
         except RenderFault as e:
-            raise Unusable(f"trigger {spec.name}: its payload template failed: {e.describe()}") from None
+            raise RenderKilled(f"trigger {spec.name}: its payload template failed: {e.describe()}") from None
 
     async def _publish(self, spec: TriggerSpec, start: StartMessage, eid: str) -> None:
         """The start stored in stream START (its id: the execution's, so a second copy
@@ -460,11 +562,25 @@ class TriggerActor:
         for name, c in list(self._counts.items()):
             if not c.pending:
                 continue
-            if name not in self._running:
-                del self._counts[name]  # deleted: its counts go with it
-                continue
-            await self._add(name, c)
+            # taken out before the await: what is counted meanwhile goes to fresh counts
             del self._counts[name]
+            if name not in self._running:
+                continue  # deleted: its counts go with it
+            try:
+                await self._add(name, c)
+            except BaseException:
+                self._merge(name, c)  # not written: kept for the next flush
+                raise
+
+    def _merge(self, name: str, c: _Counts) -> None:
+        now = self._counts_of(name)
+        now.started += c.started
+        now.duplicates += c.duplicates
+        now.errors += c.errors
+        if c.last_start is not None and (now.last_start or 0) < c.last_start:
+            now.last_start, now.last_execution_id = c.last_start, c.last_execution_id
+        if c.last_error_at is not None and (now.last_error_at or 0) < c.last_error_at:
+            now.last_error, now.last_error_at = c.last_error, c.last_error_at
 
     async def _add(self, name: str, c: _Counts) -> None:
         assert self._kv is not None
@@ -509,10 +625,12 @@ def consumer_config(spec: TriggerSpec, layout: Layout, *, created_now: bool = Fa
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=layout.ack_wait,
         max_deliver=-1,
-        max_ack_pending=layout.engine_max_ack_pending,
+        max_ack_pending=MAX_ACK_PENDING,
         deliver_policy=api.DeliverPolicy.BY_START_TIME if by_time else api.DeliverPolicy.NEW,
         opt_start_time=datetime.datetime.fromtimestamp(spec.created_at, datetime.UTC) if by_time else None,
-        description=f"trigger {spec.name}: starts {spec.playbook}",
+        # the add id names the trigger this consumer is for: one left by a predecessor of
+        # the same name is told apart (and replaced)
+        description=f"trigger {spec.name} ({spec.add_id or '-'}): starts {spec.playbook}",
     )
 
 
@@ -536,6 +654,12 @@ def _kind(value: Any) -> str:
     )
 
 
-async def _nak(msg: Msg) -> None:
+async def _nak(msg: Msg, delay: float | None = None) -> None:
     with contextlib.suppress(Exception):
-        await msg.nak()
+        await msg.nak(delay=delay)
+
+
+def _letter_key(spec: TriggerSpec) -> str:
+    """What a dead letter's id names the trigger by: with its add id, so a trigger
+    added again does not find its predecessor's letters as duplicates."""
+    return f"{spec.name}:{spec.add_id}" if spec.add_id else spec.name

@@ -24,7 +24,8 @@ async def triggers(request: web.Request) -> web.Response:
     """`{"triggers": [row]}` by name; a row: the spec (`name, subject, stream, playbook,
     version, paused, created_at`), the pods' counts (`started, duplicates, errors,
     last_start, last_execution_id, last_error, last_error_at`), `waiting` (a stream
-    trigger's messages not started yet) and `problem` (its consumer gone)."""
+    trigger's messages not started yet) and `problem` (its consumer not made yet, or
+    being deleted). A spec this version cannot read is `{name, unreadable, problem}`."""
     from actors.ui import server as srv  # imported here: server.py imports this module to register it
 
     client: Client = request.app[srv.CLIENT]
@@ -37,6 +38,9 @@ async def triggers(request: web.Request) -> web.Response:
 
 def _row(view: TriggerView) -> dict[str, Any]:
     s, st = view.spec, view.stats
+    if view.unreadable is not None:
+        # a spec this version cannot read: its name and why, so it can be deleted
+        return {"name": s.name, "unreadable": view.unreadable, "problem": f"its spec cannot be read: {view.unreadable}"}
     return {
         "name": s.name,
         "subject": s.subject,
@@ -44,6 +48,7 @@ def _row(view: TriggerView) -> dict[str, Any]:
         "playbook": s.playbook,
         "version": s.version,
         "paused": s.paused,
+        "deleting": s.deleting,
         "created_at": s.created_at,
         "started": st.started,
         "duplicates": st.duplicates,
@@ -59,7 +64,7 @@ def _row(view: TriggerView) -> dict[str, Any]:
 
 async def action(request: web.Request) -> web.Response:
     """pause, resume, delete: `{"name", "changed"}` (`changed`: false when it was
-    paused, or not paused, already)."""
+    paused, or not paused, already; for delete, when no trigger pod removed it yet)."""
     from actors.ui import server as srv
 
     client: Client = request.app[srv.CLIENT]
@@ -72,8 +77,7 @@ async def action(request: web.Request) -> web.Response:
         elif verb == "resume":
             changed = await client.trigger_resume(name)
         else:
-            await client.trigger_delete(name)
-            changed = True
+            changed = await client.trigger_delete(name)  # false: a trigger pod has yet to remove it
     except TriggerError as e:
         raise srv._refuse(404 if str(e).startswith("no trigger") else 400, str(e)) from None
     return srv._json({"name": name, "changed": changed})

@@ -42,9 +42,11 @@ class HookStart(Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 class HookSignal(Struct, forbid_unknown_fields=True, omit_defaults=True):
     """Send signal `name` to the execution the request's path names, with the request's
-    body as its data."""
+    body as its data: only to an execution of `playbook` (a catalog path), so a hook's
+    token reaches one playbook's waits, not every execution's."""
 
     name: str
+    playbook: str
 
 
 class HookSpec(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -65,7 +67,9 @@ class HookSpec(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=T
         if self.start is not None:
             version = "" if self.start.version is None else f"@{self.start.version}"
             return f"start {self.start.playbook}{version}"
-        return f"signal {self.signal.name}" if self.signal is not None else "nothing"
+        if self.signal is not None:
+            return f"signal {self.signal.name} to {self.signal.playbook}"
+        return "nothing"
 
 
 def new_token() -> str:
@@ -84,6 +88,12 @@ def token_digest(token: str) -> str:
 # what an unknown hook's token is compared with, so that a request for a hook that does
 # not exist takes the same steps as one with a wrong token
 _NOBODY = token_digest(secrets.token_urlsafe(32))
+# the KV key an unknown or invalid hook name reads instead (`.`: no hook's name), so its
+# request does the same work as a known one's: a KV read, a decode, a compare
+NOBODY_KEY = "nobody.hook"
+NOBODY_SPEC = HookSpec(
+    name="nobody", hook_id="0" * 16, token_digest=_NOBODY, created_at=0.0, start=HookStart(playbook="nobody")
+)
 
 
 def token_matches(token: str, spec: HookSpec | None) -> bool:

@@ -3,27 +3,31 @@
 A trigger is its spec in KV `triggers` (key: its name), written by `actors-cli trigger
 add` (actors/client/triggers.py) and read by the trigger pods (actors/triggers/), and
 the pods' running counts beside it (key `<name>.stats`, `TriggerStats`). On a subject
-of a stream it reads through a durable consumer of its own (`consumer_name`), created
-by `add`, so a message stored while no trigger pod runs waits for one; on a core
-subject it is a queue subscription, at most once.
+of a stream it reads through a durable consumer of its own (`consumer_name`), which the
+trigger pods create (from the spec's `created_at`: nothing stored since `add` is
+missed) and delete, so a message stored while no trigger pod runs waits for one; on a
+core subject it is a queue subscription, at most once.
 
-Each message starts one execution under an id derived from it (`execution_id_of`): the
-stream sequence, or the `Nats-Msg-Id` a core message carries. A redelivery, or a second
-trigger pod, names the same execution, which the starter writes once.
+Each message starts one execution under an id derived from it: the trigger, its
+`add_id` (random per `add`: a trigger deleted and added again under the same name
+names none of its predecessor's executions) and the stream sequence, or the
+`Nats-Msg-Id` a core message carries. A redelivery, or a second trigger pod, names the
+same execution, which the starter writes once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from typing import Annotated, Any
 
 from msgspec import Struct, field
 
 from actors.wire.secrecy import SECRET
 
-# a subject token and a KV key; `trg-<name>-<20 digits>` stays within an execution id's 128
-TRIGGER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+# a subject token and a KV key; `trg-<name>-<add id>-m<24 hex>` stays within an execution id's 128
+TRIGGER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STATS_SUFFIX = ".stats"  # `<name>.stats`: a key of two tokens, which a watch of `*` (the specs) skips
 DELIVER_PREFIX = "_trigger"  # a stream trigger's push consumer delivers to `_trigger.<name>`
 DEAD_LETTER_SOURCE = "trigger"
@@ -46,6 +50,8 @@ class TriggerSpec(Struct, omit_defaults=True, forbid_unknown_fields=True):
     payload: Annotated[Any, SECRET] = None
     paused: bool = False
     created_at: float = 0.0
+    add_id: str = ""
+    deleting: bool = False
 
 
 class TriggerStats(Struct, omit_defaults=True):
@@ -98,16 +104,25 @@ def dead_letter_token(trigger: str) -> str:
     return f"trg-{trigger}"
 
 
-def stream_execution_id(trigger: str, seq: int) -> str:
-    """The execution a stream message starts: the trigger and the message's sequence."""
-    return f"trg-{trigger}-{seq}"
+def new_add_id() -> str:
+    return secrets.token_hex(4)
 
 
-def core_execution_id(trigger: str, msg_id: str | None, fresh: str) -> str:
+def _prefix(trigger: str, add_id: str) -> str:
+    return f"trg-{trigger}-{add_id}" if add_id else f"trg-{trigger}"
+
+
+def stream_execution_id(trigger: str, seq: int, add_id: str = "") -> str:
+    """The execution a stream message starts: the trigger, its add id and the
+    message's sequence."""
+    return f"{_prefix(trigger, add_id)}-{seq}"
+
+
+def core_execution_id(trigger: str, msg_id: str | None, fresh: str, add_id: str = "") -> str:
     """The execution a core message starts: from its `Nats-Msg-Id` (hashed: any text
     is a message id, an execution id is not), so the same message sent twice starts
     one; without one, `fresh` (a new id each message: at most once is all core NATS
     gives)."""
     if msg_id:
-        return f"trg-{trigger}-m{hashlib.blake2b(msg_id.encode(), digest_size=12).hexdigest()}"
-    return f"trg-{trigger}-{fresh}"
+        return f"{_prefix(trigger, add_id)}-m{hashlib.blake2b(msg_id.encode(), digest_size=12).hexdigest()}"
+    return f"{_prefix(trigger, add_id)}-{fresh}"

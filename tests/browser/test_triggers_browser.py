@@ -32,9 +32,9 @@ async def test_triggers_page_lists_pauses_resumes_and_deletes(browser: Any, syst
     quick = await register(system, QUICK)
     js = system.nc.jetstream()
     await js.add_stream(api.StreamConfig(name="ORDERS", subjects=["orders.>"]))
-    await system.client.trigger_add("orders", subject="orders.*", stream="ORDERS", playbook=quick)
+    spec = await system.client.trigger_add("orders", subject="orders.*", stream="ORDERS", playbook=quick)
     seq = (await js.publish("orders.created", b'{"id": 1}')).seq
-    eid = stream_execution_id("orders", seq)
+    eid = stream_execution_id("orders", seq, spec.add_id)
     assert (await system.client.wait(eid, timeout=20)).state == "COMPLETED"
 
     async def counted() -> bool:

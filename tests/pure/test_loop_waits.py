@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgspec
 import pytest
 
 from actors.core.effects import Effects
@@ -238,10 +239,12 @@ def test_approval_when_and_signals_of_other_names() -> None:
     lp.fold(signal("a", {"approved": True, "level": 1}, name="ok", sid="low"), T0)  # `when` false: kept
     assert lp.run.done == 0
     lp.fold(signal("a", {"approved": True, "level": 3, "by": "ann"}, name="ok", sid="hi"), T0)
-    lp.fold(signal("b", {"approved": False, "level": 0, "by": "bob", "comment": "no way"}, name="ok", sid="rej"), T0)
+    rej = signal("b", {"approved": False, "level": 0, "by": "mallory", "comment": "no way"}, name="ok", sid="rej")
+    lp.fold(msgspec.structs.replace(rej, by="bob"), T0)
     (v,) = lp.verdicts
     assert isinstance(v, IteratorCompleted) and v.results == [{"approved": True, "level": 3, "by": "ann"}, None]
     (fail,) = [f for o in lp.outs for f in o.failures]
+    # who rejected is the signal's sender, never the `by` its data claims
     assert fail.error.type == "Rejected" and fail.error.message == "step 'each' was rejected by bob: no way"
     # a `when` that cannot be evaluated for a signal (junk from a sender) does not match
     # it: the iteration goes on waiting, the signal is kept; a later iteration's wait

@@ -182,8 +182,13 @@ async def test_start_hook_round_trip_token_idempotency_and_bounds(env: Env) -> N
 
 async def test_signal_hook_ends_a_waiting_step(env: Env) -> None:
     system = env.system
-    _, token = await system.client.hook_add("go", signal="go")
+    _, token = await system.client.hook_add("go", signal="go", playbook="hooks/waits")
     eid = await system.client.start("hooks/waits", execution_id="waits-1")
+    # bound to its playbook: an execution of another is unknown to the hook (404, as for none)
+    other = await system.client.start("hooks/echo", payload={"order": 1})
+    assert (await system.client.wait(other, timeout=20)).state == ExecState.COMPLETED
+    status, body = await env.post(f"/hooks/go/{other}", {"ok": True}, token=token)
+    assert (status, body) == (404, {"error": f"no execution {other!r}: nothing to signal"})
 
     async def waiting() -> bool:
         st = await system.client.status(eid)
@@ -224,9 +229,9 @@ async def test_cli_user_errors_are_one_line(env: Env) -> None:
     runs = await asyncio.gather(
         cli("hook", "add", "bad.name", "--playbook", "hooks/echo", url=url),
         cli("hook", "add", "nopb", "--playbook", "hooks/nothere", url=url),
-        cli("hook", "add", "taken", "--signal", "go", url=url),
-        cli("hook", "add", "both", "--playbook", "hooks/echo", "--signal", "go", url=url),
-        cli("hook", "add", "sig", "--signal", "go", "--version", "2", url=url),
+        cli("hook", "add", "taken", "--signal", "go", "--playbook", "hooks/waits", url=url),
+        cli("hook", "add", "unbound", "--signal", "go", url=url),
+        cli("hook", "add", "sig", "--signal", "go", "--playbook", "hooks/waits", "--version", "2", url=url),
         cli("hook", "rotate", "missing", url=url),
         cli("hook", "delete", "missing", url=url),
     )
@@ -235,8 +240,8 @@ async def test_cli_user_errors_are_one_line(env: Env) -> None:
     assert "invalid hook name 'bad.name'" in lines[0]
     assert "hooks/nothere" in lines[1]
     assert "hook taken already exists" in lines[2]
-    assert "not allowed with argument" in lines[3]
-    assert "--version goes with --playbook" in lines[4]
+    assert "the following arguments are required: --playbook" in lines[3]  # a signal hook names its playbook
+    assert "--version goes with a start hook" in lines[4]
     assert lines[5] == lines[6] == "actors-cli: no hook missing"
     assert [s.name for s in await env.system.client.hooks()] == ["go", "taken"]
 
@@ -253,7 +258,7 @@ async def test_the_cli_user_manages_hooks_and_starts_through_one(secured: Secure
     async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
         await client.register(tmp_path / "echo.yaml")
         spec, token = await client.hook_add("orders", playbook="hooks/echo")
-        await client.hook_add("go", signal="go")
+        await client.hook_add("go", signal="go", playbook="hooks/echo")
         assert [h.name for h in await client.hooks()] == ["go", "orders"]
         assert await client.hook_authorized("orders", token) == spec
         _, new = await client.hook_rotate("orders")

@@ -22,7 +22,7 @@ export async function triggersPage(main) {
     button.disabled = true;
     try {
       const r = await post(`/api/triggers/${encodeURIComponent(name)}/${verb}`, {});
-      flash(`trigger ${name}: ${verb === "delete" ? "deleted" : r.changed ? `${verb}d` : `already ${verb === "pause" ? "paused" : "active"}`}`, true);
+      flash(`trigger ${name}: ${verb === "delete" ? (r.changed ? "deleted" : "deleting (a trigger pod removes it)") : r.changed ? `${verb}d` : `already ${verb === "pause" ? "paused" : "active"}`}`, true);
       await load();
     } catch (e) {
       flash(e.message);
@@ -30,21 +30,32 @@ export async function triggersPage(main) {
     button.disabled = false;
   };
 
+  const deleteButton = (t) => {
+    const del = el("button", { class: "danger", "data-action": "delete", text: "Delete" });
+    del.addEventListener("click", () => {
+      // asks once more in place: a trigger deleted is gone, its consumer too (its executions stay)
+      if (del.dataset.armed) return act(t.name, "delete", del);
+      del.dataset.armed = "1";
+      del.textContent = "Delete for good?";
+      setTimeout(() => { delete del.dataset.armed; del.textContent = "Delete"; }, 4000);
+    });
+    return del;
+  };
+
+  // a spec this version cannot read (a newer version's): its name, why, and Delete
+  const unreadable = (t) => el("tr", { "data-trigger": t.name, "data-state": "UNREADABLE" },
+    el("td", { class: "mono", text: t.name }),
+    el("td", { colspan: 7, class: "muted problem", text: t.problem }),
+    el("td", { class: "row-actions" }, config.read_only ? "" : deleteButton(t)));
+
   const row = (t) => {
-    const state = t.paused ? "PAUSED" : "ACTIVE";
+    if (t.unreadable) return unreadable(t);
+    const state = t.deleting ? "DELETING" : t.paused ? "PAUSED" : "ACTIVE";
     const actions = el("td", { class: "row-actions" });
-    if (!config.read_only) {
+    if (!config.read_only && !t.deleting) {
       const toggle = el("button", { "data-action": t.paused ? "resume" : "pause", text: t.paused ? "Resume" : "Pause" });
       toggle.addEventListener("click", () => act(t.name, t.paused ? "resume" : "pause", toggle));
-      const del = el("button", { class: "danger", "data-action": "delete", text: "Delete" });
-      del.addEventListener("click", () => {
-        // asks once more in place: a trigger deleted is gone, its consumer too (its executions stay)
-        if (del.dataset.armed) return act(t.name, "delete", del);
-        del.dataset.armed = "1";
-        del.textContent = "Delete for good?";
-        setTimeout(() => { delete del.dataset.armed; del.textContent = "Delete"; }, 4000);
-      });
-      actions.append(toggle, del);
+      actions.append(toggle, deleteButton(t));
     }
     const last = t.last_execution_id
       ? el("span", {}, execLink(t.last_execution_id), el("div", { class: "muted", text: `${utc(t.last_start)} · ${relative(t.last_start)}` }))
