@@ -14,7 +14,7 @@ Text is stripped of surrounding whitespace. A credential is a flat mapping of st
 keys to string values, each the text it was written as in a JSON/YAML file (YAML is read
 without type resolution: ``0777123`` stays that, never an octal 261715). Each value is
 handed to the redactor as it is resolved (actors/tools/redact.py), numbers too (a PIN),
-except an unquoted boolean (a flag).
+except an unquoted boolean (a flag) and a ``port``.
 
 A credential that is in neither source fails the step with ``CredentialNotFound``; one
 that cannot be read or is not a flat mapping with ``CredentialInvalid``. Messages name
@@ -156,8 +156,13 @@ def _from_folder(name: str, folder: Path) -> dict[str, str]:
 
 def _maskable(values: dict[str, str], typed: frozenset[str]) -> list[str]:
     """The values to mask: all but the booleans a JSON/YAML file gave unquoted (masking
-    ``true`` would garble every JSON log line). Numbers are masked: a PIN is a secret."""
-    return [v for k, v in values.items() if k not in typed]
+    ``true`` would garble every JSON log line) and a connection's ``port`` (no secret;
+    masked, ``5432`` would become ``***`` in every step's output for the pod's life).
+    Other numbers are masked: a PIN is a secret."""
+    return [v for k, v in values.items() if k not in typed and k.lower() not in NOT_SECRET]
+
+
+NOT_SECRET = frozenset({"port"})  # credential keys whose values are never masked
 
 
 # unquoted YAML words read as a boolean or as nothing (YAML 1.1 and 1.2): kept as their text
