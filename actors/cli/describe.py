@@ -121,7 +121,7 @@ async def cmd_describe(args: argparse.Namespace) -> int:
 def _table(stories: list[Any]) -> None:
     print(f"{'step':24}  {'state':10}  {'attempts':>8}  {'duration':>9}  error")
     for s in stories:
-        tries = str(len(s.attempts)) if s.loop is None else _loop_counts(s.loop)
+        tries = str(s.attempt_count) if s.loop is None else _loop_counts(s.loop)
         waiting = s.wait is not None and s.wait.get("state") == "WAITING"
         last = wait_text(s.wait, step=False) if waiting else s.error_type or "-"
         print(f"{s.step:24}  {s.state:10}  {tries:>8}  {duration(s.duration):>9}  {last}")
@@ -196,6 +196,8 @@ def _story(s: Any) -> None:
 
 def _wait(w: dict[str, Any]) -> None:
     """A wait step's wait: what for, since and until when, and the signal it took."""
+    if w.get("state") == "ENDED" and w.get("signal") is not None:
+        w = {**w, "deadline": None}  # cancelled: it never timed out, and never will
     text = wait_text(w, step=False)
     if w.get("state") != "WAITING":
         text = "waited" + text.removeprefix("waiting")  # its story, once it ended

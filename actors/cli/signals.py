@@ -1,8 +1,9 @@
 """`actors-cli signal ID NAME [--data JSON | --data-file F] [--key K] [--id SIGNAL_ID]`:
 send a signal to an execution, for a step that waits for it (`tool: wait`); `actors-cli
-approve ID [STEP] [--comment C]` and `actors-cli reject ID [STEP] --comment C`: answer
-its waiting approval step (`approval: true`) with `{approved, comment, by}`, `by` being
-$USER (else `cli`). Each goes through `Client.signal` (actors/client/signals.py).
+approve ID [STEP] [--key K] [--comment C]` and `actors-cli reject ID [STEP] [--key K]
+--comment C`: answer its waiting approval step (`approval: true`; one iteration of a loop
+of approvals: `--key`) with `{approved, comment, by}`, `by` being $USER (else `cli`).
+Each goes through `Client.signal` (actors/client/signals.py).
 
 Exit codes: 0 the signal is in the execution's log (for `signal`, also when the same
 --id was sent before: one signal); 3 refused because the execution has ended (nothing
@@ -55,6 +56,11 @@ def add_signal_parsers(
         )
         sp.add_argument("execution_id", help="the execution's id")
         sp.add_argument("step", nargs="?", help="the approval step (needed when more than one waits)")
+        sp.add_argument(
+            "--key",
+            metavar="ITEM_KEY",
+            help="for a loop of approvals: the iteration to answer (its wait's `key`, e.g. the item's id)",
+        )
         sp.add_argument(
             "--comment",
             required=not approved,
@@ -157,15 +163,19 @@ async def cmd_signal(args: argparse.Namespace) -> int:
 
 async def _approval(args: argparse.Namespace, approved: bool) -> int:
     from actors.client import ExecutionNotKnownYet
-    from actors.client.signals import MAX_COMMENT, clean_text
+    from actors.client.signals import MAX_COMMENT, Signals, clean_text
 
     eid = checked_execution_id(args.execution_id)
     assert eid is not None
     if not approved and not clean_text(args.comment or "", limit=MAX_COMMENT, what="--comment"):
         raise UsageError("reject: --comment must say why (it is blank)")  # told before NATS is reached
+    if args.key is not None:
+        Signals.check_signal("approval", args.key)  # a bad key is told before NATS is reached
     async with connection(args) as client:
         try:
-            reply = await client.approve(eid, args.step, approved=approved, comment=args.comment or "", by=_by())
+            reply = await client.approve(
+                eid, args.step, approved=approved, comment=args.comment or "", by=_by(), key=args.key
+            )
         except ExecutionNotKnownYet as e:
             print_error(f"actors-cli: {e}")
             return EXIT_TIMEOUT

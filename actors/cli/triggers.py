@@ -29,7 +29,7 @@ def add_trigger_parser(
     )
     ss = sp.add_subparsers(dest="trigger_command", required=True, metavar="VERB", help="one of:")
     p = ss.add_parser("add", parents=common, help="create a trigger")
-    p.add_argument("name", help="trigger name: letters, digits, _ and - (up to 100)")
+    p.add_argument("name", help="trigger name: letters, digits, _ and - (up to 64)")
     p.add_argument("--subject", required=True, metavar="S", help="the subject (wildcards only with --stream)")
     p.add_argument(
         "--stream",

@@ -8,9 +8,10 @@ compares a request's token with it in constant time, and takes the same steps fo
 hook that does not exist, so an answer does not tell whether a name is a hook.
 
 A request's `Idempotency-Key` names what it does: a start hook's execution id, a signal
-hook's signal id are derived from the hook and the key (`hook_execution_id`,
-`hook_signal_id`), so the same request sent again starts nothing and signals nothing
-twice. Without one, every request starts its own execution (sends its own signal).
+hook's signal id are derived from the hook and the key (`hook_execution_id`; for a
+signal also its execution and its `?key=`: `hook_signal_id`), so the same request sent
+again starts nothing and signals nothing twice. Without one, every request starts its
+own execution (sends its own signal).
 
 A signal hook is bound to one playbook: an execution of another is refused as an
 unknown one is (ExecutionNotFound), and its signals carry `by = hook:<name>`, which is
@@ -228,7 +229,7 @@ class Hooks(Signals):
         await self._hook_playbook_check(spec.signal.playbook, check_execution_id(execution_id))
         sid = None
         if idempotency_key is not None:
-            sid = hook_signal_id(spec, execution_id, check_idempotency_key(idempotency_key))
+            sid = hook_signal_id(spec, execution_id, check_idempotency_key(idempotency_key), key)
         return await self.signal(execution_id, spec.signal.name, data, key=key, signal_id=sid, by=f"hook:{spec.name}")
 
     async def _hook_playbook_check(self, playbook: str, execution_id: str) -> None:

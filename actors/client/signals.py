@@ -87,12 +87,17 @@ def clean_text(text: str, *, limit: int, what: str) -> str:
     return plain
 
 
-def approval_signal_id(wait: WaitInfo) -> str:
+def approval_signal_id(wait: WaitInfo, key: str | None = None) -> str:
     """The id of the answer to one approval wait: approving (or rejecting) the same wait
     twice, from the CLI and the UI at once, is one signal, the first; a later wait of the
-    step (a retry, a cycle) starts later and gets an answer of its own."""
+    step (a retry, a cycle) starts later and gets an answer of its own. A loop of
+    approvals waits once for all its iterations: each iteration's answer (its `key`)
+    has an id of its own."""
     step = hashlib.sha256(wait.step.encode()).hexdigest()[:16]
-    return f"approval-{step}-{wait.activation}-{round(wait.since * 1000)}"
+    sid = f"approval-{step}-{wait.activation}-{round(wait.since * 1000)}"
+    if wait.loop and key is not None:
+        sid += "-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    return sid
 
 
 class Signals(Retrier):
@@ -226,17 +231,23 @@ class Signals(Retrier):
         comment: str = "",
         by: str = "",
         signal_id: str | None = None,
+        key: str | None = None,
     ) -> SignalReply:
         """Answer the execution's waiting approval step (`approval: true`; `step` when
-        more than one waits): its signal, with data `{approved, comment, by}`. A
+        more than one waits): its signal, with data `{approved, comment, by}`. A loop of
+        approvals is answered one iteration at a time: `key` is the iteration's (its
+        wait's rendered `key`); a step that waits on a key may be named by it too. A
         rejection (`approved=False`) fails the step with `Rejected`. The signal's id is
         the wait's own (`approval_signal_id`) unless given: answering one wait twice is
         one answer, the first: the second's reply says `duplicate` (someone answered
         first; the step took that answer). Not accepted (nothing sent) for an execution
         that has ended. InvalidSignal for a rejection whose comment is blank.
         NotWaiting when no approval step waits (yet: a status is recorded a moment
-        after the step starts waiting), or none named `step`."""
+        after the step starts waiting), none named `step` (or waiting on `key`), or the
+        one that waits is a loop of approvals and no `key` is given."""
         eid = check_execution_id(execution_id)
+        if key is not None:
+            self.check_signal("approval", key)  # InvalidSignal for a key no signal can carry
         comment = clean_text(comment, limit=MAX_COMMENT, what="an approval's comment")
         if not approved and not comment:  # blank once cleaned: spaces, control characters
             raise InvalidSignal("a rejection needs a comment: say why")
@@ -247,25 +258,47 @@ class Signals(Retrier):
             raise NotWaiting(f"execution {eid} has not started yet: no approval step waits")
         if status.state in TERMINAL_STATES:
             return SignalReply(execution_id=eid, signal_id=None, accepted=False, status=status)
-        wait = approval_wait(status, step)
+        wait = approval_wait(status, step, key)
         assert wait.signal is not None  # an approval waits for a signal (WaitTool)
         data = {"approved": approved, "comment": comment, "by": by}
-        sid = signal_id if signal_id is not None else approval_signal_id(wait)
-        return await self.signal(eid, wait.signal, data, key=wait.key, signal_id=sid, by=by)
+        sid = signal_id if signal_id is not None else approval_signal_id(wait, key)
+        answer_key = key if wait.loop and key is not None else wait.key
+        return await self.signal(eid, wait.signal, data, key=answer_key, signal_id=sid, by=by)
 
 
-def approval_wait(status: ExecutionStatus, step: str | None) -> WaitInfo:
-    """The approval wait of `status` that `step` names (the only one when None), or
-    NotWaiting saying what does wait."""
-    waits = [w for w in status.waiting or [] if w.signal is not None]
-    approvals = [w for w in waits if w.approval and not w.loop and (step is None or w.step == step)]
+def approval_wait(status: ExecutionStatus, step: str | None, key: str | None = None) -> WaitInfo:
+    """The approval wait of `status` that `step` names (the only one when None) and,
+    given `key`, that waits on it (a loop of approvals waits on each iteration's key:
+    which ones the status does not list, so any key is its), or NotWaiting saying what
+    does wait. Without `key` a loop of approvals is not answered: which iteration?"""
+    waits = [w for w in status.waiting or [] if w.signal is not None and w.approval]
+    named = [w for w in waits if step is None or w.step == step]
+    if key is None:
+        approvals = [w for w in named if not w.loop]
+    else:
+        approvals = [w for w in named if w.loop or w.key == key]
     if len(approvals) == 1:
         return approvals[0]
     eid = status.execution_id
     if approvals:
         names = ", ".join(sorted({w.step for w in approvals}))
         raise NotWaiting(f"execution {eid} waits for approval in more than one step ({names}): name the step")
-    others = ", ".join(sorted({w.step for w in status.waiting or [] if w.approval})) or "none"
-    if step is not None:
-        raise NotWaiting(f"execution {eid} has no approval step {step!r} waiting (approval steps waiting: {others})")
+    loops = sorted({w.step for w in named if w.loop})
+    if key is None and len(loops) == 1:
+        raise NotWaiting(f"step {loops[0]!r} is a loop of approvals: answer one with --key ITEM_KEY")
+    if key is None and loops:
+        names = ", ".join(loops)
+        raise NotWaiting(f"steps {names} are loops of approvals: name the step and answer one with --key ITEM_KEY")
+    others = ", ".join(sorted({_shown(w) for w in waits})) or "none"
+    asked = f"approval step {step!r}" if step is not None else "approval step"
+    on = f" waiting on key {key!r}" if key is not None else " waiting"
+    if step is not None or key is not None:
+        raise NotWaiting(f"execution {eid} has no {asked}{on} (approval steps waiting: {others})")
     raise NotWaiting(f"execution {eid} is {status.state} and no approval step waits")
+
+
+def _shown(wait: WaitInfo) -> str:
+    """An approval wait as a NotWaiting error names it: its step, and what key it waits on."""
+    if wait.loop:
+        return f"{wait.step} (a loop: --key ITEM_KEY)"
+    return f"{wait.step} (key {wait.key!r})" if wait.key else wait.step

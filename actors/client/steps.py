@@ -93,6 +93,12 @@ class StepStory:
     # a wait step's last wait (`tool: wait`): signal, key, since, deadline, approval, state
     # (WAITING, SIGNALLED, TIMED_OUT, UNTIL, ENDED) and the signal it took (`received`)
     wait: dict[str, Any] | None = None
+    waits: int = 0  # a wait step's attempts: each waited (`step.waiting`) or ended at once
+
+    @property
+    def attempt_count(self) -> int:
+        """Its attempts: a command's, or a wait step's (which issues no command)."""
+        return len(self.attempts) or self.waits
 
     @property
     def duration(self) -> float | None:
@@ -133,6 +139,7 @@ class StepStory:
             "retry_exhausted": self.retry_exhausted,
             "loop": self.loop,
             "wait": self.wait,
+            "attempt_count": self.attempt_count,
             "attempts": [a.to_dict() for a in self.attempts],
         }
 
@@ -167,6 +174,13 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
         if it.cls == IN and it.type == "signal.sent":
             signals.setdefault(str(d.get("signal_id")), d)
             continue
+        if it.type in _STOPS_ALL and step is None:
+            # a cancel (or an engine fault) stops every live step and writes no
+            # `step.exit` for them: a step still running (waiting, sleeping, its command
+            # running) ends here, cancelled
+            for s in stories.values():
+                _cancelled(s, it.at)
+            continue
         if step is None and it.type != "timer.fired":
             continue
         if it.cls == EV and step is not None:
@@ -182,6 +196,8 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
                 s.error = _error(d.get("error"))
                 if s.kind is None and s.state == "COMPLETED" and not s.attempts:
                     s.kind = "noop"  # decided by the engine itself: a router or data step
+            elif it.type == EventType.COMMAND_CANCELLED:
+                _cancelled(s, it.at)  # its step.exit, if any (an abort), follows
             elif it.type == EventType.COMMAND_ISSUED:
                 cid = str(d.get("command_id"))
                 cmd = commands.get(cid)
@@ -259,12 +275,29 @@ def fold_stories(items: list[LogItem], commands: dict[str, Command] | None = Non
 
 # a wait's decisions (actors/wire/events.py: step.waiting, signal.received, wait.ended)
 _WAIT_EVENTS = ("step.waiting", "signal.received", "wait.ended")
+# what stops every live step of an execution without a `step.exit` of theirs
+_STOPS_ALL = (EventType.EXECUTION_CANCELLED.value, EventType.ENGINE_FAULT.value)
+
+
+def _cancelled(s: StepStory, at: float) -> None:
+    """The step's activation was cancelled: a step still running ends CANCELLED, and a
+    wait it waited on ENDED."""
+    if s.state != "RUNNING":
+        return
+    s.state, s.exited_at = "CANCELLED", at
+    if s.wait is not None and s.wait.get("state") == "WAITING":
+        s.wait["state"] = "ENDED"
+        s.wait["ended_at"] = at
+    if s.loop is not None and s.loop.get("state") == "RUNNING":
+        s.loop["state"] = "CANCELLED"
 
 
 def _waited(s: StepStory, it: LogItem, signals: dict[str, dict[str, Any]]) -> None:
     """A wait step's story: the wait it started, the signal it took, its timer."""
     d = it.data
     if it.type == "step.waiting":
+        if not d.get("loop_id"):
+            s.waits += 1
         s.kind = "wait"
         s.wait = {
             "signal": d.get("signal"),
@@ -279,6 +312,8 @@ def _waited(s: StepStory, it: LogItem, signals: dict[str, dict[str, Any]]) -> No
         }
         return
     wait = s.wait if s.wait is not None else {}
+    if wait.get("state") != "WAITING":
+        s.waits += 1  # an attempt that ended at once: a kept signal taken, an `until` past
     if it.type == "signal.received":
         sent = signals.get(str(d.get("signal_id")), {})
         wait["state"] = "SIGNALLED"
@@ -294,7 +329,7 @@ def _waited(s: StepStory, it: LogItem, signals: dict[str, dict[str, Any]]) -> No
         }
     else:  # wait.ended: its timer fired
         wait["state"] = "UNTIL" if d.get("reason") == "until" else "TIMED_OUT"
-        wait["ended_at"] = it.at
+        wait["ended_at"], wait["due"] = it.at, d.get("due")  # due: the date it waited for
     s.wait = wait
 
 

@@ -44,7 +44,7 @@ from actors.playbook.model import Loop, PlaybookTool, Step, WaitTool
 from actors.playbook.precompiled import IterationTemplates
 from actors.playbook.templates import TemplateError
 from actors.playbook.until import UntilInvalid, iso_utc, parse_until
-from actors.playbook.waits import rejection, signal_bytes, signal_key, signal_view
+from actors.playbook.waits import approval_result, rejection, signal_bytes, signal_key, signal_view
 from actors.wire.messages import (
     CallDone,
     CallError,
@@ -658,7 +658,7 @@ def _take(fold: _Fold, w: _Waits, index: int, attempt: int, sig: SignalSent) -> 
     assert fold.run.spec is not None
     why = rejection(fold.run.spec.step, sig) if w.tool.approval else None
     if why is None:
-        _attempted(fold, index, attempt, sig.data, None)
+        _attempted(fold, index, attempt, approval_result(sig) if w.tool.approval else sig.data, None)
     else:
         _attempted(fold, index, attempt, None, ErrorInfo(type="Rejected", message=why))
 

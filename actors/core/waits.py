@@ -41,7 +41,7 @@ from actors.core.state import Activation, Wait
 from actors.playbook.model import Playbook, Step, WaitTool
 from actors.playbook.templates import TemplateError, names_read, render_condition, render_value
 from actors.playbook.until import UntilInvalid, iso_utc, parse_until
-from actors.playbook.waits import rejection, signal_bytes, signal_key, signal_view
+from actors.playbook.waits import approval_result, rejection, signal_bytes, signal_key, signal_view
 from actors.wire.events import (
     ActivationStatus,
     ExecutionWaitingData,
@@ -195,8 +195,9 @@ def _taken(decision: Decision, act: Activation, step: Step, tool: WaitTool, sig:
             execution_id=eid, command_id=command_id, step=step.step, error=error, attempt_number=act.attempt
         )
     else:
+        result = approval_result(sig) if tool.approval else sig.data
         res = CallDone(
-            execution_id=eid, command_id=command_id, step=step.step, attempt_number=act.attempt, result=sig.data
+            execution_id=eid, command_id=command_id, step=step.step, attempt_number=act.attempt, result=result
         )
     return failure.after_result(decision, act, step, res)
 
@@ -246,9 +247,9 @@ def _expired(decision: Decision, act: Activation, step: Step, wait: Wait) -> Out
 
 
 def signal(decision: Decision, sig: SignalSent) -> Next | None:
-    """A signal in the execution's log: the first wait it matches takes it (a loop of
-    waits of its name: forwarded to the loop), else it is kept. The same id again
-    changes nothing."""
+    """A signal in the execution's log: the first wait it matches (name, key, `when`)
+    takes it; else a loop of waits of its name gets it (forwarded: the counter matches
+    the keys); else it is kept. The same id again changes nothing."""
     ex = decision.ex
     if sig.signal_id in ex.signal_ids:
         return None
@@ -256,14 +257,18 @@ def signal(decision: Decision, sig: SignalSent) -> Next | None:
         _keep(decision, sig)
         return None
     unmatched: str | None = None  # why a waiting step's `when` could not be evaluated for it
+    loop: Wait | None = None  # the first waiting loop of its name: it takes what no other wait does
     for wait in list(ex.waits.values()):
         if wait.signal != sig.name:
             continue
         act = ex.activations[wait.activation]
         if wait.loop_id is not None:
-            ex.signal_ids.add(sig.signal_id)
-            _forward(decision, act, wait.loop_id, sig, kept=False)
-            return None
+            # a wait that matches its key comes first: a loop takes any key (its
+            # iterations' keys are the counter's), so taking it first would swallow the
+            # signals of every other wait of its name (`validate` refuses such
+            # playbooks; this holds for those loaded before it did)
+            loop = loop or wait
+            continue
         if wait.key != sig.key:
             continue
         step = ex.playbook.step(act.step)
@@ -275,6 +280,10 @@ def signal(decision: Decision, sig: SignalSent) -> Next | None:
         ex.signal_ids.add(sig.signal_id)
         _remove(decision, act.id)
         return act, step, _taken(decision, act, step, step.tool, sig, kept=False)
+    if loop is not None and loop.loop_id is not None:
+        ex.signal_ids.add(sig.signal_id)
+        _forward(decision, ex.activations[loop.activation], loop.loop_id, sig, kept=False)
+        return None
     _keep(decision, sig, reason=unmatched[:500] if unmatched else None)
     return None
 

@@ -14,7 +14,7 @@ import jinja2
 
 from actors.playbook import templates
 from actors.playbook.errors import Reporter, StepCtx, suggest
-from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS
+from actors.playbook.model import END, UNRENDERED_TOOL_FIELDS, WaitTool
 from actors.playbook.yaml_lines import KeyPath
 
 # names a template may read in next/retry/on_error/on_failure conditions and in sinks
@@ -125,6 +125,32 @@ class StepChecks:
             elif element in names:
                 self.report.step_error(
                     ctx, ("loop", "element"), f"loop element {element!r} shadows the result of step {element!r}"
+                )
+
+    def loop_signals(self, ctxs: list[StepCtx]) -> None:
+        """A loop of waits owns its signal name: the engine forwards every signal of
+        that name to the loop, whatever its key (the keys its iterations wait on are
+        rendered by the counter, per iteration), so no other wait step may wait for it:
+        one step's signals would go to the other, and be lost there."""
+        waits: list[tuple[StepCtx, str, bool]] = []  # (step, its signal, whether a loop)
+        for ctx in ctxs:
+            tool = ctx.converted.get("tool")
+            if isinstance(tool, WaitTool) and tool.signal is not None:
+                waits.append((ctx, tool.signal, isinstance(ctx.norm.get("loop"), dict)))
+        for j, (ctx, name, loop) in enumerate(waits):
+            for other, other_name, other_loop in waits[:j]:
+                if other_name != name or not (loop or other_loop):
+                    continue
+                # told at the loop (the later one when both are loops), naming the other
+                at, with_ = (ctx, other) if loop else (other, ctx)
+                line = self.report.line(("workflow", with_.index, "step"))
+                where = f" (line {line})" if line is not None else ""
+                self.report.step_error(
+                    at,
+                    ("tool", "signal"),
+                    f"signal {name!r} is also waited for by step {with_.label!r}{where}: a loop of waits owns "
+                    f"its signal name (every signal of that name goes to the loop, whatever its key); give one "
+                    f"of the two steps another signal name",
                 )
 
     # -- templates ----------------------------------------------------------------

@@ -266,6 +266,7 @@ class _Loader(Reporter):
         for ctx in ctxs:
             self._step(ctx)
         self.checks.across_steps(ctxs)
+        self.checks.loop_signals(ctxs)
         self.checks.templates(ctxs)
         if not all(ctx.ok for ctx in ctxs):
             return None

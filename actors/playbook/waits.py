@@ -31,6 +31,15 @@ def signal_view(sig: SignalSent) -> dict[str, Any]:
     return {"name": sig.name, "key": sig.key, "data": sig.data, "by": sig.by, "sent_at": sig.sent_at}
 
 
+def approval_result(sig: SignalSent) -> dict[str, Any]:
+    """An approved approval step's result: `{approved, comment, by}` whatever the sender
+    wrote (a webhook's body may say only `{"approved": true}`), `by` the signal's sender
+    as the log records it (as `rejection` names it), never what the data claims."""
+    data = sig.data if isinstance(sig.data, dict) else {}
+    comment = data.get("comment")
+    return {"approved": True, "comment": "" if comment is None else str(comment)[:500], "by": sig.by}
+
+
 def rejection(step: str, sig: SignalSent) -> str | None:
     """An approval signal (data `{approved, comment, by}`): None when approved, else the
     message of the step's `Rejected` failure, naming who and the comment. Data that does

@@ -14,10 +14,12 @@ In this order, so nothing is read or started for a caller without the token:
 2. `Content-Type: application/json` (415), a body of at most the UI's MAX_BODY (413),
    JSON (400) nested at most MAX_DEPTH deep (400); a start hook's body is an object;
 3. `Idempotency-Key` (optional): the execution or signal id is derived from it and the
-   hook, so the same request again answers the same id and starts nothing twice.
+   hook (a signal's also from its execution and `?key=`), so the same request again
+   answers the same id and starts nothing twice.
 
 Answers are JSON: 202 `{"execution_id", "existing"}` for a start; 202 `{"execution_id",
-"signal_id", "accepted": true}` for a signal, 409 with `accepted: false` and the
+"signal_id", "accepted": true, "duplicate"}` for a signal (`duplicate`: one of this id
+was sent before, so this one was not written), 409 with `accepted: false` and the
 execution's `state` when it has ended; `{"error": "..."}` otherwise."""
 
 from __future__ import annotations
@@ -119,7 +121,12 @@ async def call(request: web.Request) -> web.StreamResponse:
             },
         )
     log.info("hook %s: signal %s to %s", name, reply.signal_id, eid)
-    return _answer(202, {"execution_id": eid, "signal_id": reply.signal_id, "accepted": True})
+    # `duplicate`: a signal of this id (the same Idempotency-Key, execution and key) was
+    # written before, so this one was not: the first one's data stands (as a start
+    # hook answers `existing`)
+    return _answer(
+        202, {"execution_id": eid, "signal_id": reply.signal_id, "accepted": True, "duplicate": reply.duplicate}
+    )
 
 
 async def _body(request: web.Request, *, limit: int) -> Any:

@@ -117,7 +117,11 @@ def hook_execution_id(spec: HookSpec, idempotency_key: str) -> str:
     return f"hook-{spec.name}-{_digest(spec.hook_id, idempotency_key)}"
 
 
-def hook_signal_id(spec: HookSpec, execution_id: str, idempotency_key: str) -> str:
+def hook_signal_id(spec: HookSpec, execution_id: str, idempotency_key: str, key: str = "") -> str:
     """The signal a signal hook's request with `idempotency_key` sends to
-    `execution_id`: the same key again is the same signal (one signal)."""
-    return f"hook-{_digest(spec.hook_id, execution_id, idempotency_key)}"
+    `execution_id` for the wait of `key` (`?key=`): the same request again is the same
+    signal (one signal); the same Idempotency-Key for another key is another signal
+    (a caller reusing one header across keys loses none of them). No key: the id it had
+    before keys counted, so a request retried across an upgrade is still one signal."""
+    parts = (spec.hook_id, execution_id, idempotency_key) + ((key,) if key else ())
+    return f"hook-{_digest(*parts)}"

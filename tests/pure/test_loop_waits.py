@@ -238,11 +238,13 @@ def test_approval_when_and_signals_of_other_names() -> None:
     lp.fold(signal("a", {"approved": True, "level": 5}, name="other"), T0)  # another name: not for this loop
     lp.fold(signal("a", {"approved": True, "level": 1}, name="ok", sid="low"), T0)  # `when` false: kept
     assert lp.run.done == 0
-    lp.fold(signal("a", {"approved": True, "level": 3, "by": "ann"}, name="ok", sid="hi"), T0)
+    hi = signal("a", {"approved": True, "level": 3, "by": "mallory", "comment": "fine"}, name="ok", sid="hi")
+    lp.fold(msgspec.structs.replace(hi, by="ann"), T0)
     rej = signal("b", {"approved": False, "level": 0, "by": "mallory", "comment": "no way"}, name="ok", sid="rej")
     lp.fold(msgspec.structs.replace(rej, by="bob"), T0)
     (v,) = lp.verdicts
-    assert isinstance(v, IteratorCompleted) and v.results == [{"approved": True, "level": 3, "by": "ann"}, None]
+    # an approval's result is {approved, comment, by}, `by` the sender the log records
+    assert isinstance(v, IteratorCompleted) and v.results == [{"approved": True, "comment": "fine", "by": "ann"}, None]
     (fail,) = [f for o in lp.outs for f in o.failures]
     # who rejected is the signal's sender, never the `by` its data claims
     assert fail.error.type == "Rejected" and fail.error.message == "step 'each' was rejected by bob: no way"

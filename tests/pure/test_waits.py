@@ -11,9 +11,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from actors.client.logview import LogItem
+from actors.client.steps import StepStory, fold_stories
 from actors.core import waits
 from actors.core.effects import Effects
 from actors.core.replay import SEMANTICS
+from actors.playbook.checks import StepChecks
 from actors.playbook.loader import PlaybookInvalid, load_playbook
 from actors.playbook.until import iso_utc, parse_until
 from actors.playbook.waits import signal_bytes
@@ -65,6 +68,11 @@ def waiting(run: Run) -> list[list[dict[str, Any]]]:
         [{k: w[k] for k in ("step", "signal", "key") if k in w} for w in i.data["waits"]]
         for i in run.events("execution.waiting")
     ]
+
+
+def stories(run: Run) -> dict[str, StepStory]:
+    """What `describe` and the UI's step panel show of the run's steps."""
+    return fold_stories([LogItem(i.seq, i.at, i.cls, i.type, i.step, i.data) for i in run.items])
 
 
 def test_a_step_waits_for_its_signal_and_ends_with_its_data() -> None:
@@ -124,6 +132,7 @@ def test_a_signal_before_the_wait_is_kept_then_taken_and_one_before_the_start_to
     h.run()
     (got,) = run.events("signal.received", "ask")
     assert got.data["kept"] is True
+    assert stories(run)["ask"].attempt_count == 1  # it took a kept signal at once: never `step.waiting`
     assert run.status == "COMPLETED" and run.result == {"ask": {"n": 2}}
     assert h.state("e1").mailbox[0].name == "early"  # nothing took it
     assert not run.events("execution.waiting")  # it never waited
@@ -281,6 +290,7 @@ def test_a_timeout_fails_the_wait_for_retry_rules_on_failure_and_on_error() -> N
     assert run.events("retry.exhausted", "w")
     assert run.result == {"fix": {"why": "WaitTimeout", "attempts": 2}}
     assert run.status == "COMPLETED"
+    assert stories(run)["w"].attempt_count == 2  # `describe` counts a wait step's attempts
     # while the retry's timer runs, the step waits for nothing: the status says so
     assert waiting(run) == [[{"step": "w", "signal": "go", "key": ""}], [], [{"step": "w", "signal": "go", "key": ""}]]
     assert replay(run)
@@ -336,9 +346,10 @@ def test_an_approval_rejected_fails_the_step_naming_who_and_why() -> None:
 
     h2 = Waits()
     run2 = h2.run(HEAD + """workflow:\n  - step: approve\n    tool: {kind: wait, signal: ok, approval: true}\n""")
-    h2.signal("ok", {"approved": True, "comment": "", "by": "amy"})
+    h2.signal("ok", {"approved": True, "by": "amy"})  # (a webhook's body may say just this)
     h2.run()
-    assert run2.status == "COMPLETED" and run2.result == {"approve": {"approved": True, "comment": "", "by": "amy"}}
+    # the result is {approved, comment, by}, `by` the sender the log records (ann), not the data's
+    assert run2.status == "COMPLETED" and run2.result == {"approve": {"approved": True, "comment": "", "by": "ann"}}
 
 
 def test_until_a_date_in_a_zone_and_until_in_the_past() -> None:
@@ -388,6 +399,38 @@ def test_cancelling_a_waiting_execution_ends_its_wait() -> None:
     assert run.lifecycle().count("execution.waiting") == 1  # the end clears it, not another event
     assert not h.state("e1").waits
     assert replay(run)
+
+
+def test_a_cancelled_execution_shows_its_waiting_and_running_steps_cancelled() -> None:
+    """A cancel writes no `step.exit` for the steps it stops: `describe` (and the UI's
+    step panel, from the same story) shows them CANCELLED, the wait ENDED, not RUNNING
+    and "waiting for signal ..., times out ..." for ever."""
+    h = Waits({"s": PENDING})
+    src = (
+        HEAD
+        + """workflow:
+  - step: fork
+    next: [{then: [w, s]}]
+  - step: w
+    tool: {kind: wait, signal: go}
+    timeout: 100
+  - step: s
+    tool: {kind: python, code: "def main(): pass"}
+"""
+    )
+    run = h.run(src, until=lambda hh: bool(hh.runs["e1"].events("step.waiting")))
+    before = stories(run)
+    assert before["w"].state == "RUNNING" and before["w"].wait is not None
+    assert before["w"].wait["state"] == "WAITING"
+    h.cancel("e1", "no longer needed")
+    h.run()
+    assert run.status == "CANCELLED"
+    after = stories(run)
+    assert after["w"].state == "CANCELLED" and after["w"].wait is not None
+    assert after["w"].wait["state"] == "ENDED" and after["w"].exited_at is not None
+    assert after["w"].attempt_count == 1
+    assert after["s"].state == "CANCELLED"
+    assert after["fork"].state == "COMPLETED"
 
 
 def test_parallel_branches_wait_on_different_names() -> None:
@@ -463,6 +506,66 @@ def test_a_loop_of_waits_gets_the_kept_signals_and_the_later_ones_and_none_after
     h.signal("done", "late", key="1", sid="k9")
     h.run()
     assert len(run.events("signal.forwarded")) == 8  # none after its verdict
+    assert replay(run)
+
+
+LOOP_AND_SINGLE = """workflow:
+  - step: fork
+    next: [{then: [l1, single]}]
+  - step: l1
+    tool: {kind: wait, signal: conf, key: "{{ item }}"}
+    loop: {collection: [1, 2], element: item}
+  - step: single
+    tool: {kind: wait, signal: conf, key: s}
+"""
+
+
+def test_validate_refuses_a_loop_of_waits_sharing_its_signal_name() -> None:
+    """A loop of waits owns its signal name: every signal of it goes to the loop,
+    whatever its key, so another wait step of that name (loop or not) is refused,
+    naming both steps and the field; a loop with a name of its own is fine."""
+    src = (
+        HEAD
+        + LOOP_AND_SINGLE.replace("[l1, single]", "[l1, l2, single, own]")
+        + (
+            """  - step: l2
+    tool: {kind: wait, signal: conf, key: "{{ item }}"}
+    loop: {collection: [3], element: item}
+  - step: own
+    tool: {kind: wait, signal: mine, key: "{{ item }}"}
+    loop: {collection: [3], element: item}
+"""
+        )
+    )
+    with pytest.raises(PlaybookInvalid) as caught:
+        load_playbook(src)
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 3, lines
+    assert any(
+        "step 'l1' field 'tool.signal'" in x and "also waited for by step 'single'" in x and "owns its signal" in x
+        for x in lines
+    )
+    assert any("step 'l2' field 'tool.signal'" in x and "step 'l1'" in x for x in lines)
+    assert any("step 'l2' field 'tool.signal'" in x and "step 'single'" in x for x in lines)
+    assert not any("'own'" in x or "'mine'" in x for x in lines)
+    load_playbook(HEAD + LOOP_AND_SINGLE.replace("signal: conf, key: s", "signal: other, key: s"))
+
+
+def test_a_signal_goes_to_a_wait_it_matches_before_a_loop_of_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A playbook an older `validate` let through (a loop and a step waiting for one
+    name): the step's own signal is its, not the loop's; the loop gets the others."""
+    monkeypatch.setattr(StepChecks, "loop_signals", lambda self, ctxs: None)
+    h = Waits()
+    run = h.run(HEAD.replace("name: waits", "name: waits_older") + LOOP_AND_SINGLE)
+    h.signal("conf", "S", key="s", sid="for-single")
+    h.signal("conf", "two", key="2", sid="k2")
+    h.signal("conf", "one", key="1", sid="k1")
+    h.run()
+    assert [f.data["signal_id"] for f in run.events("signal.forwarded", "l1")] == ["k2", "k1"]
+    (got,) = run.events("signal.received", "single")
+    assert got.data["signal_id"] == "for-single"
+    assert run.status == "COMPLETED", run.error
+    assert run.result == {"l1": ["one", "two"], "single": "S"}
     assert replay(run)
 
 

@@ -79,6 +79,17 @@ workflow:
     tool: {kind: wait, signal: release}
 """
 
+EACH = """\
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: signals_each}
+workflow:
+  - step: each
+    timeout: 120
+    loop: {collection: [a, b], element: item}
+    tool: {kind: wait, signal: review, key: "{{ item }}", approval: true}
+"""
+
 QUICK = """\
 apiVersion: actors/v1
 kind: Playbook
@@ -433,3 +444,41 @@ async def test_a_second_answer_to_one_wait_is_reported_and_raw_log_text_is_shown
     assert not any(ch in described.out for ch in ("\x1b", "\x07", "\x9b", "\u202e")), repr(described.out)
     assert "signal     release raw\\x1b[2J by \\x1b]0;owned\\x07mallory\\u202e at " in described.out, described.out
     assert "\\x9b31mred" in described.out
+
+
+async def test_a_loop_of_approvals_is_answered_by_key_and_a_cancelled_wait_shows_ended(sys_: System) -> None:
+    """A loop of approvals waits once per iteration, each on its key: `approve` without
+    `--key` says so (naming the step), with it answers that iteration; once every one
+    is answered the loop completes with their answers in collection order. A cancelled
+    waiting execution's `describe` shows its wait step CANCELLED, its wait ENDED, one
+    attempt."""
+    c, url = sys_.client, sys_.server.url
+    each, gone = await asyncio.gather(
+        sys_.start_yaml(EACH, execution_id="sig-each"), sys_.start_yaml(APPROVAL, execution_id="sig-gone")
+    )
+    st, _ = await asyncio.gather(waiting(sys_, each), waiting(sys_, gone))
+    assert [(w.step, w.loop, w.approval) for w in st.waiting or []] == [("each", True, True)]
+
+    bare, named, wrong = await asyncio.gather(
+        cli("approve", each, url=url), cli("approve", each, "each", url=url), cli("approve", each, "nope", url=url)
+    )
+    told = "actors-cli: step 'each' is a loop of approvals: answer one with --key ITEM_KEY"
+    assert bare.code == 3 and bare.err.strip() == told, bare.err
+    assert named.code == 3 and named.err.strip() == told, named.err
+    assert wrong.code == 3 and "no approval step 'nope' waiting (approval steps waiting: each (a loop" in wrong.err
+    by_key = await cli("approve", each, "--key", "b", "--comment", "bee", url=url)
+    assert by_key.code == 0 and "approval sent" in by_key.out, by_key.err
+    reply = await c.approve(each, key="a", comment="ay", by="ana")
+    assert reply.accepted and not reply.duplicate
+    assert (await c.wait(each, timeout=20)).state == "COMPLETED"
+    answers = (await c.result(each))["each"]
+    assert [(r["approved"], r["comment"]) for r in answers] == [(True, "ay"), (True, "bee")]
+    assert answers[0]["by"] == "ana"
+
+    await c.cancel(gone, "not needed")
+    assert (await c.wait(gone, timeout=20)).state == "CANCELLED"
+    table, step = await asyncio.gather(cli("describe", gone, url=url), cli("describe", gone, "approve", url=url))
+    row = next(line for line in table.out.splitlines() if line.startswith("approve "))
+    assert row.split()[1:3] == ["CANCELLED", "1"], table.out
+    assert "waiting" not in row and "times out" not in step.out, step.out
+    assert "state      CANCELLED" in step.out and "wait       ENDED: waited for approval" in step.out, step.out

@@ -4,7 +4,9 @@
 // result, every attempt with its start, end, worker, error and traceback, the retry that
 // followed and the on_error decision, the rule that ended it, what it printed. A loop
 // step shows done/total/failed, and its failed items through window.renderLoopItems
-// when the page has it. Every value goes in as textContent (a traceback in a <pre>),
+// when the page has it. A wait step (`tool: wait`, the story's `wait`) says what it
+// waits for, since when and until when, or the signal it took (from whom, when) and
+// its data as the result. Every value goes in as textContent (a traceback in a <pre>),
 // never as markup.
 
 const HEAD = 2000; // characters of a value (args, result, output) shown
@@ -75,12 +77,58 @@ function attemptBlock(a) {
   return box;
 }
 
+/** A wait step's wait in a line: what it waits for (or took, or why it stopped). */
+export function waitLine(s) {
+  const w = s.wait;
+  const got = w.received || null;
+  const name = w.signal || (got && got.name);
+  const what = name ? `${w.approval ? "approval" : "signal"} ${name}` : "";
+  const key = w.key || (got && got.key) || "";
+  // a loop of waits renders its key per iteration: the step has none of its own
+  const keyed = what + (w.loop_id ? " (a key per iteration)" : key ? ` (key ${key})` : "");
+  switch (w.state) {
+    case "WAITING":
+      if (!what) return `waiting until ${when(w.deadline)}` + (w.since ? ` since ${when(w.since)}` : "");
+      return `waiting for ${keyed}` + (w.since ? ` since ${when(w.since)}` : "") +
+        (w.deadline ? `, times out ${when(w.deadline)}` : "");
+    case "SIGNALLED":
+      return `took ${keyed}` + (got.by ? ` from ${got.by}` : "") + ` at ${when(got.at)}` +
+        (got.kept ? ` (sent ${when(got.sent_at)}, kept until this step waited)` : "");
+    case "TIMED_OUT":
+      return `timed out waiting for ${keyed} at ${when(w.ended_at)}` +
+        (w.since ? ` (waited since ${when(w.since)})` : "");
+    case "UNTIL":
+      return `waited until ${when(w.due ?? w.ended_at)}`;
+    default: // ENDED: its step ended otherwise (cancelled, aborted), or its loop did
+      return `no longer waiting for ${keyed || "its date"}: the step ended ${s.state} at ${when(s.exited_at)}`;
+  }
+}
+
+function waitBlock(s) {
+  const w = s.wait;
+  const box = el("section", { class: "sp-wait", "data-state": w.state || "" });
+  box.append(el("div", { class: "sp-wait-line", text: waitLine(s) }));
+  const got = w.received;
+  if (got) {
+    const facts = el("dl", { class: "sp-kv" });
+    kv(facts, "signal", got.name + (got.key ? ` (key ${got.key})` : ""));
+    kv(facts, "from", got.by || "-");
+    kv(facts, "sent", when(got.sent_at));
+    kv(facts, "taken", when(got.at));
+    kv(facts, "signal id", got.signal_id || "-");
+    box.append(facts);
+  }
+  return box;
+}
+
 function render(panel, executionId, s) {
   const body = panel.querySelector(".sp-body");
   body.replaceChildren();
   const facts = el("dl", { class: "sp-kv" });
   kv(facts, "state", s.state);
-  kv(facts, "kind", s.kind || "-");
+  // a wait that took a kept signal at once, or reached a past date, never waited: the
+  // log has no `step.waiting` to name its kind
+  kv(facts, "kind", (s.wait && !s.loop ? "wait" : s.kind) || "-");
   kv(facts, "entered", when(s.entered_at));
   kv(facts, "exited", when(s.exited_at));
   kv(facts, "duration", took(s.entered_at, s.exited_at));
@@ -99,8 +147,11 @@ function render(panel, executionId, s) {
     body.append(items);
     if (typeof window.renderLoopItems === "function") window.renderLoopItems(items, executionId, s.step);
   }
+  if (s.wait) body.append(waitBlock(s));
   if (s.args !== null && s.args !== undefined) body.append(el("h3", { text: "Args" }), el("pre", { text: head(s.args) }));
-  if (s.state === "COMPLETED" && s.attempts.length) {
+  // a wait's result is the data of the signal it took (a loop's are its items')
+  const tookSignal = Boolean(s.wait && s.wait.received && !s.loop);
+  if (s.state === "COMPLETED" && (s.attempts.length || tookSignal)) {
     body.append(el("h3", { text: "Result" }), el("pre", { class: "sp-result", text: head(s.result) }));
   }
   const failedAttempt = s.attempts.some((a) => a.error && s.error && a.error.traceback === s.error.traceback);
@@ -128,10 +179,14 @@ const STYLE = `
 #${PANEL_ID} .sp-kv { display:grid; grid-template-columns:max-content 1fr; gap:.15rem .8rem; margin:.4rem 0; }
 #${PANEL_ID} .sp-kv dt { color:#64748b; }
 #${PANEL_ID} .sp-kv dd { margin:0; }
-#${PANEL_ID} pre { white-space:pre-wrap; word-break:break-word; background:#f8fafc; padding:.5rem; border-radius:4px; }
+#${PANEL_ID} pre { white-space:pre-wrap; word-break:break-word; background:#f8fafc; color:#0f172a; padding:.5rem; border-radius:4px; }
 #${PANEL_ID} .sp-traceback { background:#fef2f2; }
 #${PANEL_ID} .sp-error-line { color:#b91c1c; font-weight:600; }
 #${PANEL_ID} .sp-attempt { border-top:1px solid #e2e8f0; margin-top:.5rem; }
+#${PANEL_ID} .sp-wait { margin:.5rem 0; padding:.4rem .6rem; border-left:3px solid #d97706; background:#fffbeb; }
+#${PANEL_ID} .sp-wait[data-state="SIGNALLED"], #${PANEL_ID} .sp-wait[data-state="UNTIL"] { border-color:#16a34a; background:#f0fdf4; }
+#${PANEL_ID} .sp-wait[data-state="TIMED_OUT"] { border-color:#b91c1c; background:#fef2f2; }
+#${PANEL_ID} .sp-wait-line { font-weight:600; word-break:break-word; }
 `;
 
 async function open(executionId, step) {
