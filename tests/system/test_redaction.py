@@ -294,13 +294,16 @@ def test_short_values_are_not_masked_and_escaped_forms_are() -> None:
     assert masked.kept == b"x" * 10 + b"***" and masked.tail == b"*** end"
 
 
-def test_numbers_of_a_mapping_are_masked_booleans_are_not(tmp_path: Path) -> None:
-    (tmp_path / "db").write_text('{"password": "pw-typed-1234", "port": 5432, "tls": true, "host": "db.internal"}')
+def test_numbers_of_a_mapping_are_masked_booleans_and_a_port_are_not(tmp_path: Path) -> None:
+    (tmp_path / "db").write_text(
+        '{"password": "pw-typed-1234", "pin": 4711, "port": 5432, "tls": true, "host": "db.internal"}'
+    )
     r = Redactor()
     CredentialSource(tmp_path, redactor=r).resolve("db")
-    # a number may be a PIN; masking `true` would garble every JSON log line
-    line = '{"host": "db.internal", "port": 5432, "tls": true, "password": "pw-typed-1234"}'
-    assert r.text(line) == '{"host": "***", "port": ***, "tls": true, "password": "***"}'
+    # a number may be a PIN; masking `true` would garble every JSON log line, and masking
+    # a port every number like it in every step's output
+    line = '{"host": "db.internal", "pin": 4711, "port": 5432, "tls": true, "password": "pw-typed-1234"}'
+    assert r.text(line) == '{"host": "***", "pin": ***, "port": 5432, "tls": true, "password": "***"}'
 
 
 @pytest.mark.asyncio
