@@ -23,6 +23,8 @@ stays behind would be kept for ever, the streams having no age limit.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import logging
 import re
 import time
@@ -32,15 +34,13 @@ from typing import Any
 
 import orjson
 from nats.aio.client import Client as NATS
-from nats.js.errors import (
-    NotFoundError,
-)
+from nats.js.errors import BadObjectMetaError, NotFoundError
 
 from actors.natsio.batchget import Stored, on_subject
 from actors.natsio.purge import delete, purge
 from actors.natsio.readall import count
 from actors.store.archive import ARCHIVE_VERSION, ArchiveHeader, ArchiveStore, StoredMessage, encode_archive
-from actors.store.blobs import BLOB_MISSING, BlobCorrupt, blob_owner, read_stored, remove_object
+from actors.store.blobs import BLOB_MISSING, BlobCorrupt, blob_owner, remove_object
 from actors.wire.events import TERMINAL_STATES
 from actors.wire.messages import status_decoder
 from streams.layout import (
@@ -63,6 +63,7 @@ from streams.subjects import (
     kv_key_subject,
     kv_stream,
     loop_logs_filter,
+    object_chunks_subject,
     object_metas_filter,
 )
 
@@ -90,7 +91,6 @@ async def retire(
     a running one is kept, untouched. `remove=False`: archive only (`actors-cli archive
     --keep`). Raises what NATS raises (transient: call again) and what the archive
     raises (OSError for a directory that cannot be written)."""
-    js = nc.jetstream()
     status_subject = kv_key_subject(STATUS_BUCKET, execution_id)
     status = await _status(nc, execution_id)
     if status is not None:
@@ -112,7 +112,7 @@ async def retire(
         stored = [_stored(m) for m in records]
         if status is not None:
             stored.append(_stored(status))
-        objects = [(bucket, key, data) for key in keys for bucket, data in [await _object(js, key)] if data is not None]
+        objects = [(bucket, key, data) for key in keys for bucket, data in [await _object(nc, key)] if data is not None]
         header = ArchiveHeader(
             version=ARCHIVE_VERSION,
             execution_id=execution_id,
@@ -207,18 +207,56 @@ def _strings(value: Any) -> Iterator[str]:
             stack.extend(v)
 
 
-async def _object(js: Any, key: str) -> tuple[str, bytes | None]:
+async def _object(nc: NATS, key: str) -> tuple[str, bytes | None]:
     """The bucket holding blob `key` and its stored bytes (None when neither has it,
     or when it is damaged: archived without it, said in the log, rather than never)."""
     for bucket in (BLOB_BUCKET, PAYLOAD_BUCKET):
         try:
-            return bucket, await read_stored(js, key, bucket=bucket)
+            data = await _read_stored(nc, bucket, key)
         except BLOB_MISSING:
             continue
         except BlobCorrupt as e:
             log.warning("archiving blob %r of bucket %r: %s; archived without it", key, bucket, e)
             return bucket, None
+        if data is not None:
+            return bucket, data
     return BLOB_BUCKET, None
+
+
+async def _read_stored(nc: NATS, bucket: str, key: str) -> bytes | None:
+    """Blob `key`'s bytes as they were put (what blobs.read_stored gives), None when it
+    was removed while being read. Not by nats-py's ObjectStore.get: its ordered consumer
+    waits for ever for chunks removed after it read the object's metadata, which is what
+    a second retirement of the same execution at once meets (the first removes the blobs
+    it archived). Batched direct gets end with what is there. Chunks short of the digest
+    of an object gone since: removed by a retirement that archived them first, so this
+    document's put finds that archive there and stores nothing. Raises one of
+    BLOB_MISSING, or BlobCorrupt."""
+    store = await nc.jetstream().object_store(bucket)
+    try:
+        info = await store.get_info(key)
+    except BadObjectMetaError:
+        raise BlobCorrupt(key, "its object metadata is not readable") from None
+    if not info.nuid or info.is_link():
+        raise BlobCorrupt(key, "its object metadata names no chunks of its own")
+    if not info.size:
+        return b""
+    chunks = await on_subject(nc, obj_stream(bucket), object_chunks_subject(bucket, info.nuid))
+    data = b"".join(m.data for m in chunks)
+    digest = (info.digest or "").partition("=")[2]
+    try:
+        whole = hashlib.sha256(data).digest() == base64.urlsafe_b64decode(digest)
+    except ValueError:
+        whole = False
+    if whole:
+        return data
+    try:
+        now = await store.get_info(key)
+    except BLOB_MISSING:
+        return None
+    if now.nuid != info.nuid:
+        return None  # removed and put again meanwhile (a finished execution's are not): as removed
+    raise BlobCorrupt(key, "its chunks do not match the object's recorded SHA-256")
 
 
 async def sweep_orphan_blobs(nc: NATS, layout: Layout, *, older_than: float) -> int:
