@@ -9,8 +9,10 @@ from nats.aio.client import Client as NATS
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from actors.wire.messages import Command
+from actors.natsio.batchget import on_subject
+from actors.wire.messages import Command, answered_command
 from streams.layout import CMD_STREAM, cmd_subject
+from streams.subjects import shares_results
 
 
 async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = False) -> RawStreamMsg:
@@ -44,6 +46,31 @@ async def has_message(nc: NATS, stream: str, subject: str) -> bool:
         return False
 
 
+async def is_answered(nc: NATS, stream: str, reply_to: str, command_id: str) -> bool:
+    """Does `stream` hold the answer to `command_id`, sent to `reply_to`? A subject
+    naming the command (`in.result.<command>`, executions before semantics 4) holds
+    nothing else: a direct get. The subject every result of an execution shares
+    (`in.result`, semantics 4) does: its messages are read (bounded direct gets, any
+    replica) for one naming this command, then the leader is asked for any stored
+    after the last one read (a replica behind answers from what it has, as
+    `last_message` says), so a "no" is the leader's, as a direct get's is."""
+    if not shares_results(reply_to):
+        return await has_message(nc, stream, reply_to)
+    seq = 1
+    for m in await on_subject(nc, stream, reply_to):
+        if answered_command(m.data) == command_id:
+            return True
+        seq = m.seq + 1
+    while True:
+        try:
+            msg = await nc.jsm().get_msg(stream, seq, subject=reply_to, next=True)  # the leader's
+        except NotFoundError:
+            return False
+        if answered_command(msg.data or b"") == command_id:
+            return True
+        seq = int(msg.seq or seq) + 1
+
+
 async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, reply_stream: str) -> bool:
     """Was this command published before a crash? A tool acks a command (removing it
     from the work queue) only after publishing its result, so a command that was
@@ -53,4 +80,4 @@ async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, rep
         return True
     return await has_message(
         nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)
-    ) or await has_message(nc, reply_stream, cmd.reply_to)
+    ) or await is_answered(nc, reply_stream, cmd.reply_to, cmd.command_id)

@@ -331,6 +331,27 @@ class CallError(_Wire, tag="call.error", tag_field="type"):
     iteration_index: int | None = None
 
 
+class _Answers(Struct):
+    """What a stored result says it answers; its other fields are not read."""
+
+    command_id: str = ""
+
+
+_answers_decoder = msgspec.json.Decoder(_Answers)
+
+
+def answered_command(data: bytes) -> str | None:
+    """The command a stored result (`call.done`, `call.error`) answers, read without
+    opening anything (a command id is never sealed): how a reader tells the results on
+    an execution's shared subject (`in.result`, semantics 4) apart. None: not a result
+    this can read."""
+    try:
+        found = _answers_decoder.decode(data).command_id
+    except msgspec.DecodeError:
+        return None
+    return found or None
+
+
 class IterationOutcome(_Wire):
     """One iteration of a chunk: its result, or its error."""
 
@@ -579,7 +600,9 @@ class Command(_Wire, kw_only=True):
     command_id: str
     step: str
     kind: str
-    reply_to: str  # where call.done / call.error go: exec.<p>.<id>.in.result.<command_id>
+    # where call.done / call.error go: exec.<p>.<id>.in.result (semantics 4 on), or
+    # exec.<p>.<id>.in.result.<command_id> in an older execution
+    reply_to: str
     tool: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     args: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     attempt_number: int
