@@ -197,16 +197,6 @@ def type_of(subject: str) -> str:
     return subject.split(".", 4)[4]
 
 
-def result_command(subject: str) -> str | None:
-    """The command an execution's result subject names (`exec.<p>.<id>.in.result.<command>`);
-    None for the subject every result of an execution of semantics 4 shares
-    (`exec.<p>.<id>.in.result`: the command id is in the result) and for any other."""
-    parts = subject.split(".", 5)
-    if len(parts) != 6 or parts[0] != "exec" or parts[3] != IN or parts[4] != RESULT:
-        return None
-    return parts[5]
-
-
 def shares_results(subject: str) -> bool:
     """Is `subject` an execution's one subject for every result (`exec.<p>.<id>.in.result`)?"""
     parts = subject.split(".")

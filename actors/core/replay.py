@@ -90,10 +90,11 @@ from streams.subjects import ExecSubjects, LoopSubjects
 #      once (once per decision, its message id by cause). Executions without wait
 #      steps decide as under 2.
 #   4: a step's command is answered on one subject per execution (`in.result`,
-#      actors/core/work.py `SHARED_RESULTS`), not one per command (`in.result.<command>`): the command id
-#      is in the result. Decisions are those of 3; only `Command.reply_to` (and a
-#      child's `ParentRef.reply_to`) differ, and an older pod must not read such a log
-#      (its replay would take any result for the answer to every command).
+#      actors/core/work.py `SHARED_RESULTS`), not one per command
+#      (`in.result.<command>`): the command id is in the result. Decisions are those
+#      of 3; only `Command.reply_to` (and a child's `ParentRef.reply_to`) differ, and
+#      an older pod must not read such a log (its replay would take any result for
+#      the answer to every command).
 SEMANTICS = 4
 
 NONDETERMINISM = "Nondeterminism"

@@ -82,7 +82,7 @@ from actors.wire.messages import (
     SignalSent,
     StartRecord,
     TimerFired,
-    answered_command,
+    command_of_answer,
     input_decoder,
 )
 from streams import ids
@@ -315,7 +315,7 @@ class ExecutionActor(LogActor):
                 inputs.append(entry)
                 kind = type_of(entry.subject)
                 if kind == RESULT:  # every result on one subject (semantics 4): the command is in it
-                    answered = answered_command(entry.data)
+                    answered = command_of_answer(entry.data)
                     if answered is not None:
                         seen.answered(answered)
                 elif kind.startswith(f"{RESULT}."):

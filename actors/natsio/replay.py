@@ -10,7 +10,7 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from actors.natsio.batchget import on_subject
-from actors.wire.messages import Command, answered_command
+from actors.wire.messages import Command, command_of_answer
 from streams.layout import CMD_STREAM, cmd_subject
 from streams.subjects import shares_results
 
@@ -58,7 +58,7 @@ async def is_answered(nc: NATS, stream: str, reply_to: str, command_id: str) -> 
         return await has_message(nc, stream, reply_to)
     seq = 1
     for m in await on_subject(nc, stream, reply_to):
-        if answered_command(m.data) == command_id:
+        if command_of_answer(m.data) == command_id:
             return True
         seq = m.seq + 1
     while True:
@@ -66,7 +66,7 @@ async def is_answered(nc: NATS, stream: str, reply_to: str, command_id: str) -> 
             msg = await nc.jsm().get_msg(stream, seq, subject=reply_to, next=True)  # the leader's
         except NotFoundError:
             return False
-        if answered_command(msg.data or b"") == command_id:
+        if command_of_answer(msg.data or b"") == command_id:
             return True
         seq = int(msg.seq or seq) + 1
 

@@ -340,7 +340,7 @@ class _Answers(Struct):
 _answers_decoder = msgspec.json.Decoder(_Answers)
 
 
-def answered_command(data: bytes) -> str | None:
+def command_of_answer(data: bytes) -> str | None:
     """The command a stored result (`call.done`, `call.error`) answers, read without
     opening anything (a command id is never sealed): how a reader tells the results on
     an execution's shared subject (`in.result`, semantics 4) apart. None: not a result

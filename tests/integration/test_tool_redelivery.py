@@ -22,7 +22,7 @@ from actors.pod.roles import connect, start_roles
 from actors.tools import running
 from actors.tools.actor import ToolActor
 from actors.wire.events import embedded_command
-from actors.wire.messages import CallDone, Command, answered_command, command_decoder, encode
+from actors.wire.messages import CallDone, Command, command_decoder, command_of_answer, encode
 from streams.ids import result_id
 from streams.layout import EXEC_STREAM, Layout, ensure, tool_log_consumer
 from streams.server import NatsServer
@@ -158,12 +158,12 @@ async def test_a_command_delivered_again_runs_when_only_another_steps_answer_is_
         results = run.layout.execution(eid).results
         assert cmd.reply_to == results
         stored = await on_subject(nc, EXEC_STREAM, results)  # `nap`'s answer, which issued this command
-        assert len(stored) == 1 and answered_command(stored[0].data) not in (None, cmd.command_id)
+        assert len(stored) == 1 and command_of_answer(stored[0].data) not in (None, cmd.command_id)
         await run.tool_actor("python")
         assert (await run.client.wait(eid, timeout=20)).state == "COMPLETED"
         assert await run.client.result(eid) == {"effect": "from a run"}
         assert run.effects.read_text() == "ran\n"
-        steps = {answered_command(m.data) for m in await on_subject(nc, EXEC_STREAM, results)}
+        steps = {command_of_answer(m.data) for m in await on_subject(nc, EXEC_STREAM, results)}
         assert len(steps) == 2 and cmd.command_id in steps  # both answers on the one subject
 
 

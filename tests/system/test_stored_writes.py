@@ -19,7 +19,7 @@ import pytest
 from actors.core.replay import LogRecord, lifecycle_records, replay_execution
 from actors.engine.readback import read_back
 from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
-from actors.wire.messages import answered_command, command_decoder, input_decoder
+from actors.wire.messages import command_decoder, command_of_answer, input_decoder
 from streams.layout import CMD_STREAM, class_of
 from tests.conftest import System
 from tests.support.natsio import execution_log
@@ -94,7 +94,7 @@ async def test_an_execution_of_semantics_2_on_stores_its_first_and_last_decision
     # semantics 4: every result on the execution's one results subject, naming its command
     results = [(s, d) for s, d, _, _ in log if class_of(s) == "in" and ".in.result" in s]
     assert {s for s, _ in results} == {system.layout.execution(eid).results}
-    answered = [answered_command(d) for _, d in results]
+    answered = [command_of_answer(d) for _, d in results]
     assert len(set(answered)) == 3 and None not in answered
     held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
     assert [s.split(".", 3)[3] for s, _, _, _ in log if ".cmd." in s] == [
@@ -136,7 +136,7 @@ async def test_an_execution_started_under_semantics_1_keeps_its_format_for_older
     assert not [d for s, d, _, _ in log if class_of(s) == "ev" and embedded_command(d) is not None]
     assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 3
     # a subject per result (semantics 3 and before), as an older pod's replay reads them
-    results = [(s, answered_command(d)) for s, d, _, _ in log if ".in.result" in s]
+    results = [(s, command_of_answer(d)) for s, d, _, _ in log if ".in.result" in s]
     assert len({s for s, _ in results}) == 3
     assert all(c is not None and s == system.layout.execution(eid).result(c) for s, c in results)
     await _replays_clean(system, eid, log)
