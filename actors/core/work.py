@@ -63,8 +63,9 @@ SHARED_RESULTS = 4
 
 
 def result_subject(subjects: ExecSubjects, semantics: int, command_id: str) -> str:
-    """Where the answer to a step's command (or a child's end) goes, as the
-    execution's semantics says."""
+    """Where the answer to a child's end goes (engines only, all of them of this
+    semantics or later: docs/upgrades.md), and where a tool of this version answers a
+    step's command (`Command.answer_on`), as the execution's semantics says."""
     return subjects.results if semantics >= SHARED_RESULTS else subjects.result(command_id)
 
 
@@ -137,13 +138,18 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
         act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
         decision.event(step.step, issued)
         return None
+    # a tool pod older than semantics 4 answers on `reply_to`, a subject of the command's
+    # own, and asks whether a redelivered command is answered there: only a tool that
+    # knows `answer_on` answers on the shared subject, so tool pods may roll in any order
+    shared = reply_to != decision.subjects.result(command_id)
     decision.out.commands.append(
         Command(
             execution_id=ex.execution_id,
             command_id=command_id,
             step=step.step,
             kind=kind,
-            reply_to=reply_to,
+            reply_to=decision.subjects.result(command_id),
+            answer_on=reply_to if shared else None,
             tool=tool,
             args=args,
             timeout=step.timeout,

@@ -46,27 +46,32 @@ async def has_message(nc: NATS, stream: str, subject: str) -> bool:
         return False
 
 
-async def is_answered(nc: NATS, stream: str, reply_to: str, command_id: str) -> bool:
-    """Does `stream` hold the answer to `command_id`, sent to `reply_to`? A subject
-    naming the command (`in.result.<command>`, executions before semantics 4) holds
-    nothing else: a direct get. The subject every result of an execution shares
-    (`in.result`, semantics 4) does: its messages are read (bounded direct gets, any
-    replica) for one naming this command, then the leader is asked for any stored
-    after the last one read (a replica behind answers from what it has, as
-    `last_message` says), so a "no" is the leader's, as a direct get's is."""
-    if not shares_results(reply_to):
-        return await has_message(nc, stream, reply_to)
+async def is_answered(nc: NATS, stream: str, cmd: Command) -> bool:
+    """Does `stream` hold the answer to `cmd`? On the command's own subject
+    (`reply_to`, `in.result.<command>`), which holds nothing else: a direct get. Then,
+    for a command of semantics 4 on, on the subject every result of its execution
+    shares (`answer_on`, `in.result`), where a tool of this version answers: its
+    messages are read (bounded direct gets, any replica) for one naming this command,
+    then the leader is asked for any stored after the last one read (a replica behind
+    answers from what it has, as `last_message` says), so a "no" is the leader's, as a
+    direct get's is. Both, because a tool pod older than semantics 4 answers on
+    `reply_to` whatever the execution's semantics."""
+    if await has_message(nc, stream, cmd.reply_to):
+        return True
+    shared = cmd.answer_on
+    if not shared or not shares_results(shared):
+        return False
     seq = 1
-    for m in await on_subject(nc, stream, reply_to):
-        if command_of_answer(m.data) == command_id:
+    for m in await on_subject(nc, stream, shared):
+        if command_of_answer(m.data) == cmd.command_id:
             return True
         seq = m.seq + 1
     while True:
         try:
-            msg = await nc.jsm().get_msg(stream, seq, subject=reply_to, next=True)  # the leader's
+            msg = await nc.jsm().get_msg(stream, seq, subject=shared, next=True)  # the leader's
         except NotFoundError:
             return False
-        if command_of_answer(msg.data or b"") == command_id:
+        if command_of_answer(msg.data or b"") == cmd.command_id:
             return True
         seq = int(msg.seq or seq) + 1
 
@@ -80,4 +85,4 @@ async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, rep
         return True
     return await has_message(
         nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)
-    ) or await is_answered(nc, reply_stream, cmd.reply_to, cmd.command_id)
+    ) or await is_answered(nc, reply_stream, cmd)

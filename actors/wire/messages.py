@@ -600,8 +600,8 @@ class Command(_Wire, kw_only=True):
     command_id: str
     step: str
     kind: str
-    # where call.done / call.error go: exec.<p>.<id>.in.result (semantics 4 on), or
-    # exec.<p>.<id>.in.result.<command_id> in an older execution
+    # where call.done / call.error go: exec.<p>.<id>.in.result.<command_id>, a subject of
+    # the command's own, unless `answer_on` says otherwise (`answer_subject`)
     reply_to: str
     tool: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     args: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
@@ -617,9 +617,18 @@ class Command(_Wire, kw_only=True):
     # of it (args, element, chunk, sink); the tool actor reads it back
     body_ref: str | None = None
     code_at: CodeAt | None = None  # a python step's: where its code starts in the playbook
+    # semantics 4 on: the execution's one results subject (`exec.<p>.<id>.in.result`),
+    # where a tool of this version answers instead of `reply_to`; a tool pod older than
+    # that does not know the field and answers on `reply_to`, which the engine reads too
+    answer_on: str | None = None
 
 
 command_decoder = msgspec.json.Decoder(Command)
+
+
+def answer_subject(cmd: Command) -> str:
+    """Where a tool answers `cmd` (its result, or that it could not be run)."""
+    return cmd.answer_on or cmd.reply_to
 
 
 # --- status projection (KV `status`) ---------------------------------------------------

@@ -26,7 +26,15 @@ from actors.natsio.binding import bind, codec_of
 from actors.pod.roles import connect
 from actors.store.blobs import get_blob, resolve_chunk, resolve_result
 from actors.wire.events import ExecState, decision_decoder, event_decoder, extras_decoder
-from actors.wire.messages import CallDone, CallError, ChunkDone, LoopSpec, input_decoder, loop_input_decoder
+from actors.wire.messages import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    LoopSpec,
+    answer_subject,
+    input_decoder,
+    loop_input_decoder,
+)
 from streams.layout import ensure
 from streams.server import NatsServer
 from streams.subjects import EV, IN, LC, ExecSubjects, LoopSubjects, class_of, loop_class
@@ -84,11 +92,12 @@ async def _loop_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
 def _misaddressed(eid: str, log: list[LogRecord], outputs: list[tuple[int, Effects]]) -> list[str]:
     """Each answer in the log stored where the replayed command (or child start) no
     longer sends it: a reply subject is part of what an execution's semantics fixes
-    (semantics 4 answers on `in.result`, earlier ones on `in.result.<command>`), and a
-    decision record's comparison does not look at commands."""
+    (a tool of this version answers semantics 4 on `in.result`, `Command.answer_on`,
+    earlier ones on `in.result.<command>`), and a decision record's comparison does not
+    look at commands."""
     reply_to: dict[str, str] = {}
     for _, fx in outputs:
-        reply_to |= {c.command_id: c.reply_to for c in fx.commands}
+        reply_to |= {c.command_id: answer_subject(c) for c in fx.commands}
         reply_to |= {s.parent.command_id: s.parent.reply_to for s in fx.starts if s.parent and s.parent.reply_to}
     return [
         f"{eid}: the answer to {r.value.command_id} is on {r.subject}; this code sends it to "

@@ -173,23 +173,25 @@ async def test_a_command_is_answered_only_by_a_result_naming_it(nats_server: Nat
                 (older.result("1-1"), done("e-old", "1-1"), "o1"),
             ],
         )
-        assert [await is_answered(nc, EXEC_STREAM, shared.results, c) for c in ("1-1", "2-1", "3-1")] == [
-            True,
-            True,
-            False,
-        ]
-        assert await is_answered(nc, EXEC_STREAM, older.result("1-1"), "1-1")
-        assert not await is_answered(nc, EXEC_STREAM, older.result("2-1"), "2-1")
 
-        def command(command_id: str) -> Command:
+        def command(command_id: str, *, eid: str = "e-new") -> Command:
+            subjects = shared if eid == "e-new" else older
             return Command(
-                execution_id="e-new",
+                execution_id=eid,
                 command_id=command_id,
                 step="s",
                 kind="python",
-                reply_to=shared.results,
+                reply_to=subjects.result(command_id),
+                answer_on=shared.results if eid == "e-new" else None,
                 attempt_number=1,
             )
+
+        assert [await is_answered(nc, EXEC_STREAM, command(c)) for c in ("1-1", "2-1", "3-1")] == [True, True, False]
+        assert await is_answered(nc, EXEC_STREAM, command("1-1", eid="e-old"))
+        assert not await is_answered(nc, EXEC_STREAM, command("2-1", eid="e-old"))
+        # an older tool pod answers a command of semantics 4 on the command's own subject
+        await publishing.publish_all(js, [(shared.result("4-1"), done("e-new", "4-1"), "r4")])
+        assert await is_answered(nc, EXEC_STREAM, command("4-1"))
 
         assert await command_sent(nc, command("2-1"), set(), reply_stream=EXEC_STREAM)
         assert not await command_sent(nc, command("3-1"), set(), reply_stream=EXEC_STREAM)

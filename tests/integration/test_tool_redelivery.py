@@ -22,7 +22,7 @@ from actors.pod.roles import connect, start_roles
 from actors.tools import running
 from actors.tools.actor import ToolActor
 from actors.wire.events import embedded_command
-from actors.wire.messages import CallDone, Command, command_decoder, command_of_answer, encode
+from actors.wire.messages import CallDone, Command, answer_subject, command_decoder, command_of_answer, encode
 from streams.ids import result_id
 from streams.layout import EXEC_STREAM, Layout, ensure, tool_log_consumer
 from streams.server import NatsServer
@@ -99,16 +99,25 @@ async def held_command_taken(nc: NATS) -> tuple[Msg, Command]:
     return msg, command_decoder.decode(held)
 
 
-async def test_a_command_answered_before_its_pod_died_is_not_run_again(nats_server: NatsServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("answered_on", ["shared", "own"])
+async def test_a_command_answered_before_its_pod_died_is_not_run_again(
+    nats_server: NatsServer, tmp_path: Path, answered_on: str
+) -> None:
+    """The pod that dies stored the answer on the execution's shared results subject (a
+    tool of this version) or on the command's own subject (a tool pod older than
+    semantics 4, which knows no `answer_on`): either way the next pod finds it."""
     async with started(nats_server, tmp_path, Layout(partitions=2, ack_wait=1.0), "sleep") as run:
         nc, eid = run.nc, run.eid
         # the pod that dies: takes `effect`'s command, stores its answer, and is gone before the ack
         _, cmd = await held_command_taken(nc)
-        assert cmd.reply_to == run.layout.execution(eid).results  # shared with `nap`'s answer (semantics 4)
+        subjects = run.layout.execution(eid)
+        assert cmd.answer_on == subjects.results  # shared with `nap`'s answer (semantics 4)
+        assert cmd.reply_to == subjects.result(cmd.command_id)  # where an older tool pod answers
         answer = CallDone(
             execution_id=eid, command_id=cmd.command_id, step=cmd.step, attempt_number=1, result="stored before dying"
         )
-        await publish_all(nc.jetstream(), [(cmd.reply_to, encode(answer), result_id(eid, cmd.command_id))])
+        where = answer_subject(cmd) if answered_on == "shared" else cmd.reply_to
+        await publish_all(nc.jetstream(), [(where, encode(answer), result_id(eid, cmd.command_id))])
         # a python tool actor comes up: the command comes back to it after ack_wait
         await run.tool_actor("python")
         assert (await run.client.wait(eid, timeout=20)).state == "COMPLETED"
@@ -156,7 +165,7 @@ async def test_a_command_delivered_again_runs_when_only_another_steps_answer_is_
         nc, eid = run.nc, run.eid
         _, cmd = await held_command_taken(nc)
         results = run.layout.execution(eid).results
-        assert cmd.reply_to == results
+        assert cmd.answer_on == results
         stored = await on_subject(nc, EXEC_STREAM, results)  # `nap`'s answer, which issued this command
         assert len(stored) == 1 and command_of_answer(stored[0].data) not in (None, cmd.command_id)
         await run.tool_actor("python")

@@ -61,9 +61,14 @@ def replies(outputs: list[dict[str, Any]]) -> dict[str, str]:
     """command id -> where its answer goes, for every command and child start decided."""
     found: dict[str, str] = {}
     for out in outputs:
-        found |= {c["command_id"]: c["reply_to"] for c in out["commands"]}
+        found |= {c["command_id"]: c.get("answer_on") or c["reply_to"] for c in out["commands"]}
         found |= {s["parent"]["command_id"]: s["parent"]["reply_to"] for s in out["starts"]}
     return found
+
+
+def own_subjects(outputs: list[dict[str, Any]]) -> dict[str, str]:
+    """command id -> its `reply_to`, where a tool pod older than semantics 4 answers it."""
+    return {c["command_id"]: c["reply_to"] for out in outputs for c in out["commands"]}
 
 
 @pytest.mark.parametrize("semantics", [3, SEMANTICS])
@@ -79,6 +84,9 @@ def test_commands_are_answered_where_the_executions_semantics_says(semantics: in
     subjects, child = exec_subjects(run.execution_id), h.runs[child_id]
     sent = replies(run.outputs)
     assert len(sent) == 3  # flaky twice, then the child's start
+    # whatever the semantics, a command names a subject of its own, where an older tool
+    # pod answers it (docs/upgrades.md: tool pods roll in any order)
+    assert own_subjects(run.outputs) == {c: subjects.result(c) for c in own_subjects(run.outputs)}
     if semantics >= 4:
         assert set(sent.values()) == {subjects.results}
         assert set(replies(child.outputs).values()) == {exec_subjects(child_id).results}
