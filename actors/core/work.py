@@ -140,7 +140,8 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
         return None
     # a tool pod older than semantics 4 answers on `reply_to`, a subject of the command's
     # own, and asks whether a redelivered command is answered there: only a tool that
-    # knows `answer_on` answers on the shared subject, so tool pods may roll in any order
+    # knows `answer_on` answers on the shared subject, so a tool pod rolled late loses
+    # no step (docs/upgrades.md "From 3 to 4")
     shared = reply_to != decision.subjects.result(command_id)
     decision.out.commands.append(
         Command(

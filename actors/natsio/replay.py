@@ -9,7 +9,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from actors.natsio.batchget import on_subject
+from actors.natsio.batchget import pages
 from actors.wire.messages import Command, command_of_answer
 from streams.layout import CMD_STREAM, cmd_subject
 from streams.subjects import shares_results
@@ -46,26 +46,31 @@ async def has_message(nc: NATS, stream: str, subject: str) -> bool:
         return False
 
 
-async def is_answered(nc: NATS, stream: str, cmd: Command) -> bool:
+ANSWER_PAGE = 16  # results read at once when looking for one: a page of results holds at most this many messages
+
+
+async def is_answered(nc: NATS, stream: str, cmd: Command, *, after: int = 0) -> bool:
     """Does `stream` hold the answer to `cmd`? On the command's own subject
     (`reply_to`, `in.result.<command>`), which holds nothing else: a direct get. Then,
     for a command of semantics 4 on, on the subject every result of its execution
     shares (`answer_on`, `in.result`), where a tool of this version answers: its
-    messages are read (bounded direct gets, any replica) for one naming this command,
-    then the leader is asked for any stored after the last one read (a replica behind
-    answers from what it has, as `last_message` says), so a "no" is the leader's, as a
-    direct get's is. Both, because a tool pod older than semantics 4 answers on
-    `reply_to` whatever the execution's semantics."""
+    messages after sequence `after` (the record that held the command, when known: its
+    answer can only follow it) are read a page at a time (bounded direct gets, any
+    replica) until one names this command, then the leader is asked for any stored
+    after the last one read (a replica behind answers from what it has, as
+    `last_message` says), so a "no" is the leader's, as a direct get's is. Both
+    subjects, because a tool pod older than semantics 4 answers on `reply_to` whatever
+    the execution's semantics."""
     if await has_message(nc, stream, cmd.reply_to):
         return True
     shared = cmd.answer_on
     if not shared or not shares_results(shared):
         return False
-    seq = 1
-    for m in await on_subject(nc, stream, shared):
-        if command_of_answer(m.data) == cmd.command_id:
+    seq = after + 1
+    async for page in pages(nc, stream, shared, first=seq, batch=ANSWER_PAGE):
+        if any(command_of_answer(m.data) == cmd.command_id for m in page):
             return True
-        seq = m.seq + 1
+        seq = page[-1].seq + 1
     while True:
         try:
             msg = await nc.jsm().get_msg(stream, seq, subject=shared, next=True)  # the leader's

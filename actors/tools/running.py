@@ -136,7 +136,9 @@ class CommandRunner:
             if stored >= made:
                 return False
         try:
-            return await is_answered(self.nc, EXEC_STREAM, cmd)
+            # a command held by a decision record in the log: its answer can only follow it
+            after = msg.metadata.sequence.stream if msg.subject.startswith("exec.") else 0
+            return await is_answered(self.nc, EXEC_STREAM, cmd, after=after)
         except Exception as e:  # NATS unreachable, a node down: run it, as a redelivery always was
             log.info("command %s: whether it is answered is not known (%s); running it", cmd.command_id, e)
             return False

@@ -334,7 +334,11 @@ class CallError(_Wire, tag="call.error", tag_field="type"):
 class _Answers(Struct):
     """What a stored result says it answers; its other fields are not read."""
 
+    type: str = ""
     command_id: str = ""
+
+
+_ANSWER_TYPES = ("call.done", "call.error")
 
 
 _answers_decoder = msgspec.json.Decoder(_Answers)
@@ -346,10 +350,10 @@ def command_of_answer(data: bytes) -> str | None:
     an execution's shared subject (`in.result`, semantics 4) apart. None: not a result
     this can read."""
     try:
-        found = _answers_decoder.decode(data).command_id
+        found = _answers_decoder.decode(data)
     except msgspec.DecodeError:
         return None
-    return found or None
+    return found.command_id or None if found.type in _ANSWER_TYPES else None
 
 
 class IterationOutcome(_Wire):

@@ -91,22 +91,29 @@ async def _loop_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
 
 def _misaddressed(eid: str, log: list[LogRecord], outputs: list[tuple[int, Effects]]) -> list[str]:
     """Each answer in the log stored where the replayed command (or child start) no
-    longer sends it: a reply subject is part of what an execution's semantics fixes
-    (a tool of this version answers semantics 4 on `in.result`, `Command.answer_on`,
-    earlier ones on `in.result.<command>`), and a decision record's comparison does not
-    look at commands."""
-    reply_to: dict[str, str] = {}
+    longer sends it, and each command that no longer names a subject of its own: a
+    reply subject is part of what an execution's semantics fixes (semantics 4: a tool
+    of this version answers on the shared `in.result`, `Command.answer_on`, an older
+    tool pod on the command's own `reply_to`; before 4 only the latter), and a decision
+    record's comparison does not look at commands."""
+    allowed: dict[str, set[str]] = {}
+    own: list[str] = []
     for _, fx in outputs:
-        reply_to |= {c.command_id: answer_subject(c) for c in fx.commands}
-        reply_to |= {s.parent.command_id: s.parent.reply_to for s in fx.starts if s.parent and s.parent.reply_to}
-    return [
+        for c in fx.commands:
+            allowed[c.command_id] = {answer_subject(c), c.reply_to}
+            if c.iteration_index is None and not c.reply_to.endswith(f".{IN}.result.{c.command_id}"):
+                own.append(f"{eid}: command {c.command_id} names no subject of its own: {c.reply_to}")
+        for st in fx.starts:
+            if st.parent and st.parent.reply_to:
+                allowed[st.parent.command_id] = {st.parent.reply_to}
+    return own + [
         f"{eid}: the answer to {r.value.command_id} is on {r.subject}; this code sends it to "
-        f"{reply_to[r.value.command_id]}"
+        f"{sorted(allowed[r.value.command_id])}"
         for r in log
         if r.cls == IN
         and isinstance(r.value, (CallDone, CallError))
-        and r.value.command_id in reply_to
-        and reply_to[r.value.command_id] != r.subject
+        and r.value.command_id in allowed
+        and r.subject not in allowed[r.value.command_id]
     ]
 
 

@@ -16,9 +16,10 @@ from nats.js.api import StreamConfig
 from nats.js.errors import KeyWrongLastSequenceError
 
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, command_sent, is_answered, publishing, subject_taken
+from actors.natsio.batchget import on_subject
 from actors.natsio.fast import ack, send, send_nowait
 from actors.natsio.kvput import put_if_last
-from actors.wire.messages import CallDone, Command, encode
+from actors.wire.messages import CallDone, Command, command_of_answer, encode
 from streams.layout import EXEC_STREAM, ensure
 from streams.server import NatsServer
 from tests.conftest import make_layout
@@ -192,6 +193,16 @@ async def test_a_command_is_answered_only_by_a_result_naming_it(nats_server: Nat
         # an older tool pod answers a command of semantics 4 on the command's own subject
         await publishing.publish_all(js, [(shared.result("4-1"), done("e-new", "4-1"), "r4")])
         assert await is_answered(nc, EXEC_STREAM, command("4-1"))
+        # something that is not a result, naming a command, answers nothing
+        forged = b'{"type":"signal.sent","command_id":"5-1"}'
+        await publishing.publish_all(js, [(shared.results, forged, "f5")])
+        assert not await is_answered(nc, EXEC_STREAM, command("5-1"))
+        # an answer is looked for after the record that held the command: one before it is not its
+        r2 = next(
+            m.seq for m in await on_subject(nc, EXEC_STREAM, shared.results) if command_of_answer(m.data) == "2-1"
+        )
+        assert await is_answered(nc, EXEC_STREAM, command("2-1"), after=r2 - 1)
+        assert not await is_answered(nc, EXEC_STREAM, command("2-1"), after=r2)
 
         assert await command_sent(nc, command("2-1"), set(), reply_stream=EXEC_STREAM)
         assert not await command_sent(nc, command("3-1"), set(), reply_stream=EXEC_STREAM)
