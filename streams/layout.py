@@ -28,8 +28,11 @@ whatever the number of executions) and lets issue 6 move partitions between pods
 ``cmd.<kind>.<execution_id>.<command_id>`` in stream CMD (work queue): commands that
 are messages of their own (a loop's iterations, a decision's several commands, a
 command too large to be held by its record, every command of semantics 1), competing
-consumers per kind. A command's result goes to
-``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START (work queue): start messages.
+consumers per kind. A command's result goes to ``exec.<p>.<id>.in.result`` (executions
+of semantics 4 on: one subject for every result of the execution, the command id in
+the result, so a step adds no subject to the server's per-subject index) or, in an
+older execution, ``exec.<p>.<id>.in.result.<command_id>``. ``start`` in stream START
+(work queue): start messages.
 ``dlq.<source>`` in stream DLQ: messages an actor could not handle, with the reason.
 ``index.start.<execution_id>`` in stream INDEX: one entry per execution (playbook,
 version, start time), appended by the status projector when it first records the

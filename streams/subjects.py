@@ -110,7 +110,9 @@ class _LogSubjects:
 
     @property
     def results(self) -> str:
-        """The prefix of command results: `<results>.<command_id>`."""
+        """Where command results go: for an execution of semantics 4 on, every result
+        (the command id is in the result); before, the prefix of one subject per
+        command, `<results>.<command_id>`."""
         return self.input(RESULT)
 
     def result(self, command_id: str) -> str:
@@ -193,6 +195,12 @@ def class_of(subject: str) -> str:
 
 def type_of(subject: str) -> str:
     return subject.split(".", 4)[4]
+
+
+def shares_results(subject: str) -> bool:
+    """Is `subject` an execution's one subject for every result (`exec.<p>.<id>.in.result`)?"""
+    parts = subject.split(".")
+    return len(parts) == 5 and parts[0] == "exec" and parts[3] == IN and parts[4] == RESULT
 
 
 def engine_filter(partition: int) -> str:
@@ -306,10 +314,11 @@ def loop_outputs_filter(execution_id: str, partitions: int) -> str:
 
 def output_subject(reply_to: str, command_id: str, iteration_index: int | None) -> str | None:
     """Where a tool actor puts what a command printed, beside its answer: for
-    ``exec.<p>.<id>.in.result.<command>``, ``exec.<p>.<id>.out.<command>``; for
+    ``exec.<p>.<id>.in.result.<command>`` and ``exec.<p>.<id>.in.result`` (semantics
+    4: every result of the execution), ``exec.<p>.<id>.out.<command>``; for
     ``loop.<p>.<id>.<loop>.in.res.<command>``, ``loop.<p>.<id>.<loop>.out.<command>.<index>``
     (a chunk answers several iterations). None for any other reply subject."""
-    if reply_to.startswith("exec.") and reply_to.count(".") >= 5:
+    if reply_to.startswith("exec.") and reply_to.count(".") >= 4:  # `in.result` itself too (semantics 4)
         prefix = reply_to.split(".", 3)
         return f"{'.'.join(prefix[:3])}.{OUT}.{command_id}"
     if reply_to.startswith("loop.") and reply_to.count(".") >= 6:

@@ -89,7 +89,14 @@ from streams.subjects import ExecSubjects, LoopSubjects
 #      saying so); the lifecycle event `execution.waiting` may be written more than
 #      once (once per decision, its message id by cause). Executions without wait
 #      steps decide as under 2.
-SEMANTICS = 3
+#   4: a step's command is answered on one subject per execution (`in.result`,
+#      actors/core/work.py `SHARED_RESULTS`), not one per command
+#      (`in.result.<command>`): the command id is in the result. Decisions are those
+#      of 3; a command names the shared subject in `Command.answer_on` (its own stays
+#      in `reply_to`, where an older tool pod answers) and a child's end goes there
+#      (`ParentRef.reply_to`). An older engine pod must not read such a log (its
+#      replay would take any result for the answer to every command).
+SEMANTICS = 4
 
 NONDETERMINISM = "Nondeterminism"
 SEMANTICS_UNKNOWN = "SemanticsUnknown"

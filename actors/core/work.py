@@ -52,6 +52,22 @@ from actors.wire.messages import (
     Redrive,
 )
 from streams.ids import child_execution_id, step_command_id
+from streams.subjects import ExecSubjects
+
+# the engine semantics (actors/core/replay.py SEMANTICS) from which a step's command is
+# answered on the execution's one results subject (`in.result`), the command id in the
+# result, instead of a subject per command (`in.result.<command>`): a stored subject
+# costs the server an index entry per retained execution (docs/architecture.md
+# "The next layout"). Older executions keep theirs, byte for byte (tests/corpus)
+SHARED_RESULTS = 4
+
+
+def result_subject(subjects: ExecSubjects, semantics: int, command_id: str) -> str:
+    """Where the answer to a child's end goes (engines only, all of them of this
+    semantics or later: docs/upgrades.md), and where a tool of this version answers a
+    step's command (`Command.answer_on`), as the execution's semantics says."""
+    return subjects.results if semantics >= SHARED_RESULTS else subjects.result(command_id)
+
 
 # --- steps -----------------------------------------------------------------------------
 
@@ -113,7 +129,7 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
     issued = CommandIssuedData(activation=act.id, command_id=command_id, kind=kind, attempt_number=act.attempt)
     if act.attempt > 1:
         issued.parent_event_id = parent
-    reply_to = decision.subjects.result(command_id)
+    reply_to = result_subject(decision.subjects, ex.semantics, command_id)
     if isinstance(step.tool, PlaybookTool):
         start = child_start(
             tool, args, execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to
@@ -122,13 +138,19 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
         act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
         decision.event(step.step, issued)
         return None
+    # a tool pod older than semantics 4 answers on `reply_to`, a subject of the command's
+    # own, and asks whether a redelivered command is answered there: only a tool that
+    # knows `answer_on` answers on the shared subject, so a tool pod rolled late loses
+    # no step (docs/upgrades.md "From 3 to 4")
+    shared = reply_to != decision.subjects.result(command_id)
     decision.out.commands.append(
         Command(
             execution_id=ex.execution_id,
             command_id=command_id,
             step=step.step,
             kind=kind,
-            reply_to=reply_to,
+            reply_to=decision.subjects.result(command_id),
+            answer_on=reply_to if shared else None,
             tool=tool,
             args=args,
             timeout=step.timeout,

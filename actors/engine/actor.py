@@ -82,6 +82,7 @@ from actors.wire.messages import (
     SignalSent,
     StartRecord,
     TimerFired,
+    command_of_answer,
     input_decoder,
 )
 from streams import ids
@@ -313,7 +314,11 @@ class ExecutionActor(LogActor):
             if cls == IN:
                 inputs.append(entry)
                 kind = type_of(entry.subject)
-                if kind.startswith(f"{RESULT}."):
+                if kind == RESULT:  # every result on one subject (semantics 4): the command is in it
+                    answered = command_of_answer(entry.data)
+                    if answered is not None:
+                        seen.answered(answered)
+                elif kind.startswith(f"{RESULT}."):
                     seen.answered(kind.split(".", 1)[1])
                 elif kind.startswith(f"{TIMER}."):
                     seen.fired.add(kind.split(".", 1)[1])

@@ -8,7 +8,8 @@ dead-lettering, message metadata. One module per idea:
 * `transient`: what a passing failure is, and `ride_out` for idempotent requests
 * `deadletter`: parking a message an actor cannot handle
 * `metadata`: a message's stream sequence, deliveries and log time
-* `replay`: is an output already in the streams (`has_message`, `command_sent`), read from
+* `replay`: is an output already in the streams (`has_message`, `command_sent`, a command's
+  answer: `is_answered`), read from
   the stream leader (`last_message`)
 * `schedules`: the headers of a durable timer (a scheduled message)
 * `batchget`: many stored messages in one request (a batched direct get)
@@ -32,7 +33,7 @@ from actors.natsio.metadata import log_time, num_delivered, stream_seq
 from actors.natsio.private import close_connection
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
-from actors.natsio.replay import command_sent, has_message, last_message
+from actors.natsio.replay import command_sent, has_message, is_answered, last_message
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.natsio.transient import TRANSIENT_REQUEST, ride_out
 
@@ -49,6 +50,7 @@ __all__ = [
     "command_sent",
     "dead_letter",
     "has_message",
+    "is_answered",
     "kv_keys",
     "last_message",
     "log_time",

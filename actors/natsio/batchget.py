@@ -10,6 +10,7 @@ request: no consumer to create and delete, as an ordered consumer would need.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -89,14 +90,26 @@ async def on_subject(nc: NATS, stream: str, subject: str) -> list[Stored]:
     """Every message of `stream` on `subject` (a filter), in order, by batched direct
     gets from the stream's start: no consumer made (a retirement reads six streams,
     sixteen at once; ordered consumers for each ran into the server's consumer limit)."""
-    out: list[Stored] = []
-    seq = 1
+    return [m async for page in pages(nc, stream, subject) for m in page]
+
+
+async def pages(
+    nc: NATS, stream: str, subject: str, *, first: int = 1, batch: int = MAX_BATCH
+) -> AsyncIterator[list[Stored]]:
+    """The messages of `stream` on `subject` (a filter) from sequence `first` on, in
+    order, `batch` at a time: a reader that stops at what it looks for reads no
+    further, and holds one page at a time."""
+    seq = first
     while True:
-        got = await _batch(nc, stream, {"seq": seq, "batch": MAX_BATCH, "next_by_subj": subject})
-        out.extend(stored_of(stream, m) for m in got)
-        if len(got) < MAX_BATCH:
-            return out
-        seq = out[-1].seq + 1
+        got = [
+            stored_of(stream, m)
+            for m in await _batch(nc, stream, {"seq": seq, "batch": batch, "next_by_subj": subject})
+        ]
+        if got:
+            yield got
+        if len(got) < batch:
+            return
+        seq = got[-1].seq + 1
 
 
 async def window(nc: NATS, stream: str, first: int, last: int) -> list[Stored]:

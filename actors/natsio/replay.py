@@ -9,8 +9,10 @@ from nats.aio.client import Client as NATS
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from actors.wire.messages import Command
+from actors.natsio.batchget import pages
+from actors.wire.messages import Command, command_of_answer
 from streams.layout import CMD_STREAM, cmd_subject
+from streams.subjects import shares_results
 
 
 async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = False) -> RawStreamMsg:
@@ -44,6 +46,41 @@ async def has_message(nc: NATS, stream: str, subject: str) -> bool:
         return False
 
 
+ANSWER_PAGE = 16  # results read at once when looking for one: a page of results holds at most this many messages
+
+
+async def is_answered(nc: NATS, stream: str, cmd: Command, *, after: int = 0) -> bool:
+    """Does `stream` hold the answer to `cmd`? On the command's own subject
+    (`reply_to`, `in.result.<command>`), which holds nothing else: a direct get. Then,
+    for a command of semantics 4 on, on the subject every result of its execution
+    shares (`answer_on`, `in.result`), where a tool of this version answers: its
+    messages after sequence `after` (the record that held the command, when known: its
+    answer can only follow it) are read a page at a time (bounded direct gets, any
+    replica) until one names this command, then the leader is asked for any stored
+    after the last one read (a replica behind answers from what it has, as
+    `last_message` says), so a "no" is the leader's, as a direct get's is. Both
+    subjects, because a tool pod older than semantics 4 answers on `reply_to` whatever
+    the execution's semantics."""
+    if await has_message(nc, stream, cmd.reply_to):
+        return True
+    shared = cmd.answer_on
+    if not shared or not shares_results(shared):
+        return False
+    seq = after + 1
+    async for page in pages(nc, stream, shared, first=seq, batch=ANSWER_PAGE):
+        if any(command_of_answer(m.data) == cmd.command_id for m in page):
+            return True
+        seq = page[-1].seq + 1
+    while True:
+        try:
+            msg = await nc.jsm().get_msg(stream, seq, subject=shared, next=True)  # the leader's
+        except NotFoundError:
+            return False
+        if command_of_answer(msg.data or b"") == cmd.command_id:
+            return True
+        seq = int(msg.seq or seq) + 1
+
+
 async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, reply_stream: str) -> bool:
     """Was this command published before a crash? A tool acks a command (removing it
     from the work queue) only after publishing its result, so a command that was
@@ -53,4 +90,4 @@ async def command_sent(nc: NATS, cmd: Command, answered: Collection[str], *, rep
         return True
     return await has_message(
         nc, CMD_STREAM, cmd_subject(cmd.kind, cmd.execution_id, cmd.command_id)
-    ) or await has_message(nc, reply_stream, cmd.reply_to)
+    ) or await is_answered(nc, reply_stream, cmd)

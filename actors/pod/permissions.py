@@ -16,7 +16,8 @@ Users (account ACTORS):
 * ``counter``: loop actors on LOOP; iteration commands; a loop's verdict into the
   execution's inputs.
 * ``tools``: takes commands from its pull consumers (`cmd.<kind>`) and answers into
-  the inputs the command names (``exec.*.*.in.result.>``, ``loop.*.*.*.in.res.>``), with
+  the inputs the command names (``exec.*.*.in.result``, or ``exec.*.*.in.result.>`` in
+  an execution before semantics 4; ``loop.*.*.*.in.res.>``), with
   what the step printed beside it. It cannot write a lifecycle event, a decision, a
   start or a KV bucket.
 * ``projector``: reads the lifecycle subjects, writes KV ``status`` and the INDEX and
@@ -292,7 +293,8 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
     retired = (EXEC_STREAM, LOOP_STREAM, INDEX_STREAM, ENDED_STREAM, kv_stream(STATUS_BUCKET))
     # what a tool's answer and a max-deliveries dead letter write (actors/tools/running.py,
     # actors/tools/outputs.py, actors/tools/undeliverable.py)
-    answers = [f"{EXEC_IN}.result.>", "exec.*.*.out.>", f"{LOOP_IN}.res.>", "loop.*.*.*.out.>"]
+    # (an execution's results: one subject from semantics 4 on, one per command before)
+    answers = [f"{EXEC_IN}.result", f"{EXEC_IN}.result.>", "exec.*.*.out.>", f"{LOOP_IN}.res.>", "loop.*.*.*.out.>"]
     return [
         User(
             "engine",
@@ -376,8 +378,10 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names
                 # the decision record holding it (EXEC), and whether a command delivered again
                 # is answered in the log already (actors/tools/running.py): gets of one
-                # message, not a consumer over every execution's log
+                # message, or (an execution's shared results subject, semantics 4) a
+                # batched get of that subject's messages; not a consumer over every log
                 _api("DIRECT", "GET", EXEC_STREAM, ">"),
+                _api("DIRECT", "GET", EXEC_STREAM),
                 _api("STREAM", "MSG", "GET", EXEC_STREAM),
             ),
             subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, inbox("tools")),

@@ -52,6 +52,7 @@ from actors.wire.messages import (
     Command,
     ErrorInfo,
     StartMessage,
+    answer_subject,
     command_decoder,
     encode,
 )
@@ -339,7 +340,7 @@ async def command_items(
                     worker=sender,
                     iteration_index=c.iteration_index,
                 )
-                items.append((c.reply_to, codec.encode(answer), result_id(eid, c.command_id)))
+                items.append((answer_subject(c), codec.encode(answer), result_id(eid, c.command_id)))
                 continue
             data = sealed(js, encode(c))  # the whole command, its values in clear inside the encrypted blob
             key = blob_key(eid, "command", c.command_id, data=data)
@@ -351,6 +352,7 @@ async def command_items(
                     step=c.step,
                     kind=c.kind,
                     reply_to=c.reply_to,
+                    answer_on=c.answer_on,
                     attempt_number=c.attempt_number,
                     timeout=c.timeout,
                     iteration_index=c.iteration_index,

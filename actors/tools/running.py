@@ -22,7 +22,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from actors.natsio import MSG_ID, ack, dead_letter, has_message, num_delivered, publisher
+from actors.natsio import MSG_ID, ack, dead_letter, is_answered, num_delivered, publisher
 from actors.natsio.binding import codec_of
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
@@ -55,6 +55,7 @@ from actors.wire.messages import (
     IterationOutcome,
     Limits,
     SinkCall,
+    answer_subject,
     command_decoder,
 )
 from streams.ids import result_id
@@ -122,7 +123,10 @@ class CommandRunner:
         ack), or held by a decision record stored before its consumer was made (a
         consumer deleted and made again delivers the log's old commands again), whose
         answer the execution's log holds: acked without running it twice. Asked only
-        then, so a fresh command, or a backlog's, costs no lookup."""
+        then, so a fresh command, or a backlog's, costs no lookup. Its answer may be on
+        its own subject (`reply_to`: a tool pod older than semantics 4 answered it) or on
+        the execution's shared one (`answer_on`), where only a result naming this
+        command counts: any other is another step's."""
         if not cmd.reply_to.startswith("exec.") or cmd.iteration_index is not None:
             return False  # a loop iteration's answer may be in a batch: not one subject to ask
         if delivered <= 1:
@@ -132,7 +136,9 @@ class CommandRunner:
             if stored >= made:
                 return False
         try:
-            return await has_message(self.nc, EXEC_STREAM, cmd.reply_to)
+            # a command held by a decision record in the log: its answer can only follow it
+            after = msg.metadata.sequence.stream if msg.subject.startswith("exec.") else 0
+            return await is_answered(self.nc, EXEC_STREAM, cmd, after=after)
         except Exception as e:  # NATS unreachable, a node down: run it, as a redelivery always was
             log.info("command %s: whether it is answered is not known (%s); running it", cmd.command_id, e)
             return False
@@ -535,7 +541,8 @@ class CommandRunner:
         dropping it would leave the command unacked, to run again after ack_wait and
         count towards max_deliver."""
         await publisher(self.nc).send(
-            [(cmd.reply_to, payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})], readers_deduplicate=True
+            [(answer_subject(cmd), payload, {MSG_ID: result_id(cmd.execution_id, cmd.command_id)})],
+            readers_deduplicate=True,
         )
 
 

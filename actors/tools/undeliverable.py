@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 
 from actors.natsio import dead_letter, publish_all
 from actors.wire.events import embedded_command
-from actors.wire.messages import CallError, Command, ErrorInfo, command_decoder, encode
+from actors.wire.messages import CallError, Command, ErrorInfo, answer_subject, command_decoder, encode
 from streams.ids import dead_letter_id, result_id
 from streams.layout import CMD_STREAM, EXEC_STREAM, execution_of
 
@@ -52,7 +52,9 @@ async def answer_undeliverable(js: JetStreamContext, cmd: Command, reason: str, 
     # a result: the fold counts one per command, and an advisory never comes again, so
     # this is re-sent for as long as it takes rather than given up past the window
     await publish_all(
-        js, [(cmd.reply_to, encode(answer), result_id(cmd.execution_id, cmd.command_id))], readers_deduplicate=True
+        js,
+        [(answer_subject(cmd), encode(answer), result_id(cmd.execution_id, cmd.command_id))],
+        readers_deduplicate=True,
     )
 
 

@@ -331,6 +331,31 @@ class CallError(_Wire, tag="call.error", tag_field="type"):
     iteration_index: int | None = None
 
 
+class _Answers(Struct):
+    """What a stored result says it answers; its other fields are not read."""
+
+    type: str = ""
+    command_id: str = ""
+
+
+_ANSWER_TYPES = ("call.done", "call.error")
+
+
+_answers_decoder = msgspec.json.Decoder(_Answers)
+
+
+def command_of_answer(data: bytes) -> str | None:
+    """The command a stored result (`call.done`, `call.error`) answers, read without
+    opening anything (a command id is never sealed): how a reader tells the results on
+    an execution's shared subject (`in.result`, semantics 4) apart. None: not a result
+    this can read."""
+    try:
+        found = _answers_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+    return found.command_id or None if found.type in _ANSWER_TYPES else None
+
+
 class IterationOutcome(_Wire):
     """One iteration of a chunk: its result, or its error."""
 
@@ -579,7 +604,9 @@ class Command(_Wire, kw_only=True):
     command_id: str
     step: str
     kind: str
-    reply_to: str  # where call.done / call.error go: exec.<p>.<id>.in.result.<command_id>
+    # where call.done / call.error go: exec.<p>.<id>.in.result.<command_id>, a subject of
+    # the command's own, unless `answer_on` says otherwise (`answer_subject`)
+    reply_to: str
     tool: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     args: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     attempt_number: int
@@ -594,9 +621,18 @@ class Command(_Wire, kw_only=True):
     # of it (args, element, chunk, sink); the tool actor reads it back
     body_ref: str | None = None
     code_at: CodeAt | None = None  # a python step's: where its code starts in the playbook
+    # semantics 4 on: the execution's one results subject (`exec.<p>.<id>.in.result`),
+    # where a tool of this version answers instead of `reply_to`; a tool pod older than
+    # that does not know the field and answers on `reply_to`, which the engine reads too
+    answer_on: str | None = None
 
 
 command_decoder = msgspec.json.Decoder(Command)
+
+
+def answer_subject(cmd: Command) -> str:
+    """Where a tool answers `cmd` (its result, or that it could not be run)."""
+    return cmd.answer_on or cmd.reply_to
 
 
 # --- status projection (KV `status`) ---------------------------------------------------

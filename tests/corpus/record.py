@@ -281,6 +281,9 @@ SCENARIOS: dict[str, Scenario] = {
         # semantics 3: wait steps and signals
         Scenario("waits", "COMPLETED", waits),
         Scenario("waits_loop", "COMPLETED", waits_loop),
+        # semantics 4: every result of an execution on one subject (`in.result`)
+        Scenario("shared_results", "COMPLETED", plain("decisions")),
+        Scenario("shared_child", "COMPLETED", child),
         Scenario(
             "encryption",
             "COMPLETED",

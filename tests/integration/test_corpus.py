@@ -2,7 +2,8 @@
 `python -m tests.corpus.record`) replayed by this code through the engine's own
 Replayer (actors/core/replay.py) to identical decisions: every decision record and
 lifecycle event of every execution, every answer in every loop's log, and the state
-each execution ended in. A change that would make a running execution decide
+each execution ended in; and every answer in an execution's log is where the
+replayed command would send it. A change that would make a running execution decide
 otherwise after an upgrade fails here, naming the first record it does not reproduce
 (docs/upgrades.md).
 
@@ -18,13 +19,22 @@ from typing import Any
 import pytest
 
 from actors.config.settings import Settings
+from actors.core.effects import Effects
 from actors.core.replay import LogRecord, Mismatch, lifecycle_records, replay_execution, replay_loop
 from actors.engine.readback import read_back
 from actors.natsio.binding import bind, codec_of
 from actors.pod.roles import connect
 from actors.store.blobs import get_blob, resolve_chunk, resolve_result
 from actors.wire.events import ExecState, decision_decoder, event_decoder, extras_decoder
-from actors.wire.messages import CallDone, ChunkDone, LoopSpec, input_decoder, loop_input_decoder
+from actors.wire.messages import (
+    CallDone,
+    CallError,
+    ChunkDone,
+    LoopSpec,
+    answer_subject,
+    input_decoder,
+    loop_input_decoder,
+)
 from streams.layout import ensure
 from streams.server import NatsServer
 from streams.subjects import EV, IN, LC, ExecSubjects, LoopSubjects, class_of, loop_class
@@ -79,10 +89,39 @@ async def _loop_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
     return log
 
 
-async def _replay(js: Any, corpus: Corpus) -> tuple[list[Mismatch], dict[str, str]]:
-    """Every execution and loop of the file replayed: the mismatches, and the state each
-    execution's replay ends in."""
-    found: list[Mismatch] = []
+def _misaddressed(eid: str, log: list[LogRecord], outputs: list[tuple[int, Effects]]) -> list[str]:
+    """Each answer in the log stored where the replayed command (or child start) no
+    longer sends it, and each command that no longer names a subject of its own: a
+    reply subject is part of what an execution's semantics fixes (semantics 4: a tool
+    of this version answers on the shared `in.result`, `Command.answer_on`, an older
+    tool pod on the command's own `reply_to`; before 4 only the latter), and a decision
+    record's comparison does not look at commands."""
+    allowed: dict[str, set[str]] = {}
+    own: list[str] = []
+    for _, fx in outputs:
+        for c in fx.commands:
+            allowed[c.command_id] = {answer_subject(c), c.reply_to}
+            if c.iteration_index is None and not c.reply_to.endswith(f".{IN}.result.{c.command_id}"):
+                own.append(f"{eid}: command {c.command_id} names no subject of its own: {c.reply_to}")
+        for st in fx.starts:
+            if st.parent and st.parent.reply_to:
+                allowed[st.parent.command_id] = {st.parent.reply_to}
+    return own + [
+        f"{eid}: the answer to {r.value.command_id} is on {r.subject}; this code sends it to "
+        f"{sorted(allowed[r.value.command_id])}"
+        for r in log
+        if r.cls == IN
+        and isinstance(r.value, (CallDone, CallError))
+        and r.value.command_id in allowed
+        and r.subject not in allowed[r.value.command_id]
+    ]
+
+
+async def _replay(js: Any, corpus: Corpus) -> tuple[list[Mismatch | str], dict[str, str]]:
+    """Every execution and loop of the file replayed: the mismatches (and answers the
+    replayed commands would send elsewhere), and the state each execution's replay ends
+    in."""
+    found: list[Mismatch | str] = []
     states: dict[str, str] = {}
     for eid in corpus.executions():
         entries = corpus.execution_log(eid)
@@ -90,6 +129,7 @@ async def _replay(js: Any, corpus: Corpus) -> tuple[list[Mismatch], dict[str, st
         replay = replay_execution(eid, log, subjects=ExecSubjects(_prefix(entries, 3)))
         if replay.mismatch is not None:
             found.append(replay.mismatch)
+        found += _misaddressed(eid, log, replay.outputs)
         states[eid] = str(replay.state.status)
         for loop_id, loop_entries in corpus.loop_logs(eid).items():
             looped = replay_loop(
@@ -100,7 +140,7 @@ async def _replay(js: Any, corpus: Corpus) -> tuple[list[Mismatch], dict[str, st
     return found, states
 
 
-async def replay_file(server: NatsServer, path: Path) -> tuple[Corpus, list[Mismatch], dict[str, str]]:
+async def replay_file(server: NatsServer, path: Path) -> tuple[Corpus, list[Mismatch | str], dict[str, str]]:
     corpus = load(path)
     nc = await connect(server.url, name="corpus")
     try:
@@ -124,7 +164,7 @@ def test_the_corpus_is_there() -> None:
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_a_recorded_execution_replays_to_the_decisions_it_recorded(nats_server: NatsServer, path: Path) -> None:
     corpus, found, states = await replay_file(nats_server, path)
-    assert not found, "\n".join(m.describe() for m in found)
+    assert not found, "\n".join(m if isinstance(m, str) else m.describe() for m in found)
     assert corpus.execution_id in states, f"{path.name} holds no log of {corpus.execution_id}"
     assert corpus.state in {s.value for s in ExecState}
     assert states[corpus.execution_id] == corpus.state

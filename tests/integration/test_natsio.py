@@ -1,7 +1,8 @@
 """natsio.fast.send writes what Client.publish would: same subject, reply, headers and
 payload on the wire; anything unusual goes through Client.publish (and its errors).
 Publisher.send re-sends a publish whose PubAck was lost only while the stream would
-drop the copy."""
+drop the copy. A command's answer is found by its command id where results share a
+subject."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import KeyWrongLastSequenceError
 
-from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, publishing, subject_taken
+from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, command_sent, is_answered, publishing, subject_taken
+from actors.natsio.batchget import on_subject
 from actors.natsio.fast import ack, send, send_nowait
 from actors.natsio.kvput import put_if_last
+from actors.wire.messages import CallDone, Command, command_of_answer, encode
+from streams.layout import EXEC_STREAM, ensure
 from streams.server import NatsServer
+from tests.conftest import make_layout
 from tests.support.natsio import received
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
@@ -141,5 +146,66 @@ async def test_a_compare_and_set_write_stores_only_on_the_revision_it_names(nats
         second = await put_if_last(js, "cas", "k", b"two", last=first)
         entry = await kv.get("k")
         assert (entry.value, entry.revision) == (b"two", second) and second > first
+    finally:
+        await nc.close()
+
+
+async def test_a_command_is_answered_only_by_a_result_naming_it(nats_server: NatsServer) -> None:
+    """`is_answered` and a replay's `command_sent`: on the subject every result of an
+    execution of semantics 4 shares (`in.result`) only a result naming the command
+    answers it (another step's, or a message that names none, does not); on a subject
+    per command (older executions) whatever is there does."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        layout = make_layout()
+        await ensure(js, layout)
+        shared, older = layout.execution("e-new"), layout.execution("e-old")
+
+        def done(eid: str, command_id: str) -> bytes:
+            return encode(CallDone(execution_id=eid, command_id=command_id, step="s", attempt_number=1, result=1))
+
+        await publishing.publish_all(
+            js,
+            [
+                (shared.results, done("e-new", "1-1"), "r1"),
+                (shared.results, b"not a result", "junk"),
+                (shared.results, done("e-new", "2-1"), "r2"),
+                (older.result("1-1"), done("e-old", "1-1"), "o1"),
+            ],
+        )
+
+        def command(command_id: str, *, eid: str = "e-new") -> Command:
+            subjects = shared if eid == "e-new" else older
+            return Command(
+                execution_id=eid,
+                command_id=command_id,
+                step="s",
+                kind="python",
+                reply_to=subjects.result(command_id),
+                answer_on=shared.results if eid == "e-new" else None,
+                attempt_number=1,
+            )
+
+        assert [await is_answered(nc, EXEC_STREAM, command(c)) for c in ("1-1", "2-1", "3-1")] == [True, True, False]
+        assert await is_answered(nc, EXEC_STREAM, command("1-1", eid="e-old"))
+        assert not await is_answered(nc, EXEC_STREAM, command("2-1", eid="e-old"))
+        # an older tool pod answers a command of semantics 4 on the command's own subject
+        await publishing.publish_all(js, [(shared.result("4-1"), done("e-new", "4-1"), "r4")])
+        assert await is_answered(nc, EXEC_STREAM, command("4-1"))
+        # something that is not a result, naming a command, answers nothing
+        forged = b'{"type":"signal.sent","command_id":"5-1"}'
+        await publishing.publish_all(js, [(shared.results, forged, "f5")])
+        assert not await is_answered(nc, EXEC_STREAM, command("5-1"))
+        # an answer is looked for after the record that held the command: one before it is not its
+        r2 = next(
+            m.seq for m in await on_subject(nc, EXEC_STREAM, shared.results) if command_of_answer(m.data) == "2-1"
+        )
+        assert await is_answered(nc, EXEC_STREAM, command("2-1"), after=r2 - 1)
+        assert not await is_answered(nc, EXEC_STREAM, command("2-1"), after=r2)
+
+        assert await command_sent(nc, command("2-1"), set(), reply_stream=EXEC_STREAM)
+        assert not await command_sent(nc, command("3-1"), set(), reply_stream=EXEC_STREAM)
+        assert await command_sent(nc, command("3-1"), {"3-1"}, reply_stream=EXEC_STREAM)  # read with the log
     finally:
         await nc.close()

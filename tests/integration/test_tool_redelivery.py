@@ -1,6 +1,8 @@
 """A tool pod that stored a command's answer and died before acking it: the command is
 delivered again, and the next tool actor finds the answer in the execution's log and
-acks it without running the step a second time."""
+acks it without running the step a second time. Every result of an execution of
+semantics 4 is on one subject (`in.result`): only an answer naming the command counts,
+another step's does not."""
 
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ from nats.aio.msg import Msg
 
 from actors.client import Client
 from actors.natsio import publish_all
+from actors.natsio.batchget import on_subject
 from actors.pod.roles import connect, start_roles
 from actors.tools import running
 from actors.tools.actor import ToolActor
 from actors.wire.events import embedded_command
-from actors.wire.messages import CallDone, Command, command_decoder, encode
+from actors.wire.messages import CallDone, Command, answer_subject, command_decoder, command_of_answer, encode
 from streams.ids import result_id
 from streams.layout import EXEC_STREAM, Layout, ensure, tool_log_consumer
 from streams.server import NatsServer
@@ -96,15 +99,25 @@ async def held_command_taken(nc: NATS) -> tuple[Msg, Command]:
     return msg, command_decoder.decode(held)
 
 
-async def test_a_command_answered_before_its_pod_died_is_not_run_again(nats_server: NatsServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("answered_on", ["shared", "own"])
+async def test_a_command_answered_before_its_pod_died_is_not_run_again(
+    nats_server: NatsServer, tmp_path: Path, answered_on: str
+) -> None:
+    """The pod that dies stored the answer on the execution's shared results subject (a
+    tool of this version) or on the command's own subject (a tool pod older than
+    semantics 4, which knows no `answer_on`): either way the next pod finds it."""
     async with started(nats_server, tmp_path, Layout(partitions=2, ack_wait=1.0), "sleep") as run:
         nc, eid = run.nc, run.eid
         # the pod that dies: takes `effect`'s command, stores its answer, and is gone before the ack
         _, cmd = await held_command_taken(nc)
+        subjects = run.layout.execution(eid)
+        assert cmd.answer_on == subjects.results  # shared with `nap`'s answer (semantics 4)
+        assert cmd.reply_to == subjects.result(cmd.command_id)  # where an older tool pod answers
         answer = CallDone(
             execution_id=eid, command_id=cmd.command_id, step=cmd.step, attempt_number=1, result="stored before dying"
         )
-        await publish_all(nc.jetstream(), [(cmd.reply_to, encode(answer), result_id(eid, cmd.command_id))])
+        where = answer_subject(cmd) if answered_on == "shared" else cmd.reply_to
+        await publish_all(nc.jetstream(), [(where, encode(answer), result_id(eid, cmd.command_id))])
         # a python tool actor comes up: the command comes back to it after ack_wait
         await run.tool_actor("python")
         assert (await run.client.wait(eid, timeout=20)).state == "COMPLETED"
@@ -142,6 +155,27 @@ async def test_a_consumer_made_again_runs_none_of_the_old_commands_again(
         assert run.effects.read_text() == "ran\n"  # not a second time
 
 
+async def test_a_command_delivered_again_runs_when_only_another_steps_answer_is_stored(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The pod that took `effect`'s command died before running it: the command comes
+    back, the execution's results subject holds `nap`'s answer and not its own, so it
+    runs (once)."""
+    async with started(nats_server, tmp_path, Layout(partitions=2, ack_wait=1.0), "sleep") as run:
+        nc, eid = run.nc, run.eid
+        _, cmd = await held_command_taken(nc)
+        results = run.layout.execution(eid).results
+        assert cmd.answer_on == results
+        stored = await on_subject(nc, EXEC_STREAM, results)  # `nap`'s answer, which issued this command
+        assert len(stored) == 1 and command_of_answer(stored[0].data) not in (None, cmd.command_id)
+        await run.tool_actor("python")
+        assert (await run.client.wait(eid, timeout=20)).state == "COMPLETED"
+        assert await run.client.result(eid) == {"effect": "from a run"}
+        assert run.effects.read_text() == "ran\n"
+        steps = {command_of_answer(m.data) for m in await on_subject(nc, EXEC_STREAM, results)}
+        assert len(steps) == 2 and cmd.command_id in steps  # both answers on the one subject
+
+
 async def test_a_command_delivered_again_runs_when_the_log_cannot_be_asked(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,7 +188,7 @@ async def test_a_command_delivered_again_runs_when_the_log_cannot_be_asked(
         async def unreachable(*args: object, **kwargs: object) -> bool:
             raise TimeoutError
 
-        monkeypatch.setattr(running, "has_message", unreachable)
+        monkeypatch.setattr(running, "is_answered", unreachable)
         await run.tool_actor("python")
         assert (await run.client.wait(run.eid, timeout=20)).state == "COMPLETED"
         assert run.effects.read_text() == "ran\n"

@@ -93,7 +93,8 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
     if cls == "in":
         return {
             "start": lambda: ids.start_record_id(eid),
-            "result": lambda: ids.result_id(eid, rest),
+            # the command named by the subject, or in the result (semantics 4: one subject for all)
+            "result": lambda: ids.result_id(eid, rest or msgspec.json.decode(data)["command_id"]),
             "iterator": lambda: ids.verdict_id(eid, rest),
             "cancel": lambda: ids.cancel_id(eid),
             "timer": lambda: ids.timer_id_msg(ids.timer_owner(eid), rest),

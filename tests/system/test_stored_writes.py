@@ -5,9 +5,11 @@ event (`lc.playbook.*`) holds the decision record and the decision's other lifec
 events; and a decision that issues one command to a tool (and has no lifecycle event)
 holds the command in its record (`ev.cmd.<kind>`, or `lc.<type>.cmd.<kind>` for the
 first decision), where tool actors take it: the command is not stored a second time
-in CMD. An execution started under semantics 1 (while engine pods of semantics 1
-still run, during a rolling upgrade) is continued in the format it started with, so an
-older pod that takes it over still reads every record it wrote. Either way the replay
+in CMD. From semantics 4 on, every result of an execution is on one subject
+(`in.result`), the command named in it. An execution started under semantics 1 (while
+engine pods of semantics 1 still run, during a rolling upgrade) is continued in the
+format it started with, a subject per result too, so an older pod that takes it over
+still reads every record it wrote. Either way the replay
 reproduces every decision, and the user sees every event once, the status and the result."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from actors.core.replay import LogRecord, lifecycle_records, replay_execution
 from actors.engine.readback import read_back
 from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
-from actors.wire.messages import command_decoder, input_decoder
+from actors.wire.messages import command_decoder, command_of_answer, input_decoder
 from streams.layout import CMD_STREAM, class_of
 from tests.conftest import System
 from tests.support.natsio import execution_log
@@ -68,7 +70,7 @@ async def _sees_it_whole(system: System, eid: str) -> None:
     assert await system.client.result(eid) == {"c": 3}
 
 
-async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_as_one_message_each(
+async def test_an_execution_of_semantics_2_on_stores_its_first_and_last_decisions_as_one_message_each(
     system: System,
 ) -> None:
     eid, status = await system.run_yaml(THREE_STEPS)
@@ -89,6 +91,11 @@ async def test_an_execution_of_semantics_2_stores_its_first_and_last_decisions_a
         "in.result",
         "lc.playbook",
     ]
+    # semantics 4: every result on the execution's one results subject, naming its command
+    results = [(s, d) for s, d, _, _ in log if class_of(s) == "in" and ".in.result" in s]
+    assert {s for s, _ in results} == {system.layout.execution(eid).results}
+    answered = [command_of_answer(d) for _, d in results]
+    assert len(set(answered)) == 3 and None not in answered
     held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
     assert [s.split(".", 3)[3] for s, _, _, _ in log if ".cmd." in s] == [
         "lc.playbook.initialized.cmd.python",
@@ -128,5 +135,9 @@ async def test_an_execution_started_under_semantics_1_keeps_its_format_for_older
     assert [s.rsplit(".", 2)[1:] for s, _, _, _ in log if class_of(s) == "ev"] == [["ev", "decision"]] * 4
     assert not [d for s, d, _, _ in log if class_of(s) == "ev" and embedded_command(d) is not None]
     assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 3
+    # a subject per result (semantics 3 and before), as an older pod's replay reads them
+    results = [(s, command_of_answer(d)) for s, d, _, _ in log if ".in.result" in s]
+    assert len({s for s, _ in results}) == 3
+    assert all(c is not None and s == system.layout.execution(eid).result(c) for s, c in results)
     await _replays_clean(system, eid, log)
     await _sees_it_whole(system, eid)
