@@ -232,7 +232,8 @@ async def test_a_loop_verdict_is_found_only_by_one_naming_its_loop(nats_server: 
         shared = ex.input(ITERATOR)
 
         def verdict(loop_id: str) -> bytes:
-            return encode(IteratorCompleted(execution_id="e-loops", loop_id=loop_id, step="s", total=1, results=[1]))
+            done = IteratorCompleted(execution_id="e-loops", loop_id=loop_id, step="s", total=1, succeeded=1, failed=0)
+            return encode(done)
 
         def spec(loop_id: str) -> LoopSpec:
             return LoopSpec(
