@@ -45,8 +45,8 @@ own log, read by the counter actor, never by the engine: the spec (``in.spec``),
 iteration results (``in.res.<command_id>``, or several of one loop at once in
 ``in.res.batch``), retry timers (``sch``/``in.timer``) and a
 cancel. Keeping iterations out of EXEC is what keeps an execution's log the same size
-for 10 iterations or 100,000. The counter appends one ``in.iterator.<loop_id>`` verdict
-to the execution's inputs when the loop ends.
+for 10 iterations or 100,000. The counter appends one verdict to the execution's inputs
+when the loop ends (``in.iterator.<loop_id>``; ``in.iterator`` from semantics 4).
 
 ``schedules.def.<name>`` in stream SCHEDULES: a schedule's cron definition (a
 ``Nats-Schedule`` message whose body is a start message); the server publishes the body

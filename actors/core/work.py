@@ -52,7 +52,7 @@ from actors.wire.messages import (
     Redrive,
 )
 from streams.ids import child_execution_id, step_command_id
-from streams.subjects import ExecSubjects
+from streams.subjects import ITERATOR, ExecSubjects
 
 # the engine semantics (actors/core/replay.py SEMANTICS) from which a step's command is
 # answered on the execution's one results subject (`in.result`), the command id in the
@@ -244,6 +244,8 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
             collection=collection,
             scope={k: v for k, v in scope.items() if k in wanted},
             reply_to=decision.subjects.iterator(loop_id),
+            # semantics 4: the verdicts of every loop of the execution on one subject
+            answer_on=decision.subjects.input(ITERATOR) if ex.semantics >= SHARED_RESULTS else None,
             parent_event_id=parent,
             limits=ex.limits,
             code_at=code_at(ex, step),

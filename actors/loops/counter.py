@@ -41,7 +41,7 @@ from nats.js.errors import NotFoundError
 from actors.core.effects import CommandCancel, Effects, Timer, loop_failed
 from actors.core.loop import LoopRun, fold_loop
 from actors.core.replay import SEMANTICS, LoopReplayer, Mismatch, Recorded
-from actors.natsio import ack, dead_letter, has_message, last_message, publish_all
+from actors.natsio import ack, dead_letter, has_message, last_message, publish_all, verdict_sent
 from actors.natsio.binding import codec_of
 from actors.natsio.subjectlist import stream_subjects
 from actors.playbook.loader import PlaybookInvalid, parsed_playbook
@@ -140,6 +140,13 @@ class LoopActor(LogActor):
 
     def opens_log(self, subject: str) -> bool:
         return loop_type(subject) == SPEC
+
+    async def publish(self, effects: Effects) -> None:
+        spec = self.state.spec
+        # where the verdict goes: the execution's one subject for every loop's verdict
+        # when the spec names it (semantics 4), else the loop's own (`reply_to`)
+        self.outbox.verdict_to = None if spec is None else spec.answer_on
+        await super().publish(effects)
 
     async def handle(self, batch: list[Msg]) -> None:
         with handling(traced_loop(self.outbox.trace)):  # the loop's span current: log lines name it
@@ -414,7 +421,7 @@ class LoopActor(LogActor):
             if (
                 verdict is not None
                 and run.spec is not None
-                and not await has_message(self.counter.nc, EXEC_STREAM, run.spec.reply_to)
+                and not await verdict_sent(self.counter.nc, EXEC_STREAM, run.spec)
             ):
                 missing.verdict = verdict
         if missing:

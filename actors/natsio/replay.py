@@ -3,14 +3,14 @@ would publish already there (published before a crash, or by another pod)?"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from nats.aio.client import Client as NATS
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from actors.natsio.batchget import pages
-from actors.wire.messages import Command, command_of_answer
+from actors.wire.messages import Command, LoopSpec, command_of_answer, loop_of_verdict
 from streams.layout import CMD_STREAM, cmd_subject
 from streams.subjects import shares_results
 
@@ -53,30 +53,48 @@ async def is_answered(nc: NATS, stream: str, cmd: Command, *, after: int = 0) ->
     """Does `stream` hold the answer to `cmd`? On the command's own subject
     (`reply_to`, `in.result.<command>`), which holds nothing else: a direct get. Then,
     for a command of semantics 4 on, on the subject every result of its execution
-    shares (`answer_on`, `in.result`), where a tool of this version answers: its
-    messages after sequence `after` (the record that held the command, when known: its
-    answer can only follow it) are read a page at a time (bounded direct gets, any
-    replica) until one names this command, then the leader is asked for any stored
-    after the last one read (a replica behind answers from what it has, as
-    `last_message` says), so a "no" is the leader's, as a direct get's is. Both
-    subjects, because a tool pod older than semantics 4 answers on `reply_to` whatever
-    the execution's semantics."""
+    shares (`answer_on`, `in.result`), where a tool of this version answers, for one
+    naming this command (`shared_holds`) after sequence `after` (the record that held
+    the command, when known: its answer can only follow it). Both subjects, because a
+    tool pod older than semantics 4 answers on `reply_to` whatever the execution's
+    semantics."""
     if await has_message(nc, stream, cmd.reply_to):
         return True
     shared = cmd.answer_on
     if not shared or not shares_results(shared):
         return False
+    return await shared_holds(nc, stream, shared, lambda data: command_of_answer(data) == cmd.command_id, after=after)
+
+
+async def verdict_sent(nc: NATS, stream: str, spec: LoopSpec) -> bool:
+    """Is a loop's verdict in its execution's log? On the loop's own subject
+    (`reply_to`, where a counter older than semantics 4 sends it), then on the
+    execution's one subject for every loop's verdict (`answer_on`, semantics 4 on) for
+    one naming this loop."""
+    if await has_message(nc, stream, spec.reply_to):
+        return True
+    if not spec.answer_on:
+        return False
+    return await shared_holds(nc, stream, spec.answer_on, lambda data: loop_of_verdict(data) == spec.loop_id)
+
+
+async def shared_holds(nc: NATS, stream: str, subject: str, match: Callable[[bytes], bool], *, after: int = 0) -> bool:
+    """Does a message on `subject` (a subject several answers share) after sequence
+    `after` match? Read a page at a time (bounded direct gets, any replica) until one
+    does, then the leader is asked for any stored after the last one read (a replica
+    behind answers from what it has, as `last_message` says), so a "no" is the
+    leader's, as a direct get's is."""
     seq = after + 1
-    async for page in pages(nc, stream, shared, first=seq, batch=ANSWER_PAGE):
-        if any(command_of_answer(m.data) == cmd.command_id for m in page):
+    async for page in pages(nc, stream, subject, first=seq, batch=ANSWER_PAGE):
+        if any(match(m.data) for m in page):
             return True
         seq = page[-1].seq + 1
     while True:
         try:
-            msg = await nc.jsm().get_msg(stream, seq, subject=shared, next=True)  # the leader's
+            msg = await nc.jsm().get_msg(stream, seq, subject=subject, next=True)  # the leader's
         except NotFoundError:
             return False
-        if command_of_answer(msg.data or b"") == cmd.command_id:
+        if match(msg.data or b""):
             return True
         seq = int(msg.seq or seq) + 1
 

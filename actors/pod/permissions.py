@@ -352,6 +352,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 "loop.*.*.*.ev.>",
                 "loop.*.*.*.sch.>",
                 f"{EXEC_IN}.iterator.>",
+                f"{EXEC_IN}.iterator",  # every loop's verdict on one subject (semantics 4)
                 "cmd.>",
                 START_SUBJECT,  # a loop over a playbook tool starts children
                 f"{EXEC_IN}.cancel",  # cancels them

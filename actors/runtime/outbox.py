@@ -80,6 +80,9 @@ class Outbox:
         # the trace context its messages carry in their headers (docs/tracing.md): set
         # by the engine and the counter while tracing is on; None, no headers at all
         self.trace: Carrier | None = None
+        # a loop's: where its verdict goes instead of the loop's own subject, the
+        # execution's one subject for every loop's verdict (`LoopSpec.answer_on`)
+        self.verdict_to: str | None = None
 
     async def send(self, fx: Effects) -> None:
         js = self.js
@@ -244,15 +247,15 @@ class Outbox:
         )
 
     async def send_verdict(self, verdict: IteratorCompleted | IteratorFailed) -> None:
-        """A loop's end, into its execution's inputs (`in.iterator.<loop_id>`, where the
-        engine's spec said: `LoopSpec.reply_to`); aggregated results too large for the
-        message go as a blob."""
+        """A loop's end, into its execution's inputs (`in.iterator.<loop_id>`, or the
+        execution's one subject for every verdict, `in.iterator`, when the spec names it:
+        `verdict_to`); aggregated results too large for the message go as a blob."""
         assert self.loop_id is not None
         if verdict.results is not None:
             ref = await offload(self.js, f"{self.execution_id}/{self.loop_id}/results", verdict.results)
             if ref is not None:
                 verdict.results, verdict.results_ref = None, ref
-        subject = ExecSubjects.of(self.execution_id, self.layout.partitions).iterator(self.loop_id)
+        subject = self.verdict_to or ExecSubjects.of(self.execution_id, self.layout.partitions).iterator(self.loop_id)
         await publish_all(
             self.js, [(subject, self.codec.encode(verdict), ids.verdict_id(self.execution_id, self.loop_id))]
         )

@@ -341,6 +341,28 @@ class _Answers(Struct):
 _ANSWER_TYPES = ("call.done", "call.error")
 
 
+class _Verdict(Struct):
+    """What a stored loop verdict says it ends; its other fields are not read."""
+
+    type: str = ""
+    loop_id: str = ""
+
+
+_verdict_decoder = msgspec.json.Decoder(_Verdict)
+_VERDICT_TYPES = ("iterator.completed", "iterator.failed")
+
+
+def loop_of_verdict(data: bytes) -> str | None:
+    """The loop a stored verdict (`iterator.completed`, `iterator.failed`) ends, read
+    without opening anything (a loop id is never sealed): how a reader tells the
+    verdicts on an execution's shared subject (`in.iterator`, semantics 4) apart."""
+    try:
+        found = _verdict_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+    return found.loop_id or None if found.type in _VERDICT_TYPES else None
+
+
 _answers_decoder = msgspec.json.Decoder(_Answers)
 
 
@@ -523,13 +545,17 @@ class LoopSpec(_Wire, tag="loop.spec", tag_field="type", kw_only=True):
     collection_ref: str | None = None
     scope: Annotated[dict[str, Any], SECRET] = field(default_factory=dict)
     scope_ref: str | None = None  # the scope as a blob, when the spec would not fit in a message
-    reply_to: str  # exec.<p>.<id>.in.iterator.<loop_id>
+    # exec.<p>.<id>.in.iterator.<loop_id>, where a counter older than semantics 4 sends
+    # the loop's verdict; `answer_on` (semantics 4 on) is the execution's one subject for
+    # every loop's verdict, the loop named in it, where a counter of this version sends it
+    reply_to: str
     parent_event_id: str | None = None
     limits: Limits = field(default_factory=Limits)  # the execution's, from its start record
     code_at: CodeAt | None = None  # a python loop step's: where its code starts (each command carries it)
     # a redrive: only these iterations run (in this order); the others count as
     # succeeded, their results kept by the engine (RetryOf.redrive). None: every one
     only: list[int] | None = None
+    answer_on: str | None = None  # see `reply_to`
     # (a loop of `tool: wait` steps gets the signals the execution kept for it as inputs
     # of its log right after this spec, one message each, as it gets later ones: not
     # here, where a few large ones would make the spec exceed the max message size)

@@ -284,6 +284,8 @@ SCENARIOS: dict[str, Scenario] = {
         # semantics 4: every result of an execution on one subject (`in.result`)
         Scenario("shared_results", "COMPLETED", plain("decisions")),
         Scenario("shared_child", "COMPLETED", child),
+        # ... and every loop's verdict on one subject (`in.iterator`)
+        Scenario("shared_loops", "COMPLETED", plain("loop_async")),
         Scenario(
             "encryption",
             "COMPLETED",

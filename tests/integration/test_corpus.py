@@ -30,6 +30,8 @@ from actors.wire.messages import (
     CallDone,
     CallError,
     ChunkDone,
+    IteratorCompleted,
+    IteratorFailed,
     LoopSpec,
     answer_subject,
     input_decoder,
@@ -106,15 +108,22 @@ def _misaddressed(eid: str, log: list[LogRecord], outputs: list[tuple[int, Effec
         for st in fx.starts:
             if st.parent and st.parent.reply_to:
                 allowed[st.parent.command_id] = {st.parent.reply_to}
+        for spec in fx.loops:  # a verdict: where this code's counter sends it, or an older one
+            allowed[f"loop:{spec.loop_id}"] = {spec.answer_on or spec.reply_to, spec.reply_to}
     return own + [
-        f"{eid}: the answer to {r.value.command_id} is on {r.subject}; this code sends it to "
-        f"{sorted(allowed[r.value.command_id])}"
+        f"{eid}: the answer to {key} is on {r.subject}; this code sends it to {sorted(allowed[key])}"
         for r in log
-        if r.cls == IN
-        and isinstance(r.value, (CallDone, CallError))
-        and r.value.command_id in allowed
-        and r.subject not in allowed[r.value.command_id]
+        if r.cls == IN and (key := _answers(r.value)) is not None and key in allowed and r.subject not in allowed[key]
     ]
+
+
+def _answers(value: Any) -> str | None:
+    """What an input answers: a command (by its id) or a loop (`loop:<id>`)."""
+    if isinstance(value, (CallDone, CallError)):
+        return value.command_id
+    if isinstance(value, (IteratorCompleted, IteratorFailed)):
+        return f"loop:{value.loop_id}"
+    return None
 
 
 async def _replay(js: Any, corpus: Corpus) -> tuple[list[Mismatch | str], dict[str, str]]:

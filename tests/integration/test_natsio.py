@@ -15,13 +15,21 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import KeyWrongLastSequenceError
 
-from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, command_sent, is_answered, publishing, subject_taken
+from actors.natsio import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    command_sent,
+    is_answered,
+    publishing,
+    subject_taken,
+    verdict_sent,
+)
 from actors.natsio.batchget import on_subject
 from actors.natsio.fast import ack, send, send_nowait
 from actors.natsio.kvput import put_if_last
-from actors.wire.messages import CallDone, Command, command_of_answer, encode
+from actors.wire.messages import CallDone, Command, IteratorCompleted, LoopSpec, command_of_answer, encode
 from streams.layout import EXEC_STREAM, ensure
 from streams.server import NatsServer
+from streams.subjects import ITERATOR
 from tests.conftest import make_layout
 from tests.support.natsio import received
 
@@ -207,5 +215,50 @@ async def test_a_command_is_answered_only_by_a_result_naming_it(nats_server: Nat
         assert await command_sent(nc, command("2-1"), set(), reply_stream=EXEC_STREAM)
         assert not await command_sent(nc, command("3-1"), set(), reply_stream=EXEC_STREAM)
         assert await command_sent(nc, command("3-1"), {"3-1"}, reply_stream=EXEC_STREAM)  # read with the log
+    finally:
+        await nc.close()
+
+
+async def test_a_loop_verdict_is_found_only_by_one_naming_its_loop(nats_server: NatsServer) -> None:
+    """`verdict_sent` (a counter's replay: is this loop's end in the execution's log?): on
+    the execution's one subject for every loop's verdict (semantics 4) only a verdict
+    naming the loop counts; on the loop's own subject (an older counter's) any does."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        layout = make_layout()
+        await ensure(js, layout)
+        ex = layout.execution("e-loops")
+        shared = ex.input(ITERATOR)
+
+        def verdict(loop_id: str) -> bytes:
+            done = IteratorCompleted(execution_id="e-loops", loop_id=loop_id, step="s", total=1, succeeded=1, failed=0)
+            return encode(done)
+
+        def spec(loop_id: str) -> LoopSpec:
+            return LoopSpec(
+                execution_id="e-loops",
+                loop_id=loop_id,
+                step="s",
+                playbook_path="p",
+                playbook_source="",
+                reply_to=ex.iterator(loop_id),
+                answer_on=shared,
+            )
+
+        forged = b'{"type":"call.done","loop_id":"3-1"}'
+        await publishing.publish_all(
+            js,
+            [
+                (shared, verdict("1-1"), "v1"),
+                (shared, forged, "f3"),
+                (ex.iterator("2-1"), verdict("2-1"), "v2"),  # an older counter's
+            ],
+        )
+        assert [await verdict_sent(nc, EXEC_STREAM, spec(loop)) for loop in ("1-1", "2-1", "3-1")] == [
+            True,
+            True,
+            False,
+        ]
     finally:
         await nc.close()

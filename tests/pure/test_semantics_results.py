@@ -94,3 +94,33 @@ def test_commands_are_answered_where_the_executions_semantics_says(semantics: in
         assert sent == {c: subjects.result(c) for c in sent}
         assert all(r == exec_subjects(child_id).result(c) for c, r in replies(child.outputs).items())
     assert replay(run) and replay(child)
+
+
+LOOPS = (
+    HEAD % "loops"
+    + f"""
+  - step: each
+    tool: {PY}
+    loop: {{collection: "{{{{ [1, 2, 3] }}}}", element: n}}
+    next: again
+  - step: again
+    tool: {PY}
+    loop: {{collection: "{{{{ [4, 5] }}}}", element: n}}
+"""
+)
+
+
+@pytest.mark.parametrize("semantics", [3, SEMANTICS])
+def test_loop_verdicts_go_where_the_executions_semantics_says(semantics: int) -> None:
+    """From 4 on a loop's spec names the execution's one subject for every loop's
+    verdict (`answer_on`, `in.iterator`), beside the loop's own (`reply_to`, where an
+    older counter sends it); before, only the loop's own."""
+    h = Stamped({"each": lambda call: call.element, "again": lambda call: call.element}, semantics=semantics)
+    run = h.run(LOOPS)
+    assert run.status == "COMPLETED"
+    specs = [spec for out in run.outputs for spec in out["loops"]]
+    subjects = exec_subjects(run.execution_id)
+    assert len(specs) == 2
+    assert all(spec["reply_to"] == subjects.iterator(spec["loop_id"]) for spec in specs)
+    assert [spec.get("answer_on") for spec in specs] == [subjects.input("iterator") if semantics >= 4 else None] * 2
+    assert replay(run)

@@ -95,7 +95,8 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
             "start": lambda: ids.start_record_id(eid),
             # the command named by the subject, or in the result (semantics 4: one subject for all)
             "result": lambda: ids.result_id(eid, rest or msgspec.json.decode(data)["command_id"]),
-            "iterator": lambda: ids.verdict_id(eid, rest),
+            # the loop named by the subject, or in the verdict (semantics 4: one subject for all)
+            "iterator": lambda: ids.verdict_id(eid, rest or msgspec.json.decode(data)["loop_id"]),
             "cancel": lambda: ids.cancel_id(eid),
             "timer": lambda: ids.timer_id_msg(ids.timer_owner(eid), rest),
             "fault": lambda: ids.fault_id(eid, msgspec.json.decode(data)["input_seq"]),
