@@ -128,6 +128,12 @@ TRIGGERS_BUCKET = "triggers"  # one entry per trigger, and its counts (actors/wi
 HOOKS_BUCKET = "hooks"  # one entry per webhook (actors/wire/hooks.py): its action and its token's digest
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
+
+def is_exec_stream(name: str) -> bool:
+    """Is `name` a stream of executions' logs (EXEC, or EXEC_<k> when there are several)?"""
+    return name == EXEC_STREAM or (name.startswith(f"{EXEC_STREAM}_") and name[len(EXEC_STREAM) + 1 :].isdigit())
+
+
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 # kinds run by tool actors (one durable consumer each); `playbook` runs in the engine
@@ -208,6 +214,10 @@ class Layout:
     def exec_stream_of(self, execution_id: str) -> str:
         """The stream holding the log of `execution_id`."""
         return self.exec_stream(self.partition_of(execution_id))
+
+    def exec_stream_holding(self, subject: str) -> str:
+        """The stream holding `subject`, one of an execution's log (`exec.<p>.<id>...`)."""
+        return self.exec_stream(int(subject.split(".", 2)[1]))
 
     @property
     def exec_stream_names(self) -> tuple[str, ...]:
@@ -752,6 +762,7 @@ __all__ = [
     "engine_filter",
     "ensure",
     "execution_of",
+    "is_exec_stream",
     "loop_class",
     "loop_key",
     "loop_type",
