@@ -26,7 +26,7 @@ from streams.layout import (
     tool_log_consumer,
 )
 from streams.server import NatsServer
-from tests.conftest import System, make_layout, of_type, running_system
+from tests.conftest import make_layout, of_type, running_system
 
 pytestmark = [pytest.mark.timeout(90)]
 
