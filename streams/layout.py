@@ -3,7 +3,11 @@
 Subjects
 --------
 ``exec.<partition>.<execution_id>.<class>.<type>`` in stream EXEC, the per-execution
-log. ``class`` separates who writes and who reads:
+log; or, in a deployment of ``exec_streams`` S over 1 (ACTORS_EXEC_STREAMS), in stream
+``EXEC_<partition mod S>``, each holding ``exec.<p>.>`` of its partitions, so that S
+streams fsync side by side (`Layout.exec_stream`; S is fixed for a deployment, and
+`ensure` refuses a pod whose S disagrees with the streams there). ``class`` separates
+who writes and who reads:
 
 * ``in``  inputs the engine folds: the start record, tool results, cancel requests.
   Written by the starter, tool actors and the CLI; the engine's partition consumers
@@ -11,7 +15,8 @@ log. ``class`` separates who writes and who reads:
 * ``ev``  the engine's decision records (step.enter, command.issued, step.exit ...):
   one message per decision, so a decision lands whole or not at all. From semantics 2
   on, a record holding the decision's one command to a tool is on ``ev.cmd.<kind>``,
-  where tool actors take it (consumer ``tools-<kind>-log``): the command is stored once.
+  where tool actors take it (consumer ``tools-<kind>-log``, on each stream of logs):
+  the command is stored once.
 * ``sch`` durable timers (retry delays): schedule definitions the server fires into
   ``in.timer.<timer_id>`` when due, so a delay survives the loss of every process.
 * ``lc``  lifecycle events (``playbook.*``, ``workflow.*``, ``execution.*``). The
