@@ -7,16 +7,25 @@ there is refused. With one stream (every other test) nothing changes: stream EXE
 from __future__ import annotations
 
 import asyncio
+import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
+from nats.js.errors import NotFoundError
 
 from actors.config.settings import Settings, SettingsInvalid
 from actors.natsio.readall import count
+from actors.pod.permissions import users
 from actors.pod.roles import connect
+from actors.runtime.metrics import consumers_for
 from streams.layout import (
     EXEC_STREAM,
     PROJECTOR_CONSUMER,
+    SCHEDULE_FIRES_CONSUMER,
+    SCHEDULE_STREAM,
+    START_STREAM,
+    STARTER_CONSUMER,
     ExecStreamsMismatch,
     Layout,
     consumer_configs,
@@ -30,7 +39,7 @@ from tests.conftest import make_layout, of_type, running_system
 
 pytestmark = [pytest.mark.timeout(90)]
 
-SPREAD = {"partitions": 8, "exec_streams": 4}
+SPREAD: dict[str, Any] = {"partitions": 8, "exec_streams": 4}
 
 TWO_STEPS = """
 apiVersion: actors/v1
@@ -40,12 +49,17 @@ workflow:
   - step: start
     tool: {kind: python, code: "def main(x): return {'v': x + 1}"}
     args: {x: "{{ workload.x }}"}
+    next: each
+  - step: each
+    loop: {collection: "{{ [1, 2] }}", element: n}
+    tool: {kind: python, code: "def main(n): return n * 10"}
+    args: {n: "{{ n }}"}
     next: nap
   - step: nap
     tool: {kind: sleep, seconds: %s}
     next: end
   - step: end
-    args: {v: "{{ start.v }}"}
+    args: {v: "{{ start.v }}", each: "{{ each }}"}
 """
 
 
@@ -75,6 +89,22 @@ def test_a_layout_names_each_partitions_stream() -> None:
     for k in range(4):
         names = [c.durable_name for c in consumers[f"EXEC_{k}"]]
         assert names == [engine_consumer(k), engine_consumer(k + 4), PROJECTOR_CONSUMER, tool_log_consumer("python")]
+    # metrics report each stream's consumers; the permissions name every stream and not EXEC
+    assert consumers_for(["engine"], partitions=[1, 5], layout=four) == [
+        ("EXEC_1", engine_consumer(1)),
+        ("EXEC_1", engine_consumer(5)),
+        (START_STREAM, STARTER_CONSUMER),
+        (SCHEDULE_STREAM, SCHEDULE_FIRES_CONSUMER),
+    ]
+    assert consumers_for(["projector"], partitions=[], layout=four) == [(f"EXEC_{k}", "projector") for k in range(4)]
+    granted = {u.name: u for u in users(four, ("python",))}
+    tools = " ".join(granted["tools"].publish)
+    assert all(f"$JS.API.CONSUMER.MSG.NEXT.EXEC_{k}.tools-python-log" in tools for k in range(4))
+    assert all(f"$JS.API.DIRECT.GET.EXEC_{k}" in tools for k in range(4)) and ".EXEC." not in tools
+    assert "$JS.ACK.EXEC_2.engine-p6.>" in granted["engine"].publish
+    assert "$JS.ACK.EXEC_3.projector.>" in granted["projector"].publish
+    assert granted["projector"].subscribe.count("_deliver.projector") == 1
+    assert "$JS.API.STREAM.CREATE.EXEC_3" in granted["engine"].publish
     for bad in (0, 9):
         with pytest.raises(ValueError, match="exec_streams"):
             Layout(partitions=8, exec_streams=bad)
@@ -103,8 +133,8 @@ async def test_executions_of_every_partition_complete_each_log_in_its_stream_onl
             own = layout.exec_stream_of(eid)
             assert held[own] > 0 and not any(n for name, n in held.items() if name != own), (eid, held)
             events = await system.events(eid)
-            assert [e.step for e in of_type(events, "step.exit")] == ["start", "nap", "end"]
-            assert of_type(events, "playbook.completed")[0].data["result"] == {"v": i + 1}
+            assert [e.step for e in of_type(events, "step.exit")] == ["start", "each", "nap", "end"]
+            assert of_type(events, "playbook.completed")[0].data["result"] == {"v": i + 1, "each": [10, 20]}
             status = await system.client.status(eid)
             assert status is not None and status.state == "COMPLETED" and status.playbook == "spread"
         listed = {s.execution_id for s in await system.client.list(state="COMPLETED")}
@@ -133,7 +163,7 @@ async def test_an_engine_restart_replays_from_the_executions_stream(nats_server:
             assert (await system.client.wait(eid, timeout=30)).state == "COMPLETED"
             events = await system.events(eid)
             assert len(of_type(events, "playbook.completed")) == 1
-            assert of_type(events, "playbook.completed")[0].data["result"] == {"v": i + 1}
+            assert of_type(events, "playbook.completed")[0].data["result"] == {"v": i + 1, "each": [10, 20]}
             assert len(of_type(events, "step.enter", "nap")) == 1
 
 
@@ -160,3 +190,42 @@ async def test_a_pod_whose_count_disagrees_with_the_streams_there_is_refused(nat
         await ensure(js, Layout(**SPREAD))
     finally:
         await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_a_playbook_runs_through_one_user_per_role_over_four_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The permissions of a deployment of four streams of logs (`server_config`) refuse
+    nothing the roles do: a retry timer, a blob, loops of children and of python steps."""
+    from actors.client import Client
+    from actors.pod import permissions
+    from tests.support.secured import Pods, Secured
+    from tests.system.test_permissions import CHILD, PARENT, RESULT
+
+    layout = Layout(partitions=16, exec_streams=4, ack_wait=2.0)
+    passwords = {u: "p" + secrets.token_hex(8) for u in permissions.USERS}
+    for u in permissions.users(layout):
+        monkeypatch.setenv(u.password_variable, passwords[u.name])
+    server = await NatsServer.start(config=permissions.server_config(layout))
+    secured = Secured(server, passwords, layout)
+    pods = Pods()
+    try:
+        for role in ("engine", "counter", "tools", "projector"):  # the engine first: it declares the streams
+            await pods.start(secured, role)
+        (tmp_path / "child.yaml").write_text(CHILD)
+        (tmp_path / "parent.yaml").write_text(PARENT)
+        async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=layout) as client:
+            await client.register(tmp_path / "child.yaml")
+            parent = await client.register(tmp_path / "parent.yaml")
+            eid = await client.start(parent.path, payload={"marker": str(tmp_path / "marker")})
+            status = await client.wait(eid, timeout=60)
+            assert status.state == "COMPLETED", status
+            assert await client.result(eid) == RESULT
+            assert [e.type for e in await client.events(eid)].count("playbook.completed") == 1
+        assert secured.violations() == []
+        with pytest.raises(NotFoundError):
+            await pods.running[0][0].jsm().stream_info(EXEC_STREAM)
+    finally:
+        await pods.stop()
+        await server.discard()
