@@ -229,3 +229,19 @@ async def test_a_playbook_runs_through_one_user_per_role_over_four_streams(
     finally:
         await pods.stop()
         await server.discard()
+
+
+@pytest.mark.asyncio
+async def test_a_pod_of_another_count_exits_saying_so_in_one_line(nats_server: NatsServer) -> None:
+    from tests.support.cli import cli, one_line
+
+    nc = await connect(nats_server.url, name="test")
+    try:
+        await ensure(nc.jetstream(), Layout(partitions=8))
+        await nc.jetstream().publish("exec.3.x.in.start", b"{}")
+    finally:
+        await nc.close()
+    env = {"ACTORS_PARTITIONS": "8", "ACTORS_EXEC_STREAMS": "4"}
+    ran = await cli("serve", "--role", "engine", url=nats_server.url, env=env, timeout=60)
+    assert ran.code == 5, ran.err
+    assert "ACTORS_EXEC_STREAMS=4 but stream EXEC holds 1 messages" in one_line(ran.err), ran.err
