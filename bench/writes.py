@@ -3,7 +3,8 @@ step of a chain stores, stream by stream, and the fsyncs it costs, against an ea
 commit run alternating on the same machine.
 
     python -m bench.writes [--baseline REV] [--rounds 2] [--runs 40] [--chain 50]
-                           [--concurrent 200] [--fsync-delay-ms 0] [--cluster] [--json-only]
+                           [--concurrent 200] [--fsync-delay-ms 0] [--cluster] [--exec-streams 1]
+                           [--json-only]
 
 Each side (this checkout; with `--baseline`, REV checked out in a temporary git
 worktree) gets, each round, a fresh nats-server with JetStream's `sync_interval:
@@ -35,6 +36,10 @@ Per side and round, after 5 warm-up workflows:
 each node with `sync_interval: always` (for a replicated stream the server flushes its
 raft log instead of each message block: a stored message is a quorum write), fsyncs
 counted on all three nodes.
+
+`--exec-streams N`: this checkout's pod spreads the executions' logs over N streams
+(ACTORS_EXEC_STREAMS; partitions: 8, or N if more); the baseline's keeps one. So
+`--baseline HEAD --exec-streams 4` runs 4 streams against 1 on the same code, alternating.
 
 Prints a table and, as its last line, one JSON object.
 """
@@ -143,7 +148,8 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
     delay: FsyncTrace | None = None
     with tempfile.TemporaryDirectory(prefix=f"bench-writes-{name}-") as tmp:
         try:
-            layout = Layout(replicas=replicas)
+            streams = args.exec_streams if name == "new" else 1  # the baseline's pod: one stream
+            layout = Layout(replicas=replicas, partitions=max(8, streams), exec_streams=streams)
             pod = await PodProcess.start("all", url=servers.url, layout=layout, logs=Path(tmp), name="pod", code=code)
             await pod.ready(timeout=120)
             nc = await connect(servers.url, name="bench-writes")
@@ -255,7 +261,8 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str
     say("")
     say(
         f"{'3-node R3 cluster, ' if args.cluster else ''}sync always"
-        f"{f', every fsync +{args.fsync_delay_ms} ms' if args.fsync_delay_ms else ''}; "
+        f"{f', every fsync +{args.fsync_delay_ms} ms' if args.fsync_delay_ms else ''}"
+        f"{f', new: {args.exec_streams} streams of logs' if args.exec_streams > 1 else ''}; "
         f"medians of {args.rounds} rounds; {args.runs} one by one, chain of {args.chain}, {args.concurrent} at once"
     )
     cols = list(medians)
@@ -277,6 +284,7 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str
         "baseline": args.baseline,
         "fsync_delay_ms": args.fsync_delay_ms,
         "cluster": args.cluster,
+        "exec_streams": args.exec_streams,
         "rounds": args.rounds,
         "runs": args.runs,
         "chain": args.chain,
@@ -295,9 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=200, help="3-step workflows at once")
     parser.add_argument("--fsync-delay-ms", type=float, default=0.0, help="slow every fsync of the server by this")
     parser.add_argument("--cluster", action="store_true", help="a 3-node R3 cluster (fsyncs of all three)")
+    parser.add_argument(
+        "--exec-streams",
+        type=int,
+        default=1,
+        help="streams of executions' logs, this checkout's pod",
+    )
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args(argv)
-    if min(args.rounds, args.runs, args.chain, args.concurrent) < 1 or args.fsync_delay_ms < 0:
+    if min(args.rounds, args.runs, args.chain, args.concurrent, args.exec_streams) < 1 or args.fsync_delay_ms < 0:
         parser.error("counts must be at least 1 and the delay not negative")
     if not os.access(STRACE, os.X_OK):
         parser.error(f"{STRACE} is needed (fsync counts; Debian package strace)")

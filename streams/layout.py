@@ -3,7 +3,11 @@
 Subjects
 --------
 ``exec.<partition>.<execution_id>.<class>.<type>`` in stream EXEC, the per-execution
-log. ``class`` separates who writes and who reads:
+log; or, in a deployment of ``exec_streams`` S over 1 (ACTORS_EXEC_STREAMS), in stream
+``EXEC_<partition mod S>``, each holding ``exec.<p>.>`` of its partitions, so that S
+streams fsync side by side (`Layout.exec_stream`; S is fixed for a deployment, and
+`ensure` refuses a pod whose S disagrees with the streams there). ``class`` separates
+who writes and who reads:
 
 * ``in``  inputs the engine folds: the start record, tool results, cancel requests.
   Written by the starter, tool actors and the CLI; the engine's partition consumers
@@ -11,7 +15,8 @@ log. ``class`` separates who writes and who reads:
 * ``ev``  the engine's decision records (step.enter, command.issued, step.exit ...):
   one message per decision, so a decision lands whole or not at all. From semantics 2
   on, a record holding the decision's one command to a tool is on ``ev.cmd.<kind>``,
-  where tool actors take it (consumer ``tools-<kind>-log``): the command is stored once.
+  where tool actors take it (consumer ``tools-<kind>-log``, on each stream of logs):
+  the command is stored once.
 * ``sch`` durable timers (retry delays): schedule definitions the server fires into
   ``in.timer.<timer_id>`` when due, so a delay survives the loss of every process.
 * ``lc``  lifecycle events (``playbook.*``, ``workflow.*``, ``execution.*``). The
@@ -128,6 +133,12 @@ TRIGGERS_BUCKET = "triggers"  # one entry per trigger, and its counts (actors/wi
 HOOKS_BUCKET = "hooks"  # one entry per webhook (actors/wire/hooks.py): its action and its token's digest
 OWNERS_BUCKET = "owners"  # partition leases and pod membership (entries age out: the lease TTL)
 
+
+def is_exec_stream(name: str) -> bool:
+    """Is `name` a stream of executions' logs (EXEC, or EXEC_<k> when there are several)?"""
+    return name == EXEC_STREAM or (name.startswith(f"{EXEC_STREAM}_") and name[len(EXEC_STREAM) + 1 :].isdigit())
+
+
 EXECUTION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 # kinds run by tool actors (one durable consumer each); `playbook` runs in the engine
@@ -141,6 +152,12 @@ class Layout:
     `actors.config.settings.Settings.layout`."""
 
     partitions: int = 8
+    # streams an execution's log is spread over: 1, stream EXEC (every deployment before
+    # it); S > 1, partition p's log in stream EXEC_<p mod S>. nats-server fsyncs one
+    # stream's writes one after another (`sync always`), so under load one stream's
+    # fsyncs bound every execution's progress; S streams fsync side by side. Fixed for
+    # the life of a deployment, as the partition count: `ensure` refuses another
+    exec_streams: int = 1
     replicas: int = 1
     duplicate_window: float = 120.0
     max_msg_size: int = 1024 * 1024
@@ -172,6 +189,12 @@ class Layout:
     step_output_max_bytes: int = 8 * 1024 * 1024
     extra: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.exec_streams <= self.partitions:
+            raise ValueError(
+                f"exec_streams must be from 1 to the partition count ({self.partitions}), not {self.exec_streams}"
+            )
+
     @property
     def fire_ttl(self) -> float:
         """Seconds a schedule's fire is kept (a fire is taken within seconds; the TTL
@@ -183,6 +206,39 @@ class Layout:
 
     def partition_of(self, execution_id: str) -> int:
         return partition_of(execution_id, self.partitions)
+
+    # --- the streams of executions' logs ------------------------------------------
+
+    def exec_stream(self, partition: int) -> str:
+        """The stream holding partition `partition`'s logs: EXEC when there is one
+        (`exec_streams` 1, every deployment before it), else EXEC_<partition mod S>."""
+        if self.exec_streams == 1:
+            return EXEC_STREAM
+        return f"{EXEC_STREAM}_{partition % self.exec_streams}"
+
+    def exec_stream_of(self, execution_id: str) -> str:
+        """The stream holding the log of `execution_id`."""
+        return self.exec_stream(self.partition_of(execution_id))
+
+    def exec_stream_holding(self, subject: str) -> str:
+        """The stream holding `subject`, one of an execution's log (`exec.<p>.<id>...`)."""
+        return self.exec_stream(int(subject.split(".", 2)[1]))
+
+    @property
+    def exec_stream_names(self) -> tuple[str, ...]:
+        """Every stream of executions' logs, EXEC or EXEC_0 .. EXEC_<S-1>."""
+        return tuple(self.exec_stream(k) for k in range(self.exec_streams))
+
+    def exec_stream_partitions(self, stream: str) -> list[int]:
+        """The partitions whose logs `stream` holds."""
+        return [p for p in range(self.partitions) if self.exec_stream(p) == stream]
+
+    def exec_stream_subjects(self, stream: str) -> list[str]:
+        """The subjects of `stream`: `exec.>` when it is the only one, else
+        `exec.<p>.>` for each of its partitions."""
+        if self.exec_streams == 1:
+            return ["exec.>"]
+        return [f"exec.{p}.>" for p in self.exec_stream_partitions(stream)]
 
     def execution(self, execution_id: str) -> ExecSubjects:
         """The subjects of an execution's log."""
@@ -249,11 +305,11 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
         max_msg_size=layout.max_msg_size,
         allow_direct=True,  # direct gets: replay checks, duplicate-start checks
     )
-    return [
+    exec_streams = [
         api.StreamConfig(
-            name=EXEC_STREAM,
+            name=name,
             description="per-execution logs: inputs, decisions, lifecycle",
-            subjects=["exec.>"],
+            subjects=layout.exec_stream_subjects(name),
             retention=api.RetentionPolicy.LIMITS,
             # no age limit: a running execution's log is kept however old; a finished
             # one's is removed by the retention actor (actors/retention/), whole
@@ -262,7 +318,11 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
             # and the server publishes its body to exec.<p>.<id>.in.timer.<timer> when due
             allow_msg_schedules=True,
             **common,  # type: ignore[arg-type]
-        ),
+        )
+        for name in layout.exec_stream_names
+    ]
+    return [
+        *exec_streams,
         api.StreamConfig(
             name=LOOP_STREAM,
             description="per-loop logs read by the counter: spec, iteration results, timers",
@@ -428,9 +488,16 @@ def consumer_configs(layout: Layout, tool_kinds: tuple[str, ...]) -> dict[str, l
         max_ack_pending=layout.tool_max_ack_pending,
         deliver_policy=api.DeliverPolicy.ALL,
     )
+    # each stream of logs: its partitions' engine consumers, and its own projector and
+    # tool consumers (the same names on every stream: a projector's push consumers all
+    # deliver to one subject, a tool pod pulls from each)
+    logs = {
+        name: [*(engine[p] for p in layout.exec_stream_partitions(name)), projector, *tools_log]
+        for name in layout.exec_stream_names
+    }
     return {
         ENDED_STREAM: [retention],
-        EXEC_STREAM: [*engine, projector, *tools_log],
+        **logs,
         CMD_STREAM: tools,
         START_STREAM: [starter],
         LOOP_STREAM: counters,
@@ -452,6 +519,50 @@ class StreamsMissing(StreamsError):
             f"{names} missing in NATS, and creating them got no answer (this NATS user may not create "
             f"them: an engine pod does, at its start)"
         )
+
+
+class ExecStreamsMismatch(StreamsError):
+    """The streams of executions' logs in NATS are not the ones this pod's
+    `exec_streams` names: like the partition count, it is fixed for a deployment."""
+
+
+async def check_exec_streams(js: JetStreamContext, layout: Layout) -> None:
+    """Refuse (`ExecStreamsMismatch`) a layout whose `exec_streams` disagrees with the
+    streams that exist: EXEC holding messages while it is over 1, EXEC_<k> while it is
+    1, or an EXEC_0 whose subjects are another count's. An empty EXEC is refused too
+    when it is over 1 (its subjects overlap theirs): the message says to delete it."""
+
+    async def info(name: str) -> api.StreamInfo | None:
+        try:
+            return await js.stream_info(name)
+        except NotFoundError:
+            return None
+
+    setting = f"ACTORS_EXEC_STREAMS={layout.exec_streams}"
+    fixed = "fixed for a deployment, like ACTORS_PARTITIONS"
+    if layout.exec_streams == 1:
+        if await info(f"{EXEC_STREAM}_0") is not None:
+            raise ExecStreamsMismatch(
+                f"{setting} but stream {EXEC_STREAM}_0 exists: this deployment spreads its logs over several "
+                f"streams (ACTORS_EXEC_STREAMS over 1), {fixed}"
+            )
+        return
+    first = layout.exec_stream(0)
+    got = await info(first)
+    if got is not None and sorted(got.config.subjects or []) != sorted(layout.exec_stream_subjects(first)):
+        raise ExecStreamsMismatch(
+            f"{setting} with {layout.partitions} partitions but stream {first} holds {got.config.subjects}: "
+            f"this deployment has another count, {fixed}"
+        )
+    single = await info(EXEC_STREAM)
+    if single is None:
+        return
+    held = f"holds {single.state.messages} messages" if single.state.messages else "exists (empty)"
+    raise ExecStreamsMismatch(
+        f"{setting} but stream {EXEC_STREAM} {held}: this deployment keeps every log in one stream "
+        f"(ACTORS_EXEC_STREAMS=1), {fixed}"
+        + ("" if single.state.messages else f"; if it never ran, delete stream {EXEC_STREAM} first")
+    )
 
 
 async def ensure(
@@ -494,7 +605,9 @@ async def missing_parts(js: JetStreamContext, layout: Layout, *, tool_kinds: tup
     # CLI or client of 2 must start beside them all the same (a tool pull asks again,
     # backing off, while its consumer does not exist; no such command exists yet either)
     # and so is the retention actors' consumer, which only engine pods of a later version create
-    added_later = {(EXEC_STREAM, tool_log_consumer(kind)) for kind in tool_kinds} | {(ENDED_STREAM, RETENTION_CONSUMER)}
+    added_later = {(name, tool_log_consumer(kind)) for kind in tool_kinds for name in layout.exec_stream_names} | {
+        (ENDED_STREAM, RETENTION_CONSUMER)
+    }
     checks += [
         exists(f"consumer {stream + '/' + (c.durable_name or '')!r}", js.consumer_info(stream, c.durable_name or ""))
         for stream, consumers in consumer_configs(layout, tool_kinds).items()
@@ -537,6 +650,7 @@ async def _add_or_update_stream(js: JetStreamContext, cfg: api.StreamConfig) -> 
 
 
 async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, ...]) -> None:
+    await check_exec_streams(js, layout)
     for cfg in stream_configs(layout):
         await _add_or_update_stream(js, cfg)
     for stream, consumers in consumer_configs(layout, tool_kinds).items():
@@ -637,8 +751,10 @@ __all__ = [
     "STATUS_BUCKET",
     "TOOL_KINDS",
     "TRIGGERS_BUCKET",
+    "ExecStreamsMismatch",
     "Layout",
     "StreamsMissing",
+    "check_exec_streams",
     "class_of",
     "cmd_filter",
     "cmd_subject",
@@ -651,6 +767,7 @@ __all__ = [
     "engine_filter",
     "ensure",
     "execution_of",
+    "is_exec_stream",
     "loop_class",
     "loop_key",
     "loop_type",

@@ -94,12 +94,12 @@ class System:
     async def engine_idle(self, timeout: float = 10.0) -> None:
         """Every start message and every input delivered to the engine so far is
         processed and acked."""
-        from streams.layout import EXEC_STREAM, START_STREAM, STARTER_CONSUMER, engine_consumer
+        from streams.layout import START_STREAM, STARTER_CONSUMER, engine_consumer
 
         jsm = self.nc.jsm()
         consumers = [
             (START_STREAM, STARTER_CONSUMER),
-            *((EXEC_STREAM, engine_consumer(p)) for p in range(self.layout.partitions)),
+            *((self.layout.exec_stream(p), engine_consumer(p)) for p in range(self.layout.partitions)),
         ]
 
         async def idle() -> bool:

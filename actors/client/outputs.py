@@ -23,7 +23,7 @@ from actors.client.reading import Reader
 from actors.playbook.loader import parsed_playbook
 from actors.store.blobs import BLOB_MISSING, get_blob_bytes, stored_bytes
 from actors.wire.events import StepOutput, StepOutputPart, any_output_decoder
-from streams.layout import EXEC_STREAM, LOOP_STREAM
+from streams.layout import LOOP_STREAM
 from streams.subjects import loop_outputs_filter
 
 __all__ = ["Printed", "RunningOutput", "StepOutputs", "cut_marker", "output_key"]
@@ -74,7 +74,7 @@ class StepOutputs(Reader):
     def _output_filters(self, execution_id: str) -> list[tuple[str, str]]:
         check_execution_id(execution_id)
         return [
-            (EXEC_STREAM, self.layout.execution(execution_id).outputs),
+            (self.layout.exec_stream_of(execution_id), self.layout.execution(execution_id).outputs),
             (LOOP_STREAM, loop_outputs_filter(execution_id, self.layout.partitions)),
         ]
 

@@ -40,11 +40,11 @@ from actors.wire.messages import (
 from streams.layout import (
     BLOB_BUCKET,
     DLQ_STREAM,
-    EXEC_STREAM,
     EXECUTION_ID,
     LC,
     LOOP_STREAM,
     STATUS_BUCKET,
+    is_exec_stream,
     progress_subject,
 )
 from streams.subjects import START, dlq_filter, loop_results_filter, subject_matches, type_of
@@ -140,14 +140,15 @@ class Reader(Session):
         `until_terminal` is False."""
         subjects = self.layout.execution(check_execution_id(execution_id))
         log = subjects.log
-        if not await has_message(self.nc, EXEC_STREAM, subjects.start):
+        stream = self.layout.exec_stream_of(execution_id)
+        if not await has_message(self.nc, stream, subjects.start):
             archived = await self._archived(execution_id)
             if archived is not None:  # retired: its log is all there will ever be
-                for subject, data, seq, at in archived.stream(EXEC_STREAM):
+                for subject, data, seq, at in archived.stream(self.layout.exec_stream_of(execution_id)):
                     for item in log_items(subject, data, seq, at, self.codec):
                         yield item
                 return
-        sub = await self.js.subscribe(log, stream=EXEC_STREAM, ordered_consumer=True, pending_msgs_limit=-1)
+        sub = await self.js.subscribe(log, stream=stream, ordered_consumer=True, pending_msgs_limit=-1)
         try:
             while True:
                 msg = await sub.next_msg(timeout=None)
@@ -165,7 +166,10 @@ class Reader(Session):
         items = await self._ride(
             what,
             lambda: self._read_all(
-                EXEC_STREAM, log, functools.partial(log_items, codec=self.codec), execution_id=execution_id
+                self.layout.exec_stream_of(execution_id),
+                log,
+                functools.partial(log_items, codec=self.codec),
+                execution_id=execution_id,
             ),
         )
         items += await self._ride(
@@ -225,12 +229,18 @@ class Reader(Session):
         try:
             msg = await self._ride(
                 f"reading the end of execution {execution_id}",
-                lambda: last_message(self.nc, EXEC_STREAM, subject),
+                lambda: last_message(self.nc, self.layout.exec_stream_of(execution_id), subject),
             )
             data, seq = msg.data or b"", msg.seq or 0
         except NotFoundError:
             archived = await self._archived(execution_id)
-            ends = [] if archived is None else [(d, q) for s, d, q, _ in archived.stream(EXEC_STREAM) if s == subject]
+            ends = (
+                []
+                if archived is None
+                else [
+                    (d, q) for s, d, q, _ in archived.stream(self.layout.exec_stream_of(execution_id)) if s == subject
+                ]
+            )
             if not ends:
                 return status, None
             data, seq = ends[-1]
@@ -284,7 +294,7 @@ class Reader(Session):
         live = [x for m in msgs for x in expand(m.subject, m.data, stream_seq(m), log_time(m))]
         if execution_id is None:
             return live
-        if msgs and (stream != EXEC_STREAM or any(type_of(m.subject) == START for m in msgs)):
+        if msgs and (not is_exec_stream(stream) or any(type_of(m.subject) == START for m in msgs)):
             return live  # its log is there, start record and all: not retired
         archived = await self._archived(execution_id)
         if archived is None:

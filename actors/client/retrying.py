@@ -28,7 +28,7 @@ from actors.wire.events import ActivationStatus, decision_decoder, event_decoder
 from actors.wire.messages import EngineFault, Redrive, StartMessage, StartRecord, encode, input_decoder
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
-from streams.layout import EXEC_STREAM, OWNERS_BUCKET, START_SUBJECT
+from streams.layout import OWNERS_BUCKET, START_SUBJECT
 from streams.subjects import EV, IN, LC, ExecSubjects, class_of
 
 if TYPE_CHECKING:
@@ -226,7 +226,9 @@ class Retrier(Writer, FailedItems):
 
         subjects = ExecSubjects.of(execution_id, self.layout.partitions)
         entries: list[tuple[str, bytes, int, float]] = await self._read_all(
-            EXEC_STREAM, subjects.log, lambda subject, data, seq, at: [(subject, data, seq, at)]
+            self.layout.exec_stream_of(execution_id),
+            subjects.log,
+            lambda subject, data, seq, at: [(subject, data, seq, at)],
         )
         log: list[LogRecord] = []
         for subject, data, seq, at in entries:

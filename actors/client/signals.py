@@ -36,7 +36,7 @@ from actors.wire.events import TERMINAL_STATES
 from actors.wire.messages import ExecutionStatus, SignalReply, SignalSent, WaitInfo
 from actors.wire.nesting import check_value_depth
 from streams.ids import signal_msg_id
-from streams.layout import EXEC_STREAM, STATUS_BUCKET
+from streams.layout import STATUS_BUCKET
 
 __all__ = [
     "ExecutionNotKnownYet",
@@ -160,11 +160,12 @@ class Signals(Retrier):
             f"signal {name!r} to execution {eid}", self.layout.execution(eid).signal, encoded, signal_msg_id(eid, sid)
         )
         duplicate = bool(ack.duplicate) and not await self._ride(
-            f"reading signal {sid} of execution {eid}", lambda: self._stored_is(ack.seq, encoded)
+            f"reading signal {sid} of execution {eid}",
+            lambda: self._stored_is(ack.stream or self.layout.exec_stream_of(eid), ack.seq, encoded),
         )
         return SignalReply(execution_id=eid, signal_id=sid, accepted=True, status=status, duplicate=duplicate)
 
-    async def _stored_is(self, seq: int, encoded: bytes) -> bool:
+    async def _stored_is(self, stream: str, seq: int, encoded: bytes) -> bool:
         """Whether the message the stream holds at `seq` (the first of a signal's id, as a
         duplicate's PubAck names it) is this very message: a publish sent again because
         its first PubAck was lost is answered `duplicate`, though what stands is ours.
@@ -173,7 +174,7 @@ class Signals(Retrier):
         said wrongly asks the user to look; a success said wrongly hides a lost answer."""
         if seq <= 0:
             return False
-        got = await from_sequence(self.nc, EXEC_STREAM, seq, 1)
+        got = await from_sequence(self.nc, stream, seq, 1)
         return bool(got) and got[0][0] == seq and got[0][1] == encoded
 
     @staticmethod

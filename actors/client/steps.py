@@ -23,7 +23,7 @@ from actors.errors import UserError
 from actors.wire.codec import PayloadUnreadable
 from actors.wire.events import EventType, embedded_command
 from actors.wire.messages import Command, command_decoder
-from streams.layout import EV, EXEC_STREAM, IN, LC, class_of
+from streams.layout import EV, IN, LC, class_of
 from streams.subjects import OUT
 
 __all__ = ["Attempt", "StepStories", "StepStory", "UnknownStep", "fold_stories"]
@@ -342,7 +342,9 @@ class StepStories(Reader):
         log = self.layout.execution(check_execution_id(execution_id)).log
         found: list[tuple[LogItem | None, Command | None]] = await self._ride(
             f"reading the steps of execution {execution_id}",
-            lambda: self._read_all(EXEC_STREAM, log, self._story_records, execution_id=execution_id),
+            lambda: self._read_all(
+                self.layout.exec_stream_of(execution_id), log, self._story_records, execution_id=execution_id
+            ),
         )
         if not found:
             raise ExecutionNotFound(f"no execution {execution_id!r} (not started, or not recorded yet)")

@@ -46,7 +46,7 @@ from actors.errors import UserError
 from actors.natsio import kv_keys
 from actors.playbook.templates import TemplateError, check, is_template
 from actors.store.catalog import CatalogReader
-from actors.triggers.guard import SYSTEM_STREAMS, refusal
+from actors.triggers.guard import is_system_stream, refusal
 from actors.wire.messages import encode
 from actors.wire.nesting import check_value_depth
 from actors.wire.triggers import TRIGGER_NAME, TriggerSpec, TriggerStats, consumer_name, new_add_id, stats_key
@@ -233,7 +233,7 @@ class Triggering(Session):
             raise TriggerError(f"no stream {stream!r}") from None
         except BadRequestError as e:
             raise TriggerError(f"invalid stream name {stream!r}: {e.description}") from None
-        if info.config.name in SYSTEM_STREAMS:
+        if is_system_stream(info.config.name or ""):
             raise TriggerError(refusal(subject, info.config.name) or f"stream {stream} is the system's own")
         subjects = info.config.subjects or []
         if not any(subject_within(subject, p) for p in subjects):

@@ -43,7 +43,7 @@ from actors.wire.messages import (
 )
 from actors.wire.nesting import check_value_depth
 from streams.ids import cancel_id, start_id
-from streams.layout import EXEC_STREAM, START_STREAM, START_SUBJECT
+from streams.layout import START_STREAM, START_SUBJECT
 from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
 
 START_RECORD_WAIT = 5.0  # seconds start_execution waits for the record of a start already queued
@@ -231,7 +231,7 @@ class Writer(Session):
     async def _start_record(self, execution_id: str) -> StartRecord | None:
         subject = self.layout.execution(execution_id).start
         try:
-            msg = await last_message(self.nc, EXEC_STREAM, subject)
+            msg = await last_message(self.nc, self.layout.exec_stream_of(execution_id), subject)
         except NotFoundError:
             return None
         record = self.codec.open_for_display(input_decoder.decode(msg.data or b""))
@@ -239,7 +239,7 @@ class Writer(Session):
 
     async def _await_start_record(self, execution_id: str, timeout: float) -> StartRecord | None:
         subject = self.layout.execution(execution_id).start
-        sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        sub = await self.js.subscribe(subject, stream=self.layout.exec_stream_of(execution_id), ordered_consumer=True)
         try:
             msg = await sub.next_msg(timeout=timeout)
         except TimeoutError:
@@ -269,7 +269,7 @@ class Writer(Session):
         # message when acked: the first sequence then moves past the last one seen now)
         upto = queued.last_seq
         subject = self.layout.execution(execution_id).start
-        sub = await self.js.subscribe(subject, stream=EXEC_STREAM, ordered_consumer=True)
+        sub = await self.js.subscribe(subject, stream=self.layout.exec_stream_of(execution_id), ordered_consumer=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:

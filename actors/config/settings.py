@@ -164,6 +164,13 @@ class Settings:
         "partitions of the EXEC and LOOP subjects; fixed for the life of a deployment (part of every execution's "
         "subject)",
     )
+    exec_streams: int = _setting(
+        _LAYOUT.exec_streams,
+        "ACTORS_EXEC_STREAMS",
+        "streams the executions' logs are spread over, 1 to `ACTORS_PARTITIONS`: 1, stream EXEC; more, partition "
+        "p's logs in EXEC_<p mod it>, whose fsyncs run side by side (see Sizing in docs/operating.md); fixed for "
+        "the life of a deployment",
+    )
     replicas: int = _setting(
         _LAYOUT.replicas, "ACTORS_REPLICAS", "replicas of every stream and bucket (3 on a 3-node cluster)"
     )
@@ -492,8 +499,13 @@ class Settings:
     @property
     def layout(self) -> Layout:
         """The streams' layout these settings describe (the rest of `Layout` keeps its defaults)."""
+        if self.exec_streams > self.partitions:
+            raise SettingsInvalid(
+                f"ACTORS_EXEC_STREAMS={self.exec_streams}: at most ACTORS_PARTITIONS ({self.partitions})"
+            )
         return Layout(
             partitions=self.partitions,
+            exec_streams=self.exec_streams,
             replicas=self.replicas,
             duplicate_window=self.duplicate_window,
             ack_wait=self.ack_wait,

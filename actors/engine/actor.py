@@ -86,7 +86,7 @@ from actors.wire.messages import (
     input_decoder,
 )
 from streams import ids
-from streams.layout import EXEC_STREAM, LOOP_STREAM, Layout, engine_consumer
+from streams.layout import LOOP_STREAM, Layout, engine_consumer
 from streams.subjects import (
     CANCEL,
     EV,
@@ -130,7 +130,6 @@ def fits_subject(subject: str, inp: Input) -> bool:
 
 class ExecutionActor(LogActor):
     source = "engine"
-    stream = EXEC_STREAM
 
     def __init__(self, engine: Engine, execution_id: str) -> None:
         subjects = ExecSubjects.of(execution_id, engine.layout.partitions)
@@ -142,6 +141,7 @@ class ExecutionActor(LogActor):
         )
         self.engine = engine
         self.subjects = subjects
+        self.stream = engine.layout.exec_stream_of(execution_id)
         self.state = Execution(execution_id=execution_id)
         self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
         self.replayer: Replayer | None = None  # while a replay folds: holds each decision against the log
@@ -295,7 +295,7 @@ class ExecutionActor(LogActor):
         """Is the start record this actor folded no longer in the log?"""
         assert self.start_seq is not None
         try:
-            await self.engine.nc.jsm().get_msg(EXEC_STREAM, self.start_seq)
+            await self.engine.nc.jsm().get_msg(self.stream, self.start_seq)
         except NotFoundError:
             return True
         return False
@@ -425,7 +425,7 @@ class ExecutionActor(LogActor):
         nc = self.engine.nc
         return fx.copy(
             lifecycle=lifecycle,
-            commands=[c for c in fx.commands if not await command_sent(nc, c, seen.results, reply_stream=EXEC_STREAM)],
+            commands=[c for c in fx.commands if not await command_sent(nc, c, seen.results, reply_stream=self.stream)],
             loops=[
                 s for s in fx.loops if not await has_message(nc, LOOP_STREAM, self.outbox.loop_subjects(s.loop_id).spec)
             ],

@@ -78,7 +78,6 @@ from actors.wire.messages import (
 from actors.wire.nesting import MAX_DEPTH, START_MESSAGE_DEPTH, TooDeep, json_within, too_deep, value_within
 from streams.ids import retried_id, start_record_id
 from streams.layout import (
-    EXEC_STREAM,
     EXECUTION_ID,
     OWNERS_BUCKET,
     SCHEDULE_FIRES_CONSUMER,
@@ -321,7 +320,7 @@ class Starter:
         async with self._limiter.turn(eid):
             record = await self._record(eid, start, _trace_context(msg))
             if record.error is not None and not as_message:
-                if await has_message(self.nc, EXEC_STREAM, self.layout.execution(eid).start):
+                if await has_message(self.nc, self.layout.exec_stream_of(eid), self.layout.execution(eid).start):
                     await self._link_retry(eid, start.retry_of)
                     return StartReply(execution_id=eid, started=True, existing=True)
                 return await self._refuse(msg, record.error, eid)

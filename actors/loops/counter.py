@@ -76,7 +76,7 @@ from actors.wire.messages import (
     loop_input_decoder,
 )
 from streams import ids
-from streams.layout import CMD_STREAM, EXEC_STREAM, LOOP_STREAM, Layout, counter_consumer
+from streams.layout import CMD_STREAM, LOOP_STREAM, Layout, counter_consumer
 from streams.subjects import (
     CANCEL,
     LOOP_RESULT,
@@ -421,7 +421,9 @@ class LoopActor(LogActor):
             if (
                 verdict is not None
                 and run.spec is not None
-                and not await verdict_sent(self.counter.nc, EXEC_STREAM, run.spec)
+                and not await verdict_sent(
+                    self.counter.nc, self.counter.layout.exec_stream_holding(run.spec.reply_to), run.spec
+                )
             ):
                 missing.verdict = verdict
         if missing:
@@ -448,9 +450,10 @@ class LoopActor(LogActor):
         executions never halted: one lookup says so."""
         seen = Recorded()
         subjects = ExecSubjects.of(self.execution_id, self.counter.layout.partitions)
-        if not await has_message(self.counter.nc, EXEC_STREAM, subjects.lifecycle(EventType.EXECUTION_HALTED)):
+        stream = self.counter.layout.exec_stream_of(self.execution_id)
+        if not await has_message(self.counter.nc, stream, subjects.lifecycle(EventType.EXECUTION_HALTED)):
             return seen
-        for entry in await self.read_log(subjects.lifecycle("execution.*"), stream=EXEC_STREAM):
+        for entry in await self.read_log(subjects.lifecycle("execution.*"), stream=stream):
             try:
                 ev = event_decoder.decode(entry.data)  # ids and seqs only: no value is read
             except msgspec.DecodeError:

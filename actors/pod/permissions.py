@@ -67,7 +67,6 @@ from streams.layout import (
     CMD_STREAM,
     DLQ_STREAM,
     ENDED_STREAM,
-    EXEC_STREAM,
     HOOKS_BUCKET,
     INDEX_STREAM,
     LOOP_STREAM,
@@ -276,21 +275,26 @@ def system_consumers_denied(layout: Layout) -> list[str]:
 
 def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
     """One user per role, for a deployment of `layout` (its partition count names the
-    engine's and counter's consumers)."""
+    engine's and counter's consumers, its `exec_streams` the streams of logs: EXEC, or
+    EXEC_0 ..)."""
+    logs = layout.exec_stream_names
     engine_pub, engine_sub = consuming(
-        [(EXEC_STREAM, engine_consumer(p)) for p in range(layout.partitions)]
+        [(layout.exec_stream(p), engine_consumer(p)) for p in range(layout.partitions)]
         + [(START_STREAM, STARTER_CONSUMER), (SCHEDULE_STREAM, SCHEDULE_FIRES_CONSUMER)]
     )
     counter_pub, counter_sub = consuming([(LOOP_STREAM, counter_consumer(p)) for p in range(layout.partitions)])
     tools_pub, _ = consuming(
         [(CMD_STREAM, tool_consumer(kind)) for kind in tool_kinds]
-        + [(EXEC_STREAM, tool_log_consumer(kind)) for kind in tool_kinds],  # commands held by decision records
+        # commands held by decision records, on each stream of logs
+        + [(log, tool_log_consumer(kind)) for kind in tool_kinds for log in logs],
         pull=True,
     )
-    projector_pub, projector_sub = consumes(EXEC_STREAM, PROJECTOR_CONSUMER)
+    # one projector consumer per stream of logs, every one delivering to `_deliver.projector`
+    projector_pub, projector_sub = consuming([(log, PROJECTOR_CONSUMER) for log in logs])
+    projector_sub = list(dict.fromkeys(projector_sub))
     retention_pub, _ = consumes(ENDED_STREAM, RETENTION_CONSUMER, pull=True)
     # what a retired execution leaves: read (to archive it), then purged (actors/store/retire.py)
-    retired = (EXEC_STREAM, LOOP_STREAM, INDEX_STREAM, ENDED_STREAM, kv_stream(STATUS_BUCKET))
+    retired = (*logs, LOOP_STREAM, INDEX_STREAM, ENDED_STREAM, kv_stream(STATUS_BUCKET))
     # what a tool's answer and a max-deliveries dead letter write (actors/tools/running.py,
     # actors/tools/outputs.py, actors/tools/undeliverable.py)
     # (an execution's results: one subject from semantics 4 on, one per command before)
@@ -322,7 +326,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *kv_writes(CATALOG_BUCKET),  # `catalog.register` (actors/gateway/answers.py)
                 *kv_reads(CATALOG_BUCKET),
                 # LOOP: a replay asks whether a loop's spec was handed over (actors/engine/actor.py)
-                *reads(EXEC_STREAM, CMD_STREAM, LOOP_STREAM),
+                *reads(*logs, CMD_STREAM, LOOP_STREAM),
                 *blobs(),
                 *blobs(PAYLOAD_BUCKET),  # payloads of starts and child starts, read back
                 # `result.request`: the status, waited for, and an archived execution's end
@@ -361,7 +365,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 _dlq("counter"),
                 *kv_writes(OWNERS_BUCKET),
                 *kv_reads(OWNERS_BUCKET),
-                *reads(LOOP_STREAM, CMD_STREAM, EXEC_STREAM),
+                *reads(LOOP_STREAM, CMD_STREAM, *logs),
                 *blobs(),
                 *blobs(PAYLOAD_BUCKET),  # children's large payloads
             ),
@@ -381,9 +385,9 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 # is answered in the log already (actors/tools/running.py): gets of one
                 # message, or (an execution's shared results subject, semantics 4) a
                 # batched get of that subject's messages; not a consumer over every log
-                _api("DIRECT", "GET", EXEC_STREAM, ">"),
-                _api("DIRECT", "GET", EXEC_STREAM),
-                _api("STREAM", "MSG", "GET", EXEC_STREAM),
+                *(_api("DIRECT", "GET", log, ">") for log in logs),
+                *(_api("DIRECT", "GET", log) for log in logs),
+                *(_api("STREAM", "MSG", "GET", log) for log in logs),
             ),
             subscribe=(CANCEL_FILTER, MAX_DELIVERIES_ADVISORY, inbox("tools")),
         ),
@@ -471,7 +475,7 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *reads(obj_stream(BLOB_BUCKET)),  # a large result, step output: read, never written
                 *reads(obj_stream(ARCHIVE_BUCKET)),  # executions retired, read back from their archive
                 *reads(
-                    EXEC_STREAM,
+                    *logs,
                     LOOP_STREAM,
                     DLQ_STREAM,
                     INDEX_STREAM,
@@ -594,12 +598,13 @@ VALUES_FILE = ROOT / "deploy" / "nats" / "values-permissions.yaml"
 
 
 def deployed_layout() -> Layout:
-    """The layout of deploy/k8s/config.yaml (its partition count names consumers)."""
+    """The layout of deploy/k8s/config.yaml (its partition count names consumers, its
+    ACTORS_EXEC_STREAMS the streams of logs)."""
     import yaml
 
     config = ROOT / "deploy" / "k8s" / "config.yaml"
     data = yaml.safe_load(config.read_text())["data"]
-    return Layout(partitions=int(data["ACTORS_PARTITIONS"]))
+    return Layout(partitions=int(data["ACTORS_PARTITIONS"]), exec_streams=int(data.get("ACTORS_EXEC_STREAMS", 1)))
 
 
 def main() -> None:

@@ -121,15 +121,19 @@ class Runtime:
         or counter reports every partition's consumer, not the ones it holds now: those
         change, and lag is a property of the consumer, not of the pod."""
         found: list[tuple[str, str]] = []
+        # the layout the actors run with (one given to `start_roles` wins over the settings'):
+        # its streams of logs carry the engine's, the projector's and the tools' consumers
+        layout = next((a.layout for a in self.actors if isinstance(a, (Engine, Counter, ToolActor))), None)
+        layout = layout if layout is not None else self.settings.layout
         for a in self.actors:
             if isinstance(a, (Engine, Counter)):
-                found += consumers_for((a.role,), partitions=range(a.layout.partitions))
+                found += consumers_for((a.role,), partitions=range(a.layout.partitions), layout=a.layout)
             elif isinstance(a, Projector):
-                found += consumers_for(("projector",), partitions=())
+                found += consumers_for(("projector",), partitions=(), layout=layout)
             elif isinstance(a, Retention):
                 found += consumers_for(("retention",), partitions=())
             elif isinstance(a, ToolActor):
-                found += consumers_for(("tools",), partitions=(), tool_kinds=a.kinds)
+                found += consumers_for(("tools",), partitions=(), tool_kinds=a.kinds, layout=a.layout)
         return list(dict.fromkeys(found))
 
 

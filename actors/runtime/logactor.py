@@ -94,7 +94,7 @@ class LogActor:
     """Base of the engine's and the counter's actors (see the module docstring)."""
 
     source: ClassVar[str]  # who dead-letters (the `dlq.<source>` subject) and logs
-    stream: ClassVar[str]  # the stream holding the log
+    stream: str  # the stream holding the log (the engine's: its execution's, EXEC or EXEC_<k>)
     max_batch: ClassVar[int] = 1  # inputs taken from the mailbox at once
 
     def __init__(self, host: PartitionHost[Any, Any], key: Any, execution_id: str, outbox: Outbox) -> None:

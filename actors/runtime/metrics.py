@@ -46,7 +46,6 @@ from streams.layout import (
     CMD_STREAM,
     DLQ_STREAM,
     ENDED_STREAM,
-    EXEC_STREAM,
     LOOP_STREAM,
     PROJECTOR_CONSUMER,
     RETENTION_CONSUMER,
@@ -55,6 +54,7 @@ from streams.layout import (
     START_STREAM,
     STARTER_CONSUMER,
     TOOL_KINDS,
+    Layout,
     counter_consumer,
     engine_consumer,
     tool_consumer,
@@ -521,24 +521,32 @@ def log_lifecycle_as_json(stream: Any) -> None:
 
 
 def consumers_for(
-    roles: Iterable[str], *, partitions: Iterable[int], tool_kinds: Iterable[str] = TOOL_KINDS
+    roles: Iterable[str],
+    *,
+    partitions: Iterable[int],
+    tool_kinds: Iterable[str] = TOOL_KINDS,
+    layout: Layout | None = None,
 ) -> list[tuple[str, str]]:
-    """(stream, consumer) for every durable consumer the given roles read."""
+    """(stream, consumer) for every durable consumer the given roles read; those on the
+    executions' logs on each of `layout`'s streams of them (EXEC, or EXEC_<k>)."""
     roles = set(roles)
+    layout = layout or Layout()
+    logs = layout.exec_stream_names
     out: list[tuple[str, str]] = []
     if "engine" in roles:
-        out += [(EXEC_STREAM, engine_consumer(p)) for p in partitions]
+        out += [(layout.exec_stream(p), engine_consumer(p)) for p in partitions]
         out.append((START_STREAM, STARTER_CONSUMER))
         out.append((SCHEDULE_STREAM, SCHEDULE_FIRES_CONSUMER))  # the starter reads schedules' fires too
     if "counter" in roles:
         out += [(LOOP_STREAM, counter_consumer(p)) for p in partitions]
     if "projector" in roles:
-        out.append((EXEC_STREAM, PROJECTOR_CONSUMER))
+        out += [(log, PROJECTOR_CONSUMER) for log in logs]
     if "retention" in roles:
         out.append((ENDED_STREAM, RETENTION_CONSUMER))
     if "tools" in roles:
         out += [(CMD_STREAM, tool_consumer(k)) for k in tool_kinds]
-        out += [(EXEC_STREAM, tool_log_consumer(k)) for k in tool_kinds]  # commands held by decision records
+        # commands held by decision records
+        out += [(log, tool_log_consumer(k)) for k in tool_kinds for log in logs]
     return out
 
 

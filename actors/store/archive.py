@@ -43,7 +43,7 @@ from actors.natsio.batchget import from_sequence
 from actors.natsio.purge import purge
 from actors.store.records import RecordInvalid, skipped
 from actors.wire.messages import ExecutionStatus, status_decoder
-from streams.layout import ARCHIVE_BUCKET, EXECUTION_ID, obj_stream
+from streams.layout import ARCHIVE_BUCKET, EXECUTION_ID, is_exec_stream, obj_stream
 from streams.subjects import object_chunks_subject, object_meta_subject, object_metas_filter
 
 ARCHIVE_VERSION = 1
@@ -129,11 +129,14 @@ class ArchivedExecution:
             raise ArchiveInvalid(f"archive of {self.execution_id}: its status is not a status record ({e})") from None
 
     def stream(self, name: str, *, subject_prefix: str = "") -> list[tuple[str, bytes, int, float]]:
-        """(subject, data, seq, time) of the archived messages of stream `name`, in order."""
+        """(subject, data, seq, time) of the archived messages of stream `name`, in order.
+        The execution's log is any stream of logs' (EXEC, or EXEC_<k> in a deployment of
+        several): an archive holds one execution, whose log is in one of them."""
+        same = is_exec_stream if is_exec_stream(name) else name.__eq__
         return [
             (m.subject, m.raw, m.seq, m.time)
             for m in self.messages
-            if m.stream == name and m.subject.startswith(subject_prefix)
+            if same(m.stream) and m.subject.startswith(subject_prefix)
         ]
 
     def object(self, bucket: str, key: str) -> bytes | None:

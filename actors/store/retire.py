@@ -47,7 +47,6 @@ from streams.layout import (
     BLOB_BUCKET,
     DLQ_STREAM,
     ENDED_STREAM,
-    EXEC_STREAM,
     EXECUTION_ID,
     INDEX_STREAM,
     LOOP_STREAM,
@@ -97,7 +96,8 @@ async def retire(
         state = _state(status)
         if state not in TERMINAL_STATES:
             return Retired(execution_id, kept=f"its status is {state}, not terminal")
-    log = await on_subject(nc, EXEC_STREAM, layout.execution(execution_id).log)
+    log_stream = layout.exec_stream_of(execution_id)
+    log = await on_subject(nc, log_stream, layout.execution(execution_id).log)
     loops = await on_subject(nc, LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions))
     keys = sorted(set(_blob_keys(execution_id, (*log, *loops))))
     archived = False
@@ -133,12 +133,12 @@ async def retire(
     messages = 0
     filters = [
         (LOOP_STREAM, loop_logs_filter(execution_id, layout.partitions)),
-        (EXEC_STREAM, layout.execution(execution_id).log),
+        (log_stream, layout.execution(execution_id).log),
         (DLQ_STREAM, dlq_filter(execution_id=execution_id)),
         (INDEX_STREAM, index_subject(execution_id)),
         (ENDED_STREAM, index_ends_of(execution_id)),
     ]
-    known = {LOOP_STREAM: loops, EXEC_STREAM: log}
+    known = {LOOP_STREAM: loops, log_stream: log}
     for stream, subject in filters:
         for _ in range(LATE_ROUNDS):  # what reached it while it was archived goes too (else: kept for ever)
             found = known.pop(stream, None)
@@ -296,4 +296,4 @@ async def _gone(nc: NATS, layout: Layout, execution_id: str) -> bool:
     """Neither a status nor a log: retired, or never started."""
     if await count(nc, kv_stream(STATUS_BUCKET), kv_key_subject(STATUS_BUCKET, execution_id)):
         return False
-    return not await count(nc, EXEC_STREAM, layout.execution(execution_id).log)
+    return not await count(nc, layout.exec_stream_of(execution_id), layout.execution(execution_id).log)

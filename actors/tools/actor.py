@@ -43,7 +43,7 @@ from actors.tools.redact import install_log_redaction
 from actors.tools.resources import ToolResources
 from actors.tools.running import CommandRunner
 from actors.wire.messages import Limits
-from streams.layout import EXEC_STREAM, TOOL_KINDS, Layout, tool_log_consumer
+from streams.layout import TOOL_KINDS, Layout, tool_log_consumer
 from streams.subjects import CANCEL_FILTER
 
 __all__ = ["DEFAULT_CONCURRENCY", "KIND_CONCURRENCY", "ToolActor", "concurrency_of"]
@@ -149,10 +149,17 @@ class ToolActor:
             self._slots[kind] = asyncio.Semaphore(n)  # what runs at once, from either stream
             own = KindPull(nc, kind, n, self._deliver)
             # commands held by their decision record in the execution's log (semantics 2)
-            held = KindPull(nc, kind, n, self._deliver, stream=EXEC_STREAM, consumer=tool_log_consumer(kind))
-            own.group = held.group = [own, held]
+            # one pull per stream of logs (EXEC, or EXEC_<k> when there are several)
+            held = [
+                KindPull(nc, kind, n, self._deliver, stream=log, consumer=tool_log_consumer(kind))
+                for log in layout.exec_stream_names
+            ]
+            group = [own, *held]
+            for k in group:
+                k.group = group
             self._pulls[kind] = own
-            self._pulls[f"{kind} (log)"] = held
+            for k in held:
+                self._pulls[f"{kind} (log)" if layout.exec_streams == 1 else f"{kind} (log {k.stream})"] = k
         self._loops: list[asyncio.Task[None]] = []
         self._cancels = Cancels()
         self._held = HeldCommands(margin=hold_margin)  # commands not acked yet (kept alive)
@@ -205,17 +212,18 @@ class ToolActor:
                 )
                 self._runner.resources = self.resources
                 await self.resources.warm_python()
-        for kind in self.kinds:  # when each consumer on EXEC was made (CommandRunner._answered_already)
+        # when each consumer on a stream of logs was made (CommandRunner._answered_already)
+        for kind, stream in ((k, s) for k in self.kinds for s in self.layout.exec_stream_names):
             name = tool_log_consumer(kind)
             try:
-                info = await self.js.consumer_info(EXEC_STREAM, name)
+                info = await self.js.consumer_info(stream, name)
             except NotFoundError:
                 continue  # not made yet (an engine pod of semantics 1): none of its records exists either
             except Exception as e:  # unknown: a command made before it is then run, as a redelivery always was
                 log.warning("tool consumer %s: when it was made is not known: %s", name, e)
                 continue
             if info.created is not None:
-                self._runner.consumers_made[name] = info.created.timestamp()
+                self._runner.consumers_made[(stream, name)] = info.created.timestamp()
         self._cancel_sub = await self.nc.subscribe(CANCEL_FILTER, cb=self._on_cancel)
         for k in self._pulls.values():
             await k.subscribe()

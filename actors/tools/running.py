@@ -59,7 +59,7 @@ from actors.wire.messages import (
     command_decoder,
 )
 from streams.ids import result_id
-from streams.layout import EXEC_STREAM, Layout, execution_of, result_batch_subject
+from streams.layout import Layout, execution_of, result_batch_subject
 
 __all__ = ["RESULT_HEADROOM", "CommandRunner"]
 
@@ -107,7 +107,7 @@ class CommandRunner:
         self.slots: dict[str, asyncio.Semaphore] = dict(slots or {})
         # when each consumer on EXEC was made (epoch seconds; ToolActor.start): a record
         # stored before that is delivered again by a consumer made again
-        self.consumers_made: dict[str, float] = {}
+        self.consumers_made: dict[tuple[str, str], float] = {}  # (stream, consumer)
         self.batcher = ResultBatcher(
             nc,
             limit=layout.max_msg_size - RESULT_HEADROOM,
@@ -131,14 +131,14 @@ class CommandRunner:
             return False  # a loop iteration's answer may be in a batch: not one subject to ask
         if delivered <= 1:
             md = msg.metadata
-            made = self.consumers_made.get(md.consumer or "", 0.0)
+            made = self.consumers_made.get((md.stream or "", md.consumer or ""), 0.0)
             stored = md.timestamp.timestamp() if md.timestamp is not None else made
             if stored >= made:
                 return False
         try:
             # a command held by a decision record in the log: its answer can only follow it
             after = msg.metadata.sequence.stream if msg.subject.startswith("exec.") else 0
-            return await is_answered(self.nc, EXEC_STREAM, cmd, after=after)
+            return await is_answered(self.nc, self.layout.exec_stream_holding(cmd.reply_to), cmd, after=after)
         except Exception as e:  # NATS unreachable, a node down: run it, as a redelivery always was
             log.info("command %s: whether it is answered is not known (%s); running it", cmd.command_id, e)
             return False

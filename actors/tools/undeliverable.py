@@ -29,7 +29,7 @@ from actors.natsio import dead_letter, publish_all
 from actors.wire.events import embedded_command
 from actors.wire.messages import CallError, Command, ErrorInfo, answer_subject, command_decoder, encode
 from streams.ids import dead_letter_id, result_id
-from streams.layout import CMD_STREAM, EXEC_STREAM, execution_of
+from streams.layout import CMD_STREAM, execution_of, is_exec_stream
 
 log = logging.getLogger("actors.tools.undeliverable")
 ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
@@ -111,7 +111,7 @@ class MaxDeliveriesWatcher:
                 pass
         elif subject.startswith(("exec.", "loop.")):
             eid = execution_of(subject)
-            if adv.stream == EXEC_STREAM and source == "tools":  # a decision record holding its command
+            if is_exec_stream(adv.stream) and source == "tools":  # a decision record holding its command
                 try:
                     held = embedded_command(data)
                     cmd = command_decoder.decode(held) if held is not None else None

@@ -19,6 +19,7 @@ from streams.layout import (
     LOOP_STREAM,
     SCHEDULE_STREAM,
     START_STREAM,
+    is_exec_stream,
 )
 from streams.subjects import (
     CANCEL_FILTER,
@@ -85,9 +86,15 @@ def overlaps(a: str, b: str) -> bool:
     return True
 
 
+def is_system_stream(name: str) -> bool:
+    """Is `name` one of the system's streams (the executions' logs: EXEC, or EXEC_<k>
+    in a deployment of several)?"""
+    return name in SYSTEM_STREAMS or is_exec_stream(name)
+
+
 def refusal(subject: str, stream: str | None) -> str | None:
     """Why a trigger on `subject` (of `stream`, None: core NATS) may not be, or None."""
-    if stream is not None and (stream in SYSTEM_STREAMS or stream.startswith(SYSTEM_STREAM_PREFIXES)):
+    if stream is not None and (is_system_stream(stream) or stream.startswith(SYSTEM_STREAM_PREFIXES)):
         return f"stream {stream} is the system's own: a trigger may not read it (it would feed itself or steal inputs)"
     if subject.split(".", 1)[0].startswith(SYSTEM_PREFIXES):
         return f"subject {subject!r} is NATS's own or a reply inbox: not a trigger's subject"

@@ -26,7 +26,7 @@ from nats.js.api import DeliverPolicy
 from actors.client import check_execution_id
 from actors.store.records import status_or_none
 from actors.wire.messages import ExecutionStatus, LoopProgress
-from streams.layout import EXEC_STREAM, STATUS_BUCKET, Layout
+from streams.layout import STATUS_BUCKET, Layout
 from streams.subjects import kv_key_subject, kv_stream, progress_subject
 
 QUEUE = 1000  # changes an open page may fall behind by before it misses some
@@ -98,7 +98,7 @@ class ExecutionWatch:
         self.nc = nc
         self.execution_id = check_execution_id(execution_id)
         self.watched = [
-            (EXEC_STREAM, layout.execution(execution_id).log),
+            (layout.exec_stream_of(execution_id), layout.execution(execution_id).log),
             (kv_stream(STATUS_BUCKET), kv_key_subject(STATUS_BUCKET, execution_id)),
         ]
         self.changed = asyncio.Event()

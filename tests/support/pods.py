@@ -27,6 +27,8 @@ def layout_env(layout: Layout) -> dict[str, str]:
         "ACTORS_DUPLICATE_WINDOW": str(layout.duplicate_window),
         "ACTORS_ENGINE_MAX_RESIDENT": str(layout.engine_max_resident),
         "ACTORS_COUNTER_MAX_RESIDENT": str(layout.counter_max_resident),
+        # only when set: a pod of an earlier checkout (bench/writes.py --baseline) knows one stream
+        **({"ACTORS_EXEC_STREAMS": str(layout.exec_streams)} if layout.exec_streams != 1 else {}),
     }
 
 

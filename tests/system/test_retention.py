@@ -82,7 +82,7 @@ async def records_left(system: System, eid: str) -> dict[str, int]:
     """What each stream and bucket still holds of the execution."""
     nc, layout = system.nc, system.layout
     return {
-        "log": await count(nc, EXEC_STREAM, layout.execution(eid).log),
+        "log": await count(nc, layout.exec_stream_of(eid), layout.execution(eid).log),
         "loops": await count(nc, LOOP_STREAM, loop_logs_filter(eid, layout.partitions)),
         "index": await count(nc, INDEX_STREAM, index_subject(eid)),
         "ended": await count(nc, ENDED_STREAM, index_ends_of(eid)),
@@ -114,10 +114,21 @@ async def archiving(system: System, monkeypatch: pytest.MonkeyPatch, place: str)
     await system.restart_roles(("retention",))
 
 
-@pytest.mark.layout(finished_retention=1.0)
+# and with the logs spread over several streams (EXEC_<k>): removed from its own
+SPREAD = {"partitions": 8, "exec_streams": 4}
+
+
+@pytest.mark.parametrize(
+    "streams",
+    [
+        pytest.param(1, marks=pytest.mark.layout(finished_retention=1.0)),
+        pytest.param(4, marks=pytest.mark.layout(finished_retention=1.0, **SPREAD)),
+    ],
+)
 async def test_a_finished_execution_is_archived_removed_everywhere_and_still_read(
-    system: System, monkeypatch: pytest.MonkeyPatch
+    system: System, monkeypatch: pytest.MonkeyPatch, streams: int
 ) -> None:
+    assert len(system.layout.exec_stream_names) == streams
     await archiving(system, monkeypatch, "objects")
     eid, status = await system.run_yaml(PIPELINE, timeout=30)
     assert status.state == ExecState.COMPLETED
@@ -158,11 +169,20 @@ async def test_a_running_execution_is_never_removed_however_old(system: System) 
     await retired(system, waiting)
 
 
-@pytest.mark.layout(finished_retention=0.5)
-async def test_without_an_archive_a_retired_execution_is_gone(system: System) -> None:
+@pytest.mark.parametrize(
+    "streams",
+    [
+        pytest.param(1, marks=pytest.mark.layout(finished_retention=0.5)),
+        pytest.param(4, marks=pytest.mark.layout(finished_retention=0.5, **SPREAD)),
+    ],
+)
+async def test_without_an_archive_a_retired_execution_is_gone(system: System, streams: int) -> None:
     eid, status = await system.run_yaml(PIPELINE, timeout=30)
     assert status.state == ExecState.COMPLETED
+    own = system.layout.exec_stream_of(eid)
+    assert await count(system.nc, own, system.layout.execution(eid).log)
     await retired(system, eid)
+    assert (await system.nc.jsm().stream_info(own)).state.messages == 0
     assert await system.client.status(eid) is None
     assert await system.events(eid) == []
     with pytest.raises(ExecutionNotFound):
