@@ -641,6 +641,8 @@ async def _add_or_update_stream(js: JetStreamContext, cfg: api.StreamConfig) -> 
             return
         except BadRequestError as e:
             if e.err_code != NO_PEERS_FOR_PLACEMENT:
+                if is_exec_stream(cfg.name or ""):
+                    await _same_subjects(js, cfg)  # a stream of logs never takes another count's subjects
                 await js.update_stream(cfg)  # it exists: its settings brought up to date
                 return
             if loop.time() + delay > deadline:
@@ -649,10 +651,27 @@ async def _add_or_update_stream(js: JetStreamContext, cfg: api.StreamConfig) -> 
         delay = min(delay * 2, 2.0)
 
 
+async def _same_subjects(js: JetStreamContext, cfg: api.StreamConfig) -> None:
+    """A stream of logs that exists keeps its subjects: a pod of another
+    `exec_streams` that got past `check_exec_streams` at the same time as the pod that
+    made it (both found nothing) is refused here rather than rewriting them, which would
+    leave stored messages under subjects their stream no longer lists."""
+    held = sorted((await js.stream_info(cfg.name or "")).config.subjects or [])
+    if held != sorted(cfg.subjects or []):
+        raise ExecStreamsMismatch(
+            f"stream {cfg.name} holds {held} but this pod's ACTORS_EXEC_STREAMS gives it {sorted(cfg.subjects or [])}: "
+            "another count, fixed for a deployment, like ACTORS_PARTITIONS"
+        )
+
+
 async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, ...]) -> None:
     await check_exec_streams(js, layout)
     for cfg in stream_configs(layout):
         await _add_or_update_stream(js, cfg)
+    # again: pods of two counts that both found nothing may have made streams of both
+    # (the server has been seen to accept overlapping subjects in that race): each is
+    # then refused, in one line, rather than both running on half of the logs
+    await check_exec_streams(js, layout)
     for stream, consumers in consumer_configs(layout, tool_kinds).items():
         for ccfg in consumers:
             try:

@@ -28,6 +28,8 @@ from streams.layout import (
     STARTER_CONSUMER,
     ExecStreamsMismatch,
     Layout,
+    _add_or_update_stream,
+    check_exec_streams,
     consumer_configs,
     engine_consumer,
     ensure,
@@ -245,3 +247,39 @@ async def test_a_pod_of_another_count_exits_saying_so_in_one_line(nats_server: N
     ran = await cli("serve", "--role", "engine", url=nats_server.url, env=env, timeout=60)
     assert ran.code == 5, ran.err
     assert "ACTORS_EXEC_STREAMS=4 but stream EXEC holds 1 messages" in one_line(ran.err), ran.err
+
+
+@pytest.mark.asyncio
+async def test_a_pod_of_another_count_that_checked_first_does_not_rewrite_the_streams(
+    nats_server: NatsServer,
+) -> None:
+    """Pods of S=2 and S=4 start together on an empty NATS: B checks (nothing there), A
+    declares, B declares. B is refused, and EXEC_0 keeps A's subjects (rewritten, a
+    message stored on a partition A put there would be under a subject it no longer lists)."""
+    nc = await connect(nats_server.url, name="test")
+    try:
+        js = nc.jetstream()
+        a, b = Layout(partitions=8, exec_streams=2), Layout(partitions=8, exec_streams=4)
+        await check_exec_streams(js, b)
+        await ensure(js, a)
+        with pytest.raises(ExecStreamsMismatch):
+            for cfg in stream_configs(b):  # the rest of B's declaration
+                await _add_or_update_stream(js, cfg)
+        assert (await js.stream_info("EXEC_0")).config.subjects == a.exec_stream_subjects("EXEC_0")
+    finally:
+        await nc.close()
+
+
+@pytest.mark.asyncio
+async def test_pods_of_two_counts_declaring_at_once_are_not_both_accepted(nats_server: NatsServer) -> None:
+    ncs = [await connect(nats_server.url, name=f"pod-{i}") for i in range(2)]
+    try:
+        got = await asyncio.gather(
+            ensure(ncs[0].jetstream(), Layout(partitions=8, exec_streams=2)),
+            ensure(ncs[1].jetstream(), Layout(partitions=8, exec_streams=4)),
+            return_exceptions=True,
+        )
+        assert any(isinstance(x, ExecStreamsMismatch) for x in got), got
+    finally:
+        for nc in ncs:
+            await nc.close()
