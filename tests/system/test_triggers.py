@@ -118,6 +118,13 @@ async def test_stream_trigger_misses_nothing_starts_nothing_twice_pauses_and_dea
 
     # every trigger pod down while 50 messages (and one the template cannot use) arrive
     await stop_triggers(system)
+
+    # once the server knows nobody listens: before, it may still push a message to the
+    # deliver subject, where nobody takes it until the ack wait has passed (seen in CI)
+    async def unbound() -> bool:
+        return not (await js.consumer_info("ORDERS", consumer_name("t1"))).push_bound
+
+    await wait_for(unbound, timeout=10)
     seqs = []
     for i in range(50):
         ack = await js.publish("orders.created", json.dumps({"id": f"o{i}"}).encode())
