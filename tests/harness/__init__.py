@@ -22,7 +22,7 @@ recorded inputs again into fresh state and says whether every decision came out 
 same (the determinism property), for any run.
 """
 
-from tests.harness.driver import Harness
+from tests.harness.driver import Harness, Stamped
 from tests.harness.folds import decisions, log_of, mismatch, refold, replay
 from tests.harness.view import PENDING, Call, Fail, Item, Run, Tool
 
@@ -33,6 +33,7 @@ __all__ = [
     "Harness",
     "Item",
     "Run",
+    "Stamped",
     "Tool",
     "decisions",
     "log_of",

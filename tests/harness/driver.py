@@ -10,6 +10,7 @@ from typing import Any
 
 from actors.core.effects import CommandCancel, Effects, Timer
 from actors.core.loop import LoopRun
+from actors.core.replay import SEMANTICS
 from actors.core.rerun import plan_retry
 from actors.core.state import Execution
 from actors.wire.messages import (
@@ -335,3 +336,17 @@ class Harness:
 
 def error_info(fail: Fail) -> ErrorInfo:
     return ErrorInfo(type=fail.type, message=fail.message, retryable=fail.retryable, status=fail.status)
+
+
+class Stamped(Harness):
+    """The harness whose start records (a child's too) are stamped with `semantics`, as
+    a starter does (with this code's while every engine pod runs it)."""
+
+    def __init__(self, *args: Any, semantics: int = SEMANTICS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.semantics = semantics
+
+    def _deliver(self, target: tuple[str, ...], inp: Any) -> None:
+        if isinstance(inp, StartRecord):
+            inp.semantics = self.semantics
+        super()._deliver(target, inp)

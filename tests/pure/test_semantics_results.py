@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from actors.core.replay import SEMANTICS
-from actors.wire.messages import StartRecord
-from tests.harness import Call, Fail, Harness, replay
+from tests.harness import Call, Fail, Stamped, replay
 from tests.harness.folds import exec_subjects
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -36,19 +35,6 @@ PARENT = (
 """
 )
 CHILD = HEAD % "child" + f'  - step: work\n    tool: {PY}\n    args: {{n: "{{{{ workload.n }}}}"}}\n'
-
-
-class Stamped(Harness):
-    """Start records (a child's too) stamped with `semantics`, as a starter does."""
-
-    def __init__(self, *args: Any, semantics: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.semantics = semantics
-
-    def _deliver(self, target: tuple[str, ...], inp: Any) -> None:
-        if isinstance(inp, StartRecord):
-            inp.semantics = self.semantics
-        super()._deliver(target, inp)
 
 
 def flaky(call: Call) -> int:

@@ -15,7 +15,6 @@ from actors.client.logview import LogItem
 from actors.client.steps import StepStory, fold_stories
 from actors.core import waits
 from actors.core.effects import Effects
-from actors.core.replay import SEMANTICS
 from actors.playbook.checks import StepChecks
 from actors.playbook.loader import PlaybookInvalid, load_playbook
 from actors.playbook.until import iso_utc, parse_until
@@ -24,9 +23,9 @@ from actors.runtime.outbox import decision_messages
 from actors.status.projector import project
 from actors.wire.codec import CLEAR
 from actors.wire.events import Event, UnknownEvent, event_decoder
-from actors.wire.messages import LoopSpec, SignalSent, StartRecord
+from actors.wire.messages import LoopSpec, SignalSent
 from streams.subjects import ExecSubjects
-from tests.harness import PENDING, Harness, Run, replay
+from tests.harness import PENDING, Run, Stamped, replay
 from tests.harness.driver import START_TIME
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -34,19 +33,10 @@ pytestmark = [pytest.mark.timeout(60)]
 HEAD = "apiVersion: actors/v1\nkind: Playbook\nmetadata: {name: waits}\n"
 
 
-class Waits(Harness):
+class Waits(Stamped):
     """The harness with what the engine shell does for waits: start records stamped
     with this code's semantics (as the starter does while every engine pod runs it),
     signals delivered to the execution's log, forwards delivered to a loop's."""
-
-    def __init__(self, *args: Any, semantics: int = SEMANTICS, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.semantics = semantics
-
-    def _deliver(self, target: tuple[str, ...], inp: Any) -> None:
-        if isinstance(inp, StartRecord):
-            inp.semantics = self.semantics
-        super()._deliver(target, inp)
 
     def _effects(self, here: tuple[str, ...], run: Run, out: Any) -> None:
         super()._effects(here, run, out)
