@@ -314,11 +314,10 @@ def loop_outputs_filter(execution_id: str, partitions: int) -> str:
 
 def output_subject(reply_to: str, command_id: str, iteration_index: int | None) -> str | None:
     """Where a tool actor puts what a command printed, beside its answer: for
-    ``exec.<p>.<id>.in.result.<command>`` and ``exec.<p>.<id>.in.result`` (semantics
-    4: every result of the execution), ``exec.<p>.<id>.out.<command>``; for
+    ``exec.<p>.<id>.in.result.<command>``, ``exec.<p>.<id>.out.<command>``; for
     ``loop.<p>.<id>.<loop>.in.res.<command>``, ``loop.<p>.<id>.<loop>.out.<command>.<index>``
     (a chunk answers several iterations). None for any other reply subject."""
-    if reply_to.startswith("exec.") and reply_to.count(".") >= 4:  # `in.result` itself too (semantics 4)
+    if reply_to.startswith("exec.") and reply_to.count(".") >= 5:
         prefix = reply_to.split(".", 3)
         return f"{'.'.join(prefix[:3])}.{OUT}.{command_id}"
     if reply_to.startswith("loop.") and reply_to.count(".") >= 6:

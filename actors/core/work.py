@@ -52,7 +52,7 @@ from actors.wire.messages import (
     Redrive,
 )
 from streams.ids import child_execution_id, step_command_id
-from streams.subjects import ITERATOR, ExecSubjects
+from streams.subjects import ITERATOR, RESULT, ExecSubjects
 
 # the engine semantics (actors/core/replay.py SEMANTICS) from which a step's command is
 # answered on the execution's one results subject (`in.result`), the command id in the
@@ -62,11 +62,10 @@ from streams.subjects import ITERATOR, ExecSubjects
 SHARED_RESULTS = 4
 
 
-def result_subject(subjects: ExecSubjects, semantics: int, command_id: str) -> str:
-    """Where the answer to a child's end goes (engines only, all of them of this
-    semantics or later: docs/upgrades.md), and where a tool of this version answers a
-    step's command (`Command.answer_on`), as the execution's semantics says."""
-    return subjects.results if semantics >= SHARED_RESULTS else subjects.result(command_id)
+def shared_input(subjects: ExecSubjects, semantics: int, type_: str) -> str | None:
+    """The execution's one subject for every input of `type_` (every result, every
+    loop's verdict) when its semantics has one; None: a subject per command or loop."""
+    return subjects.input(type_) if semantics >= SHARED_RESULTS else None
 
 
 # --- steps -----------------------------------------------------------------------------
@@ -129,10 +128,13 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
     issued = CommandIssuedData(activation=act.id, command_id=command_id, kind=kind, attempt_number=act.attempt)
     if act.attempt > 1:
         issued.parent_event_id = parent
-    reply_to = result_subject(decision.subjects, ex.semantics, command_id)
+    own = decision.subjects.result(command_id)
+    shared = shared_input(decision.subjects, ex.semantics, RESULT)
     if isinstance(step.tool, PlaybookTool):
+        # a child's end goes to the shared subject when there is one: engines only, all
+        # of them of this semantics or later (docs/upgrades.md)
         start = child_start(
-            tool, args, execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=reply_to
+            tool, args, execution_id=ex.execution_id, step=step.step, command_id=command_id, reply_to=shared or own
         )
         decision.out.starts.append(start)
         act.child = issued.child_execution_id = child_execution_id(ex.execution_id, command_id)
@@ -142,15 +144,14 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
     # own, and asks whether a redelivered command is answered there: only a tool that
     # knows `answer_on` answers on the shared subject, so a tool pod rolled late loses
     # no step (docs/upgrades.md "From 3 to 4")
-    shared = reply_to != decision.subjects.result(command_id)
     decision.out.commands.append(
         Command(
             execution_id=ex.execution_id,
             command_id=command_id,
             step=step.step,
             kind=kind,
-            reply_to=decision.subjects.result(command_id),
-            answer_on=reply_to if shared else None,
+            reply_to=own,
+            answer_on=shared,
             tool=tool,
             args=args,
             timeout=step.timeout,
@@ -245,7 +246,7 @@ def _start_loop(decision: Decision, act: Activation, step: Step, loop: Loop) -> 
             scope={k: v for k, v in scope.items() if k in wanted},
             reply_to=decision.subjects.iterator(loop_id),
             # semantics 4: the verdicts of every loop of the execution on one subject
-            answer_on=decision.subjects.input(ITERATOR) if ex.semantics >= SHARED_RESULTS else None,
+            answer_on=shared_input(decision.subjects, ex.semantics, ITERATOR),
             parent_event_id=parent,
             limits=ex.limits,
             code_at=code_at(ex, step),

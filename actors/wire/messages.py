@@ -331,51 +331,41 @@ class CallError(_Wire, tag="call.error", tag_field="type"):
     iteration_index: int | None = None
 
 
-class _Answers(Struct):
-    """What a stored result says it answers; its other fields are not read."""
+class _Names(Struct):
+    """What a stored answer says it is and what it answers; its other fields are not
+    read (and nothing here is sealed: the codec seals values, never ids)."""
 
     type: str = ""
     command_id: str = ""
-
-
-_ANSWER_TYPES = ("call.done", "call.error")
-
-
-class _Verdict(Struct):
-    """What a stored loop verdict says it ends; its other fields are not read."""
-
-    type: str = ""
     loop_id: str = ""
 
 
-_verdict_decoder = msgspec.json.Decoder(_Verdict)
-_VERDICT_TYPES = ("iterator.completed", "iterator.failed")
+_names_decoder = msgspec.json.Decoder(_Names)
 
 
-def loop_of_verdict(data: bytes) -> str | None:
-    """The loop a stored verdict (`iterator.completed`, `iterator.failed`) ends, read
-    without opening anything (a loop id is never sealed): how a reader tells the
-    verdicts on an execution's shared subject (`in.iterator`, semantics 4) apart."""
+def _named(data: bytes, types: tuple[str, ...]) -> _Names | None:
+    """`data` read as an answer of one of `types`; None for anything else."""
     try:
-        found = _verdict_decoder.decode(data)
+        found = _names_decoder.decode(data)
     except msgspec.DecodeError:
         return None
-    return found.loop_id or None if found.type in _VERDICT_TYPES else None
-
-
-_answers_decoder = msgspec.json.Decoder(_Answers)
+    return found if found.type in types else None
 
 
 def command_of_answer(data: bytes) -> str | None:
-    """The command a stored result (`call.done`, `call.error`) answers, read without
-    opening anything (a command id is never sealed): how a reader tells the results on
-    an execution's shared subject (`in.result`, semantics 4) apart. None: not a result
-    this can read."""
-    try:
-        found = _answers_decoder.decode(data)
-    except msgspec.DecodeError:
-        return None
-    return found.command_id or None if found.type in _ANSWER_TYPES else None
+    """The command a stored result (`call.done`, `call.error`) answers: how a reader
+    tells the results on an execution's shared subject (`in.result`, semantics 4)
+    apart. None: not a result this can read."""
+    found = _named(data, ("call.done", "call.error"))
+    return found.command_id or None if found is not None else None
+
+
+def loop_of_verdict(data: bytes) -> str | None:
+    """The loop a stored verdict (`iterator.completed`, `iterator.failed`) ends: how a
+    reader tells the verdicts on an execution's shared subject (`in.iterator`,
+    semantics 4) apart. None: not a verdict this can read."""
+    found = _named(data, ("iterator.completed", "iterator.failed"))
+    return found.loop_id or None if found is not None else None
 
 
 class IterationOutcome(_Wire):
