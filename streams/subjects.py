@@ -11,6 +11,7 @@ why; this module only spells them.
     cancel.<execution_id>[.<command_id>]                         core NATS: stop commands
     progress.<execution_id>                                      core NATS: loop progress
     result.request, catalog.register, execution.cancel           core NATS: requests any client sends
+    answer.<partition>                                           core NATS: a tool asks to store its result
     status.<playbook>.<execution_id>                             core NATS: each status written
 
 Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
@@ -52,6 +53,10 @@ CANCEL_REQUEST_SUBJECT = "execution.cancel"
 SIGNAL_REQUEST_SUBJECT = "execution.signal"
 # a header on a result request: seconds to wait for the execution to end before answering
 RESULT_WAIT = "Actors-Result-Wait"
+# a tool asks the engine pod owning partition p to store a step's result together with
+# the decision it leads to, as one input (`exec.<p>.<id>.in.answer...`, semantics 5):
+# core NATS, outside every stream (docs/architecture.md "The next layout", item 2)
+ANSWER_REQUEST_PREFIX = "answer"
 # every status the projector writes, also published on core NATS under its playbook, so a
 # client can watch one playbook's executions (`status.<playbook>.*`): a notification, at
 # most once; KV `status` stays the record
@@ -64,6 +69,7 @@ START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterat
 LOOP_RESULT, DECISION = "res", "decision"
 COMMAND = "cmd"  # ev.cmd.<kind>: a decision record holding its one command
 SIGNAL = "signal"  # in.signal: a signal sent to the execution (actors/wire/messages.py SignalSent)
+ANSWER = "answer"  # in.answer.cmd.<kind> | in.answer.ev: a result and the decision it led to (semantics 5)
 RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
@@ -179,6 +185,26 @@ class ExecSubjects(_LogSubjects):
         return f"{self.lifecycle(event_type)}.{COMMAND}.{kind}"
 
     @property
+    def partition(self) -> int:
+        return int(self.prefix.split(".")[1])
+
+    def answer_record(self, kind: str | None) -> str:
+        """A step's result stored with the decision it led to (semantics 5), an input:
+        `in.answer.cmd.<kind>` when that decision holds its one command (tool actors of
+        `kind` take it from the log), else `in.answer.ev`."""
+        return self.input(f"{ANSWER}.{COMMAND}.{kind}" if kind else f"{ANSWER}.{EV}")
+
+    @property
+    def answers(self) -> str:
+        """Every result stored with its decision (a filter)."""
+        return self.input(f"{ANSWER}.>")
+
+    @property
+    def inputs(self) -> str:
+        """Every input of the execution (a filter)."""
+        return f"{self.prefix}.{IN}.>"
+
+    @property
     def outputs(self) -> str:
         """What the execution's steps printed (a filter; loop iterations' are in LOOP)."""
         return f"{self.prefix}.{OUT}.>"
@@ -213,8 +239,25 @@ LIFECYCLE_FILTER = f"exec.*.*.{LC}.>"
 def tool_log_filters(kind: str) -> list[str]:
     """The stored decisions that hold a command of `kind`: decision records
     (`decision_with_command`) and lifecycle events carrying their decision
-    (`lifecycle_with_command`: an execution's first step's command)."""
-    return [f"exec.*.*.{EV}.{COMMAND}.{kind}", f"exec.*.*.{LC}.*.*.{COMMAND}.{kind}"]
+    (`lifecycle_with_command`: an execution's first step's command), and results stored
+    with the decision they led to (`answer_record`, semantics 5)."""
+    return [
+        f"exec.*.*.{EV}.{COMMAND}.{kind}",
+        f"exec.*.*.{LC}.*.*.{COMMAND}.{kind}",
+        f"exec.*.*.{IN}.{ANSWER}.{COMMAND}.{kind}",
+    ]
+
+
+def answer_request_subject(partition: int) -> str:
+    """Where a tool asks partition `partition`'s engine pod to store a result with its
+    next decision (`Command.ask_on`)."""
+    return f"{ANSWER_REQUEST_PREFIX}.{partition}"
+
+
+def is_answer_record(subject: str) -> bool:
+    """Is `subject` a result stored with its decision (`exec.<p>.<id>.in.answer...`)?"""
+    parts = subject.split(".", 5)
+    return len(parts) >= 5 and parts[0] == "exec" and parts[3] == IN and parts[4] == ANSWER
 
 
 # --- a loop's log (LOOP) ---------------------------------------------------------------

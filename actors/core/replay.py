@@ -96,7 +96,12 @@ from streams.subjects import ExecSubjects, LoopSubjects
 #      in `reply_to`, where an older tool pod answers) and a child's end goes there
 #      (`ParentRef.reply_to`). An older engine pod must not read such a log (its
 #      replay would take any result for the answer to every command).
-SEMANTICS = 4
+#   5: a step's result may be stored with the decision it leads to, as one input
+#      (`exec.<p>.<id>.in.answer...`, a DecisionRecord holding the result in `answer`
+#      and the time it read in `at`, its cause minus the stream sequence of the input it
+#      followed): the tool asks the engine first (`Command.ask_on`). Decisions are those
+#      of 4; an older engine pod must not read such a log (it would not fold the answer).
+SEMANTICS = 5
 
 NONDETERMINISM = "Nondeterminism"
 SEMANTICS_UNKNOWN = "SemanticsUnknown"
@@ -437,6 +442,14 @@ class LogRecord:
     at: float
     cls: str  # in | ev | lc | anything else (ignored)
     value: Any
+    # the seq the input is folded and checked with, when not its own: a result stored
+    # with its decision (semantics 5, `answer_records`) is folded with that decision's
+    # cause, minus the sequence of the input it followed
+    cause: int | None = None
+
+    @property
+    def fold_seq(self) -> int:
+        return self.seq if self.cause is None else self.cause
 
 
 @dataclass(slots=True)
@@ -455,6 +468,17 @@ def lifecycle_records(seq: int, subject: str, at: float, ev: AnyEvent, extras: L
     then its lifecycle events in decided order; one event for a message of semantics 1."""
     records = [LogRecord(seq, subject, at, "ev", extras.decision)] if extras.decision is not None else []
     return records + [LogRecord(seq, subject, at, "lc", one) for one in in_order(ev, extras)]
+
+
+def answer_records(seq: int, subject: str, record: DecisionRecord, answer: Input | None) -> list[LogRecord]:
+    """The records one answer record holds (semantics 5, `exec.<p>.<id>.in.answer...`):
+    the result it stores, an input folded with the record's cause and time (`answer`:
+    that result decoded by the reader, None when it cannot be read or is no result),
+    then its decision record."""
+    at = record.at if record.at is not None else 0.0
+    if not isinstance(answer, (CallDone, CallError)):
+        answer = None
+    return [LogRecord(seq, subject, at, "in", answer, cause=record.cause), LogRecord(seq, subject, at, "ev", record)]
 
 
 def recorded_of(log: Iterable[LogRecord]) -> Recorded:
@@ -496,6 +520,7 @@ def replay_execution(
             continue
         inp = r.value
         fx: Effects | None = None
+        seq = r.fold_seq
         if inp is not None and r.seq not in recorded.skip:
             if isinstance(inp, StartRecord):
                 if inp.execution_id != execution_id:
@@ -504,9 +529,9 @@ def replay_execution(
             early = replayer.admit(r.seq, r.subject, inp)
             if early is not None:
                 return Replay(state, outputs, early, start)
-            fx = decide(state, inp, r.seq, r.at)
-            outputs.append((r.seq, fx))
-        mismatch = replayer.check(r.seq, r.subject, fx)
+            fx = decide(state, inp, seq, r.at)
+            outputs.append((seq, fx))
+        mismatch = replayer.check(seq, r.subject, fx)
         if mismatch is not None:
             return Replay(state, outputs, mismatch, start)
     return Replay(state, outputs, None, start)

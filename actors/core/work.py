@@ -52,7 +52,7 @@ from actors.wire.messages import (
     Redrive,
 )
 from streams.ids import child_execution_id, step_command_id
-from streams.subjects import ITERATOR, RESULT, ExecSubjects
+from streams.subjects import ITERATOR, RESULT, ExecSubjects, answer_request_subject
 
 # the engine semantics (actors/core/replay.py SEMANTICS) from which a step's command is
 # answered on the execution's one results subject (`in.result`), the command id in the
@@ -60,6 +60,10 @@ from streams.subjects import ITERATOR, RESULT, ExecSubjects
 # costs the server an index entry per retained execution (docs/architecture.md
 # "The next layout"). Older executions keep theirs, byte for byte (tests/corpus)
 SHARED_RESULTS = 4
+# from which a step's tool asks the partition's engine pod to store its result with the
+# decision it leads to, as one input (`Command.ask_on`, docs/architecture.md "The next
+# layout", item 2); the decisions are those of 4
+FAST_ANSWERS = 5
 
 
 def shared_input(subjects: ExecSubjects, semantics: int, type_: str) -> str | None:
@@ -152,6 +156,7 @@ def _issue(decision: Decision, act: Activation, step: Step) -> Outcome:
             kind=kind,
             reply_to=own,
             answer_on=shared,
+            ask_on=answer_request_subject(decision.subjects.partition) if ex.semantics >= FAST_ANSWERS else None,
             tool=tool,
             args=args,
             timeout=step.timeout,

@@ -34,8 +34,10 @@ executions are untouched. Only the engine's own halts are resumed here: a loop's
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import time
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -47,18 +49,20 @@ from actors.core.effects import Effects
 from actors.core.replay import SEMANTICS, HaltKey, Mismatch, Recorded, Replayer, Stored
 from actors.core.state import Execution
 from actors.engine.readback import read_back
-from actors.natsio import ack, command_sent, dead_letter, has_message, log_time, publish_all, stream_seq
+from actors.natsio import MSG_ID, ack, command_sent, dead_letter, has_message, log_time, publish_all, stream_seq
 from actors.natsio.binding import codec_of
+from actors.playbook.budget import RenderHalted, SliceExhausted
 from actors.playbook.templates import RenderFault
 from actors.runtime import tracing
 from actors.runtime.exectrace import ExecutionTrace
 from actors.runtime.hosting import PartitionHost
 from actors.runtime.logactor import LogActor, LogEntry
 from actors.runtime.metrics import HALTED_REPLAYS
-from actors.runtime.outbox import Outbox
+from actors.runtime.outbox import Outbox, holdable
 from actors.runtime.render_process import RenderBounds
 from actors.runtime.supervision import Refold, engine_error
 from actors.wire.events import (
+    DecisionRecord,
     ExecState,
     ExecutionHaltedData,
     ExecutionResumedData,
@@ -88,6 +92,7 @@ from actors.wire.messages import (
 from streams import ids
 from streams.layout import LOOP_STREAM, Layout, engine_consumer
 from streams.subjects import (
+    ANSWER,
     CANCEL,
     EV,
     FAULT,
@@ -100,8 +105,10 @@ from streams.subjects import (
     START,
     TIMER,
     ExecSubjects,
+    answer_request_subject,
     class_of,
     execution_of,
+    is_answer_record,
     type_of,
 )
 
@@ -120,12 +127,57 @@ INPUT_TYPES: dict[str, tuple[type, ...]] = {
     CANCEL: (CancelRequest,),
     RETRIED: (RetriedBy,),
     SIGNAL: (SignalSent,),
+    ANSWER: (CallDone, CallError),  # the result an answer record holds (semantics 5)
 }
+
+# how long an engine takes to store a tool's result with its decision before the tool
+# gives up asking and publishes the result itself (actors/tools/running.py)
+ANSWER_ASK_TIMEOUT = 2.0
+FAST_SEMANTICS = 5  # from which a tool asks (actors/core/work.py FAST_ANSWERS)
+STORED = b"stored"
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+
+def one_message_only(fx: Effects) -> str | None:
+    """Why the decision `fx` cannot be stored as one answer record (None: it can): it
+    must be some events and at most one command, and nothing else at all."""
+    others = (fx.starts or fx.loops or fx.signal_forwards or fx.timers or fx.reply is not None or fx.child_cancels) or (
+        fx.loop_cancels or fx.cancels or fx.failures or fx.verdict is not None
+    )
+    if others:
+        return "the decision sends more than a command"
+    if fx.lifecycle:
+        return "the decision has lifecycle events"
+    if len(fx.commands) > 1:
+        return "the decision issues more than one command"
+    if not fx.events:
+        return "the decision records nothing"
+    return None
 
 
 def fits_subject(subject: str, inp: Input) -> bool:
     """Is `inp` of a type its input subject takes (INPUT_TYPES)?"""
     return isinstance(inp, INPUT_TYPES.get(type_of(subject).split(".", 1)[0], ()))
+
+
+def _not_ready(actor: ExecutionActor | None, inp: CallDone | CallError) -> str | None:
+    """Why `actor` cannot fold `inp` and store it with its decision now (None: it can)."""
+    if actor is None:
+        return "no resident actor"
+    if not actor.hydrated or actor.halted is not None:
+        return "the actor is not hydrated"
+    if not actor.mailbox.empty() or actor.turn.locked() or actor.waiting:
+        return "the actor is busy"
+    if actor.state.semantics < FAST_SEMANTICS or actor.state.terminal:
+        return "not an execution of semantics 5 that runs"
+    if actor.trace is not None:
+        return "tracing is on"
+    if getattr(inp, "result_ref", None) is not None or inp.iteration_index is not None:
+        return "the result is a blob, or a loop iteration's"
+    if actor.last_seq <= 0:
+        return "nothing folded yet"
+    return None
 
 
 class ExecutionActor(LogActor):
@@ -146,6 +198,9 @@ class ExecutionActor(LogActor):
         self.skip: set[int] = set()  # stream seqs of inputs given up on (EngineFault): never folded
         self.replayer: Replayer | None = None  # while a replay folds: holds each decision against the log
         self.start_seq: int | None = None  # where the start record this actor folded is in the log
+        # the seq the last input was folded with: its stream sequence, or an answer
+        # record's cause (semantics 5)
+        self.folded_seq = 0
         # its spans (docs/tracing.md): fed by every fold, read by nothing the fold decides
         self.trace = ExecutionTrace(execution_id, sealed=codec_of(engine.js).encrypts) if tracing.enabled() else None
         self.outbox.trace = self.trace
@@ -220,8 +275,20 @@ class ExecutionActor(LogActor):
 
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
         self.last_seq = entry.seq
+        self.folded_seq = entry.seq
         if entry.seq in self.skip:
             return None  # given up on (EngineFault): folding it failed, and would again (checked before decoding)
+        if is_answer_record(entry.subject):
+            # a result stored with the decision it led to (semantics 5): folded with that
+            # decision's cause and time, as when it was decided
+            record = await self.decode(decision_decoder, entry)
+            if record is None:
+                return None
+            self.folded_seq = record.cause
+            if record.answer is None:
+                await self._misfiled(entry, None)
+                return None
+            entry = LogEntry(entry.subject, bytes(record.answer), record.cause, record.at or 0.0, entry.headers)
         inp = await self.decode(input_decoder, entry)
         if inp is None:
             return None
@@ -265,7 +332,7 @@ class ExecutionActor(LogActor):
             into.merge(fx)
         return fx
 
-    async def _misfiled(self, entry: LogEntry, inp: Input) -> None:
+    async def _misfiled(self, entry: LogEntry, inp: Input | None) -> None:
         """An input whose type is not its subject's (a `timer.fired` published on
         `in.signal`, where any user may publish): never folded, live or in a replay,
         and dead-lettered the first time it is met live, saying why."""
@@ -274,12 +341,62 @@ class ExecutionActor(LogActor):
         await dead_letter(
             self.engine.js,
             source=self.source,
-            reason=f"input of type {type(inp).__name__} on {entry.subject}: not what that subject takes; not folded",
+            reason=f"input of type {type(inp).__name__} on {entry.subject}: not what that subject takes; not folded"
+            if inp is not None
+            else f"answer record on {entry.subject} holds no answer; not folded",
             subject=entry.subject,
             data=entry.data,
             execution_id=self.execution_id,
             msg_id=ids.dead_letter_id(self.source, self.stream, entry.seq),
         )
+
+    async def store_answer(self, data: bytes, inp: CallDone | CallError) -> str:
+        """A tool's result (`data`, as it sent it) folded now and stored with the
+        decision it leads to as one input, an answer record (semantics 5,
+        docs/architecture.md "The next layout", item 2). The caller holds `turn` and
+        checked that nothing else is being handled. Returns `stored`, or why not: then
+        the tool publishes the result itself, and the actor, if its state moved,
+        rebuilds by replay (`reset`)."""
+        last = self.last_seq  # the last input folded: the state is the fold of every input up to it
+        at = time.time()
+        try:
+            fx = await self.engine.fold_off_loop(
+                self, functools.partial(fold, self.state, inp, seq=-last, at=at, subjects=self.subjects)
+            )
+        except (Exception, RenderFault, RenderHalted, SliceExhausted) as e:
+            self.reset()
+            return f"the fold failed: {type(e).__name__}"
+        why = one_message_only(fx)
+        command = holdable(self.outbox.codec, fx) if fx.commands else None
+        if why is None and fx.commands and command is None:
+            why = "its command cannot be held by the record"
+        payload = b""
+        if why is None:
+            record = DecisionRecord(cause=-last, events=fx.events, command=command, answer=msgspec.Raw(data), at=at)
+            payload = self.outbox.codec.encode(record)
+            if len(payload) > self.outbox.limit:
+                why = "the record is too large"
+        if why is not None:
+            self.reset()
+            return why
+        subject = self.subjects.answer_record(fx.commands[0].kind if command is not None else None)
+        headers = {
+            MSG_ID: ids.result_id(self.execution_id, inp.command_id),
+            EXPECTED_LAST_SUBJECT_SEQ: str(last),
+            EXPECTED_LAST_SUBJECT: self.subjects.inputs,
+        }
+        try:
+            puback = await self.engine.js.publish(
+                subject, payload, stream=self.stream, headers=headers, timeout=ANSWER_ASK_TIMEOUT
+            )
+        except Exception as e:  # a wrong last sequence (another input came), a timeout, ...
+            self.reset()
+            return f"not stored: {e!r}"
+        if puback.duplicate:
+            self.reset()
+            return "a duplicate"
+        self.last_seq = puback.seq
+        return STORED.decode()
 
     def _traced(self, entry: LogEntry, inp: Input, fx: Effects | None) -> None:
         """Feed the execution's spans: every fold, live or replayed, so what is open is
@@ -324,6 +441,12 @@ class ExecutionActor(LogActor):
                     seen.fired.add(kind.split(".", 1)[1])
                 elif kind == FAULT:
                     seen.skip.add(fault_decoder.decode(entry.data).input_seq)
+                elif kind.startswith(f"{ANSWER}.") or kind == ANSWER:  # a result with its decision (semantics 5)
+                    record = codec.decode(decision_decoder, entry.data)
+                    seen.decision(entry.seq, entry.subject, record)
+                    answered = command_of_answer(bytes(record.answer)) if record.answer is not None else None
+                    if answered is not None:
+                        seen.answered(answered)
             elif cls == EV:
                 seen.decision(entry.seq, entry.subject, codec.decode(decision_decoder, entry.data))  # decrypted
             elif cls == LC:
@@ -346,7 +469,7 @@ class ExecutionActor(LogActor):
                 fx = await self.fold_input(entry)
                 if self.halted is not None:
                     return  # semantics it does not know (fold_input halted it)
-                mismatch = replayer.check(entry.seq, entry.subject, fx)
+                mismatch = replayer.check(self.folded_seq, entry.subject, fx)
                 if mismatch is not None:
                     await self.halt(mismatch, entry, seen)
                     return
@@ -450,6 +573,64 @@ class Engine(PartitionHost[str, ExecutionActor]):
             role="engine",
             render_bounds=render_bounds,
         )
+        self._asks: dict[int, object] = {}  # partition -> its answer.<p> subscription
+        self._asking: set[asyncio.Task[None]] = set()
+
+    async def gain(self, partition: int) -> None:
+        await super().gain(partition)
+        if partition not in self._asks:
+            self._asks[partition] = await self.nc.subscribe(
+                answer_request_subject(partition), queue="engine.answer", cb=self._on_ask
+            )
+
+    async def lose(self, partition: int) -> None:
+        sub = self._asks.pop(partition, None)
+        if sub is not None:
+            await sub.unsubscribe()  # type: ignore[attr-defined]
+        await super().lose(partition)
+
+    async def stop(self) -> None:
+        for sub in self._asks.values():
+            await sub.unsubscribe()  # type: ignore[attr-defined]
+        self._asks.clear()
+        await super().stop()
+
+    async def _on_ask(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._answer(msg))  # never blocks the read loop
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
+
+    async def _answer(self, msg: Msg) -> None:
+        try:
+            said = await self.ask(msg.data)
+        except Exception as e:
+            said = f"refused: {type(e).__name__}"
+        if msg.reply:
+            try:
+                await self.nc.publish(msg.reply, said.encode())
+            except Exception as e:  # the tool times out and publishes the result itself
+                log.debug("answer request: no reply sent: %r", e)
+
+    async def ask(self, data: bytes) -> str:
+        """A tool asks to store its result (`data`) with the decision it leads to
+        (`ExecutionActor.store_answer`): `stored`, or `refused: <why>`."""
+        try:
+            inp = codec_of(self.js).decode(input_decoder, data)
+        except Exception as e:
+            return f"refused: not a result ({type(e).__name__})"
+        if not isinstance(inp, (CallDone, CallError)):
+            return "refused: not a result"
+        actor = self.actors.get(inp.execution_id)
+        why = _not_ready(actor, inp)
+        if why is not None or actor is None:
+            return f"refused: {why}"
+        async with actor.turn:
+            actor.busy = True  # `_evict` leaves it
+            try:
+                said = await actor.store_answer(data, inp)
+            finally:
+                actor.busy = actor.waiting
+        return "stored" if said == "stored" else f"refused: {said}"
 
     def wakes_retired(self, subject: str) -> bool:
         """A retry of a finished execution is linked in its log (`execution.retried`);

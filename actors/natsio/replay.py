@@ -10,9 +10,9 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from actors.natsio.batchget import pages
-from actors.wire.messages import Command, LoopSpec, command_of_answer, loop_of_verdict
+from actors.wire.messages import Command, LoopSpec, command_of_answer, command_of_record_answer, loop_of_verdict
 from streams.layout import CMD_STREAM, cmd_subject
-from streams.subjects import shares_results
+from streams.subjects import ANSWER, shares_results
 
 
 async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = False) -> RawStreamMsg:
@@ -63,7 +63,15 @@ async def is_answered(nc: NATS, stream: str, cmd: Command, *, after: int = 0) ->
     shared = cmd.answer_on
     if not shared or not shares_results(shared):
         return False
-    return await shared_holds(nc, stream, shared, lambda data: command_of_answer(data) == cmd.command_id, after=after)
+    if await shared_holds(nc, stream, shared, lambda data: command_of_answer(data) == cmd.command_id, after=after):
+        return True
+    if not cmd.ask_on:
+        return False
+    # semantics 5: the result stored with the decision it led to, an answer record
+    answers = shared.rsplit(".", 1)[0] + f".{ANSWER}.>"
+    return await shared_holds(
+        nc, stream, answers, lambda data: command_of_record_answer(data) == cmd.command_id, after=after
+    )
 
 
 async def verdict_sent(nc: NATS, stream: str, spec: LoopSpec) -> bool:

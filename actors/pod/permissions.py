@@ -92,6 +92,7 @@ from streams.layout import (
     tool_log_consumer,
 )
 from streams.subjects import (
+    ANSWER_REQUEST_PREFIX,
     CANCEL_FILTER,
     CANCEL_REQUEST_SUBJECT,
     ENDED_FILTER,
@@ -340,6 +341,8 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 REGISTER_REQUEST_SUBJECT,
                 CANCEL_REQUEST_SUBJECT,
                 SIGNAL_REQUEST_SUBJECT,  # signals for waiting steps (actors/gateway/answers.py)
+                # a tool asks to store its result with the next decision (semantics 5)
+                f"{ANSWER_REQUEST_PREFIX}.*",
                 STATUS_WATCH,
                 MAX_DELIVERIES_ADVISORY,
                 inbox("engine"),
@@ -378,6 +381,9 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 *lookups(),
                 *tools_pub,
                 *answers,
+                # asks the partition's engine pod to store a result with its next
+                # decision (semantics 5, `Command.ask_on`): a core request
+                f"{ANSWER_REQUEST_PREFIX}.*",
                 _dlq("tools"),
                 *blobs(),
                 _api("STREAM", "MSG", "GET", CMD_STREAM),  # the command a max-deliveries advisory names

@@ -53,7 +53,7 @@ from actors.runtime.supervision import (
     is_transient,
     poison_pause,
 )
-from actors.wire.codec import PayloadUnreadable
+from actors.wire.codec import Decoder, PayloadUnreadable
 from actors.wire.messages import ErrorInfo
 from streams import ids
 
@@ -109,6 +109,10 @@ class LogActor:
         self.mailbox: asyncio.Queue[Msg] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.busy = False  # an idle actor may be evicted (PartitionHost._evict)
+        # held while the actor handles anything: by `run` around `_until_done`, and by the
+        # engine storing a result with its decision (semantics 5, `store_answer`)
+        self.turn = asyncio.Lock()
+        self.waiting = False  # `run` waits for `turn`
         self.off_loop = False  # fold on a worker thread: a template took more than its inline slice
         # set when a replay met a decision this code would not make (actors/core/replay.py
         # `Mismatch`): nothing is folded, published or acked any more (the inputs come
@@ -161,7 +165,16 @@ class LogActor:
             self.busy = True
             try:
                 with self.host.holding(batch):
-                    await self._until_done(batch)
+                    self.waiting = True
+                    try:
+                        await self.turn.acquire()
+                    finally:
+                        self.waiting = False
+                    try:
+                        self.busy = True
+                        await self._until_done(batch)
+                    finally:
+                        self.turn.release()
             except asyncio.CancelledError:
                 await hand_back(batch, self.mailbox)
                 raise
@@ -312,7 +325,7 @@ class LogActor:
     async def publish(self, effects: Effects) -> None:
         await self.outbox.send(effects)
 
-    async def decode(self, decoder: msgspec.json.Decoder[T], entry: LogEntry) -> T | None:
+    async def decode(self, decoder: Decoder[T], entry: LogEntry) -> T | None:
         """The input, or None when it cannot be decoded: it is skipped (a replay skips it
         the same way) and, the first time it is met live, dead-lettered with the reason.
         One holding a value this pod cannot decrypt is skipped too, and recorded as the

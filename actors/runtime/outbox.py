@@ -310,7 +310,7 @@ def decision_messages(
       command (it goes to CMD as its own message), then to semantics 1's messages."""
     if not carry:
         return _separate(codec, fx, subjects, execution_id), False
-    command = _holdable(codec, fx)
+    command = holdable(codec, fx)
     for held in (command, None) if command is not None else (None,):
         one = _one_message(codec, fx, subjects, execution_id, held)
         if one is not None and len(one[1]) <= limit:
@@ -345,7 +345,7 @@ def _one_message(
     return subjects.decision_with_command(kind), codec.encode(record), ids.decision_id(execution_id, fx.cause)
 
 
-def _holdable(codec: PayloadCodec, fx: Effects) -> Raw | None:
+def holdable(codec: PayloadCodec, fx: Effects) -> Raw | None:
     """The decision's command, encoded as its own message would be, when a record may
     hold it: exactly one command, to a kind tool actors take from the log, small
     enough to travel in a message (not a stub naming a blob)."""

@@ -66,6 +66,9 @@ __all__ = ["RESULT_HEADROOM", "CommandRunner"]
 log = logging.getLogger("actors.tools")
 
 RESULT_HEADROOM = HEADROOM  # room for the envelope around a result
+# seconds a tool waits for the engine to store its result with the next decision
+# (semantics 5) before it publishes the result itself
+ANSWER_ASK_TIMEOUT = 2.0
 LIVE_KINDS = frozenset({"python", "shell"})  # the kinds whose printed output is published while they run
 # the delivery count of the command the current task runs (`CommandRunner.command`)
 DELIVERY: contextvars.ContextVar[int] = contextvars.ContextVar("actors_tools_delivery", default=0)
@@ -516,7 +519,29 @@ class CommandRunner:
                 message=f"step '{cmd.step}': its answer is {len(payload)} bytes, over the {limit}-byte message limit",
             )
             payload = codec_of(self.js).encode(self._answer(cmd, started, ended, result=None, error=error))
+        if await self._ask(cmd, payload):
+            return
         await self._publish_result(cmd, payload)
+
+    async def _ask(self, cmd: Command, payload: bytes) -> bool:
+        """Semantics 5: ask the execution's engine pod to store the result with the
+        decision it leads to, as one message (`Command.ask_on`; docs/architecture.md
+        "The next layout", item 2). True once it says `stored`; anything else (a
+        refusal, no responder, a timeout, an error) and the result is published as
+        before. Not for a loop iteration, nor a result that travelled as a blob."""
+        if not cmd.ask_on or cmd.iteration_index is not None or b'"result_ref"' in payload:
+            return False
+        try:
+            reply = await self.nc.request(
+                cmd.ask_on,
+                payload,
+                timeout=ANSWER_ASK_TIMEOUT,
+                headers={MSG_ID: result_id(cmd.execution_id, cmd.command_id)},
+            )
+        except Exception as e:  # no responders, a timeout, the connection away
+            log.debug("command %s: asking to store its result: %r; publishing it", cmd.command_id, e)
+            return False
+        return reply.data == b"stored"
 
     def _answer(
         self, cmd: Command, started: float, ended: float, *, result: Any, error: ErrorInfo | None

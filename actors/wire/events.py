@@ -743,11 +743,20 @@ class DecisionRecord(Struct, omit_defaults=True):
     """The events of one decision, written as one message (class `ev`). `command`: the
     one command the decision issued, as its own message would hold it (values sealed),
     when the record is its only stored copy (semantics 2, subject `ev.cmd.<kind>`: tool
-    actors take it from the log; `embedded_command`)."""
+    actors take it from the log; `embedded_command`).
+
+    Semantics 5: a step's result stored with the decision it led to, as one input
+    (`exec.<p>.<id>.in.answer...`, written by the engine for the tool that asked):
+    `answer` is the result message's bytes exactly as the tool sent them, `at` the time
+    the decision read (a replay folds the answer with it, and with `cause`, minus the
+    stream sequence of the input it followed). Both omitted when unset, so every other
+    record's bytes are as before."""
 
     cause: int
     events: Sequence[AnyEvent] = field(default_factory=list)
     command: msgspec.Raw | None = None
+    answer: msgspec.Raw | None = None
+    at: float | None = None
 
 
 _NULL = msgspec.Raw(b"null")
@@ -778,11 +787,36 @@ def embedded_command(message: bytes) -> bytes | None:
 class _TypedDecision(Struct):
     cause: int
     events: list[Event] = field(default_factory=list)
+    answer: msgspec.Raw = _NULL  # msgspec decodes Raw alone, not in a union with None
+    at: float | None = None
 
 
 class _RawDecision(Struct):
     cause: int
     events: list[msgspec.Raw] = field(default_factory=list)
+    answer: msgspec.Raw = _NULL
+    at: float | None = None
+
+
+def _answer_of(raw: msgspec.Raw) -> msgspec.Raw | None:
+    return None if raw == _NULL else msgspec.Raw(bytes(raw))
+
+
+class _HeldAnswer(Struct):
+    answer: msgspec.Raw = _NULL
+
+
+_held_answer = msgspec.json.Decoder(_HeldAnswer)
+
+
+def embedded_answer(message: bytes) -> bytes | None:
+    """The result a stored answer record holds (semantics 5, `in.answer...`: its
+    `answer`, as the tool sent it); None when the message is not one that can be read."""
+    try:
+        raw = _held_answer.decode(message).answer
+    except msgspec.DecodeError:
+        return None
+    return None if raw == _NULL else bytes(raw)
 
 
 class EventDecoder:
@@ -809,10 +843,15 @@ class DecisionDecoder:
     def decode(self, data: bytes) -> DecisionRecord:
         try:
             rec = self._typed.decode(data)
-            return DecisionRecord(cause=rec.cause, events=rec.events)
+            return DecisionRecord(cause=rec.cause, events=rec.events, answer=_answer_of(rec.answer), at=rec.at)
         except msgspec.ValidationError:
             raw = self._raw.decode(data)
-            return DecisionRecord(cause=raw.cause, events=[event_decoder.decode(e) for e in raw.events])
+            return DecisionRecord(
+                cause=raw.cause,
+                events=[event_decoder.decode(e) for e in raw.events],
+                answer=_answer_of(raw.answer),
+                at=raw.at,
+            )
 
 
 event_decoder = EventDecoder()

@@ -341,6 +341,14 @@ class _Names(Struct):
 
 
 _names_decoder = msgspec.json.Decoder(_Names)
+_NULL_RAW = msgspec.Raw(b"null")
+
+
+class _RecordAnswer(Struct):
+    answer: msgspec.Raw = _NULL_RAW
+
+
+_record_answer_decoder = msgspec.json.Decoder(_RecordAnswer)
 
 
 def _named(data: bytes, types: tuple[str, ...]) -> _Names | None:
@@ -358,6 +366,17 @@ def command_of_answer(data: bytes) -> str | None:
     apart. None: not a result this can read."""
     found = _named(data, ("call.done", "call.error"))
     return found.command_id or None if found is not None else None
+
+
+def command_of_record_answer(data: bytes) -> str | None:
+    """The command whose result a stored answer record holds (semantics 5,
+    `exec.<p>.<id>.in.answer...`: a decision record with the result in `answer`).
+    None: not such a record, or its answer is not a result this can read."""
+    try:
+        raw = _record_answer_decoder.decode(data).answer
+    except msgspec.DecodeError:
+        return None
+    return command_of_answer(bytes(raw)) if raw != _NULL_RAW else None
 
 
 def loop_of_verdict(data: bytes) -> str | None:
@@ -641,6 +660,11 @@ class Command(_Wire, kw_only=True):
     # where a tool of this version answers instead of `reply_to`; a tool pod older than
     # that does not know the field and answers on `reply_to`, which the engine reads too
     answer_on: str | None = None
+    # semantics 5 on, a step's (never a loop iteration's): where the tool first asks the
+    # partition's engine pod to store its result with the decision it leads to, as one
+    # message (`answer.<p>`, core NATS); anything but `stored` and it publishes the result
+    # as before. A tool pod that does not know the field just publishes it
+    ask_on: str | None = None
 
 
 command_decoder = msgspec.json.Decoder(Command)
