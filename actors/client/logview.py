@@ -13,7 +13,7 @@ from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
 from actors.wire.events import any_output_decoder, decision_decoder, event_decoder, extras_decoder, in_order
 from actors.wire.messages import DeadLetter, TimerFired, input_decoder
 from streams.layout import EV, IN, LC, class_of
-from streams.subjects import OUT, SCH
+from streams.subjects import OUT, SCH, is_answer_record
 
 _dead = msgspec.json.Decoder(DeadLetter)
 
@@ -84,14 +84,25 @@ def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[
                 return [LogItem(seq, at, SCH, "timer.armed", None, {"timer_id": fired.timer_id, "due": fired.due})]
             odd = {"error": f"a schedule holding a {type(fired).__name__}"}
             return [LogItem(seq, at, SCH, "undecodable", None, odd)]
-        inp = opened(input_decoder.decode(data))
-        raw = msgspec.to_builtins(inp)
-        type_ = raw.pop("type")
-        raw.pop("execution_id", None)
-        raw.pop("playbook_source", None)  # the whole playbook: too long to show per event
-        return [LogItem(seq, at, IN, type_, raw.pop("step", None), raw)]
+        if is_answer_record(subject):
+            # a step's result stored with the decision it led to (semantics 5): the result
+            # as an input, then the decision's events
+            rec = opened(decision_decoder.decode(data))
+            held = [] if rec.answer is None else _input_items(opened(input_decoder.decode(rec.answer)), seq, at)
+            return held + [
+                LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events
+            ]
+        return _input_items(opened(input_decoder.decode(data)), seq, at)
     except msgspec.DecodeError as e:
         return [LogItem(seq, at, cls, "undecodable", None, {"error": str(e)})]
+
+
+def _input_items(inp: Any, seq: int, at: float) -> list[LogItem]:
+    raw = msgspec.to_builtins(inp)
+    type_ = raw.pop("type")
+    raw.pop("execution_id", None)
+    raw.pop("playbook_source", None)  # the whole playbook: too long to show per event
+    return [LogItem(seq, at, IN, type_, raw.pop("step", None), raw)]
 
 
 def dead_letter_execution(subject: str) -> str | None:

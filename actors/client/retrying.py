@@ -29,7 +29,7 @@ from actors.wire.messages import EngineFault, Redrive, StartMessage, StartRecord
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
 from streams.layout import OWNERS_BUCKET, START_SUBJECT
-from streams.subjects import EV, IN, LC, ExecSubjects, class_of
+from streams.subjects import EV, IN, LC, ExecSubjects, class_of, is_answer_record
 
 if TYPE_CHECKING:
     from actors.core.replay import Replay
@@ -221,7 +221,7 @@ class Retrier(Writer, FailedItems):
     async def _replay_log(self, execution_id: str) -> Replay:
         """The execution's log replayed by the engine's Replayer (actors/core/replay.py):
         its inputs with their blobs read back, each decision held against its record."""
-        from actors.core.replay import LogRecord, lifecycle_records, replay_execution
+        from actors.core.replay import LogRecord, answer_records, lifecycle_records, replay_execution
         from actors.engine.readback import read_back
 
         subjects = ExecSubjects.of(execution_id, self.layout.partitions)
@@ -239,6 +239,14 @@ class Retrier(Writer, FailedItems):
             elif cls == LC:
                 ev, extras = self.codec.decode(event_decoder, data), self.codec.decode(extras_decoder, data)
                 log += lifecycle_records(seq, subject, at, ev, extras)
+                continue
+            elif cls == IN and is_answer_record(subject):  # a result with its decision (semantics 5)
+                record = self.codec.decode(decision_decoder, data)
+                try:
+                    answer = self.codec.decode(input_decoder, bytes(record.answer)) if record.answer else None
+                except msgspec.DecodeError:
+                    answer = None
+                log += answer_records(seq, subject, record, answer)
                 continue
             elif cls == IN:
                 try:

@@ -24,7 +24,7 @@ from actors.wire.codec import PayloadUnreadable
 from actors.wire.events import EventType, embedded_command
 from actors.wire.messages import Command, command_decoder
 from streams.layout import EV, IN, LC, class_of
-from streams.subjects import OUT
+from streams.subjects import OUT, is_answer_record
 
 __all__ = ["Attempt", "StepStories", "StepStory", "UnknownStep", "fold_stories"]
 
@@ -363,7 +363,8 @@ class StepStories(Reader):
 
     def _story_records(self, subject: str, data: bytes, seq: int, at: float) -> list[tuple[Any, Any]]:
         out: list[tuple[Any, Any]] = [(i, None) for i in log_items(subject, data, seq, at, self.codec)]
-        if class_of(subject) in (EV, LC):  # a decision record, or a lifecycle event carrying one
+        # a decision record, a lifecycle event carrying one, or a result stored with its decision
+        if class_of(subject) in (EV, LC) or is_answer_record(subject):
             try:
                 held = embedded_command(data)
             except msgspec.DecodeError:

@@ -275,7 +275,8 @@ class ExecutionActor(LogActor):
 
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
         self.last_seq = entry.seq
-        self.folded_seq = entry.seq
+        self.folded_seq = fold_seq = entry.seq
+        fold_at = entry.at
         if entry.seq in self.skip:
             return None  # given up on (EngineFault): folding it failed, and would again (checked before decoding)
         if is_answer_record(entry.subject):
@@ -288,7 +289,9 @@ class ExecutionActor(LogActor):
             if record.answer is None:
                 await self._misfiled(entry, None)
                 return None
-            entry = LogEntry(entry.subject, bytes(record.answer), record.cause, record.at or 0.0, entry.headers)
+            # decoded under its own stream seq (a fault names that), folded with the cause
+            entry = LogEntry(entry.subject, bytes(record.answer), entry.seq, entry.at, entry.headers)
+            fold_seq, fold_at = record.cause, record.at if record.at is not None else entry.at
         inp = await self.decode(input_decoder, entry)
         if inp is None:
             return None
@@ -317,7 +320,7 @@ class ExecutionActor(LogActor):
         state = self.state
         try:
             fx = await self.engine.fold_off_loop(
-                self, functools.partial(fold, state, inp, seq=entry.seq, at=entry.at, subjects=self.subjects)
+                self, functools.partial(fold, state, inp, seq=fold_seq, at=fold_at, subjects=self.subjects)
             )
         except RenderFault as fault:
             # cut short by a bound of the render process, not decided by the template:
@@ -327,7 +330,7 @@ class ExecutionActor(LogActor):
             await self.unreadable(entry, ErrorInfo(type="TemplateLimit", message=fault.describe()))
             raise Refold from None  # the fold may have changed the state part way: rebuild it
         if self.trace is not None:
-            self._traced(entry, inp, fx)
+            self._traced(entry._replace(seq=fold_seq, at=fold_at), inp, fx)
         if into is not None:
             into.merge(fx)
         return fx

@@ -20,7 +20,7 @@ import pytest
 
 from actors.config.settings import Settings
 from actors.core.effects import Effects
-from actors.core.replay import LogRecord, Mismatch, lifecycle_records, replay_execution, replay_loop
+from actors.core.replay import LogRecord, Mismatch, answer_records, lifecycle_records, replay_execution, replay_loop
 from actors.engine.readback import read_back
 from actors.natsio.binding import bind, codec_of
 from actors.pod.roles import connect
@@ -39,7 +39,7 @@ from actors.wire.messages import (
 )
 from streams.layout import ensure
 from streams.server import NatsServer
-from streams.subjects import EV, IN, LC, ExecSubjects, LoopSubjects, class_of, loop_class
+from streams.subjects import EV, IN, LC, ExecSubjects, LoopSubjects, class_of, is_answer_record, loop_class
 from tests.conftest import make_layout
 from tests.corpus.load import Corpus, Entry, corpus_files, load
 
@@ -58,6 +58,11 @@ async def _execution_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
     for e in entries:
         cls = class_of(e.subject)
         value: Any = None
+        if cls == IN and is_answer_record(e.subject):  # a result with its decision (semantics 5)
+            record = codec.decode(decision_decoder, e.data)
+            answer = codec.decode(input_decoder, bytes(record.answer)) if record.answer is not None else None
+            log += answer_records(e.seq, e.subject, record, answer)
+            continue
         if cls == IN:
             value = await read_back(js, codec.decode(input_decoder, e.data))
         elif cls == EV:
