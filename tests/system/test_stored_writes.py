@@ -70,9 +70,11 @@ async def _sees_it_whole(system: System, eid: str) -> None:
     assert await system.client.result(eid) == {"c": 3}
 
 
-async def test_an_execution_of_semantics_2_on_stores_its_first_and_last_decisions_as_one_message_each(
-    system: System,
+async def test_an_execution_of_semantics_2_to_4_stores_its_first_and_last_decisions_as_one_message_each(
+    system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # semantics 5 stores a result with its decision (tests/system/test_fast_answers.py)
+    await older_engines_live(monkeypatch, system.runtime, semantics=4)
     eid, status = await system.run_yaml(THREE_STEPS)
     assert status.state == "COMPLETED" and status.playbook is not None
     await system.engine_idle()

@@ -1,0 +1,211 @@
+"""Semantics 5: a step's result stored with the decision it leads to, as one input
+(`exec.<p>.<id>.in.answer.cmd.<kind>` or `in.answer.ev`; docs/architecture.md "The next
+layout", item 2). The tool asks the partition's engine pod (`Command.ask_on`); the
+engine folds the result at once and stores the record only if nothing reached the
+execution's inputs since the last one it folded. Anything else: the tool publishes
+the plain result, as before. The log replays as it ran, readers see every result, a
+redelivered command whose answer is in a record is not run again, and a fresh engine
+replaying such a log finishes the execution with no step run twice."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from actors.core.replay import LogRecord, answer_records, lifecycle_records, replay_execution
+from actors.engine.readback import read_back
+from actors.natsio import is_answered
+from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
+from actors.wire.messages import command_decoder, command_of_answer, command_of_record_answer, input_decoder
+from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
+from streams.subjects import is_answer_record
+from tests.conftest import System, wait_for
+from tests.support.natsio import execution_log
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+THREE_STEPS = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: three_fast}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: c
+  - step: c
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ b }}"}
+"""
+
+WAITS_BETWEEN = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fast_then_wait}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: hold
+  - step: hold
+    timeout: 120
+    tool: {kind: wait, signal: go}
+    next: c
+  - step: c
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ b }}"}
+"""
+
+FAN_IN = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fast_fan_in}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: [p, q]
+  - step: p
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: end
+  - step: q
+    tool: {kind: python, code: "def main(x): return x + 2"}
+    args: {x: "{{ a }}"}
+    next: end
+  - step: end
+    tool: {kind: python, code: "def main(x, y): return x + y"}
+    args: {x: "{{ p }}", y: "{{ q }}"}
+"""
+
+Log = list[tuple[str, bytes, int, float]]
+
+
+async def _records(system: System, log: Log) -> list[LogRecord]:
+    js = system.nc.jetstream()
+    records: list[LogRecord] = []
+    for subject, data, seq, at in log:
+        cls = class_of(subject)
+        if cls == "in" and is_answer_record(subject):
+            record = decision_decoder.decode(data)
+            assert record.answer is not None
+            records += answer_records(seq, subject, record, input_decoder.decode(bytes(record.answer)))
+        elif cls == "in":
+            records.append(LogRecord(seq, subject, at, cls, await read_back(js, input_decoder.decode(data))))
+        elif cls == "ev":
+            records.append(LogRecord(seq, subject, at, cls, decision_decoder.decode(data)))
+        elif cls == "lc":
+            records += lifecycle_records(seq, subject, at, event_decoder.decode(data), extras_decoder.decode(data))
+    return records
+
+
+async def _replays_clean(system: System, eid: str, log: Log) -> None:
+    replay = replay_execution(eid, await _records(system, log), subjects=system.layout.execution(eid))
+    assert replay.mismatch is None, replay.mismatch.describe()
+    assert replay.state.status == "COMPLETED"
+
+
+def _answered(log: Log) -> list[str | None]:
+    """The command each stored result answers, plain or held by an answer record."""
+    out = []
+    for subject, data, _, _ in log:
+        if is_answer_record(subject):
+            out.append(command_of_record_answer(data))
+        elif class_of(subject) == "in" and ".in.result" in subject:
+            out.append(command_of_answer(data))
+    return out
+
+
+async def test_three_steps_store_six_messages_two_of_them_a_result_with_its_decision(system: System) -> None:
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED"
+    assert await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    kinds = [s.split(".", 3)[3] for s, _, _, _ in log]
+    # start; the first decision (carried by playbook.initialized) holding a's command;
+    # a's result with the decision holding b's command; b's with c's; c's result plain
+    # (its decision ends the execution: lifecycle events, which only `lc` carries); the end
+    assert kinds == [
+        "in.start",
+        "lc.playbook.initialized.cmd.python",
+        "in.answer.cmd.python",
+        "in.answer.cmd.python",
+        "in.result",
+        "lc.playbook.completed",
+    ]
+    held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
+    assert [command_decoder.decode(h).step for h in held if h is not None] == ["a", "b", "c"]
+    answered = _answered(log)
+    assert len(answered) == 3 and len(set(answered)) == 3 and None not in answered
+    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 0
+    # each answer record's cause is minus the sequence of the input it followed (the
+    # engine's own records in between are not inputs)
+    last_input = 0
+    for subject, data, seq, _ in log:
+        if is_answer_record(subject):
+            assert decision_decoder.decode(data).cause == -last_input
+        if class_of(subject) == "in":
+            last_input = seq
+    await _replays_clean(system, eid, log)
+    items = await system.events(eid)
+    assert [i.step for i in items if i.type == "call.done"] == ["a", "b", "c"]
+    assert [i.step for i in items if i.type == "step.enter"] == ["a", "b", "c", "end"]
+
+
+async def test_a_redelivered_command_whose_answer_is_in_an_answer_record_is_answered(system: System) -> None:
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED"
+    log = await execution_log(system.nc, system.layout, eid)
+    (carrier,) = [(d, seq) for s, d, seq, _ in log if s.endswith(".lc.playbook.initialized.cmd.python")]
+    held = embedded_command(carrier[0])
+    assert held is not None
+    first = command_decoder.decode(held)  # step a's: its result is held by the next record
+    assert first.ask_on is not None and first.step == "a"
+    assert await is_answered(system.nc, EXEC_STREAM, first, after=carrier[1])
+    other = msgspec.structs.replace(first, command_id=first.command_id + "-not-run")
+    assert not await is_answered(system.nc, EXEC_STREAM, other, after=carrier[1])
+
+
+async def test_a_fresh_engine_replays_a_log_with_answer_records_and_runs_no_step_twice(system: System) -> None:
+    eid = await system.start_yaml(WAITS_BETWEEN)
+
+    async def waiting() -> bool:
+        status = await system.client.status(eid)
+        return status is not None and bool(status.waiting)
+
+    await wait_for(waiting, timeout=20)
+    await system.engine_idle()
+    before = await execution_log(system.nc, system.layout, eid)
+    assert any(is_answer_record(s) for s, _, _, _ in before)  # a's result is held by a record
+    await system.restart_roles(("engine",))
+    await system.client.signal(eid, "go")
+    status = await system.client.wait(eid, timeout=20)
+    assert status.state == "COMPLETED", status.error
+    assert await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    answered = _answered(log)
+    assert len(answered) == 3 and len(set(answered)) == 3  # a, b, c: each once
+    items = await system.events(eid)
+    assert sorted(i.step or "" for i in items if i.type == "call.done") == ["a", "b", "c"]
+    await _replays_clean(system, eid, log)
+
+
+async def test_parallel_steps_fall_back_where_they_must_and_complete(system: System) -> None:
+    eid, status = await system.run_yaml(FAN_IN)
+    assert status.state == "COMPLETED", status.error
+    assert await system.client.result(eid) == 5
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    answered = _answered(log)
+    assert len(answered) == 4 and len(set(answered)) == 4 and None not in answered
+    # a's decision issues two commands: never one record; its result is plain
+    items = await system.events(eid)
+    assert sorted(i.step or "" for i in items if i.type == "call.done") == ["a", "end", "p", "q"]
+    await _replays_clean(system, eid, log)
