@@ -209,3 +209,26 @@ async def test_parallel_steps_fall_back_where_they_must_and_complete(system: Sys
     items = await system.events(eid)
     assert sorted(i.step or "" for i in items if i.type == "call.done") == ["a", "end", "p", "q"]
     await _replays_clean(system, eid, log)
+
+
+async def test_a_tool_log_consumer_of_an_older_deployment_gets_the_answer_records_filter(system: System) -> None:
+    """A deployment upgraded from semantics 4 has tool log consumers without
+    `in.answer.cmd.<kind>`: declaring the streams again (an engine pod's start) gives
+    them the new filter, or the commands answer records hold would never be delivered."""
+    from nats.js.api import ConsumerConfig
+
+    from streams.layout import ensure, tool_log_consumer
+    from streams.subjects import tool_log_filters
+
+    jsm = system.nc.jsm()
+    name = tool_log_consumer("python")
+    info = await jsm.consumer_info(EXEC_STREAM, name)
+    old = [f for f in tool_log_filters("python") if ".in.answer." not in f]
+    config: ConsumerConfig = info.config
+    config.filter_subjects = old
+    config.filter_subject = None
+    await jsm.add_consumer(EXEC_STREAM, config)  # as a deployment of semantics 4 made it
+    assert sorted((await jsm.consumer_info(EXEC_STREAM, name)).config.filter_subjects or []) == sorted(old)
+    await ensure(system.nc.jetstream(), system.layout)
+    found = (await jsm.consumer_info(EXEC_STREAM, name)).config.filter_subjects or []
+    assert sorted(found) == sorted(tool_log_filters("python"))
