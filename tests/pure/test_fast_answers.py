@@ -1,0 +1,128 @@
+"""Semantics 5, pure: an execution's log where results are stored with the decision
+they led to (answer records, `exec.<p>.<id>.in.answer...`) replays with no mismatch
+to the state the live folds reached, the answer folded with the record's cause (minus
+the sequence of the input it followed) and time; and what users read of such a
+record (`log_items`) is the result, then the decision's events. No NATS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.client.logview import log_items
+from actors.core.decide import fold
+from actors.core.replay import SEMANTICS, LogRecord, answer_records, lifecycle_records, replay_execution
+from actors.core.state import Execution
+from actors.runtime.outbox import holdable
+from actors.wire.codec import CLEAR
+from actors.wire.events import DecisionRecord, decision_decoder, event_decoder, extras_decoder
+from actors.wire.messages import CallDone, Limits, StartRecord, encode, input_decoder
+from streams.subjects import ExecSubjects
+
+pytestmark = [pytest.mark.timeout(30)]
+
+PLAYBOOK = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fast}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: c
+  - step: c
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ b }}"}
+"""
+
+
+def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
+    """The three steps as a semantics 5 engine stores them: the start, then each
+    result but the last as an answer record (its decision issues the next command,
+    nothing else), the last one plain. Returns the live state, the log as a reader
+    turns it into records, and the stored answer records."""
+    eid = "e1"
+    subjects = ExecSubjects.of(eid, 1)
+    live = Execution(execution_id=eid)
+    start = StartRecord(
+        execution_id=eid, playbook_path="pb", playbook_source=PLAYBOOK, payload={}, limits=Limits(), semantics=SEMANTICS
+    )
+    assert SEMANTICS == 5
+    log: list[LogRecord] = [LogRecord(1, subjects.start, 10.0, "in", start)]
+    fx = fold(live, start, seq=1, at=10.0, subjects=subjects)
+    record = DecisionRecord(cause=1, events=fx.events)
+    log.append(LogRecord(2, subjects.decision, 10.0, "ev", decision_decoder.decode(msgspec.json.encode(record))))
+    for ev in fx.lifecycle:
+        stored = event_decoder.decode(msgspec.json.encode(ev))
+        log += lifecycle_records(2, subjects.lifecycle(ev.type), 10.0, stored, extras_decoder.decode(b"{}"))
+    (cmd,) = fx.commands
+    assert cmd.ask_on == "answer.0"
+    last_input, seq, stored_answers = 1, 2, []
+    for n, value in enumerate((1, 2, 3)):
+        seq += 1
+        at = 20.0 + n
+        done = CallDone(execution_id=eid, command_id=cmd.command_id, step=cmd.step, attempt_number=1, result=value)
+        data = encode(done)
+        if n < 2:  # stored with its decision
+            fx = fold(live, done, seq=-last_input, at=at, subjects=subjects)
+            assert not fx.lifecycle and len(fx.commands) == 1 and fx.events
+            x = DecisionRecord(
+                cause=-last_input, events=fx.events, command=holdable(CLEAR, fx), answer=msgspec.Raw(data), at=at
+            )
+            subject = subjects.answer_record(fx.commands[0].kind)
+            raw = msgspec.json.encode(x)
+            stored_answers.append((subject, raw))
+            back = decision_decoder.decode(raw)
+            assert back.answer is not None
+            log += answer_records(seq, subject, back, input_decoder.decode(bytes(back.answer)))
+            (cmd,) = fx.commands
+        else:  # the last: its decision ends the execution (lifecycle events), a plain result
+            log.append(LogRecord(seq, subjects.results, at, "in", input_decoder.decode(data)))
+            fx = fold(live, done, seq=seq, at=at, subjects=subjects)
+            seq += 1
+            record = DecisionRecord(cause=fx.cause, events=fx.events)
+            log.append(
+                LogRecord(seq, subjects.decision, at, "ev", decision_decoder.decode(msgspec.json.encode(record)))
+            )
+            for ev in fx.lifecycle:
+                stored = event_decoder.decode(msgspec.json.encode(ev))
+                log += lifecycle_records(seq, subjects.lifecycle(ev.type), at, stored, extras_decoder.decode(b"{}"))
+        last_input = seq
+    return live, log, stored_answers
+
+
+def _plain(ex: Execution) -> Any:
+    return msgspec.to_builtins(ex)
+
+
+def test_a_log_with_answer_records_replays_to_the_same_state() -> None:
+    live, log, _ = _run()
+    assert live.status == "COMPLETED"
+    replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
+    assert replay.mismatch is None, replay.mismatch.describe()
+    assert _plain(replay.state) == _plain(live)
+    # the answers were folded with the records' causes
+    assert [seq for seq, _ in replay.outputs] == [1, -1, -3, 5]
+
+
+def test_a_record_whose_events_differ_from_the_fold_is_a_mismatch() -> None:
+    _, log, _ = _run()
+    at = next(i for i, r in enumerate(log) if r.cls == "ev" and r.value.answer is not None)
+    changed = msgspec.structs.replace(log[at].value, events=[])
+    log[at] = LogRecord(log[at].seq, log[at].subject, log[at].at, "ev", changed)
+    replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
+    assert replay.mismatch is not None and replay.mismatch.input_seq == -1
+
+
+def test_log_items_show_an_answer_record_as_its_result_then_its_events() -> None:
+    _, _, stored = _run()
+    subject, data = stored[0]
+    items = log_items(subject, data, 3, 20.0)
+    assert items[0].cls == "in" and items[0].type == "call.done" and items[0].step == "a"
+    assert items[0].data["result"] == 1
+    assert [i.cls for i in items[1:]] == ["ev"] * (len(items) - 1) and len(items) > 1
+    assert "step.exit" in [i.type for i in items[1:]]
