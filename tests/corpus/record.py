@@ -286,6 +286,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("shared_child", "COMPLETED", child),
         # ... and every loop's verdict on one subject (`in.iterator`)
         Scenario("shared_loops", "COMPLETED", plain("loop_async")),
+        # semantics 5: a step's result stored with the decision it leads to (`in.answer...`)
+        Scenario("fast_answers", "COMPLETED", plain("fast_answers")),
         Scenario(
             "encryption",
             "COMPLETED",
