@@ -104,10 +104,13 @@ def _misaddressed(eid: str, log: list[LogRecord], outputs: list[tuple[int, Effec
     tool pod on the command's own `reply_to`; before 4 only the latter), and a decision
     record's comparison does not look at commands."""
     allowed: dict[str, set[str]] = {}
+    asked: dict[str, str] = {}  # semantics 5: a command whose answer may be in its execution's answer record
     own: list[str] = []
     for _, fx in outputs:
         for c in fx.commands:
             allowed[c.command_id] = {answer_subject(c), c.reply_to}
+            if c.ask_on:
+                asked[c.command_id] = c.reply_to.split(f".{IN}.", 1)[0] + "."
             if c.iteration_index is None and not c.reply_to.endswith(f".{IN}.result.{c.command_id}"):
                 own.append(f"{eid}: command {c.command_id} names no subject of its own: {c.reply_to}")
         for st in fx.starts:
@@ -118,7 +121,11 @@ def _misaddressed(eid: str, log: list[LogRecord], outputs: list[tuple[int, Effec
     return own + [
         f"{eid}: the answer to {key} is on {r.subject}; this code sends it to {sorted(allowed[key])}"
         for r in log
-        if r.cls == IN and (key := _answers(r.value)) is not None and key in allowed and r.subject not in allowed[key]
+        if r.cls == IN
+        and (key := _answers(r.value)) is not None
+        and key in allowed
+        and r.subject not in allowed[key]
+        and not (key in asked and is_answer_record(r.subject) and r.subject.startswith(asked[key]))
     ]
 
 
