@@ -101,7 +101,8 @@ async def test_a_command_held_by_its_decision_record_that_no_delivery_answers_fa
         for delivery in (1, 2):
             (msg,) = await dying_pod.fetch(1, timeout=10)
             assert msg.metadata.num_delivered == delivery
-            assert msg.subject == f"{layout.exec_prefix(eid)}.ev.cmd.python"
+            # semantics 5: held by the record that stores `nap`'s result with its decision
+            assert msg.subject == f"{layout.exec_prefix(eid)}.in.answer.cmd.python"
         third = asyncio.create_task(dying_pod.fetch(1, timeout=layout.ack_wait * 4))
         status = await client.wait(eid, timeout=20)
         assert status.state == "FAILED"

@@ -22,7 +22,15 @@ from actors.pod.roles import connect, start_roles
 from actors.tools import running
 from actors.tools.actor import ToolActor
 from actors.wire.events import embedded_command
-from actors.wire.messages import CallDone, Command, answer_subject, command_decoder, command_of_answer, encode
+from actors.wire.messages import (
+    CallDone,
+    Command,
+    answer_subject,
+    command_decoder,
+    command_of_answer,
+    command_of_record_answer,
+    encode,
+)
 from streams.ids import result_id
 from streams.layout import EXEC_STREAM, Layout, ensure, tool_log_consumer
 from streams.server import NatsServer
@@ -159,21 +167,24 @@ async def test_a_command_delivered_again_runs_when_only_another_steps_answer_is_
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     """The pod that took `effect`'s command died before running it: the command comes
-    back, the execution's results subject holds `nap`'s answer and not its own, so it
-    runs (once)."""
+    back, the execution's log holds `nap`'s answer (semantics 5: stored with the decision
+    that holds this command, an answer record) and not its own, so it runs (once)."""
     async with started(nats_server, tmp_path, Layout(partitions=2, ack_wait=1.0), "sleep") as run:
         nc, eid = run.nc, run.eid
         _, cmd = await held_command_taken(nc)
-        results = run.layout.execution(eid).results
-        assert cmd.answer_on == results
-        stored = await on_subject(nc, EXEC_STREAM, results)  # `nap`'s answer, which issued this command
-        assert len(stored) == 1 and command_of_answer(stored[0].data) not in (None, cmd.command_id)
+        subjects = run.layout.execution(eid)
+        results = subjects.results
+        assert cmd.answer_on == results and cmd.ask_on is not None
+        held = await on_subject(nc, EXEC_STREAM, subjects.answers)  # `nap`'s answer, which issued this command
+        assert len(held) == 1 and command_of_record_answer(held[0].data) not in (None, cmd.command_id)
+        assert not await on_subject(nc, EXEC_STREAM, results)
         await run.tool_actor("python")
         assert (await run.client.wait(eid, timeout=20)).state == "COMPLETED"
         assert await run.client.result(eid) == {"effect": "from a run"}
         assert run.effects.read_text() == "ran\n"
         steps = {command_of_answer(m.data) for m in await on_subject(nc, EXEC_STREAM, results)}
-        assert len(steps) == 2 and cmd.command_id in steps  # both answers on the one subject
+        steps |= {command_of_record_answer(m.data) for m in await on_subject(nc, EXEC_STREAM, subjects.answers)}
+        assert len(steps) == 2 and cmd.command_id in steps  # both answers, each once
 
 
 async def test_a_command_delivered_again_runs_when_the_log_cannot_be_asked(

@@ -12,7 +12,7 @@ import pytest
 from actors.wire.events import FailureDecidedEvent, decision_decoder, lifecycle_message
 from actors.wire.messages import input_decoder
 from streams.layout import IN, class_of
-from streams.subjects import ExecSubjects
+from streams.subjects import ExecSubjects, is_answer_record
 from tests.conftest import System, of_type
 from tests.harness import decisions, refold
 from tests.support.natsio import execution_log
@@ -65,21 +65,43 @@ def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: 
     if with_recorded:
         for subject, data, _, _ in log:
             cls = class_of(subject)
-            rec = decision_decoder.decode(data) if cls == "ev" else lifecycle_message(data)[0] if cls == "lc" else None
+            rec = (
+                decision_decoder.decode(data)
+                if cls == "ev" or is_answer_record(subject)
+                else lifecycle_message(data)[0]
+                if cls == "lc"
+                else None
+            )
             if rec is not None:
                 for ev in rec.events:
                     if isinstance(ev, FailureDecidedEvent):
                         recorded[(ev.data.activation, ev.data.attempt_number)] = msgspec.to_builtins(ev.data)
-    inputs = [(input_decoder.decode(data), seq, at) for subject, data, seq, at in log if class_of(subject) == IN]
+    inputs = _inputs(log)
     outputs = refold(eid, inputs, subjects=subjects, recorded=recorded)
     return {seq: decisions(out) for (_, seq, _), out in zip(inputs, outputs, strict=True) if decisions(out)}
+
+
+def _inputs(log: list[Any]) -> list[tuple[Any, int, float]]:
+    """Each input with the seq and time it is folded with: a result stored with its
+    decision (semantics 5, an answer record) with the record's cause and time."""
+    out = []
+    for subject, data, seq, at in log:
+        if class_of(subject) != IN:
+            continue
+        if is_answer_record(subject):
+            rec = decision_decoder.decode(data)
+            assert rec.answer is not None and rec.at is not None
+            out.append((input_decoder.decode(bytes(rec.answer)), rec.cause, rec.at))
+        else:
+            out.append((input_decoder.decode(data), seq, at))
+    return out
 
 
 def _recorded(log: list[Any]) -> dict[int, list[Any]]:
     got: dict[int, list[Any]] = {}
     for subject, data, _, _ in log:
         cls = class_of(subject)
-        if cls == "ev":
+        if cls == "ev" or is_answer_record(subject):
             rec = decision_decoder.decode(data)
             got.setdefault(rec.cause, [])[0:0] = [msgspec.to_builtins(e) for e in rec.events]
         elif cls == "lc":
