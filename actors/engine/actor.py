@@ -42,6 +42,7 @@ import time
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.errors import NotFoundError
 
 from actors.core.decide import execution_error, fold
@@ -60,6 +61,7 @@ from actors.runtime.logactor import LogActor, LogEntry
 from actors.runtime.metrics import HALTED_REPLAYS
 from actors.runtime.outbox import Outbox, holdable
 from actors.runtime.render_process import RenderBounds
+from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import Refold, engine_error
 from actors.wire.events import (
     DecisionRecord,
@@ -331,7 +333,10 @@ class ExecutionActor(LogActor):
             raise Refold from None  # the fold may have changed the state part way: rebuild it
         if self.trace is not None:
             self._traced(entry._replace(seq=fold_seq, at=fold_at), inp, fx)
-        if into is not None:
+        if into is not None and fold_seq == entry.seq:
+            # (an answer record's decision is stored already, in the record: met live, by
+            # an actor that did not write it (another pod's, during a handover), it is
+            # folded and nothing of it is sent again)
             into.merge(fx)
         return fx
 
@@ -576,7 +581,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
             role="engine",
             render_bounds=render_bounds,
         )
-        self._asks: dict[int, object] = {}  # partition -> its answer.<p> subscription
+        self._asks: dict[int, Subscription] = {}  # partition -> its answer.<p> subscription
         self._asking: set[asyncio.Task[None]] = set()
 
     async def gain(self, partition: int) -> None:
@@ -589,13 +594,14 @@ class Engine(PartitionHost[str, ExecutionActor]):
     async def lose(self, partition: int) -> None:
         sub = self._asks.pop(partition, None)
         if sub is not None:
-            await sub.unsubscribe()  # type: ignore[attr-defined]
+            await sub.unsubscribe()
         await super().lose(partition)
 
     async def stop(self) -> None:
         for sub in self._asks.values():
-            await sub.unsubscribe()  # type: ignore[attr-defined]
+            await sub.unsubscribe()
         self._asks.clear()
+        await cancel_and_wait(list(self._asking))  # unanswered: each tool publishes its result itself
         await super().stop()
 
     async def _on_ask(self, msg: Msg) -> None:

@@ -9,6 +9,8 @@ replaying such a log finishes the execution with no step run twice."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -232,3 +234,40 @@ async def test_a_tool_log_consumer_of_an_older_deployment_gets_the_answer_record
     await ensure(system.nc.jetstream(), system.layout)
     found = (await jsm.consumer_info(EXEC_STREAM, name)).config.filter_subjects or []
     assert sorted(found) == sorted(tool_log_filters("python"))
+
+
+async def test_a_live_actor_that_did_not_write_an_answer_record_folds_it_and_sends_nothing_again(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a handover two engine pods may hold one execution for a moment: the one
+    that did not store an answer record meets it live, after the last input it folded.
+    It folds the answer with the record's cause and sends nothing of that decision
+    again (the record holds it: a second copy of its command would run the step twice)."""
+    import copy
+
+    from actors.engine.actor import ExecutionActor
+
+    real = ExecutionActor.store_answer
+    done: list[int] = []
+
+    async def as_another_pod(self: ExecutionActor, data: bytes, inp: Any) -> str:
+        if done:
+            return await real(self, data, inp)
+        state, last = copy.deepcopy(self.state), self.last_seq
+        said = await real(self, data, inp)
+        if said == "stored":
+            done.append(self.last_seq)
+            self.state, self.last_seq = state, last  # this actor never folded it: it is another pod's record
+        return said
+
+    monkeypatch.setattr(ExecutionActor, "store_answer", as_another_pod)
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED", status.error
+    assert done, "no answer record was stored"
+    assert await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert not [s for s, _, _, _ in log if ".ev." in s]  # no decision sent again as a record of its own
+    answered = _answered(log)
+    assert len(answered) == 3 and len(set(answered)) == 3
+    await _replays_clean(system, eid, log)
