@@ -776,8 +776,9 @@ _held_command = msgspec.json.Decoder(_HeldCommand)
 
 def embedded_command(message: bytes) -> bytes | None:
     """The command a stored decision holds (its own message's bytes, values as sealed):
-    a decision record's (`ev.cmd.<kind>`) or that of the record a lifecycle event carries
-    (`lc.<type>.cmd.<kind>`); None when it holds none. Raises msgspec.DecodeError for a
+    a decision record's (`ev.cmd.<kind>`, or an answer record's, `in.answer.cmd.<kind>`,
+    semantics 5) or that of the record a lifecycle event carries (`lc.<type>.cmd.<kind>`);
+    None when it holds none. Raises msgspec.DecodeError for a
     message that is neither."""
     held = _held_command.decode(message)
     raw = held.decision.command if held.command == _NULL and held.decision is not None else held.command
@@ -800,23 +801,6 @@ class _RawDecision(Struct):
 
 def _answer_of(raw: msgspec.Raw) -> msgspec.Raw | None:
     return None if raw == _NULL else msgspec.Raw(bytes(raw))
-
-
-class _HeldAnswer(Struct):
-    answer: msgspec.Raw = _NULL
-
-
-_held_answer = msgspec.json.Decoder(_HeldAnswer)
-
-
-def embedded_answer(message: bytes) -> bytes | None:
-    """The result a stored answer record holds (semantics 5, `in.answer...`: its
-    `answer`, as the tool sent it); None when the message is not one that can be read."""
-    try:
-        raw = _held_answer.decode(message).answer
-    except msgspec.DecodeError:
-        return None
-    return None if raw == _NULL else bytes(raw)
 
 
 class EventDecoder:
