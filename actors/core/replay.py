@@ -34,7 +34,7 @@ and does not guess. docs/upgrades.md states the promise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,8 +252,10 @@ class Recorded:
 
     @property
     def last_decided(self) -> int:
-        """The cause of the last decision record (0: none)."""
-        return max(self.decisions, default=0)
+        """Where in the log the last decided input is (0: none): a decision record's
+        cause, or for an answer record (semantics 5, its cause negative: minus the input
+        it followed) the record's own stream seq, the input it is."""
+        return max((cause if cause > 0 else s.seq for cause, s in self.decisions.items()), default=0)
 
     @property
     def ended(self) -> bool:
@@ -470,15 +472,22 @@ def lifecycle_records(seq: int, subject: str, at: float, ev: AnyEvent, extras: L
     return records + [LogRecord(seq, subject, at, "lc", one) for one in in_order(ev, extras)]
 
 
-def answer_records(seq: int, subject: str, record: DecisionRecord, answer: Input | None) -> list[LogRecord]:
+def answer_records(
+    seq: int, subject: str, record: DecisionRecord, answer: Input | None, lifecycle: Sequence[AnyEvent] = ()
+) -> list[LogRecord]:
     """The records one answer record holds (semantics 5, `exec.<p>.<id>.in.answer...`):
     the result it stores, an input folded with the record's cause and time (`answer`:
     that result decoded by the reader, None when it cannot be read or is no result),
-    then its decision record."""
+    then its decision record, then the lifecycle events one on `in.answer.lc.<type>`
+    carries (`lifecycle`, decided order: `AnswerRecord.lifecycle`)."""
     at = record.at if record.at is not None else 0.0
     if not isinstance(answer, (CallDone, CallError)):
         answer = None
-    return [LogRecord(seq, subject, at, "in", answer, cause=record.cause), LogRecord(seq, subject, at, "ev", record)]
+    return [
+        LogRecord(seq, subject, at, "in", answer, cause=record.cause),
+        LogRecord(seq, subject, at, "ev", record),
+        *(LogRecord(seq, subject, at, "lc", one) for one in lifecycle),
+    ]
 
 
 def recorded_of(log: Iterable[LogRecord]) -> Recorded:
