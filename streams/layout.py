@@ -79,6 +79,7 @@ from streams.errors import StreamsError
 # subjects are spelled in streams/subjects.py; these names are re-exported for the
 # modules that read them with the layout
 from streams.subjects import (
+    ANSWER_LIFECYCLE_FILTER,
     ENDED_FILTER,
     EV,
     IN,
@@ -270,7 +271,10 @@ def engine_consumer(partition: int) -> str:
 
 
 PROJECTOR_CONSUMER = "projector"
-PROJECTOR_FILTER = LIFECYCLE_FILTER
+# the lifecycle carriers: every lifecycle event, and (semantics 5) the answer records
+# that carry the last step's decision, the execution's end (`in.answer.lc.<type>`). Still
+# only lifecycle carriers: no decision record, result or other input reaches the projector
+PROJECTOR_FILTER = [LIFECYCLE_FILTER, ANSWER_LIFECYCLE_FILTER]
 STARTER_CONSUMER = "starter"
 SCHEDULE_FIRES_CONSUMER = "schedule-fires"  # read by the starter, beside start messages
 
@@ -391,7 +395,7 @@ def stream_configs(layout: Layout) -> list[api.StreamConfig]:
 def _push(
     layout: Layout,
     name: str,
-    filter_subject: str,
+    filter_subject: str | list[str],
     max_ack_pending: int,
     deliver_policy: api.DeliverPolicy | None = None,
     *,
@@ -403,7 +407,9 @@ def _push(
         durable_name=name,
         deliver_subject=deliver_subject(name),
         deliver_group=name,
-        filter_subject=filter_subject,
+        # several filters (the projector's) as filter_subjects (server 2.10 on)
+        filter_subject=filter_subject if isinstance(filter_subject, str) else None,
+        filter_subjects=None if isinstance(filter_subject, str) else list(filter_subject),
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=layout.ack_wait,
         # skips=False: a log whose every entry matters (an execution's inputs, a loop's

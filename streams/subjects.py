@@ -194,6 +194,12 @@ class ExecSubjects(_LogSubjects):
         `kind` take it from the log), else `in.answer.ev`."""
         return self.input(f"{ANSWER}.{COMMAND}.{kind}" if kind else f"{ANSWER}.{EV}")
 
+    def answer_lifecycle(self, event_type: str) -> str:
+        """A step's result stored with a decision that has lifecycle events (semantics
+        5: the last step's, `in.answer.lc.playbook.completed`), the carrier event holding
+        the decision record as `lifecycle` messages do (`LifecycleExtras`)."""
+        return self.input(f"{ANSWER}.{LC}.{event_type}")
+
     @property
     def answers(self) -> str:
         """Every result stored with its decision (a filter)."""
@@ -248,6 +254,9 @@ def tool_log_filters(kind: str) -> list[str]:
     ]
 
 
+ANSWER_LIFECYCLE_FILTER = f"exec.*.*.{IN}.{ANSWER}.{LC}.>"  # answer records carrying lifecycle events
+
+
 def answer_request_subject(partition: int) -> str:
     """Where a tool asks partition `partition`'s engine pod to store a result with its
     next decision (`Command.ask_on`)."""
@@ -258,6 +267,15 @@ def is_answer_record(subject: str) -> bool:
     """Is `subject` a result stored with its decision (`exec.<p>.<id>.in.answer...`)?"""
     parts = subject.split(".", 5)
     return len(parts) >= 5 and parts[0] == "exec" and parts[3] == IN and parts[4] == ANSWER
+
+
+def answer_lifecycle_type(subject: str) -> str | None:
+    """The carrier event's type of an answer record holding lifecycle events
+    (`exec.<p>.<id>.in.answer.lc.<type>` -> `<type>`); None for any other subject."""
+    parts = subject.split(".", 6)
+    if len(parts) == 7 and parts[0] == "exec" and parts[3] == IN and parts[4] == ANSWER and parts[5] == LC:
+        return parts[6]
+    return None
 
 
 # --- a loop's log (LOOP) ---------------------------------------------------------------

@@ -10,7 +10,14 @@ from typing import Any
 import msgspec
 
 from actors.wire.codec import CLEAR, PayloadCodec, PayloadUnreadable
-from actors.wire.events import any_output_decoder, decision_decoder, event_decoder, extras_decoder, in_order
+from actors.wire.events import (
+    answer_decoder,
+    any_output_decoder,
+    decision_decoder,
+    event_decoder,
+    extras_decoder,
+    in_order,
+)
 from actors.wire.messages import DeadLetter, TimerFired, input_decoder
 from streams.layout import EV, IN, LC, class_of
 from streams.subjects import OUT, SCH, is_answer_record
@@ -87,11 +94,18 @@ def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[
         if is_answer_record(subject):
             # a step's result stored with the decision it led to (semantics 5): the result
             # as an input, then the decision's events
-            rec = opened(decision_decoder.decode(data))
+            # events, then (the last step's: `in.answer.lc.<type>`) its lifecycle events
+            whole = opened(answer_decoder.decode(data))
+            rec = whole.record
             held = [] if rec.answer is None else _input_items(opened(input_decoder.decode(rec.answer)), seq, at)
-            return held + [
-                LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events
-            ]
+            return (
+                held
+                + [LogItem(seq, ev.at, EV, str(ev.type), ev.step, msgspec.to_builtins(ev.data)) for ev in rec.events]
+                + [
+                    LogItem(seq, ev.at, LC, str(ev.type), ev.step, msgspec.to_builtins(ev.data))
+                    for ev in whole.lifecycle
+                ]
+            )
         return _input_items(opened(input_decoder.decode(data)), seq, at)
     except msgspec.DecodeError as e:
         return [LogItem(seq, at, cls, "undecodable", None, {"error": str(e)})]

@@ -225,25 +225,29 @@ class Reader(Session):
             raise ExecutionNotFound(f"no execution {execution_id!r} (not started, or not projected yet)")
         if status.state not in TERMINAL_STATES or status.terminal_event is None:
             raise ExecutionNotFinished(status)
-        subject = self.layout.execution(execution_id).lifecycle(status.terminal_event)
-        try:
-            msg = await self._ride(
-                f"reading the end of execution {execution_id}",
-                lambda: last_message(self.nc, self.layout.exec_stream_of(execution_id), subject),
-            )
-            data, seq = msg.data or b"", msg.seq or 0
-        except NotFoundError:
+        subjects = self.layout.execution(execution_id)
+        # on its own subject, or (semantics 5) in the answer record of the last step's
+        # result, which carries the execution's end (`in.answer.lc.<type>`)
+        where = (subjects.lifecycle(status.terminal_event), subjects.answer_lifecycle(status.terminal_event))
+        stream = self.layout.exec_stream_of(execution_id)
+        found: tuple[str, bytes, int] | None = None
+        for subject in where:
+            try:
+                msg = await self._ride(
+                    f"reading the end of execution {execution_id}",
+                    functools.partial(last_message, self.nc, stream, subject),
+                )
+            except NotFoundError:
+                continue
+            found = subject, msg.data or b"", msg.seq or 0
+            break
+        if found is None:
             archived = await self._archived(execution_id)
-            ends = (
-                []
-                if archived is None
-                else [
-                    (d, q) for s, d, q, _ in archived.stream(self.layout.exec_stream_of(execution_id)) if s == subject
-                ]
-            )
+            ends = [] if archived is None else [(s, d, q) for s, d, q, _ in archived.stream(stream) if s in where]
             if not ends:
                 return status, None
-            data, seq = ends[-1]
+            found = ends[-1]
+        subject, data, seq = found
         # the message may carry its whole decision (semantics 2): the terminal event is one of its items
         items = log_items(subject, data, seq, 0.0, self.codec)
         return status, next((i for i in items if i.type == status.terminal_event), None)

@@ -24,7 +24,7 @@ from actors.client.writing import Writer
 from actors.core.rerun import RetryPlan, RetryRefused
 from actors.errors import UserError
 from actors.store.blobs import start_payload
-from actors.wire.events import ActivationStatus, decision_decoder, event_decoder, extras_decoder
+from actors.wire.events import ActivationStatus, answer_decoder, decision_decoder, event_decoder, extras_decoder
 from actors.wire.messages import EngineFault, Redrive, StartMessage, StartRecord, encode, input_decoder
 from actors.wire.nesting import check_value_depth
 from streams.ids import retry_execution_id, start_id
@@ -241,12 +241,13 @@ class Retrier(Writer, FailedItems):
                 log += lifecycle_records(seq, subject, at, ev, extras)
                 continue
             elif cls == IN and is_answer_record(subject):  # a result with its decision (semantics 5)
-                record = self.codec.decode(decision_decoder, data)
+                held = self.codec.decode(answer_decoder, data)  # `in.answer.lc.<type>`: with its lifecycle events
+                record = held.record
                 try:
                     answer = self.codec.decode(input_decoder, bytes(record.answer)) if record.answer else None
                 except msgspec.DecodeError:
                     answer = None
-                log += answer_records(seq, subject, record, answer)
+                log += answer_records(seq, subject, record, answer, held.lifecycle)
                 continue
             elif cls == IN:
                 try:

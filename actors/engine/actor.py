@@ -38,6 +38,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections import OrderedDict
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -58,17 +59,19 @@ from actors.runtime import tracing
 from actors.runtime.exectrace import ExecutionTrace
 from actors.runtime.hosting import PartitionHost
 from actors.runtime.logactor import LogActor, LogEntry
-from actors.runtime.metrics import HALTED_REPLAYS
-from actors.runtime.outbox import Outbox, holdable
+from actors.runtime.metrics import ANSWER_ASKS, HALTED_REPLAYS
+from actors.runtime.outbox import Outbox, carrier_message, holdable
 from actors.runtime.render_process import RenderBounds
 from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import Refold, engine_error
 from actors.wire.events import (
+    ActivationStatus,
     DecisionRecord,
     ExecState,
     ExecutionHaltedData,
     ExecutionResumedData,
     PlaybookFailedData,
+    answer_decoder,
     decision_decoder,
     event_decoder,
     extras_decoder,
@@ -143,17 +146,18 @@ EXPECTED_LAST_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 def one_message_only(fx: Effects) -> str | None:
     """Why the decision `fx` cannot be stored as one answer record (None: it can): it
-    must be some events and at most one command, and nothing else at all."""
+    must be some events and at most one command, or lifecycle events (the last step's
+    decision: the execution's end) and no command, and nothing else at all."""
     others = (fx.starts or fx.loops or fx.signal_forwards or fx.timers or fx.reply is not None or fx.child_cancels) or (
         fx.loop_cancels or fx.cancels or fx.failures or fx.verdict is not None
     )
     if others:
         return "the decision sends more than a command"
-    if fx.lifecycle:
-        return "the decision has lifecycle events"
+    if fx.lifecycle and fx.commands:
+        return "the decision has lifecycle events and a command"
     if len(fx.commands) > 1:
         return "the decision issues more than one command"
-    if not fx.events:
+    if not fx.events and not fx.lifecycle:
         return "the decision records nothing"
     return None
 
@@ -179,7 +183,23 @@ def _not_ready(actor: ExecutionActor | None, inp: CallDone | CallError) -> str |
         return "the result is a blob, or a loop iteration's"
     if actor.last_seq <= 0:
         return "nothing folded yet"
+    act_id = actor.state.by_command.get(inp.command_id)
+    act = actor.state.activations.get(act_id) if act_id is not None else None
+    if act is None or act.status != ActivationStatus.RUNNING or act.command_id != inp.command_id:
+        # the fold would decide nothing (`call_result`): a duplicate or a late result
+        return "the result's command is not in flight"
     return None
+
+
+# steps remembered as deciding what one answer record cannot hold (`Engine.misfits`)
+MISFITS_REMEMBERED = 4096
+MisfitKey = tuple[str, int, str]  # playbook path, its source's hash (the version), step
+
+
+def misfit_key(state: Execution, step: str) -> MisfitKey:
+    # the state holds no version number: its source's hash tells versions apart (a str
+    # caches its hash, so this costs nothing after the first ask)
+    return state.playbook_path, hash(state.playbook_source), step
 
 
 class ExecutionActor(LogActor):
@@ -284,9 +304,10 @@ class ExecutionActor(LogActor):
         if is_answer_record(entry.subject):
             # a result stored with the decision it led to (semantics 5): folded with that
             # decision's cause and time, as when it was decided
-            record = await self.decode(decision_decoder, entry)
-            if record is None:
+            held = await self.decode(answer_decoder, entry)
+            if held is None:
                 return None
+            record = held.record
             self.folded_seq = record.cause
             if record.answer is None:
                 await self._misfiled(entry, None)
@@ -378,16 +399,28 @@ class ExecutionActor(LogActor):
         command = holdable(self.outbox.codec, fx) if fx.commands else None
         if why is None and fx.commands and command is None:
             why = "its command cannot be held by the record"
-        payload = b""
+        if why is not None:
+            self.engine.misfit(misfit_key(self.state, inp.step))
+        payload, subject = b"", ""
         if why is None:
             record = DecisionRecord(cause=-last, events=fx.events, command=command, answer=msgspec.Raw(data), at=at)
-            payload = self.outbox.codec.encode(record)
+            if fx.lifecycle:
+                # the last step's decision (the execution's end): shaped as a lifecycle
+                # carrier is (actors/runtime/outbox.py `carrier_message`), on
+                # `in.answer.lc.<carrier type>`; a large result goes as a blob, as there
+                for ev in fx.lifecycle:
+                    await self.outbox.offload_result(ev)
+                type_, payload = carrier_message(self.outbox.codec, fx.lifecycle, record)
+                subject = self.subjects.answer_lifecycle(type_)
+            else:
+                payload = self.outbox.codec.encode(record)
+                subject = self.subjects.answer_record(fx.commands[0].kind if command is not None else None)
             if len(payload) > self.outbox.limit:
                 why = "the record is too large"
+                self.engine.misfit(misfit_key(self.state, inp.step))
         if why is not None:
             self.reset()
             return why
-        subject = self.subjects.answer_record(fx.commands[0].kind if command is not None else None)
         headers = {
             MSG_ID: ids.result_id(self.execution_id, inp.command_id),
             EXPECTED_LAST_SUBJECT_SEQ: str(last),
@@ -450,8 +483,11 @@ class ExecutionActor(LogActor):
                 elif kind == FAULT:
                     seen.skip.add(fault_decoder.decode(entry.data).input_seq)
                 elif kind.startswith(f"{ANSWER}.") or kind == ANSWER:  # a result with its decision (semantics 5)
-                    record = codec.decode(decision_decoder, entry.data)
+                    held = codec.decode(answer_decoder, entry.data)
+                    record = held.record
                     seen.decision(entry.seq, entry.subject, record)
+                    for one in held.lifecycle:  # the last step's: the execution's end (`in.answer.lc.<type>`)
+                        seen.event(entry.seq, entry.subject, one)
                     answered = command_of_answer(bytes(record.answer)) if record.answer is not None else None
                     if answered is not None:
                         seen.answered(answered)
@@ -582,6 +618,14 @@ class Engine(PartitionHost[str, ExecutionActor]):
             render_bounds=render_bounds,
         )
         self._asks: dict[int, Subscription] = {}  # partition -> its answer.<p> subscription
+        # the steps whose decision did not fit one answer record (a loop, a child, a
+        # fan-out, a timer, lifecycle events with a command, a command not holdable, too
+        # large), most recent last: the next ask for one is refused before its fold,
+        # which would be wasted (a refusal after the fold rebuilds the actor by replay).
+        # Not a determinism concern: where a result is stored (in an answer record, or
+        # on its own as before) never changes what is decided, and both shapes replay
+        # to the same state; this only saves work, and differs from pod to pod
+        self.misfits: OrderedDict[MisfitKey, None] = OrderedDict()
         self._asking: set[asyncio.Task[None]] = set()
 
     async def gain(self, partition: int) -> None:
@@ -620,26 +664,43 @@ class Engine(PartitionHost[str, ExecutionActor]):
             except Exception as e:  # the tool times out and publishes the result itself
                 log.debug("answer request: no reply sent: %r", e)
 
+    def misfit(self, key: MisfitKey) -> None:
+        """Remember that step `key` decided what one answer record cannot hold."""
+        self.misfits[key] = None
+        self.misfits.move_to_end(key)
+        while len(self.misfits) > MISFITS_REMEMBERED:
+            self.misfits.popitem(last=False)
+
     async def ask(self, data: bytes) -> str:
+        """`_ask`, counted by outcome (`actors_answer_asks_total`)."""
+        said, folded = await self._ask(data)
+        outcome = "stored" if said == "stored" else "refused_after_fold" if folded else "refused_before_fold"
+        ANSWER_ASKS.inc(outcome=outcome)
+        return said
+
+    async def _ask(self, data: bytes) -> tuple[str, bool]:
         """A tool asks to store its result (`data`) with the decision it leads to
-        (`ExecutionActor.store_answer`): `stored`, or `refused: <why>`."""
+        (`ExecutionActor.store_answer`): `stored`, or `refused: <why>`; and whether the
+        result was folded (a refusal after it costs a replay)."""
         try:
             inp = codec_of(self.js).decode(input_decoder, data)
         except Exception as e:
-            return f"refused: not a result ({type(e).__name__})"
+            return f"refused: not a result ({type(e).__name__})", False
         if not isinstance(inp, (CallDone, CallError)):
-            return "refused: not a result"
+            return "refused: not a result", False
         actor = self.actors.get(inp.execution_id)
         why = _not_ready(actor, inp)
         if why is not None or actor is None:
-            return f"refused: {why}"
+            return f"refused: {why}", False
+        if misfit_key(actor.state, inp.step) in self.misfits:
+            return "refused: this step's decision did not fit one message before", False
         async with actor.turn:
             actor.busy = True  # `_evict` leaves it
             try:
                 said = await actor.store_answer(data, inp)
             finally:
                 actor.busy = actor.waiting
-        return "stored" if said == "stored" else f"refused: {said}"
+        return ("stored", True) if said == "stored" else (f"refused: {said}", True)
 
     def wakes_retired(self, subject: str) -> bool:
         """A retry of a finished execution is linked in its log (`execution.retried`);

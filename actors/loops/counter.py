@@ -451,6 +451,8 @@ class LoopActor(LogActor):
         seen = Recorded()
         subjects = ExecSubjects.of(self.execution_id, self.counter.layout.partitions)
         stream = self.counter.layout.exec_stream_of(self.execution_id)
+        # halts and resumes only: written by the shells on their own subjects, never by a
+        # fold, so never in an answer record (`in.answer.lc.<type>`, semantics 5)
         if not await has_message(self.counter.nc, stream, subjects.lifecycle(EventType.EXECUTION_HALTED)):
             return seen
         for entry in await self.read_log(subjects.lifecycle("execution.*"), stream=stream):

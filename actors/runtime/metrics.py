@@ -348,6 +348,17 @@ for _role in ("engine", "counter"):
     for _kind in ("Nondeterminism", "SemanticsUnknown"):
         HALTED_REPLAYS.inc(0, role=_role, kind=_kind)
 
+ANSWER_ASKS = counter(
+    "actors_answer_asks_total",
+    "Tools' asks to store a step's result with the decision it leads to (semantics 5), by outcome: stored "
+    "(one message), refused_before_fold (nothing folded: not ready, a duplicate or late result, a step known not "
+    "to fit one message) or refused_after_fold (folded, did not fit: the actor rebuilds by replay). A refused "
+    "ask costs the tool one round trip and its result is published as before.",
+    ("outcome",),
+)
+for _outcome in ("stored", "refused_before_fold", "refused_after_fold"):
+    ANSWER_ASKS.inc(0, outcome=_outcome)
+
 PROCESS_METRICS = (
     STEP_SECONDS,
     COMMANDS_IN_FLIGHT,
@@ -356,6 +367,7 @@ PROCESS_METRICS = (
     LIFECYCLE_EVENTS,
     EVICTED_ACTORS,
     HALTED_REPLAYS,
+    ANSWER_ASKS,
 )
 
 

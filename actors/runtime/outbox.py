@@ -44,7 +44,10 @@ from streams.layout import TOOL_KINDS, Layout
 from streams.subjects import ExecSubjects, LoopSubjects, cancel_subject
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from actors.runtime.exectrace import Carrier
+    from actors.wire.events import AnyEvent
 
 TIMER_DUE_SLACK = 0.05  # a timer due within this is delivered at once, not scheduled
 
@@ -93,7 +96,7 @@ class Outbox:
         held = False
         if isinstance(self.subjects, ExecSubjects) and (fx.events or fx.lifecycle):
             for ev in fx.lifecycle:
-                await self._offload_result(ev)
+                await self.offload_result(ev)
             record, held = decision_messages(
                 self.codec, fx, self.subjects, self.execution_id, carry=self.carry, limit=self.limit
             )
@@ -268,13 +271,13 @@ class Outbox:
         if not isinstance(self.subjects, ExecSubjects):
             return
         for ev in fx.lifecycle:
-            await self._offload_result(ev)
+            await self.offload_result(ev)
         items, _ = decision_messages(
             self.codec, fx.copy(commands=[]), self.subjects, self.execution_id, carry=self.carry, limit=self.limit
         )
         await publish_all(self.js, items)
 
-    async def _offload_result(self, ev: Event) -> None:
+    async def offload_result(self, ev: Event) -> None:
         data = ev.data
         if not isinstance(data, (PlaybookCompletedData, PlaybookFailedData)):
             return
@@ -325,24 +328,30 @@ def _one_message(
     message is not its shape (no lifecycle event and no command held)."""
     kind = fx.commands[0].kind if held is not None else ""
     if fx.lifecycle:
-        at = carrier_of(fx.lifecycle)
-        ev = fx.lifecycle[at]
         decided = fx.events or held is not None
-        extras = LifecycleExtras(
-            decision=DecisionRecord(cause=fx.cause, events=fx.events, command=held) if decided else None,
-            before=fx.lifecycle[:at],
-            after=fx.lifecycle[at + 1 :],
+        type_, body = carrier_message(
+            codec, fx.lifecycle, DecisionRecord(cause=fx.cause, events=fx.events, command=held) if decided else None
         )
-        subject = subjects.lifecycle_with_command(ev.type, kind) if held is not None else subjects.lifecycle(ev.type)
-        return (
-            subject,
-            splice(codec.encode(ev), codec.encode(extras)),
-            lifecycle_msg_id(execution_id, ev.type, fx.cause),
-        )
+        subject = subjects.lifecycle_with_command(type_, kind) if held is not None else subjects.lifecycle(type_)
+        return subject, body, lifecycle_msg_id(execution_id, type_, fx.cause)
     if held is None:
         return None
     record = DecisionRecord(cause=fx.cause, events=fx.events, command=held)
     return subjects.decision_with_command(kind), codec.encode(record), ids.decision_id(execution_id, fx.cause)
+
+
+def carrier_message(
+    codec: PayloadCodec, lifecycle: Sequence[AnyEvent], decision: DecisionRecord | None
+) -> tuple[str, bytes]:
+    """A decision's lifecycle events as one message: the carrier event (`carrier_of`)
+    spliced with `LifecycleExtras` holding `decision` and the other events. Returns the
+    carrier's type and the body. Pure; also the body of an answer record that ends or
+    changes the execution (semantics 5, `in.answer.lc.<type>`, the engine's
+    `store_answer`), whose `decision` holds the result."""
+    at = carrier_of(lifecycle)
+    ev = lifecycle[at]
+    extras = LifecycleExtras(decision=decision, before=lifecycle[:at], after=lifecycle[at + 1 :])
+    return ev.type, splice(codec.encode(ev), codec.encode(extras))
 
 
 def holdable(codec: PayloadCodec, fx: Effects) -> Raw | None:

@@ -1,7 +1,12 @@
 """The status projector: lifecycle events -> KV `status/<execution_id>`.
 
-It reads only lifecycle subjects (`exec.*.*.lc.>`): step, command, call and loop
-events never reach it, so none of them can decide an execution's status
+It reads only lifecycle carriers: the lifecycle subjects (`exec.*.*.lc.>`) and, from
+semantics 5, the answer records that carry the last step's decision, the execution's
+end (`exec.*.*.in.answer.lc.>`: a lifecycle event whose body holds the decision and the
+step's result beside it, as extra keys). It reads the events from the body only, never
+the subject. Step, command, call and loop events never reach it as events it applies
+(those a carrier holds in its decision are not read), so none of them can decide an
+execution's status
 (docs/language.md, States). States only move forward (PENDING < RUNNING < terminal; a
 halt sits beside RUNNING) and a terminal state never changes: each write is a
 compare-and-set on the key's revision. With an execution's first status that names its

@@ -891,14 +891,24 @@ class ExtrasDecoder:
     def decode(self, data: bytes) -> LifecycleExtras:
         try:
             t = self._typed.decode(data)
-            rec = None if t.decision is None else DecisionRecord(cause=t.decision.cause, events=t.decision.events)
+            d = t.decision
+            rec = (
+                None
+                if d is None
+                else DecisionRecord(cause=d.cause, events=d.events, answer=_answer_of(d.answer), at=d.at)
+            )
             return LifecycleExtras(decision=rec, before=t.before, after=t.after)
         except msgspec.ValidationError:
             r = self._raw.decode(data)
             rec = (
                 None
                 if r.decision is None
-                else DecisionRecord(cause=r.decision.cause, events=[event_decoder.decode(e) for e in r.decision.events])
+                else DecisionRecord(
+                    cause=r.decision.cause,
+                    events=[event_decoder.decode(e) for e in r.decision.events],
+                    answer=_answer_of(r.decision.answer),
+                    at=r.decision.at,
+                )
             )
             return LifecycleExtras(
                 decision=rec,
@@ -935,6 +945,40 @@ def splice(event_json: bytes, extras_json: bytes) -> bytes:
 def in_order(ev: AnyEvent, extras: LifecycleExtras) -> list[AnyEvent]:
     """The lifecycle events of one lifecycle message, in the order they were decided."""
     return [*extras.before, ev, *extras.after]
+
+
+class AnswerRecord(Struct):
+    """What one answer record holds (semantics 5, `exec.<p>.<id>.in.answer...`): the
+    decision record (the result in `answer`) and, for one stored on
+    `in.answer.lc.<type>` (the decision ended or changed the execution: a lifecycle
+    carrier, as `LifecycleExtras` shapes it), its lifecycle events in decided order."""
+
+    record: DecisionRecord
+    lifecycle: list[AnyEvent] = field(default_factory=list)
+
+
+class _Carries(Struct):
+    decision: msgspec.Raw = _NULL
+
+
+_carries = msgspec.json.Decoder(_Carries)
+
+
+class AnswerDecoder:
+    """Decodes an answer record of either shape: a decision record (`in.answer.ev`,
+    `in.answer.cmd.<kind>`) or a lifecycle event carrying it (`in.answer.lc.<type>`,
+    told by its `decision` key)."""
+
+    def decode(self, data: bytes) -> AnswerRecord:
+        if _carries.decode(data).decision != _NULL:
+            extras = extras_decoder.decode(data)
+            if extras.decision is None:
+                raise msgspec.ValidationError("an answer record's carrier holds no decision")
+            return AnswerRecord(record=extras.decision, lifecycle=in_order(event_decoder.decode(data), extras))
+        return AnswerRecord(record=decision_decoder.decode(data))
+
+
+answer_decoder = AnswerDecoder()
 
 
 def lifecycle_message(data: bytes) -> tuple[DecisionRecord | None, list[AnyEvent]]:

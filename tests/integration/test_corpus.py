@@ -25,7 +25,7 @@ from actors.engine.readback import read_back
 from actors.natsio.binding import bind, codec_of
 from actors.pod.roles import connect
 from actors.store.blobs import get_blob, resolve_chunk, resolve_result
-from actors.wire.events import ExecState, decision_decoder, event_decoder, extras_decoder
+from actors.wire.events import ExecState, answer_decoder, decision_decoder, event_decoder, extras_decoder
 from actors.wire.messages import (
     CallDone,
     CallError,
@@ -59,9 +59,10 @@ async def _execution_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
         cls = class_of(e.subject)
         value: Any = None
         if cls == IN and is_answer_record(e.subject):  # a result with its decision (semantics 5)
-            record = codec.decode(decision_decoder, e.data)
+            held = codec.decode(answer_decoder, e.data)  # `in.answer.lc.<type>`: with its lifecycle events
+            record = held.record
             answer = codec.decode(input_decoder, bytes(record.answer)) if record.answer is not None else None
-            log += answer_records(e.seq, e.subject, record, answer)
+            log += answer_records(e.seq, e.subject, record, answer, held.lifecycle)
             continue
         if cls == IN:
             value = await read_back(js, codec.decode(input_decoder, e.data))

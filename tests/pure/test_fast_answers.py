@@ -15,9 +15,10 @@ from actors.client.logview import log_items
 from actors.core.decide import fold
 from actors.core.replay import SEMANTICS, LogRecord, answer_records, lifecycle_records, replay_execution
 from actors.core.state import Execution
-from actors.runtime.outbox import holdable
+from actors.engine.actor import one_message_only
+from actors.runtime.outbox import carrier_message, holdable
 from actors.wire.codec import CLEAR
-from actors.wire.events import DecisionRecord, decision_decoder, event_decoder, extras_decoder
+from actors.wire.events import DecisionRecord, answer_decoder, decision_decoder, event_decoder, extras_decoder
 from actors.wire.messages import CallDone, Limits, StartRecord, encode, input_decoder
 from streams.subjects import ExecSubjects
 
@@ -42,9 +43,10 @@ workflow:
 
 def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
     """The three steps as a semantics 5 engine stores them: the start, then each
-    result but the last as an answer record (its decision issues the next command,
-    nothing else), the last one plain. Returns the live state, the log as a reader
-    turns it into records, and the stored answer records."""
+    result as an answer record: the first two's decisions issue the next command,
+    nothing else (`in.answer.cmd.python`); the last's ends the execution, a lifecycle
+    carrier holding it (`in.answer.lc.playbook.completed`). Returns the live state, the
+    log as a reader turns it into records, and the stored answer records."""
     eid = "e1"
     subjects = ExecSubjects.of(eid, 1)
     live = Execution(execution_id=eid)
@@ -80,17 +82,19 @@ def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
             assert back.answer is not None
             log += answer_records(seq, subject, back, input_decoder.decode(bytes(back.answer)))
             (cmd,) = fx.commands
-        else:  # the last: its decision ends the execution (lifecycle events), a plain result
-            log.append(LogRecord(seq, subjects.results, at, "in", input_decoder.decode(data)))
-            fx = fold(live, done, seq=seq, at=at, subjects=subjects)
-            seq += 1
-            record = DecisionRecord(cause=fx.cause, events=fx.events)
-            log.append(
-                LogRecord(seq, subjects.decision, at, "ev", decision_decoder.decode(msgspec.json.encode(record)))
+        else:  # the last: its decision ends the execution (lifecycle events, no command)
+            fx = fold(live, done, seq=-last_input, at=at, subjects=subjects)
+            assert fx.lifecycle and not fx.commands and one_message_only(fx) is None
+            x = DecisionRecord(cause=-last_input, events=fx.events, answer=msgspec.Raw(data), at=at)
+            type_, raw = carrier_message(CLEAR, fx.lifecycle, x)
+            subject = subjects.answer_lifecycle(type_)
+            assert subject == "exec.0.e1.in.answer.lc.playbook.completed"
+            stored_answers.append((subject, raw))
+            whole = answer_decoder.decode(raw)
+            assert whole.record.answer is not None and whole.lifecycle
+            log += answer_records(
+                seq, subject, whole.record, input_decoder.decode(bytes(whole.record.answer)), whole.lifecycle
             )
-            for ev in fx.lifecycle:
-                stored = event_decoder.decode(msgspec.json.encode(ev))
-                log += lifecycle_records(seq, subjects.lifecycle(ev.type), at, stored, extras_decoder.decode(b"{}"))
         last_input = seq
     return live, log, stored_answers
 
@@ -106,7 +110,7 @@ def test_a_log_with_answer_records_replays_to_the_same_state() -> None:
     assert replay.mismatch is None, replay.mismatch.describe()
     assert _plain(replay.state) == _plain(live)
     # the answers were folded with the records' causes
-    assert [seq for seq, _ in replay.outputs] == [1, -1, -3, 5]
+    assert [seq for seq, _ in replay.outputs] == [1, -1, -3, -4]
 
 
 def test_a_record_whose_events_differ_from_the_fold_is_a_mismatch() -> None:
@@ -126,3 +130,40 @@ def test_log_items_show_an_answer_record_as_its_result_then_its_events() -> None
     assert items[0].data["result"] == 1
     assert [i.cls for i in items[1:]] == ["ev"] * (len(items) - 1) and len(items) > 1
     assert "step.exit" in [i.type for i in items[1:]]
+
+
+def test_log_items_show_the_last_answer_record_as_its_result_its_events_then_the_end() -> None:
+    _, _, stored = _run()
+    subject, data = stored[-1]
+    items = log_items(subject, data, 5, 22.0)
+    classes = [i.cls for i in items]
+    assert classes[0] == "in" and items[0].type == "call.done" and items[0].data["result"] == 3
+    assert set(classes[1 : classes.index("lc")]) == {"ev"}
+    assert items[-1].cls == "lc" and items[-1].type == "playbook.completed"
+    assert items[-1].data["result"] == {"c": 3}
+
+
+def test_a_changed_end_in_the_last_answer_record_is_a_mismatch() -> None:
+    _, log, _ = _run()
+    at = next(i for i, r in enumerate(log) if r.cls == "lc" and r.value.type == "playbook.completed")
+    ev = log[at].value
+    changed = msgspec.structs.replace(ev, data=msgspec.structs.replace(ev.data, result={"c": 4}))
+    log[at] = LogRecord(log[at].seq, log[at].subject, log[at].at, "lc", changed)
+    replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
+    assert replay.mismatch is not None and replay.mismatch.input_seq == -4
+
+
+def test_an_input_with_no_decision_before_an_answer_record_is_a_gap() -> None:
+    """The gap check (`Recorded.last_decided`): an answer record's cause is negative,
+    so the input it is (its own stream seq) is the last decided, and an input before it
+    whose decision the log lacks is reported, not passed over."""
+    _, log, _ = _run()
+    # the first answer record (seq 3) held the decision of a's result: stored plain
+    # instead (at seq 3, no record), the record at seq 4 is decided after it
+    first = next(i for i, r in enumerate(log) if r.cls == "in" and r.cause is not None)
+    plain = log[first]
+    gap = [LogRecord(plain.seq, ExecSubjects.of("e1", 1).results, plain.at, "in", plain.value)]
+    log = log[:first] + gap + log[first + 2 :]
+    replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
+    assert replay.mismatch is not None and replay.mismatch.input_seq == 3
+    assert "no decision for this input" in replay.mismatch.expected
