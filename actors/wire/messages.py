@@ -344,8 +344,13 @@ _names_decoder = msgspec.json.Decoder(_Names)
 _NULL_RAW = msgspec.Raw(b"null")
 
 
+class _HeldAnswer(Struct):
+    answer: msgspec.Raw = _NULL_RAW
+
+
 class _RecordAnswer(Struct):
     answer: msgspec.Raw = _NULL_RAW
+    decision: _HeldAnswer | None = None  # `in.answer.lc.<type>`: a lifecycle carrier holding the record
 
 
 _record_answer_decoder = msgspec.json.Decoder(_RecordAnswer)
@@ -370,12 +375,14 @@ def command_of_answer(data: bytes) -> str | None:
 
 def command_of_record_answer(data: bytes) -> str | None:
     """The command whose result a stored answer record holds (semantics 5,
-    `exec.<p>.<id>.in.answer...`: a decision record with the result in `answer`).
+    `exec.<p>.<id>.in.answer...`: a decision record with the result in `answer`, or a
+    lifecycle event carrying such a record in `decision`, `in.answer.lc.<type>`).
     None: not such a record, or its answer is not a result this can read."""
     try:
-        raw = _record_answer_decoder.decode(data).answer
+        found = _record_answer_decoder.decode(data)
     except msgspec.DecodeError:
         return None
+    raw = found.decision.answer if found.decision is not None else found.answer
     return command_of_answer(bytes(raw)) if raw != _NULL_RAW else None
 
 

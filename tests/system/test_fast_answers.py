@@ -14,10 +14,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from actors.client.outcome import ExecutionFailed
 from actors.core.replay import LogRecord, answer_records, lifecycle_records, replay_execution
 from actors.engine.readback import read_back
 from actors.natsio import is_answered
-from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
+from actors.wire.events import answer_decoder, decision_decoder, embedded_command, event_decoder, extras_decoder
 from actors.wire.messages import command_decoder, command_of_answer, command_of_record_answer, input_decoder
 from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
 from streams.subjects import is_answer_record
@@ -94,9 +95,10 @@ async def _records(system: System, log: Log) -> list[LogRecord]:
     for subject, data, seq, at in log:
         cls = class_of(subject)
         if cls == "in" and is_answer_record(subject):
-            record = decision_decoder.decode(data)
+            whole = answer_decoder.decode(data)  # `in.answer.lc.<type>`: with its lifecycle events
+            record = whole.record
             assert record.answer is not None
-            records += answer_records(seq, subject, record, input_decoder.decode(bytes(record.answer)))
+            records += answer_records(seq, subject, record, input_decoder.decode(bytes(record.answer)), whole.lifecycle)
         elif cls == "in":
             records.append(LogRecord(seq, subject, at, cls, await read_back(js, input_decoder.decode(data))))
         elif cls == "ev":
@@ -123,7 +125,7 @@ def _answered(log: Log) -> list[str | None]:
     return out
 
 
-async def test_three_steps_store_six_messages_two_of_them_a_result_with_its_decision(system: System) -> None:
+async def test_three_steps_store_five_messages_three_of_them_a_result_with_its_decision(system: System) -> None:
     eid, status = await system.run_yaml(THREE_STEPS)
     assert status.state == "COMPLETED"
     assert await system.client.result(eid) == {"c": 3}
@@ -131,15 +133,14 @@ async def test_three_steps_store_six_messages_two_of_them_a_result_with_its_deci
     log = await execution_log(system.nc, system.layout, eid)
     kinds = [s.split(".", 3)[3] for s, _, _, _ in log]
     # start; the first decision (carried by playbook.initialized) holding a's command;
-    # a's result with the decision holding b's command; b's with c's; c's result plain
-    # (its decision ends the execution: lifecycle events, which only `lc` carries); the end
+    # a's result with the decision holding b's command; b's with c's; c's result with
+    # its decision, which ends the execution (its lifecycle events, a carrier's shape)
     assert kinds == [
         "in.start",
         "lc.playbook.initialized.cmd.python",
         "in.answer.cmd.python",
         "in.answer.cmd.python",
-        "in.result",
-        "lc.playbook.completed",
+        "in.answer.lc.playbook.completed",
     ]
     held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
     assert [command_decoder.decode(h).step for h in held if h is not None] == ["a", "b", "c"]
@@ -151,13 +152,57 @@ async def test_three_steps_store_six_messages_two_of_them_a_result_with_its_deci
     last_input = 0
     for subject, data, seq, _ in log:
         if is_answer_record(subject):
-            assert decision_decoder.decode(data).cause == -last_input
+            assert answer_decoder.decode(data).record.cause == -last_input
         if class_of(subject) == "in":
             last_input = seq
     await _replays_clean(system, eid, log)
     items = await system.events(eid)
     assert [i.step for i in items if i.type == "call.done"] == ["a", "b", "c"]
     assert [i.step for i in items if i.type == "step.enter"] == ["a", "b", "c", "end"]
+    assert [i.type for i in items if i.cls == "lc"][-1] == "playbook.completed"
+    # what `actors-cli status`, `result` and `list` read: the projector had the end
+    # (its consumer reads `in.answer.lc.>` too), the status written, the execution listed
+    status, end = await system.client.terminal(eid)
+    assert status.state == "COMPLETED" and status.terminal_event == "playbook.completed"
+    assert end is not None and end.type == "playbook.completed" and end.data["result"] == {"c": 3}
+    listed = await system.client.list(state="COMPLETED")
+    assert eid in [s.execution_id for s in listed]
+    followed = [i async for i in system.client.follow(eid)]
+    assert followed[-1].cls == "lc" and followed[-1].type == "playbook.completed"
+
+
+LAST_FAILS = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fast_last_fails}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): raise ValueError('no')"}
+    args: {x: "{{ a }}"}
+"""
+
+
+async def test_a_last_step_that_fails_stores_its_end_in_its_answer_record(system: System) -> None:
+    eid, status = await system.run_yaml(LAST_FAILS)
+    assert status.state == "FAILED"
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    kinds = [s.split(".", 3)[3] for s, _, _, _ in log]
+    assert kinds[-1] == "in.answer.lc.playbook.failed", kinds
+    assert not [k for k in kinds if k.startswith("lc.playbook.failed")]
+    status, end = await system.client.terminal(eid)
+    assert status.state == "FAILED" and status.terminal_event == "playbook.failed"
+    assert end is not None and end.type == "playbook.failed"
+    with pytest.raises(ExecutionFailed):
+        await system.client.result(eid)
+    listed = await system.client.list(state="FAILED")
+    assert eid in [s.execution_id for s in listed]
+    replay = replay_execution(eid, await _records(system, log), subjects=system.layout.execution(eid))
+    assert replay.mismatch is None, replay.mismatch.describe()
+    assert replay.state.status == "FAILED"
 
 
 async def test_a_redelivered_command_whose_answer_is_in_an_answer_record_is_answered(system: System) -> None:
@@ -268,6 +313,30 @@ async def test_a_live_actor_that_did_not_write_an_answer_record_folds_it_and_sen
     await system.engine_idle()
     log = await execution_log(system.nc, system.layout, eid)
     assert not [s for s, _, _, _ in log if ".ev." in s]  # no decision sent again as a record of its own
+    assert not [s for s, _, _, _ in log if ".lc.playbook.completed" in s and ".in.answer." not in s]  # nor its end
     answered = _answered(log)
     assert len(answered) == 3 and len(set(answered)) == 3
     await _replays_clean(system, eid, log)
+
+
+async def test_a_step_whose_decision_did_not_fit_is_refused_before_its_fold_next_time(system: System) -> None:
+    """a's decision issues two commands (a fan-out): folded once, refused, and
+    remembered; the next execution's ask for a is refused before the fold (no replay
+    wasted). `actors_answer_asks_total` counts each outcome."""
+    from actors.runtime.metrics import ANSWER_ASKS
+
+    def counts() -> dict[str, float]:
+        return {o: ANSWER_ASKS.value(outcome=o) for o in ("stored", "refused_before_fold", "refused_after_fold")}
+
+    before = counts()
+    first, status = await system.run_yaml(FAN_IN)
+    assert status.state == "COMPLETED", status.error
+    after_first = counts()
+    assert after_first["refused_after_fold"] > before["refused_after_fold"]  # a's fan-out, folded once
+    second, status = await system.run_yaml(FAN_IN)
+    assert status.state == "COMPLETED", status.error
+    assert await system.client.result(second) == 5
+    after_second = counts()
+    assert after_second["refused_after_fold"] == after_first["refused_after_fold"]  # a known: not folded again
+    assert after_second["refused_before_fold"] > after_first["refused_before_fold"]
+    assert after_second["stored"] > after_first["stored"]
