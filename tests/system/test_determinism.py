@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.wire.events import FailureDecidedEvent, decision_decoder, lifecycle_message
+from actors.wire.events import FailureDecidedEvent, answer_decoder, decision_decoder, lifecycle_message
 from actors.wire.messages import input_decoder
 from streams.layout import IN, class_of
 from streams.subjects import ExecSubjects, is_answer_record
@@ -66,8 +66,10 @@ def _replay(eid: str, subjects: ExecSubjects, log: list[Any], *, with_recorded: 
         for subject, data, _, _ in log:
             cls = class_of(subject)
             rec = (
-                decision_decoder.decode(data)
-                if cls == "ev" or is_answer_record(subject)
+                answer_decoder.decode(data).record
+                if is_answer_record(subject)
+                else decision_decoder.decode(data)
+                if cls == "ev"
                 else lifecycle_message(data)[0]
                 if cls == "lc"
                 else None
@@ -89,7 +91,7 @@ def _inputs(log: list[Any]) -> list[tuple[Any, int, float]]:
         if class_of(subject) != IN:
             continue
         if is_answer_record(subject):
-            rec = decision_decoder.decode(data)
+            rec = answer_decoder.decode(data).record  # either shape (`in.answer.lc.<type>` too)
             assert rec.answer is not None and rec.at is not None
             out.append((input_decoder.decode(bytes(rec.answer)), rec.cause, rec.at))
         else:
@@ -101,7 +103,12 @@ def _recorded(log: list[Any]) -> dict[int, list[Any]]:
     got: dict[int, list[Any]] = {}
     for subject, data, _, _ in log:
         cls = class_of(subject)
-        if cls == "ev" or is_answer_record(subject):
+        if is_answer_record(subject):  # a result with its decision, and (the last step's) its lifecycle events
+            whole = answer_decoder.decode(data)
+            got.setdefault(whole.record.cause, [])[0:0] = [msgspec.to_builtins(e) for e in whole.record.events]
+            for ev in whole.lifecycle:
+                got.setdefault(ev.cause, []).append(msgspec.to_builtins(ev))
+        elif cls == "ev":
             rec = decision_decoder.decode(data)
             got.setdefault(rec.cause, [])[0:0] = [msgspec.to_builtins(e) for e in rec.events]
         elif cls == "lc":

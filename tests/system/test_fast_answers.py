@@ -329,7 +329,7 @@ async def test_a_step_whose_decision_did_not_fit_is_refused_before_its_fold_next
         return {o: ANSWER_ASKS.value(outcome=o) for o in ("stored", "refused_before_fold", "refused_after_fold")}
 
     before = counts()
-    first, status = await system.run_yaml(FAN_IN)
+    _, status = await system.run_yaml(FAN_IN)
     assert status.state == "COMPLETED", status.error
     after_first = counts()
     assert after_first["refused_after_fold"] > before["refused_after_fold"]  # a's fan-out, folded once

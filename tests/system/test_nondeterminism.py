@@ -20,7 +20,14 @@ from actors.cli.live import follow_steps
 from actors.core.replay import NONDETERMINISM, SEMANTICS, SEMANTICS_UNKNOWN, Mismatch, replay_execution
 from actors.natsio import stream_seq
 from actors.runtime.metrics import HALTED_REPLAYS
-from actors.wire.events import CommandIssuedEvent, DecisionRecord, ExecState, decision_decoder, lifecycle_message
+from actors.wire.events import (
+    CommandIssuedEvent,
+    DecisionRecord,
+    ExecState,
+    answer_decoder,
+    decision_decoder,
+    lifecycle_message,
+)
 from actors.wire.messages import CallDone, StartRecord, encode
 from streams import ids
 from streams.layout import EXEC_STREAM
@@ -129,7 +136,10 @@ async def test_a_changed_rule_halts_the_execution_and_a_rollback_resumes_it(
         for s, d, q in await _log(system, eid)
         # a decision record, or (semantics 5) a result stored with its decision
         if (".ev." in s or ".in.answer." in s)
-        and any(e.type == "step.exit" and e.step == "first" for e in decision_decoder.decode(d).events)
+        and any(
+            e.type == "step.exit" and e.step == "first"
+            for e in (answer_decoder.decode(d).record if ".in.answer." in s else decision_decoder.decode(d)).events
+        )
     )
     message = status.error["message"]
     assert status.error["type"] == NONDETERMINISM
