@@ -86,6 +86,7 @@ class Terminals:
 
     async def subscribe(self, nc: NATS) -> None:
         async def on(msg: Msg) -> None:
+            # on its own subject, or (semantics 5) in the last step's answer record
             if msg.subject.endswith((".lc.playbook.completed", ".lc.playbook.failed")):
                 self.seen.add(msg.subject.split(".")[2])
                 for n, fut in self._waiters:
@@ -93,6 +94,7 @@ class Terminals:
                         fut.set_result(None)
 
         await nc.subscribe("exec.*.*.lc.>", cb=on)
+        await nc.subscribe("exec.*.*.in.answer.lc.>", cb=on)
 
         async def adv(msg: Msg) -> None:
             self.advisories.append(msg.subject + " " + msg.data.decode())

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
 
 from actors.client import Client
 from actors.config.settings import Settings
@@ -270,7 +271,12 @@ async def test_a_log_written_under_an_old_key_replays_after_rotation(pods: Pods)
     assert (await client.wait(eid, timeout=30)).state == "COMPLETED"
     assert await client.result(eid) == {"first": "PLANT-RESULT-PLANT-PAYLOAD-7731"}
     assert pods.nc is not None
-    end = await pods.nc.jsm().get_last_msg("EXEC", pods.layout.execution(eid).lifecycle("playbook.completed"))
+    # the end, on its own subject or in the last step's answer record (semantics 5)
+    subjects = pods.layout.execution(eid)
+    try:
+        end = await pods.nc.jsm().get_last_msg("EXEC", subjects.lifecycle("playbook.completed"))
+    except NotFoundError:
+        end = await pods.nc.jsm().get_last_msg("EXEC", subjects.answer_lifecycle("playbook.completed"))
     assert b"$sealed:b2:" in (end.data or b"")  # written after the rotation: the new key
 
     # without the old key, the old values cannot be read, and it says which key is missing
@@ -484,11 +490,13 @@ async def test_a_schedule_keeps_its_payload_encrypted_and_its_fires_run(pods: Po
             ended.put_nowait(eid)
 
     sub = await pods.nc.subscribe("exec.*.*.lc.playbook.completed", cb=on_end)
+    sub_answer = await pods.nc.subscribe("exec.*.*.in.answer.lc.playbook.completed", cb=on_end)  # semantics 5
     await client.schedule_add("hush", playbook=path, cron="* * * * * *", payload=PAYLOAD)
     listed = {v.spec.name: v.spec for v in await client.schedules()}
     assert listed["hush"].payload == PAYLOAD  # read back with the key
     first = await asyncio.wait_for(ended.get(), 30)
     await sub.unsubscribe()
+    await sub_answer.unsubscribe()
     assert (await client.wait(first, timeout=30)).state == "COMPLETED"
     assert await client.result(first) == {"first": "PLANT-RESULT-PLANT-PAYLOAD-7731"}
     await client.schedule_delete("hush")
