@@ -340,3 +340,27 @@ async def test_a_step_whose_decision_did_not_fit_is_refused_before_its_fold_next
     assert after_second["refused_after_fold"] == after_first["refused_after_fold"]  # a known: not folded again
     assert after_second["refused_before_fold"] > after_first["refused_before_fold"]
     assert after_second["stored"] > after_first["stored"]
+
+
+async def test_the_projector_consumer_of_an_older_deployment_gets_the_answer_lifecycle_filter(system: System) -> None:
+    """A deployment upgraded from semantics 4 has a projector consumer filtering only
+    `exec.*.*.lc.>`: declaring the streams again gives it `exec.*.*.in.answer.lc.>` too,
+    or the ends stored in answer records would never be projected."""
+    from nats.js.api import ConsumerConfig
+
+    from streams.layout import PROJECTOR_CONSUMER, PROJECTOR_FILTER, ensure
+    from streams.subjects import LIFECYCLE_FILTER
+
+    jsm = system.nc.jsm()
+    info = await jsm.consumer_info(EXEC_STREAM, PROJECTOR_CONSUMER)
+    config: ConsumerConfig = info.config
+    assert sorted(config.filter_subjects or []) == sorted(PROJECTOR_FILTER)
+    config.filter_subjects = None
+    config.filter_subject = LIFECYCLE_FILTER
+    await jsm.add_consumer(EXEC_STREAM, config)  # as a deployment of semantics 4 made it
+    assert (await jsm.consumer_info(EXEC_STREAM, PROJECTOR_CONSUMER)).config.filter_subject == LIFECYCLE_FILTER
+    await ensure(system.nc.jetstream(), system.layout)
+    found = await jsm.consumer_info(EXEC_STREAM, PROJECTOR_CONSUMER)
+    assert sorted(found.config.filter_subjects or []) == sorted(PROJECTOR_FILTER)
+    _, status = await system.run_yaml(THREE_STEPS)  # its end, in an answer record, projected
+    assert status.state == "COMPLETED"
