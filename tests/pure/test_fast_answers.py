@@ -167,3 +167,55 @@ def test_an_input_with_no_decision_before_an_answer_record_is_a_gap() -> None:
     replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
     assert replay.mismatch is not None and replay.mismatch.input_seq == 3
     assert "no decision for this input" in replay.mismatch.expected
+
+
+def _started() -> tuple[Execution, Any]:
+    eid = "e1"
+    live = Execution(execution_id=eid)
+    start = StartRecord(
+        execution_id=eid, playbook_path="pb", playbook_source=PLAYBOOK, payload={}, limits=Limits(), semantics=SEMANTICS
+    )
+    (cmd,) = fold(live, start, seq=1, at=10.0, subjects=ExecSubjects.of(eid, 1)).commands
+    return live, cmd
+
+
+def test_an_ask_for_a_command_not_in_flight_is_refused_before_the_fold() -> None:
+    """A duplicate or late result would decide nothing: refused before folding (a
+    refusal after the fold costs the actor a replay)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from actors.engine.actor import _not_ready
+
+    live, cmd = _started()
+    actor: Any = SimpleNamespace(
+        hydrated=True,
+        halted=None,
+        mailbox=asyncio.Queue(),
+        turn=asyncio.Lock(),
+        waiting=False,
+        state=live,
+        trace=None,
+        last_seq=1,
+    )
+    done = CallDone(execution_id="e1", command_id=cmd.command_id, step=cmd.step, attempt_number=1, result=1)
+    assert _not_ready(actor, done) is None
+    late = msgspec.structs.replace(done, command_id=cmd.command_id + "-superseded")
+    assert _not_ready(actor, late) == "the result's command is not in flight"
+
+
+def test_the_misfits_remembered_are_bounded_most_recent_kept() -> None:
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from actors.engine.actor import MISFITS_REMEMBERED, Engine, misfit_key
+
+    live, _ = _started()
+    engine: Any = SimpleNamespace(misfits=OrderedDict())
+    first = misfit_key(live, "a")
+    Engine.misfit(engine, first)
+    for n in range(MISFITS_REMEMBERED):
+        Engine.misfit(engine, misfit_key(live, f"s{n}"))
+    assert len(engine.misfits) == MISFITS_REMEMBERED and first not in engine.misfits
+    # another version of the playbook (another source) is another key
+    assert misfit_key(live, "a") != (live.playbook_path, hash(live.playbook_source + " "), "a")
