@@ -67,6 +67,7 @@ large for one message, apart so that clients may write them and nothing else.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -670,6 +671,32 @@ async def _same_subjects(js: JetStreamContext, cfg: api.StreamConfig) -> None:
         )
 
 
+def _filters(cfg: api.ConsumerConfig) -> list[str]:
+    return list(cfg.filter_subjects or ()) or ([cfg.filter_subject] if cfg.filter_subject else [])
+
+
+async def _widened(js: JetStreamContext, stream: str, cfg: api.ConsumerConfig) -> api.ConsumerConfig:
+    """`cfg` with every filter the existing consumer of its name has and it lacks:
+    declaring a consumer only ever widens its filters. `add_consumer` rewrites an
+    existing consumer's filters, so a pod of an older release declaring the streams
+    again (a rollback, one old pod left in a roll) would narrow a tool log consumer or
+    the projector's, and the messages stored on the dropped subjects meanwhile (answer
+    records, semantics 5) would never be delivered, even after widening again: steps
+    lost, executions RUNNING for ever. A filter that is no longer wanted is removed by
+    hand (docs/upgrades.md)."""
+    ours = _filters(cfg)
+    if not ours or cfg.durable_name is None:
+        return cfg
+    try:
+        info = await js.consumer_info(stream, cfg.durable_name)
+    except NotFoundError:
+        return cfg
+    extra = [f for f in _filters(info.config) if f not in ours]
+    if not extra:
+        return cfg
+    return dataclasses.replace(cfg, filter_subject=None, filter_subjects=ours + extra)
+
+
 async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, ...]) -> None:
     await check_exec_streams(js, layout)
     for cfg in stream_configs(layout):
@@ -681,7 +708,7 @@ async def _declare(js: JetStreamContext, layout: Layout, tool_kinds: tuple[str, 
     for stream, consumers in consumer_configs(layout, tool_kinds).items():
         for ccfg in consumers:
             try:
-                await js.add_consumer(stream, ccfg)
+                await js.add_consumer(stream, await _widened(js, stream, ccfg))
             except BadRequestError:
                 # exists with different settings: recreate is unsafe (loses ack state),
                 # so keep the existing one; settings changes are a deploy decision.

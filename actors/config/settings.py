@@ -198,6 +198,14 @@ class Settings:
         "ACTORS_ENGINE_MAX_RESIDENT",
         "execution actors an engine pod keeps in memory; idle ones beyond are evicted and rebuilt by replay",
     )
+    fast_answers: bool = _setting(
+        True,
+        "ACTORS_FAST_ANSWERS",
+        "`0`: this engine pod does not store a step's result with its decision as one answer record (semantics 5); "
+        "tools asking publish their results themselves. Set it on every engine pod, and let the tool consumers "
+        "drain, before rolling back to a release before semantics 5 (docs/upgrades.md)",
+        minimum=None,
+    )
     counter_max_resident: int = _setting(
         _LAYOUT.counter_max_resident,
         "ACTORS_COUNTER_MAX_RESIDENT",

@@ -35,6 +35,7 @@ executions are untouched. Only the engine's own halts are resumed here: a loop's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -162,6 +163,16 @@ def one_message_only(fx: Effects) -> str | None:
     return None
 
 
+def answer_cause(data: bytes, seq: int) -> int:
+    """The cause an answer record's decision is recorded under (minus the input it
+    followed), read with no codec (a cause is never sealed); `seq`, the record's own
+    stream seq, when it cannot be read."""
+    try:
+        return answer_decoder.decode(data).record.cause
+    except (msgspec.DecodeError, RecursionError):
+        return seq
+
+
 def fits_subject(subject: str, inp: Input) -> bool:
     """Is `inp` of a type its input subject takes (INPUT_TYPES)?"""
     return isinstance(inp, INPUT_TYPES.get(type_of(subject).split(".", 1)[0], ()))
@@ -190,6 +201,9 @@ def _not_ready(actor: ExecutionActor | None, inp: CallDone | CallError) -> str |
         return "the result's command is not in flight"
     return None
 
+
+# asks an engine pod handles at once (`Engine._asking`): any more are refused at once
+ASKS_IN_FLIGHT = 1024
 
 # steps remembered as deciding what one answer record cannot hold (`Engine.misfits`)
 MISFITS_REMEMBERED = 4096
@@ -223,6 +237,7 @@ class ExecutionActor(LogActor):
         # the seq the last input was folded with: its stream sequence, or an answer
         # record's cause (semantics 5)
         self.folded_seq = 0
+        self.last_at = 0.0  # the log time of the last input folded (an answer record's `at` is never before it)
         # its spans (docs/tracing.md): fed by every fold, read by nothing the fold decides
         self.trace = ExecutionTrace(execution_id, sealed=codec_of(engine.js).encrypts) if tracing.enabled() else None
         self.outbox.trace = self.trace
@@ -299,13 +314,20 @@ class ExecutionActor(LogActor):
         self.last_seq = entry.seq
         self.folded_seq = fold_seq = entry.seq
         fold_at = entry.at
+        self.last_at = max(self.last_at, entry.at)
         if entry.seq in self.skip:
+            if is_answer_record(entry.subject):
+                # its decision is in the log at its cause: a replay that finds it skipped
+                # knows it diverged (`Replayer.check`), and fails the execution with the
+                # fault's error instead of comparing the records after it
+                self.folded_seq = answer_cause(entry.data, entry.seq)
             return None  # given up on (EngineFault): folding it failed, and would again (checked before decoding)
         if is_answer_record(entry.subject):
             # a result stored with the decision it led to (semantics 5): folded with that
             # decision's cause and time, as when it was decided
             held = await self.decode(answer_decoder, entry)
-            if held is None:
+            if held is None:  # (unreadable: as for one skipped above)
+                self.folded_seq = answer_cause(entry.data, entry.seq)
                 return None
             record = held.record
             self.folded_seq = record.cause
@@ -387,22 +409,24 @@ class ExecutionActor(LogActor):
         the tool publishes the result itself, and the actor, if its state moved,
         rebuilds by replay (`reset`)."""
         last = self.last_seq  # the last input folded: the state is the fold of every input up to it
-        at = time.time()
-        try:
-            fx = await self.engine.fold_off_loop(
-                self, functools.partial(fold, self.state, inp, seq=-last, at=at, subjects=self.subjects)
-            )
-        except (Exception, RenderFault, RenderHalted, SliceExhausted) as e:
-            self.reset()
-            return f"the fold failed: {type(e).__name__}"
-        why = one_message_only(fx)
-        command = holdable(self.outbox.codec, fx) if fx.commands else None
-        if why is None and fx.commands and command is None:
-            why = "its command cannot be held by the record"
-        if why is not None:
-            self.engine.misfit(misfit_key(self.state, inp.step))
-        payload, subject = b"", ""
-        if why is None:
+        # never before the log's own time (a pod whose clock is behind): recorded, so
+        # deterministic either way, but a step's time should not run backwards
+        at = max(time.time(), self.last_at)
+        stored = False
+        try:  # from the fold on, anything but `stored` leaves the state moved: rebuilt by replay
+            try:
+                fx = await self.engine.fold_off_loop(
+                    self, functools.partial(fold, self.state, inp, seq=-last, at=at, subjects=self.subjects)
+                )
+            except (Exception, RenderFault, RenderHalted, SliceExhausted) as e:
+                return f"the fold failed: {type(e).__name__}"
+            why = one_message_only(fx)
+            command = holdable(self.outbox.codec, fx) if fx.commands else None
+            if why is None and fx.commands and command is None:
+                why = "its command cannot be held by the record"
+            if why is not None:
+                self.engine.misfit(misfit_key(self.state, inp.step))
+                return why
             record = DecisionRecord(cause=-last, events=fx.events, command=command, answer=msgspec.Raw(data), at=at)
             if fx.lifecycle:
                 # the last step's decision (the execution's end): shaped as a lifecycle
@@ -416,28 +440,28 @@ class ExecutionActor(LogActor):
                 payload = self.outbox.codec.encode(record)
                 subject = self.subjects.answer_record(fx.commands[0].kind if command is not None else None)
             if len(payload) > self.outbox.limit:
-                why = "the record is too large"
                 self.engine.misfit(misfit_key(self.state, inp.step))
-        if why is not None:
-            self.reset()
-            return why
-        headers = {
-            MSG_ID: ids.result_id(self.execution_id, inp.command_id),
-            EXPECTED_LAST_SUBJECT_SEQ: str(last),
-            EXPECTED_LAST_SUBJECT: self.subjects.inputs,
-        }
-        try:
-            puback = await self.engine.js.publish(
-                subject, payload, stream=self.stream, headers=headers, timeout=ANSWER_ASK_TIMEOUT
-            )
-        except Exception as e:  # a wrong last sequence (another input came), a timeout, ...
-            self.reset()
-            return f"not stored: {e!r}"
-        if puback.duplicate:
-            self.reset()
-            return "a duplicate"
-        self.last_seq = puback.seq
-        return STORED.decode()
+                return "the record is too large"
+            headers = {
+                MSG_ID: ids.result_id(self.execution_id, inp.command_id),
+                EXPECTED_LAST_SUBJECT_SEQ: str(last),
+                EXPECTED_LAST_SUBJECT: self.subjects.inputs,
+            }
+            try:
+                puback = await self.engine.js.publish(
+                    subject, payload, stream=self.stream, headers=headers, timeout=ANSWER_ASK_TIMEOUT
+                )
+            except Exception as e:  # a wrong last sequence (another input came), a timeout, ...
+                return f"not stored: {e!r}"
+            if puback.duplicate:
+                return "a duplicate"
+            self.last_seq = puback.seq
+            self.last_at = at
+            stored = True
+            return STORED.decode()
+        finally:
+            if not stored:
+                self.reset()
 
     def _traced(self, entry: LogEntry, inp: Input, fx: Effects | None) -> None:
         """Feed the execution's spans: every fold, live or replayed, so what is open is
@@ -504,6 +528,7 @@ class ExecutionActor(LogActor):
         self.replayer = replayer = Replayer(self.execution_id, seen)
         self.state = replayer.fresh()
         self.last_seq = 0
+        self.last_at = 0.0
         if self.trace is not None:
             self.trace.clear()
         # the engine's halts no replay has ended yet (a loop's are the counter's to end)
@@ -515,6 +540,11 @@ class ExecutionActor(LogActor):
                     return  # semantics it does not know (fold_input halted it)
                 mismatch = replayer.check(self.folded_seq, entry.subject, fx)
                 if mismatch is not None:
+                    if mismatch.input_seq != entry.seq:
+                        # met at an answer record (checked at its cause, minus the input it
+                        # followed): halted at the record's own stream seq, the input it is,
+                        # so the resume below (`entry.seq >= halted seq`) waits for it
+                        mismatch = dataclasses.replace(mismatch, input_seq=entry.seq)
                     await self.halt(mismatch, entry, seen)
                     return
                 while halted and entry.seq >= halted[0][0][2] and not replayer.diverged:
@@ -604,7 +634,13 @@ class Engine(PartitionHost[str, ExecutionActor]):
     """Hosts execution actors for the partitions it owns."""
 
     def __init__(
-        self, nc: NATS, *, layout: Layout, retired_cache: int = 10_000, render_bounds: RenderBounds | None = None
+        self,
+        nc: NATS,
+        *,
+        layout: Layout,
+        retired_cache: int = 10_000,
+        render_bounds: RenderBounds | None = None,
+        fast_answers: bool = True,
     ) -> None:
         super().__init__(
             nc,
@@ -627,13 +663,62 @@ class Engine(PartitionHost[str, ExecutionActor]):
         # to the same state; this only saves work, and differs from pod to pod
         self.misfits: OrderedDict[MisfitKey, None] = OrderedDict()
         self._asking: set[asyncio.Task[None]] = set()
+        # whether this pod serves asks at all (ACTORS_FAST_ANSWERS; `0` before rolling
+        # back to a release before semantics 5: docs/upgrades.md), and for which streams
+        self.fast_answers = fast_answers
+        self._serves: dict[str, bool] = {}
 
     async def gain(self, partition: int) -> None:
         await super().gain(partition)
-        if partition not in self._asks:
+        if partition not in self._asks and await self.serves_asks(partition):
             self._asks[partition] = await self.nc.subscribe(
                 answer_request_subject(partition), queue="engine.answer", cb=self._on_ask
             )
+
+    async def serves_asks(self, partition: int) -> bool:
+        """Does this pod store answer records for partition `partition`? Not when told
+        not to (ACTORS_FAST_ANSWERS=0), on a nats-server before 2.11 (it ignores
+        `Nats-Expected-Last-Subject-Sequence-Subject`: the check would be against the
+        record's own subject), nor on a stream of more than one replica: there the
+        server checks the last sequence against committed messages only, and its guard
+        for messages still being proposed looks up the exact subject, not the filter
+        `exec.<p>.<id>.in.>`, so an input in flight is not seen and the record could be
+        stored after it (docs/architecture.md "The next layout", item 2). Not served:
+        the partition's `answer.<p>` is not subscribed, and a tool asking gets no
+        responders at once and publishes its result itself (semantics 4's layout). The
+        stream's own replicas are read, once: they can differ from ACTORS_REPLICAS."""
+        if not self.fast_answers:
+            return False
+        stream = self.layout.exec_stream(partition)
+        serves = self._serves.get(stream)
+        if serves is None:
+            why = await self._not_served(stream)
+            if why is None:
+                serves = self._serves[stream] = True
+            else:
+                serves = False
+                if why[1]:  # a fact of the deployment, not a failure to read it: remembered
+                    self._serves[stream] = False
+                log.warning("engine: asks to store answer records on %s not served: %s", stream, why[0])
+        return serves
+
+    async def _not_served(self, stream: str) -> tuple[str, bool] | None:
+        """Why asks on `stream` are not served (and whether that is settled), or None."""
+        try:
+            version = self.nc.connected_server_version
+            too_old = (version.major, version.minor) < (2, 11)
+        except Exception as e:  # a version nats-py cannot parse: not known to check the subject
+            return f"the server's version is not known ({e!r})", True
+        if too_old:
+            return f"nats-server {version} is before 2.11 (no Nats-Expected-Last-Subject-Sequence-Subject)", True
+        try:
+            info = await self.nc.jsm().stream_info(stream)
+        except Exception as e:  # asked again at the next gain
+            return f"its stream could not be read ({e!r})", False
+        replicas = info.config.num_replicas or 1
+        if replicas > 1:
+            return f"the stream has {replicas} replicas (the last-sequence check holds on one only)", True
+        return None
 
     async def lose(self, partition: int) -> None:
         sub = self._asks.pop(partition, None)
@@ -649,6 +734,16 @@ class Engine(PartitionHost[str, ExecutionActor]):
         await super().stop()
 
     async def _on_ask(self, msg: Msg) -> None:
+        if len(self._asking) >= ASKS_IN_FLIGHT:
+            # a burst beyond what the pod handles: refused at once, before anything is
+            # decoded; each tool publishes its result itself
+            ANSWER_ASKS.inc(outcome="refused_before_fold")
+            if msg.reply:
+                try:
+                    await self.nc.publish(msg.reply, b"refused: too many asks in flight")
+                except Exception as e:
+                    log.debug("answer request: no reply sent: %r", e)
+            return
         task = asyncio.create_task(self._answer(msg))  # never blocks the read loop
         self._asking.add(task)
         task.add_done_callback(self._asking.discard)

@@ -261,7 +261,7 @@ async def start_roles(
     if "counter" in roles:
         hosts.append(Counter(nc, layout=layout, render_bounds=bounds))
     if "engine" in roles:
-        hosts.append(Engine(nc, layout=layout, render_bounds=bounds))
+        hosts.append(Engine(nc, layout=layout, render_bounds=bounds, fast_answers=settings.fast_answers))
     for host in hosts:
         # the leases start after their host and stop before it: a partition is gained
         # by a running host, and handed back (host.lose) while the host still runs

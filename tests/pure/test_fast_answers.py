@@ -219,3 +219,132 @@ def test_the_misfits_remembered_are_bounded_most_recent_kept() -> None:
     assert len(engine.misfits) == MISFITS_REMEMBERED and first not in engine.misfits
     # another version of the playbook (another source) is another key
     assert misfit_key(live, "a") != (live.playbook_path, hash(live.playbook_source + " "), "a")
+
+
+# --- round 3: what a hostile review found --------------------------------------------
+
+
+class _Bare:
+    """A stand-in for an engine, an actor or a connection: attributes only."""
+
+    def __init__(self, **attrs: Any) -> None:
+        self.__dict__.update(attrs)
+
+
+def _ready_actor(live: Execution, **more: Any) -> Any:
+    import asyncio
+
+    return _Bare(
+        hydrated=True,
+        halted=None,
+        mailbox=asyncio.Queue(),
+        turn=asyncio.Lock(),
+        waiting=False,
+        state=live,
+        trace=None,
+        last_seq=1,
+        busy=False,
+        **more,
+    )
+
+
+@pytest.mark.asyncio
+async def test_hostile_and_late_asks_are_refused_before_any_fold() -> None:
+    """Garbage, a wrong execution id, a huge body, a result for a command not in
+    flight: each refused before the fold; the actor is never handed the result (no
+    `store_answer`, so no `reset`, no replay)."""
+    from actors.engine.actor import Engine
+
+    live, cmd = _started()
+    handed: list[object] = []
+
+    async def store_answer(data: bytes, inp: Any) -> str:
+        handed.append(inp)
+        return "stored"
+
+    actor = _ready_actor(live, store_answer=store_answer, reset=lambda: handed.append("reset"))
+    engine: Any = _Bare(js=_Bare(), actors={"e1": actor}, misfits={})
+    done = CallDone(execution_id="e1", command_id=cmd.command_id, step=cmd.step, attempt_number=1, result=1)
+    asks = {
+        "garbage": b"\xff{not json",
+        "not a result": encode(msgspec.structs.replace(done, execution_id="e1")).replace(b"call.done", b"signal"),
+        "another execution": encode(msgspec.structs.replace(done, execution_id="e2")),
+        "huge": b"[" * 200_000 + b"]" * 200_000,
+        "late": encode(msgspec.structs.replace(done, command_id=cmd.command_id + "-superseded")),
+    }
+    for what, data in asks.items():
+        said, folded = await Engine._ask(engine, data)
+        assert said.startswith("refused: ") and not folded, (what, said)
+    assert handed == []
+    said, folded = await Engine._ask(engine, encode(done))  # the one in flight: handed over
+    assert (said, folded) == ("stored", True) and handed == [done]
+
+
+@pytest.mark.asyncio
+async def test_asks_beyond_those_in_flight_are_refused_at_once() -> None:
+    from actors.engine.actor import ASKS_IN_FLIGHT, Engine
+    from actors.runtime.metrics import ANSWER_ASKS
+
+    sent: list[tuple[str, bytes]] = []
+
+    async def publish(subject: str, data: bytes) -> None:
+        sent.append((subject, data))
+
+    engine: Any = _Bare(_asking=set(range(ASKS_IN_FLIGHT)), nc=_Bare(publish=publish))
+    before = ANSWER_ASKS.value(outcome="refused_before_fold")
+    await Engine._on_ask(engine, _Bare(reply="_INBOX.x", data=b"{}"))
+    assert sent == [("_INBOX.x", b"refused: too many asks in flight")]
+    assert len(engine._asking) == ASKS_IN_FLIGHT  # no task made
+    assert ANSWER_ASKS.value(outcome="refused_before_fold") == before + 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("version", "replicas", "served"),
+    [("2.12.1", 1, True), ("2.11.0", 1, True), ("2.10.22", 1, False), ("2.12.1", 3, False)],
+)
+async def test_asks_are_served_only_on_a_single_replica_stream_of_a_server_from_2_11(
+    version: str, replicas: int, served: bool
+) -> None:
+    """On a stream of more than one replica nats-server checks the last subject
+    sequence against committed messages only, and does not see an input still being
+    proposed under the filter `exec.<p>.<id>.in.>`; before 2.11 it ignores the filter
+    header. There the engine does not subscribe `answer.<p>` at all."""
+    from nats.aio.client import ServerVersion
+
+    from actors.engine.actor import Engine
+    from streams.layout import Layout
+
+    async def stream_info(stream: str) -> Any:
+        return _Bare(config=_Bare(num_replicas=replicas))
+
+    nc = _Bare(connected_server_version=ServerVersion(version), jsm=lambda: _Bare(stream_info=stream_info))
+    engine: Any = _Bare(fast_answers=True, layout=Layout(partitions=4), _serves={}, nc=nc)
+    engine._not_served = lambda stream: Engine._not_served(engine, stream)
+    assert await Engine.serves_asks(engine, 1) is served
+    engine.fast_answers, engine._serves = False, {}  # ACTORS_FAST_ANSWERS=0
+    assert await Engine.serves_asks(engine, 1) is False
+
+
+@pytest.mark.asyncio
+async def test_an_answer_record_skipped_through_a_fault_makes_the_replay_diverge() -> None:
+    """An answer record given up on (an EngineFault names it: say, sealed with a key
+    this pod lacks) is not folded; its decision is in the log at its cause, so the
+    replay knows it diverged and compares nothing after it (the execution fails with
+    the fault's error), rather than halting on the next record."""
+    from actors.core.replay import Recorded, Replayer
+    from actors.engine.actor import ExecutionActor
+    from actors.runtime.logactor import LogEntry
+
+    _, log, stored = _run()
+    subject, raw = stored[0]
+    cause = answer_decoder.decode(raw).record.cause
+    seq = next(r.seq for r in log if r.subject == subject and r.cls == "in")
+    actor: Any = ExecutionActor.__new__(ExecutionActor)
+    actor.skip, actor.last_seq, actor.folded_seq, actor.last_at = {seq}, 0, 0, 0.0
+    assert await actor.fold_input(LogEntry(subject, raw, seq, 21.0, None)) is None
+    assert actor.folded_seq == cause
+    seen = Recorded()
+    seen.decision(seq, subject, answer_decoder.decode(raw).record)
+    replayer = Replayer("e1", seen)
+    assert replayer.check(actor.folded_seq, subject, None) is None and replayer.diverged
