@@ -364,3 +364,81 @@ async def test_the_projector_consumer_of_an_older_deployment_gets_the_answer_lif
     assert sorted(found.config.filter_subjects or []) == sorted(PROJECTOR_FILTER)
     _, status = await system.run_yaml(THREE_STEPS)  # its end, in an answer record, projected
     assert status.state == "COMPLETED"
+
+
+async def test_declaring_the_streams_never_narrows_a_consumers_filters(system: System) -> None:
+    """An engine pod of an older release declaring the streams again (a rollback, or
+    one old pod left in a roll) must not drop a filter a newer one added: answer
+    records stored meanwhile would never be delivered. Declaring only widens: an
+    existing consumer's extra filter is kept."""
+    from nats.js.api import ConsumerConfig
+
+    from streams.layout import ensure, tool_log_consumer
+    from streams.subjects import tool_log_filters
+
+    jsm = system.nc.jsm()
+    name = tool_log_consumer("python")
+    config: ConsumerConfig = (await jsm.consumer_info(EXEC_STREAM, name)).config
+    extra = "exec.*.*.in.later.python"  # what a later release's filter could be
+    config.filter_subjects = [*tool_log_filters("python"), extra]
+    config.filter_subject = None
+    await jsm.add_consumer(EXEC_STREAM, config)
+    await ensure(system.nc.jetstream(), system.layout)
+    found = (await jsm.consumer_info(EXEC_STREAM, name)).config.filter_subjects or []
+    assert sorted(found) == sorted([*tool_log_filters("python"), extra])
+
+
+async def test_a_failure_after_the_fold_rebuilds_the_actor_and_the_execution_completes(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything raised between the fold and the publish (here: holding the command)
+    refuses the ask and resets the actor: its state moved with the fold, and left so
+    it would take the tool's plain result for a duplicate and stall RUNNING."""
+    import actors.engine.actor as engine_actor
+
+    real = engine_actor.holdable
+    failed: list[bool] = []
+
+    def fails_once(codec: Any, fx: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("between the fold and the publish")
+        return real(codec, fx)
+
+    monkeypatch.setattr(engine_actor, "holdable", fails_once)
+    eid, status = await system.run_yaml(THREE_STEPS, timeout=20)
+    assert failed
+    assert status.state == "COMPLETED", status.error
+    assert await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    answered = _answered(log)
+    assert len(answered) == 3 and len(set(answered)) == 3
+    await _replays_clean(system, eid, log)
+
+
+async def test_an_answer_records_time_is_never_before_the_logs(system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod whose clock is behind: the time recorded in an answer record is at least
+    the time of the input it follows (its log time; an answer record's, the time it
+    records) (deterministic either way: it is recorded)."""
+    import types
+
+    import actors.engine.actor as engine_actor
+
+    monkeypatch.setattr(engine_actor, "time", types.SimpleNamespace(time=lambda: 1000.0))  # 1970
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED", status.error
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    last_in = 0.0
+    records = 0
+    for subject, data, _, at in log:
+        if is_answer_record(subject):
+            recorded = answer_decoder.decode(data).record.at
+            assert recorded is not None and recorded >= last_in > 1000.0
+            records += 1
+            last_in = recorded  # the time it is folded with
+        elif class_of(subject) == "in":
+            last_in = at
+    assert records == 3
+    await _replays_clean(system, eid, log)
