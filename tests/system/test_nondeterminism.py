@@ -17,6 +17,7 @@ import pytest
 
 import actors.core.work as work
 from actors.cli.live import follow_steps
+from actors.engine.actor import Engine
 from actors.core.replay import NONDETERMINISM, SEMANTICS, SEMANTICS_UNKNOWN, Mismatch, replay_execution
 from actors.natsio import stream_seq
 from actors.runtime.metrics import HALTED_REPLAYS
@@ -162,6 +163,23 @@ async def test_a_changed_rule_halts_the_execution_and_a_rollback_resumes_it(
         "execution.halted",
     ]
     _nothing_twice(await _log(system, eid))
+
+    # another engine of the same release replays it again (a restart, a handover): it
+    # halts at the same input and records nothing (the halt is open already); in
+    # particular it does not take the halt for one before that input and resume it
+    # (a halt met at an answer record is keyed by the record's own stream seq)
+    await system.restart_roles(("engine",))
+    engine = next(a for a in system.runtime.actors if isinstance(a, Engine))
+
+    async def halted_again() -> bool:
+        actor = engine.actors.get(eid)
+        return actor is not None and actor.hydrated and actor.halted is not None
+
+    await wait_for(halted_again, timeout=30)
+    assert (await system.client.status(eid)).state == ExecState.HALTED
+    lifecycle = [i.type for i in await system.events(eid) if i.cls == "lc"]
+    assert lifecycle == ["playbook.initialized", "workflow.initialized", "execution.halted"], lifecycle
+    assert HALTED_REPLAYS.value(role="engine", kind=NONDETERMINISM) == halts + 1
 
     # what `actors-cli run` shows meanwhile: the halt and why, then the resume, then the end
     shown = asyncio.create_task(follow_steps(system.client, eid, quiet=True))
