@@ -237,3 +237,57 @@ async def test_streams_are_declared_once_a_forming_cluster_can_place_them() -> N
             await nc.close()
     finally:
         await cluster.discard()
+
+
+# --- semantics 5 on a cluster ---------------------------------------------------------
+
+CHAIN = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: chain_r3}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: c
+  - step: c
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ b }}"}
+"""
+
+
+async def test_on_replicated_streams_results_are_stored_plain(cluster: NatsCluster, tmp_path: Path) -> None:
+    """On a stream of three replicas nats-server checks
+    `Nats-Expected-Last-Subject-Sequence` against committed messages only, and its
+    guard for messages still being proposed looks up the exact subject, not the
+    filter `exec.<p>.<id>.in.>`: an input in flight would not be seen. The engine does
+    not serve asks there (no `answer.<p>` subscription): every result is stored plain,
+    as under semantics 4, and the chain completes."""
+    from actors.engine.actor import Engine
+    from streams.subjects import is_answer_record
+    from tests.support.natsio import execution_log
+
+    layout = Layout(partitions=4, replicas=3, ack_wait=3.0)
+    nc = await connect(cluster.url, name="cluster-fast-answers")
+    runtime = await start_roles(nc, layout=layout)
+    try:
+        engine = next(a for a in runtime.actors if isinstance(a, Engine))
+        client = Client(nc, layout=layout)
+        pb = tmp_path / "chain.yaml"
+        pb.write_text(CHAIN)
+        entry = await client.register(pb)
+        eid = await client.start(entry.path)
+        status = await client.wait(eid, timeout=60)
+        assert status.state == "COMPLETED", status.error
+        assert await client.result(eid) == {"c": 3}
+        assert engine._asks == {}  # no partition's asks served
+        log = await execution_log(nc, layout, eid)
+        subjects = [s for s, _, _, _ in log]
+        assert not [s for s in subjects if is_answer_record(s)], subjects
+        assert len([s for s in subjects if ".in.result" in s]) == 3, subjects
+    finally:
+        await runtime.stop()
+        await nc.close()

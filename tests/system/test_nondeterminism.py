@@ -17,8 +17,8 @@ import pytest
 
 import actors.core.work as work
 from actors.cli.live import follow_steps
-from actors.engine.actor import Engine
 from actors.core.replay import NONDETERMINISM, SEMANTICS, SEMANTICS_UNKNOWN, Mismatch, replay_execution
+from actors.engine.actor import Engine
 from actors.natsio import stream_seq
 from actors.runtime.metrics import HALTED_REPLAYS
 from actors.wire.events import (
