@@ -442,3 +442,26 @@ async def test_an_answer_records_time_is_never_before_the_logs(system: System, m
             last_in = at
     assert records == 3
     await _replays_clean(system, eid, log)
+
+
+async def test_an_engine_told_not_to_serves_no_asks_and_results_are_stored_plain(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ACTORS_FAST_ANSWERS=0 (the first step of a roll back to a release before 5):
+    the engine does not subscribe `answer.<p>`, tools get no responders and publish
+    their results plain; the execution, still of semantics 5, completes."""
+    from actors.engine.actor import Engine
+
+    monkeypatch.setenv("ACTORS_FAST_ANSWERS", "0")
+    await system.restart_roles(("engine",))
+    engine = next(a for a in system.runtime.actors if isinstance(a, Engine))
+    assert not engine.fast_answers and engine._asks == {}
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED", status.error
+    assert await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert not [s for s, _, _, _ in log if is_answer_record(s)]
+    answered = _answered(log)
+    assert len(answered) == 3 and len(set(answered)) == 3 and None not in answered
+    await _replays_clean(system, eid, log)
