@@ -34,6 +34,7 @@ and does not guess. docs/upgrades.md states the promise.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -542,7 +543,9 @@ def replay_execution(
             outputs.append((seq, fx))
         mismatch = replayer.check(seq, r.subject, fx)
         if mismatch is not None:
-            return Replay(state, outputs, mismatch, start)
+            # met at an answer record (checked at its cause): named by the record's own
+            # stream seq, the input it is, as the engine records its halt
+            return Replay(state, outputs, dataclasses.replace(mismatch, input_seq=r.seq), start)
     return Replay(state, outputs, None, start)
 
 

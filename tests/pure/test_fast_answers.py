@@ -119,7 +119,8 @@ def test_a_record_whose_events_differ_from_the_fold_is_a_mismatch() -> None:
     changed = msgspec.structs.replace(log[at].value, events=[])
     log[at] = LogRecord(log[at].seq, log[at].subject, log[at].at, "ev", changed)
     replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
-    assert replay.mismatch is not None and replay.mismatch.input_seq == -1
+    # checked at the record's cause (-1), named by the record's own stream seq
+    assert replay.mismatch is not None and replay.mismatch.input_seq == log[at].seq
 
 
 def test_log_items_show_an_answer_record_as_its_result_then_its_events() -> None:
@@ -150,7 +151,7 @@ def test_a_changed_end_in_the_last_answer_record_is_a_mismatch() -> None:
     changed = msgspec.structs.replace(ev, data=msgspec.structs.replace(ev.data, result={"c": 4}))
     log[at] = LogRecord(log[at].seq, log[at].subject, log[at].at, "lc", changed)
     replay = replay_execution("e1", log, subjects=ExecSubjects.of("e1", 1))
-    assert replay.mismatch is not None and replay.mismatch.input_seq == -4
+    assert replay.mismatch is not None and replay.mismatch.input_seq == log[at].seq
 
 
 def test_an_input_with_no_decision_before_an_answer_record_is_a_gap() -> None:
