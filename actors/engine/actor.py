@@ -667,6 +667,8 @@ class Engine(PartitionHost[str, ExecutionActor]):
         # back to a release before semantics 5: docs/upgrades.md), and for which streams
         self.fast_answers = fast_answers
         self._serves: dict[str, bool] = {}
+        if not fast_answers:
+            log.warning("engine: ACTORS_FAST_ANSWERS=0: no answer records stored; tools store their results plain")
 
     async def gain(self, partition: int) -> None:
         await super().gain(partition)
