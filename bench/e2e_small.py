@@ -69,6 +69,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.api import RawStreamMsg
+from nats.js.errors import NotFoundError
 
 from actors.client import Client
 from actors.natsio import MSG_ID
@@ -292,8 +293,12 @@ class Engine:
             start = next(i.at for i in items if i.type == "execution.start")
             done = sorted(i.at for i in items if i.type == "call.done")
             # an event's own time is its input's (deterministic): the stored message's is wanted
-            lc = ExecSubjects.of(eid, partitions).lifecycle("playbook.completed")
-            ended = stored_at(await js.get_last_msg(EXEC_STREAM, lc))
+            # the end: its own message, or (semantics 5) the last step's answer record
+            subjects = ExecSubjects.of(eid, partitions)
+            try:
+                ended = stored_at(await js.get_last_msg(EXEC_STREAM, subjects.lifecycle("playbook.completed")))
+            except NotFoundError:
+                ended = stored_at(await js.get_last_msg(EXEC_STREAM, subjects.answer_lifecycle("playbook.completed")))
             status_at = stored_at(await js.get_last_msg(f"KV_{STATUS_BUCKET}", f"$KV.{STATUS_BUCKET}.{eid}"))
             sent, seen = self.clocks[eid]
             marks = [("start record stored", sent, start)]

@@ -45,14 +45,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
 
-from actors.client import Client
+from actors.client import Client, log_items
 from actors.natsio import MSG_ID
 from actors.pod.roles import Runtime, connect, start_roles
 from actors.ui.server import serve_ui
-from actors.wire.events import AnyEvent, decision_decoder, lifecycle_message
 from bench.common import add_sync_flag
 from bench.step_latency import PUSH, RawChain, ms, nats_server_version, pct, raw_setup
-from streams.layout import EV, EXEC_STREAM, LC, Layout, class_of
+from streams.layout import EXEC_STREAM, Layout
 from streams.server import NatsServer
 
 RAW_STREAM, RAW_PREFIX, RAW_DURABLE = "RAWSIG", "rawsig", "rawsig-consumer"
@@ -151,17 +150,12 @@ class LogWatch:
 
     async def on_msg(self, msg: Msg) -> None:
         now = time.perf_counter()
-        cls = class_of(msg.subject)
-        events: list[AnyEvent] = []
-        if cls == EV:
-            events = list(decision_decoder.decode(msg.data).events)
-        elif cls == LC:
-            carried, _ = lifecycle_message(msg.data)
-            events = list(carried.events) if carried is not None else []
-        for ev in events:
-            table = {"step.waiting": self.waiting, "signal.received": self.received}.get(str(ev.type))
-            if table is not None and ev.step is not None:
-                fut = self.future(table, ev.step)
+        # every stored message as a reader sees it (actors/client/logview.py): a decision
+        # record, a lifecycle carrier, or (semantics 5) a result stored with its decision
+        for item in log_items(msg.subject, msg.data, 0, 0.0):
+            table = {"step.waiting": self.waiting, "signal.received": self.received}.get(item.type)
+            if table is not None and item.step is not None:
+                fut = self.future(table, item.step)
                 if not fut.done():
                     fut.set_result(now)
 
