@@ -125,6 +125,13 @@ def project(current: ExecutionStatus | None, ev: AnyEvent) -> ExecutionStatus | 
     return new
 
 
+def log_order(cause: int) -> tuple[int, int]:
+    """Where the decision with this cause stands in its execution's log: an input's
+    stream sequence, or (an answer record, semantics 5) minus the sequence of the input
+    it follows, so just after that input's own decision and before any later input's."""
+    return (-cause, 1) if cause < 0 else (cause, 0)
+
+
 def _waiting(current: ExecutionStatus | None, ev: AnyEvent, data: ExecutionWaitingData) -> ExecutionStatus | None:
     """What a running execution waits for (`execution.waiting`: a RUNNING sub-state, no
     state of its own); None once it has ended, or for a decision older than the one
@@ -135,7 +142,11 @@ def _waiting(current: ExecutionStatus | None, ev: AnyEvent, data: ExecutionWaiti
     changes nothing (no dead letter); the status then lacks `waiting` until an upgrade."""
     if current is not None and RANK[current.state] == 2:
         return None
-    if current is not None and current.waiting_cause is not None and ev.cause <= current.waiting_cause:
+    if (
+        current is not None
+        and current.waiting_cause is not None
+        and log_order(ev.cause) <= log_order(current.waiting_cause)
+    ):
         # an older decision's set (a redelivery, another projector replica applying out
         # of order): the newer one stands. Decisions' causes grow with the log.
         return None

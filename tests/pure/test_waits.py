@@ -719,3 +719,26 @@ def test_the_projector_drops_an_older_set_of_waits_applied_after_a_newer_one() -
     latest = project(newer, ev("execution.waiting", 9, {"waits": []}))
     assert latest is not None and latest.waiting is None and latest.waiting_cause == 9
     assert project(latest, ev("execution.waiting", 8, waits_of("c"))) is None
+
+
+def test_the_projector_orders_waits_set_by_answer_records_by_their_place_in_the_log() -> None:
+    """Semantics 5: a decision stored with the step result that led to it (an answer
+    record) has cause minus the sequence of the input it follows. Its waits are newer
+    than that input's decision and than any before, older than any later input's: an
+    approval entered that way must show (a user approves it from the status)."""
+
+    def ev(cause: int, *steps: str) -> Any:
+        waits = [{"step": s, "activation": i, "since": 1.0, "signal": s} for i, s in enumerate(steps)]
+        body = {"type": "execution.waiting", "execution_id": "e1", "at": 1.0, "cause": cause, "data": {"waits": waits}}
+        return event_decoder.decode(msgspec.json.encode(body))
+
+    status = project(None, ev(4, "w1"))  # a signal's decision (input 4) set w1
+    after = project(status, ev(-9, "w2"))  # then an answer record that followed input 9
+    assert after is not None and [w.step for w in after.waiting or []] == ["w2"] and after.waiting_cause == -9
+    assert project(after, ev(4, "w1")) is None  # input 4's set, applied late: older
+    assert project(after, ev(9, "w1")) is None  # input 9's own decision comes before the record after it
+    later = project(after, ev(-12, "w3"))  # an answer record after input 12
+    assert later is not None and [w.step for w in later.waiting or []] == ["w3"]
+    assert project(later, ev(-9, "w2")) is None  # the earlier record, applied late
+    newest = project(later, ev(13, "w4"))  # a plain input after both
+    assert newest is not None and [w.step for w in newest.waiting or []] == ["w4"]

@@ -465,3 +465,51 @@ async def test_an_engine_told_not_to_serves_no_asks_and_results_are_stored_plain
     answered = _answered(log)
     assert len(answered) == 3 and len(set(answered)) == 3 and None not in answered
     await _replays_clean(system, eid, log)
+
+
+TWO_APPROVALS = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: fast_two_approvals}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+    next: w1
+  - step: w1
+    tool: {kind: wait, signal: first, approval: true}
+    next: b
+  - step: b
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ a }}"}
+    next: w2
+  - step: w2
+    tool: {kind: wait, signal: second, approval: true}
+    next: c
+  - step: c
+    tool: {kind: python, code: "def main(x): return x + 1"}
+    args: {x: "{{ b }}"}
+"""
+
+
+async def test_approvals_entered_by_answer_records_show_in_the_status_and_are_approved(system: System) -> None:
+    """A wait entered by a step result's answer record (`in.answer.lc.execution.waiting`,
+    cause minus the input it followed) is newer than the waits an earlier plain input
+    set: the status shows it, so a user can approve it (the projector orders waits by
+    their place in the log, not by the sign of the cause)."""
+    eid = await system.start_yaml(TWO_APPROVALS)
+
+    async def waiting_on(step: str) -> bool:
+        status = await system.client.status(eid)
+        return status is not None and [w.step for w in status.waiting or []] == [step]
+
+    for step in ("w1", "w2"):
+        await wait_for(lambda s=step: waiting_on(s), timeout=20)  # type: ignore[misc]
+        reply = await system.client.approve(eid, step, comment="ok")
+        assert reply.accepted
+    status = await system.client.wait(eid, timeout=20)
+    assert status.state == "COMPLETED"
+    assert await system.client.result(eid) == {"c": 3}
+    log = await execution_log(system.nc, system.layout, eid)
+    # both waits were entered by a step result stored with its decision (no deadline:
+    # a wait with one arms a timer, which no answer record holds)
+    assert sum(1 for s, _, _, _ in log if s.endswith("in.answer.lc.execution.waiting")) == 2
