@@ -323,6 +323,11 @@ class ExecutionActor(LogActor):
                 self.folded_seq = answer_cause(entry.data, entry.seq)
             return None  # given up on (EngineFault): folding it failed, and would again (checked before decoding)
         if is_answer_record(entry.subject):
+            if self.replayer is None:
+                # met live by an actor that did not write it (another pod's, during a
+                # handover): rebuilt by a replay instead, which folds it and holds its
+                # decision against this code's (a live fold would compare nothing)
+                raise Refold
             # a result stored with the decision it led to (semantics 5): folded with that
             # decision's cause and time, as when it was decided
             held = await self.decode(answer_decoder, entry)
@@ -375,7 +380,7 @@ class ExecutionActor(LogActor):
             await self.unreadable(entry, ErrorInfo(type="TemplateLimit", message=fault.describe()))
             raise Refold from None  # the fold may have changed the state part way: rebuild it
         if self.trace is not None:
-            self._traced(entry._replace(seq=fold_seq, at=fold_at), inp, fx)
+            self._traced(LogEntry(entry.subject, entry.data, fold_seq, fold_at, entry.headers), inp, fx)
         if into is not None and fold_seq == entry.seq:
             # (an answer record's decision is stored already, in the record: met live, by
             # an actor that did not write it (another pod's, during a handover), it is
@@ -409,6 +414,9 @@ class ExecutionActor(LogActor):
         the tool publishes the result itself, and the actor, if its state moved,
         rebuilds by replay (`reset`)."""
         last = self.last_seq  # the last input folded: the state is the fold of every input up to it
+        # the step as the state knows it (checked in flight by `_not_ready`), not as the
+        # request says: a request naming other steps must not fill `misfits`
+        step = self.state.activations[self.state.by_command[inp.command_id]].step
         # never before the log's own time (a pod whose clock is behind): recorded, so
         # deterministic either way, but a step's time should not run backwards
         at = max(time.time(), self.last_at)
@@ -424,8 +432,8 @@ class ExecutionActor(LogActor):
             command = holdable(self.outbox.codec, fx) if fx.commands else None
             if why is None and fx.commands and command is None:
                 why = "its command cannot be held by the record"
-            if why is not None:
-                self.engine.misfit(misfit_key(self.state, inp.step))
+            if why is not None:  # the step's shape (a loop, a fan-out, a timer...): remembered
+                self.engine.misfit(misfit_key(self.state, step))
                 return why
             record = DecisionRecord(cause=-last, events=fx.events, command=command, answer=msgspec.Raw(data), at=at)
             if fx.lifecycle:
@@ -439,8 +447,7 @@ class ExecutionActor(LogActor):
             else:
                 payload = self.outbox.codec.encode(record)
                 subject = self.subjects.answer_record(fx.commands[0].kind if command is not None else None)
-            if len(payload) > self.outbox.limit:
-                self.engine.misfit(misfit_key(self.state, inp.step))
+            if len(payload) > self.outbox.limit:  # this result's size, not the step's shape: not remembered
                 return "the record is too large"
             headers = {
                 MSG_ID: ids.result_id(self.execution_id, inp.command_id),
@@ -789,7 +796,8 @@ class Engine(PartitionHost[str, ExecutionActor]):
         why = _not_ready(actor, inp)
         if why is not None or actor is None:
             return f"refused: {why}", False
-        if misfit_key(actor.state, inp.step) in self.misfits:
+        step = actor.state.activations[actor.state.by_command[inp.command_id]].step  # in flight (`_not_ready`)
+        if misfit_key(actor.state, step) in self.misfits:
             return "refused: this step's decision did not fit one message before", False
         async with actor.turn:
             actor.busy = True  # `_evict` leaves it
