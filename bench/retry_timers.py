@@ -294,8 +294,10 @@ async def engine_run(server: NatsServer, args: argparse.Namespace, say: Callable
             pb.write_text(playbook_yaml(delay))
             entry = await client.register(pb)
         tsubs = [
-            await nc.subscribe(f"exec.*.*.lc.{t}", cb=on_terminal)
+            await nc.subscribe(subject, cb=on_terminal)
             for t in ("playbook.completed", "playbook.failed", "execution.cancelled")
+            # the end on its own subject, or (semantics 5) in the last step's answer record
+            for subject in (f"exec.*.*.lc.{t}", f"exec.*.*.in.answer.lc.{t}")
         ]
         js, jsm = nc.jetstream(), nc.jsm()
 

@@ -62,7 +62,7 @@ from actors.wire.messages import ExecutionStatus
 from bench.common import worktree_add, worktree_remove
 from streams.layout import INDEX_STREAM, Layout
 from streams.server import NatsServer, _parent_death_hook, free_port
-from streams.subjects import index_subject
+from streams.subjects import ANSWER_LIFECYCLE_FILTER, index_subject
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOKS = Path(__file__).resolve().parent / "upgrade"
@@ -214,6 +214,8 @@ class Watch:
             self.advisories.append(f"{msg.subject} {msg.data.decode(errors='replace')[:300]}")
 
         await nc.subscribe("exec.*.*.lc.>", cb=on_lc)
+        # semantics 5: an execution's end in its last step's answer record (`in.answer.lc.<type>`)
+        await nc.subscribe(ANSWER_LIFECYCLE_FILTER, cb=on_lc)
         await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>", cb=on_advisory)
 
     async def all_ended(self, ids: list[str], timeout: float) -> bool:

@@ -103,6 +103,7 @@ from streams.layout import (
     tool_log_consumer,
 )
 from streams.server import NatsServer
+from streams.subjects import ANSWER_LIFECYCLE_FILTER, answer_lifecycle_type, is_answer_record
 from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
@@ -143,6 +144,8 @@ class Watch:
         async def on(msg: Msg) -> None:
             now = time.perf_counter()
             _, _, eid, cls, type_ = msg.subject.split(".", 4)
+            if is_answer_record(msg.subject):  # a step's result with its decision (semantics 5)
+                cls, type_ = "ev", answer_lifecycle_type(msg.subject) or ""
             if self.since is not None and now >= self.since and eid not in self.first_after:
                 self.first_after[eid] = now
             if cls == "ev":
@@ -155,6 +158,10 @@ class Watch:
             self._wake.set()
 
         await nc.subscribe("exec.*.*.lc.>", cb=on, pending_msgs_limit=-1)
+        # semantics 5: a step's result stored with its decision, the execution's end among them
+        await nc.subscribe(
+            "exec.*.*.in.answer.>" if decisions else ANSWER_LIFECYCLE_FILTER, cb=on, pending_msgs_limit=-1
+        )
         if decisions:
             await nc.subscribe("exec.*.*.ev.>", cb=on, pending_msgs_limit=-1)
 

@@ -82,6 +82,7 @@ from actors.wire.events import decision_decoder, lifecycle_message
 from bench.common import chain_playbook
 from streams.layout import EV, EXEC_STREAM, IN, LC, Layout, class_of
 from streams.server import SYNC_DEFAULT, SYNC_MODES, NatsServer, find_binary
+from streams.subjects import is_answer_record
 
 RAW_CMD_STREAM, RAW_LOG_STREAM = "RAWCMD", "RAWLOG"
 FETCH_BATCH = 64  # the tool actor fetches `concurrency - inflight` (64 when idle)
@@ -457,10 +458,12 @@ async def engine_runs(
         ins = [(seq, at, data) for subj, data, seq, at in msgs if class_of(subj) == IN]
         # decision records on `ev.*`, and those a lifecycle event carries (semantics 2: the first and last)
         decided_at = {decision_decoder.decode(data).cause: at for subj, data, _, at in msgs if class_of(subj) == EV}
-        for subj, data, _, at in msgs:
+        for subj, data, seq, at in msgs:
             carried = lifecycle_message(data)[0] if class_of(subj) == LC else None
             if carried is not None:
                 decided_at[carried.cause] = at
+            if is_answer_record(subj):  # semantics 5: the result and its decision are one message
+                decided_at[seq] = at
         for (seq0, at0, _), done_item in zip(ins, done, strict=False):
             d = done_item.data
             bd.dispatch.append(d["started_at"] - at0)
