@@ -52,8 +52,19 @@ from actors.core.effects import Effects
 from actors.core.replay import SEMANTICS, HaltKey, Mismatch, Recorded, Replayer, Stored
 from actors.core.state import Execution
 from actors.engine.readback import read_back
-from actors.natsio import MSG_ID, ack, command_sent, dead_letter, has_message, log_time, publish_all, stream_seq
+from actors.natsio import (
+    MSG_ID,
+    ack,
+    command_sent,
+    dead_letter,
+    has_message,
+    log_time,
+    publish_all,
+    publisher,
+    stream_seq,
+)
 from actors.natsio.binding import codec_of
+from actors.natsio.dispatch import subscribe_direct
 from actors.playbook.budget import RenderHalted, SliceExhausted
 from actors.playbook.templates import RenderFault
 from actors.runtime import tracing
@@ -455,9 +466,9 @@ class ExecutionActor(LogActor):
                 EXPECTED_LAST_SUBJECT: self.subjects.inputs,
             }
             try:
-                puback = await self.engine.js.publish(
-                    subject, payload, stream=self.stream, headers=headers, timeout=ANSWER_ASK_TIMEOUT
-                )
+                # the pod's pipelined publisher (actors/natsio/publishing.py): one PubAck
+                # future, no retry (a refusal is an answer here, not an outage)
+                puback = await (await publisher(self.engine.nc).publish(subject, payload, headers))
             except Exception as e:  # a wrong last sequence (another input came), a timeout, ...
                 return f"not stored: {e!r}"
             if puback.duplicate:
@@ -680,8 +691,9 @@ class Engine(PartitionHost[str, ExecutionActor]):
     async def gain(self, partition: int) -> None:
         await super().gain(partition)
         if partition not in self._asks and await self.serves_asks(partition):
-            self._asks[partition] = await self.nc.subscribe(
-                answer_request_subject(partition), queue="engine.answer", cb=self._on_ask
+            # read as it arrives (no task per subscription): each ask its own task
+            self._asks[partition] = await subscribe_direct(
+                self.nc, answer_request_subject(partition), self._on_ask, queue="engine.answer"
             )
 
     async def serves_asks(self, partition: int) -> bool:
@@ -742,26 +754,24 @@ class Engine(PartitionHost[str, ExecutionActor]):
         await cancel_and_wait(list(self._asking))  # unanswered: each tool publishes its result itself
         await super().stop()
 
-    async def _on_ask(self, msg: Msg) -> None:
-        if len(self._asking) >= ASKS_IN_FLIGHT:
-            # a burst beyond what the pod handles: refused at once, before anything is
-            # decoded; each tool publishes its result itself
-            ANSWER_ASKS.inc(outcome="refused_before_fold")
-            if msg.reply:
-                try:
-                    await self.nc.publish(msg.reply, b"refused: too many asks in flight")
-                except Exception as e:
-                    log.debug("answer request: no reply sent: %r", e)
-            return
-        task = asyncio.create_task(self._answer(msg))  # never blocks the read loop
+    def _on_ask(self, msg: Msg) -> None:
+        """An ask, called from the connection's read loop: handled in a task of its own."""
+        full = len(self._asking) >= ASKS_IN_FLIGHT
+        task = asyncio.create_task(self._answer(msg, full=full))  # never blocks the read loop
         self._asking.add(task)
         task.add_done_callback(self._asking.discard)
 
-    async def _answer(self, msg: Msg) -> None:
-        try:
-            said = await self.ask(msg.data)
-        except Exception as e:
-            said = f"refused: {type(e).__name__}"
+    async def _answer(self, msg: Msg, *, full: bool = False) -> None:
+        if full:
+            # a burst beyond what the pod handles: refused at once, before anything is
+            # decoded; each tool publishes its result itself
+            ANSWER_ASKS.inc(outcome="refused_before_fold")
+            said = "refused: too many asks in flight"
+        else:
+            try:
+                said = await self.ask(msg.data)
+            except Exception as e:
+                said = f"refused: {type(e).__name__}"
         if msg.reply:
             try:
                 await self.nc.publish(msg.reply, said.encode())

@@ -6,6 +6,8 @@ record (`log_items`) is the result, then the decision's events. No NATS."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Any
 
 import msgspec
@@ -291,11 +293,19 @@ async def test_asks_beyond_those_in_flight_are_refused_at_once() -> None:
     async def publish(subject: str, data: bytes) -> None:
         sent.append((subject, data))
 
-    engine: Any = _Bare(_asking=set(range(ASKS_IN_FLIGHT)), nc=_Bare(publish=publish))
+    asked: list[bytes] = []
+
+    async def ask(data: bytes) -> str:
+        asked.append(data)
+        return "stored"
+
+    engine: Any = _Bare(_asking=set(range(ASKS_IN_FLIGHT)), nc=_Bare(publish=publish), ask=ask)
+    engine._answer = functools.partial(Engine._answer, engine)
     before = ANSWER_ASKS.value(outcome="refused_before_fold")
-    await Engine._on_ask(engine, _Bare(reply="_INBOX.x", data=b"{}"))
+    Engine._on_ask(engine, _Bare(reply="_INBOX.x", data=b"{}"))  # from the read loop: a task
+    await asyncio.gather(*[t for t in engine._asking if isinstance(t, asyncio.Task)])
     assert sent == [("_INBOX.x", b"refused: too many asks in flight")]
-    assert len(engine._asking) == ASKS_IN_FLIGHT  # no task made
+    assert asked == []  # nothing decoded, nothing folded
     assert ANSWER_ASKS.value(outcome="refused_before_fold") == before + 1
 
 
