@@ -23,24 +23,9 @@ from actors.wire.codec import CLEAR
 from actors.wire.events import DecisionRecord, answer_decoder, decision_decoder, event_decoder, extras_decoder
 from actors.wire.messages import CallDone, Limits, StartRecord, encode, input_decoder
 from streams.subjects import ExecSubjects
+from tests.support.playbooks import THREE_STEPS
 
 pytestmark = [pytest.mark.timeout(30)]
-
-PLAYBOOK = """apiVersion: actors/v1
-kind: Playbook
-metadata: {name: fast}
-workflow:
-  - step: a
-    tool: {kind: python, code: "def main(): return 1"}
-    next: b
-  - step: b
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ a }}"}
-    next: c
-  - step: c
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ b }}"}
-"""
 
 
 def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
@@ -53,7 +38,12 @@ def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
     subjects = ExecSubjects.of(eid, 1)
     live = Execution(execution_id=eid)
     start = StartRecord(
-        execution_id=eid, playbook_path="pb", playbook_source=PLAYBOOK, payload={}, limits=Limits(), semantics=SEMANTICS
+        execution_id=eid,
+        playbook_path="pb",
+        playbook_source=THREE_STEPS,
+        payload={},
+        limits=Limits(),
+        semantics=SEMANTICS,
     )
     assert SEMANTICS == 5
     log: list[LogRecord] = [LogRecord(1, subjects.start, 10.0, "in", start)]
@@ -176,7 +166,12 @@ def _started() -> tuple[Execution, Any]:
     eid = "e1"
     live = Execution(execution_id=eid)
     start = StartRecord(
-        execution_id=eid, playbook_path="pb", playbook_source=PLAYBOOK, payload={}, limits=Limits(), semantics=SEMANTICS
+        execution_id=eid,
+        playbook_path="pb",
+        playbook_source=THREE_STEPS,
+        payload={},
+        limits=Limits(),
+        semantics=SEMANTICS,
     )
     (cmd,) = fold(live, start, seq=1, at=10.0, subjects=ExecSubjects.of(eid, 1)).commands
     return live, cmd

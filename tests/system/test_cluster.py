@@ -30,6 +30,7 @@ from streams.layout import (
 from streams.server import NatsCluster, free_port
 from tests.conftest import of_type
 from tests.support.cluster import leader_of
+from tests.support.playbooks import THREE_STEPS
 from tests.support.stuck import stuck_report
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
@@ -241,23 +242,6 @@ async def test_streams_are_declared_once_a_forming_cluster_can_place_them() -> N
 
 # --- semantics 5 on a cluster ---------------------------------------------------------
 
-CHAIN = """
-apiVersion: actors/v1
-kind: Playbook
-metadata: {name: chain_r3}
-workflow:
-  - step: a
-    tool: {kind: python, code: "def main(): return 1"}
-    next: b
-  - step: b
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ a }}"}
-    next: c
-  - step: c
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ b }}"}
-"""
-
 
 async def test_on_replicated_streams_results_are_stored_plain(cluster: NatsCluster, tmp_path: Path) -> None:
     """On a stream of three replicas nats-server checks
@@ -277,7 +261,7 @@ async def test_on_replicated_streams_results_are_stored_plain(cluster: NatsClust
         engine = next(a for a in runtime.actors if isinstance(a, Engine))
         client = Client(nc, layout=layout)
         pb = tmp_path / "chain.yaml"
-        pb.write_text(CHAIN)
+        pb.write_text(THREE_STEPS)
         entry = await client.register(pb)
         eid = await client.start(entry.path)
         status = await client.wait(eid, timeout=60)

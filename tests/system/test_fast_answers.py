@@ -24,25 +24,9 @@ from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
 from streams.subjects import is_answer_record
 from tests.conftest import System, wait_for
 from tests.support.natsio import execution_log
+from tests.support.playbooks import THREE_STEPS
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
-
-THREE_STEPS = """
-apiVersion: actors/v1
-kind: Playbook
-metadata: {name: three_fast}
-workflow:
-  - step: a
-    tool: {kind: python, code: "def main(): return 1"}
-    next: b
-  - step: b
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ a }}"}
-    next: c
-  - step: c
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ b }}"}
-"""
 
 WAITS_BETWEEN = """
 apiVersion: actors/v1

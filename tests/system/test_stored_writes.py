@@ -23,26 +23,10 @@ from actors.wire.messages import command_decoder, command_of_answer, input_decod
 from streams.layout import CMD_STREAM, class_of
 from tests.conftest import System
 from tests.support.natsio import execution_log
+from tests.support.playbooks import THREE_STEPS
 from tests.support.semantics import older_engines_live
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
-
-THREE_STEPS = """
-apiVersion: actors/v1
-kind: Playbook
-metadata: {name: three}
-workflow:
-  - step: a
-    tool: {kind: python, code: "def main(): return 1"}
-    next: b
-  - step: b
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ a }}"}
-    next: c
-  - step: c
-    tool: {kind: python, code: "def main(x): return x + 1"}
-    args: {x: "{{ b }}"}
-"""
 
 
 async def _replays_clean(system: System, eid: str, log: list[tuple[str, bytes, int, float]]) -> None:
