@@ -105,6 +105,11 @@ class _LogSubjects:
         return f"{self.prefix}.{IN}.{type_}"
 
     @property
+    def inputs(self) -> str:
+        """Every input of the log (a filter)."""
+        return self.input(">")
+
+    @property
     def cancel(self) -> str:
         return self.input(CANCEL)
 
@@ -206,11 +211,6 @@ class ExecSubjects(_LogSubjects):
         return self.input(f"{ANSWER}.>")
 
     @property
-    def inputs(self) -> str:
-        """Every input of the execution (a filter)."""
-        return f"{self.prefix}.{IN}.>"
-
-    @property
     def outputs(self) -> str:
         """What the execution's steps printed (a filter; loop iterations' are in LOOP)."""
         return f"{self.prefix}.{OUT}.>"
@@ -288,11 +288,6 @@ class LoopSubjects(_LogSubjects):
     @classmethod
     def of(cls, execution_id: str, loop_id: str, partitions: int) -> LoopSubjects:
         return cls(f"loop.{partition_of(execution_id, partitions)}.{execution_id}.{loop_id}")
-
-    @property
-    def inputs(self) -> str:
-        """Every input of the loop (a filter)."""
-        return f"{self.prefix}.{IN}.>"
 
     @property
     def spec(self) -> str:

@@ -93,8 +93,8 @@ def _log_items(subject: str, data: bytes, seq: int, at: float, opened: Callable[
             return [LogItem(seq, at, SCH, "undecodable", None, odd)]
         if is_answer_record(subject):
             # a step's result stored with the decision it led to (semantics 5): the result
-            # as an input, then the decision's events
-            # events, then (the last step's: `in.answer.lc.<type>`) its lifecycle events
+            # as an input, then the decision's events, then (the last step's:
+            # `in.answer.lc.<type>`) its lifecycle events
             whole = opened(answer_decoder.decode(data))
             rec = whole.record
             held = [] if rec.answer is None else _input_items(opened(input_decoder.decode(rec.answer)), seq, at)

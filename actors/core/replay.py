@@ -34,7 +34,6 @@ and does not guess. docs/upgrades.md states the promise.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -382,11 +381,14 @@ class Replayer:
             )
         return None
 
-    def check(self, seq: int, subject: str, fx: Effects | None) -> Mismatch | None:
+    def check(self, seq: int, subject: str, fx: Effects | None, *, cause: int | None = None) -> Mismatch | None:
         """What the fold derived for the input at `seq` (None: nothing, the input was
-        skipped or could not be read) against the records of that input."""
-        rec = self.recorded.decisions.get(seq)
-        if fx is None and (rec is not None or seq in self.recorded.by_cause):
+        skipped or could not be read) against the records of that input, recorded under
+        `cause` when it is not `seq` (an answer record's decision, semantics 5: minus the
+        input it followed). A mismatch names the input by `seq`, its place in the log."""
+        key = seq if cause is None else cause
+        rec = self.recorded.decisions.get(key)
+        if fx is None and (rec is not None or key in self.recorded.by_cause):
             self.diverged = True
         if self.diverged:
             return None
@@ -410,7 +412,7 @@ class Replayer:
             )
         lifecycle = {ev.type: _plain(ev) for ev in fx.lifecycle} if fx is not None else {}
         for type_, mine in lifecycle.items():
-            stored = self.recorded.lifecycle_of(type_, seq)
+            stored = self.recorded.lifecycle_of(type_, key)
             if stored is None:
                 continue  # not written yet (a crash before it): the replay sends it
             theirs = _plain(stored.value)
@@ -418,7 +420,7 @@ class Replayer:
                 return self._mismatch(
                     seq, subject, stored, _show(theirs, mine), _show(mine, theirs), _outline(theirs, mine)
                 )
-        for stored in self.recorded.by_cause.get(seq, []):
+        for stored in self.recorded.by_cause.get(key, []):
             if stored.value.type not in lifecycle and not _given_up(stored):
                 theirs = _plain(stored.value)
                 return self._mismatch(
@@ -541,11 +543,9 @@ def replay_execution(
                 return Replay(state, outputs, early, start)
             fx = decide(state, inp, seq, r.at)
             outputs.append((seq, fx))
-        mismatch = replayer.check(seq, r.subject, fx)
+        mismatch = replayer.check(r.seq, r.subject, fx, cause=r.cause)
         if mismatch is not None:
-            # met at an answer record (checked at its cause): named by the record's own
-            # stream seq, the input it is, as the engine records its halt
-            return Replay(state, outputs, dataclasses.replace(mismatch, input_seq=r.seq), start)
+            return Replay(state, outputs, mismatch, start)
     return Replay(state, outputs, None, start)
 
 

@@ -35,7 +35,6 @@ executions are untouched. Only the engine's own halts are resumed here: a loop's
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
@@ -53,6 +52,8 @@ from actors.core.replay import SEMANTICS, HaltKey, Mismatch, Recorded, Replayer,
 from actors.core.state import Execution
 from actors.engine.readback import read_back
 from actors.natsio import (
+    EXPECTED_LAST_SUBJECT_FILTER,
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
     MSG_ID,
     ack,
     command_sent,
@@ -147,13 +148,8 @@ INPUT_TYPES: dict[str, tuple[type, ...]] = {
     ANSWER: (CallDone, CallError),  # the result an answer record holds (semantics 5)
 }
 
-# how long an engine takes to store a tool's result with its decision before the tool
-# gives up asking and publishes the result itself (actors/tools/running.py)
-ANSWER_ASK_TIMEOUT = 2.0
 FAST_SEMANTICS = 5  # from which a tool asks (actors/core/work.py FAST_ANSWERS)
-STORED = b"stored"
-EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-EXPECTED_LAST_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+STORED = "stored"  # the reply that tells a tool its result is stored (actors/tools/running.py `_ask`)
 
 
 def one_message_only(fx: Effects) -> str | None:
@@ -392,10 +388,7 @@ class ExecutionActor(LogActor):
             raise Refold from None  # the fold may have changed the state part way: rebuild it
         if self.trace is not None:
             self._traced(LogEntry(entry.subject, entry.data, fold_seq, fold_at, entry.headers), inp, fx)
-        if into is not None and fold_seq == entry.seq:
-            # (an answer record's decision is stored already, in the record: met live, by
-            # an actor that did not write it (another pod's, during a handover), it is
-            # folded and nothing of it is sent again)
+        if into is not None:  # live: never an answer record (met live, it raised Refold above)
             into.merge(fx)
         return fx
 
@@ -462,8 +455,8 @@ class ExecutionActor(LogActor):
                 return "the record is too large"
             headers = {
                 MSG_ID: ids.result_id(self.execution_id, inp.command_id),
-                EXPECTED_LAST_SUBJECT_SEQ: str(last),
-                EXPECTED_LAST_SUBJECT: self.subjects.inputs,
+                EXPECTED_LAST_SUBJECT_SEQUENCE: str(last),
+                EXPECTED_LAST_SUBJECT_FILTER: self.subjects.inputs,
             }
             try:
                 # the pod's pipelined publisher (actors/natsio/publishing.py): one PubAck
@@ -476,7 +469,7 @@ class ExecutionActor(LogActor):
             self.last_seq = puback.seq
             self.last_at = at
             stored = True
-            return STORED.decode()
+            return STORED
         finally:
             if not stored:
                 self.reset()
@@ -524,7 +517,7 @@ class ExecutionActor(LogActor):
                     seen.fired.add(kind.split(".", 1)[1])
                 elif kind == FAULT:
                     seen.skip.add(fault_decoder.decode(entry.data).input_seq)
-                elif kind.startswith(f"{ANSWER}.") or kind == ANSWER:  # a result with its decision (semantics 5)
+                elif is_answer_record(entry.subject):  # a result with its decision (semantics 5)
                     held = codec.decode(answer_decoder, entry.data)
                     record = held.record
                     seen.decision(entry.seq, entry.subject, record)
@@ -556,13 +549,11 @@ class ExecutionActor(LogActor):
                 fx = await self.fold_input(entry)
                 if self.halted is not None:
                     return  # semantics it does not know (fold_input halted it)
-                mismatch = replayer.check(self.folded_seq, entry.subject, fx)
+                # an answer record's decision is recorded at its cause (`folded_seq`); a
+                # mismatch names its own stream seq, so a halt there is resumed (below,
+                # `entry.seq >= halted seq`) only once a replay reaches it
+                mismatch = replayer.check(entry.seq, entry.subject, fx, cause=self.folded_seq)
                 if mismatch is not None:
-                    if mismatch.input_seq != entry.seq:
-                        # met at an answer record (checked at its cause, minus the input it
-                        # followed): halted at the record's own stream seq, the input it is,
-                        # so the resume below (`entry.seq >= halted seq`) waits for it
-                        mismatch = dataclasses.replace(mismatch, input_seq=entry.seq)
                     await self.halt(mismatch, entry, seen)
                     return
                 while halted and entry.seq >= halted[0][0][2] and not replayer.diverged:
@@ -788,7 +779,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
     async def ask(self, data: bytes) -> str:
         """`_ask`, counted by outcome (`actors_answer_asks_total`)."""
         said, folded = await self._ask(data)
-        outcome = "stored" if said == "stored" else "refused_after_fold" if folded else "refused_before_fold"
+        outcome = "stored" if said == STORED else "refused_after_fold" if folded else "refused_before_fold"
         ANSWER_ASKS.inc(outcome=outcome)
         return said
 
@@ -815,7 +806,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
                 said = await actor.store_answer(data, inp)
             finally:
                 actor.busy = actor.waiting
-        return ("stored", True) if said == "stored" else (f"refused: {said}", True)
+        return (STORED, True) if said == STORED else (f"refused: {said}", True)
 
     def wakes_retired(self, subject: str) -> bool:
         """A retry of a finished execution is linked in its log (`execution.retried`);

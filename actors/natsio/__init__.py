@@ -31,13 +31,14 @@ from actors.natsio.fast import ack, send
 from actors.natsio.kvkeys import kv_keys
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
 from actors.natsio.private import close_connection
-from actors.natsio.puback import EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
+from actors.natsio.puback import EXPECTED_LAST_SUBJECT_FILTER, EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
 from actors.natsio.replay import command_sent, has_message, is_answered, last_message, verdict_sent
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.natsio.transient import TRANSIENT_REQUEST, ride_out
 
 __all__ = [
+    "EXPECTED_LAST_SUBJECT_FILTER",
     "EXPECTED_LAST_SUBJECT_SEQUENCE",
     "MSG_ID",
     "SCHEDULE",

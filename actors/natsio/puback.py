@@ -44,6 +44,9 @@ def puback_outcome(data: bytes, headers: bytes | None = None) -> PubAck | Except
 # A publish with this header set to "0" is stored only if its subject holds no message
 # yet; otherwise the stream answers WRONG_LAST_SEQUENCE (and stores nothing).
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+# ... of the last message on this subject filter instead of the publish's own subject
+# (nats-server 2.11 on): the engine's answer records, checked over an execution's inputs
+EXPECTED_LAST_SUBJECT_FILTER = "Nats-Expected-Last-Subject-Sequence-Subject"
 WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErr
 
 

@@ -12,7 +12,7 @@ from nats.js.errors import NotFoundError
 from actors.natsio.batchget import pages
 from actors.wire.messages import Command, LoopSpec, command_of_answer, command_of_record_answer, loop_of_verdict
 from streams.layout import CMD_STREAM, cmd_subject
-from streams.subjects import ANSWER, shares_results
+from streams.subjects import ExecSubjects, shares_results
 
 
 async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = False) -> RawStreamMsg:
@@ -68,7 +68,8 @@ async def is_answered(nc: NATS, stream: str, cmd: Command, *, after: int = 0) ->
     if not cmd.ask_on:
         return False
     # semantics 5: the result stored with the decision it led to, an answer record
-    answers = shared.rsplit(".", 1)[0] + f".{ANSWER}.>"
+    # (`shared` is `<prefix>.in.result`: `shares_results` said so)
+    answers = ExecSubjects(shared.rsplit(".", 2)[0]).answers
     return await shared_holds(
         nc, stream, answers, lambda data: command_of_record_answer(data) == cmd.command_id, after=after
     )
