@@ -14,19 +14,21 @@ was started with (the bench signals and waits for it; pg_ctl checks the postmast
 and strace exits once every process it traces has. `-A`: a node restarted under the
 same file appends.
 
-One catch, strace's (6.1, and its source to date): a thread or process born after the
-start is resumed at every system call (PTRACE_SYSCALL) until its first seccomp stop,
-since strace cannot tell whether it has the filter until then. A thread that never
-fsyncs (Go's sysmon, a backend that never flushes WAL itself) would stay as slow as
-under `-p`. So the trace names `MARKERS` as well, a call each new thread or child makes
-as it starts and seldom after: from its first, it stops only at traced calls. Those
-lines are neither slowed nor counted.
+One catch, strace's (6.1 here; unchanged in its source up to 7.2): a thread or process
+born after the start is resumed at every system call (PTRACE_SYSCALL) until its first
+seccomp stop, since strace cannot tell whether it has the filter until then. A thread
+that never fsyncs (Go's sysmon, a backend that never flushes WAL itself) would stay as
+slow as under `-p`. So the trace names `MARKERS` as well, a call each new thread or
+child makes as it starts and seldom after: from its first, it stops only at traced
+calls. Those lines are neither slowed nor counted.
 
 What remains of the tracer's cost: each fsync stops its thread twice (the seccomp stop,
-then its exit), ~0.1 ms on this VM (a 0.15 ms fsync measured 0.27 traced), so
-`--fsync-delay-ms 1` slows each fsync by about 1.1 ms, not 1.0; a new thread or child
-stops at its few first calls, and a signal sent to a server (the Go runtime's
-preemption, rare) stops it once. Every other system call runs at full speed.
+then its exit), ~0.1 ms on this VM (a small file's fsync: 0.10-0.22 ms untraced,
+0.26-0.29 traced, 1.29-1.35 with a 1 ms delay), so `--fsync-delay-ms 1` slows each
+fsync by 1.1-1.2 ms, not 1.0; a new thread or child stops at its first few calls; a
+signal sent to a server (the Go runtime's preemption, rare) stops it once; every system
+call runs the seccomp filter (well under 1 µs). The rest run at full speed: traced without a
+delay, both peer benches' servers were within noise of untraced (bench/RESULTS.md).
 
     trace = FsyncTrace(folder, delay_ms=1)
     server = await NatsServer.start(sync=..., wrap=trace.wrap("nats"))
