@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -153,6 +153,7 @@ class NatsServer:
         config: str | None = None,
         sync: str = SYNC_DEFAULT,
         env: Mapping[str, str] | None = None,
+        wrap: Sequence[str] = (),
     ) -> NatsServer:
         """`env`: the server's environment (default: none), to which the variables its
         `config` refers to (`$NAME`, `config_variables`) are added from this process's:
@@ -168,7 +169,11 @@ class NatsServer:
         `sync`: when JetStream's file store fsyncs (`SYNC_MODES`): "default" every 2
         minutes (nats-server's own default), "always" before every PubAck. With a
         `config`, "always" is written into it (a `jetstream` block of its own there wins:
-        set `sync_interval` in it)."""
+        set `sync_interval` in it).
+        `wrap`: a command the server is started under (`[*wrap, nats-server, ...]`; the
+        benches' `strace -D ...`, bench/peers/fsync.py). It must end up exec'ing the
+        server in the process it was given (strace's `-D`): that process is the one
+        signalled and waited for."""
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         owns = store_dir is None
@@ -176,6 +181,7 @@ class NatsServer:
         store.mkdir(parents=True, exist_ok=True)
         ports_dir = Path(tempfile.mkdtemp(prefix="actors-ports-"))
         args = [
+            *wrap,
             find_binary(),
             "-a",
             "127.0.0.1",
@@ -387,9 +393,10 @@ class NatsCluster:
     node keeps its ports and store, so `kill(i)` then `restart(i)` is a node that
     crashed and came back."""
 
-    def __init__(self, n: int, *, sync: str = SYNC_DEFAULT) -> None:
+    def __init__(self, n: int, *, sync: str = SYNC_DEFAULT, wrap: Callable[[int], Sequence[str]] | None = None) -> None:
         self.n = n
         self.sync = sync  # every node's (`NatsServer.start`); on R3 "always" flushes each raft append
+        self.wrap = wrap  # node i's `NatsServer.start(wrap=...)`: wrap(i)
         self.client_ports = [free_port() for _ in range(n)]
         self.route_ports = [free_port() for _ in range(n)]
         self.root = Path(tempfile.mkdtemp(prefix="actors-cluster-"))
@@ -424,13 +431,22 @@ class NatsCluster:
             extra_args=self._args(i),
             ready_timeout=ready_timeout,
             sync=self.sync,
+            wrap=self.wrap(i) if self.wrap is not None else (),
         )
 
     @classmethod
-    async def start(cls, n: int = 3, *, attempts: int = 3, sync: str = SYNC_DEFAULT) -> NatsCluster:
+    async def start(
+        cls,
+        n: int = 3,
+        *,
+        attempts: int = 3,
+        sync: str = SYNC_DEFAULT,
+        wrap: Callable[[int], Sequence[str]] | None = None,
+    ) -> NatsCluster:
         """`attempts`: how many sets of ports to try when a node finds one of its
-        ports taken (a free port can still be taken between its pick and the bind)."""
-        cluster = cls(n, sync=sync)
+        ports taken (a free port can still be taken between its pick and the bind).
+        `wrap`: the command node i is started under, wrap(i) (`NatsServer.start`)."""
+        cluster = cls(n, sync=sync, wrap=wrap)
         for attempt in range(1, attempts + 1):
             # JetStream is ready on a node only once the cluster has a meta leader,
             # which needs a quorum: start them together
@@ -442,7 +458,7 @@ class NatsCluster:
             taken = all("address already in use" in str(f) for f in failures)
             if attempt == attempts or not taken:
                 raise failures[0]
-            cluster = cls(n, sync=sync)
+            cluster = cls(n, sync=sync, wrap=wrap)
         raise AssertionError("the loop returns or raises")
 
     def kill(self, i: int) -> None:

@@ -19,11 +19,12 @@ one, p50 and p99 start to result; (2) a chain of 50 steps, ms per step; (3)
 result). Every workload runs on each system in turn, the order reversed every round, so
 all see the same minutes of a noisy host; figures are medians over `--rounds`.
 
-fsync: `--fsync-delay-ms N` slows every fsync/fdatasync of each system's server
-processes (nats-server; the postmaster and its children; temporal's server) by N ms,
-strace fault injection attached after start-up for the whole run (fsync.py). fsyncs per
-3-step workflow are counted in workload (1) then; without a delay, in an extra untimed
-pass of workload (1) (strace's own cost stays out of the timed figures).
+fsync: each system's server processes (nats-server; the postmaster and its children;
+temporal's server) start under strace with a seccomp filter that stops them only at
+fsync and fdatasync (fsync.py), which counts them: fsyncs per 3-step workflow, in
+workload (1). `--fsync-delay-ms N` has it slow each of them by N ms (fault injection)
+for the whole run; with 0 the tracer costs each fsync ~0.1 ms and nothing else
+measurable. Without strace the servers start plainly and nothing is counted.
 
 Prints a table (ratios actors/peer: below 1 we are faster for times, above 1 for rates)
 and, as its last line, one JSON object with every figure.
@@ -104,22 +105,24 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for side in sides:
                 say(f"starting {side.name}")
                 started.append(side)
-                await side.start()
+                if no_strace:
+                    await side.start()
+                else:  # counted, and slowed by --fsync-delay-ms, from the start
+                    trace = FsyncTrace(Path(tmp), delay_ms=args.fsync_delay_ms)
+                    tracers[side.name] = trace
+                    await side.start(wrap=trace.wrap(side.name))
+                    trace.check(side.fsync_pids())
                 await warm(side, args.concurrent)
-            if args.fsync_delay_ms > 0:
-                for side in sides:
-                    out = Path(tmp) / f"{side.name}.strace"
-                    tracers[side.name] = await FsyncTrace.attach(side.fsync_pids(), out, delay_ms=args.fsync_delay_ms)
 
             for r in range(args.rounds):
                 order = sides if r % 2 == 0 else sides[::-1]
                 for side in order:  # (1) one by one
                     trace = tracers.get(side.name)
-                    before = trace.count() if trace else 0
+                    since = trace.mark() if trace else None
                     lat = [await side.one_3step() for _ in range(args.runs)]
                     if trace:
                         n, w = fsyncs[side.name]
-                        fsyncs[side.name] = (n + trace.count() - before, w + args.runs)
+                        fsyncs[side.name] = (n + trace.count(since), w + args.runs)
                     figures[side.name]["p50_ms"].append(pct(lat, 50) * 1000)
                     figures[side.name]["p99_ms"].append(pct(lat, 99) * 1000)
                 for side in order:  # (2) a chain
@@ -127,20 +130,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for side in order:  # (3) at once
                     figures[side.name]["per_s"].append(args.concurrent / await side.concurrent(args.concurrent))
                 say(f"round {r + 1}/{args.rounds} done")
-
-            if not tracers and not no_strace:  # count in an untimed pass of (1)
-                for side in sides:
-                    trace = await FsyncTrace.attach(side.fsync_pids(), Path(tmp) / f"{side.name}.count")
-                    try:
-                        for _ in range(args.runs):
-                            await side.one_3step()
-                        fsyncs[side.name] = (trace.count(), args.runs)
-                    finally:
-                        await trace.detach()
         finally:
-            for trace in tracers.values():
-                await trace.detach()
-            for side in reversed(started):
+            for side in reversed(started):  # each strace exits with the servers it traces
                 try:
                     await side.stop()
                 except Exception as e:  # stop the others all the same

@@ -9,6 +9,7 @@ import asyncio
 import importlib.metadata
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
@@ -39,8 +40,8 @@ class ActorsSide:
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-peers-actors-")
         self.playbooks: dict[int, tuple[str, int]] = {}  # steps -> (path, version)
 
-    async def start(self) -> None:
-        self.server = await NatsServer.start(sync=self.sync)
+    async def start(self, wrap: Sequence[str] = ()) -> None:
+        self.server = await NatsServer.start(sync=self.sync, wrap=wrap)
         tmp = Path(self.tmp.name)
         self.pod = await PodProcess.start("all", url=self.server.url, layout=Layout(), logs=tmp, name="pod")
         await self.pod.ready()

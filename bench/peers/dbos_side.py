@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ class DbosSide:
         self.app: ChildApp | None = None
         self.logs = tempfile.TemporaryDirectory(prefix="bench-peers-dbos-")
 
-    async def start(self) -> None:
-        self.pg = await postgres.Postgres.start(synchronous_commit=self.synchronous_commit)
+    async def start(self, wrap: Sequence[str] = ()) -> None:
+        self.pg = await postgres.Postgres.start(synchronous_commit=self.synchronous_commit, wrap=wrap)
         self.app = await ChildApp.start(
             "bench.peers.dbos_side", self.pg.url(DATABASE), log=Path(self.logs.name) / "app.log"
         )

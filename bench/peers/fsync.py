@@ -1,81 +1,129 @@
-"""fsync and fdatasync of a server's processes, counted and optionally slowed, with
-strace attached from outside (/usr/bin/strace; fault injection, `man strace` -e inject):
+"""fsync and fdatasync of a bench's server processes, counted and optionally slowed by
+the strace that starts them (/usr/bin/strace; fault injection, `man strace` -e inject):
 
-    strace -f -qq -o FILE -e trace=fsync,fdatasync [-e inject=fsync,fdatasync:delay_exit=US] -p PID...
+    strace -D -f --seccomp-bpf -qq -A [-y] -o FILE -e trace=fsync,fdatasync,sigaltstack,setsid
+           -e signal=none [-e inject=fsync,fdatasync:delay_exit=US] -- SERVER ARGS...
 
-`-f` follows the threads of each process and the children it forks after the attach
-(postgres backends); the children already running are attached by pid. A traced
-process stops at every syscall (ptrace), so the tracer costs time of its own: the
-driver attaches it for the whole run only when it slows fsyncs, and otherwise only to
-count, outside the timed workloads.
+Started under strace, not attached to (`-p`): an attached tracer stops its tracee at
+*every* system call (ptrace), whatever `-e trace=` names, ~250 µs a call on this VM, so
+a server doing thousands of reads, writes, epolls and futexes a second was mostly
+measuring ptrace. `--seccomp-bpf` installs a filter before the exec, inherited by every
+thread and forked child (`-f`: the postmaster's backends), under which only the traced
+calls stop. `-D` runs the tracer as a detached grandchild: the server keeps the pid it
+was started with (the bench signals and waits for it; pg_ctl checks the postmaster's),
+and strace exits once every process it traces has. `-A`: a node restarted under the
+same file appends.
+
+One catch, strace's (6.1 here; unchanged in its source up to 7.2): a thread or process
+born after the start is resumed at every system call (PTRACE_SYSCALL) until its first
+seccomp stop, since strace cannot tell whether it has the filter until then. A thread
+that never fsyncs (Go's sysmon, a backend that never flushes WAL itself) would stay as
+slow as under `-p`. So the trace names `MARKERS` as well, a call each new thread or
+child makes as it starts and seldom after: from its first, it stops only at traced
+calls. Those lines are neither slowed nor counted.
+
+What remains of the tracer's cost: each fsync stops its thread twice (the seccomp stop,
+then its exit), ~0.1 ms on this VM (a small file's fsync: 0.10-0.22 ms untraced,
+0.26-0.29 traced, 1.29-1.35 with a 1 ms delay), so `--fsync-delay-ms 1` slows each
+fsync by 1.1-1.2 ms, not 1.0; a new thread or child stops at its first few calls; a
+signal sent to a server (the Go runtime's preemption, rare) stops it once; every system
+call runs the seccomp filter (well under 1 µs). The rest run at full speed: traced without a
+delay, both peer benches' servers were within noise of untraced (bench/RESULTS.md).
+
+    trace = FsyncTrace(folder, delay_ms=1)
+    server = await NatsServer.start(sync=..., wrap=trace.wrap("nats"))
+    trace.check([server.proc.pid])       # traced, by a seccomp filter
+    since = trace.mark()
+    ...                                  # a phase
+    trace.count(since)                   # the fsyncs of that phase
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from bench.common import process_tree
-
 STRACE = "/usr/bin/strace"
+SYNCS = "fsync,fdatasync"
+# traced too, neither slowed nor counted: a call each new thread or process of the
+# servers makes as it starts and seldom after (Go's runtime, each new thread:
+# sigaltstack; PostgreSQL, each child of the postmaster: setsid), so that strace sees
+# its seccomp stop and from then on resumes it past every untraced call (docstring)
+MARKERS = "sigaltstack,setsid"
+
+Mark = Mapping[Path, int]  # each file's length at a moment, up to its last full line
 
 
 def available() -> str | None:
     return None if os.access(STRACE, os.X_OK) else f"no {STRACE}"
 
 
-def _traced(pid: int) -> bool:
+def _status(pid: int) -> dict[str, str]:
     try:
         with open(f"/proc/{pid}/status") as f:
-            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+            return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
     except OSError:
-        return True  # gone: nothing left to wait for
+        return {}
 
 
 class FsyncTrace:
-    def __init__(self, proc: asyncio.subprocess.Process, out: Path, pids: list[int]) -> None:
-        self.proc, self.out, self.pids = proc, out, pids
+    """The strace output files of the servers started under `wrap(name)`, one per name,
+    in `folder`; each fsync/fdatasync of theirs returns `delay_ms` late. `paths`: each
+    line names the file flushed (`-y`)."""
 
-    @classmethod
-    async def attach(cls, roots: list[int], out: Path, *, delay_ms: float = 0, paths: bool = False) -> FsyncTrace:
-        """Trace `roots` and their children; each fsync/fdatasync returns `delay_ms` late.
-        `paths`: each line names the file flushed (`-y`)."""
-        pids = [p for root in roots for p in process_tree(root)]
-        argv = [STRACE, "-f", "-qq", *(["-y"] if paths else []), "-o", str(out), "-e", "trace=fsync,fdatasync"]
-        if delay_ms > 0:
-            argv += ["-e", f"inject=fsync,fdatasync:delay_exit={round(delay_ms * 1000)}"]
-        for p in pids:
-            argv += ["-p", str(p)]
-        proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.DEVNULL)
-        trace = cls(proc, out, pids)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not all(_traced(p) for p in pids):  # attaching shows only in /proc: no event to await
-            if proc.returncode is not None or loop.time() > deadline:
-                await trace.detach()
-                raise RuntimeError(f"strace did not attach to {pids}")
-            await asyncio.sleep(0.01)
-        return trace
+    def __init__(self, folder: Path, *, delay_ms: float = 0, paths: bool = False) -> None:
+        self.folder, self.delay_ms, self.paths = folder, delay_ms, paths
+        self.files: list[Path] = []
+        folder.mkdir(parents=True, exist_ok=True)
 
-    def text(self) -> str:
-        """What strace wrote so far (all of it once detached)."""
+    def wrap(self, name: str = "server") -> list[str]:
+        """The command to start one server under (its output in `folder/NAME.strace`)."""
+        out = self.folder / f"{name}.strace"
+        if out not in self.files:
+            self.files.append(out)
+        argv = [STRACE, "-D", "-f", "--seccomp-bpf", "-qq", "-A", *(["-y"] if self.paths else [])]
+        argv += ["-o", str(out), "-e", f"trace={SYNCS},{MARKERS}", "-e", "signal=none"]
+        if self.delay_ms > 0:
+            argv += ["-e", f"inject={SYNCS}:delay_exit={round(self.delay_ms * 1000)}"]
+        return [*argv, "--"]
+
+    @staticmethod
+    def check(pids: Iterable[int]) -> None:
+        """Raise unless every process in `pids` is traced with a seccomp filter: strace
+        falls back to stopping at every system call, silently, when it cannot install
+        one (`man strace`, --seccomp-bpf)."""
+        for pid in pids:
+            status = _status(pid)
+            if status.get("TracerPid", "0") == "0" or status.get("Seccomp") != "2":
+                raise RuntimeError(
+                    f"process {pid} is not traced by strace with a seccomp filter"
+                    f" (TracerPid {status.get('TracerPid')}, Seccomp {status.get('Seccomp')})"
+                )
+
+    def _read(self, path: Path) -> bytes:
         try:
-            return self.out.read_text(errors="replace")
+            data = path.read_bytes()
         except FileNotFoundError:
-            return ""
+            return b""
+        return data[: data.rfind(b"\n") + 1]  # full lines only: strace may be mid-line
 
-    def count(self) -> int:
-        """fsync and fdatasync calls so far (a call cut in two by another thread's line
-        counts once: its `<unfinished ...>` half)."""
-        return sum(1 for line in self.text().splitlines() if "sync(" in line and "resumed>" not in line)
+    def mark(self) -> Mark:
+        """Now, to count from (`lines(since=...)`)."""
+        return {path: len(self._read(path)) for path in self.files}
 
-    async def detach(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGINT)  # strace detaches and exits; the traced go on
-            try:
-                await asyncio.wait_for(self.proc.wait(), 10)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
+    def lines(self, since: Mark | None = None) -> list[str]:
+        """The full lines written since `since` (all of them without), every file's."""
+        out: list[str] = []
+        for path in self.files:
+            data = self._read(path)[(since or {}).get(path, 0) :]
+            out += data.decode(errors="replace").splitlines()
+        return out
+
+    def text(self, since: Mark | None = None) -> str:
+        return "\n".join(self.lines(since))
+
+    def count(self, since: Mark | None = None) -> int:
+        """fsync and fdatasync calls since `since` (a call cut in two by another
+        thread's line counts once: its `<unfinished ...>` half)."""
+        return sum(1 for line in self.lines(since) if "sync(" in line and "resumed>" not in line)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,7 +23,11 @@ class Side(Protocol):
 
     name: str
 
-    async def start(self) -> None: ...
+    async def start(self, wrap: Sequence[str] = ()) -> None:
+        """Start the servers and workers; the server processes whose fsyncs count under
+        the command `wrap` (bench/peers/fsync.py's strace), their children with them."""
+        ...
+
     async def one_3step(self) -> float:
         """Seconds from start to result of one 3-step workflow."""
         ...
@@ -36,7 +41,7 @@ class Side(Protocol):
         ...
 
     def fsync_pids(self) -> list[int]:
-        """The server processes whose fsyncs count (their children are added by the driver)."""
+        """The server processes started under `wrap` (checked to be traced)."""
         ...
 
     def versions(self) -> dict[str, str]: ...

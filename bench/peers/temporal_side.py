@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class TemporalSide:
         self.worker: ChildApp | None = None
         self.client: Any = None
 
-    async def start(self) -> None:
+    async def start(self, wrap: Sequence[str] = ()) -> None:
         from temporalio.client import Client
 
         tmp, port = Path(self.tmp.name), free_port()
@@ -64,7 +65,7 @@ class TemporalSide:
         if self.on_disk:
             argv += ["--db-filename", str(tmp / "temporal.db")]
         with (tmp / "server.log").open("wb") as log:
-            self.server = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=log)
+            self.server = await asyncio.create_subprocess_exec(*wrap, *argv, stdout=log, stderr=log)
         address = f"127.0.0.1:{port}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60

@@ -9,6 +9,9 @@ session fixture (tests/conftest.py) and the benches (bench/peers/postgres.py) sh
     await pg.add_user("app", "S3cret...")   # a role that logs in over TCP with a password
     pg.pid                               # the postmaster (its children: checkpointer, backends, ...)
     await pg.stop()
+
+`Postgres.start(wrap=[...])` starts the postmaster under a command (the benches' strace,
+bench/peers/fsync.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,11 +62,11 @@ def _as_owner() -> list[str]:
     return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
 
-async def _run(*argv: str, log: Path) -> None:
+async def _run(*argv: str, log: Path, wrap: Sequence[str] = ()) -> None:
     # output to a file, not a pipe: the postmaster pg_ctl leaves running would hold a
     # pipe open, and reading it to its end would never finish
     with log.open("ab") as out:
-        proc = await asyncio.create_subprocess_exec(*_as_owner(), *argv, stdout=out, stderr=out)
+        proc = await asyncio.create_subprocess_exec(*wrap, *_as_owner(), *argv, stdout=out, stderr=out)
     if await proc.wait() != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}:\n{_tail(log)}")
 
@@ -86,9 +90,20 @@ class Postgres:
         self.root, self.port, self.pid, self.tcp = root, port, pid, tcp
 
     @classmethod
-    async def start(cls, *, synchronous_commit: bool = True, tcp: bool = False, max_connections: int = 200) -> Postgres:
+    async def start(
+        cls,
+        *,
+        synchronous_commit: bool = True,
+        tcp: bool = False,
+        max_connections: int = 200,
+        wrap: Sequence[str] = (),
+    ) -> Postgres:
         """initdb and start. The superuser `postgres` connects over the socket without a
-        password; with `tcp`, 127.0.0.1:port takes scram-sha-256 passwords (`add_user`)."""
+        password; with `tcp`, 127.0.0.1:port takes scram-sha-256 passwords (`add_user`).
+        `wrap`: a command `pg_ctl start` runs under (`[*wrap, pg_ctl, "start", ...]`), so
+        the postmaster it forks and all the postmaster's children do too; it must leave
+        pg_ctl in the process it was given and return once pg_ctl does (strace's `-D`:
+        the tracer runs detached, `-f` follows pg_ctl's fork into the postmaster)."""
         root = Path(tempfile.mkdtemp(prefix="actors-pg-"))
         if os.geteuid() == 0:
             shutil.chown(root, "postgres", "postgres")
@@ -113,7 +128,8 @@ class Postgres:
                 f" -c synchronous_commit={'on' if synchronous_commit else 'off'}"
             )
             pg_ctl = str(BIN / "pg_ctl")
-            await _run(pg_ctl, "start", "-w", "-D", str(data), "-l", str(root / "log"), "-o", options, log=log)
+            start = [pg_ctl, "start", "-w", "-D", str(data), "-l", str(root / "log"), "-o", options]
+            await _run(*start, log=log, wrap=wrap)
             pid = _postmaster(data)
         except BaseException:  # interrupted or failed: no server left behind
             if (pid := _postmaster(data)) is not None:
