@@ -311,7 +311,7 @@ def is_start_answer(subject: str) -> bool:
     Told by its subject alone when that decision left the execution running: one that
     ended it at once (a playbook that cannot run) is on its end's subject
     (`in.answer.lc.playbook.failed`), as a last step's result would be, and is told by
-    its cause, 0 (`start_answer_cause` readers)."""
+    its cause, 0 (actors/wire/messages.py `start_of_record_answer`)."""
     return answer_lifecycle_type(subject) == START_CARRIER
 
 

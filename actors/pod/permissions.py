@@ -319,6 +319,9 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 f"{LOOP_IN}.signal",  # signals forwarded to a loop of waits (`tool: wait`)
                 "cmd.>",
                 START_SUBJECT,  # child playbooks
+                # the starter asks the partition's engine pod to store a start record with
+                # the first decision (semantics 6): a core request, as a tool's
+                f"{ANSWER_REQUEST_PREFIX}.*",
                 CANCEL_FILTER,
                 "dlq.>",  # its own, the starter's, and max-deliveries dead letters of any consumer
                 *answers,  # a command the server gave up on is answered with an error
