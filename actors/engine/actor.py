@@ -753,7 +753,9 @@ class Engine(PartitionHost[str, ExecutionActor]):
         self.fast_answers = fast_answers
         self._serves: dict[str, bool] = {}
         if not fast_answers:
-            log.warning("engine: ACTORS_FAST_ANSWERS=0: no answer records stored; tools store their results plain")
+            log.warning(
+                "engine: ACTORS_FAST_ANSWERS=0: no answer records stored; tools and starters write results and starts"
+            )
 
     async def gain(self, partition: int) -> None:
         await super().gain(partition)
