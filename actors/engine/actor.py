@@ -162,6 +162,12 @@ NOT_STORED = "not stored"  # a refusal of the server's (or no PubAck): the log m
 START_STEP = "<start>"
 
 
+def start_step(record: StartRecord) -> str:
+    """What `Engine.misfits` remembers a start's first decision under: the playbook's
+    entry, or the step a retry starts from (another first decision)."""
+    return START_STEP if record.retry_of is None else f"{START_STEP}{record.retry_of.from_step}"
+
+
 def one_message_only(fx: Effects, semantics: int) -> str | None:
     """Why the decision `fx` of an execution of `semantics` cannot be stored as one
     answer record (None: it can): it must be some events and at most one command, or
@@ -470,7 +476,7 @@ class ExecutionActor(LogActor):
         not: then the starter writes the plain start record, and the actor rebuilds by
         replay at its next input (`reset`)."""
         return await self._store_with_decision(
-            data, record, last=0, at=time.time(), step=START_STEP, msg_id=ids.start_record_id(self.execution_id)
+            data, record, last=0, at=time.time(), step=start_step(record), msg_id=ids.start_record_id(self.execution_id)
         )
 
     async def _store_with_decision(
@@ -911,7 +917,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
             return "refused: tracing is on", False
         if eid in self.actors:
             return "refused: the execution's actor is resident (inputs before the start)", False
-        if misfit_key_of(record, START_STEP) in self.misfits:
+        if misfit_key_of(record, start_step(record)) in self.misfits:
             return "refused: this playbook's first decision did not fit one message before", False
         self.retired.pop(eid, None)  # a new execution of a retired one's id: its log holds no input
         actor = self.spawn(eid)
