@@ -484,6 +484,71 @@ async def test_an_engine_that_stored_a_start_and_stopped_before_replying_runs_it
     await _replays_clean(system, eid, log)
 
 
+async def test_a_start_answer_another_pod_stored_opens_the_log_without_reading_it(
+    system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start stored with its first decision by another engine pod (one that lost the
+    partition before its delivery) reaches this pod's engine as the log's first input,
+    delivered once: it opens the log (`opens_log`), and the fresh actor replays that one
+    input from the message itself, holding its decision against the record, without
+    reading the log; the execution then runs, each step once."""
+    import time
+
+    from actors.core.decide import fold
+    from actors.core.state import Execution
+    from actors.engine.actor import ExecutionActor
+    from actors.engine.starter import Starter
+    from actors.natsio import EXPECTED_LAST_SUBJECT_FILTER, EXPECTED_LAST_SUBJECT_SEQUENCE
+    from actors.natsio.binding import codec_of
+    from actors.runtime.outbox import carrier_message, holdable
+    from actors.wire.events import DecisionRecord
+    from actors.wire.messages import StartMessage
+    from streams import ids
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    path = system.tmp / "marked.yaml"
+    path.write_text(_marked(marks))
+    entry = await system.client.register(path)
+    eid = "stored-elsewhere"
+    read: list[str] = []
+    real_read = ExecutionActor.read_log
+
+    async def reading(self: ExecutionActor, *args: Any, **kwargs: Any) -> Any:
+        read.append(self.execution_id)
+        return await real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExecutionActor, "read_log", reading)
+    (starter,) = system.runtime.find(Starter)
+    record = await starter._record(eid, StartMessage(playbook=entry.path, payload={}, execution_id=eid))
+    codec = codec_of(system.nc)
+    data = codec.encode(record)
+    subjects = system.layout.execution(eid)
+    at = time.time()
+    fx = fold(Execution(execution_id=eid), record, seq=0, at=at, subjects=subjects)  # as the other pod folded it
+    held = DecisionRecord(cause=0, events=fx.events, command=holdable(codec, fx), answer=msgspec.Raw(data), at=at)
+    type_, body = carrier_message(codec, fx.lifecycle, held)
+    await system.nc.jetstream().publish(
+        subjects.answer_lifecycle(type_, fx.commands[0].kind),
+        body,
+        headers={
+            "Nats-Msg-Id": ids.start_record_id(eid),
+            EXPECTED_LAST_SUBJECT_SEQUENCE: "0",
+            EXPECTED_LAST_SUBJECT_FILTER: subjects.inputs,
+        },
+    )
+    status = await system.client.wait(eid, timeout=20)
+    assert status.state == "COMPLETED", status.error
+    for step in ("a", "b"):
+        assert (marks / f"{eid}.{step}").read_text() == "x", f"step {step} ran more than once"
+    assert eid not in read  # opened from the message: no read of the log, then live
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert is_start_answer(log[0][0]) and len([s for s, _, _, _ in log if is_start_answer(s)]) == 1
+    assert not [s for s, _, _, _ in log if class_of(s) in ("ev", "lc")]  # nothing of the first decision again
+    await _replays_clean(system, eid, log)
+
+
 LAST_FAILS = """
 apiVersion: actors/v1
 kind: Playbook
