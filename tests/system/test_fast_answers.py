@@ -450,6 +450,8 @@ async def test_an_engine_that_stored_a_start_and_stopped_before_replying_runs_it
     for stored (`start_message`) and writes no other; a fresh engine takes the
     partition and the execution runs once, each step once."""
     from actors.engine.actor import Engine
+    from actors.engine.starter import Starter
+    from actors.wire.messages import StartMessage
 
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -467,12 +469,14 @@ async def test_an_engine_that_stored_a_start_and_stopped_before_replying_runs_it
         return said
 
     monkeypatch.setattr(Engine, "ask", stores_then_hangs)
-    outcome = asyncio.ensure_future(system.client.start_execution(entry.path, execution_id="killed-after-store"))
+    eid = "killed-after-store"
+    (starter,) = system.runtime.find(Starter)
+    record = await starter._record(eid, StartMessage(playbook=entry.path, payload={}, execution_id=eid))
+    wrote = asyncio.ensure_future(starter._write(record))  # what handling its start message does
     await asyncio.wait_for(stored.wait(), timeout=20)
     monkeypatch.setattr(Engine, "ask", real)
     await system.restart_roles(("engine",))  # the stopping engine never replies; its asks are cancelled
-    assert not (await outcome).existing
-    eid = "killed-after-store"
+    assert await wrote is True  # the ask timed out; the start found is the one it sent: written, by it
     status = await system.client.wait(eid, timeout=20)
     assert status.state == "COMPLETED", status.error
     for step in ("a", "b"):
