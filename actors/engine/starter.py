@@ -1,7 +1,9 @@
 """The starter: turns start messages (stream START) into an execution's first input.
 
 It validates the message, resolves the playbook in the catalog and writes a
-StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`. A
+StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`; from
+semantics 6 it first asks the engine pod owning the execution's partition to store the
+record with the first decision, as the log's first input (`Starter._write`). A
 message it cannot use (not JSON, a bad field, nested too deep to decode: measured on
 its text first, actors/wire/nesting.py) goes to `dlq.start.<execution_id>` with the reason
 (`dlq.start._` when it names no usable id); a message with a usable execution id but an unknown
