@@ -66,6 +66,7 @@ from actors.natsio import (
 )
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.replay import first_message
 from actors.playbook.budget import RenderHalted, SliceExhausted
 from actors.playbook.templates import RenderFault
 from actors.runtime import tracing
@@ -304,6 +305,24 @@ class ExecutionActor(LogActor):
     def opens_log(self, subject: str) -> bool:
         # a start record, or (semantics 6) the start stored with its first decision
         return type_of(subject) == START or is_start_answer(subject)
+
+    async def first_input(self, msg: Msg) -> bool:
+        """A start stored with its first decision is the log's first input: the server
+        stores it only while the log holds no input (its check over `in.>`). A plain
+        start record is checked on its own subject only (or, from semantics 6, over the
+        inputs by a starter of this release): a cancel or a signal sent before it, or a
+        start answer (a starter of another release, past the duplicate window), may
+        precede it, folded by an actor gone since (evicted, the partition moved), and
+        one direct get of the first input tells."""
+        if not self.opens_log(msg.subject):
+            return False
+        if is_start_answer(msg.subject):
+            return True
+        try:
+            first = await first_message(self.engine.nc, self.stream, self.subjects.inputs)
+        except NotFoundError:  # gone since (retired): replayed, which reads what is there
+            return False
+        return first.seq == stream_seq(msg)
 
     async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
         """Handling the input failed deterministically, again and again. The first time,

@@ -398,7 +398,6 @@ class Starter:
         stopped before it)."""
         eid = record.execution_id
         data = codec_of(self.nc).encode(record)
-        served = False
         if record.semantics >= START_ANSWERS and record.error is None:
             asked = await self._ask(eid, data)
             if asked == _UNKNOWN:  # maybe stored: looked up before a plain start is written
@@ -408,8 +407,10 @@ class Starter:
             if asked in (_STORED, _FOUND):  # stored now (by this ask), or found: another start's
                 await self._link_retry(eid, record.retry_of)
                 return asked == _STORED
-            served = asked != _NOT_SERVED
-        wrote = await self._write_plain(eid, data, over_inputs=served)
+        # checked over the inputs whether or not asks are served now: a start answer may
+        # be there from when they were (ACTORS_FAST_ANSWERS=0 since, a partition between
+        # owners), and its subject is not `in.start`
+        wrote = await self._write_plain(eid, data, over_inputs=record.semantics >= START_ANSWERS)
         await self._link_retry(eid, record.retry_of)
         return wrote
 
@@ -424,15 +425,17 @@ class Starter:
         refused whatever its message id, even our own re-sent after a lost PubAck (it
         then counts as found, not written: the record is there all the same).
 
-        `over_inputs`: an engine pod serves asks for the partition (it answered one), so
-        the start may be stored with its first decision, on another subject (semantics
-        6): the record is then stored only while the execution has no input at all (the
-        check over `exec.<p>.<id>.in.>`, which such a pod's server makes), and a
-        refusal is looked up (`start_message`): a start there, stored either way, is
-        the one that runs; none (a cancel or a signal sent before the start came first)
-        and it is stored on its own subject's check as before. So a start stored with
-        its first decision is never followed by a plain one, however late (the same
-        message id would cover only the duplicate window)."""
+        `over_inputs` (a record of semantics 6 on): the start of such an execution may
+        be stored with its first decision, on another subject (`in.answer...`), now or
+        when asks were served (they may not be now: ACTORS_FAST_ANSWERS=0, a partition
+        between owners): the record is then stored only while the execution has no
+        input at all (the check over `exec.<p>.<id>.in.>`; a nats-server before 2.11
+        ignores the filter and checks `in.start`, where no start answer is). A refusal is
+        looked up (`start_message`): a start there, stored either way, is the one that
+        runs; none (a cancel or a signal sent before the start came first) and it is
+        stored on its own subject's check as before. So a start stored with its first
+        decision is never followed by a plain one, however late (the same message id
+        would cover only the duplicate window)."""
         subjects = self.layout.execution(eid)
         headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
         if over_inputs:

@@ -367,6 +367,57 @@ async def test_a_cancel_sent_before_the_start_makes_it_plain_and_cancels_it_as_i
     assert (await system.client.start_record(eid)) is not None
 
 
+@pytest.mark.parametrize("how", ["evicted", "moved"])
+async def test_a_cancel_sent_before_the_start_is_folded_first_when_its_actor_went_before_the_start(
+    system: System, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A cancel in the log before the start, folded into a PENDING actor that then goes
+    before the plain start record's first delivery (evicted: idle, between the
+    starter's refused ask and its plain write; moved: the partition changes pods, here
+    with asks not served). The fresh actor meeting that delivery does not take it for
+    the log's first input on its subject alone (`ExecutionActor.first_input`: one
+    direct get of the first input), replays, folds the cancel first: CANCELLED.
+    (Review r6: it skipped the replay and ran the execution to COMPLETED.)"""
+    from actors.engine.actor import Engine
+    from actors.engine.starter import Starter
+
+    path = system.tmp / "three.yaml"
+    path.write_text(THREE_STEPS)
+    entry = await system.client.register(path)
+    eid = f"cancel-first-{how}"
+    if how == "moved":
+        monkeypatch.setenv("ACTORS_FAST_ANSWERS", "0")  # an R3 stream, or the roll back's step (1)
+        await system.restart_roles(("engine",))
+    await system.client.cancel(eid, "not wanted")
+    await system.engine_idle()
+    (engine,) = system.runtime.find(Engine)
+    assert eid in engine.actors  # the cancel folded into a state still PENDING
+    if how == "moved":
+        await system.restart_roles(("engine",))  # another pod holds the partition: no actor
+    else:
+        real = Starter._write_plain
+
+        async def evicting(self: Starter, eid_: str, data: bytes, *, over_inputs: bool) -> bool:
+            # idle and its mailbox empty: what `PartitionHost._evict` drops first
+            for found in system.runtime.find(Engine):
+                actor = found.actors.get(eid_)
+                if actor is not None and not actor.busy and actor.mailbox.empty():
+                    found.forget(eid_, actor)
+                    assert actor.task is not None
+                    actor.task.cancel()
+            return await real(self, eid_, data, over_inputs=over_inputs)
+
+        monkeypatch.setattr(Starter, "_write_plain", evicting)
+    await system.client.start_execution(entry.path, execution_id=eid)
+    status = await system.client.wait(eid, timeout=20)
+    await system.engine_idle()
+    kinds = [s.split(".", 3)[3] for s, _, _, _ in await execution_log(system.nc, system.layout, eid)]
+    assert kinds[:2] == ["in.cancel", "in.start"], kinds
+    assert status.state == "CANCELLED", (status.state, kinds)
+    items = await system.events(eid)
+    assert not [i for i in items if i.type == "step.enter"]
+
+
 MARKED = """
 apiVersion: actors/v1
 kind: Playbook
@@ -440,6 +491,44 @@ async def test_two_starts_of_one_id_at_once_one_asked_one_plain_make_one_executi
         assert len(await execution_log(system.nc, system.layout, eid)) == len(log)
         await _replays_clean(system, eid, log)
     assert kinds  # which won varies: both orders are one execution
+
+
+async def test_a_start_sent_again_while_asks_are_not_served_is_not_a_second_execution(
+    system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An execution started with its start stored with its first decision; later the
+    same start is sent again ("one execution per id": a producer's retry, a trigger's
+    redelivery) while no engine pod serves asks for the partition
+    (ACTORS_FAST_ANSWERS=0, the roll back's step (1); or a partition between owners).
+    The starter gets no responders and writes the plain start checked over the inputs
+    all the same (`_write_plain`, `over_inputs`): refused, the start answer is found,
+    nothing is stored, and the execution's step does not run again. (Review r6: checked
+    over `in.start` alone, it was stored, and a fresh actor took it for the log's first
+    input and ran the finished execution again.) Past the duplicate window: the second
+    start's message id is another (what an id the server no longer remembers is to
+    it), so the test waits for no window to pass."""
+    from actors.engine import starter as starter_module
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    path = system.tmp / "marked.yaml"
+    path.write_text(_marked(marks))
+    entry = await system.client.register(path)
+    eid = "started-again"
+    await system.client.start(entry.path, execution_id=eid)
+    assert (await system.client.wait(eid, timeout=20)).state == "COMPLETED"
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert is_start_answer(log[0][0])
+    monkeypatch.setenv("ACTORS_FAST_ANSWERS", "0")
+    await system.restart_roles(("engine",))
+    monkeypatch.setattr(starter_module, "start_record_id", lambda eid_: f"{eid_}:start:past-the-window")
+    await system.client.start(entry.path, execution_id=eid)  # to the starter (`start_execution` looks first)
+    await system.engine_idle()
+    assert await execution_log(system.nc, system.layout, eid) == log  # nothing stored
+    assert (await system.client.status(eid)).state == "COMPLETED"  # type: ignore[union-attr]
+    for step in ("a", "b"):
+        assert (marks / f"{eid}.{step}").read_text() == "x", f"step {step} ran more than once"
 
 
 async def test_an_engine_that_stored_a_start_and_stopped_before_replying_runs_it_once(
