@@ -53,6 +53,7 @@ from actors.natsio import (
     dead_letter,
     num_delivered,
     publish_all,
+    resent_after_lost_puback,
     send,
     start_message,
     stream_seq,
@@ -398,6 +399,7 @@ class Starter:
         stopped before it)."""
         eid = record.execution_id
         data = codec_of(self.nc).encode(record)
+        asked = None
         if record.semantics >= START_ANSWERS and record.error is None:
             asked = await self._ask(eid, data)
             if asked == _UNKNOWN:  # maybe stored: looked up before a plain start is written
@@ -410,11 +412,13 @@ class Starter:
         # checked over the inputs whether or not asks are served now: a start answer may
         # be there from when they were (ACTORS_FAST_ANSWERS=0 since, a partition between
         # owners), and its subject is not `in.start`
-        wrote = await self._write_plain(eid, data, over_inputs=record.semantics >= START_ANSWERS)
+        wrote = await self._write_plain(
+            eid, data, over_inputs=record.semantics >= START_ANSWERS, asked_unknown=asked == _UNKNOWN
+        )
         await self._link_retry(eid, record.retry_of)
         return wrote
 
-    async def _write_plain(self, eid: str, data: bytes, *, over_inputs: bool) -> bool:
+    async def _write_plain(self, eid: str, data: bytes, *, over_inputs: bool, asked_unknown: bool = False) -> bool:
         """Store the start record on its own subject unless the execution has one: True
         when this stored it.
 
@@ -422,8 +426,7 @@ class Starter:
         subject is empty (the server checks, `EXPECTED_LAST_SUBJECT_SEQUENCE`), where a
         lookup of the subject first (`has_message`) cost a request more per start.
         The server makes that check before the duplicate window's: a second copy is
-        refused whatever its message id, even our own re-sent after a lost PubAck (it
-        then counts as found, not written: the record is there all the same).
+        refused whatever its message id, even our own re-sent after a lost PubAck.
 
         `over_inputs` (a record of semantics 6 on): the start of such an execution may
         be stored with its first decision, on another subject (`in.answer...`), now or
@@ -435,23 +438,35 @@ class Starter:
         runs; none (a cancel or a signal sent before the start came first) and it is
         stored on its own subject's check as before. So a start stored with its first
         decision is never followed by a plain one, however late (the same message id
-        would cover only the duplicate window)."""
+        would cover only the duplicate window).
+
+        A start found is this call's when this call may have stored it and its bytes are
+        these: a copy whose PubAck was lost, the re-send refused by the check (which the
+        server makes before the duplicate window's: `resent_after_lost_puback`), or the
+        start answer of an ask with no answer (`asked_unknown`) stored after it was
+        looked up. Else it is an existing execution's, even with the same bytes (the
+        same start sent again)."""
         subjects = self.layout.execution(eid)
         headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
         if over_inputs:
             headers[EXPECTED_LAST_SUBJECT_FILTER] = subjects.inputs
+        mine = asked_unknown  # may this call have stored the start that is there?
         try:
             # re-sent through an election
             (ack,) = await publish_all(self.js, [(subjects.start, data, start_record_id(eid))], headers=[headers])
-            return not ack.duplicate
+            if not ack.duplicate:
+                return True
         except Exception as e:
             if not subject_taken(e):
                 raise
+            mine = mine or resent_after_lost_puback(e)
+        # refused (or a duplicate of the start record's id, which a start answer shares)
+        found = await start_message(self.nc, self.layout.exec_stream_of(eid), subjects)
+        if found is not None:
+            return mine and found[1] == data
         if not over_inputs:
-            return False
-        if await start_message(self.nc, self.layout.exec_stream_of(eid), subjects) is not None:
-            return False
-        return await self._write_plain(eid, data, over_inputs=False)
+            return False  # (retired since the refusal)
+        return await self._write_plain(eid, data, over_inputs=False, asked_unknown=asked_unknown)
 
     async def _ask(self, eid: str, data: bytes) -> str:
         """Ask the engine pod owning `eid`'s partition to store its start record

@@ -34,7 +34,14 @@ from actors.natsio.kvkeys import kv_keys
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
 from actors.natsio.private import close_connection
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_FILTER, EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
-from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
+from actors.natsio.publishing import (
+    MSG_ID,
+    Publisher,
+    PublishOutcomeUnknown,
+    publish_all,
+    publisher,
+    resent_after_lost_puback,
+)
 from actors.natsio.replay import (
     command_sent,
     has_message,
@@ -69,6 +76,7 @@ __all__ = [
     "num_delivered",
     "publish_all",
     "publisher",
+    "resent_after_lost_puback",
     "ride_out",
     "schedule_at",
     "send",

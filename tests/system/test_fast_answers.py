@@ -397,7 +397,7 @@ async def test_a_cancel_sent_before_the_start_is_folded_first_when_its_actor_wen
     else:
         real = Starter._write_plain
 
-        async def evicting(self: Starter, eid_: str, data: bytes, *, over_inputs: bool) -> bool:
+        async def evicting(self: Starter, eid_: str, data: bytes, **kwargs: Any) -> bool:
             # idle and its mailbox empty: what `PartitionHost._evict` drops first
             for found in system.runtime.find(Engine):
                 actor = found.actors.get(eid_)
@@ -405,7 +405,7 @@ async def test_a_cancel_sent_before_the_start_is_folded_first_when_its_actor_wen
                     found.forget(eid_, actor)
                     assert actor.task is not None
                     actor.task.cancel()
-            return await real(self, eid_, data, over_inputs=over_inputs)
+            return await real(self, eid_, data, **kwargs)
 
         monkeypatch.setattr(Starter, "_write_plain", evicting)
     await system.client.start_execution(entry.path, execution_id=eid)
@@ -455,7 +455,10 @@ async def test_two_starts_of_one_id_at_once_one_asked_one_plain_make_one_executi
     whichever is stored first, the other is refused (the start answer's check over the
     inputs) or dropped (the same message id); one execution, each step run once. A
     plain start checked over the inputs (a starter whose ask was refused) is never
-    stored after a start answer, however late."""
+    stored after a start answer, however late. The two starts differ (their payloads),
+    as two starters' may: each tells its own start from the other's by its bytes, so
+    which one says it wrote the start does not hang on how long an ask takes (one
+    past its timeout is looked up)."""
     from actors.engine.starter import Starter
     from actors.natsio.binding import codec_of
     from actors.wire.messages import StartMessage
@@ -469,9 +472,10 @@ async def test_two_starts_of_one_id_at_once_one_asked_one_plain_make_one_executi
     codec = codec_of(system.nc)
     ids = [f"twice-{n}" for n in range(6)]
     for eid in ids:
-        record = await starter._record(eid, StartMessage(playbook=entry.path, payload={}, execution_id=eid))
-        data = codec.encode(record)
-        wrote = await asyncio.gather(starter._write(record), starter._write_plain(eid, data, over_inputs=False))
+        asked = await starter._record(eid, StartMessage(playbook=entry.path, payload={"by": "ask"}, execution_id=eid))
+        plain = await starter._record(eid, StartMessage(playbook=entry.path, payload={"by": "plain"}, execution_id=eid))
+        data = codec.encode(plain)
+        wrote = await asyncio.gather(starter._write(asked), starter._write_plain(eid, data, over_inputs=False))
         assert sorted(wrote) == [False, True], (eid, wrote)
     kinds: set[str] = set()
     for eid in ids:
@@ -486,11 +490,56 @@ async def test_two_starts_of_one_id_at_once_one_asked_one_plain_make_one_executi
         assert len(starts) == 1, (eid, starts)
         kinds.add(starts[0].split(".", 4)[4])
         # a starter whose ask was refused, late: checked over the inputs, it stores nothing
-        record = await starter._record(eid, StartMessage(playbook=entry.path, payload={}, execution_id=eid))
-        assert await starter._write_plain(eid, codec.encode(record), over_inputs=True) is False
+        late = await starter._record(eid, StartMessage(playbook=entry.path, payload={"by": "late"}, execution_id=eid))
+        assert await starter._write_plain(eid, codec.encode(late), over_inputs=True) is False
         assert len(await execution_log(system.nc, system.layout, eid)) == len(log)
         await _replays_clean(system, eid, log)
     assert kinds  # which won varies: both orders are one execution
+
+
+async def test_a_plain_start_stored_whose_puback_was_lost_is_reported_written(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain start record stored, its PubAck lost: the publish is sent again, and
+    the server refuses the copy (the subject's check comes before the duplicate
+    window's). The start found there is this call's, its bytes the ones it sent:
+    written, not an existing execution's. The same start sent again later (by another
+    handling: a start message delivered again, a request sent again) is an existing
+    execution's, though its bytes are the same."""
+    from actors.engine.starter import Starter
+    from actors.natsio import publisher, publishing
+    from actors.natsio.binding import codec_of
+    from actors.wire.messages import StartMessage
+
+    path = system.tmp / "three.yaml"
+    path.write_text(THREE_STEPS)
+    entry = await system.client.register(path)
+    (starter,) = system.runtime.find(Starter)
+    codec = codec_of(system.nc)
+    eid = "puback-lost"
+    subjects = system.layout.execution(eid)
+    real_send, lost = publishing.send_nowait, []
+
+    def lose_its_first_puback(
+        nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+    ) -> Any:
+        if subject == subjects.start and not lost:
+            lost.append(reply)
+            reply = "_INBOX.nobody.listens"
+        return real_send(nc, subject, payload, reply, headers)
+
+    monkeypatch.setattr(publishing, "send_nowait", lose_its_first_puback)  # what Publisher calls per publish
+    monkeypatch.setattr(publisher(system.nc), "timeout", 0.5)  # the PubAck waited for
+    record = await starter._record(eid, StartMessage(playbook=entry.path, payload={}, execution_id=eid))
+    data = codec.encode(record)
+    assert await starter._write_plain(eid, data, over_inputs=True) is True
+    assert lost, "the fault was not injected"
+    assert await starter._write_plain(eid, data, over_inputs=True) is False  # sent again: it exists
+    other = await starter._record(eid, StartMessage(playbook=entry.path, payload={"k": 1}, execution_id=eid))
+    assert await starter._write_plain(eid, codec.encode(other), over_inputs=True) is False
+    assert (await system.client.wait(eid, timeout=20)).state == "COMPLETED"
+    await system.engine_idle()
+    assert len([s for s, d, _, _ in await execution_log(system.nc, system.layout, eid) if held_start(s, d)]) == 1
 
 
 async def test_a_start_sent_again_while_asks_are_not_served_is_not_a_second_execution(
