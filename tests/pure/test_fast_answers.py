@@ -353,3 +353,15 @@ async def test_an_answer_record_skipped_through_a_fault_makes_the_replay_diverge
     seen.decision(seq, subject, answer_decoder.decode(raw).record)
     replayer = Replayer("e1", seen)
     assert replayer.check(actor.folded_seq, subject, None) is None and replayer.diverged
+
+
+def test_a_trigger_may_not_read_the_engines_asks() -> None:
+    """`answer.<p>` carries every step's result, and `answer.start.<p>` (semantics 6)
+    every execution's start record, payload included, to the engine pods: a trigger on
+    them would read what it may not and start an execution per ask, each of which asks
+    again (it feeds itself, as one on `exec.*.*.in.start` would, which the guard
+    refuses). (Review r6.)"""
+    from actors.triggers.guard import refusal
+
+    for subject in ("answer.*", "answer.>", "answer.3", "answer.start.*", "answer.start.3", "*.start.*"):
+        assert refusal(subject, None) is not None, subject
