@@ -12,6 +12,7 @@ why; this module only spells them.
     progress.<execution_id>                                      core NATS: loop progress
     result.request, catalog.register, execution.cancel           core NATS: requests any client sends
     answer.<partition>                                           core NATS: a tool asks to store its result
+    answer.start.<partition>                                     core NATS: a starter asks to store a start
     status.<playbook>.<execution_id>                             core NATS: each status written
 
 Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
@@ -57,6 +58,11 @@ RESULT_WAIT = "Actors-Result-Wait"
 # the decision it leads to, as one input (`exec.<p>.<id>.in.answer...`, semantics 5):
 # core NATS, outside every stream (docs/architecture.md "The next layout", item 2)
 ANSWER_REQUEST_PREFIX = "answer"
+# a starter asks that engine pod to store an execution's start record with its first
+# decision, as the log's first input (semantics 6): a subject of its own, which only the
+# engine user may publish (the tools user publishes `answer.<p>`, which refuses a start:
+# the starter's checks, the catalog, the limits, would be skipped)
+START_ASK_PREFIX = f"{ANSWER_REQUEST_PREFIX}.start"
 # every status the projector writes, also published on core NATS under its playbook, so a
 # client can watch one playbook's executions (`status.<playbook>.*`): a notification, at
 # most once; KV `status` stays the record
@@ -278,6 +284,12 @@ def answer_request_subject(partition: int) -> str:
     """Where a tool asks partition `partition`'s engine pod to store a result with its
     next decision (`Command.ask_on`)."""
     return f"{ANSWER_REQUEST_PREFIX}.{partition}"
+
+
+def start_ask_subject(partition: int) -> str:
+    """Where a starter asks partition `partition`'s engine pod to store an execution's
+    start record with its first decision (semantics 6)."""
+    return f"{START_ASK_PREFIX}.{partition}"
 
 
 def is_answer_record(subject: str) -> bool:

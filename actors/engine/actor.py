@@ -129,6 +129,7 @@ from streams.subjects import (
     execution_of,
     is_answer_record,
     is_start_answer,
+    start_ask_subject,
     type_of,
 )
 
@@ -763,7 +764,8 @@ class Engine(PartitionHost[str, ExecutionActor]):
             role="engine",
             render_bounds=render_bounds,
         )
-        self._asks: dict[int, Subscription] = {}  # partition -> its answer.<p> subscription
+        # partition -> its subscriptions to asks: `answer.<p>` (tools), `answer.start.<p>` (starters)
+        self._asks: dict[int, list[Subscription]] = {}
         # the steps whose decision did not fit one answer record (a loop, a child, a
         # fan-out, a timer, lifecycle events with a command, a command not holdable, too
         # large), most recent last: the next ask for one is refused before its fold,
@@ -786,9 +788,14 @@ class Engine(PartitionHost[str, ExecutionActor]):
         await super().gain(partition)
         if partition not in self._asks and await self.serves_asks(partition):
             # read as it arrives (no task per subscription): each ask its own task
-            self._asks[partition] = await subscribe_direct(
-                self.nc, answer_request_subject(partition), self._on_ask, queue="engine.answer"
-            )
+            # a tool's (`answer.<p>`) and a starter's (`answer.start.<p>`), each taking its own
+            asks = [
+                (answer_request_subject(partition), self._on_ask),
+                (start_ask_subject(partition), self._on_start_ask),
+            ]
+            self._asks[partition] = [
+                await subscribe_direct(self.nc, subject, handler, queue="engine.answer") for subject, handler in asks
+            ]
 
     async def serves_asks(self, partition: int) -> bool:
         """Does this pod store answer records for partition `partition`? Not when told
@@ -836,26 +843,30 @@ class Engine(PartitionHost[str, ExecutionActor]):
         return None
 
     async def lose(self, partition: int) -> None:
-        sub = self._asks.pop(partition, None)
-        if sub is not None:
+        for sub in self._asks.pop(partition, []):
             await sub.unsubscribe()
         await super().lose(partition)
 
     async def stop(self) -> None:
-        for sub in self._asks.values():
-            await sub.unsubscribe()
+        for subs in self._asks.values():
+            for sub in subs:
+                await sub.unsubscribe()
         self._asks.clear()
         await cancel_and_wait(list(self._asking))  # unanswered: each tool publishes its result itself
         await super().stop()
 
-    def _on_ask(self, msg: Msg) -> None:
+    def _on_ask(self, msg: Msg, *, start: bool = False) -> None:
         """An ask, called from the connection's read loop: handled in a task of its own."""
         full = len(self._asking) >= ASKS_IN_FLIGHT
-        task = asyncio.create_task(self._answer(msg, full=full))  # never blocks the read loop
+        task = asyncio.create_task(self._answer(msg, full=full, start=start))  # never blocks the read loop
         self._asking.add(task)
         task.add_done_callback(self._asking.discard)
 
-    async def _answer(self, msg: Msg, *, full: bool = False) -> None:
+    def _on_start_ask(self, msg: Msg) -> None:
+        """A starter's ask (`answer.start.<p>`, semantics 6)."""
+        self._on_ask(msg, start=True)
+
+    async def _answer(self, msg: Msg, *, full: bool = False, start: bool = False) -> None:
         if full:
             # a burst beyond what the pod handles: refused at once, before anything is
             # decoded; each tool publishes its result itself
@@ -863,7 +874,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
             said = "refused: too many asks in flight"
         else:
             try:
-                said = await self.ask(msg.data)
+                said = await self.ask(msg.data, start=start)
             except Exception as e:
                 said = f"refused: {type(e).__name__}"
         if msg.reply:
@@ -879,23 +890,30 @@ class Engine(PartitionHost[str, ExecutionActor]):
         while len(self.misfits) > MISFITS_REMEMBERED:
             self.misfits.popitem(last=False)
 
-    async def ask(self, data: bytes) -> str:
+    async def ask(self, data: bytes, *, start: bool = False) -> str:
         """`_ask`, counted by outcome (`actors_answer_asks_total`)."""
-        said, folded = await self._ask(data)
+        said, folded = await self._ask(data, start=start)
         outcome = "stored" if said == STORED else "refused_after_fold" if folded else "refused_before_fold"
         ANSWER_ASKS.inc(outcome=outcome)
         return said
 
-    async def _ask(self, data: bytes) -> tuple[str, bool]:
+    async def _ask(self, data: bytes, *, start: bool = False) -> tuple[str, bool]:
         """A tool asks to store its result (`data`) with the decision it leads to
-        (`ExecutionActor.store_answer`), or a starter its start record with the first
-        decision (semantics 6, `_ask_start`): `stored`, or `refused: <why>`; and whether
-        the input was folded (a refusal after it costs a replay)."""
+        (`ExecutionActor.store_answer`, on `answer.<p>`), or a starter its start record
+        with the first decision (`start`: on `answer.start.<p>`, semantics 6,
+        `_ask_start`): `stored`, or `refused: <why>`; and whether the input was folded
+        (a refusal after it costs a replay). Each subject takes its own: the tools user
+        may publish `answer.<p>`, and a start record taken there would start an
+        execution of any playbook source, limits and parent it names, none of the
+        starter's checks made; only the engine user (its starter) publishes
+        `answer.start.<p>`."""
         try:
             inp = codec_of(self.js).decode(input_decoder, data)
         except Exception as e:
-            return f"refused: not a result ({type(e).__name__})", False
-        if isinstance(inp, StartRecord):
+            return f"refused: not a {'start record' if start else 'result'} ({type(e).__name__})", False
+        if start:
+            if not isinstance(inp, StartRecord):
+                return "refused: not a start record", False
             return await self._ask_start(data, inp)
         if not isinstance(inp, (CallDone, CallError)):
             return "refused: not a result", False

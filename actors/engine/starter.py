@@ -93,7 +93,7 @@ from streams.layout import (
     Layout,
     deliver_subject,
 )
-from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT, answer_request_subject
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT, start_ask_subject
 
 log = logging.getLogger("actors.starter")
 ASK_TIMEOUT = 2.0  # seconds an ask may take (a tool's too: actors/tools/running.py); then looked up
@@ -470,12 +470,12 @@ class Starter:
 
     async def _ask(self, eid: str, data: bytes) -> str:
         """Ask the engine pod owning `eid`'s partition to store its start record
-        (`data`) with its first decision (semantics 6, on the subject a step's tool asks
-        on, `answer.<p>`): `_STORED` once it says so; `_REFUSED` when it refused (it
+        (`data`) with its first decision (semantics 6, on `answer.start.<p>`, which only
+        the engine user may publish): `_STORED` once it says so; `_REFUSED` when it refused (it
         serves asks there: nothing stored); `_NOT_SERVED` when no engine pod serves
         asks there (no responders); `_UNKNOWN` when no answer came (a timeout, the
         connection lost: it may be stored)."""
-        subject = answer_request_subject(self.layout.partition_of(eid))
+        subject = start_ask_subject(self.layout.partition_of(eid))
         try:
             reply = await requester(self.nc).request(
                 subject, data, timeout=ASK_TIMEOUT, headers={MSG_ID: start_record_id(eid)}

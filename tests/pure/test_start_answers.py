@@ -283,9 +283,11 @@ class _Bare:
 
 @pytest.mark.asyncio
 async def test_asks_to_store_a_start_are_refused_before_the_fold_where_they_must_be() -> None:
-    """A start of semantics 5, of a partition this pod does not serve, of an execution
-    whose actor is resident (inputs before the start), or of a playbook whose first
-    decision did not fit before: refused, nothing spawned, nothing folded."""
+    """A start asked on the tools' subject (`answer.<p>`: the tools user may publish
+    there, review r6), a result on the starters' (`answer.start.<p>`), a start of
+    semantics 5, of a partition this pod does not serve, of an execution whose actor is
+    resident (inputs before the start), or of a playbook whose first decision did not
+    fit before: refused, nothing spawned, nothing folded."""
     from actors.engine.actor import Engine, misfit_key_of
     from streams.layout import Layout
 
@@ -303,6 +305,7 @@ async def test_asks_to_store_a_start_are_refused_before_the_fold_where_they_must
         return e
 
     cases = {
+        "asked where tools ask (`answer.<p>`)": (engine(), start),
         "semantics 5": (engine(), msgspec.structs.replace(start, semantics=5)),
         "a newer semantics": (engine(), msgspec.structs.replace(start, semantics=SEMANTICS + 1)),
         "a partition not served": (engine(_asks={}), start),
@@ -310,6 +313,10 @@ async def test_asks_to_store_a_start_are_refused_before_the_fold_where_they_must
         "a misfit": (engine(misfits={misfit_key_of(start, START_STEP): None}), start),
     }
     for what, (e, record) in cases.items():
-        said, folded = await Engine._ask(e, encode(record))
+        said, folded = await Engine._ask(e, encode(record), start=not what.startswith("asked where tools"))
         assert said.startswith("refused: ") and not folded, (what, said)
+    # a result asked where starters ask (`answer.start.<p>`)
+    done = CallDone(execution_id=EID, command_id="c1", step="a", attempt_number=1, result=1)
+    said, folded = await Engine._ask(engine(), encode(done), start=True)
+    assert said == "refused: not a start record" and not folded
     assert spawned == []
