@@ -77,7 +77,7 @@ from actors.runtime.metrics import ANSWER_ASKS, HALTED_REPLAYS
 from actors.runtime.outbox import Outbox, carrier_message, holdable
 from actors.runtime.render_process import RenderBounds
 from actors.runtime.stopping import cancel_and_wait
-from actors.runtime.supervision import Refold, engine_error
+from actors.runtime.supervision import Refold, engine_error, is_transient
 from actors.wire.events import (
     ActivationStatus,
     DecisionRecord,
@@ -482,7 +482,12 @@ class ExecutionActor(LogActor):
         # deterministic either way, but a step's time should not run backwards
         at = max(time.time(), self.last_at)
         return await self._store_with_decision(
-            data, inp, last=last, at=at, step=step, msg_id=ids.result_id(self.execution_id, inp.command_id)
+            data,
+            inp,
+            last=last,
+            at=at,
+            key=misfit_key(self.state, step),
+            msg_id=ids.result_id(self.execution_id, inp.command_id),
         )
 
     async def store_start(self, data: bytes, record: StartRecord) -> str:
@@ -496,15 +501,31 @@ class ExecutionActor(LogActor):
         not: then the starter writes the plain start record, and the actor rebuilds by
         replay at its next input (`reset`)."""
         return await self._store_with_decision(
-            data, record, last=0, at=time.time(), step=start_step(record), msg_id=ids.start_record_id(self.execution_id)
+            data,
+            record,
+            last=0,
+            at=time.time(),
+            key=misfit_key_of(record, start_step(record)),
+            msg_id=ids.start_record_id(self.execution_id),
         )
 
     async def _store_with_decision(
-        self, data: bytes, inp: CallDone | CallError | StartRecord, *, last: int, at: float, step: str, msg_id: str
+        self,
+        data: bytes,
+        inp: CallDone | CallError | StartRecord,
+        *,
+        last: int,
+        at: float,
+        key: MisfitKey,
+        msg_id: str,
     ) -> str:
         """`inp` folded now on the actor's state with cause -`last` and time `at`, and
         stored with the decision it leads to as one answer record, checked by the server
-        to follow input `last` (`store_answer`, `store_start`)."""
+        to follow input `last` (`store_answer`, `store_start`). Refused for the step's
+        (or the playbook's) sake, not this input's, the step `key` is remembered
+        (`Engine.misfits`): its shape (a loop, a fan-out, a timer...), a fold that
+        fails for good (not a transient error, a render process killed or stopped), a
+        record too large even without this input's own value (`_own_bytes`)."""
         stored = False
         try:  # from the fold on, anything but `stored` leaves the state moved: rebuilt by replay
             try:
@@ -519,13 +540,18 @@ class ExecutionActor(LogActor):
                     self, functools.partial(fold, self.state, folded, seq=-last, at=at, subjects=self.subjects)
                 )
             except (Exception, RenderFault, RenderHalted, SliceExhausted) as e:
+                # a template that must render in isolation, an error that would fail the
+                # same fold again: the playbook's; a NATS error (a payload blob read
+                # back), a render process killed or stopped: not
+                if isinstance(e, SliceExhausted) or (isinstance(e, Exception) and not is_transient(e)):
+                    self.engine.misfit(key)
                 return f"the fold failed: {type(e).__name__}"
             why = one_message_only(fx, self.state.semantics)
             command = holdable(self.outbox.codec, fx) if fx.commands else None
             if why is None and fx.commands and command is None:
                 why = "its command cannot be held by the record"
             if why is not None:  # the step's shape (a loop, a fan-out, a timer...): remembered
-                self.engine.misfit(misfit_key(self.state, step))
+                self.engine.misfit(key)
                 return why
             record = DecisionRecord(cause=-last, events=fx.events, command=command, answer=msgspec.Raw(data), at=at)
             kind = fx.commands[0].kind if command is not None else None
@@ -542,7 +568,9 @@ class ExecutionActor(LogActor):
             else:
                 payload = self.outbox.codec.encode(record)
                 subject = self.subjects.answer_record(kind)
-            if len(payload) > self.outbox.limit:  # this input's size, not the step's shape: not remembered
+            if len(payload) > self.outbox.limit:
+                if len(payload) - self._own_bytes(data, inp) > self.outbox.limit:  # the playbook's size
+                    self.engine.misfit(key)
                 return "the record is too large"
             headers = {
                 MSG_ID: msg_id,
@@ -567,6 +595,14 @@ class ExecutionActor(LogActor):
         finally:
             if not stored:
                 self.reset()
+
+    def _own_bytes(self, data: bytes, inp: Input) -> int:
+        """How much of `data` (an input as asked) is its own value, which the next input
+        of the step need not share: a result, all of it; a start record, its payload
+        (its playbook's source is the playbook's, in every start of it)."""
+        if not isinstance(inp, StartRecord):
+            return len(data)
+        return max(0, len(data) - len(self.outbox.codec.encode(msgspec.structs.replace(inp, payload={}))))
 
     def _traced(self, entry: LogEntry, inp: Input, fx: Effects | None) -> None:
         """Feed the execution's spans: every fold, live or replayed, so what is open is

@@ -331,6 +331,109 @@ async def test_a_start_whose_first_decision_does_not_fit_is_stored_plain_and_run
     await _replays_clean(system, eid, log)
 
 
+FIRST_FAILS_TO_FOLD = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: first_fails_to_fold_NAME}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 1"}
+"""
+
+
+async def test_a_first_decision_whose_fold_failed_for_good_is_remembered_a_transient_failure_not(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold of a start asked to be stored with its first decision fails: an error
+    that would fail it again (the playbook's) is remembered as a misfit, and the next
+    start of the playbook is refused before its fold; a NATS error (a payload blob
+    that could not be read back) is not, and the next start is folded again. Either
+    way the start is written plain and runs. (Review r6: neither was remembered.)"""
+    import nats.errors
+
+    from actors.engine.actor import START_STEP, Engine, ExecutionActor, misfit_key_of
+    from actors.runtime.metrics import ANSWER_ASKS
+
+    (engine,) = system.runtime.find(Engine)
+    real = ExecutionActor._read_back
+    failing: list[BaseException] = []
+
+    async def read_back_once(self: ExecutionActor, inp: Any) -> Any:
+        if failing and isinstance(inp, StartRecord) and self.replayer is None and not self.hydrated:
+            raise failing.pop()
+        return await real(self, inp)
+
+    monkeypatch.setattr(ExecutionActor, "_read_back", read_back_once)
+    for name, error, remembered in (
+        ("good", ValueError("a bug"), True),
+        ("transient", nats.errors.TimeoutError(), False),
+    ):
+        failing.append(error)
+        before = ANSWER_ASKS.value(outcome="refused_after_fold")
+        eid, status = await system.run_yaml(FIRST_FAILS_TO_FOLD.replace("NAME", name))
+        assert status.state == "COMPLETED", status.error
+        assert ANSWER_ASKS.value(outcome="refused_after_fold") == before + 1
+        assert not failing
+        record = await system.client.start_record(eid)
+        assert record is not None
+        assert (misfit_key_of(record, START_STEP) in engine.misfits) is remembered, name
+        folded = ANSWER_ASKS.value(outcome="refused_after_fold")
+        second, status = await system.run_yaml(FIRST_FAILS_TO_FOLD.replace("NAME", name))
+        assert status.state == "COMPLETED"
+        log = await execution_log(system.nc, system.layout, second)
+        # remembered: refused before the fold, stored plain; else folded and stored with it
+        assert is_start_answer(log[0][0]) is not remembered, (name, log[0][0])
+        assert ANSWER_ASKS.value(outcome="refused_after_fold") == folded
+
+
+BIG_FIRST_COMMAND = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: big_first_command}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(blob): return len(blob)"}
+    args: {blob: BLOB}
+"""
+
+
+@pytest.mark.layout(max_msg_size=64 * 1024)
+async def test_a_first_decision_too_large_for_the_playbooks_size_is_remembered_for_its_payloads_not(
+    system: System,
+) -> None:
+    """The start stored with its first decision does not fit one message: remembered as
+    a misfit when it would not fit whatever the start's payload (here the first step's
+    command holds a large constant of the playbook's, beside the playbook's source in
+    the start record), and the next start of the playbook is refused before its fold;
+    one that does not fit only for its payload is not (the next start, with a small
+    payload, is stored with its first decision). (Review r6: neither was remembered.)"""
+    from actors.engine.actor import START_STEP, Engine, misfit_key_of
+    from actors.runtime.metrics import ANSWER_ASKS
+
+    (engine,) = system.runtime.find(Engine)
+    before = ANSWER_ASKS.value(outcome="refused_after_fold")
+    eid, status = await system.run_yaml(BIG_FIRST_COMMAND.replace("BLOB", repr("x" * 32_000)))
+    assert status.state == "COMPLETED", status.error
+    assert await system.client.result(eid) == {"a": 32_000}
+    assert ANSWER_ASKS.value(outcome="refused_after_fold") == before + 1
+    record = await system.client.start_record(eid)
+    assert record is not None and misfit_key_of(record, START_STEP) in engine.misfits
+    second, status = await system.run_yaml(BIG_FIRST_COMMAND.replace("BLOB", repr("x" * 32_000)))
+    assert status.state == "COMPLETED"
+    assert ANSWER_ASKS.value(outcome="refused_after_fold") == before + 1  # not folded again
+    assert (await execution_log(system.nc, system.layout, second))[0][0].endswith(".in.start")
+    # too large for its payload: the playbook's source and decision are small
+    small = BIG_FIRST_COMMAND.replace("BLOB", "'{{ workload.blob }}'")
+    eid, status = await system.run_yaml(small, payload={"blob": "y" * 40_000})
+    assert status.state == "COMPLETED", status.error
+    assert ANSWER_ASKS.value(outcome="refused_after_fold") == before + 2
+    record = await system.client.start_record(eid)
+    assert record is not None and misfit_key_of(record, START_STEP) not in engine.misfits
+    third, status = await system.run_yaml(small, payload={"blob": "y"})
+    assert status.state == "COMPLETED"
+    assert is_start_answer((await execution_log(system.nc, system.layout, third))[0][0])
+
+
 @pytest.mark.parametrize("resident", [True, False])
 async def test_a_cancel_sent_before_the_start_makes_it_plain_and_cancels_it_as_it_starts(
     system: System, resident: bool
