@@ -163,9 +163,11 @@ def _stored_start(live: Execution, start_bytes: bytes, at: float) -> tuple[str, 
     return SUBJECTS.answer_lifecycle(type_, fx.commands[0].kind), raw, fx
 
 
-def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
+def _run(copy_after: int | None = None) -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
     """The three steps as an engine of semantics 6 stores them: the start with its
-    first decision (seq 1, cause 0), then each result with the decision it leads to."""
+    first decision (seq 1, cause 0), then each result with the decision it leads to.
+    `copy_after`: a plain copy of the start record after that many results
+    (`Client.prepare_rollback`'s), folded live: it must decide nothing."""
     live = _start_state()
     start_bytes = encode(_start_record())
     subject, raw, fx = _stored_start(live, start_bytes, 10.0)
@@ -175,6 +177,16 @@ def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
     (cmd,) = fx.commands
     last_input = 1
     for n, value in enumerate((1, 2, 3)):
+        if n == copy_after:
+            last_input += 1
+            copy = held_start(*stored[0])
+            assert copy == start_bytes
+            before = msgspec.to_builtins(live)
+            decided = fold(live, input_decoder.decode(copy), seq=last_input, at=15.0 + n, subjects=SUBJECTS)
+            assert not decided, decided  # a second start: the first won
+            assert msgspec.to_builtins(live) == {**before, "inputs_folded": before["inputs_folded"] + 1}
+            stored.append((SUBJECTS.start, copy))
+            log.append(LogRecord(last_input, SUBJECTS.start, 15.0 + n, "in", input_decoder.decode(copy)))
         seq, at = last_input + 1, 20.0 + n
         done = CallDone(execution_id=EID, command_id=cmd.command_id, step=cmd.step, attempt_number=1, result=value)
         data = encode(done)
@@ -238,6 +250,24 @@ def test_a_second_start_record_folded_after_a_start_answer_decides_nothing() -> 
     assert msgspec.to_builtins(replay.state) == {**msgspec.to_builtins(live), "inputs_folded": live.inputs_folded + 1}
     second = next(fx for seq, fx in replay.outputs if seq == 2)
     assert not second.events and not second.lifecycle and not second.commands
+    assert replay.start is not None and replay.start.payload == {"k": 1}
+
+
+@pytest.mark.parametrize("copy_after", [0, 1, 2])
+def test_a_plain_copy_of_the_start_decides_nothing_live_or_in_a_replay(copy_after: int) -> None:
+    """The copy `actors-cli prepare-rollback` writes (review r6): the start answer's own
+    start record, as its starter sent it, on `in.start` after the start answer and any
+    result since. Folded live by the running execution it decides nothing (`_run`
+    checks it) and changes nothing but the inputs folded; a replay of the log with it
+    finds no mismatch and reaches the same state, and the execution completes."""
+    live, log, stored = _run(copy_after=copy_after)
+    assert live.status == "COMPLETED"
+    assert [s.split(".", 3)[3] for s, _ in stored].count("in.start") == 1
+    replay = replay_execution(EID, log, subjects=SUBJECTS)
+    assert replay.mismatch is None, replay.mismatch.describe()
+    assert msgspec.to_builtins(replay.state) == msgspec.to_builtins(live)
+    copy_seq = 2 + copy_after
+    assert not next(fx for seq, fx in replay.outputs if seq == copy_seq)
     assert replay.start is not None and replay.start.payload == {"k": 1}
 
 

@@ -794,6 +794,103 @@ async def test_a_start_answer_another_pod_stored_opens_the_log_without_reading_i
     await _replays_clean(system, eid, log)
 
 
+WAIT_FIRST = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: wait_first}
+workflow:
+  - step: hold
+    tool: {kind: wait, signal: go}
+    next: done
+  - step: done
+    tool: noop
+"""
+
+
+@pytest.mark.timeout(180)
+async def test_a_plain_copy_of_the_start_makes_an_engine_of_5_halt_and_6_resume_it(
+    system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The roll back from 6 to 5 (docs/upgrades.md "From 5 to 6"), with a real engine pod
+    of semantics 5 (the last commit of 5, checked out here). An execution of 6 waits for
+    a signal, its start stored with its first decision; (1) the engine pods stop serving
+    asks (ACTORS_FAST_ANSWERS=0); (3) `actors-cli prepare-rollback` writes a plain copy
+    of its start on `in.start` (not of an execution that ended; run again, nothing
+    new), which the engine of 6 folds as a second start, deciding nothing; (4) an engine
+    of 5 takes over: the signal reaches it and it halts at the copy (`SemanticsUnknown`)
+    and stores no decision. Without the copy it stored `signal.kept` as the decision of
+    the signal (it folded the signal into a state that never started: its replay stops
+    comparing at the start answer), which 6 later halted on for good (review r6). Once
+    6 is back it resumes the execution, and the signal 5 held comes back to it: the
+    execution completes."""
+    from actors.wire.messages import SignalSent
+    from tests.support.cli import cli
+    from tests.support.pods import SEMANTICS_5, PodProcess, checkout
+
+    wait_first = system.tmp / "wait_first.yaml"
+    wait_first.write_text(WAIT_FIRST)
+    path = (await system.client.register(wait_first)).path
+    eid = "six-then-five"
+    await system.client.start(path, execution_id=eid)
+    ended, status = await system.run_yaml(THREE_STEPS)  # ended: left alone
+    assert status.state == "COMPLETED"
+
+    async def waiting() -> bool:
+        st = await system.client.status(eid)
+        return st is not None and bool(st.waiting)
+
+    await wait_for(waiting, timeout=20)
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    ended_log = await execution_log(system.nc, system.layout, ended)
+    assert is_start_answer(log[0][0]) and is_start_answer(ended_log[0][0])
+    # (1) no more asks: starts and results stored plain from now on
+    monkeypatch.setenv("ACTORS_FAST_ANSWERS", "0")
+    await system.restart_roles(("engine",))
+    # (3) the copies
+    ran = await cli("prepare-rollback", url=system.server.url)
+    assert (ran.code, ran.out) == (
+        0,
+        "1 executions not ended: 1 start copies written, 0 written before, 0 started plain (nothing to do)\n",
+    ), ran
+    await system.engine_idle()
+    copied = await execution_log(system.nc, system.layout, eid)
+    assert [s.split(".", 3)[3] for s, _, _, _ in copied[len(log) :]] == ["in.start"]  # and nothing decided for it
+    assert copied[-1][1] == held_start(log[0][0], log[0][1])  # the start record as its starter sent it
+    ran = await cli("prepare-rollback", "--json", url=system.server.url)
+    assert ran.code == 0 and json.loads(ran.out) == {"running": 1, "copied": 0, "copied_before": 1, "plain": 0}, ran
+    assert await execution_log(system.nc, system.layout, eid) == copied
+    assert await execution_log(system.nc, system.layout, ended) == ended_log  # ended: left alone
+    # (4) an engine pod of 5 in this one's place
+    await system.stop_roles(("engine",))
+    with checkout(SEMANTICS_5, tmp_path / "semantics5") as code:
+        five = await PodProcess.start(
+            "engine", url=system.server.url, layout=system.layout, logs=tmp_path, name="engine5", code=code
+        )
+        try:
+            await five.ready()
+            await system.client.signal(eid, "go")
+
+            async def halted_by_five() -> list[Any]:
+                return [i.data for i in await system.events(eid) if i.type == "execution.halted"]
+
+            halts = await wait_for(halted_by_five, timeout=60, interval=0.1)
+        finally:
+            await five.stop()
+    assert [h["kind"] for h in halts] == ["SemanticsUnknown"], halts
+    after = await execution_log(system.nc, system.layout, eid)
+    signal_seq = next(seq for s, d, seq, _ in after if s.endswith(".in.signal"))
+    by_five = [s.split(".", 3)[3] for s, _, seq, _ in after if seq > signal_seq]
+    assert by_five == ["lc.execution.halted"], by_five  # no decision of 5's
+    assert isinstance(input_decoder.decode(next(d for s, d, _, _ in after if s.endswith(".in.signal"))), SignalSent)
+    # roll forward: 6 again resumes it at the copy, and the signal comes back to it
+    await system.start_roles(("engine",))
+    status = await system.client.wait(eid, timeout=60)
+    assert status.state == "COMPLETED", status
+    items = await system.events(eid)
+    assert [i.type for i in items if i.type.startswith("execution.")][-2:] == ["execution.halted", "execution.resumed"]
+
+
 LAST_FAILS = """
 apiVersion: actors/v1
 kind: Playbook

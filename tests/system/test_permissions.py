@@ -354,6 +354,39 @@ async def test_the_tools_user_cannot_start_an_execution_through_an_ask(secured: 
     assert any(violation in line for line in secured.violations()), secured.violations()
 
 
+WAITER = (
+    HEAD % "waiter"
+    + """
+workflow:
+  - step: hold
+    tool: {kind: wait, signal: go}
+"""
+)
+
+
+@pytest.mark.asyncio
+async def test_the_engine_user_prepares_a_rollback(secured: Secured, pods: Pods, tmp_path: Path) -> None:
+    """`actors-cli prepare-rollback` writes an input of the engine's (a plain copy of a
+    start stored with its first decision, on `exec.*.*.in.start`), which the cli user
+    may not: run as the engine user, as docs/upgrades.md says, it needs nothing more."""
+    for role in ("engine", "projector"):
+        await pods.start(secured, role)
+    (tmp_path / "waiter.yaml").write_text(WAITER)
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
+        eid = await client.start((await client.register(tmp_path / "waiter.yaml")).path)
+
+        async def waiting() -> bool:
+            st = await client.status(eid)
+            return st is not None and bool(st.waiting)
+
+        await wait_for(waiting, timeout=30)
+        code, out, err = await cli("prepare-rollback", "--json", url=secured.url("engine"), user="engine")
+        assert code == 0 and json.loads(out) == {"running": 1, "copied": 1, "copied_before": 0, "plain": 0}, err
+        await client.cancel(eid)
+        assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
+    assert secured.violations() == []
+
+
 @pytest.mark.asyncio
 async def test_a_role_that_may_not_declare_streams_waits_for_the_engine_to(
     secured: Secured, pods: Pods, caplog: pytest.LogCaptureFixture
