@@ -31,6 +31,13 @@ def start_record_id(execution_id: str) -> str:
     return f"{execution_id}:start"
 
 
+def start_copy_id(execution_id: str) -> str:
+    """A plain copy of the start stored with its first decision (semantics 6), written on
+    `in.start` before a roll back to an engine of semantics 5 (`Client.prepare_rollback`),
+    which then halts the execution instead of misreading it: once per execution."""
+    return f"{execution_id}:start:copy"
+
+
 def retried_id(execution_id: str, retry_execution_id: str) -> str:
     """The link from a retried execution to one retry of it (`in.retried`)."""
     return f"{execution_id}:retried:{retry_execution_id}"

@@ -11,7 +11,12 @@ who writes and who reads:
 
 * ``in``  inputs the engine folds: the start record, tool results, cancel requests.
   Written by the starter, tool actors and the CLI; the engine's partition consumers
-  filter on ``exec.<p>.*.in.>`` so they never receive the engine's own output.
+  filter on ``exec.<p>.*.in.>`` so they never receive the engine's own output. From
+  semantics 5 the engine writes inputs too, answer records (``in.answer...``): a step's
+  result stored with the decision it led to and, from 6, the start with its first
+  decision; those that carry lifecycle events (``in.answer.lc.<type>``, with
+  ``.cmd.<kind>`` after it when the record holds a command) the projector and that
+  kind's tool actors read as well.
 * ``ev``  the engine's decision records (step.enter, command.issued, step.exit ...):
   one message per decision, so a decision lands whole or not at all. From semantics 2
   on, a record holding the decision's one command to a tool is on ``ev.cmd.<kind>``,
@@ -273,7 +278,8 @@ def engine_consumer(partition: int) -> str:
 
 PROJECTOR_CONSUMER = "projector"
 # the lifecycle carriers: every lifecycle event, and (semantics 5) the answer records
-# that carry the last step's decision, the execution's end (`in.answer.lc.<type>`). Still
+# that carry the last step's decision, the execution's end (`in.answer.lc.<type>`), and
+# from 6 the start's first decision (`in.answer.lc.playbook.initialized[.cmd.<kind>]`). Still
 # only lifecycle carriers: no decision record, result or other input reaches the projector
 PROJECTOR_FILTER = [LIFECYCLE_FILTER, ANSWER_LIFECYCLE_FILTER]
 STARTER_CONSUMER = "starter"

@@ -12,6 +12,7 @@ why; this module only spells them.
     progress.<execution_id>                                      core NATS: loop progress
     result.request, catalog.register, execution.cancel           core NATS: requests any client sends
     answer.<partition>                                           core NATS: a tool asks to store its result
+    answer.start.<partition>                                     core NATS: a starter asks to store a start
     status.<playbook>.<execution_id>                             core NATS: each status written
 
 Classes: ``in`` inputs an actor folds, ``ev`` decision records (``ev.decision``, or
@@ -57,6 +58,11 @@ RESULT_WAIT = "Actors-Result-Wait"
 # the decision it leads to, as one input (`exec.<p>.<id>.in.answer...`, semantics 5):
 # core NATS, outside every stream (docs/architecture.md "The next layout", item 2)
 ANSWER_REQUEST_PREFIX = "answer"
+# a starter asks that engine pod to store an execution's start record with its first
+# decision, as the log's first input (semantics 6): a subject of its own, which only the
+# engine user may publish (the tools user publishes `answer.<p>`, which refuses a start:
+# the starter's checks, the catalog, the limits, would be skipped)
+START_ASK_PREFIX = f"{ANSWER_REQUEST_PREFIX}.start"
 # every status the projector writes, also published on core NATS under its playbook, so a
 # client can watch one playbook's executions (`status.<playbook>.*`): a notification, at
 # most once; KV `status` stays the record
@@ -69,7 +75,10 @@ START, RESULT, ITERATOR, TIMER, FAULT, CANCEL, SPEC = "start", "result", "iterat
 LOOP_RESULT, DECISION = "res", "decision"
 COMMAND = "cmd"  # ev.cmd.<kind>: a decision record holding its one command
 SIGNAL = "signal"  # in.signal: a signal sent to the execution (actors/wire/messages.py SignalSent)
-ANSWER = "answer"  # in.answer.cmd.<kind> | in.answer.ev: a result and the decision it led to (semantics 5)
+# in.answer.cmd.<kind> | in.answer.ev | in.answer.lc.<type>: a result and the decision it
+# led to (semantics 5); in.answer.lc.<type>.cmd.<kind> (semantics 6): lifecycle events and
+# a command, and an execution's start stored with its first decision
+ANSWER = "answer"
 RETRIED = "retried"  # a retry of this (terminal) execution was started (actors/wire/messages.py RetriedBy)
 
 
@@ -199,11 +208,16 @@ class ExecSubjects(_LogSubjects):
         `kind` take it from the log), else `in.answer.ev`."""
         return self.input(f"{ANSWER}.{COMMAND}.{kind}" if kind else f"{ANSWER}.{EV}")
 
-    def answer_lifecycle(self, event_type: str) -> str:
+    def answer_lifecycle(self, event_type: str, kind: str | None = None) -> str:
         """A step's result stored with a decision that has lifecycle events (semantics
         5: the last step's, `in.answer.lc.playbook.completed`), the carrier event holding
-        the decision record as `lifecycle` messages do (`LifecycleExtras`)."""
-        return self.input(f"{ANSWER}.{LC}.{event_type}")
+        the decision record as `lifecycle` messages do (`LifecycleExtras`). From
+        semantics 6 that record may hold the decision's one command too, and the
+        subject then names its kind as `lifecycle_with_command` does, for that kind's
+        tool actors: `in.answer.lc.<type>.cmd.<kind>` (an execution's start stored with
+        its first decision, `in.answer.lc.playbook.initialized.cmd.python`)."""
+        carrier = self.input(f"{ANSWER}.{LC}.{event_type}")
+        return f"{carrier}.{COMMAND}.{kind}" if kind else carrier
 
     @property
     def answers(self) -> str:
@@ -245,13 +259,22 @@ LIFECYCLE_FILTER = f"exec.*.*.{LC}.>"
 def tool_log_filters(kind: str) -> list[str]:
     """The stored decisions that hold a command of `kind`: decision records
     (`decision_with_command`) and lifecycle events carrying their decision
-    (`lifecycle_with_command`: an execution's first step's command), and results stored
-    with the decision they led to (`answer_record`, semantics 5)."""
+    (`lifecycle_with_command`: an execution's first step's command), results stored
+    with the decision they led to (`answer_record`, semantics 5), and (semantics 6)
+    answer records that carry lifecycle events and a command (`answer_lifecycle` with a
+    kind: an execution's start with its first decision). An event type is always two
+    tokens (`playbook.initialized`: `EVENT_TYPE_TOKENS`), so `*.*` matches exactly one."""
     return [
         f"exec.*.*.{EV}.{COMMAND}.{kind}",
         f"exec.*.*.{LC}.*.*.{COMMAND}.{kind}",
         f"exec.*.*.{IN}.{ANSWER}.{COMMAND}.{kind}",
+        f"exec.*.*.{IN}.{ANSWER}.{LC}.*.*.{COMMAND}.{kind}",
     ]
+
+
+# the tokens of every event type (`<family>.<name>`, actors/wire/events.py EventType): the
+# tool log filters above match a carrier's type as `*.*`
+EVENT_TYPE_TOKENS = 2
 
 
 ANSWER_LIFECYCLE_FILTER = f"exec.*.*.{IN}.{ANSWER}.{LC}.>"  # answer records carrying lifecycle events
@@ -263,6 +286,12 @@ def answer_request_subject(partition: int) -> str:
     return f"{ANSWER_REQUEST_PREFIX}.{partition}"
 
 
+def start_ask_subject(partition: int) -> str:
+    """Where a starter asks partition `partition`'s engine pod to store an execution's
+    start record with its first decision (semantics 6)."""
+    return f"{START_ASK_PREFIX}.{partition}"
+
+
 def is_answer_record(subject: str) -> bool:
     """Is `subject` a result stored with its decision (`exec.<p>.<id>.in.answer...`)?"""
     parts = subject.split(".", 5)
@@ -271,11 +300,31 @@ def is_answer_record(subject: str) -> bool:
 
 def answer_lifecycle_type(subject: str) -> str | None:
     """The carrier event's type of an answer record holding lifecycle events
-    (`exec.<p>.<id>.in.answer.lc.<type>` -> `<type>`); None for any other subject."""
-    parts = subject.split(".", 6)
-    if len(parts) == 7 and parts[0] == "exec" and parts[3] == IN and parts[4] == ANSWER and parts[5] == LC:
-        return parts[6]
-    return None
+    (`exec.<p>.<id>.in.answer.lc.<type>` -> `<type>`, and from semantics 6
+    `exec.<p>.<id>.in.answer.lc.<type>.cmd.<kind>` -> `<type>`); None for any other
+    subject."""
+    parts = subject.split(".")
+    if len(parts) < 6 + EVENT_TYPE_TOKENS or parts[0] != "exec" or parts[3:6] != [IN, ANSWER, LC]:
+        return None
+    tail = parts[6 + EVENT_TYPE_TOKENS :]
+    if tail and (len(tail) != 2 or tail[0] != COMMAND):
+        return None
+    return ".".join(parts[6 : 6 + EVENT_TYPE_TOKENS])
+
+
+# the lifecycle event only an execution's start decides: an answer record carried by it
+# is that start stored with its first decision (semantics 6)
+START_CARRIER = "playbook.initialized"
+
+
+def is_start_answer(subject: str) -> bool:
+    """Is `subject` an execution's start stored with its first decision, the log's first
+    input (`exec.<p>.<id>.in.answer.lc.playbook.initialized[.cmd.<kind>]`, semantics 6)?
+    Told by its subject alone when that decision left the execution running: one that
+    ended it at once (a playbook that cannot run) is on its end's subject
+    (`in.answer.lc.playbook.failed`), as a last step's result would be, and is told by
+    its cause, 0 (actors/wire/messages.py `start_of_record_answer`)."""
+    return answer_lifecycle_type(subject) == START_CARRIER
 
 
 # --- a loop's log (LOOP) ---------------------------------------------------------------

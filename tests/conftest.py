@@ -118,6 +118,17 @@ class System:
         """Stop the named roles and start fresh instances on the same server: an
         engine or counter with its leases, which the fresh one (a new member) wins at
         once since the old one handed them back."""
+        await self.stop_roles(roles)
+        await self.start_roles(roles)
+
+    async def start_roles(self, roles: tuple[str, ...]) -> None:
+        """Start fresh instances of the named roles (stopped by `stop_roles`)."""
+        fresh = await start_roles(self.nc, layout=self.layout, roles=roles)
+        self.runtime.actors.extend(fresh.actors)
+
+    async def stop_roles(self, roles: tuple[str, ...]) -> None:
+        """Stop the named roles of this process (a pod of another release may then take
+        their place: tests/support/pods.py)."""
         from actors.engine.actor import Engine
         from actors.engine.starter import Starter
         from actors.gateway.answers import Gateway
@@ -144,8 +155,6 @@ class System:
         for a in [a for a in reversed(self.runtime.actors) if doomed(a)]:
             await a.stop()
             self.runtime.actors.remove(a)
-        fresh = await start_roles(self.nc, layout=self.layout, roles=roles)
-        self.runtime.actors.extend(fresh.actors)
 
 
 def make_layout(**overrides: Any) -> Layout:

@@ -34,6 +34,7 @@ from actors.cli.listing import cmd_list, cmd_playbooks, cmd_result
 from actors.cli.logs import cmd_logs
 from actors.cli.output import print_error, use_local_time
 from actors.cli.retrying import add_retry_parser, cmd_retry
+from actors.cli.rollback import add_prepare_rollback_parser, cmd_prepare_rollback
 from actors.cli.schedule import add_schedule_parser, cmd_schedule
 from actors.cli.security import add_connection_flags
 from actors.cli.serving import cmd_dev, cmd_serve
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
 
     with_timeout(with_nats(add_archive_parser(sub)))
+    with_timeout(with_nats(add_prepare_rollback_parser(sub)))
 
     sp = with_timeout(with_nats(sub.add_parser("result", help="a finished execution's result, or its error")))
     sp.add_argument("execution_id", help="the execution's id")
@@ -300,6 +302,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "actors-cli list --playbook examples/hello --limit 10 --local",
     ),
     "archive": ("actors-cli archive --older-than 30d --to /var/backups/actors",),
+    "prepare-rollback": ("actors-cli prepare-rollback   # as the engine user, after ACTORS_FAST_ANSWERS=0",),
     "result": ("actors-cli result ID", "actors-cli result ID --json"),
     "playbooks": ("actors-cli playbooks",),
     "validate": ("actors-cli validate flows/*.yaml",),
@@ -424,6 +427,7 @@ ASYNC = {
     "result": cmd_result,
     "playbooks": cmd_playbooks,
     "archive": cmd_archive,
+    "prepare-rollback": cmd_prepare_rollback,
     "ui": cmd_ui,
 }
 SYNC = {"validate": cmd_validate, "schema": cmd_schema, "help": cmd_help}

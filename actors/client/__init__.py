@@ -31,6 +31,8 @@ One module per idea:
 * `deadletters`: dead letters newest first, a page at a time (the UI's page)
 * `hooks`: webhooks (add, list, rotate, delete; what `POST /hooks/<name>` does)
 * `signals`: send a signal to an execution's waiting step, answer an approval step
+* `rollback`: before a roll back to an engine of semantics 5, a plain copy of each start
+  stored with its first decision (`prepare_rollback`)
 
 The names below are what the rest of the tree imports from `actors.client`."""
 
@@ -48,6 +50,7 @@ from actors.client.logview import LogItem, log_items
 from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, ExecutionNotFound
 from actors.client.outputs import StepOutputs
 from actors.client.retrying import Retrier, RetryOutcome, RetryRefused, UnknownExecution
+from actors.client.rollback import RollbackReport, Rollbacks
 from actors.client.runs import Runs
 from actors.client.schedules import ScheduleError, ScheduleView, Scheduling
 from actors.client.signals import ExecutionNotKnownYet, InvalidSignal, NotWaiting, SignalRefused, Signals
@@ -63,7 +66,18 @@ from streams.layout import Layout
 
 
 class Client(
-    Hooks, Signals, Retrier, Runs, StepOutputs, StepStories, Scheduling, Triggering, Lister, Archiver, DeadLetterReader
+    Hooks,
+    Signals,
+    Retrier,
+    Runs,
+    StepOutputs,
+    StepStories,
+    Scheduling,
+    Triggering,
+    Lister,
+    Archiver,
+    Rollbacks,
+    DeadLetterReader,
 ):
     """`timeout`: seconds each call keeps trying through an election or a reconnect
     before it raises NatsUnavailable."""
@@ -123,6 +137,7 @@ __all__ = [
     "NotWaiting",
     "RetryOutcome",
     "RetryRefused",
+    "RollbackReport",
     "ScheduleError",
     "ScheduleView",
     "SignalRefused",

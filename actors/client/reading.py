@@ -19,9 +19,8 @@ from actors.client.outcome import ExecutionFailed, ExecutionNotFinished, Executi
 from actors.client.outcome import running_steps as steps_running
 from actors.client.session import Session
 from actors.client.watch import StatusWatch
-from actors.natsio import last_message, log_time, stream_seq
+from actors.natsio import held_start, last_message, log_time, start_message, stream_seq
 from actors.natsio.readall import read_all
-from actors.natsio.replay import has_message
 from actors.store.archive import ArchivedExecution
 from actors.store.blobs import BLOB_MISSING, blob_owner, get_blob, stored_value
 from actors.store.records import status_record
@@ -47,7 +46,7 @@ from streams.layout import (
     is_exec_stream,
     progress_subject,
 )
-from streams.subjects import START, dlq_filter, loop_results_filter, subject_matches, type_of
+from streams.subjects import dlq_filter, loop_results_filter, subject_matches
 
 ARCHIVES_KEPT = 4  # archived executions a client keeps read (a page shows one: its status, events, result)
 WATCH_ROUND = 10.0  # seconds a status watch runs before it is checked and renewed
@@ -141,7 +140,7 @@ class Reader(Session):
         subjects = self.layout.execution(check_execution_id(execution_id))
         log = subjects.log
         stream = self.layout.exec_stream_of(execution_id)
-        if not await has_message(self.nc, stream, subjects.start):
+        if await start_message(self.nc, stream, subjects) is None:
             archived = await self._archived(execution_id)
             if archived is not None:  # retired: its log is all there will ever be
                 for subject, data, seq, at in archived.stream(self.layout.exec_stream_of(execution_id)):
@@ -298,8 +297,8 @@ class Reader(Session):
         live = [x for m in msgs for x in expand(m.subject, m.data, stream_seq(m), log_time(m))]
         if execution_id is None:
             return live
-        if msgs and (not is_exec_stream(stream) or any(type_of(m.subject) == START for m in msgs)):
-            return live  # its log is there, start record and all: not retired
+        if msgs and (not is_exec_stream(stream) or any(held_start(m.subject, m.data) is not None for m in msgs)):
+            return live  # its log is there, start record (or start answer, semantics 6) and all: not retired
         archived = await self._archived(execution_id)
         if archived is None:
             return live

@@ -240,13 +240,15 @@ class Retrier(Writer, FailedItems):
                 ev, extras = self.codec.decode(event_decoder, data), self.codec.decode(extras_decoder, data)
                 log += lifecycle_records(seq, subject, at, ev, extras)
                 continue
-            elif cls == IN and is_answer_record(subject):  # a result with its decision (semantics 5)
+            elif cls == IN and is_answer_record(subject):  # a result (6: or the start) with its decision (5)
                 held = self.codec.decode(answer_decoder, data)  # `in.answer.lc.<type>`: with its lifecycle events
                 record = held.record
                 try:
                     answer = self.codec.decode(input_decoder, bytes(record.answer)) if record.answer else None
                 except msgspec.DecodeError:
                     answer = None
+                if answer is not None:
+                    answer = await read_back(self.js, answer)  # a start's payload blob (semantics 6)
                 log += answer_records(seq, subject, record, answer, held.lifecycle)
                 continue
             elif cls == IN:

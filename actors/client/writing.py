@@ -16,13 +16,12 @@ from typing import Any
 
 import msgspec
 from nats.errors import Error as NatsError
-from nats.js.errors import NotFoundError
 
 from actors.client.checks import check_execution_id, check_size
 from actors.client.outcome import ExecutionNotFound
 from actors.client.session import Session
 from actors.errors import UserError
-from actors.natsio import MSG_ID, last_message
+from actors.natsio import MSG_ID, held_start, start_message
 from actors.natsio.batchget import window
 from actors.natsio.requests import requester
 from actors.playbook.loader import read_playbook_text
@@ -229,25 +228,38 @@ class Writer(Session):
         )
 
     async def _start_record(self, execution_id: str) -> StartRecord | None:
-        subject = self.layout.execution(execution_id).start
-        try:
-            msg = await last_message(self.nc, self.layout.exec_stream_of(execution_id), subject)
-        except NotFoundError:
-            return None
-        record = self.codec.open_for_display(input_decoder.decode(msg.data or b""))
+        # on its own subject, or (semantics 6) the log's first input, the start stored
+        # with its first decision: the first input is looked at first (`start_message`)
+        found = await start_message(
+            self.nc, self.layout.exec_stream_of(execution_id), self.layout.execution(execution_id)
+        )
+        return None if found is None else self._opened_start(found[1])
+
+    def _opened_start(self, data: bytes) -> StartRecord | None:
+        record = self.codec.open_for_display(input_decoder.decode(data))
         return record if isinstance(record, StartRecord) else None
 
     async def _await_start_record(self, execution_id: str, timeout: float) -> StartRecord | None:
-        subject = self.layout.execution(execution_id).start
-        sub = await self.js.subscribe(subject, stream=self.layout.exec_stream_of(execution_id), ordered_consumer=True)
+        """The start record once the execution's log holds it, waiting up to `timeout`
+        seconds for it (its inputs read as they come: the start record, or the start
+        stored with its first decision)."""
+        subjects = self.layout.execution(execution_id)
+        sub = await self.js.subscribe(
+            subjects.inputs, stream=self.layout.exec_stream_of(execution_id), ordered_consumer=True
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
-            msg = await sub.next_msg(timeout=timeout)
-        except TimeoutError:
-            return None
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=max(0.001, deadline - loop.time()))
+                except TimeoutError:
+                    return None
+                held = held_start(msg.subject, msg.data)
+                if held is not None:
+                    return self._opened_start(held)
         finally:
             await sub.unsubscribe()
-        record = self.codec.open_for_display(input_decoder.decode(msg.data))
-        return record if isinstance(record, StartRecord) else None
 
     async def exists(self, execution_id: str, *, timeout: float = 10.0) -> bool | None:
         """Whether the execution exists: True once its start record is in its log;
@@ -268,15 +280,21 @@ class Writer(Session):
         # or until every message queued now has been handled (a work queue drops a
         # message when acked: the first sequence then moves past the last one seen now)
         upto = queued.last_seq
-        subject = self.layout.execution(execution_id).start
-        sub = await self.js.subscribe(subject, stream=self.layout.exec_stream_of(execution_id), ordered_consumer=True)
+        # its inputs as they come, for one that holds its start (a start record, or the
+        # start stored with its first decision: semantics 6)
+        subjects = self.layout.execution(execution_id)
+        sub = await self.js.subscribe(
+            subjects.inputs, stream=self.layout.exec_stream_of(execution_id), ordered_consumer=True
+        )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
             while True:
                 try:
-                    await sub.next_msg(timeout=max(0.01, min(0.25, deadline - loop.time())))
-                    return True
+                    msg = await sub.next_msg(timeout=max(0.01, min(0.25, deadline - loop.time())))
+                    if held_start(msg.subject, msg.data) is not None:
+                        return True
+                    continue
                 except TimeoutError:
                     pass
                 state = (await jsm.stream_info(START_STREAM)).state

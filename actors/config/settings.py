@@ -201,9 +201,11 @@ class Settings:
     fast_answers: bool = _setting(
         True,
         "ACTORS_FAST_ANSWERS",
-        "`0`: this engine pod does not store a step's result with its decision as one answer record (semantics 5); "
-        "tools asking publish their results themselves. Set it on every engine pod, and let the tool consumers "
-        "drain, before rolling back to a release before semantics 5 (docs/upgrades.md)",
+        "`0`: this engine pod does not store a step's result with its decision as one answer record (semantics 5), "
+        "nor an execution's start with its first decision (semantics 6); tools and starters asking publish their "
+        "results and start records themselves. Set it on every engine pod, and let the tool consumers drain, "
+        "before rolling back to a release before semantics 5 or 6; to 5, then run `actors-cli prepare-rollback` "
+        '(docs/upgrades.md "From 5 to 6")',
         minimum=None,
     )
     counter_max_resident: int = _setting(

@@ -101,7 +101,13 @@ from streams.subjects import ExecSubjects, LoopSubjects
 #      and the time it read in `at`, its cause minus the stream sequence of the input it
 #      followed): the tool asks the engine first (`Command.ask_on`). Decisions are those
 #      of 4; an older engine pod must not read such a log (it would not fold the answer).
-SEMANTICS = 5
+#   6: an execution's start may be stored with its first decision, as one input: an
+#      answer record of cause 0 (minus the input before it: none) holding the start
+#      record in `answer`, the log's first input (the starter asks the engine first);
+#      and an answer record may carry lifecycle events and one command
+#      (`exec.<p>.<id>.in.answer.lc.<type>.cmd.<kind>`). Decisions are those of 5; an
+#      older engine pod cannot read a start stored so (docs/upgrades.md "From 5 to 6").
+SEMANTICS = 6
 
 NONDETERMINISM = "Nondeterminism"
 SEMANTICS_UNKNOWN = "SemanticsUnknown"
@@ -254,7 +260,8 @@ class Recorded:
     def last_decided(self) -> int:
         """Where in the log the last decided input is (0: none): a decision record's
         cause, or for an answer record (semantics 5, its cause negative: minus the input
-        it followed) the record's own stream seq, the input it is."""
+        it followed; semantics 6, 0 for the start stored with its first decision) the
+        record's own stream seq, the input it is."""
         return max((cause if cause > 0 else s.seq for cause, s in self.decisions.items()), default=0)
 
     @property
@@ -479,12 +486,14 @@ def answer_records(
     seq: int, subject: str, record: DecisionRecord, answer: Input | None, lifecycle: Sequence[AnyEvent] = ()
 ) -> list[LogRecord]:
     """The records one answer record holds (semantics 5, `exec.<p>.<id>.in.answer...`):
-    the result it stores, an input folded with the record's cause and time (`answer`:
-    that result decoded by the reader, None when it cannot be read or is no result),
-    then its decision record, then the lifecycle events one on `in.answer.lc.<type>`
-    carries (`lifecycle`, decided order: `AnswerRecord.lifecycle`)."""
+    the result it stores (or, semantics 6, the execution's start record: the log's
+    first input, cause 0), an input folded with the record's cause and time (`answer`:
+    that input decoded, and read back, by the reader; None when it cannot be read or is
+    neither), then its decision record, then the lifecycle events one on
+    `in.answer.lc.<type>[.cmd.<kind>]` carries (`lifecycle`, decided order:
+    `AnswerRecord.lifecycle`)."""
     at = record.at if record.at is not None else 0.0
-    if not isinstance(answer, (CallDone, CallError)):
+    if not isinstance(answer, (CallDone, CallError, StartRecord)):
         answer = None
     return [
         LogRecord(seq, subject, at, "in", answer, cause=record.cause),

@@ -66,6 +66,7 @@ from actors.natsio import (
 )
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.replay import first_message
 from actors.playbook.budget import RenderHalted, SliceExhausted
 from actors.playbook.templates import RenderFault
 from actors.runtime import tracing
@@ -76,7 +77,7 @@ from actors.runtime.metrics import ANSWER_ASKS, HALTED_REPLAYS
 from actors.runtime.outbox import Outbox, carrier_message, holdable
 from actors.runtime.render_process import RenderBounds
 from actors.runtime.stopping import cancel_and_wait
-from actors.runtime.supervision import Refold, engine_error
+from actors.runtime.supervision import Refold, engine_error, is_transient
 from actors.wire.events import (
     ActivationStatus,
     DecisionRecord,
@@ -108,7 +109,7 @@ from actors.wire.messages import (
     input_decoder,
 )
 from streams import ids
-from streams.layout import LOOP_STREAM, Layout, engine_consumer
+from streams.layout import EXECUTION_ID, LOOP_STREAM, Layout, engine_consumer
 from streams.subjects import (
     ANSWER,
     CANCEL,
@@ -127,6 +128,8 @@ from streams.subjects import (
     class_of,
     execution_of,
     is_answer_record,
+    is_start_answer,
+    start_ask_subject,
     type_of,
 )
 
@@ -145,23 +148,44 @@ INPUT_TYPES: dict[str, tuple[type, ...]] = {
     CANCEL: (CancelRequest,),
     RETRIED: (RetriedBy,),
     SIGNAL: (SignalSent,),
-    ANSWER: (CallDone, CallError),  # the result an answer record holds (semantics 5)
+    # the result an answer record holds (semantics 5), or the start record an execution's
+    # first answer record holds (semantics 6: its start stored with its first decision)
+    ANSWER: (CallDone, CallError, StartRecord),
 }
 
 FAST_SEMANTICS = 5  # from which a tool asks (actors/core/work.py FAST_ANSWERS)
-STORED = "stored"  # the reply that tells a tool its result is stored (actors/tools/running.py `_ask`)
+# from which a starter asks too (an execution's start stored with its first decision),
+# and an answer record may carry lifecycle events and a command (`one_message_only`)
+START_ANSWERS = 6
+STORED = "stored"  # the reply that tells a tool (or a starter) its input is stored (actors/tools/running.py `_ask`)
+NOT_STORED = "not stored"  # a refusal of the server's (or no PubAck): the log may hold inputs the actor lacks
+# the step a start's first decision is remembered under in `Engine.misfits` (no step is
+# named so: a step name is a YAML key the loader checks, never `<...>`)
+START_STEP = "<start>"
 
 
-def one_message_only(fx: Effects) -> str | None:
-    """Why the decision `fx` cannot be stored as one answer record (None: it can): it
-    must be some events and at most one command, or lifecycle events (the last step's
-    decision: the execution's end) and no command, and nothing else at all."""
+def start_step(record: StartRecord) -> str:
+    """What `Engine.misfits` remembers a start's first decision under: the playbook's
+    entry, or the step a retry starts from (another first decision)."""
+    return START_STEP if record.retry_of is None else f"{START_STEP}{record.retry_of.from_step}"
+
+
+def one_message_only(fx: Effects, semantics: int) -> str | None:
+    """Why the decision `fx` of an execution of `semantics` cannot be stored as one
+    answer record (None: it can): it must be some events and at most one command, or
+    lifecycle events (the last step's decision: the execution's end) and no command,
+    and nothing else at all. From semantics 6, lifecycle events and one command too (an
+    execution's first decision, a step's that enters a wait beside another's command):
+    the record is a lifecycle carrier whose subject names the command's kind
+    (`in.answer.lc.<type>.cmd.<kind>`), which both the projector and that kind's tool
+    actors read. An execution of 5 keeps refusing it: a pod of 5 never meets one in a
+    log of 5."""
     others = (fx.starts or fx.loops or fx.signal_forwards or fx.timers or fx.reply is not None or fx.child_cancels) or (
         fx.loop_cancels or fx.cancels or fx.failures or fx.verdict is not None
     )
     if others:
         return "the decision sends more than a command"
-    if fx.lifecycle and fx.commands:
+    if fx.lifecycle and fx.commands and semantics < START_ANSWERS:
         return "the decision has lifecycle events and a command"
     if len(fx.commands) > 1:
         return "the decision issues more than one command"
@@ -223,6 +247,11 @@ def misfit_key(state: Execution, step: str) -> MisfitKey:
     return state.playbook_path, hash(state.playbook_source), step
 
 
+def misfit_key_of(record: StartRecord, step: str) -> MisfitKey:
+    """`misfit_key` of the state `record`'s fold starts (`_start` copies both)."""
+    return record.playbook_path, hash(record.playbook_source or ""), step
+
+
 class ExecutionActor(LogActor):
     source = "engine"
 
@@ -275,7 +304,26 @@ class ExecutionActor(LogActor):
             self.trace.pending.clear()  # not stored: the replay that follows decides again
 
     def opens_log(self, subject: str) -> bool:
-        return type_of(subject) == START
+        # a start record, or (semantics 6) the start stored with its first decision
+        return type_of(subject) == START or is_start_answer(subject)
+
+    async def first_input(self, msg: Msg) -> bool:
+        """A start stored with its first decision is the log's first input: the server
+        stores it only while the log holds no input (its check over `in.>`). A plain
+        start record is checked on its own subject only (or, from semantics 6, over the
+        inputs by a starter of this release): a cancel or a signal sent before it, or a
+        start answer (a starter of another release, past the duplicate window), may
+        precede it, folded by an actor gone since (evicted, the partition moved), and
+        one direct get of the first input tells."""
+        if not self.opens_log(msg.subject):
+            return False
+        if is_start_answer(msg.subject):
+            return True
+        try:
+            first = await first_message(self.engine.nc, self.stream, self.subjects.inputs)
+        except NotFoundError:  # gone since (retired): replayed, which reads what is there
+            return False
+        return first.seq == stream_seq(msg)
 
     async def give_up(self, batch: list[Msg], error: Exception, level: int) -> bool:
         """Handling the input failed deterministically, again and again. The first time,
@@ -318,6 +366,7 @@ class ExecutionActor(LogActor):
         self.skip.add(entry.seq)
 
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
+        before = self.last_seq
         self.last_seq = entry.seq
         self.folded_seq = fold_seq = entry.seq
         fold_at = entry.at
@@ -331,6 +380,14 @@ class ExecutionActor(LogActor):
             return None  # given up on (EngineFault): folding it failed, and would again (checked before decoding)
         if is_answer_record(entry.subject):
             if self.replayer is None:
+                if is_start_answer(entry.subject) and before == 0 and self.state.inputs_folded == 0:
+                    # the log's first input (semantics 6: its start stored with its first
+                    # decision, `opens_log`), met by an actor that folded nothing: the
+                    # replay of a log of this one input, the records it holds its own,
+                    # without reading the log (nothing precedes it, what follows is
+                    # delivered after it)
+                    await self._replay([entry])
+                    return None
                 # met live by an actor that did not write it (another pod's, during a
                 # handover): rebuilt by a replay instead, which folds it and holds its
                 # decision against this code's (a live fold would compare nothing)
@@ -424,37 +481,99 @@ class ExecutionActor(LogActor):
         # never before the log's own time (a pod whose clock is behind): recorded, so
         # deterministic either way, but a step's time should not run backwards
         at = max(time.time(), self.last_at)
+        return await self._store_with_decision(
+            data,
+            inp,
+            last=last,
+            at=at,
+            key=misfit_key(self.state, step),
+            msg_id=ids.result_id(self.execution_id, inp.command_id),
+        )
+
+    async def store_start(self, data: bytes, record: StartRecord) -> str:
+        """A starter's start record (`data`, as it sent it) folded by this fresh actor
+        and stored with the first decision as one input, the log's first (semantics 6):
+        an answer record of cause 0 (minus the input before it: none) under the start
+        record's own message id, stored only while the execution has no input at all
+        (`Nats-Expected-Last-Subject-Sequence: 0` over `exec.<p>.<id>.in.>`), so never a
+        second start. Folded as `fold_input` folds a start record: its payload read back
+        from a blob, a big playbook loaded off the loop first. Returns `stored`, or why
+        not: then the starter writes the plain start record, and the actor rebuilds by
+        replay at its next input (`reset`)."""
+        return await self._store_with_decision(
+            data,
+            record,
+            last=0,
+            at=time.time(),
+            key=misfit_key_of(record, start_step(record)),
+            msg_id=ids.start_record_id(self.execution_id),
+        )
+
+    async def _store_with_decision(
+        self,
+        data: bytes,
+        inp: CallDone | CallError | StartRecord,
+        *,
+        last: int,
+        at: float,
+        key: MisfitKey,
+        msg_id: str,
+    ) -> str:
+        """`inp` folded now on the actor's state with cause -`last` and time `at`, and
+        stored with the decision it leads to as one answer record, checked by the server
+        to follow input `last` (`store_answer`, `store_start`). Refused for the step's
+        (or the playbook's) sake, not this input's, the step `key` is remembered
+        (`Engine.misfits`): its shape (a loop, a fan-out, a timer...), a fold that
+        fails for good (not a transient error, a render process killed or stopped), a
+        record too large even without this input's own value (`_own_bytes`)."""
         stored = False
         try:  # from the fold on, anything but `stored` leaves the state moved: rebuilt by replay
             try:
+                folded: Input = inp
+                if isinstance(inp, StartRecord):
+                    folded = await self._read_back(inp)  # a payload blob read back, as `fold_input` does
+                    if inp.playbook_source:  # a big one: loaded off the loop first
+                        await self.engine.preload_playbook(
+                            inp.playbook_source, inp.playbook_path, inp.limits.max_attempts
+                        )
                 fx = await self.engine.fold_off_loop(
-                    self, functools.partial(fold, self.state, inp, seq=-last, at=at, subjects=self.subjects)
+                    self, functools.partial(fold, self.state, folded, seq=-last, at=at, subjects=self.subjects)
                 )
             except (Exception, RenderFault, RenderHalted, SliceExhausted) as e:
+                # a template that must render in isolation, an error that would fail the
+                # same fold again: the playbook's; a NATS error (a payload blob read
+                # back), a render process killed or stopped: not
+                if isinstance(e, SliceExhausted) or (isinstance(e, Exception) and not is_transient(e)):
+                    self.engine.misfit(key)
                 return f"the fold failed: {type(e).__name__}"
-            why = one_message_only(fx)
+            why = one_message_only(fx, self.state.semantics)
             command = holdable(self.outbox.codec, fx) if fx.commands else None
             if why is None and fx.commands and command is None:
                 why = "its command cannot be held by the record"
             if why is not None:  # the step's shape (a loop, a fan-out, a timer...): remembered
-                self.engine.misfit(misfit_key(self.state, step))
+                self.engine.misfit(key)
                 return why
             record = DecisionRecord(cause=-last, events=fx.events, command=command, answer=msgspec.Raw(data), at=at)
+            kind = fx.commands[0].kind if command is not None else None
             if fx.lifecycle:
-                # the last step's decision (the execution's end): shaped as a lifecycle
-                # carrier is (actors/runtime/outbox.py `carrier_message`), on
-                # `in.answer.lc.<carrier type>`; a large result goes as a blob, as there
+                # the last step's decision (the execution's end), or from semantics 6 the
+                # first decision of an execution: shaped as a lifecycle carrier is
+                # (actors/runtime/outbox.py `carrier_message`), on
+                # `in.answer.lc.<carrier type>[.cmd.<kind>]`; a large result goes as a
+                # blob, as there
                 for ev in fx.lifecycle:
                     await self.outbox.offload_result(ev)
                 type_, payload = carrier_message(self.outbox.codec, fx.lifecycle, record)
-                subject = self.subjects.answer_lifecycle(type_)
+                subject = self.subjects.answer_lifecycle(type_, kind)
             else:
                 payload = self.outbox.codec.encode(record)
-                subject = self.subjects.answer_record(fx.commands[0].kind if command is not None else None)
-            if len(payload) > self.outbox.limit:  # this result's size, not the step's shape: not remembered
+                subject = self.subjects.answer_record(kind)
+            if len(payload) > self.outbox.limit:
+                if len(payload) - self._own_bytes(data, inp) > self.outbox.limit:  # the playbook's size
+                    self.engine.misfit(key)
                 return "the record is too large"
             headers = {
-                MSG_ID: ids.result_id(self.execution_id, inp.command_id),
+                MSG_ID: msg_id,
                 EXPECTED_LAST_SUBJECT_SEQUENCE: str(last),
                 EXPECTED_LAST_SUBJECT_FILTER: self.subjects.inputs,
             }
@@ -463,16 +582,27 @@ class ExecutionActor(LogActor):
                 # future, no retry (a refusal is an answer here, not an outage)
                 puback = await (await publisher(self.engine.nc).publish(subject, payload, headers))
             except Exception as e:  # a wrong last sequence (another input came), a timeout, ...
-                return f"not stored: {e!r}"
+                return f"{NOT_STORED}: {e!r}"
             if puback.duplicate:
                 return "a duplicate"
             self.last_seq = puback.seq
             self.last_at = at
+            if isinstance(inp, StartRecord):  # the log's first input: nothing precedes it
+                self.start_seq = puback.seq
+                self.hydrated = True
             stored = True
             return STORED
         finally:
             if not stored:
                 self.reset()
+
+    def _own_bytes(self, data: bytes, inp: Input) -> int:
+        """How much of `data` (an input as asked) is its own value, which the next input
+        of the step need not share: a result, all of it; a start record, its payload
+        (its playbook's source is the playbook's, in every start of it)."""
+        if not isinstance(inp, StartRecord):
+            return len(data)
+        return max(0, len(data) - len(self.outbox.codec.encode(msgspec.structs.replace(inp, payload={}))))
 
     def _traced(self, entry: LogEntry, inp: Input, fx: Effects | None) -> None:
         """Feed the execution's spans: every fold, live or replayed, so what is open is
@@ -499,10 +629,16 @@ class ExecutionActor(LogActor):
     # --- replay ----------------------------------------------------------------------
 
     async def rehydrate(self) -> None:
+        await self._replay(await self.read_log(self.subjects.log, through=self.replay_through))
+
+    async def _replay(self, entries: list[LogEntry]) -> None:
+        """Fold the inputs of `entries` (the log, or its part read so far) into fresh
+        state, each decision held against the records `entries` hold, and publish what
+        they lack."""
         inputs: list[LogEntry] = []
         seen = Recorded()
         codec = codec_of(self.engine.js)
-        for entry in await self.read_log(self.subjects.log, through=self.replay_through):
+        for entry in entries:
             cls = class_of(entry.subject)
             if cls == IN:
                 inputs.append(entry)
@@ -517,11 +653,13 @@ class ExecutionActor(LogActor):
                     seen.fired.add(kind.split(".", 1)[1])
                 elif kind == FAULT:
                     seen.skip.add(fault_decoder.decode(entry.data).input_seq)
-                elif is_answer_record(entry.subject):  # a result with its decision (semantics 5)
+                elif is_answer_record(entry.subject):  # a result (or the start, 6) with its decision (semantics 5)
                     held = codec.decode(answer_decoder, entry.data)
                     record = held.record
                     seen.decision(entry.seq, entry.subject, record)
-                    for one in held.lifecycle:  # the last step's: the execution's end (`in.answer.lc.<type>`)
+                    # a carrier's (`in.answer.lc.<type>[.cmd.<kind>]`): the last step's, the
+                    # execution's end; from semantics 6 the first decision's too
+                    for one in held.lifecycle:
                         seen.event(entry.seq, entry.subject, one)
                     answered = command_of_answer(bytes(record.answer)) if record.answer is not None else None
                     if answered is not None:
@@ -662,7 +800,8 @@ class Engine(PartitionHost[str, ExecutionActor]):
             role="engine",
             render_bounds=render_bounds,
         )
-        self._asks: dict[int, Subscription] = {}  # partition -> its answer.<p> subscription
+        # partition -> its subscriptions to asks: `answer.<p>` (tools), `answer.start.<p>` (starters)
+        self._asks: dict[int, list[Subscription]] = {}
         # the steps whose decision did not fit one answer record (a loop, a child, a
         # fan-out, a timer, lifecycle events with a command, a command not holdable, too
         # large), most recent last: the next ask for one is refused before its fold,
@@ -677,15 +816,22 @@ class Engine(PartitionHost[str, ExecutionActor]):
         self.fast_answers = fast_answers
         self._serves: dict[str, bool] = {}
         if not fast_answers:
-            log.warning("engine: ACTORS_FAST_ANSWERS=0: no answer records stored; tools store their results plain")
+            log.warning(
+                "engine: ACTORS_FAST_ANSWERS=0: no answer records stored; tools and starters write results and starts"
+            )
 
     async def gain(self, partition: int) -> None:
         await super().gain(partition)
         if partition not in self._asks and await self.serves_asks(partition):
             # read as it arrives (no task per subscription): each ask its own task
-            self._asks[partition] = await subscribe_direct(
-                self.nc, answer_request_subject(partition), self._on_ask, queue="engine.answer"
-            )
+            # a tool's (`answer.<p>`) and a starter's (`answer.start.<p>`), each taking its own
+            asks = [
+                (answer_request_subject(partition), self._on_ask),
+                (start_ask_subject(partition), self._on_start_ask),
+            ]
+            self._asks[partition] = [
+                await subscribe_direct(self.nc, subject, handler, queue="engine.answer") for subject, handler in asks
+            ]
 
     async def serves_asks(self, partition: int) -> bool:
         """Does this pod store answer records for partition `partition`? Not when told
@@ -733,26 +879,30 @@ class Engine(PartitionHost[str, ExecutionActor]):
         return None
 
     async def lose(self, partition: int) -> None:
-        sub = self._asks.pop(partition, None)
-        if sub is not None:
+        for sub in self._asks.pop(partition, []):
             await sub.unsubscribe()
         await super().lose(partition)
 
     async def stop(self) -> None:
-        for sub in self._asks.values():
-            await sub.unsubscribe()
+        for subs in self._asks.values():
+            for sub in subs:
+                await sub.unsubscribe()
         self._asks.clear()
         await cancel_and_wait(list(self._asking))  # unanswered: each tool publishes its result itself
         await super().stop()
 
-    def _on_ask(self, msg: Msg) -> None:
+    def _on_ask(self, msg: Msg, *, start: bool = False) -> None:
         """An ask, called from the connection's read loop: handled in a task of its own."""
         full = len(self._asking) >= ASKS_IN_FLIGHT
-        task = asyncio.create_task(self._answer(msg, full=full))  # never blocks the read loop
+        task = asyncio.create_task(self._answer(msg, full=full, start=start))  # never blocks the read loop
         self._asking.add(task)
         task.add_done_callback(self._asking.discard)
 
-    async def _answer(self, msg: Msg, *, full: bool = False) -> None:
+    def _on_start_ask(self, msg: Msg) -> None:
+        """A starter's ask (`answer.start.<p>`, semantics 6)."""
+        self._on_ask(msg, start=True)
+
+    async def _answer(self, msg: Msg, *, full: bool = False, start: bool = False) -> None:
         if full:
             # a burst beyond what the pod handles: refused at once, before anything is
             # decoded; each tool publishes its result itself
@@ -760,7 +910,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
             said = "refused: too many asks in flight"
         else:
             try:
-                said = await self.ask(msg.data)
+                said = await self.ask(msg.data, start=start)
             except Exception as e:
                 said = f"refused: {type(e).__name__}"
         if msg.reply:
@@ -776,21 +926,31 @@ class Engine(PartitionHost[str, ExecutionActor]):
         while len(self.misfits) > MISFITS_REMEMBERED:
             self.misfits.popitem(last=False)
 
-    async def ask(self, data: bytes) -> str:
+    async def ask(self, data: bytes, *, start: bool = False) -> str:
         """`_ask`, counted by outcome (`actors_answer_asks_total`)."""
-        said, folded = await self._ask(data)
+        said, folded = await self._ask(data, start=start)
         outcome = "stored" if said == STORED else "refused_after_fold" if folded else "refused_before_fold"
         ANSWER_ASKS.inc(outcome=outcome)
         return said
 
-    async def _ask(self, data: bytes) -> tuple[str, bool]:
+    async def _ask(self, data: bytes, *, start: bool = False) -> tuple[str, bool]:
         """A tool asks to store its result (`data`) with the decision it leads to
-        (`ExecutionActor.store_answer`): `stored`, or `refused: <why>`; and whether the
-        result was folded (a refusal after it costs a replay)."""
+        (`ExecutionActor.store_answer`, on `answer.<p>`), or a starter its start record
+        with the first decision (`start`: on `answer.start.<p>`, semantics 6,
+        `_ask_start`): `stored`, or `refused: <why>`; and whether the input was folded
+        (a refusal after it costs a replay). Each subject takes its own: the tools user
+        may publish `answer.<p>`, and a start record taken there would start an
+        execution of any playbook source, limits and parent it names, none of the
+        starter's checks made; only the engine user (its starter) publishes
+        `answer.start.<p>`."""
         try:
             inp = codec_of(self.js).decode(input_decoder, data)
         except Exception as e:
-            return f"refused: not a result ({type(e).__name__})", False
+            return f"refused: not a {'start record' if start else 'result'} ({type(e).__name__})", False
+        if start:
+            if not isinstance(inp, StartRecord):
+                return "refused: not a start record", False
+            return await self._ask_start(data, inp)
         if not isinstance(inp, (CallDone, CallError)):
             return "refused: not a result", False
         actor = self.actors.get(inp.execution_id)
@@ -808,13 +968,63 @@ class Engine(PartitionHost[str, ExecutionActor]):
                 actor.busy = actor.waiting
         return (STORED, True) if said == STORED else (f"refused: {said}", True)
 
+    async def _ask_start(self, data: bytes, record: StartRecord) -> tuple[str, bool]:
+        """A starter asks to store an execution's start record (`data`, as it sent it)
+        with its first decision, as the log's first input (semantics 6,
+        `ExecutionActor.store_start`). Refused before the fold unless the record is of
+        semantics 6 to this code's, of an execution in a partition whose asks this pod
+        serves (it holds the partition, `serves_asks`), tracing is off, no actor of the
+        execution is resident (one that is has inputs to fold: a cancel or a signal sent
+        before the start, which then must come first) and its first step is not one
+        remembered as deciding what one record cannot hold (`misfits`). Else the actor is
+        spawned here, as the partition's consumer would spawn it for the start's
+        delivery, and folds it holding its `turn`; refused after the fold, it is dropped,
+        unless the log may hold inputs it lacks (the server refused the record, or an
+        input reached it meanwhile): then it is rebuilt by replay at its next input."""
+        eid = record.execution_id
+        if not START_ANSWERS <= record.semantics <= SEMANTICS:
+            return f"refused: a start of semantics {record.semantics}", False
+        if not EXECUTION_ID.fullmatch(eid) or self.layout.partition_of(eid) not in self._asks:
+            return "refused: not an execution of a partition this pod serves asks for", False
+        if tracing.enabled():
+            return "refused: tracing is on", False
+        if eid in self.actors:
+            return "refused: the execution's actor is resident (inputs before the start)", False
+        if misfit_key_of(record, start_step(record)) in self.misfits:
+            return "refused: this playbook's first decision did not fit one message before", False
+        self.retired.pop(eid, None)  # a new execution of a retired one's id: its log holds no input
+        actor = self.spawn(eid)
+        actor.busy = True  # `_evict` leaves it
+        actor.task = asyncio.create_task(actor.run(), name=f"{type(actor).__name__}:{eid}")
+        self.actors[eid] = actor
+        if len(self.actors) > self.max_resident:
+            self._evict()
+        said = "the actor stopped"
+        try:
+            async with actor.turn:
+                said = await actor.store_start(data, record)
+        finally:
+            actor.busy = actor.waiting
+            refused_before_publish = said != STORED and not said.startswith(NOT_STORED)
+            if refused_before_publish and actor.mailbox.empty() and not actor.waiting:
+                # the log holds nothing it lacks: dropped, and the plain start record its
+                # starter writes next is the first delivery of the log's first input (no
+                # replay). Refused by the server (inputs came first: a cancel, a signal),
+                # it stays, reset: the start is folded after them, by replay
+                self.forget(eid, actor)
+                if actor.task is not None:
+                    actor.task.cancel()
+        return (STORED, True) if said == STORED else (f"refused: {said}", True)
+
     def wakes_retired(self, subject: str) -> bool:
         """A retry of a finished execution is linked in its log (`execution.retried`);
         and a start record under a finished execution's id is folded by an actor
         rebuilt from the log: while the old log is there it is a second start, which
         changes nothing, and once the old execution was retired (its records removed,
-        actors/store/retire.py) it is the start of a new one."""
-        return type_of(subject) in (RETRIED, START)
+        actors/store/retire.py) it is the start of a new one. A start stored with its
+        first decision (semantics 6) is stored only in a log with no input: always a
+        new one's."""
+        return type_of(subject) in (RETRIED, START) or is_start_answer(subject)
 
     def spawn(self, key: str) -> ExecutionActor:
         return ExecutionActor(self, key)

@@ -1,7 +1,9 @@
 """The starter: turns start messages (stream START) into an execution's first input.
 
 It validates the message, resolves the playbook in the catalog and writes a
-StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`. A
+StartRecord (with the playbook source copied in) to `exec.<p>.<id>.in.start`; from
+semantics 6 it first asks the engine pod owning the execution's partition to store the
+record with the first decision, as the log's first input (`Starter._write`). A
 message it cannot use (not JSON, a bad field, nested too deep to decode: measured on
 its text first, actors/wire/nesting.py) goes to `dlq.start.<execution_id>` with the reason
 (`dlq.start._` when it names no usable id); a message with a usable execution id but an unknown
@@ -38,23 +40,29 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
 
 from actors.core.replay import SEMANTICS
+from actors.engine.actor import START_ANSWERS, STORED
 from actors.engine.fires import fire_start
 from actors.natsio import (
+    EXPECTED_LAST_SUBJECT_FILTER,
     EXPECTED_LAST_SUBJECT_SEQUENCE,
+    MSG_ID,
     ack,
     dead_letter,
-    has_message,
     num_delivered,
     publish_all,
+    resent_after_lost_puback,
     send,
+    start_message,
     stream_seq,
     subject_taken,
 )
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.replies import is_inbox
+from actors.natsio.requests import requester
 from actors.runtime.keyed_limiter import KeyedLimiter
 from actors.runtime.ownership import semantics_in_use
 from actors.runtime.stopping import cancel_and_wait
@@ -85,9 +93,13 @@ from streams.layout import (
     Layout,
     deliver_subject,
 )
-from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT
+from streams.subjects import START_AS_MESSAGE, START_REQUEST_SUBJECT, START_WAIT, start_ask_subject
 
 log = logging.getLogger("actors.starter")
+ASK_TIMEOUT = 2.0  # seconds an ask may take (a tool's too: actors/tools/running.py); then looked up
+# what an ask to store a start with its first decision came to (`Starter._ask`), and a
+# start found stored by another
+_STORED, _REFUSED, _NOT_SERVED, _UNKNOWN, _FOUND = "stored", "refused", "not served", "unknown", "found"
 _start_decoder = msgspec.json.Decoder(StartMessage)
 _NAMESPACE = uuid.UUID("6f1c2b1e-3d0a-4c55-9a4f-5b7e0e2a9c11")
 
@@ -320,7 +332,7 @@ class Starter:
         async with self._limiter.turn(eid):
             record = await self._record(eid, start, _trace_context(msg))
             if record.error is not None and not as_message:
-                if await has_message(self.nc, self.layout.exec_stream_of(eid), self.layout.execution(eid).start):
+                if await start_message(self.nc, self.layout.exec_stream_of(eid), self.layout.execution(eid)):
                     await self._link_retry(eid, start.retry_of)
                     return StartReply(execution_id=eid, started=True, existing=True)
                 return await self._refuse(msg, record.error, eid)
@@ -375,29 +387,108 @@ class Starter:
     async def _write(self, record: StartRecord) -> bool:
         """Write the start record unless the execution has one: True when this wrote it.
 
+        From semantics 6 (a record with no `error`) the engine pod owning the
+        execution's partition is asked first to store it with the first decision, as
+        the log's first input (`_ask`; the engine's `ExecutionActor.store_start`): one
+        stored message where there were two, one after the other, on every execution's
+        way. Refused, or no engine pod serving asks there (`ACTORS_FAST_ANSWERS=0`, a
+        stream of three replicas, a cancel sent before the start...), it is written as
+        before (`_write_plain`); an ask whose outcome is not known (a timeout, the
+        connection lost) is looked up first (`start_message`), so it never makes a
+        second start. Either way the retry link is written (in case the first handling
+        stopped before it)."""
+        eid = record.execution_id
+        data = codec_of(self.nc).encode(record)
+        asked = None
+        if record.semantics >= START_ANSWERS and record.error is None:
+            asked = await self._ask(eid, data)
+            if asked == _UNKNOWN:  # maybe stored: looked up before a plain start is written
+                found = await start_message(self.nc, self.layout.exec_stream_of(eid), self.layout.execution(eid))
+                if found is not None:
+                    asked = _STORED if found[1] == data else _FOUND
+            if asked in (_STORED, _FOUND):  # stored now (by this ask), or found: another start's
+                await self._link_retry(eid, record.retry_of)
+                return asked == _STORED
+        # checked over the inputs whether or not asks are served now: a start answer may
+        # be there from when they were (ACTORS_FAST_ANSWERS=0 since, a partition between
+        # owners), and its subject is not `in.start`
+        wrote = await self._write_plain(
+            eid, data, over_inputs=record.semantics >= START_ANSWERS, asked_unknown=asked == _UNKNOWN
+        )
+        await self._link_retry(eid, record.retry_of)
+        return wrote
+
+    async def _write_plain(self, eid: str, data: bytes, *, over_inputs: bool, asked_unknown: bool = False) -> bool:
+        """Store the start record on its own subject unless the execution has one: True
+        when this stored it.
+
         One execution per id, in one round trip: the record is stored only while its
         subject is empty (the server checks, `EXPECTED_LAST_SUBJECT_SEQUENCE`), where a
         lookup of the subject first (`has_message`) cost a request more per start.
         The server makes that check before the duplicate window's: a second copy is
-        refused whatever its message id, even our own re-sent after a lost PubAck (it
-        then counts as found, not written: the record is there all the same). Either
-        way the retry link is written (in case the first handling stopped before it)."""
-        eid = record.execution_id
-        subject = self.layout.execution(eid).start
+        refused whatever its message id, even our own re-sent after a lost PubAck.
+
+        `over_inputs` (a record of semantics 6 on): the start of such an execution may
+        be stored with its first decision, on another subject (`in.answer...`), now or
+        when asks were served (they may not be now: ACTORS_FAST_ANSWERS=0, a partition
+        between owners): the record is then stored only while the execution has no
+        input at all (the check over `exec.<p>.<id>.in.>`; a nats-server before 2.11
+        ignores the filter and checks `in.start`, where no start answer is). A refusal is
+        looked up (`start_message`): a start there, stored either way, is the one that
+        runs; none (a cancel or a signal sent before the start came first) and it is
+        stored on its own subject's check as before. So a start stored with its first
+        decision is never followed by a plain one, however late (the same message id
+        would cover only the duplicate window).
+
+        A start found is this call's when this call may have stored it and its bytes are
+        these: a copy whose PubAck was lost, the re-send refused by the check (which the
+        server makes before the duplicate window's: `resent_after_lost_puback`), or the
+        start answer of an ask with no answer (`asked_unknown`) stored after it was
+        looked up. Else it is an existing execution's, even with the same bytes (the
+        same start sent again)."""
+        subjects = self.layout.execution(eid)
+        headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
+        if over_inputs:
+            headers[EXPECTED_LAST_SUBJECT_FILTER] = subjects.inputs
+        mine = asked_unknown  # may this call have stored the start that is there?
         try:
             # re-sent through an election
-            (ack,) = await publish_all(
-                self.js,
-                [(subject, codec_of(self.nc).encode(record), start_record_id(eid))],
-                headers=[{EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}],
-            )
-            wrote = not ack.duplicate
+            (ack,) = await publish_all(self.js, [(subjects.start, data, start_record_id(eid))], headers=[headers])
+            if not ack.duplicate:
+                return True
         except Exception as e:
             if not subject_taken(e):
                 raise
-            wrote = False
-        await self._link_retry(eid, record.retry_of)
-        return wrote
+            mine = mine or resent_after_lost_puback(e)
+        # refused (or a duplicate of the start record's id, which a start answer shares)
+        found = await start_message(self.nc, self.layout.exec_stream_of(eid), subjects)
+        if found is not None:
+            return mine and found[1] == data
+        if not over_inputs:
+            return False  # (retired since the refusal)
+        return await self._write_plain(eid, data, over_inputs=False, asked_unknown=asked_unknown)
+
+    async def _ask(self, eid: str, data: bytes) -> str:
+        """Ask the engine pod owning `eid`'s partition to store its start record
+        (`data`) with its first decision (semantics 6, on `answer.start.<p>`, which only
+        the engine user may publish): `_STORED` once it says so; `_REFUSED` when it refused (it
+        serves asks there: nothing stored); `_NOT_SERVED` when no engine pod serves
+        asks there (no responders); `_UNKNOWN` when no answer came (a timeout, the
+        connection lost: it may be stored)."""
+        subject = start_ask_subject(self.layout.partition_of(eid))
+        try:
+            reply = await requester(self.nc).request(
+                subject, data, timeout=ASK_TIMEOUT, headers={MSG_ID: start_record_id(eid)}
+            )
+        except NoRespondersError:
+            return _NOT_SERVED
+        except Exception as e:  # a timeout, the connection away: maybe stored
+            log.info("starter: asking to store the start of %s with its first decision: %r", eid, e)
+            return _UNKNOWN
+        if reply == STORED.encode():
+            return _STORED
+        log.debug("starter: the start of %s stored plain: %s", eid, reply[:200].decode(errors="replace"))
+        return _REFUSED
 
     async def _link_retry(self, eid: str, retry: RetryOf | None) -> None:
         """A retry's start also goes into the retried execution's log (`RetriedBy`,

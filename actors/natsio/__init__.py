@@ -10,7 +10,9 @@ dead-lettering, message metadata. One module per idea:
 * `metadata`: a message's stream sequence, deliveries and log time
 * `replay`: is an output already in the streams (`has_message`, `command_sent`, a command's
   answer: `is_answered`), read from
-  the stream leader (`last_message`)
+  the stream leader (`last_message`); an execution's start record, wherever its log
+  holds it (`start_message`: its own subject, or the start stored with its first
+  decision, semantics 6)
 * `schedules`: the headers of a durable timer (a scheduled message)
 * `batchget`: many stored messages in one request (a batched direct get)
 * `kvkeys`: a KV bucket's keys without nats-py's `keys()` race
@@ -32,8 +34,23 @@ from actors.natsio.kvkeys import kv_keys
 from actors.natsio.metadata import log_time, num_delivered, stream_seq
 from actors.natsio.private import close_connection
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_FILTER, EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
-from actors.natsio.publishing import MSG_ID, Publisher, PublishOutcomeUnknown, publish_all, publisher
-from actors.natsio.replay import command_sent, has_message, is_answered, last_message, verdict_sent
+from actors.natsio.publishing import (
+    MSG_ID,
+    Publisher,
+    PublishOutcomeUnknown,
+    publish_all,
+    publisher,
+    resent_after_lost_puback,
+)
+from actors.natsio.replay import (
+    command_sent,
+    has_message,
+    held_start,
+    is_answered,
+    last_message,
+    start_message,
+    verdict_sent,
+)
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_TARGET, schedule_at
 from actors.natsio.transient import TRANSIENT_REQUEST, ride_out
 
@@ -51,6 +68,7 @@ __all__ = [
     "command_sent",
     "dead_letter",
     "has_message",
+    "held_start",
     "is_answered",
     "kv_keys",
     "last_message",
@@ -58,9 +76,11 @@ __all__ = [
     "num_delivered",
     "publish_all",
     "publisher",
+    "resent_after_lost_puback",
     "ride_out",
     "schedule_at",
     "send",
+    "start_message",
     "stream_seq",
     "subject_taken",
     "verdict_sent",

@@ -43,6 +43,16 @@ class PublishOutcomeUnknown(Unavailable):
 
 Message = tuple[str, bytes, dict[str, str]]  # subject, payload, headers (with its Nats-Msg-Id)
 
+# noted on the error a publish met when it was sent again after a try that got no PubAck
+# (`resent_after_lost_puback`): that try may have stored it, and a check that refuses a
+# second copy (`Nats-Expected-Last-Subject-Sequence`) then refuses it for its own copy
+AFTER_LOST_PUBACK = "sent again after a try that got no PubAck: that try may have stored it"
+
+
+def resent_after_lost_puback(error: BaseException) -> bool:
+    """Did `send` meet `error` re-sending a publish whose earlier try got no PubAck?"""
+    return AFTER_LOST_PUBACK in getattr(error, "__notes__", ())
+
 
 class Publisher(ReplyInbox):
     """Pipelined JetStream publishes on one connection: each publish returns a future
@@ -164,6 +174,8 @@ class Publisher(ReplyInbox):
                     if isinstance(outcome, TimeoutError):
                         doubtful.setdefault(i, sent_at)
                 else:
+                    if i in doubtful:
+                        outcome.add_note(AFTER_LOST_PUBACK)
                     raise outcome
             if error is None:
                 return [a for a in acks if a is not None]

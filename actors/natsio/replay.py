@@ -10,9 +10,16 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from actors.natsio.batchget import pages
-from actors.wire.messages import Command, LoopSpec, command_of_answer, command_of_record_answer, loop_of_verdict
+from actors.wire.messages import (
+    Command,
+    LoopSpec,
+    command_of_answer,
+    command_of_record_answer,
+    loop_of_verdict,
+    start_of_record_answer,
+)
 from streams.layout import CMD_STREAM, cmd_subject
-from streams.subjects import ExecSubjects, shares_results
+from streams.subjects import START, ExecSubjects, is_answer_record, shares_results, type_of
 
 
 async def last_message(nc: NATS, stream: str, subject: str, *, newest: bool = False) -> RawStreamMsg:
@@ -44,6 +51,50 @@ async def has_message(nc: NATS, stream: str, subject: str) -> bool:
         return True
     except NotFoundError:
         return False
+
+
+def held_start(subject: str, data: bytes) -> bytes | None:
+    """The start record the stored message on `subject` holds, as its starter sent it:
+    the message itself on `exec.<p>.<id>.in.start`, or (semantics 6) the `answer` of an
+    answer record that is the execution's start stored with its first decision (cause
+    0); None for any other message."""
+    if type_of(subject) == START:
+        return data
+    if is_answer_record(subject):
+        return start_of_record_answer(data)
+    return None
+
+
+async def first_message(nc: NATS, stream: str, subject: str) -> RawStreamMsg:
+    """The first message of `stream` on `subject` (a filter); NotFoundError when the
+    stream leader has none. As `last_message`: any replica's "found" is right (a
+    replica holds a prefix of the stream), a "not found" is asked of the leader."""
+    try:
+        return await nc.jsm().get_msg(stream, 1, subject=subject, next=True, direct=True)
+    except NotFoundError:
+        pass
+    return await nc.jsm().get_msg(stream, 1, subject=subject, next=True, direct=False)
+
+
+async def start_message(nc: NATS, stream: str, subjects: ExecSubjects) -> tuple[RawStreamMsg, bytes] | None:
+    """The stored message holding the execution's start record, and the record's bytes
+    as its starter sent them; None when its log holds none (not started, retired, or
+    its start still queued). The log's first input holds it, a start record or (from
+    semantics 6) the start stored with its first decision, which is stored only as the
+    first input: one get. Else (a cancel or a signal sent before the start came
+    first) the start record is on its own subject: a second get."""
+    try:
+        first = await first_message(nc, stream, subjects.inputs)
+    except NotFoundError:
+        return None
+    held = held_start(first.subject or "", first.data or b"")
+    if held is not None:
+        return first, held
+    try:
+        plain = await last_message(nc, stream, subjects.start)
+    except NotFoundError:
+        return None
+    return plain, plain.data or b""
 
 
 ANSWER_PAGE = 16  # results read at once when looking for one: a page of results holds at most this many messages

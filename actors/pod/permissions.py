@@ -100,6 +100,7 @@ from streams.subjects import (
     REGISTER_REQUEST_SUBJECT,
     RESULT_REQUEST_SUBJECT,
     SIGNAL_REQUEST_SUBJECT,
+    START_ASK_PREFIX,
     START_REQUEST_SUBJECT,
     START_SUBJECT,
     STATUS_REPUBLISH_DEST,
@@ -319,6 +320,10 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 f"{LOOP_IN}.signal",  # signals forwarded to a loop of waits (`tool: wait`)
                 "cmd.>",
                 START_SUBJECT,  # child playbooks
+                # the starter asks the partition's engine pod to store a start record with
+                # the first decision (semantics 6): a core request on a subject of its own,
+                # which no other user may publish (a tool's ask, `answer.<p>`, takes no start)
+                f"{START_ASK_PREFIX}.*",
                 CANCEL_FILTER,
                 "dlq.>",  # its own, the starter's, and max-deliveries dead letters of any consumer
                 *answers,  # a command the server gave up on is answered with an error
@@ -341,8 +346,10 @@ def users(layout: Layout, tool_kinds: Iterable[str] = TOOL_KINDS) -> list[User]:
                 REGISTER_REQUEST_SUBJECT,
                 CANCEL_REQUEST_SUBJECT,
                 SIGNAL_REQUEST_SUBJECT,  # signals for waiting steps (actors/gateway/answers.py)
-                # a tool asks to store its result with the next decision (semantics 5)
+                # a tool asks to store its result with the next decision (semantics 5), a
+                # starter its start record with the first decision (semantics 6)
                 f"{ANSWER_REQUEST_PREFIX}.*",
+                f"{START_ASK_PREFIX}.*",
                 STATUS_WATCH,
                 MAX_DELIVERIES_ADVISORY,
                 inbox("engine"),

@@ -133,6 +133,13 @@ class LogActor:
         """Is an input on `subject` the one that opens the log (nothing precedes it)?"""
         raise NotImplementedError
 
+    async def first_input(self, msg: Msg) -> bool:
+        """Is `msg` (a first delivery) the log's first input, so that an actor that
+        folded nothing may fold it without a replay? Its subject says so (`opens_log`)
+        unless an actor's log may hold inputs before one on that subject (the engine's:
+        a cancel sent before a plain start)."""
+        return self.opens_log(msg.subject)
+
     async def fold_input(self, entry: LogEntry, into: Effects | None = None) -> Effects | None:
         """Fold one input; its effects are returned, or added to `into`."""
         raise NotImplementedError
@@ -301,7 +308,7 @@ class LogActor:
             return
         if not self.hydrated:
             first = batch[0]
-            if not self.replayed and first.metadata.num_delivered == 1 and self.opens_log(first.subject):
+            if not self.replayed and first.metadata.num_delivered == 1 and await self.first_input(first):
                 self.hydrated = True  # a first delivery of the log's first input: nothing precedes it
             else:
                 self.replay_through = max(stream_seq(m) for m in batch)

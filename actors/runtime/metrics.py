@@ -350,10 +350,11 @@ for _role in ("engine", "counter"):
 
 ANSWER_ASKS = counter(
     "actors_answer_asks_total",
-    "Tools' asks to store a step's result with the decision it leads to (semantics 5), by outcome: stored "
-    "(one message), refused_before_fold (nothing folded: not ready, a duplicate or late result, a step known not "
-    "to fit one message) or refused_after_fold (folded, did not fit: the actor rebuilds by replay). A refused "
-    "ask costs the tool one round trip and its result is published as before.",
+    "Tools' asks to store a step's result with the decision it leads to (semantics 5), and starters' to store "
+    "an execution's start with its first decision (semantics 6), by outcome: stored (one message), "
+    "refused_before_fold (nothing folded: not ready, a duplicate or late result, inputs before a start, a step "
+    "known not to fit one message) or refused_after_fold (folded, did not fit: the actor rebuilds by replay). A "
+    "refused ask costs the asker one round trip and its input is published as before.",
     ("outcome",),
 )
 for _outcome in ("stored", "refused_before_fold", "refused_after_fold"):

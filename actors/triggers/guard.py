@@ -22,6 +22,7 @@ from streams.layout import (
     is_exec_stream,
 )
 from streams.subjects import (
+    ANSWER_REQUEST_PREFIX,
     CANCEL_FILTER,
     CANCEL_REQUEST_SUBJECT,
     REGISTER_REQUEST_SUBJECT,
@@ -58,6 +59,7 @@ SYSTEM_SUBJECTS = (
     CANCEL_REQUEST_SUBJECT,
     SIGNAL_REQUEST_SUBJECT,
     "execution.>",  # the requests on executions, those to come included
+    f"{ANSWER_REQUEST_PREFIX}.>",  # asks to the engine pods: results and (semantics 6) start records
     "dlq.>",
     CANCEL_FILTER,
     "progress.>",

@@ -346,10 +346,12 @@ _NULL_RAW = msgspec.Raw(b"null")
 
 class _HeldAnswer(Struct):
     answer: msgspec.Raw = _NULL_RAW
+    cause: int | None = None
 
 
 class _RecordAnswer(Struct):
     answer: msgspec.Raw = _NULL_RAW
+    cause: int | None = None
     decision: _HeldAnswer | None = None  # `in.answer.lc.<type>`: a lifecycle carrier holding the record
 
 
@@ -384,6 +386,19 @@ def command_of_record_answer(data: bytes) -> str | None:
         return None
     raw = found.decision.answer if found.decision is not None else found.answer
     return command_of_answer(bytes(raw)) if raw != _NULL_RAW else None
+
+
+def start_of_record_answer(data: bytes) -> bytes | None:
+    """The start record a stored answer record holds, as its starter sent it (values as
+    sealed), when the record is an execution's start stored with its first decision
+    (semantics 6: its cause is 0, minus the input before it, none: the log's first
+    input); None for any other record, or for a message that is none."""
+    try:
+        found = _record_answer_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+    held = found.decision if found.decision is not None else found
+    return bytes(held.answer) if held.cause == 0 and held.answer != _NULL_RAW else None
 
 
 def loop_of_verdict(data: bytes) -> str | None:

@@ -248,6 +248,16 @@ async def waits_loop(r: Recording) -> Recorded:
     return Recorded(eid)
 
 
+async def start_answers(r: Recording) -> Recorded:
+    """Started with its first decision in one record; once `hold` waits (entered by a's
+    result, in a record that also holds b's command), its signal."""
+    eid = await r.start("start_answers", payload={"n": 4})
+    await wait_for(lambda: _logged(r, eid, "step.waiting", "hold"), timeout=WAIT)
+    await r.client.signal(eid, "go", {"went": True}, signal_id="go-1", by="corpus")
+    await r.finish(eid)
+    return Recorded(eid)
+
+
 async def _logged(r: Recording, eid: str, type_: str, step: str) -> bool:
     return any(i.type == type_ and i.step == step for i in await r.client.events(eid))
 
@@ -288,6 +298,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("shared_loops", "COMPLETED", plain("loop_async")),
         # semantics 5: a step's result stored with the decision it leads to (`in.answer...`)
         Scenario("fast_answers", "COMPLETED", plain("fast_answers")),
+        # semantics 6: the start stored with its first decision (`in.answer.lc.playbook.initialized...`),
+        # and an answer record with lifecycle events and a command (`in.answer.lc.<type>.cmd.<kind>`)
+        Scenario("start_answers", "COMPLETED", start_answers),
+        Scenario("start_answers_big_value", "COMPLETED", big_value),
         Scenario(
             "encryption",
             "COMPLETED",

@@ -58,10 +58,12 @@ async def _execution_log(js: Any, entries: list[Entry]) -> list[LogRecord]:
     for e in entries:
         cls = class_of(e.subject)
         value: Any = None
-        if cls == IN and is_answer_record(e.subject):  # a result with its decision (semantics 5)
+        if cls == IN and is_answer_record(e.subject):  # a result (6: or the start) with its decision (5)
             held = codec.decode(answer_decoder, e.data)  # `in.answer.lc.<type>`: with its lifecycle events
             record = held.record
             answer = codec.decode(input_decoder, bytes(record.answer)) if record.answer is not None else None
+            if answer is not None:
+                answer = await read_back(js, answer)  # a start's payload blob (semantics 6)
             log += answer_records(e.seq, e.subject, record, answer, held.lifecycle)
             continue
         if cls == IN:

@@ -139,6 +139,41 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
         await nc.close()
 
 
+async def test_a_publish_refused_for_its_own_copy_whose_puback_was_lost_says_so(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish stored only on an empty subject (`EXPECTED_LAST_SUBJECT_SEQUENCE` 0),
+    its PubAck lost: sent again, the stream refuses it (the check comes before the
+    duplicate window's), and the error says a try of it may be what is stored
+    (`resent_after_lost_puback`), which a refusal on the first try does not."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="LOSTONCE", subjects=["lostonce.>"]))
+        real_send, lost = send_nowait, []
+
+        def lose_first_puback(
+            nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+        ) -> Any:
+            if not lost:
+                lost.append(reply)
+                reply = "_INBOX.nobody.listens"
+            return real_send(nc, subject, payload, reply, headers)
+
+        monkeypatch.setattr(publishing, "send_nowait", lose_first_puback)
+        pub = publishing.Publisher(nc, timeout=0.3)
+        headers = {publishing.MSG_ID: "a-1", EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
+        with pytest.raises(Exception) as refused:
+            await pub.send([("lostonce.a", b"x", headers)])
+        assert subject_taken(refused.value) and publishing.resent_after_lost_puback(refused.value)
+        with pytest.raises(Exception) as again:
+            await pub.send([("lostonce.a", b"x", {**headers, publishing.MSG_ID: "a-2"})])
+        assert subject_taken(again.value) and not publishing.resent_after_lost_puback(again.value)
+        assert lost and (await js.stream_info("LOSTONCE")).state.messages == 1
+    finally:
+        await nc.close()
+
+
 async def test_a_compare_and_set_write_stores_only_on_the_revision_it_names(nats_server: NatsServer) -> None:
     """`put_if_last`: stored when the key's last revision is `last` (0: no message yet),
     refused with nats-py's KeyWrongLastSequenceError otherwise, storing nothing."""

@@ -1,4 +1,4 @@
-"""Semantics 5, pure: an execution's log where results are stored with the decision
+"""Semantics 5 and 6, pure: an execution's log where results are stored with the decision
 they led to (answer records, `exec.<p>.<id>.in.answer...`) replays with no mismatch
 to the state the live folds reached, the answer folded with the record's cause (minus
 the sequence of the input it followed) and time; and what users read of such a
@@ -15,7 +15,7 @@ import pytest
 
 from actors.client.logview import log_items
 from actors.core.decide import fold
-from actors.core.replay import SEMANTICS, LogRecord, answer_records, lifecycle_records, replay_execution
+from actors.core.replay import LogRecord, answer_records, lifecycle_records, replay_execution
 from actors.core.state import Execution
 from actors.engine.actor import one_message_only
 from actors.runtime.outbox import carrier_message, holdable
@@ -43,9 +43,8 @@ def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
         playbook_source=THREE_STEPS,
         payload={},
         limits=Limits(),
-        semantics=SEMANTICS,
+        semantics=5,  # the start stays plain (semantics 6 stores it with its first decision: below)
     )
-    assert SEMANTICS == 5
     log: list[LogRecord] = [LogRecord(1, subjects.start, 10.0, "in", start)]
     fx = fold(live, start, seq=1, at=10.0, subjects=subjects)
     record = DecisionRecord(cause=1, events=fx.events)
@@ -76,7 +75,7 @@ def _run() -> tuple[Execution, list[LogRecord], list[tuple[str, bytes]]]:
             (cmd,) = fx.commands
         else:  # the last: its decision ends the execution (lifecycle events, no command)
             fx = fold(live, done, seq=-last_input, at=at, subjects=subjects)
-            assert fx.lifecycle and not fx.commands and one_message_only(fx) is None
+            assert fx.lifecycle and not fx.commands and one_message_only(fx, 5) is None
             x = DecisionRecord(cause=-last_input, events=fx.events, answer=msgspec.Raw(data), at=at)
             type_, raw = carrier_message(CLEAR, fx.lifecycle, x)
             subject = subjects.answer_lifecycle(type_)
@@ -171,7 +170,7 @@ def _started() -> tuple[Execution, Any]:
         playbook_source=THREE_STEPS,
         payload={},
         limits=Limits(),
-        semantics=SEMANTICS,
+        semantics=5,
     )
     (cmd,) = fold(live, start, seq=1, at=10.0, subjects=ExecSubjects.of(eid, 1)).commands
     return live, cmd
@@ -354,3 +353,15 @@ async def test_an_answer_record_skipped_through_a_fault_makes_the_replay_diverge
     seen.decision(seq, subject, answer_decoder.decode(raw).record)
     replayer = Replayer("e1", seen)
     assert replayer.check(actor.folded_seq, subject, None) is None and replayer.diverged
+
+
+def test_a_trigger_may_not_read_the_engines_asks() -> None:
+    """`answer.<p>` carries every step's result, and `answer.start.<p>` (semantics 6)
+    every execution's start record, payload included, to the engine pods: a trigger on
+    them would read what it may not and start an execution per ask, each of which asks
+    again (it feeds itself, as one on `exec.*.*.in.start` would, which the guard
+    refuses). (Review r6.)"""
+    from actors.triggers.guard import refusal
+
+    for subject in ("answer.*", "answer.>", "answer.3", "answer.start.*", "answer.start.3", "*.start.*"):
+        assert refusal(subject, None) is not None, subject

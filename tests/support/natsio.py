@@ -1,9 +1,11 @@
 """Messages as a plain nats-py subscriber receives them, for comparing what the actors'
-own NATS code puts on the wire with what nats-py would."""
+own NATS code puts on the wire with what nats-py would; an execution's log as stored,
+and the starts a stream holds."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 
@@ -37,3 +39,26 @@ async def execution_log(nc: Any, layout: Any, execution_id: str) -> list[tuple[s
                 return out
     finally:
         await sub.unsubscribe()
+
+
+async def stored_starts(nc: Any, prefix: str = "", stream: str = "EXEC") -> Counter[str]:
+    """How many starts the stream holds for each execution whose id starts with
+    `prefix`: start records (`in.start`), and (semantics 6) starts stored with their
+    first decision, the log's first input: an answer record of cause 0, on a subject
+    carried by `playbook.initialized`, or by the end when that decision ended the
+    execution (a step the engine decides alone: `in.answer.lc.playbook.completed`)."""
+    from actors.wire.messages import start_of_record_answer
+    from streams.subjects import is_start_answer
+
+    counts: Counter[str] = Counter()
+    for filter_ in ("exec.*.*.in.start", "exec.*.*.in.answer.lc.>"):
+        info = await nc.jsm().stream_info(stream, subjects_filter=filter_)
+        for subject, n in (info.state.subjects or {}).items():
+            eid = subject.split(".")[2]
+            if not eid.startswith(prefix):
+                continue
+            if subject.endswith(".in.start") or is_start_answer(subject):
+                counts[eid] += n
+            elif start_of_record_answer((await nc.jsm().get_msg(stream, 1, subject=subject, next=True)).data or b""):
+                counts[eid] += 1  # a start whose first decision ended it (one message, one start)
+    return counts

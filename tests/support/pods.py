@@ -4,17 +4,49 @@ runs them: for tests that kill one with SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from streams.layout import Layout
 from streams.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+# the last commit of semantics 5 (main before semantics 6): an engine pod of 5, as a roll
+# back from 6 runs one (tests/system/test_fast_answers.py)
+SEMANTICS_5 = "9845ed6b583c61dc1b30385f212ba834ce113b26"
+
+
+@contextlib.contextmanager
+def checkout(commit: str, where: Path) -> Iterator[Path]:
+    """`commit` of this repository checked out at `where`, a git worktree removed on
+    exit: the code of an earlier release for a pod (`PodProcess.start(code=...)`), run
+    with this checkout's interpreter and packages. Skips the test where this clone does
+    not hold the commit (a shallow one) or git is not there."""
+    try:
+        found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+    except FileNotFoundError:
+        pytest.skip("no git: an earlier release cannot be checked out")
+    if found.returncode:
+        pytest.skip(f"commit {commit[:12]} is not in this clone (a shallow one?): fetch it to run this test")
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), commit],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], capture_output=True)
 
 
 def layout_env(layout: Layout) -> dict[str, str]:

@@ -202,6 +202,7 @@ CLIENT_COMMANDS: list[tuple[str, ...]] = [
     ("events", "some-id"),
     ("cancel", "some-id"),
     ("retry", "some-id"),
+    ("prepare-rollback",),
 ]
 
 

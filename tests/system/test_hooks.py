@@ -26,10 +26,11 @@ from actors.ui.server import MAX_BODY, serve_ui
 from actors.wire.events import ExecState
 from actors.wire.hooks import hook_execution_id
 from streams import layout as streams_layout
-from streams.layout import EXEC_STREAM, HOOKS_BUCKET, START_STREAM
+from streams.layout import HOOKS_BUCKET, START_STREAM
 from streams.server import NatsServer
 from tests.conftest import System, running_system, wait_for
 from tests.support.cli import EXIT_INVALID, cli, one_line
+from tests.support.natsio import stored_starts
 from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
@@ -98,9 +99,9 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
 
 
 async def started(system: System) -> set[str]:
-    """Every execution with a start record in EXEC."""
-    info = await system.nc.jsm().stream_info(EXEC_STREAM, subjects_filter="exec.*.*.in.start")
-    return {s.split(".")[2] for s in (info.state.subjects or {})}
+    """Every execution with a start in EXEC (a start record, or semantics 6 the start
+    stored with its first decision)."""
+    return set(await stored_starts(system.nc))
 
 
 async def add(env: Env, *args: str) -> str:

@@ -2,9 +2,10 @@
 gives: de-duplication of a re-send (a replay, a second actor answering the same
 command) works only while every writer spells an id the same way. The playbook
 touches every writer: starter, engine (commands, records, lifecycle, timers, a child
-execution and its answer, a loop), counter (spec, iteration timers, verdict), tool
-actors (results alone and in batches, what steps print), a cancel from the client, and a
-retry's link into the retried execution's log."""
+execution and its answer, a loop, answer records: a result or the start stored with
+its decision), counter (spec, iteration timers, verdict), tool actors (results alone
+and in batches, what steps print), a cancel from the client, and a retry's link into
+the retried execution's log."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from nats.aio.msg import Msg
 
 from actors.natsio import private
 from actors.wire.events import decision_decoder
+from actors.wire.messages import command_of_record_answer, start_of_record_answer
 from streams import ids
 from streams.subjects import class_of, loop_class, loop_key, loop_type, type_of
 from tests.conftest import System, wait_for
@@ -73,6 +75,19 @@ workflow:
 """
 
 
+# a first step that is a loop: its first decision hands a loop over, which no answer
+# record holds, so its start record is stored plain (semantics 6 stores the others' with
+# their first decision)
+LOOP_FIRST = """apiVersion: actors/v1
+kind: Playbook
+metadata: {name: loop-first, path: lib/ids-loop-first}
+workflow:
+  - step: each
+    tool: {kind: noop}
+    loop: {collection: "{{ [1, 2] }}", element: n}
+"""
+
+
 HANG = """apiVersion: actors/v1
 kind: Playbook
 metadata: {name: hang, path: lib/ids-hang}
@@ -101,6 +116,13 @@ def _expected_exec(eid: str, subject: str, data: bytes) -> str:
             "timer": lambda: ids.timer_id_msg(ids.timer_owner(eid), rest),
             "fault": lambda: ids.fault_id(eid, msgspec.json.decode(data)["input_seq"]),
             "retried": lambda: ids.retried_id(eid, msgspec.json.decode(data)["retry_execution_id"]),
+            # a result stored with its decision (semantics 5): the result's id; the start
+            # stored with its first decision (semantics 6): the start record's
+            "answer": lambda: (
+                ids.start_record_id(eid)
+                if start_of_record_answer(data) is not None
+                else ids.result_id(eid, command_of_record_answer(data) or "")
+            ),
         }[head]()
     if cls == "ev":
         return ids.decision_id(eid, decision_decoder.decode(data).cause)
@@ -154,6 +176,8 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         (system.tmp / d).mkdir()
     _, status = await system.run_yaml(parent(str(system.tmp)), timeout=60)
     assert status.state == "COMPLETED"
+    _, status = await system.run_yaml(LOOP_FIRST)
+    assert status.state == "COMPLETED"
     hang = await system.start_yaml(HANG)
     await wait_for(lambda: _running(system, hang))
     await system.client.cancel(hang, "test")
@@ -189,6 +213,7 @@ async def test_every_message_carries_the_id_its_builder_gives(system: System) ->
         "start",
         "cmd",
         "in.start",
+        "in.answer",  # a result (5) or the start (6) stored with its decision
         "in.result",
         "in.iterator",
         "in.cancel",

@@ -433,11 +433,18 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     from actors.core.decide import fold
     from actors.core.state import Execution
     from actors.natsio import log_time, stream_seq
-    from actors.runtime.outbox import decision_messages
+    from actors.runtime.outbox import carrier_message, decision_messages, holdable
     from actors.store.blobs import HEADROOM
-    from actors.wire.events import FailureDecidedEvent, decision_decoder, extras_decoder
+    from actors.wire.events import (
+        DecisionRecord,
+        FailureDecidedEvent,
+        answer_decoder,
+        decision_decoder,
+        extras_decoder,
+    )
     from actors.wire.messages import input_decoder
     from streams.layout import EXEC_STREAM, class_of
+    from streams.subjects import is_answer_record
 
     client = await pods.start(KEY_A)
     eid = await client.start(await pods.register(client, "retried.yaml", RETRIED), payload=PAYLOAD)
@@ -459,21 +466,43 @@ async def test_a_replay_under_the_key_reproduces_every_stored_decision_byte_for_
     recorded = {}
     for s, d, _, _ in log:
         cls = class_of(s)
-        rec = keys.decode(decision_decoder, d) if cls == "ev" else keys.decode(extras_decoder, d).decision
-        for ev in rec.events if rec is not None and cls in ("ev", "lc") else []:
+        if is_answer_record(s):
+            rec = keys.decode(answer_decoder, d).record
+        else:
+            rec = keys.decode(decision_decoder, d) if cls == "ev" else keys.decode(extras_decoder, d).decision
+        for ev in rec.events if rec is not None and (cls in ("ev", "lc") or is_answer_record(s)) else []:
             if isinstance(ev, FailureDecidedEvent):
                 recorded[(ev.data.activation, ev.data.attempt_number)] = ev.data
     state = Execution(execution_id=eid, recorded=recorded)
     subjects = pods.layout.execution(eid)
-    replayed: list[tuple[str, bytes]] = []  # decision records and lifecycle messages, in log order
+    replayed: list[tuple[str, bytes]] = []  # decision records, lifecycle messages, answer records: in log order
     for s, d, seq, at in log:
         if class_of(s) != "in":
+            continue
+        if is_answer_record(s):  # a result, or the start (semantics 6), stored with its decision
+            held = keys.decode(answer_decoder, d).record
+            assert held.answer is not None and held.at is not None
+            fx = fold(
+                state, keys.decode(input_decoder, bytes(held.answer)), seq=held.cause, at=held.at, subjects=subjects
+            )
+            record = DecisionRecord(
+                cause=held.cause, events=fx.events, command=holdable(keys, fx), answer=held.answer, at=held.at
+            )
+            if fx.lifecycle:
+                type_, body = carrier_message(keys, fx.lifecycle, record)
+                kind = fx.commands[0].kind if fx.commands else None
+                replayed.append((subjects.answer_lifecycle(type_, kind), body))
+            else:
+                replayed.append(
+                    (subjects.answer_record(fx.commands[0].kind if fx.commands else None), keys.encode(record))
+                )
             continue
         fx = fold(state, keys.decode(input_decoder, d), seq=seq, at=at, subjects=subjects)
         carry, limit = state.semantics >= 2, pods.layout.max_msg_size - HEADROOM
         items, _ = decision_messages(keys, fx, subjects, eid, carry=carry, limit=limit)
         replayed += [(subject, data) for subject, data, _ in items]
-    assert replayed == [(s, d) for s, d, _, _ in log if class_of(s) in ("ev", "lc")]
+    assert replayed == [(s, d) for s, d, _, _ in log if class_of(s) in ("ev", "lc") or is_answer_record(s)]
+    assert is_answer_record(log[0][0])  # the start, stored with its first decision (semantics 6)
 
 
 async def test_a_schedule_keeps_its_payload_encrypted_and_its_fires_run(pods: Pods) -> None:

@@ -300,6 +300,93 @@ async def test_only_the_engine_user_writes_lifecycle_events_and_only_the_project
         assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
 
 
+FORGED = """
+apiVersion: actors/v1
+kind: Playbook
+metadata: {name: never_registered}
+workflow:
+  - step: a
+    tool: {kind: python, code: "def main(): return 'ran'"}
+"""
+
+
+@pytest.mark.asyncio
+async def test_the_tools_user_cannot_start_an_execution_through_an_ask(secured: Secured, pods: Pods) -> None:
+    """`answer.<p>` is the tools user's: a step's result, asked to be stored with its
+    decision. A start record asked there (a playbook source of its own, never
+    registered, limits of its own: none of the starter's checks) is refused, nothing
+    stored; starters ask on `answer.start.<p>`, which the tools user may not publish.
+    (Review r6: the engine took a start record on `answer.<p>` and started it.)"""
+    from actors.wire.messages import Limits, StartRecord
+    from streams.subjects import answer_request_subject, start_ask_subject
+
+    layout = secured.layout
+    for role in ("engine", "tools", "projector"):
+        await pods.start(secured, role)
+    eid = "forged-by-tools"
+    record = StartRecord(
+        execution_id=eid,
+        playbook_path="never_registered",
+        playbook_source=FORGED,
+        limits=Limits(max_activations=10**9),
+        semantics=6,
+    )
+    partition = layout.partition_of(eid)
+    nc = await nats.connect(secured.url("tools"), inbox_prefix=permissions.inbox_prefix("tools"))
+    try:
+
+        async def asked() -> bytes | None:
+            try:
+                msg = await nc.request(answer_request_subject(partition), encode(record), timeout=5)
+            except nats.errors.NoRespondersError:
+                return None  # the engine has not taken the partition yet
+            return msg.data
+
+        said = await wait_for(asked, timeout=30, interval=0.2)
+        with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+            await nc.request(start_ask_subject(partition), encode(record), timeout=1)
+    finally:
+        await nc.close()
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=layout) as client:
+        started = await client.start_record(eid)
+    assert said == b"refused: not a result" and started is None, (said, started)
+    violation = f'user:tools" - Publish Violation - Subject "{start_ask_subject(partition)}"'
+    assert any(violation in line for line in secured.violations()), secured.violations()
+
+
+WAITER = (
+    HEAD % "waiter"
+    + """
+workflow:
+  - step: hold
+    tool: {kind: wait, signal: go}
+"""
+)
+
+
+@pytest.mark.asyncio
+async def test_the_engine_user_prepares_a_rollback(secured: Secured, pods: Pods, tmp_path: Path) -> None:
+    """`actors-cli prepare-rollback` writes an input of the engine's (a plain copy of a
+    start stored with its first decision, on `exec.*.*.in.start`), which the cli user
+    may not: run as the engine user, as docs/upgrades.md says, it needs nothing more."""
+    for role in ("engine", "projector"):
+        await pods.start(secured, role)
+    (tmp_path / "waiter.yaml").write_text(WAITER)
+    async with Client.connect(secured.url("cli"), options=secured.options("cli"), layout=secured.layout) as client:
+        eid = await client.start((await client.register(tmp_path / "waiter.yaml")).path)
+
+        async def waiting() -> bool:
+            st = await client.status(eid)
+            return st is not None and bool(st.waiting)
+
+        await wait_for(waiting, timeout=30)
+        code, out, err = await cli("prepare-rollback", "--json", url=secured.url("engine"), user="engine")
+        assert code == 0 and json.loads(out) == {"running": 1, "copied": 1, "copied_before": 0, "plain": 0}, err
+        await client.cancel(eid)
+        assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
+    assert secured.violations() == []
+
+
 @pytest.mark.asyncio
 async def test_a_role_that_may_not_declare_streams_waits_for_the_engine_to(
     secured: Secured, pods: Pods, caplog: pytest.LogCaptureFixture

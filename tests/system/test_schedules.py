@@ -16,10 +16,11 @@ from nats.js.errors import NotFoundError
 
 from actors.engine.fires import fire_start
 from actors.wire.events import ExecState
-from streams.layout import EXEC_STREAM, SCHEDULE_STREAM
+from streams.layout import SCHEDULE_STREAM
 from streams.subjects import schedule_definition_subject, schedule_fire_subject
 from tests.conftest import System, wait_for
 from tests.support.cli import cli
+from tests.support.natsio import stored_starts
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -51,9 +52,9 @@ async def fired(system: System, name: str) -> list[str]:
 
 
 async def start_records(system: System, prefix: str) -> Counter[str]:
-    """How many start records each execution whose id starts with `prefix` has."""
-    counts = await per_subject(system, EXEC_STREAM, "exec.*.*.in.start")
-    return Counter({s.split(".")[2]: n for s, n in counts.items() if s.split(".")[2].startswith(prefix)})
+    """How many starts (a start record, or semantics 6 the start stored with its first
+    decision) each execution whose id starts with `prefix` has."""
+    return await stored_starts(system.nc, prefix)
 
 
 async def completed(system: System, eids: list[str]) -> bool:

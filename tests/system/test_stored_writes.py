@@ -1,5 +1,9 @@
 """How a decision is stored, per semantics (docs/architecture.md "Stored writes").
 
+From semantics 6 an execution's start is stored with its first decision, and each
+step's result with the decision it leads to: a 3-step workflow stores 4 messages in
+EXEC (the start, then one per step).
+
 From semantics 2 on, a decision with lifecycle events is one message: the carrier
 event (`lc.playbook.*`) holds the decision record and the decision's other lifecycle
 events; and a decision that issues one command to a tool (and has no lifecycle event)
@@ -16,11 +20,12 @@ from __future__ import annotations
 
 import pytest
 
-from actors.core.replay import LogRecord, lifecycle_records, replay_execution
+from actors.core.replay import LogRecord, answer_records, lifecycle_records, replay_execution
 from actors.engine.readback import read_back
-from actors.wire.events import decision_decoder, embedded_command, event_decoder, extras_decoder
+from actors.wire.events import answer_decoder, decision_decoder, embedded_command, event_decoder, extras_decoder
 from actors.wire.messages import command_decoder, command_of_answer, input_decoder
-from streams.layout import CMD_STREAM, class_of
+from streams.layout import CMD_STREAM, EXEC_STREAM, INDEX_STREAM, class_of
+from streams.subjects import is_answer_record
 from tests.conftest import System
 from tests.support.natsio import execution_log
 from tests.support.playbooks import THREE_STEPS
@@ -33,7 +38,12 @@ async def _replays_clean(system: System, eid: str, log: list[tuple[str, bytes, i
     records: list[LogRecord] = []
     for subject, data, seq, at in log:
         cls = class_of(subject)
-        if cls == "in":
+        if is_answer_record(subject):  # a result, or the start (6), with its decision
+            whole = answer_decoder.decode(data)
+            assert whole.record.answer is not None
+            answer = await read_back(system.nc.jetstream(), input_decoder.decode(bytes(whole.record.answer)))
+            records += answer_records(seq, subject, whole.record, answer, whole.lifecycle)
+        elif cls == "in":
             records.append(
                 LogRecord(seq, subject, at, cls, await read_back(system.nc.jetstream(), input_decoder.decode(data)))
             )
@@ -52,6 +62,30 @@ async def _sees_it_whole(system: System, eid: str) -> None:
     assert lifecycle == ["playbook.initialized", "workflow.initialized", "workflow.completed", "playbook.completed"]
     assert [i.step for i in items if i.type == "step.enter"] == ["a", "b", "c", "end"]
     assert await system.client.result(eid) == {"c": 3}
+
+
+async def test_an_execution_of_semantics_6_stores_four_messages_in_exec(system: System) -> None:
+    """The start stored with its first decision (the starter asks the engine, as a
+    step's tool does), then each step's result with the decision it leads to, the last
+    with the execution's end: EXEC grows by 4, nothing goes to CMD."""
+    jsm = system.nc.jsm()
+    exec_before = (await jsm.stream_info(EXEC_STREAM)).state.last_seq
+    index_before = (await jsm.stream_info(INDEX_STREAM)).state.last_seq
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED" and status.playbook is not None
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert [s.split(".", 3)[3] for s, _, _, _ in log] == [
+        "in.answer.lc.playbook.initialized.cmd.python",
+        "in.answer.cmd.python",
+        "in.answer.cmd.python",
+        "in.answer.lc.playbook.completed",
+    ]
+    assert (await jsm.stream_info(EXEC_STREAM)).state.last_seq - exec_before == 4
+    assert (await jsm.stream_info(INDEX_STREAM)).state.last_seq - index_before == 1
+    assert (await jsm.stream_info(CMD_STREAM)).state.last_seq == 0
+    await _replays_clean(system, eid, log)
+    await _sees_it_whole(system, eid)
 
 
 async def test_an_execution_of_semantics_2_to_4_stores_its_first_and_last_decisions_as_one_message_each(

@@ -38,6 +38,7 @@ from streams.layout import DLQ_STREAM, EXEC_STREAM, HOOKS_BUCKET, START_STREAM, 
 from streams.server import NatsServer
 from tests.conftest import System, wait_for
 from tests.support.cli import EXIT_INVALID, cli
+from tests.support.natsio import stored_starts
 from tests.support.secured import Pods, Secured
 from tests.support.ui import ok, post
 
@@ -60,10 +61,9 @@ async def register(system: System) -> str:
 
 
 async def start_records(system: System, prefix: str) -> Counter[str]:
-    """How many start records each execution whose id starts with `prefix` has."""
-    info = await system.nc.jsm().stream_info(EXEC_STREAM, subjects_filter="exec.*.*.in.start")
-    counts = dict(info.state.subjects or {})
-    return Counter({s.split(".")[2]: n for s, n in counts.items() if s.split(".")[2].startswith(prefix)})
+    """How many starts (a start record, or semantics 6 the start stored with its first
+    decision) each execution whose id starts with `prefix` has."""
+    return await stored_starts(system.nc, prefix)
 
 
 async def all_completed(system: System, eids: list[str]) -> bool:
