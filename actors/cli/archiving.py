@@ -11,11 +11,9 @@ import time
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_OK, UsageError
 from actors.cli.inputs import settings_of
-from actors.cli.output import print_error, print_json
+from actors.cli.output import executions_done, print_json
 from actors.cli.since import parse_since
 from actors.config.settings import archive_place_problem
-
-PROGRESS_EVERY = 100  # executions between two progress lines
 
 
 def add_archive_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -73,13 +71,7 @@ async def cmd_archive(args: argparse.Namespace) -> int:
         ended_before = time.time() - settings.finished_retention
     else:
         raise UsageError("finished executions are kept for ever here (ACTORS_RETAIN_FINISHED=0): say --older-than AGE")
-    seen = 0
-
-    def progress(_: object) -> None:
-        nonlocal seen
-        seen += 1
-        if seen % PROGRESS_EVERY == 0 and not args.json:
-            print_error(f"actors-cli: {seen} executions done")
+    progress = executions_done(quiet=args.json)
 
     async with connection(args) as client:
         to = archive_store(client.nc, place)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -26,6 +27,24 @@ def print_json(obj: Any) -> None:
 def print_error(text: str) -> None:
     sys.stderr.write(text.rstrip("\n") + "\n")
     sys.stderr.flush()
+
+
+PROGRESS_EVERY = 100  # executions between two progress lines of a command that goes through many
+
+
+def executions_done(*, quiet: bool) -> Callable[..., None]:
+    """A progress callback for a command that goes through many executions (`archive`,
+    `prepare-rollback`): a line on stderr every PROGRESS_EVERY calls, none when `quiet`
+    (--json)."""
+    seen = 0
+
+    def progress(*_: object) -> None:
+        nonlocal seen
+        seen += 1
+        if seen % PROGRESS_EVERY == 0 and not quiet:
+            print_error(f"actors-cli: {seen} executions done")
+
+    return progress
 
 
 # `--local` (main.py sets it for the command's run): times in this machine's zone

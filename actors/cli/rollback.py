@@ -10,9 +10,7 @@ import sys
 
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_OK
-from actors.cli.output import print_error, print_json
-
-PROGRESS_EVERY = 100  # executions between two progress lines
+from actors.cli.output import executions_done, print_json
 
 
 def add_prepare_rollback_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -31,13 +29,7 @@ def add_prepare_rollback_parser(sub: argparse._SubParsersAction) -> argparse.Arg
 
 
 async def cmd_prepare_rollback(args: argparse.Namespace) -> int:
-    seen = 0
-
-    def progress(_eid: str, _outcome: str) -> None:
-        nonlocal seen
-        seen += 1
-        if seen % PROGRESS_EVERY == 0 and not args.json:
-            print_error(f"actors-cli: {seen} executions done")
+    progress = executions_done(quiet=args.json)
 
     async with connection(args) as client:
         report = await client.prepare_rollback(progress=progress)

@@ -103,6 +103,24 @@ async def test_a_publish_expecting_an_empty_subject_is_stored_once(nats_server: 
         await nc.close()
 
 
+def _lose_first_puback(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first publish's PubAck goes to an inbox nobody listens on (what Publisher
+    calls per publish, `send_nowait`, patched); returns the list that holds that
+    publish's real reply subject once the fault was injected."""
+    real_send, lost = send_nowait, []
+
+    def lose_first_puback(
+        nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+    ) -> Any:
+        if not lost:
+            lost.append(reply)
+            reply = "_INBOX.nobody.listens"
+        return real_send(nc, subject, payload, reply, headers)
+
+    monkeypatch.setattr(publishing, "send_nowait", lose_first_puback)
+    return lost
+
+
 @pytest.mark.parametrize("window", [120.0, 0.2])
 async def test_a_publish_whose_puback_was_lost_is_stored_once(
     nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch, window: float
@@ -114,17 +132,7 @@ async def test_a_publish_whose_puback_was_lost_is_stored_once(
     try:
         js = nc.jetstream()
         await js.add_stream(StreamConfig(name="LOST", subjects=["lost.>"], duplicate_window=window))
-        real_send, lost = send_nowait, []
-
-        def lose_first_puback(
-            nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
-        ) -> Any:
-            if not lost:
-                lost.append(reply)
-                reply = "_INBOX.nobody.listens"
-            return real_send(nc, subject, payload, reply, headers)
-
-        monkeypatch.setattr(publishing, "send_nowait", lose_first_puback)  # what Publisher calls per publish
+        lost = _lose_first_puback(monkeypatch)
         pub = publishing.Publisher(nc, timeout=0.3, duplicate_window=window)
         message = ("lost.a", b"x", {publishing.MSG_ID: "a-1"})
         if window > 1:
@@ -150,17 +158,7 @@ async def test_a_publish_refused_for_its_own_copy_whose_puback_was_lost_says_so(
     try:
         js = nc.jetstream()
         await js.add_stream(StreamConfig(name="LOSTONCE", subjects=["lostonce.>"]))
-        real_send, lost = send_nowait, []
-
-        def lose_first_puback(
-            nc: Any, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
-        ) -> Any:
-            if not lost:
-                lost.append(reply)
-                reply = "_INBOX.nobody.listens"
-            return real_send(nc, subject, payload, reply, headers)
-
-        monkeypatch.setattr(publishing, "send_nowait", lose_first_puback)
+        lost = _lose_first_puback(monkeypatch)
         pub = publishing.Publisher(nc, timeout=0.3)
         headers = {publishing.MSG_ID: "a-1", EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
         with pytest.raises(Exception) as refused:

@@ -127,6 +127,25 @@ def _answered(log: Log) -> list[str | None]:
     return out
 
 
+async def _each_step_held_and_answered_once(system: System, eid: str, log: Log) -> None:
+    """THREE_STEPS' log: each step's command held by a decision in the log (none went to
+    CMD), each answered once, each answer record's cause minus the sequence of the input
+    it followed (the engine's own records in between are not inputs), and the log
+    replays clean."""
+    held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
+    assert [command_decoder.decode(h).step for h in held if h is not None] == ["a", "b", "c"]
+    answered = _answered(log)
+    assert len(answered) == 3 and len(set(answered)) == 3 and None not in answered
+    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 0
+    last_input = 0
+    for subject, data, seq, _ in log:
+        if is_answer_record(subject):
+            assert answer_decoder.decode(data).record.cause == -last_input
+        if class_of(subject) == "in":
+            last_input = seq
+    await _replays_clean(system, eid, log)
+
+
 async def test_three_steps_of_semantics_5_store_five_messages_three_of_them_a_result_with_its_decision(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,20 +167,7 @@ async def test_three_steps_of_semantics_5_store_five_messages_three_of_them_a_re
         "in.answer.lc.playbook.completed",
     ]
     assert input_decoder.decode(log[0][1]).semantics == 5  # stamped 5 while a pod of 5 is live
-    held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
-    assert [command_decoder.decode(h).step for h in held if h is not None] == ["a", "b", "c"]
-    answered = _answered(log)
-    assert len(answered) == 3 and len(set(answered)) == 3 and None not in answered
-    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 0
-    # each answer record's cause is minus the sequence of the input it followed (the
-    # engine's own records in between are not inputs)
-    last_input = 0
-    for subject, data, seq, _ in log:
-        if is_answer_record(subject):
-            assert answer_decoder.decode(data).record.cause == -last_input
-        if class_of(subject) == "in":
-            last_input = seq
-    await _replays_clean(system, eid, log)
+    await _each_step_held_and_answered_once(system, eid, log)
     items = await system.events(eid)
     assert [i.step for i in items if i.type == "call.done"] == ["a", "b", "c"]
     assert [i.step for i in items if i.type == "step.enter"] == ["a", "b", "c", "end"]
@@ -199,18 +205,7 @@ async def test_three_steps_of_semantics_6_store_four_messages_the_start_with_its
     start = input_decoder.decode(bytes(first.answer))
     assert isinstance(start, StartRecord) and start.execution_id == eid and start.semantics == 6
     assert start_of_record_answer(log[0][1]) == bytes(first.answer)
-    held = [embedded_command(d) for s, d, _, _ in log if ".cmd." in s]
-    assert [command_decoder.decode(h).step for h in held if h is not None] == ["a", "b", "c"]
-    answered = _answered(log)
-    assert len(answered) == 3 and len(set(answered)) == 3 and None not in answered
-    assert (await system.nc.jsm().stream_info(CMD_STREAM)).state.last_seq == 0
-    last_input = 0
-    for subject, data, seq, _ in log:
-        if is_answer_record(subject):
-            assert answer_decoder.decode(data).record.cause == -last_input
-        if class_of(subject) == "in":
-            last_input = seq
-    await _replays_clean(system, eid, log)
+    await _each_step_held_and_answered_once(system, eid, log)
     items = await system.events(eid)
     assert items[0].cls == "in" and items[0].type == "execution.start"
     assert [i.step for i in items if i.type == "call.done"] == ["a", "b", "c"]
