@@ -428,9 +428,7 @@ class ExecutionActor(LogActor):
         if too_new is not None:  # future semantics: not guessed at, live or in a replay
             await self.halt(too_new, entry, self.replayer.recorded if self.replayer else None)
             return None
-        inp = await self._read_back(inp)
-        if isinstance(inp, StartRecord) and inp.playbook_source:  # a big one: loaded off the loop first
-            await self.engine.preload_playbook(inp.playbook_source, inp.playbook_path, inp.limits.max_attempts)
+        inp = await self._ready_to_fold(inp)
         state = self.state
         try:
             fx = await self.engine.fold_off_loop(
@@ -529,13 +527,7 @@ class ExecutionActor(LogActor):
         stored = False
         try:  # from the fold on, anything but `stored` leaves the state moved: rebuilt by replay
             try:
-                folded: Input = inp
-                if isinstance(inp, StartRecord):
-                    folded = await self._read_back(inp)  # a payload blob read back, as `fold_input` does
-                    if inp.playbook_source:  # a big one: loaded off the loop first
-                        await self.engine.preload_playbook(
-                            inp.playbook_source, inp.playbook_path, inp.limits.max_attempts
-                        )
+                folded = await self._ready_to_fold(inp)  # as `fold_input` folds it
                 fx = await self.engine.fold_off_loop(
                     self, functools.partial(fold, self.state, folded, seq=-last, at=at, subjects=self.subjects)
                 )
@@ -625,6 +617,14 @@ class ExecutionActor(LogActor):
 
     async def _read_back(self, inp: Input) -> Input:
         return await read_back(self.engine.js, inp)
+
+    async def _ready_to_fold(self, inp: Input) -> Input:
+        """`inp` as the fold takes it: the values it names as blobs read back, and a
+        start's playbook loaded off the loop first (a big one would hold the loop)."""
+        inp = await self._read_back(inp)
+        if isinstance(inp, StartRecord) and inp.playbook_source:
+            await self.engine.preload_playbook(inp.playbook_source, inp.playbook_path, inp.limits.max_attempts)
+        return inp
 
     # --- replay ----------------------------------------------------------------------
 
