@@ -39,6 +39,8 @@ import functools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -67,6 +69,7 @@ from actors.natsio import (
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.replay import first_message
+from actors.natsio.requests import requester
 from actors.playbook.budget import RenderHalted, SliceExhausted
 from actors.playbook.templates import RenderFault
 from actors.runtime import tracing
@@ -235,6 +238,7 @@ def _not_ready(actor: ExecutionActor | None, inp: CallDone | CallError) -> str |
 
 # asks an engine pod handles at once (`Engine._asking`): any more are refused at once
 ASKS_IN_FLIGHT = 1024
+T = TypeVar("T")
 
 # steps remembered as deciding what one answer record cannot hold (`Engine.misfits`)
 MISFITS_REMEMBERED = 4096
@@ -810,7 +814,7 @@ class Engine(PartitionHost[str, ExecutionActor]):
         # on its own as before) never changes what is decided, and both shapes replay
         # to the same state; this only saves work, and differs from pod to pod
         self.misfits: OrderedDict[MisfitKey, None] = OrderedDict()
-        self._asking: set[asyncio.Task[None]] = set()
+        self._asking: set[asyncio.Task[Any]] = set()
         # whether this pod serves asks at all (ACTORS_FAST_ANSWERS; `0` before rolling
         # back to a release before semantics 5: docs/upgrades.md), and for which streams
         self.fast_answers = fast_answers
@@ -832,6 +836,11 @@ class Engine(PartitionHost[str, ExecutionActor]):
             self._asks[partition] = [
                 await subscribe_direct(self.nc, subject, handler, queue="engine.answer") for subject, handler in asks
             ]
+            # and the tools and the starter on this pod's own connection ask without a
+            # request through the server (actors/natsio/requests.py): same answer
+            local = requester(self.nc)
+            local.answer_locally(answer_request_subject(partition), self._local_ask)
+            local.answer_locally(start_ask_subject(partition), self._local_start_ask)
 
     async def serves_asks(self, partition: int) -> bool:
         """Does this pod store answer records for partition `partition`? Not when told
@@ -879,11 +888,14 @@ class Engine(PartitionHost[str, ExecutionActor]):
         return None
 
     async def lose(self, partition: int) -> None:
+        self._stop_answering_locally(partition)
         for sub in self._asks.pop(partition, []):
             await sub.unsubscribe()
         await super().lose(partition)
 
     async def stop(self) -> None:
+        for partition in self._asks:
+            self._stop_answering_locally(partition)
         for subs in self._asks.values():
             for sub in subs:
                 await sub.unsubscribe()
@@ -893,31 +905,54 @@ class Engine(PartitionHost[str, ExecutionActor]):
 
     def _on_ask(self, msg: Msg, *, start: bool = False) -> None:
         """An ask, called from the connection's read loop: handled in a task of its own."""
-        full = len(self._asking) >= ASKS_IN_FLIGHT
-        task = asyncio.create_task(self._answer(msg, full=full, start=start))  # never blocks the read loop
-        self._asking.add(task)
-        task.add_done_callback(self._asking.discard)
+        self._asked(self._answer(msg, full=self._full(), start=start))  # never blocks the read loop
 
     def _on_start_ask(self, msg: Msg) -> None:
         """A starter's ask (`answer.start.<p>`, semantics 6)."""
         self._on_ask(msg, start=True)
 
+    def _local_ask(self, data: bytes) -> asyncio.Task[bytes]:
+        """A tool's ask made on this pod's own connection (`Requester.answer_locally`)."""
+        return self._asked(self._said(data, full=self._full(), start=False))
+
+    def _local_start_ask(self, data: bytes) -> asyncio.Task[bytes]:
+        """A starter's ask made on this pod's own connection."""
+        return self._asked(self._said(data, full=self._full(), start=True))
+
+    def _full(self) -> bool:
+        return len(self._asking) >= ASKS_IN_FLIGHT
+
+    def _asked(self, answering: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """An ask's task, counted against ASKS_IN_FLIGHT and cancelled at `stop`."""
+        task = asyncio.create_task(answering)
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
+        return task
+
+    def _stop_answering_locally(self, partition: int) -> None:
+        local = requester(self.nc)
+        local.stop_answering_locally(answer_request_subject(partition))
+        local.stop_answering_locally(start_ask_subject(partition))
+
     async def _answer(self, msg: Msg, *, full: bool = False, start: bool = False) -> None:
+        said = await self._said(msg.data, full=full, start=start)
+        if msg.reply:
+            try:
+                await self.nc.publish(msg.reply, said)
+            except Exception as e:  # the tool times out and publishes the result itself
+                log.debug("answer request: no reply sent: %r", e)
+
+    async def _said(self, data: bytes, *, full: bool, start: bool) -> bytes:
+        """What an ask is answered: `stored`, or `refused: <why>`."""
         if full:
             # a burst beyond what the pod handles: refused at once, before anything is
             # decoded; each tool publishes its result itself
             ANSWER_ASKS.inc(outcome="refused_before_fold")
-            said = "refused: too many asks in flight"
-        else:
-            try:
-                said = await self.ask(msg.data, start=start)
-            except Exception as e:
-                said = f"refused: {type(e).__name__}"
-        if msg.reply:
-            try:
-                await self.nc.publish(msg.reply, said.encode())
-            except Exception as e:  # the tool times out and publishes the result itself
-                log.debug("answer request: no reply sent: %r", e)
+            return b"refused: too many asks in flight"
+        try:
+            return (await self.ask(data, start=start)).encode()
+        except Exception as e:
+            return f"refused: {type(e).__name__}".encode()
 
     def misfit(self, key: MisfitKey) -> None:
         """Remember that step `key` decided what one answer record cannot hold."""

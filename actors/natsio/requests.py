@@ -13,12 +13,26 @@ As with nats-py: a reply that does not come within `timeout` raises
 nats.errors.TimeoutError (a reconnect loses the replies in flight), and a request that
 nobody is subscribed to raises NoRespondersError at once (the server's 503 status).
 With the fast path off (`ACTORS_NATS_FASTPATH=0`) a request is `Client.request`.
+
+**Answered on the same connection.** A service on this very connection may answer a
+subject here (`answer_locally`): the engine of a pod that runs the tools and the starter
+too (`serve --role all`, `actors-cli run` and `dev`) answers its own partitions' asks
+(`answer.<p>`, `answer.start.<p>`: docs/architecture.md "The next layout", item 2). A
+request there is handed to it directly, with the same bytes, the same timeout and the
+same answer, and never crosses the server: two network legs, a reply and the server's
+routing fewer on every step's way. Keyed by the connection, not the process: a pod's
+roles share one (the same user, so the same permissions either way), and two pods in
+one process (tests) never answer each other. A local answer that does not come within
+`timeout`, or whose service stopped meanwhile (its task cancelled), raises
+nats.errors.TimeoutError, as a reply lost with a reconnect does: the asker does what it
+does when nothing is known.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -32,6 +46,10 @@ __all__ = ["Requester", "requester"]
 
 _NO_RESPONDERS = b"NATS/1.0 503"
 
+# a service answering on this connection: the request's payload in, its answer's task out
+# (the service owns the task: it counts it, and cancels it when it stops)
+LocalAnswer = Callable[[bytes], "asyncio.Future[bytes]"]
+
 
 class Requester(ReplyInbox):
     """Requests on one connection, their replies on one wildcard subscription."""
@@ -40,11 +58,24 @@ class Requester(ReplyInbox):
         super().__init__(nc)
         self._tokens = itertools.count()
         self._waiting: dict[str, asyncio.Future[bytes]] = {}  # token -> the reply's future
+        self._local: dict[str, LocalAnswer] = {}  # subject -> the service on this connection answering it
+
+    def answer_locally(self, subject: str, answer: LocalAnswer) -> None:
+        """Requests to `subject` (exactly: no wildcards) made on this connection are
+        answered by `answer`, not sent (the module's docstring). The service keeps its
+        subscription for everyone else's."""
+        self._local[subject] = answer
+
+    def stop_answering_locally(self, subject: str) -> None:
+        self._local.pop(subject, None)
 
     async def request(
         self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None
     ) -> bytes:
         """Send `payload` to `subject` and return the first reply's payload."""
+        local = self._local.get(subject)
+        if local is not None:
+            return await _answered_here(local, payload, timeout)
         if not private.FASTPATH:
             msg = await self.nc.request(subject, payload, timeout=timeout, headers=headers)
             return msg.data
@@ -73,6 +104,17 @@ class Requester(ReplyInbox):
             fut.set_exception(nats.errors.NoRespondersError())
         else:
             fut.set_result(data)
+
+
+async def _answered_here(answer: LocalAnswer, payload: bytes, timeout: float) -> bytes:
+    """`answer`'s reply to `payload`, waited for as a remote one would be. Waiting with
+    `asyncio.wait`, not on the task: the asker giving up (or being cancelled) leaves the
+    service's work to go on, as it would on another pod."""
+    task = answer(payload)
+    done, _ = await asyncio.wait((task,), timeout=timeout)
+    if not done or task.cancelled():
+        raise nats.errors.TimeoutError()
+    return task.result()
 
 
 def _time_out(reply: asyncio.Future[bytes]) -> None:

@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 
 from actors.natsio import MSG_ID, ack, dead_letter, is_answered, num_delivered, publisher
 from actors.natsio.binding import codec_of
+from actors.natsio.requests import requester
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
 from actors.runtime import tracing
@@ -532,7 +533,9 @@ class CommandRunner:
         if not cmd.ask_on or cmd.iteration_index is not None or b'"result_ref"' in payload:
             return False
         try:
-            reply = await self.nc.request(
+            # the connection's requester: answered without the server when this pod's
+            # own engine serves the partition (actors/natsio/requests.py)
+            reply = await requester(self.nc).request(
                 cmd.ask_on,
                 payload,
                 timeout=ANSWER_ASK_TIMEOUT,
@@ -541,7 +544,7 @@ class CommandRunner:
         except Exception as e:  # no responders, a timeout, the connection away
             log.debug("command %s: asking to store its result: %r; publishing it", cmd.command_id, e)
             return False
-        return reply.data == b"stored"
+        return reply == b"stored"
 
     def _answer(
         self, cmd: Command, started: float, ended: float, *, result: Any, error: ErrorInfo | None

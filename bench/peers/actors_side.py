@@ -31,8 +31,10 @@ def last(result: object, steps: int) -> object:
 class ActorsSide:
     name = "actors"
 
-    def __init__(self, *, sync: str) -> None:
+    def __init__(self, *, sync: str, exec_streams: int = 1) -> None:
         self.sync = sync
+        # the executions' logs over this many streams (ACTORS_EXEC_STREAMS; docs/operating.md)
+        self.layout = Layout(partitions=max(8, exec_streams), exec_streams=exec_streams)
         self.server: NatsServer | None = None
         self.pod: PodProcess | None = None
         self.nc: NATS | None = None
@@ -43,10 +45,10 @@ class ActorsSide:
     async def start(self, wrap: Sequence[str] = ()) -> None:
         self.server = await NatsServer.start(sync=self.sync, wrap=wrap)
         tmp = Path(self.tmp.name)
-        self.pod = await PodProcess.start("all", url=self.server.url, layout=Layout(), logs=tmp, name="pod")
+        self.pod = await PodProcess.start("all", url=self.server.url, layout=self.layout, logs=tmp, name="pod")
         await self.pod.ready()
         self.nc = await connect(self.server.url, name="bench-peers")
-        self.client = Client(self.nc, layout=Layout())
+        self.client = Client(self.nc, layout=self.layout)
         for steps in (3, CHAIN):
             pb = tmp / f"chain{steps}.yaml"
             pb.write_text(chain_playbook(f"peers_chain{steps}", steps, "python"))

@@ -225,6 +225,72 @@ async def test_three_steps_of_semantics_6_store_four_messages_the_start_with_its
     assert followed[0].type == "execution.start" and followed[-1].type == "playbook.completed"
 
 
+async def _asks_seen(system: System) -> list[str]:
+    """The subjects of the asks that cross the server from now on (a plain subscriber
+    beside the engine's queue group gets a copy of each)."""
+    seen: list[str] = []
+
+    async def spy(msg: Any) -> None:
+        seen.append(msg.subject)
+
+    await system.nc.subscribe("answer.>", cb=spy)
+    await system.nc.flush()
+    return seen
+
+
+async def test_a_pods_own_tools_and_starter_ask_its_engine_without_a_request_through_the_server(
+    system: System,
+) -> None:
+    """Engine, starter and tools on one connection (one pod, `serve --role all`): the
+    start and every result are stored with their decisions as when asked through the
+    server, and no ask crosses it (actors/natsio/requests.py `answer_locally`)."""
+    seen = await _asks_seen(system)
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED" and await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert [s.split(".", 3)[3] for s, _, _, _ in log] == [
+        "in.answer.lc.playbook.initialized.cmd.python",
+        "in.answer.cmd.python",
+        "in.answer.cmd.python",
+        "in.answer.lc.playbook.completed",
+    ]
+    await _each_step_held_and_answered_once(system, eid, log)
+    await system.nc.flush()
+    assert seen == []
+
+
+async def test_tools_of_another_pod_ask_the_engine_through_the_server(system: System) -> None:
+    """Tools on a connection of their own (a tools pod beside an engine pod): each
+    result is asked for through the server, on the partition's `answer.<p>`, and
+    stored with its decision all the same."""
+    from actors.pod.roles import connect, start_roles
+
+    await system.stop_roles(("tools",))
+    tools_nc = await connect(system.server.url, name="tools-pod")
+    tools = await start_roles(tools_nc, layout=system.layout, roles=("tools",))
+    try:
+        seen = await _asks_seen(system)
+        eid, status = await system.run_yaml(THREE_STEPS)
+        assert status.state == "COMPLETED" and await system.client.result(eid) == {"c": 3}
+        await system.engine_idle()
+        log = await execution_log(system.nc, system.layout, eid)
+        assert [s.split(".", 3)[3] for s, _, _, _ in log] == [
+            "in.answer.lc.playbook.initialized.cmd.python",
+            "in.answer.cmd.python",
+            "in.answer.cmd.python",
+            "in.answer.lc.playbook.completed",
+        ]
+        await _each_step_held_and_answered_once(system, eid, log)
+        await system.nc.flush()
+        # a, b and c's results; the start was the engine pod's own starter's: not among them
+        assert seen == [f"answer.{system.layout.partition_of(eid)}"] * 3
+    finally:
+        await tools.stop()
+        await tools_nc.close()
+        await system.start_roles(("tools",))
+
+
 def _same_shape(text: str) -> list[str]:
     """`actors-cli status|events --json` output with what differs from run to run (ids,
     times, sequences, workers, durations) left out."""
