@@ -713,10 +713,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
     say("engine step breakdown (log store times and the tool's clock), p50 / p99 ms:")
     for name, values, what in (
-        ("dispatch", bd.dispatch, "input stored -> tool starts the call (engine fold, command publish, fetch)"),
+        ("dispatch", bd.dispatch, "input stored -> tool starts the call (its command delivered, decoded, handed on)"),
         ("run", bd.run, "the tool call itself (python: pool IPC + exec)"),
-        ("report", bd.report, "call ends -> call.done stored (encode, publish)"),
-        ("decided", bd.decided, "input stored -> decision record stored (overlaps dispatch/run)"),
+        ("report", bd.report, "call ends -> call.done stored (semantics 5 on: ask, fold, store)"),
+        ("decided", bd.decided, "input stored -> its decision stored (0: stored with it, semantics 5 on)"),
     ):
         if values:
             say(f"  {name:9}{ms(pct(values, 50)):>8.3f}{ms(pct(values, 99)):>9.3f}  {what}")
