@@ -294,13 +294,17 @@ async def test_asks_beyond_those_in_flight_are_refused_at_once() -> None:
         return "stored"
 
     engine: Any = _Bare(_asking=set(range(ASKS_IN_FLIGHT)), nc=_Bare(publish=publish), ask=ask)
-    engine._answer = functools.partial(Engine._answer, engine)
+    for name in ("_answer", "_said", "_full", "_asked"):
+        setattr(engine, name, functools.partial(getattr(Engine, name), engine))
     before = ANSWER_ASKS.value(outcome="refused_before_fold")
     Engine._on_ask(engine, _Bare(reply="_INBOX.x", data=b"{}"))  # from the read loop: a task
     await asyncio.gather(*[t for t in engine._asking if isinstance(t, asyncio.Task)])
     assert sent == [("_INBOX.x", b"refused: too many asks in flight")]
+    # asked on the pod's own connection (actors/natsio/requests.py): counted the same
+    assert await Engine._local_ask(engine, b"{}") == b"refused: too many asks in flight"
+    assert await Engine._local_start_ask(engine, b"{}") == b"refused: too many asks in flight"
     assert asked == []  # nothing decoded, nothing folded
-    assert ANSWER_ASKS.value(outcome="refused_before_fold") == before + 1
+    assert ANSWER_ASKS.value(outcome="refused_before_fold") == before + 3
 
 
 @pytest.mark.asyncio
