@@ -69,6 +69,7 @@ from actors.natsio import (
 from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.replay import first_message
+from actors.natsio.replies import is_inbox
 from actors.natsio.requests import requester
 from actors.playbook.budget import RenderHalted, SliceExhausted
 from actors.playbook.templates import RenderFault
@@ -905,6 +906,12 @@ class Engine(PartitionHost[str, ExecutionActor]):
 
     def _on_ask(self, msg: Msg, *, start: bool = False) -> None:
         """An ask, called from the connection's read loop: handled in a task of its own."""
+        if not is_inbox(msg.reply):
+            # the engine may publish where an asker may not (every execution's log): an
+            # answer goes only to an inbox, never where a request points it; and an ask
+            # whose answer cannot reach its asker is not one to store anything for
+            log.warning("engine: an ask on %s named reply subject %.80r, not an inbox: ignored", msg.subject, msg.reply)
+            return
         self._asked(self._answer(msg, full=self._full(), start=start))  # never blocks the read loop
 
     def _on_start_ask(self, msg: Msg) -> None:
@@ -931,12 +938,12 @@ class Engine(PartitionHost[str, ExecutionActor]):
 
     def _stop_answering_locally(self, partition: int) -> None:
         local = requester(self.nc)
-        local.stop_answering_locally(answer_request_subject(partition))
-        local.stop_answering_locally(start_ask_subject(partition))
+        local.stop_answering_locally(answer_request_subject(partition), self._local_ask)
+        local.stop_answering_locally(start_ask_subject(partition), self._local_start_ask)
 
     async def _answer(self, msg: Msg, *, full: bool = False, start: bool = False) -> None:
         said = await self._said(msg.data, full=full, start=start)
-        if msg.reply:
+        if msg.reply:  # an inbox (`_on_ask`)
             try:
                 await self.nc.publish(msg.reply, said)
             except Exception as e:  # the tool times out and publishes the result itself

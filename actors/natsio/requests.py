@@ -25,7 +25,8 @@ roles share one (the same user, so the same permissions either way), and two pod
 one process (tests) never answer each other. A local answer that does not come within
 `timeout`, or whose service stopped meanwhile (its task cancelled), raises
 nats.errors.TimeoutError, as a reply lost with a reconnect does: the asker does what it
-does when nothing is known.
+does when nothing is known. Not part of the fast path (`ACTORS_NATS_FASTPATH=0` leaves it
+on): it uses nothing of nats-py's.
 """
 
 from __future__ import annotations
@@ -66,8 +67,12 @@ class Requester(ReplyInbox):
         subscription for everyone else's."""
         self._local[subject] = answer
 
-    def stop_answering_locally(self, subject: str) -> None:
-        self._local.pop(subject, None)
+    def stop_answering_locally(self, subject: str, answer: LocalAnswer) -> None:
+        """`answer` no longer answers `subject` here (another service's registration,
+        made since, stays: two engines on one connection, one losing a partition the
+        other gained)."""
+        if self._local.get(subject) == answer:  # ==: a bound method is made anew each time
+            del self._local[subject]
 
     async def request(
         self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str] | None = None

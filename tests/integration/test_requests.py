@@ -133,9 +133,12 @@ async def test_a_request_the_connection_itself_answers_never_reaches_the_server(
         # another connection (another pod in this process) is not answered by this one's service
         assert await requester(other).request("answer.3", b"xy", timeout=5) == b"yx|"
         assert asked == [b"result"] and len(remote) == 1
-        requester(nc).stop_answering_locally("answer.3")
+        requester(nc).stop_answering_locally("answer.3", served_here({})[1][0])  # another's: stays
+        assert await requester(nc).request("answer.3", b"result", timeout=5) == b"stored"
+        assert asked == [b"result"] * 2 and len(remote) == 1
+        requester(nc).stop_answering_locally("answer.3", service)
         assert await requester(nc).request("answer.3", b"result", timeout=5) == b"tluser|"
-        assert asked == [b"result"] and len(remote) == 2
+        assert asked == [b"result"] * 2 and len(remote) == 2
     finally:
         await other.close()
         await nc.close()

@@ -308,6 +308,35 @@ async def test_asks_beyond_those_in_flight_are_refused_at_once() -> None:
 
 
 @pytest.mark.asyncio
+async def test_an_ask_whose_reply_is_not_an_inbox_is_ignored() -> None:
+    """The engine may publish on every execution's log, the tools user may not: an ask
+    naming a log subject (or no reply at all) for its answer is not handled, so nothing
+    is stored for it and nothing is published where it points."""
+    from actors.engine.actor import Engine
+
+    sent: list[tuple[str, bytes]] = []
+
+    async def publish(subject: str, data: bytes) -> None:
+        sent.append((subject, data))
+
+    asked: list[bytes] = []
+
+    async def ask(data: bytes, *, start: bool = False) -> str:
+        asked.append(data)
+        return "stored"
+
+    engine: Any = _Bare(_asking=set(), nc=_Bare(publish=publish), ask=ask)
+    for name in ("_answer", "_said", "_full", "_asked"):
+        setattr(engine, name, functools.partial(getattr(Engine, name), engine))
+    for reply in ("exec.3.x.in.cancel", "", "_INBOX"):
+        Engine._on_ask(engine, _Bare(subject="answer.3", reply=reply, data=b"{}"))
+    assert engine._asking == set() and asked == [] and sent == []
+    Engine._on_ask(engine, _Bare(subject="answer.3", reply="_INBOX.abc.1", data=b"{}"))
+    await asyncio.gather(*engine._asking)
+    assert asked == [b"{}"] and sent == [("_INBOX.abc.1", b"stored")]
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("version", "replicas", "served"),
     [("2.12.1", 1, True), ("2.11.0", 1, True), ("2.10.22", 1, False), ("2.12.1", 3, False)],
