@@ -5,7 +5,7 @@ throughout (issue #34: what the server holds per retained execution).
     python -m bench.soak [--rate 100] [--minutes 3] [--concurrency 100] [--idle-minutes 2]
                          [--sample-seconds 2] [--sync default|always] [--baseline REV]
                          [--retain SECONDS] [--archive off|objects|DIR] [--cluster]
-                         [--rounds 1] [--out DIR] [--json-only]
+                         [--server-env NAME=VALUE ...] [--rounds 1] [--out DIR] [--json-only]
     python -m bench.soak --heap-top heap-*.txt   (a saved heap profile's summary, no run)
 
 An operator's two-hour run at a modest rate, retention doing its work: `python -m
@@ -17,7 +17,8 @@ default of 7 days: nothing retires within a run); `--archive off|objects|DIR` it
 ACTORS_ARCHIVE. A checkout without retention (no actors/retention: 67fe621 and earlier)
 ignores both, and the output says so. `--cluster`: a 3-node cluster on this machine,
 every stream and bucket R3 (ACTORS_REPLICAS=3); server figures are then summed over the
-three nodes (and each node's RSS is sampled too).
+three nodes (and each node's RSS is sampled too). `--server-env GOMEMLIMIT=128MiB`: the
+single server's environment (the Go runtime's settings: GOMEMLIMIT, GOGC).
 
 Each run gets a fresh nats-server (file store in a temporary dir, `--sync`, HTTP
 monitoring on a free port), one pod as its own process (`actors-cli serve --role all`,
@@ -309,7 +310,7 @@ class Servers:
         self.single: NatsServer | None = None
 
     @classmethod
-    async def start(cls, *, sync: str, cluster: bool) -> Servers:
+    async def start(cls, *, sync: str, cluster: bool, env: dict[str, str] | None = None) -> Servers:
         if cluster:
             c = cast(MonitoredCluster, await MonitoredCluster.start(3, sync=sync))
             nodes = [n for n in c.nodes if n is not None]
@@ -322,7 +323,7 @@ class Servers:
             out.cluster = c
             return out
         mport, pport = free_port(), free_port()
-        server = await NatsServer.start(sync=sync, extra_args=["-m", str(mport), "--profile", str(pport)])
+        server = await NatsServer.start(sync=sync, extra_args=["-m", str(mport), "--profile", str(pport)], env=env)
         out = cls(server.url, [server], [f"http://127.0.0.1:{mport}"], [f"http://127.0.0.1:{pport}"])
         out.single = server
         return out
@@ -474,7 +475,7 @@ def pod_env(code: Path, args: argparse.Namespace) -> tuple[dict[str, str], str]:
 async def soak(
     code: Path, args: argparse.Namespace, out: Path, tag: str, say: Callable[[str], None], stop: asyncio.Event
 ) -> dict[str, Any]:
-    servers = await Servers.start(sync=args.sync, cluster=args.cluster)
+    servers = await Servers.start(sync=args.sync, cluster=args.cluster, env=dict(args.server_env or []))
     layout = Layout(replicas=3) if args.cluster else Layout()
     env, retention = pod_env(code, args)
     say(f"  {tag}: retention {retention}")
@@ -938,6 +939,7 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
         "retain": args.retain,
         "archive": args.archive,
         "cluster": args.cluster,
+        "server_env": dict(args.server_env or []),
         "load_average": os.getloadavg(),
         "rounds": args.rounds,
         "out": str(out),
@@ -963,6 +965,13 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
     return summary
 
 
+def _name_value(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rate", type=float, default=100.0, help="executions started per second")
@@ -977,6 +986,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--archive", help="ACTORS_ARCHIVE for the pod: off, objects or an absolute directory")
     parser.add_argument("--cluster", action="store_true", help="a 3-node cluster, every stream R3")
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        type=_name_value,
+        metavar="NAME=VALUE",
+        help="the nats-server's environment (single server), e.g. GOMEMLIMIT=128MiB; repeatable",
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, help="where the CSV, PNG and summary go (default: a new temporary dir)")
     parser.add_argument("--json-only", action="store_true")
@@ -995,6 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.rate <= 0 or args.minutes <= 0 or args.concurrency < 1 or args.sample_seconds <= 0:
         parser.error("--rate, --minutes, --sample-seconds must be positive and --concurrency at least 1")
+    if args.server_env and args.cluster:
+        parser.error("--server-env is for a single server")
     if args.idle_minutes < 0 or args.rounds < 1:
         parser.error("--idle-minutes must not be negative and --rounds at least 1")
     if args.retain is not None and args.retain < 0:
