@@ -204,7 +204,7 @@ class Starter:
         while True:
             await asyncio.sleep(self.layout.lease_ttl / 4)  # as often as leases are renewed
             try:
-                found = await semantics_in_use(await self.js.key_value(OWNERS_BUCKET))
+                found = await semantics_in_use(self.nc, await self.js.key_value(OWNERS_BUCKET))
             except Exception as e:  # NATS unreachable: keep the last answer
                 log.warning("starter: engine pods' semantics not read: %s", e)
             else:
@@ -214,7 +214,7 @@ class Starter:
 
     async def start(self) -> None:
         try:
-            self.semantics = await semantics_in_use(await self.js.key_value(OWNERS_BUCKET))
+            self.semantics = await semantics_in_use(self.nc, await self.js.key_value(OWNERS_BUCKET))
         except Exception as e:  # not known yet: the oldest, which every engine pod runs, until the next look
             log.warning("starter: engine pods' semantics not read: %s", e)
             self.semantics = 1

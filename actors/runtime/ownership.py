@@ -73,59 +73,52 @@ def member_semantics(value: bytes | None) -> int:
         return 1
 
 
-async def semantics_in_use(kv: KeyValue, role: str = "engine") -> int:
+async def member_entries(nc: NATS, kv: KeyValue, role: str) -> dict[str, bytes]:
+    """The pods of `role` with a live member entry (`members.<role>.<pod>`), each with
+    its entry, sorted by name. Read as the bucket's subjects (one stream lookup, which
+    every user may make) and a get of each: no consumer, which `KeyValue.keys` makes
+    (and fills with the whole bucket) on every call; every pod asks every lease period.
+    A subject whose last message is a delete (a pod that stopped) is skipped."""
+    prefix = f"$KV.{OWNERS_BUCKET}.members.{role}."
+    found: dict[str, bytes] = {}
+    for subject in sorted(await stream_subjects(nc, kv_stream(OWNERS_BUCKET), prefix + ">")):
+        member = subject[len(prefix) :]
+        try:
+            entry = await kv.get(f"members.{role}.{member}")
+        except KeyNotFoundError:
+            continue  # deleted, or aged out meanwhile
+        found[member] = entry.value or b""
+    return found
+
+
+async def members(nc: NATS, kv: KeyValue, role: str) -> list[str]:
+    """The pods of `role` with a live member entry, sorted (`member_entries`)."""
+    return list(await member_entries(nc, kv, role))
+
+
+async def semantics_in_use(nc: NATS, kv: KeyValue, role: str = "engine") -> int:
     """The semantics every live pod of `role` runs: the lowest any member entry names
     (entries age out with the lease TTL; a stopped pod deletes its own), or this
     code's when none is found. A starter stamps new executions with it, so that during
     a rolling upgrade an execution starts under semantics every engine pod knows:
     none halts on `SemanticsUnknown` because an older engine met it (docs/upgrades.md)."""
-    found = SEMANTICS
-    prefix = f"members.{role}."
-    for member in await members(kv, role):
-        try:
-            entry = await kv.get(prefix + member)
-        except KeyNotFoundError:
-            continue  # gone meanwhile
-        found = min(found, member_semantics(entry.value))
-    return found
+    return min((member_semantics(v) for v in (await member_entries(nc, kv, role)).values()), default=SEMANTICS)
 
 
 async def lacking(nc: NATS, kv: KeyValue, feature: str, roles: tuple[str, ...] = ("engine", "counter")) -> list[str]:
     """The live pods of `roles` (`<role>/<pod>`) whose member entry does not name
-    `feature`: older code, which must not meet a start that relies on it. The members
-    are read from the bucket's subjects (a stream lookup and gets: what a client's
-    NATS user may do; `KeyValue.keys` would need a consumer)."""
+    `feature`: older code, which must not meet a start that relies on it (a client's
+    NATS user may read them: `member_entries`)."""
     found: list[str] = []
     for role in roles:
-        prefix = f"$KV.{OWNERS_BUCKET}.members.{role}."
-        for subject in sorted(await stream_subjects(nc, kv_stream(OWNERS_BUCKET), prefix + ">")):
-            member = subject[len(prefix) :]
+        for member, value in (await member_entries(nc, kv, role)).items():
             try:
-                entry = await kv.get(f"members.{role}.{member}")
-            except KeyNotFoundError:
-                continue  # gone meanwhile
-            try:
-                features = _member.decode(entry.value).features if entry.value else []
+                features = _member.decode(value).features if value else []
             except msgspec.DecodeError:
                 features = []
             if feature not in features:
                 found.append(f"{role}/{member}")
     return found
-
-
-async def members(kv: KeyValue, role: str) -> list[str]:
-    """The pods of `role` with a live member entry (`members.<role>.<pod>`), sorted."""
-    prefix = f"members.{role}."
-    try:
-        keys = await kv.keys()
-    except (NotFoundError, KeyValueError):
-        keys = []
-    except Exception as e:
-        if "no keys" in str(e).lower():  # nats-py's answer for an empty bucket
-            keys = []
-        else:
-            raise
-    return sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
 
 
 _runtimes = itertools.count(1)
@@ -267,7 +260,7 @@ class Leases:
         return mine + [p for p in range(self.partitions) if p % n != index]
 
     async def _members(self) -> list[str]:
-        return await members(self.kv, self.role)
+        return await members(self.nc, self.kv, self.role)
 
     async def _let_go(self, p: int) -> int | None:
         """No longer consume partition `p` (its lease left as it is): the revision held."""

@@ -35,20 +35,20 @@ async def test_the_lowest_semantics_of_live_engine_pods_is_the_one_in_use(nats_s
     try:
         await ensure(nc.jetstream(), Layout(partitions=2))
         kv = await nc.jetstream().key_value(OWNERS_BUCKET)
-        assert await semantics_in_use(kv) == SEMANTICS  # no pod: this code's
+        assert await semantics_in_use(nc, kv) == SEMANTICS  # no pod: this code's
         leases = Leases(nc, role="engine", partitions=2, ttl=10, on_gain=_nothing, on_lose=_nothing)
         await leases.start()
         try:
             mine = await kv.get(f"members.engine.{leases.pod}")
             assert mine.value == MEMBER_RECORD and member_semantics(mine.value) == SEMANTICS
-            assert await semantics_in_use(kv) == SEMANTICS
+            assert await semantics_in_use(nc, kv) == SEMANTICS
             await kv.put("members.engine.older", b"")  # what a pod before the entries said anything writes
             await kv.put("members.counter.older", b"")  # another role's: not the engines'
-            assert await semantics_in_use(kv) == 1
+            assert await semantics_in_use(nc, kv) == 1
             await kv.delete("members.engine.older")  # it stopped
-            assert await semantics_in_use(kv) == SEMANTICS
+            assert await semantics_in_use(nc, kv) == SEMANTICS
             await kv.put("members.engine.odd", b"not json")  # unreadable: taken for the oldest
-            assert await semantics_in_use(kv) == 1
+            assert await semantics_in_use(nc, kv) == 1
         finally:
             await leases.stop()
     finally:

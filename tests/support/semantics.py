@@ -18,7 +18,7 @@ async def older_engines_live(monkeypatch: pytest.MonkeyPatch, runtime: Runtime, 
     """From now on `runtime`'s starter finds engine pods of `semantics` live: returns
     once it starts new executions under it (its next refresh, within a lease period)."""
 
-    async def lowest(kv: object, role: str = "engine") -> int:
+    async def lowest(nc: object, kv: object, role: str = "engine") -> int:
         return semantics
 
     monkeypatch.setattr(starter, "semantics_in_use", lowest)
