@@ -4,6 +4,7 @@ commit run alternating on the same machine.
 
     python -m bench.writes [--baseline REV] [--rounds 2] [--runs 40] [--chain 50]
                            [--concurrent 200] [--fsync-delay-ms 0] [--cluster] [--exec-streams 1]
+                           [--sync always|default]
                            [--json-only]
 
 Each side (this checkout; with `--baseline`, REV checked out in a temporary git
@@ -43,6 +44,10 @@ under strace, fsyncs counted (and slowed) on all three.
 (ACTORS_EXEC_STREAMS; partitions: 8, or N if more); the baseline's keeps one. So
 `--baseline HEAD --exec-streams 4` runs 4 streams against 1 on the same code, alternating.
 
+`--sync default`: the servers with their default sync (every 2 minutes) instead, for the
+latency and rate figures of a default deployment against a baseline (the fsync counts
+then are the background ones only).
+
 Prints a table and, as its last line, one JSON object.
 """
 
@@ -71,7 +76,7 @@ from actors.pod.roles import connect
 from bench.common import chain_playbook, checkout_of
 from bench.peers.fsync import STRACE, FsyncTrace
 from streams.layout import Layout
-from streams.server import SYNC_ALWAYS, NatsCluster, NatsServer
+from streams.server import SYNC_ALWAYS, SYNC_MODES, NatsCluster, NatsServer
 from tests.support.pods import PodProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,10 +150,10 @@ async def measure(code: Path, args: argparse.Namespace, say: Callable[[str], Non
         trace = FsyncTrace(Path(tmp) / "strace", delay_ms=args.fsync_delay_ms, paths=True)
         servers: NatsServer | NatsCluster
         if args.cluster:  # three nodes, every stream R3: each stored message a consensus round
-            servers = await NatsCluster.start(3, sync=SYNC_ALWAYS, wrap=lambda i: trace.wrap(f"node{i}"))
+            servers = await NatsCluster.start(3, sync=args.sync, wrap=lambda i: trace.wrap(f"node{i}"))
             pids = [n.proc.pid for n in servers.nodes if n is not None]
         else:
-            servers = await NatsServer.start(sync=SYNC_ALWAYS, wrap=trace.wrap("nats"))
+            servers = await NatsServer.start(sync=args.sync, wrap=trace.wrap("nats"))
             pids = [servers.proc.pid]
         try:
             trace.check(pids)
@@ -259,7 +264,7 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str
     medians = {name: median_of(rs) for name, rs in results.items()}
     say("")
     say(
-        f"{'3-node R3 cluster, ' if args.cluster else ''}sync always"
+        f"{'3-node R3 cluster, ' if args.cluster else ''}sync {args.sync}"
         f"{f', every fsync +{args.fsync_delay_ms} ms' if args.fsync_delay_ms else ''}"
         f"{f', new: {args.exec_streams} streams of logs' if args.exec_streams > 1 else ''}; "
         f"medians of {args.rounds} rounds; {args.runs} one by one, chain of {args.chain}, {args.concurrent} at once"
@@ -281,6 +286,7 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], head: str
         "cpus": os.cpu_count(),
         "head": head,
         "baseline": args.baseline,
+        "sync": args.sync,
         "fsync_delay_ms": args.fsync_delay_ms,
         "cluster": args.cluster,
         "exec_streams": args.exec_streams,
@@ -302,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=200, help="3-step workflows at once")
     parser.add_argument("--fsync-delay-ms", type=float, default=0.0, help="slow every fsync of the server by this")
     parser.add_argument("--cluster", action="store_true", help="a 3-node R3 cluster (fsyncs of all three)")
+    parser.add_argument(
+        "--sync",
+        choices=SYNC_MODES,
+        default=SYNC_ALWAYS,
+        help="the servers' sync_interval: always (the default here: what the counts are for) or default",
+    )
     parser.add_argument(
         "--exec-streams",
         type=int,
