@@ -41,6 +41,22 @@ async def execution_log(nc: Any, layout: Any, execution_id: str) -> list[tuple[s
         await sub.unsubscribe()
 
 
+# what tests/support/playbooks.py THREE_STEPS stores in its log from semantics 6 where
+# asks are served: the start with the first decision (holding a's command), a's result
+# with the decision holding b's, b's with c's, c's with the execution's end
+THREE_STEPS_ANSWERED = [
+    "in.answer.lc.playbook.initialized.cmd.python",
+    "in.answer.cmd.python",
+    "in.answer.cmd.python",
+    "in.answer.lc.playbook.completed",
+]
+
+
+def log_kinds(log: list[tuple[str, bytes, int, float]]) -> list[str]:
+    """Each message of `log` (`execution_log`) by its subject past `exec.<p>.<id>.`."""
+    return [subject.split(".", 3)[3] for subject, _, _, _ in log]
+
+
 async def stored_starts(nc: Any, prefix: str = "", stream: str = "EXEC") -> Counter[str]:
     """How many starts the stream holds for each execution whose id starts with
     `prefix`: start records (`in.start`), and (semantics 6) starts stored with their

@@ -38,7 +38,7 @@ from actors.wire.messages import (
 from streams.layout import CMD_STREAM, EXEC_STREAM, class_of
 from streams.subjects import is_answer_record, is_start_answer
 from tests.conftest import System, wait_for
-from tests.support.natsio import execution_log
+from tests.support.natsio import THREE_STEPS_ANSWERED, execution_log, log_kinds
 from tests.support.playbooks import THREE_STEPS
 from tests.support.semantics import older_engines_live
 
@@ -191,15 +191,9 @@ async def test_three_steps_of_semantics_6_store_four_messages_the_start_with_its
     assert await system.client.result(eid) == {"c": 3}
     await system.engine_idle()
     log = await execution_log(system.nc, system.layout, eid)
-    kinds = [s.split(".", 3)[3] for s, _, _, _ in log]
     # the start with the first decision (carried by playbook.initialized) holding a's
     # command; a's result with the decision holding b's; b's with c's; c's with the end
-    assert kinds == [
-        "in.answer.lc.playbook.initialized.cmd.python",
-        "in.answer.cmd.python",
-        "in.answer.cmd.python",
-        "in.answer.lc.playbook.completed",
-    ]
+    assert log_kinds(log) == THREE_STEPS_ANSWERED
     first = answer_decoder.decode(log[0][1]).record
     assert first.cause == 0 and first.answer is not None  # minus the input before it: none
     start = input_decoder.decode(bytes(first.answer))
@@ -238,6 +232,19 @@ async def _asks_seen(system: System) -> list[str]:
     return seen
 
 
+async def _three_steps_stored_with_their_decisions(system: System) -> str:
+    """THREE_STEPS run to its result, its start and each result stored with the decision
+    it leads to (semantics 6, asks served); its id, once every ask made is seen."""
+    eid, status = await system.run_yaml(THREE_STEPS)
+    assert status.state == "COMPLETED" and await system.client.result(eid) == {"c": 3}
+    await system.engine_idle()
+    log = await execution_log(system.nc, system.layout, eid)
+    assert log_kinds(log) == THREE_STEPS_ANSWERED
+    await _each_step_held_and_answered_once(system, eid, log)
+    await system.nc.flush()  # what `_asks_seen` was sent has come
+    return eid
+
+
 async def test_a_pods_own_tools_and_starter_ask_its_engine_without_a_request_through_the_server(
     system: System,
 ) -> None:
@@ -245,18 +252,7 @@ async def test_a_pods_own_tools_and_starter_ask_its_engine_without_a_request_thr
     start and every result are stored with their decisions as when asked through the
     server, and no ask crosses it (actors/natsio/requests.py `answer_locally`)."""
     seen = await _asks_seen(system)
-    eid, status = await system.run_yaml(THREE_STEPS)
-    assert status.state == "COMPLETED" and await system.client.result(eid) == {"c": 3}
-    await system.engine_idle()
-    log = await execution_log(system.nc, system.layout, eid)
-    assert [s.split(".", 3)[3] for s, _, _, _ in log] == [
-        "in.answer.lc.playbook.initialized.cmd.python",
-        "in.answer.cmd.python",
-        "in.answer.cmd.python",
-        "in.answer.lc.playbook.completed",
-    ]
-    await _each_step_held_and_answered_once(system, eid, log)
-    await system.nc.flush()
+    await _three_steps_stored_with_their_decisions(system)
     assert seen == []
 
 
@@ -271,18 +267,7 @@ async def test_tools_of_another_pod_ask_the_engine_through_the_server(system: Sy
     tools = await start_roles(tools_nc, layout=system.layout, roles=("tools",))
     try:
         seen = await _asks_seen(system)
-        eid, status = await system.run_yaml(THREE_STEPS)
-        assert status.state == "COMPLETED" and await system.client.result(eid) == {"c": 3}
-        await system.engine_idle()
-        log = await execution_log(system.nc, system.layout, eid)
-        assert [s.split(".", 3)[3] for s, _, _, _ in log] == [
-            "in.answer.lc.playbook.initialized.cmd.python",
-            "in.answer.cmd.python",
-            "in.answer.cmd.python",
-            "in.answer.lc.playbook.completed",
-        ]
-        await _each_step_held_and_answered_once(system, eid, log)
-        await system.nc.flush()
+        eid = await _three_steps_stored_with_their_decisions(system)
         # a, b and c's results; the start was the engine pod's own starter's: not among them
         assert seen == [f"answer.{system.layout.partition_of(eid)}"] * 3
     finally:

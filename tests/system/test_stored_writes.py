@@ -27,7 +27,7 @@ from actors.wire.messages import command_decoder, command_of_answer, input_decod
 from streams.layout import CMD_STREAM, EXEC_STREAM, INDEX_STREAM, class_of
 from streams.subjects import is_answer_record
 from tests.conftest import System
-from tests.support.natsio import execution_log
+from tests.support.natsio import THREE_STEPS_ANSWERED, execution_log, log_kinds
 from tests.support.playbooks import THREE_STEPS
 from tests.support.semantics import older_engines_live
 
@@ -75,12 +75,7 @@ async def test_an_execution_of_semantics_6_stores_four_messages_in_exec(system: 
     assert status.state == "COMPLETED" and status.playbook is not None
     await system.engine_idle()
     log = await execution_log(system.nc, system.layout, eid)
-    assert [s.split(".", 3)[3] for s, _, _, _ in log] == [
-        "in.answer.lc.playbook.initialized.cmd.python",
-        "in.answer.cmd.python",
-        "in.answer.cmd.python",
-        "in.answer.lc.playbook.completed",
-    ]
+    assert log_kinds(log) == THREE_STEPS_ANSWERED
     assert (await jsm.stream_info(EXEC_STREAM)).state.last_seq - exec_before == 4
     assert (await jsm.stream_info(INDEX_STREAM)).state.last_seq - index_before == 1
     assert (await jsm.stream_info(CMD_STREAM)).state.last_seq == 0
