@@ -39,7 +39,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import msgspec
@@ -829,19 +829,26 @@ class Engine(PartitionHost[str, ExecutionActor]):
         await super().gain(partition)
         if partition not in self._asks and await self.serves_asks(partition):
             # read as it arrives (no task per subscription): each ask its own task
-            # a tool's (`answer.<p>`) and a starter's (`answer.start.<p>`), each taking its own
-            asks = [
-                (answer_request_subject(partition), self._on_ask),
-                (start_ask_subject(partition), self._on_start_ask),
-            ]
             self._asks[partition] = [
-                await subscribe_direct(self.nc, subject, handler, queue="engine.answer") for subject, handler in asks
+                await subscribe_direct(self.nc, subject, on_msg, queue="engine.answer")
+                for subject, on_msg, _ in self._ask_subjects(partition)
             ]
             # and the tools and the starter on this pod's own connection ask without a
             # request through the server (actors/natsio/requests.py): same answer
             local = requester(self.nc)
-            local.answer_locally(answer_request_subject(partition), self._local_ask)
-            local.answer_locally(start_ask_subject(partition), self._local_start_ask)
+            for subject, _, answer in self._ask_subjects(partition):
+                local.answer_locally(subject, answer)
+
+    def _ask_subjects(
+        self, partition: int
+    ) -> tuple[tuple[str, Callable[[Msg], None], Callable[[bytes], asyncio.Task[bytes]]], ...]:
+        """Where partition `partition`'s asks come, with what takes one from the server
+        and what answers one made on this pod's own connection: a tool's (`answer.<p>`)
+        and a starter's (`answer.start.<p>`), each taking its own."""
+        return (
+            (answer_request_subject(partition), self._on_ask, self._local_ask),
+            (start_ask_subject(partition), self._on_start_ask, self._local_start_ask),
+        )
 
     async def serves_asks(self, partition: int) -> bool:
         """Does this pod store answer records for partition `partition`? Not when told
@@ -938,16 +945,15 @@ class Engine(PartitionHost[str, ExecutionActor]):
 
     def _stop_answering_locally(self, partition: int) -> None:
         local = requester(self.nc)
-        local.stop_answering_locally(answer_request_subject(partition), self._local_ask)
-        local.stop_answering_locally(start_ask_subject(partition), self._local_start_ask)
+        for subject, _, answer in self._ask_subjects(partition):
+            local.stop_answering_locally(subject, answer)
 
     async def _answer(self, msg: Msg, *, full: bool = False, start: bool = False) -> None:
         said = await self._said(msg.data, full=full, start=start)
-        if msg.reply:  # an inbox (`_on_ask`)
-            try:
-                await self.nc.publish(msg.reply, said)
-            except Exception as e:  # the tool times out and publishes the result itself
-                log.debug("answer request: no reply sent: %r", e)
+        try:  # to its inbox (`_on_ask`)
+            await self.nc.publish(msg.reply, said)
+        except Exception as e:  # the tool times out and publishes the result itself
+            log.debug("answer request: no reply sent: %r", e)
 
     async def _said(self, data: bytes, *, full: bool, start: bool) -> bytes:
         """What an ask is answered: `stored`, or `refused: <why>`."""
