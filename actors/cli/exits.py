@@ -16,8 +16,9 @@ Exit codes:
      result of an execution still running; an execution whose start is still queued
      or whose status is not recorded yet (status, events, result)
   5  NATS unavailable: unreachable, credentials refused, a TLS handshake failed, or
-     it stopped answering; also an embedded nats-server that could not start, and
-     streams missing that this NATS user may not create
+     it stopped answering; also an embedded nats-server that could not start,
+     streams missing that this NATS user may not create, and a write it may not make
+     (the server's permissions violation, said at once)
   130 interrupted (Ctrl-C)
 A user error is one line on stderr, never a traceback. Our errors are answered by their
 family (actors/errors.py: UserError 3, NotFinished 4, Unavailable 5), others' by

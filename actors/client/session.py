@@ -11,7 +11,15 @@ from nats.aio.client import Client as NATS
 from nats.js.api import PubAck
 from nats.js.kv import KeyValue
 
-from actors.natsio import MSG_ID, TRANSIENT_REQUEST, PublishOutcomeUnknown, close_connection, publisher, ride_out
+from actors.natsio import (
+    MSG_ID,
+    TRANSIENT_REQUEST,
+    PublishDenied,
+    PublishOutcomeUnknown,
+    close_connection,
+    publisher,
+    ride_out,
+)
 from actors.natsio.binding import bind, codec_of
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable
 from actors.store.archive import ArchivedExecution, ArchiveStore, ObjectArchive
@@ -97,11 +105,14 @@ class Session:
         headers: dict[str, str] | None = None,
     ) -> PubAck:
         """A JetStream publish, sent again with the same Nats-Msg-Id until the stream
-        acks it or the timeout passes (then NatsUnavailable). `budget`: seconds, when
-        less than the timeout is left."""
+        acks it or the timeout passes (then NatsUnavailable); PublishDenied at once when
+        the server says this user may not publish there. `budget`: seconds, when less
+        than the timeout is left."""
         budget = self.timeout if budget is None else budget
         try:
             acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id, **(headers or {})})], budget=budget)
+        except PublishDenied as e:  # at once: this user may not write there (NATS's -ERR)
+            raise PublishDenied(f"{what} not written: {e}") from e
         except PUBLISH_FAILED as e:
             # a copy may have been stored with its PubAck lost: the same id makes a re-send harmless
             raise NatsUnavailable(

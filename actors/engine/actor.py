@@ -828,11 +828,12 @@ class Engine(PartitionHost[str, ExecutionActor]):
     async def gain(self, partition: int) -> None:
         await super().gain(partition)
         if partition not in self._asks and await self.serves_asks(partition):
-            # read as it arrives (no task per subscription): each ask its own task
-            self._asks[partition] = [
-                await subscribe_direct(self.nc, subject, on_msg, queue="engine.answer")
-                for subject, on_msg, _ in self._ask_subjects(partition)
-            ]
+            # read as it arrives (no task per subscription): each ask its own task. Kept
+            # as each is made, so a gain cancelled between the two leaves none that
+            # `lose` or `stop` would not unsubscribe
+            subs = self._asks[partition] = []
+            for subject, on_msg, _ in self._ask_subjects(partition):
+                subs.append(await subscribe_direct(self.nc, subject, on_msg, queue="engine.answer"))
             # and the tools and the starter on this pod's own connection ask without a
             # request through the server (actors/natsio/requests.py): same answer
             local = requester(self.nc)

@@ -36,6 +36,7 @@ from actors.natsio.private import close_connection
 from actors.natsio.puback import EXPECTED_LAST_SUBJECT_FILTER, EXPECTED_LAST_SUBJECT_SEQUENCE, subject_taken
 from actors.natsio.publishing import (
     MSG_ID,
+    PublishDenied,
     Publisher,
     PublishOutcomeUnknown,
     publish_all,
@@ -61,6 +62,7 @@ __all__ = [
     "SCHEDULE",
     "SCHEDULE_TARGET",
     "TRANSIENT_REQUEST",
+    "PublishDenied",
     "PublishOutcomeUnknown",
     "Publisher",
     "ack",

@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import logging
 import math
+import re
 from collections.abc import Awaitable
 
 from nats.aio.client import Client as NATS
@@ -33,6 +34,23 @@ PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect 
 # which shows whether the message is there. A refusal (503, buffer full) stored nothing
 # and may be re-sent at any time.
 RESEND_SHARE = 0.5
+
+
+class PublishDenied(Unavailable):
+    """The server refused a publish: this NATS user may not publish to its subject (a
+    permissions violation, deploy/nats/permissions.conf). Nothing was stored, and
+    sending it again changes nothing; another user (the one the docs name) may."""
+
+
+# the server's -ERR for a publish its user may not make, handed to the connection's
+# error callback (nats-py: "nats: Permissions Violation for Publish to "<subject>"")
+_PUBLISH_VIOLATION = re.compile(r'Permissions Violation for Publish to "([^"]+)"', re.IGNORECASE)
+
+
+def denied_subject(error: BaseException) -> str | None:
+    """The subject a permissions violation `error` says a publish was refused on, or None."""
+    found = _PUBLISH_VIOLATION.search(str(error))
+    return found.group(1) if found else None
 
 
 class PublishOutcomeUnknown(Unavailable):
@@ -70,8 +88,9 @@ class Publisher(ReplyInbox):
         # publish may be re-sent (RESEND_SHARE); `start_roles` sets it from the layout
         self.duplicate_window = duplicate_window
         self._tokens = itertools.count()
-        # token -> (future, deadline, connection it went out on: the client's reconnect count)
-        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, int]] = {}
+        # token -> (future, deadline, connection it went out on: the client's reconnect
+        # count, subject: what a permissions violation names)
+        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, int, str]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._refused = 0  # re-sent publishes not reported yet
         self._refused_logged = -1.0  # loop time of the last report
@@ -80,20 +99,22 @@ class Publisher(ReplyInbox):
         """Send now; the returned future resolves with the PubAck (or the server's error)."""
         if self._sub is None:
             await self._start()
-        token, fut = self._expect()
+        token, fut = self._expect(subject)
         pending = send_nowait(self.nc, subject, payload, self._prefix + token, headers)
         if pending is not None:
             await self._sent(pending, token)
         return fut
 
-    def _expect(self) -> tuple[str, asyncio.Future[PubAck]]:
-        """A token for the next publish's reply subject and the future its PubAck resolves."""
+    def _expect(self, subject: str) -> tuple[str, asyncio.Future[PubAck]]:
+        """A token for the next publish's reply subject (its own: `subject`) and the
+        future its PubAck resolves."""
         loop = self._loop
         assert loop is not None
         token = str(next(self._tokens))
         fut: asyncio.Future[PubAck] = loop.create_future()  # not asyncio.Future(): no loop lookup
         nc = self.nc  # the connection it goes out on, as `_connection()` says (inlined: one per publish)
-        self._waiting[token] = (fut, loop.time() + self.timeout, nc.stats["reconnects"] + (not nc.is_connected))
+        connection = nc.stats["reconnects"] + (not nc.is_connected)
+        self._waiting[token] = (fut, loop.time() + self.timeout, connection, subject)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = loop.create_task(self._sweep())
         return token, fut
@@ -133,7 +154,7 @@ class Publisher(ReplyInbox):
             if self._sub is None:
                 await self._start()
             for subject, payload, headers in messages:  # `publish`, inlined: no coroutine per message
-                token, fut = self._expect()
+                token, fut = self._expect(subject)
                 pending = send_nowait(self.nc, subject, payload, self._prefix + token, headers)
                 if pending is not None:
                     await self._sent(pending, token)
@@ -257,7 +278,7 @@ class Publisher(ReplyInbox):
             now = asyncio.get_running_loop().time()
             current = self._connection() if self.nc.is_connected else -1  # disconnected: wait and see
             expired = []
-            for token, (_, deadline, connection) in waiting.items():
+            for token, (_, deadline, connection, _) in waiting.items():
                 if deadline <= now:
                     expired.append((token, f"no PubAck within {self.timeout:g}s"))
                 elif connection < current:
@@ -265,9 +286,21 @@ class Publisher(ReplyInbox):
                 else:
                     break
             for token, why in expired:
-                fut, _, _ = waiting.pop(token)
+                fut = waiting.pop(token)[0]
                 if not fut.done():
                     fut.set_exception(TimeoutError(why))
+
+    def denied(self, subject: str, why: str) -> None:
+        """The server says this connection's user may not publish to `subject` (`why`:
+        its words): every publish there still waiting for its PubAck fails now with
+        PublishDenied, not after the PubAck's deadline and re-sends until the budget is
+        spent (a command would wait out its whole timeout to say "no PubAck"). Told by
+        the error callback of a client's connection (actors/natsio/dial.py)."""
+        for token, (fut, _, _, to) in list(self._waiting.items()):
+            if to == subject:
+                del self._waiting[token]
+                if not fut.done():
+                    fut.set_exception(PublishDenied(f"NATS refused the publish: {why}"))
 
 
 def publisher(nc: NATS) -> Publisher:

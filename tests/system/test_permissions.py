@@ -368,7 +368,9 @@ workflow:
 async def test_the_engine_user_prepares_a_rollback(secured: Secured, pods: Pods, tmp_path: Path) -> None:
     """`actors-cli prepare-rollback` writes an input of the engine's (a plain copy of a
     start stored with its first decision, on `exec.*.*.in.start`), which the cli user
-    may not: run as the engine user, as docs/upgrades.md says, it needs nothing more."""
+    may not: run as the cli user it says so at once (the server's permissions
+    violation), exit 5; run as the engine user, as docs/upgrades.md says, it needs
+    nothing more."""
     for role in ("engine", "projector"):
         await pods.start(secured, role)
     (tmp_path / "waiter.yaml").write_text(WAITER)
@@ -380,11 +382,19 @@ async def test_the_engine_user_prepares_a_rollback(secured: Secured, pods: Pods,
             return st is not None and bool(st.waiting)
 
         await wait_for(waiting, timeout=30)
+        # as the cli user: refused by the server, and told so at once (not the PubAck's
+        # timeout and re-sends until the command's --timeout: the test's own timeout is
+        # shorter), one line, naming the user to run it as
+        code, out, err = await cli("prepare-rollback", "--json", "--timeout", "600", url=secured.url("cli"))
+        start = secured.layout.execution(eid).start
+        assert code == 5 and out == "" and len(err.strip().splitlines()) == 1, (code, out, err)
+        assert f'permissions violation for publish to "{start}"' in err.lower() and "as the engine user" in err, err
         code, out, err = await cli("prepare-rollback", "--json", url=secured.url("engine"), user="engine")
         assert code == 0 and json.loads(out) == {"running": 1, "copied": 1, "copied_before": 0, "plain": 0}, err
         await client.cancel(eid)
         assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
-    assert secured.violations() == []
+    violations = secured.violations()  # the cli user's, and no other
+    assert violations and all(f'user:cli" - Publish Violation - Subject "{start}"' in v for v in violations), violations
 
 
 @pytest.mark.asyncio
