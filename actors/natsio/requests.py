@@ -112,12 +112,27 @@ class Requester(ReplyInbox):
 
 
 async def _answered_here(answer: LocalAnswer, payload: bytes, timeout: float) -> bytes:
-    """`answer`'s reply to `payload`, waited for as a remote one would be. Waiting with
-    `asyncio.wait`, not on the task: the asker giving up (or being cancelled) leaves the
-    service's work to go on, as it would on another pod."""
+    """`answer`'s reply to `payload`, waited for as a remote one would be. Waiting on a
+    future of its own the task's end or a timer settles, not on the task: the asker
+    giving up (or being cancelled) leaves the service's work to go on, as it would on
+    another pod. (What `asyncio.wait` does, without its set, its checks and its
+    coroutine: this runs for every step of a pod that runs its own tools.)"""
     task = answer(payload)
-    done, _ = await asyncio.wait((task,), timeout=timeout)
-    if not done or task.cancelled():
+    loop = task.get_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def settle(_: object = None) -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    task.add_done_callback(settle)
+    timer = loop.call_later(timeout, settle)
+    try:
+        await ended
+    finally:
+        timer.cancel()
+        task.remove_done_callback(settle)
+    if not task.done() or task.cancelled():
         raise nats.errors.TimeoutError()
     return task.result()
 
