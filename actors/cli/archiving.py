@@ -48,6 +48,7 @@ def add_archive_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 
 async def cmd_archive(args: argparse.Namespace) -> int:
+    from actors.client import Denied
     from actors.store.archive import archive_store
 
     settings = settings_of(args)
@@ -75,9 +76,12 @@ async def cmd_archive(args: argparse.Namespace) -> int:
 
     async with connection(args) as client:
         to = archive_store(client.nc, place)
-        report = await client.archive(
-            ended_before=ended_before, to=to, remove=not args.keep, limit=args.limit, progress=progress
-        )
+        try:
+            report = await client.archive(
+                ended_before=ended_before, to=to, remove=not args.keep, limit=args.limit, progress=progress
+            )
+        except Denied as e:  # the cli user may read an execution, not remove it nor write the archive bucket
+            raise Denied(f"{e}; with permissions on, archive runs as the retention user") from e
     where = "nowhere (ACTORS_ARCHIVE is off)" if place == "off" else place
     if args.json:
         print_json(

@@ -11,7 +11,6 @@ import sys
 from actors.cli.connection import connection
 from actors.cli.exits import EXIT_OK
 from actors.cli.output import executions_done, print_json
-from actors.natsio import PublishDenied
 
 
 def add_prepare_rollback_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -30,13 +29,15 @@ def add_prepare_rollback_parser(sub: argparse._SubParsersAction) -> argparse.Arg
 
 
 async def cmd_prepare_rollback(args: argparse.Namespace) -> int:
+    from actors.client import Denied
+
     progress = executions_done(quiet=args.json)
 
     async with connection(args) as client:
         try:
             report = await client.prepare_rollback(progress=progress)
-        except PublishDenied as e:  # the cli user may not write an engine's input
-            raise PublishDenied(f"{e} (run prepare-rollback as the engine user: docs/upgrades.md)") from e
+        except Denied as e:  # the cli user may not write an engine's input
+            raise Denied(f"{e} (run prepare-rollback as the engine user: docs/upgrades.md)") from e
     if args.json:
         print_json(
             {

@@ -11,7 +11,9 @@ seconds (default `dial.CLIENT_TIMEOUT`, which covers an election): publishes are
 again with the same Nats-Msg-Id (`natsio.Publisher.send`; a start's id is its
 execution id, so it runs once however often it is sent), reads are asked again
 (`natsio.ride_out`). Past the timeout a call raises `dial.NatsUnavailable`, one line
-that says what failed, or which publish is unconfirmed (sending it again is safe).
+that says what failed, or which publish is unconfirmed (sending it again is safe). What
+the server refuses this NATS user (a permissions violation) raises `Denied` instead, as
+soon as a try meets it, naming what was refused (actors/natsio/denials.py).
 
 One module per idea:
 
@@ -59,6 +61,7 @@ from actors.client.triggers import TriggerError, Triggering, TriggerView
 from actors.client.writing import StartOutcome, StartRefused
 from actors.config.settings import Settings
 from actors.natsio.connopts import ConnectOptions
+from actors.natsio.denials import Denied
 from actors.store.archive import archive_reader
 from actors.wire.codec import PayloadCodec
 from actors.wire.messages import Limits
@@ -126,6 +129,7 @@ __all__ = [
     "ArchiveReport",
     "Client",
     "Connecting",
+    "Denied",
     "ExecutionFailed",
     "ExecutionNotFinished",
     "ExecutionNotFound",

@@ -22,7 +22,8 @@ from nats.aio.client import Client as NATS
 
 from actors.errors import Unavailable
 from actors.natsio.connopts import ConnectOptions
-from actors.natsio.publishing import denied_subject, publisher
+from actors.natsio.denials import denials
+from actors.natsio.publishing import publisher
 from actors.natsio.reader import install_reader
 
 log = logging.getLogger("actors.natsio.dial")
@@ -142,9 +143,9 @@ async def connect_within(
     async def on_error(e: Exception) -> None:
         last[:] = [e]
         log.info("nats: %s", e)
-        denied = denied_subject(e)
-        if denied is not None:  # a publish this user may not make: its sender is told now
-            publisher(nc).denied(denied, str(e).removeprefix("nats: "))
+        denial = denials(nc).note(e)  # what this user may not (actors/natsio/denials.py)
+        if denial is not None and denial.kind == "publish":  # a JetStream publish waiting: failed now
+            publisher(nc).denied(denial.subject, str(e).removeprefix("nats: "))
         why = refusal(e, url, options)
         if why is not None and not refused.done():
             refused.set_result(why)

@@ -142,11 +142,12 @@ FASTPATH = _fastpath_setting()
 class _Kept:
     """What the project keeps for one connection."""
 
-    __slots__ = ("codec", "lazy_flush", "publisher", "requester")
+    __slots__ = ("codec", "denials", "lazy_flush", "publisher", "requester")
 
     def __init__(self) -> None:
         self.publisher: Any = None
         self.requester: Any = None
+        self.denials: Any = None
         self.codec: Any = None
         self.lazy_flush: asyncio.TimerHandle | None = None  # the pending lazy-flush timer
 
@@ -325,6 +326,15 @@ def connection_requester(nc: NATS, make: Callable[[NATS], T]) -> T:
         kept.requester = make(nc)
     requester: T = kept.requester
     return requester
+
+
+def connection_denials(nc: NATS, make: Callable[[], T]) -> T:
+    """What the server refused `nc`'s user, kept for its lifetime (as `connection_publisher`)."""
+    kept = _state(nc)
+    if kept.denials is None:
+        kept.denials = make()
+    denials: T = kept.denials
+    return denials
 
 
 def keep_codec(nc: NATS, codec: object) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import itertools
 import logging
 import math
-import re
 from collections.abc import Awaitable
 
 from nats.aio.client import Client as NATS
@@ -16,6 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from actors.errors import Unavailable
+from actors.natsio.denials import Denied
 from actors.natsio.fast import send_nowait
 from actors.natsio.private import connection_of, connection_publisher
 from actors.natsio.puback import puback_outcome
@@ -36,21 +36,10 @@ PUBACK_TIMEOUT = 10.0  # seconds a publish may wait for its PubAck (a reconnect 
 RESEND_SHARE = 0.5
 
 
-class PublishDenied(Unavailable):
+class PublishDenied(Denied):
     """The server refused a publish: this NATS user may not publish to its subject (a
     permissions violation, deploy/nats/permissions.conf). Nothing was stored, and
     sending it again changes nothing; another user (the one the docs name) may."""
-
-
-# the server's -ERR for a publish its user may not make, handed to the connection's
-# error callback (nats-py: "nats: Permissions Violation for Publish to "<subject>"")
-_PUBLISH_VIOLATION = re.compile(r'Permissions Violation for Publish to "([^"]+)"', re.IGNORECASE)
-
-
-def denied_subject(error: BaseException) -> str | None:
-    """The subject a permissions violation `error` says a publish was refused on, or None."""
-    found = _PUBLISH_VIOLATION.search(str(error))
-    return found.group(1) if found else None
 
 
 class PublishOutcomeUnknown(Unavailable):
@@ -296,8 +285,9 @@ class Publisher(ReplyInbox):
         PublishDenied, not after the PubAck's deadline and re-sends until the budget is
         spent (a command would wait out its whole timeout to say "no PubAck"). Told by
         the error callback of a client's connection (actors/natsio/dial.py)."""
+        subject = subject.lower()  # nats-py lower-cases the server's error, subject included
         for token, (fut, _, _, to) in list(self._waiting.items()):
-            if to == subject:
+            if to.lower() == subject:
                 del self._waiting[token]
                 if not fut.done():
                     fut.set_exception(PublishDenied(f"NATS refused the publish: {why}"))

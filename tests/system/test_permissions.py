@@ -156,6 +156,16 @@ async def test_the_retention_user_archives_and_removes_and_the_cli_user_reads_th
             return len(await client.list(state="COMPLETED")) == 2
 
         await wait_for(both_ended, timeout=20)
+        # as the cli user: the server refuses the archive's write, and the command says so
+        # within its try (not after asking again until --timeout: the test's is shorter),
+        # naming the user to run it as; nothing archived, nothing removed
+        code, out, err = await cli(
+            "archive", "--older-than", "0s", "--to", "objects", "--limit", "1", "--timeout", "600",
+            url=secured.url("cli"),
+        )  # fmt: skip
+        assert code == 5 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, out, err)
+        assert "refused this user" in err and "as the retention user" in err, err
+        assert len(await client.list(state="COMPLETED")) == 2
         code, out, err = await cli(
             "archive", "--older-than", "0s", "--to", "objects", "--limit", "1", "--json",
             url=secured.url("retention"), user="retention",
@@ -172,7 +182,8 @@ async def test_the_retention_user_archives_and_removes_and_the_cli_user_reads_th
             assert await client.result(eid) == {"inc": v + 1}
             code, out, err = await cli("status", eid, "--json", url=secured.url("cli"))
             assert code == 0 and json.loads(out)["state"] == "COMPLETED", err
-    assert secured.violations() == []
+    violations = secured.violations()  # the cli user's archive, and nothing else
+    assert violations and all('user:cli" - Publish Violation' in v for v in violations), violations
 
 
 async def secured_index(secured: Secured) -> int:
@@ -395,6 +406,24 @@ async def test_the_engine_user_prepares_a_rollback(secured: Secured, pods: Pods,
         assert (await client.wait(eid, timeout=30)).state == ExecState.CANCELLED
     violations = secured.violations()  # the cli user's, and no other
     assert violations and all(f'user:cli" - Publish Violation - Subject "{start}"' in v for v in violations), violations
+
+
+@pytest.mark.asyncio
+async def test_a_command_its_user_may_not_make_says_so_within_its_timeout(secured: Secured, pods: Pods) -> None:
+    """The server answers what a user may not do with a permissions violation told to
+    the connection, not on the request's reply subject: a command that waited for the
+    reply would wait out its whole --timeout and blame NATS. It says what was refused,
+    in one line, exit 5, long before a --timeout the test could not wait out: a read as
+    the tools user (no right to the status bucket), and any command as the cli user
+    left on the default inbox prefix (its replies refused)."""
+    await pods.start(secured, "engine")
+    code, out, err = await cli("status", "not-there", "--timeout", "600", url=secured.url("tools"), user="tools")
+    assert code == 5 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, out, err)
+    assert "refused this user the publish to $js.api." in err, err  # nats-py lower-cases the server's words
+    code, out, err = await cli("list", "--timeout", "600", url=secured.url("cli"), env={"NATS_INBOX_PREFIX": "_INBOX"})
+    assert code == 5 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, out, err)
+    assert "subscription to _inbox." in err and "NATS_INBOX_PREFIX" in err, err
+    assert secured.passwords["cli"] not in err and secured.passwords["tools"] not in err
 
 
 @pytest.mark.asyncio
