@@ -251,6 +251,7 @@ NATS_CHART_KEYS = {
     "config.monitor.enabled",
     "config.monitor.port",
     "container.env.GOMEMLIMIT",
+    "container.env.GOGC",
     "container.resources.requests.cpu",
     "container.resources.requests.memory",
     "container.resources.limits.memory",
