@@ -25,6 +25,20 @@ def _ack_fields(msg: Msg) -> tuple[str, str, str]:
     return str(md.sequence.stream), str(md.num_delivered), ""
 
 
+def stream_and_consumer(msg: Msg) -> tuple[str, str]:
+    """The stream and the consumer that delivered `msg`, from its ack subject (as
+    `Msg.metadata` reads them, without building its objects)."""
+    tokens = (msg.reply or "").split(".")
+    n = len(tokens)
+    if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
+        if n == 9:
+            return tokens[2], tokens[3]
+        if n >= 11:
+            return tokens[4], tokens[5]
+    md = msg.metadata  # raises NotJSMessageError, as it always did
+    return md.stream or "", md.consumer or ""
+
+
 def stream_seq(msg: Msg) -> int:
     return int(_ack_fields(msg)[0])
 

@@ -22,8 +22,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from actors.natsio import MSG_ID, ack, dead_letter, is_answered, num_delivered, publisher
+from actors.natsio import MSG_ID, ack, dead_letter, is_answered, log_time, num_delivered, publisher
 from actors.natsio.binding import codec_of
+from actors.natsio.metadata import stream_and_consumer
 from actors.natsio.requests import requester
 from actors.playbook.model import UNRENDERED_TOOL_FIELDS
 from actors.playbook.templates import RenderFault, SliceExhausted, TemplateError, render_value, template_limits
@@ -133,11 +134,9 @@ class CommandRunner:
         command counts: any other is another step's."""
         if not cmd.reply_to.startswith("exec.") or cmd.iteration_index is not None:
             return False  # a loop iteration's answer may be in a batch: not one subject to ask
-        if delivered <= 1:
-            md = msg.metadata
-            made = self.consumers_made.get((md.stream or "", md.consumer or ""), 0.0)
-            stored = md.timestamp.timestamp() if md.timestamp is not None else made
-            if stored >= made:
+        if delivered <= 1:  # read from the ack subject: this runs for every command
+            made = self.consumers_made.get(stream_and_consumer(msg), 0.0)
+            if log_time(msg) >= made:
                 return False
         try:
             # a command held by a decision record in the log: its answer can only follow it
