@@ -77,7 +77,7 @@ def nats_reason(e: Exception) -> str:
     import nats.errors
     import nats.js.errors
 
-    from actors.natsio.denials import latest as latest_denial
+    from actors.natsio.denials import recent as recent_denial
     from streams.server import ServerError
 
     if isinstance(e, ServerError):
@@ -87,12 +87,11 @@ def nats_reason(e: Exception) -> str:
             "NATS answered but JetStream did not: is JetStream enabled on the server (-js), "
             "or is a stream electing a leader?"
         )
-    if isinstance(e, TimeoutError):
-        # no answer: the server tells a refusal to the connection, not on the reply subject
-        denial = latest_denial()
-        if denial is not None:
-            return f"NATS did not answer: {denial.explain()}"
     if isinstance(e, (nats.errors.Error, TimeoutError)):  # after connecting: a request timed out, the connection closed
         text = " ".join(str(e).split()) or type(e).__name__
+        # no answer: the server tells a refusal to the connection, not on the reply subject
+        denial = recent_denial() if isinstance(e, TimeoutError) else None
+        if denial is not None:
+            return f"NATS did not answer ({text}), likely because {denial.explain()}"
         return f"NATS stopped answering: {text}"
     return " ".join(str(e).split())

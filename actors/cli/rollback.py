@@ -37,7 +37,7 @@ async def cmd_prepare_rollback(args: argparse.Namespace) -> int:
         try:
             report = await client.prepare_rollback(progress=progress)
         except Denied as e:  # the cli user may not write an engine's input
-            raise Denied(f"{e} (run prepare-rollback as the engine user: docs/upgrades.md)") from e
+            raise Denied(f"{e}; prepare-rollback runs as the engine user (docs/upgrades.md)") from e
     if args.json:
         print_json(
             {

@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from actors.config.settings import Settings
 from actors.natsio import close_connection, ride_out
 from actors.natsio.connopts import ConnectOptions
-from actors.natsio.denials import unless_denied
+from actors.natsio.denials import DenialWatch
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable, connect_within, redact
 from streams.layout import Layout, StreamsMissing, ensure
 
@@ -34,13 +34,14 @@ async def look_up_streams(nc: NATS, layout: Layout, url: str, *, budget: float, 
     """The streams looked up, not updated (the engine declares them: actors/pod/permissions.py),
     created only where missing and this user may; asked again through an election, for
     `budget` seconds. NatsUnavailable past it (naming the command's `timeout`), or when
-    a stream is missing that this user may not create; Denied when a look-up timed out
-    while the server refused this user something (replies on an inbox prefix it may
-    not subscribe to: actors/natsio/denials.py)."""
+    a stream is missing that this user may not create; Denied when two look-ups in a
+    row timed out while the server refused this user the same thing (replies on an
+    inbox prefix it may not subscribe to: actors/natsio/denials.py)."""
     try:
         async with asyncio.timeout(budget):
             looking_up = functools.partial(ensure, nc.jetstream(), layout, update=False)
-            await ride_out(lambda: unless_denied(nc, "looking up the streams", looking_up), budget=budget)
+            watch = DenialWatch(nc, "looking up the streams")
+            await ride_out(lambda: watch.attempt(looking_up), budget=budget)
     except TimeoutError:
         raise NatsUnavailable(f"NATS at {redact(url)} did not answer within {timeout:g}s") from None
     except StreamsMissing as e:

@@ -21,7 +21,7 @@ from actors.natsio import (
     ride_out,
 )
 from actors.natsio.binding import bind, codec_of
-from actors.natsio.denials import unless_denied
+from actors.natsio.denials import DenialWatch
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable
 from actors.store.archive import ArchivedExecution, ArchiveStore, ObjectArchive
 from actors.wire.codec import PayloadCodec
@@ -89,12 +89,13 @@ class Session:
 
     async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (idempotent), asked again through an election or a reconnect; past
-        the timeout NatsUnavailable says that `what` failed. A try that timed out while
-        the server told this connection of a permissions violation raises Denied at
-        once, naming what was refused: asking again would only wait out the timeout
-        (actors/natsio/denials.py)."""
+        the timeout NatsUnavailable says that `what` failed. Two tries in a row that
+        time out while the server tells this connection of the same permissions
+        violation raise Denied, naming what was refused: asking again would only wait
+        out the timeout (actors/natsio/denials.py)."""
         try:
-            return await ride_out(lambda: unless_denied(self.nc, what, call), budget=self.timeout)
+            watch = DenialWatch(self.nc, what)
+            return await ride_out(lambda: watch.attempt(call), budget=self.timeout)
         except TRANSIENT_REQUEST as e:
             raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
 

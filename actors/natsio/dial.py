@@ -22,7 +22,7 @@ from nats.aio.client import Client as NATS
 
 from actors.errors import Unavailable
 from actors.natsio.connopts import ConnectOptions
-from actors.natsio.denials import denials
+from actors.natsio.denials import note_violation
 from actors.natsio.publishing import publisher
 from actors.natsio.reader import install_reader
 
@@ -143,9 +143,9 @@ async def connect_within(
     async def on_error(e: Exception) -> None:
         last[:] = [e]
         log.info("nats: %s", e)
-        denial = denials(nc).note(e)  # what this user may not (actors/natsio/denials.py)
+        denial = note_violation(nc, e)  # what this user may not (actors/natsio/denials.py)
         if denial is not None and denial.kind == "publish":  # a JetStream publish waiting: failed now
-            publisher(nc).denied(denial.subject, str(e).removeprefix("nats: "))
+            publisher(nc).denied(denial.subject, denial.explain())
         why = refusal(e, url, options)
         if why is not None and not refused.done():
             refused.set_result(why)

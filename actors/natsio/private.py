@@ -142,12 +142,13 @@ FASTPATH = _fastpath_setting()
 class _Kept:
     """What the project keeps for one connection."""
 
-    __slots__ = ("codec", "denials", "lazy_flush", "publisher", "requester")
+    __slots__ = ("codec", "denials", "error_text", "lazy_flush", "publisher", "requester")
 
     def __init__(self) -> None:
         self.publisher: Any = None
         self.requester: Any = None
         self.denials: Any = None
+        self.error_text = ""  # the server's last -ERR as it said it (nats-py lower-cases it)
         self.codec: Any = None
         self.lazy_flush: asyncio.TimerHandle | None = None  # the pending lazy-flush timer
 
@@ -337,6 +338,17 @@ def connection_denials(nc: NATS, make: Callable[[], T]) -> T:
     return denials
 
 
+def inbox_prefix(nc: NATS) -> str:
+    """The prefix of `nc`'s reply subjects (nats-py's `inbox_prefix`, `_INBOX` by default)."""
+    return bytes(nc._inbox_prefix).decode()
+
+
+def server_error_text(nc: NATS) -> str:
+    """The server's last -ERR on `nc` as it said it, before nats-py lower-cased it ("":
+    none yet, or the fast reader is off)."""
+    return _state(nc).error_text
+
+
 def keep_codec(nc: NATS, codec: object) -> None:
     """Keep `codec` for `nc` for its lifetime (actors/natsio/binding.py)."""
     _state(nc).codec = codec
@@ -489,7 +501,11 @@ class Reader(Parser):
         if OK_RE.match(line):
             return
         if (err := ERR_RE.match(line)) is not None:
-            await nc._process_err(err.groups()[0].decode().lower())
+            text = err.groups()[0].decode()
+            # the subject a violation names keeps its case (actors/natsio/denials.py); quoted
+            # as nats-py's error is not
+            _state(nc).error_text = text.strip("'")
+            await nc._process_err(text.lower())
         elif PING_RE.match(line):
             await nc._process_ping()
         elif PONG_RE.match(line):

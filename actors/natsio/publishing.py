@@ -281,16 +281,15 @@ class Publisher(ReplyInbox):
 
     def denied(self, subject: str, why: str) -> None:
         """The server says this connection's user may not publish to `subject` (`why`:
-        its words): every publish there still waiting for its PubAck fails now with
+        what to tell the sender): every publish there still waiting for its PubAck fails now with
         PublishDenied, not after the PubAck's deadline and re-sends until the budget is
         spent (a command would wait out its whole timeout to say "no PubAck"). Told by
         the error callback of a client's connection (actors/natsio/dial.py)."""
-        subject = subject.lower()  # nats-py lower-cases the server's error, subject included
         for token, (fut, _, _, to) in list(self._waiting.items()):
-            if to.lower() == subject:
+            if to == subject:  # as the server said it (permissions are case-sensitive)
                 del self._waiting[token]
                 if not fut.done():
-                    fut.set_exception(PublishDenied(f"NATS refused the publish: {why}"))
+                    fut.set_exception(PublishDenied(why))
 
 
 def publisher(nc: NATS) -> Publisher:

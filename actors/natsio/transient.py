@@ -27,8 +27,6 @@ T = TypeVar("T")
 RETRY_FIRST = 0.1
 RETRY_MAX = 2.0
 RETRY_BUDGET = 30.0
-# how long the try made at the end of `ride_out`'s budget may take: it is cancelled then
-LAST_TRY = 1.0
 # What a re-send can cure: 503 no responders (the stream has no leader: an election),
 # JetStream's own 503, no PubAck in time (lost to a reconnect or a dying leader), the
 # client's buffer full while it reconnects. Anything else (a bad request, a closed
@@ -55,16 +53,14 @@ async def ride_out(call: Callable[[], Awaitable[T]], *, budget: float) -> T:
     while it fails transiently (`TRANSIENT_REQUEST`: an election, a reconnect), for at
     most `budget` seconds; then its last error is raised. Only for idempotent calls
     (reads, or writes that recognise themselves, such as a catalog registration):
-    publishes go through `Publisher.send`, which keeps their Nats-Msg-Id. No try runs
-    past LAST_TRY seconds after the budget, whatever its own timeouts (a write of many
-    requests, each with its own): it is cancelled there, and TimeoutError raised, so a
-    command gives up within its timeout."""
+    publishes go through `Publisher.send`, which keeps their Nats-Msg-Id. A try is
+    never cut short: a write of several requests (an archive: chunks, then the object's
+    metadata) cancelled half-way could leave what a later call trips on."""
     loop = asyncio.get_running_loop()
     deadline, pause = loop.time() + budget, RETRY_FIRST
     while True:
         try:
-            async with asyncio.timeout_at(deadline + LAST_TRY):
-                return await call()
+            return await call()
         except TRANSIENT_REQUEST as e:
             left = deadline - loop.time()
             if left <= 0:

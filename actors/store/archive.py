@@ -295,14 +295,34 @@ class ObjectArchive:
             headers = {"Nats-Rollup": "sub", "Nats-Expected-Last-Subject-Sequence": "0"}
             await self.js.publish(meta, orjson.dumps(info.as_dict()), headers=headers, stream=stream)
         except BadRequestError as e:
-            await purge(self.nc, stream, chunks)
+            if await self._meta_names(stream, execution_id, nuid) is False:
+                await purge(self.nc, stream, chunks)
             if e.err_code == WRONG_LAST_SEQUENCE:
                 return False  # archived by another retirement meanwhile: that one is kept
             raise
         except BaseException:
-            await purge(self.nc, stream, chunks)
+            # the metadata may be stored all the same (its PubAck lost, or this task
+            # cancelled while it waited): then these chunks are the archive, and the
+            # next retirement finds it (`has`) and removes the execution; purged, they
+            # would leave an archive no one can read. Purged only when known not to be
+            if await self._meta_names(stream, execution_id, nuid) is False:
+                await purge(self.nc, stream, chunks)
             raise
         return True
+
+    async def _meta_names(self, stream: str, execution_id: str, nuid: str) -> bool | None:
+        """Does the object's stored metadata name chunks `nuid`? None: not known (the
+        read failed)."""
+        try:
+            last = await self.nc.jsm().get_last_msg(stream, object_meta_subject(self.bucket, execution_id), direct=True)
+        except NotFoundError:
+            return False  # no metadata stored
+        except Exception:
+            return None
+        try:
+            return bool(orjson.loads(last.data or b"{}").get("nuid") == nuid)
+        except (orjson.JSONDecodeError, AttributeError):
+            return False  # not an object's metadata: not these chunks'
 
     async def get(self, execution_id: str) -> ArchivedExecution | None:
         try:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -43,6 +44,7 @@ from streams.subjects import (
     kv_stream,
     loop_logs_filter,
     object_chunks_subject,
+    object_meta_subject,
 )
 from tests.conftest import System, of_type, wait_for
 from tests.support.cli import cli, one_line
@@ -267,6 +269,40 @@ async def test_a_retirement_cut_short_is_finished_by_the_next_and_the_first_arch
     assert not any((await records_left(system, eid)).values())
     assert [(e.type, e.step) for e in await system.events(eid)] == [(e.type, e.step) for e in events]
     assert (await system.client.result(eid))["each"] == [10, 20, 30]
+
+
+class LosesTheMetadataAck(ObjectArchive):
+    """The object's metadata is stored, and its PubAck lost (a reconnect, a leader that
+    died after storing it): its publish raises as if nothing were known."""
+
+    def __init__(self, nc: Any) -> None:
+        super().__init__(nc)
+        store, meta_prefix = self.js.publish, object_meta_subject(ARCHIVE_BUCKET, "")
+
+        async def publish(subject: str, payload: bytes = b"", **kwargs: Any) -> Any:
+            ack = await store(subject, payload, **kwargs)
+            if subject.startswith(meta_prefix):
+                raise nats.errors.TimeoutError()
+            return ack
+
+        self.js.publish = publish  # type: ignore[method-assign]
+
+
+async def test_an_archive_whose_metadata_ack_was_lost_stays_whole(system: System) -> None:
+    """A put that stored its metadata but never heard so keeps its chunks: the next
+    retirement finds the archive (`has`) and removes the execution, so purged chunks
+    would leave an archive no one can read (review h2: with a try cut at the deadline,
+    or any lost PubAck). The put after it finds the first and writes nothing."""
+    eid = "a" * 32
+    document = bytes(range(256)) * 2000  # 512 KB: several chunks
+    with pytest.raises(nats.errors.TimeoutError):
+        await LosesTheMetadataAck(system.nc).put(eid, document, status="COMPLETED")
+    archive = ObjectArchive(system.nc)
+    assert await archive.has(eid)
+    store = await system.nc.jetstream().object_store(ARCHIVE_BUCKET)
+    assert (await asyncio.wait_for(store.get(eid), 10)).data == document  # a chunk missing waits for ever
+    assert await archive.put(eid, b"a second document", status="COMPLETED") is False
+    assert (await asyncio.wait_for(store.get(eid), 10)).data == document
 
 
 async def test_a_damaged_archive_is_said_in_one_line_naming_it(system: System) -> None:
