@@ -17,8 +17,8 @@ Exit codes:
      or whose status is not recorded yet (status, events, result)
   5  NATS unavailable: unreachable, credentials refused, a TLS handshake failed, or
      it stopped answering; also an embedded nats-server that could not start,
-     streams missing that this NATS user may not create, and a write it may not make
-     (the server's permissions violation, said at once)
+     streams missing that this NATS user may not create, and what it may not do (the
+     server's permissions violation, named, without waiting out the timeout)
   130 interrupted (Ctrl-C)
 A user error is one line on stderr, never a traceback. Our errors are answered by their
 family (actors/errors.py: UserError 3, NotFinished 4, Unavailable 5), others' by

@@ -12,8 +12,9 @@ again with the same Nats-Msg-Id (`natsio.Publisher.send`; a start's id is its
 execution id, so it runs once however often it is sent), reads are asked again
 (`natsio.ride_out`). Past the timeout a call raises `dial.NatsUnavailable`, one line
 that says what failed, or which publish is unconfirmed (sending it again is safe). What
-the server refuses this NATS user (a permissions violation) raises `Denied` instead, as
-soon as a try meets it, naming what was refused (actors/natsio/denials.py).
+the server refuses this NATS user (a permissions violation) raises `Denied` instead,
+naming what was refused: a publish at once, a request when two tries in a row meet the
+same refusal (actors/natsio/denials.py).
 
 One module per idea:
 
