@@ -10,33 +10,25 @@ import datetime
 from nats.aio.msg import Msg
 
 
-def _ack_fields(msg: Msg) -> tuple[str, str, str]:
-    """(stream sequence, deliveries, timestamp in ns) from a JetStream message's ack
-    subject, as nats-py's `Msg.metadata` reads them, without building its objects
-    (this runs for every message an actor takes)."""
+def _ack_fields(msg: Msg) -> tuple[str, str, str, str, str]:
+    """(stream sequence, deliveries, timestamp in ns, stream, consumer) from a JetStream
+    message's ack subject, as nats-py's `Msg.metadata` reads them, without building its
+    objects (this runs for every message an actor or a tool takes)."""
     tokens = (msg.reply or "").split(".")
     n = len(tokens)
     if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
         if n == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
-            return tokens[5], tokens[4], tokens[7]
+            return tokens[5], tokens[4], tokens[7], tokens[2], tokens[3]
         if n >= 11:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>[.<token>]
-            return tokens[7], tokens[6], tokens[9]
+            return tokens[7], tokens[6], tokens[9], tokens[4], tokens[5]
     md = msg.metadata  # raises NotJSMessageError, as it always did
-    return str(md.sequence.stream), str(md.num_delivered), ""
+    return str(md.sequence.stream), str(md.num_delivered), "", md.stream or "", md.consumer or ""
 
 
 def stream_and_consumer(msg: Msg) -> tuple[str, str]:
-    """The stream and the consumer that delivered `msg`, from its ack subject (as
-    `Msg.metadata` reads them, without building its objects)."""
-    tokens = (msg.reply or "").split(".")
-    n = len(tokens)
-    if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
-        if n == 9:
-            return tokens[2], tokens[3]
-        if n >= 11:
-            return tokens[4], tokens[5]
-    md = msg.metadata  # raises NotJSMessageError, as it always did
-    return md.stream or "", md.consumer or ""
+    """The stream and the consumer that delivered `msg`."""
+    fields = _ack_fields(msg)
+    return fields[3], fields[4]
 
 
 def stream_seq(msg: Msg) -> int:
