@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from actors.client.checks import check_execution_id
@@ -37,8 +37,9 @@ from actors.client.signals import ExecutionNotKnownYet, Signals
 from actors.client.writing import StartOutcome
 from actors.errors import UserError
 from actors.natsio import kv_keys
+from actors.natsio.kvonce import create_once, update_once
 from actors.playbook.model import SIGNAL_NAME
-from actors.store.catalog import CatalogReader, check_path
+from actors.store.catalog import check_path
 from actors.wire.hooks import (
     HOOK_NAME,
     IDEMPOTENCY_KEY_MAX,
@@ -104,7 +105,7 @@ class Hooks(Signals):
         check_path(playbook)
         start = sig = None
         if signal is None:
-            await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
+            await self._catalog_entry(playbook, version)  # CatalogError names what is missing
             start = HookStart(playbook=playbook, version=version)
         else:
             if version is not None:
@@ -113,7 +114,7 @@ class Hooks(Signals):
                 raise HookError(
                     f"invalid signal name {str(signal)[:80]!r}: letters, digits, `_` and `-`, at most 64 characters"
                 )
-            await CatalogReader(self.js).resolve(playbook, None)
+            await self._catalog_entry(playbook, None)
             sig = HookSignal(name=signal, playbook=playbook)
         token = new_token()
         spec = HookSpec(
@@ -125,10 +126,9 @@ class Hooks(Signals):
             signal=sig,
         )
         kv = await self._hooks_kv()
-        try:
-            await kv.create(name, msgspec.json.encode(spec))
-        except KeyWrongLastSequenceError:
-            raise HookError(f"hook {name} already exists (delete it first, or rotate its token)") from None
+        value = msgspec.json.encode(spec)  # its hook id and token digest make it this call's own
+        if await self._ride(f"adding hook {name}", lambda: create_once(kv, name, value)) is None:
+            raise HookError(f"hook {name} already exists (delete it first, or rotate its token)")
         return spec, token
 
     async def hooks(self) -> list[HookSpec]:
@@ -136,7 +136,7 @@ class Hooks(Signals):
         `unreadable_hooks` names those)."""
         kv = await self._hooks_kv()
         specs = []
-        for name in sorted(await kv_keys(self.js, HOOKS_BUCKET)):
+        for name in await self._ride("listing hooks", lambda: kv_keys(self.js, HOOKS_BUCKET)):
             spec = await self._read_hook(kv, name)
             if spec is not None:
                 specs.append(spec[0])
@@ -148,11 +148,11 @@ class Hooks(Signals):
         them."""
         kv = await self._hooks_kv()
         found = {}
-        for name in sorted(await kv_keys(self.js, HOOKS_BUCKET)):
+        for name in await self._ride("listing hooks", lambda: kv_keys(self.js, HOOKS_BUCKET)):
             if not HOOK_NAME.fullmatch(name):
                 continue
             try:
-                entry = await kv.get(name)
+                entry = await self._ride(f"reading hook {name}", lambda: kv.get(name))  # noqa: B023
             except KeyNotFoundError:
                 continue
             try:
@@ -171,10 +171,9 @@ class Hooks(Signals):
         spec, revision = await self._hook_spec(name)
         token = new_token()
         spec = msgspec.structs.replace(spec, token_digest=token_digest(token), rotated_at=time.time())
-        try:
-            await (await self._hooks_kv()).update(name, msgspec.json.encode(spec), last=revision)
-        except KeyWrongLastSequenceError:
-            raise HookError(f"hook {name} changed meanwhile (rotated or deleted elsewhere): try again") from None
+        kv, value = await self._hooks_kv(), msgspec.json.encode(spec)
+        if await self._ride(f"rotating hook {name}", lambda: update_once(kv, name, value, last=revision)) is None:
+            raise HookError(f"hook {name} changed meanwhile (rotated or deleted elsewhere): try again")
         return spec, token
 
     async def hook_delete(self, name: str) -> None:
@@ -186,7 +185,7 @@ class Hooks(Signals):
             await self._ride(f"reading hook {name}", lambda: kv.get(name))
         except KeyNotFoundError:
             raise HookError(f"no hook {name}") from None
-        await kv.delete(name)
+        await self._ride(f"removing hook {name}", lambda: kv.delete(name))
 
     async def hook_authorized(self, name: str, token: str) -> HookSpec | None:
         """Hook `name`'s spec when `token` is its token; None otherwise: a wrong or
@@ -251,7 +250,7 @@ class Hooks(Signals):
 
     async def _hooks_kv(self) -> KeyValue:
         try:
-            return await self.bucket(HOOKS_BUCKET)
+            return await self._ride(f"reading bucket {HOOKS_BUCKET}", lambda: self.bucket(HOOKS_BUCKET))
         except NotFoundError:
             raise HookError(
                 f"KV bucket {HOOKS_BUCKET!r} is missing: engine pods of this version create it at their start"

@@ -29,7 +29,8 @@ import time
 from typing import Any
 
 import msgspec
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from actors.client.checks import check_size
 from actors.client.nextfire import next_tick
@@ -37,8 +38,8 @@ from actors.client.session import Session
 from actors.errors import UserError
 from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.batchget import stamp_time
+from actors.natsio.kvonce import create_once, update_once
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
-from actors.store.catalog import CatalogReader
 from actors.wire.messages import ScheduleSpec, StartMessage, encode
 from actors.wire.nesting import check_value_depth
 from streams.ids import schedule_definition_id, schedule_run_id
@@ -117,7 +118,7 @@ class Scheduling(Session):
         check_schedule_name(name)
         check_value_depth(f"schedule {name}'s payload", payload)  # every fire's starter would refuse it
         pattern = cron_pattern(cron)
-        await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
+        await self._catalog_entry(playbook, version)  # CatalogError names what is missing
         spec = ScheduleSpec(
             name=name,
             playbook=playbook,
@@ -128,26 +129,27 @@ class Scheduling(Session):
             created=time.time(),
         )
         check_size(f"schedule {name}'s payload", len(encode(spec)), self.value_limit())
-        kv = await self.bucket(SCHEDULES_BUCKET)
-        try:
-            revision = await kv.create(name, self.codec.encode(spec))
-        except KeyWrongLastSequenceError:
-            raise ScheduleError(f"schedule {name} already exists (delete it first)") from None
+        kv = await self._schedules_kv()
+        value = self.codec.encode(spec)  # its creation time makes it this call's own
+        revision = await self._ride(f"adding schedule {name}", lambda: create_once(kv, name, value))
+        if revision is None:
+            raise ScheduleError(f"schedule {name} already exists (delete it first)")
         try:
             await self._define(spec, revision)
         except BaseException:
-            await kv.delete(name)  # the server refused the definition: no schedule at all
+            # the server refused the definition: no schedule at all
+            await self._ride(f"removing schedule {name}", lambda: kv.delete(name))
             raise
         return spec
 
     async def schedules(self) -> list[ScheduleView]:
         """Every schedule, by name, with its next fire time when it has one."""
-        kv = await self.bucket(SCHEDULES_BUCKET)
-        names = await kv_keys(self.js, SCHEDULES_BUCKET)
+        kv = await self._schedules_kv()
+        names = await self._ride("listing schedules", lambda: kv_keys(self.js, SCHEDULES_BUCKET))
         views = []
         for name in names:
             try:
-                entry = await kv.get(name)
+                entry = await self._ride(f"reading schedule {name}", lambda: kv.get(name))  # noqa: B023
             except KeyNotFoundError:
                 continue  # deleted meanwhile
             spec = self.codec.open_for_display(_spec_decoder.decode(entry.value or b""))
@@ -210,9 +212,9 @@ class Scheduling(Session):
         was_running = not spec.paused
         if was_running:
             spec.paused = True
-            await (await self.bucket(SCHEDULES_BUCKET)).update(name, self.codec.encode(spec), last=revision)
+            await self._update(spec, revision)
         # removed even when the spec says paused: a pause cut short before this line is finished
-        await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
+        await self._purge_definition(name)
         return was_running
 
     async def schedule_resume(self, name: str) -> bool:
@@ -222,24 +224,44 @@ class Scheduling(Session):
         if not spec.paused:
             return False
         spec.paused = False
-        revision = await (await self.bucket(SCHEDULES_BUCKET)).update(name, self.codec.encode(spec), last=revision)
-        await self._define(spec, revision)
+        await self._define(spec, await self._update(spec, revision))
         return True
 
     async def schedule_delete(self, name: str) -> None:
         """Remove `name` for good: no further fire (executions it started stay)."""
         await self._spec(name)  # ScheduleError if there is no such schedule
-        await self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name))
-        await (await self.bucket(SCHEDULES_BUCKET)).delete(name)
+        await self._purge_definition(name)
+        kv = await self._schedules_kv()
+        await self._ride(f"removing schedule {name}", lambda: kv.delete(name))
 
     async def _spec(self, name: str) -> tuple[ScheduleSpec, int]:
         check_schedule_name(name)
-        kv = await self.bucket(SCHEDULES_BUCKET)
+        kv = await self._schedules_kv()
         try:
-            entry = await kv.get(name)
+            entry = await self._ride(f"reading schedule {name}", lambda: kv.get(name))
         except KeyNotFoundError:
             raise ScheduleError(f"no schedule {name}") from None
         return self.codec.decode(_spec_decoder, entry.value or b""), entry.revision or 0
+
+    async def _schedules_kv(self) -> KeyValue:
+        return await self._ride(f"reading bucket {SCHEDULES_BUCKET}", lambda: self.bucket(SCHEDULES_BUCKET))
+
+    async def _update(self, spec: ScheduleSpec, revision: int) -> int:
+        """Store `spec` over the revision it was read at; its new revision. ScheduleError
+        when another client changed the schedule meanwhile."""
+        kv, value = await self._schedules_kv(), self.codec.encode(spec)
+        stored = await self._ride(
+            f"changing schedule {spec.name}", lambda: update_once(kv, spec.name, value, last=revision)
+        )
+        if stored is None:
+            raise ScheduleError(f"schedule {spec.name} changed meanwhile (elsewhere): try again")
+        return stored
+
+    async def _purge_definition(self, name: str) -> None:
+        await self._ride(
+            f"removing schedule {name}'s definition",
+            lambda: self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name)),
+        )
 
     async def _define(self, spec: ScheduleSpec, revision: int) -> None:
         """Publish the cron definition the server fires; the server checks the pattern
@@ -268,7 +290,10 @@ class Scheduling(Session):
     async def _last_fire(self, name: str) -> Any:
         """The last message on the schedule's fire subject (a RawStreamMsg), or None."""
         try:
-            return await self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True)
+            return await self._ride(
+                f"reading schedule {name}'s last fire",
+                lambda: self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True),
+            )
         except NotFoundError:
             return None
 

@@ -24,8 +24,9 @@ from actors.natsio.binding import bind, codec_of
 from actors.natsio.denials import DenialWatch
 from actors.natsio.dial import CLIENT_TIMEOUT, NatsUnavailable
 from actors.store.archive import ArchivedExecution, ArchiveStore, ObjectArchive
+from actors.store.catalog import CatalogReader
 from actors.wire.codec import PayloadCodec
-from actors.wire.messages import Limits
+from actors.wire.messages import CatalogEntry, Limits
 from streams.layout import Layout
 
 # room a message needs around the value it carries (ids, limits, headers): what a
@@ -98,6 +99,13 @@ class Session:
             return await ride_out(lambda: watch.attempt(call), budget=self.timeout)
         except TRANSIENT_REQUEST as e:
             raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
+
+    async def _catalog_entry(self, playbook: str, version: int | None) -> CatalogEntry:
+        """Playbook `playbook`'s registered `version` (None: its latest), read through an
+        election or a reconnect; CatalogError names what is missing."""
+        return await self._ride(
+            f"reading playbook {playbook} from the catalog", lambda: CatalogReader(self.js).resolve(playbook, version)
+        )
 
     async def _publish(
         self,

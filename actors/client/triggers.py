@@ -35,7 +35,6 @@ from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
     KeyNotFoundError,
-    KeyWrongLastSequenceError,
     NotFoundError,
 )
 from nats.js.kv import KeyValue
@@ -44,8 +43,8 @@ from actors.client.checks import check_size
 from actors.client.session import Session
 from actors.errors import UserError
 from actors.natsio import kv_keys
+from actors.natsio.kvonce import create_once, update_once
 from actors.playbook.templates import TemplateError, check, is_template
-from actors.store.catalog import CatalogReader
 from actors.triggers.guard import is_system_stream, refusal
 from actors.wire.messages import encode
 from actors.wire.nesting import check_value_depth
@@ -182,7 +181,7 @@ class Triggering(Session):
         if refused is not None:
             raise TriggerError(refused)
         check_template(payload)
-        await CatalogReader(self.js).resolve(playbook, version)  # CatalogError names what is missing
+        await self._catalog_entry(playbook, version)  # CatalogError names what is missing
         if stream is None:
             await self._trigger_check_core(subject)
         else:
@@ -199,9 +198,8 @@ class Triggering(Session):
         )
         check_size(f"trigger {name}'s payload template", len(encode(spec)), self.value_limit())
         kv = await self._triggers_kv()
-        try:
-            await kv.create(name, self.codec.encode(spec))
-        except KeyWrongLastSequenceError:
+        value = self.codec.encode(spec)  # its add id makes it this call's own
+        if await self._ride(f"adding trigger {name}", lambda: create_once(kv, name, value)) is None:
             try:
                 existing: TriggerSpec | None = (await self._trigger_spec(name))[0]
             except TriggerError:
@@ -210,15 +208,17 @@ class Triggering(Session):
                 raise TriggerError(
                     f"trigger {name} is being deleted (a trigger pod removes its consumer first): try again once "
                     "`actors-cli trigger list` no longer shows it"
-                ) from None
-            raise TriggerError(f"trigger {name} already exists (delete it first)") from None
+                )
+            raise TriggerError(f"trigger {name} already exists (delete it first)")
         return spec
 
     async def _trigger_check_core(self, subject: str) -> None:
         if subject.startswith(_RESERVED):
             raise TriggerError(f"subject {subject!r} is reserved (NATS's own, or replies): not a trigger's subject")
         try:
-            held = await self.js.find_stream_name_by_subject(subject)
+            held = await self._ride(
+                f"looking up the stream of subject {subject!r}", lambda: self.js.find_stream_name_by_subject(subject)
+            )
         except NotFoundError:
             return
         raise TriggerError(
@@ -228,7 +228,7 @@ class Triggering(Session):
 
     async def _trigger_check_stream(self, stream: str, subject: str) -> None:
         try:
-            info = await self.js.stream_info(stream)
+            info = await self._ride(f"reading stream {stream}", lambda: self.js.stream_info(stream))
         except NotFoundError:
             raise TriggerError(f"no stream {stream!r}") from None
         except BadRequestError as e:
@@ -243,11 +243,13 @@ class Triggering(Session):
     async def triggers(self) -> list[TriggerView]:
         """Every trigger, by name, with its counts and (stream) the messages waiting."""
         kv = await self._triggers_kv()
-        names = [k for k in await kv_keys(self.js, TRIGGERS_BUCKET) if "." not in k]
+        names = [
+            k for k in await self._ride("listing triggers", lambda: kv_keys(self.js, TRIGGERS_BUCKET)) if "." not in k
+        ]
         views = []
         for name in sorted(names):
             try:
-                entry = await kv.get(name)
+                entry = await self._ride(f"reading trigger {name}", lambda: kv.get(name))  # noqa: B023
             except KeyNotFoundError:
                 continue  # deleted meanwhile
             try:
@@ -262,7 +264,7 @@ class Triggering(Session):
     async def _trigger_view(self, spec: TriggerSpec) -> TriggerView:
         kv = await self._triggers_kv()
         try:
-            entry = await kv.get(stats_key(spec.name))
+            entry = await self._ride(f"reading trigger {spec.name}'s counts", lambda: kv.get(stats_key(spec.name)))
             stats = _stats_decoder.decode(entry.value or b"{}")
         except (KeyNotFoundError, msgspec.DecodeError):
             stats = TriggerStats()
@@ -270,8 +272,12 @@ class Triggering(Session):
             return TriggerView(spec=spec, stats=stats)
         if spec.deleting:
             return TriggerView(spec=spec, stats=stats, problem="being deleted: a trigger pod removes its consumer")
+        stream = spec.stream
         try:
-            info = await self.js.consumer_info(spec.stream, consumer_name(spec.name))
+            info = await self._ride(
+                f"reading trigger {spec.name}'s consumer",
+                lambda: self.js.consumer_info(stream, consumer_name(spec.name)),
+            )
         except NotFoundError:
             # made by a trigger pod: none has run since `add`, or it was deleted by hand
             return TriggerView(
@@ -299,11 +305,14 @@ class Triggering(Session):
             if spec.paused == paused:
                 return False
             spec.paused = paused
-            try:
-                await kv.update(name, self.codec.encode(spec), last=revision)
+            value = self.codec.encode(spec)
+            changed = await self._ride(
+                f"changing trigger {name}",
+                lambda: update_once(kv, name, value, last=revision),  # noqa: B023
+            )
+            if changed is not None:
                 return True
-            except KeyWrongLastSequenceError:
-                continue  # changed meanwhile: read it again
+            # changed meanwhile: read it again
         raise TriggerError(f"trigger {name} keeps changing under this request; try again")
 
     async def trigger_delete(self, name: str) -> bool:
@@ -319,19 +328,21 @@ class Triggering(Session):
         except UnreadableTrigger:
             spec, revision = None, 0
         if spec is None or spec.stream is None:
-            await kv.delete(name)
-            await kv.delete(stats_key(name))
+            await self._ride(f"removing trigger {name}", lambda: kv.delete(name))
+            await self._ride(f"removing trigger {name}'s counts", lambda: kv.delete(stats_key(name)))
             return True
         if not spec.deleting:
             spec.deleting = True
-            try:
-                await kv.update(name, self.codec.encode(spec), last=revision)
-            except KeyWrongLastSequenceError:
-                raise TriggerError(f"trigger {name} changed meanwhile: try again") from None
+            value = self.codec.encode(spec)
+            if (
+                await self._ride(f"deleting trigger {name}", lambda: update_once(kv, name, value, last=revision))
+                is None
+            ):
+                raise TriggerError(f"trigger {name} changed meanwhile: try again")
         deadline = time.monotonic() + DELETE_WAIT
         while time.monotonic() < deadline:
             try:
-                await kv.get(name)
+                await self._ride(f"reading trigger {name}", lambda: kv.get(name))
             except KeyNotFoundError:
                 return True
             await asyncio.sleep(0.05)
@@ -339,7 +350,7 @@ class Triggering(Session):
 
     async def _triggers_kv(self) -> KeyValue:
         try:
-            return await self.bucket(TRIGGERS_BUCKET)
+            return await self._ride(f"reading bucket {TRIGGERS_BUCKET}", lambda: self.bucket(TRIGGERS_BUCKET))
         except BucketNotFoundError:
             raise TriggerError(
                 f"no KV bucket {TRIGGERS_BUCKET!r}: an engine pod of a version with triggers creates it at its start"
@@ -349,7 +360,7 @@ class Triggering(Session):
         check_trigger_name(name)
         kv = await self._triggers_kv()
         try:
-            entry = await kv.get(name)
+            entry = await self._ride(f"reading trigger {name}", lambda: kv.get(name))
         except KeyNotFoundError:
             raise TriggerError(f"no trigger {name}") from None
         try:

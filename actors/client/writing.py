@@ -28,7 +28,7 @@ from actors.playbook.loader import read_playbook_text
 from actors.runtime.tracing import caller_headers
 from actors.store import catalog
 from actors.store.blobs import payload_blob, start_payload
-from actors.store.catalog import CatalogReader, check_path
+from actors.store.catalog import check_path
 from actors.wire.messages import (
     UNREADABLE_START,
     CancelRequest,
@@ -187,7 +187,7 @@ class Writer(Session):
             # request without START_AS_MESSAGE is refused by the starters: a person or a
             # script learns of a typo now, not from an execution that fails at once
             # (PlaybookNotRegistered: a UserError whose error_type is PlaybookNotFound)
-            entry = await self._ride(what, lambda: CatalogReader(self.js).resolve(playbook, version))
+            entry = await self._catalog_entry(playbook, version)
             size = len(msgspec.json.encode(payload))
             source = len(msgspec.json.encode(entry.source))
             msg = StartMessage(playbook=playbook, version=version, payload=payload, execution_id=eid)
