@@ -5,7 +5,9 @@ throughout (issue #34: what the server holds per retained execution).
     python -m bench.soak [--rate 100] [--minutes 3] [--concurrency 100] [--idle-minutes 2]
                          [--sample-seconds 2] [--sync default|always] [--baseline REV]
                          [--retain SECONDS] [--archive off|objects|DIR] [--cluster]
-                         [--server-env NAME=VALUE ...] [--rounds 1] [--out DIR] [--json-only]
+                         [--server-env NAME=VALUE ...] [--duplicate-window SECONDS]
+                         [--marginal MINUTES] [--rounds 1]
+                         [--out DIR] [--json-only]
     python -m bench.soak --heap-top heap-*.txt   (a saved heap profile's summary, no run)
 
 An operator's two-hour run at a modest rate, retention doing its work: `python -m
@@ -19,6 +21,13 @@ ignores both, and the output says so. `--cluster`: a 3-node cluster on this mach
 every stream and bucket R3 (ACTORS_REPLICAS=3); server figures are then summed over the
 three nodes (and each node's RSS is sampled too). `--server-env GOMEMLIMIT=128MiB`: the
 single server's environment (the Go runtime's settings: GOMEMLIMIT, GOGC).
+
+What one more retained execution costs, apart from what a server keeps after a load
+whatever it holds: `python -m bench.soak --rate 100 --minutes 5 --marginal 15
+--idle-minutes 5 --sample-seconds 10` runs the load for 5 minutes (side `short`) and for
+15 (`long`), each on a fresh server and left idle, and prints the slope between them after
+idle (RSS, heap in use, live heap: KB per further execution) and where the RSS line meets
+no execution (`marginal` in the summary).
 
 Each run gets a fresh nats-server (file store in a temporary dir, `--sync`, HTTP
 monitoring on a free port), one pod as its own process (`actors-cli serve --role all`,
@@ -53,7 +62,10 @@ executions retained, at the end of the load and after the idle period (none when
 retention has removed them all: then `server_mb_above_empty_after_idle` says what is left).
 The memory slope is a least-squares line through the server's (and the pod's) RSS over
 the second half of the load, in MB per hour; `server_flat_ratio` is max/min of the
-server's RSS over the same half (1.10: within 10%). Per stream: messages, subjects and
+server's RSS over the same half (1.10: within 10%), `server_flat_ratio_5min` the same of
+its 5-minute means (the level, without single samples' swing: a message block of 8 MB
+loaded or dropped), `server_trend_percent` how far the line moves over the half, in per
+cent of the mean (growth). Per stream: messages, subjects and
 bytes held per retained execution at the load's end (growth since just before the
 warm-ups).
 
@@ -373,6 +385,40 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
     return round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx * 3600, 2)
 
 
+FLAT_WINDOW_S = 300.0  # the means `flat_ratio_of_means` compares: 5 minutes
+
+
+def flat_ratio_of_means(points: list[tuple[float, float]], window: float = FLAT_WINDOW_S) -> float | None:
+    """max/min of the means of (seconds, MB) points over consecutive `window`-second
+    spans (a last span shorter than half a window is left out): how far the level moves,
+    without the swing of single samples (8 MB message blocks loaded and dropped). None
+    under two whole spans."""
+    if not points:
+        return None
+    t0 = points[0][0]
+    spans: dict[int, list[float]] = {}
+    for t, mb in points:
+        spans.setdefault(int((t - t0) // window), []).append(mb)
+    end = points[-1][0] - t0
+    means = [
+        statistics.fmean(v) for i, v in sorted(spans.items()) if min((i + 1) * window, end) - i * window >= window / 2
+    ]
+    if len(means) < 2 or min(means) <= 0:
+        return None
+    return round(max(means) / min(means), 3)
+
+
+def trend_percent(points: list[tuple[float, float]]) -> float | None:
+    """How much the least-squares line through (seconds, MB) points moves from their
+    first to their last time, in per cent of their mean: growth (or shrinking) over the
+    span, whatever the samples swing around it."""
+    slope = slope_per_hour(points)
+    if slope is None:
+        return None
+    mean = statistics.fmean(p[1] for p in points)
+    return round(slope * (points[-1][0] - points[0][0]) / 3600 / mean * 100, 1) if mean > 0 else None
+
+
 # --- one run: a server, a pod from some checkout, the load -------------------------------
 
 
@@ -476,7 +522,7 @@ async def soak(
     code: Path, args: argparse.Namespace, out: Path, tag: str, say: Callable[[str], None], stop: asyncio.Event
 ) -> dict[str, Any]:
     servers = await Servers.start(sync=args.sync, cluster=args.cluster, env=dict(args.server_env or []))
-    layout = Layout(replicas=3) if args.cluster else Layout()
+    layout = Layout(replicas=3 if args.cluster else 1, duplicate_window=args.duplicate_window)
     env, retention = pod_env(code, args)
     say(f"  {tag}: retention {retention}")
     pod: PodProcess | None = None
@@ -510,7 +556,7 @@ async def soak(
             load = Load(client, entry.path, entry.version, args.concurrency)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            load_s, idle_s = args.minutes * 60, args.idle_minutes * 60
+            load_s, idle_s = minutes_of(args, tag) * 60, args.idle_minutes * 60
             driver = asyncio.create_task(load.run(args.rate, load_s, stop))
             load_end = 0.0
             phase, wake, last = "load", t0, (t0, 0, 0)
@@ -656,6 +702,7 @@ def summarize(
     }
     per_stream = {name: v for name, v in grown.items() if any(v.values())}  # streams this workload writes
     rss2 = [s["server_rss_mb"] for s in second_half]
+    rss_points2 = [(s["t"], s["server_rss_mb"]) for s in second_half]
     heap2 = [(s["t"], s["heap_heapinuse_mb"]) for s in second_half if "heap_heapinuse_mb" in s]
     check = [abs(s["status_minus_index"]) for s in samples if "status_minus_index" in s]
     ran = int(max(at_load_end["finished"] - samples[0]["finished"], 1))
@@ -720,8 +767,11 @@ def summarize(
         "server_kb_per_retained_after_idle": per_exec_kb(at_end),
         "server_slope_mb_per_h": slope_per_hour([(s["t"], s["server_rss_mb"]) for s in second_half]),
         "server_flat_ratio": round(max(rss2) / min(rss2), 3) if rss2 and min(rss2) > 0 else None,
+        "server_flat_ratio_5min": flat_ratio_of_means(rss_points2),
+        "server_trend_percent": trend_percent(rss_points2),
         "heap_inuse_mb_load_end": at_load_end.get("heap_heapinuse_mb"),
         "heap_inuse_mb_after_idle": at_end.get("heap_heapinuse_mb"),
+        "heap_alloc_mb_after_idle": at_end.get("heap_heapalloc_mb"),
         "heap_sys_mb_load_end": at_load_end.get("heap_heapsys_mb"),
         "heap_released_mb_after_idle": at_end.get("heap_heapreleased_mb"),
         "heap_slope_mb_per_h": slope_per_hour(heap2),
@@ -855,9 +905,12 @@ ROWS = (
     ("server MB above empty, after idle", "server_mb_above_empty_after_idle"),
     ("server slope, MB/h (2nd half)", "server_slope_mb_per_h"),
     ("server max/min RSS (2nd half)", "server_flat_ratio"),
+    ("server max/min of 5-min means (2nd half)", "server_flat_ratio_5min"),
+    ("server trend over 2nd half, %", "server_trend_percent"),
     ("heap in use empty, MB", "server_heap_inuse_mb_empty"),
     ("heap in use at load end, MB", "heap_inuse_mb_load_end"),
     ("heap in use after idle, MB", "heap_inuse_mb_after_idle"),
+    ("heap allocated (live) after idle, MB", "heap_alloc_mb_after_idle"),
     ("heap released after idle, MB", "heap_released_mb_after_idle"),
     ("heap slope, MB/h (2nd half)", "heap_slope_mb_per_h"),
     ("varz mem at load end, MB", "varz_mem_mb_load_end"),
@@ -870,6 +923,40 @@ ROWS = (
     ("subjects per execution", "subjects_per_execution"),
     ("bytes per execution", "bytes_per_execution"),
 )
+
+
+def minutes_of(args: argparse.Namespace, side: str) -> float:
+    """How long a side's load runs: `--marginal`'s for the long side (its tag or name)."""
+    return float(args.marginal) if args.marginal is not None and side.startswith("long") else float(args.minutes)
+
+
+MARGINAL_KEYS = (
+    ("server_rss_kb", "server_rss_mb_after_idle"),
+    ("heap_inuse_kb", "heap_inuse_mb_after_idle"),
+    ("heap_alloc_kb", "heap_alloc_mb_after_idle"),
+)
+
+
+def marginal(short: dict[str, Any], long: dict[str, Any]) -> dict[str, Any]:
+    """What one more retained execution costs the server once the load is over: the
+    slope of each figure after idle between a short and a long run of the same load (KB
+    per execution), and where the RSS line meets no execution (MB): what a server keeps
+    after such a load whatever it retains (the Go heap's partly filled spans, its
+    runtime). None where the two runs retained the same number."""
+    n0, n1 = short.get("retained_after_idle") or 0, long.get("retained_after_idle") or 0
+    out: dict[str, Any] = {"retained_short": n0, "retained_long": n1}
+    for name, key in MARGINAL_KEYS:
+        a, b = short.get(key), long.get(key)
+        if isinstance(a, int | float) and isinstance(b, int | float) and n1 != n0:
+            out[f"{name}_per_further_execution"] = round((b - a) * 1024 / (n1 - n0), 3)
+        else:
+            out[f"{name}_per_further_execution"] = None
+    slope = out["server_rss_kb_per_further_execution"]
+    rss0 = short.get("server_rss_mb_after_idle")
+    out["server_rss_mb_at_none_retained"] = (
+        round(rss0 - slope * n0 / 1024, 1) if slope is not None and isinstance(rss0, int | float) else None
+    )
+    return out
 
 
 def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -902,7 +989,8 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
         for name in order:
             if stop.is_set():
                 break
-            say(f"round {r + 1} of {args.rounds}: {name} ({sides[name]}), {args.rate}/s for {args.minutes} min")
+            minutes = minutes_of(args, name)
+            say(f"round {r + 1} of {args.rounds}: {name} ({sides[name]}), {args.rate}/s for {minutes} min")
             results[name].append(await soak(sides[name], args, out, f"{name}-{r + 1}", say, stop))
     medians = {name: median_of(rs) for name, rs in results.items() if rs}
     cols = list(medians)
@@ -940,6 +1028,7 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
         "archive": args.archive,
         "cluster": args.cluster,
         "server_env": dict(args.server_env or []),
+        "duplicate_window": args.duplicate_window,
         "load_average": os.getloadavg(),
         "rounds": args.rounds,
         "out": str(out),
@@ -952,6 +1041,11 @@ async def main_async(args: argparse.Namespace, sides: dict[str, Path], out: Path
             and isinstance(medians["new"].get(key), int | float)
             and medians["old"][key]
         }
+    if args.marginal is not None and "short" in medians and "long" in medians:
+        summary["marginal"] = marginal(medians["short"], medians["long"])
+        say("per further retained execution, after idle (long - short) / (retained long - retained short):")
+        for key, value in summary["marginal"].items():
+            say(f"    {key:44} {value}")
     summary["sides"] = medians if len(cols) > 1 or args.rounds > 1 else None
     if summary["sides"] is None:
         summary.update(medians[cols[0]] if cols else {})
@@ -993,6 +1087,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="the nats-server's environment (single server), e.g. GOMEMLIMIT=128MiB; repeatable",
     )
+    parser.add_argument(
+        "--duplicate-window",
+        type=float,
+        default=Layout().duplicate_window,
+        metavar="SECONDS",
+        help="ACTORS_DUPLICATE_WINDOW for the streams and the pod (default: the layout's)",
+    )
+    parser.add_argument(
+        "--marginal",
+        type=float,
+        metavar="MINUTES",
+        help="run the load twice, --minutes (side 'short') and MINUTES (side 'long'), on fresh servers "
+        "alternating with --rounds, and print what one more retained execution costs after idle",
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, help="where the CSV, PNG and summary go (default: a new temporary dir)")
     parser.add_argument("--json-only", action="store_true")
@@ -1022,8 +1130,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if args.marginal is not None and (args.baseline or args.marginal <= args.minutes):
+        parser.error("--marginal runs this checkout only, for longer than --minutes")
     with checkout_of(args.baseline) as old:
         sides = {**({"old": old} if old is not None else {}), "new": ROOT}
+        if args.marginal is not None:
+            sides = {"short": ROOT, "long": ROOT}
         result = uvloop.run(main_async(args, sides, out, head.stdout.strip()))
     print(json.dumps(result))
     return 0
