@@ -37,7 +37,7 @@ from actors.client.signals import ExecutionNotKnownYet, Signals
 from actors.client.writing import StartOutcome
 from actors.errors import UserError
 from actors.natsio import kv_keys
-from actors.natsio.kvonce import create_once, update_once
+from actors.natsio.kvonce import create_once, delete_once, update_once
 from actors.playbook.model import SIGNAL_NAME
 from actors.store.catalog import check_path
 from actors.wire.hooks import (
@@ -182,10 +182,12 @@ class Hooks(Signals):
         check_hook_name(name)
         kv = await self._hooks_kv()
         try:
-            await self._ride(f"reading hook {name}", lambda: kv.get(name))
+            entry = await self._ride(f"reading hook {name}", lambda: kv.get(name))
         except KeyNotFoundError:
             raise HookError(f"no hook {name}") from None
-        await self._ride(f"removing hook {name}", lambda: kv.delete(name))
+        revision = entry.revision or 0
+        if not await self._ride(f"removing hook {name}", lambda: delete_once(kv, name, last=revision)):
+            raise HookError(f"hook {name} changed meanwhile (rotated elsewhere): try again")
 
     async def hook_authorized(self, name: str, token: str) -> HookSpec | None:
         """Hook `name`'s spec when `token` is its token; None otherwise: a wrong or

@@ -34,11 +34,12 @@ from nats.js.kv import KeyValue
 
 from actors.client.checks import check_size
 from actors.client.nextfire import next_tick
-from actors.client.session import Session
+from actors.client.session import PUBLISH_FAILED, Session
 from actors.errors import UserError
 from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.batchget import stamp_time
-from actors.natsio.kvonce import create_once, update_once
+from actors.natsio.dial import NatsUnavailable
+from actors.natsio.kvonce import create_once, delete_once, update_once
 from actors.natsio.schedules import SCHEDULE, SCHEDULE_NEXT, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE, SCHEDULE_TTL
 from actors.wire.messages import ScheduleSpec, StartMessage, encode
 from actors.wire.nesting import check_value_depth
@@ -136,9 +137,18 @@ class Scheduling(Session):
             raise ScheduleError(f"schedule {name} already exists (delete it first)")
         try:
             await self._define(spec, revision)
-        except BaseException:
-            # the server refused the definition: no schedule at all
-            await self._ride(f"removing schedule {name}", lambda: kv.delete(name))
+        except PUBLISH_FAILED as e:
+            # the definition may still be stored (a copy in flight when NATS went away):
+            # the schedule is kept, so that it can be seen and removed, and said so. (A
+            # cancel, the same: kept, since its definition may be stored too.)
+            raise NatsUnavailable(
+                f"schedule {name} is stored but NATS did not confirm its definition within {self.timeout:g}s "
+                f"({e!r}): it may or may not fire; `actors-cli schedule pause {name}` then `resume` defines it "
+                f"again, `actors-cli schedule delete {name}` removes it"
+            ) from e
+        except Exception:
+            # the server refused the definition (its cron, its time zone, this user): no schedule at all
+            await self._ride(f"removing schedule {name}", lambda: delete_once(kv, name, last=revision))
             raise
         return spec
 
@@ -229,10 +239,19 @@ class Scheduling(Session):
 
     async def schedule_delete(self, name: str) -> None:
         """Remove `name` for good: no further fire (executions it started stay)."""
-        await self._spec(name)  # ScheduleError if there is no such schedule
+        try:
+            _, revision = await self._spec(name)
+        except ScheduleError:
+            # no spec, but maybe a definition that fires all the same (an add whose
+            # definition NATS stored after its client gave up and removed the spec)
+            if await self._definition(name) is None:
+                raise
+            await self._purge_definition(name)
+            return
         await self._purge_definition(name)
         kv = await self._schedules_kv()
-        await self._ride(f"removing schedule {name}", lambda: kv.delete(name))
+        if not await self._ride(f"removing schedule {name}", lambda: delete_once(kv, name, last=revision)):
+            raise ScheduleError(f"schedule {name} changed meanwhile (elsewhere): try again")
 
     async def _spec(self, name: str) -> tuple[ScheduleSpec, int]:
         check_schedule_name(name)
@@ -256,6 +275,16 @@ class Scheduling(Session):
         if stored is None:
             raise ScheduleError(f"schedule {spec.name} changed meanwhile (elsewhere): try again")
         return stored
+
+    async def _definition(self, name: str) -> Any:
+        """The cron definition stored for `name` (a RawStreamMsg), or None."""
+        try:
+            return await self._ride(
+                f"reading schedule {name}'s definition",
+                lambda: self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_definition_subject(name), direct=True),
+            )
+        except NotFoundError:
+            return None
 
     async def _purge_definition(self, name: str) -> None:
         await self._ride(

@@ -100,11 +100,13 @@ class Session:
         except TRANSIENT_REQUEST as e:
             raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
 
-    async def _catalog_entry(self, playbook: str, version: int | None) -> CatalogEntry:
+    async def _catalog_entry(self, playbook: str, version: int | None, *, what: str | None = None) -> CatalogEntry:
         """Playbook `playbook`'s registered `version` (None: its latest), read through an
-        election or a reconnect; CatalogError names what is missing."""
+        election or a reconnect; CatalogError names what is missing. `what` failed when
+        NATS does not answer (default: the catalog read itself)."""
         return await self._ride(
-            f"reading playbook {playbook} from the catalog", lambda: CatalogReader(self.js).resolve(playbook, version)
+            what or f"reading playbook {playbook} from the catalog",
+            lambda: CatalogReader(self.js).resolve(playbook, version),
         )
 
     async def _publish(

@@ -43,7 +43,7 @@ from actors.client.checks import check_size
 from actors.client.session import Session
 from actors.errors import UserError
 from actors.natsio import kv_keys
-from actors.natsio.kvonce import create_once, update_once
+from actors.natsio.kvonce import create_once, delete_once, update_once
 from actors.playbook.templates import TemplateError, check, is_template
 from actors.triggers.guard import is_system_stream, refusal
 from actors.wire.messages import encode
@@ -326,18 +326,19 @@ class Triggering(Session):
         try:
             spec, revision = await self._trigger_spec(name)
         except UnreadableTrigger:
-            spec, revision = None, 0
+            spec = None
+            revision = (await self._ride(f"reading trigger {name}", lambda: kv.get(name))).revision or 0
         if spec is None or spec.stream is None:
-            await self._ride(f"removing trigger {name}", lambda: kv.delete(name))
+            if not await self._ride(f"removing trigger {name}", lambda: delete_once(kv, name, last=revision)):
+                raise TriggerError(f"trigger {name} changed meanwhile: try again")
+            # its counts: written by trigger pods all along, so removed whatever their revision
             await self._ride(f"removing trigger {name}'s counts", lambda: kv.delete(stats_key(name)))
             return True
         if not spec.deleting:
             spec.deleting = True
             value = self.codec.encode(spec)
-            if (
-                await self._ride(f"deleting trigger {name}", lambda: update_once(kv, name, value, last=revision))
-                is None
-            ):
+            marked = await self._ride(f"deleting trigger {name}", lambda: update_once(kv, name, value, last=revision))
+            if marked is None and not await self._being_deleted(name, spec.add_id):
                 raise TriggerError(f"trigger {name} changed meanwhile: try again")
         deadline = time.monotonic() + DELETE_WAIT
         while time.monotonic() < deadline:
@@ -347,6 +348,18 @@ class Triggering(Session):
                 return True
             await asyncio.sleep(0.05)
         return False
+
+    async def _being_deleted(self, name: str, add_id: str) -> bool:
+        """Whether trigger `name` (the one added as `add_id`) is marked for deletion or
+        gone already: a deletion mark whose reply was lost may have been acted on by a
+        trigger pod, which removes the key, before the mark is sent again."""
+        try:
+            spec, _ = await self._trigger_spec(name)
+        except UnreadableTrigger:
+            return False
+        except TriggerError:  # no trigger any more
+            return True
+        return spec.deleting and spec.add_id == add_id
 
     async def _triggers_kv(self) -> KeyValue:
         try:

@@ -187,7 +187,7 @@ class Writer(Session):
             # request without START_AS_MESSAGE is refused by the starters: a person or a
             # script learns of a typo now, not from an execution that fails at once
             # (PlaybookNotRegistered: a UserError whose error_type is PlaybookNotFound)
-            entry = await self._catalog_entry(playbook, version)
+            entry = await self._catalog_entry(playbook, version, what=what)
             size = len(msgspec.json.encode(payload))
             source = len(msgspec.json.encode(entry.source))
             msg = StartMessage(playbook=playbook, version=version, payload=payload, execution_id=eid)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import nats
 import pytest
 
-from actors.natsio.kvonce import create_once, update_once
+from actors.natsio.kvonce import create_once, delete_once, update_once
 from streams.server import NatsServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
@@ -36,3 +36,21 @@ async def test_a_create_sent_again_is_its_own_and_another_writers_is_not(nats_se
         assert await create_once(kv, "s1", b'{"created": 3}') is not None
     finally:
         await nc.close()
+
+
+async def test_a_delete_sent_again_is_done_and_never_removes_what_another_writer_put_since(
+    nats_server: NatsServer,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        kv = await nc.jetstream().create_key_value(bucket="gone", history=1)
+        mine = await kv.create("h1", b"mine")
+        assert await delete_once(kv, "h1", last=mine) is True
+        assert await delete_once(kv, "h1", last=mine) is True  # sent again after a lost reply: gone, done
+        theirs = await kv.create("h1", b"theirs")  # another client adds it anew meanwhile
+        assert await delete_once(kv, "h1", last=mine) is False  # an old delete sent again removes nothing
+        assert (await kv.get("h1")).value == b"theirs"
+        assert await delete_once(kv, "h1", last=theirs) is True
+    finally:
+        await nc.close()
+

@@ -1,20 +1,29 @@
-"""Schedules, hooks and triggers are added and changed through a restart of NATS, as
-starts are (tests/system/test_ride_out.py): a call made while the server is away keeps
-trying within the client's timeout, and its write is made once, even when its reply is
-lost on the way (actors/natsio/kvonce.py; tests/integration/test_kvonce.py)."""
+"""Schedules, hooks and triggers are added, changed and removed through a restart of
+NATS, as starts are (tests/system/test_ride_out.py): a call made while the server is away
+keeps trying within the client's timeout; a write whose reply is lost is sent again and
+recognised as done (actors/natsio/kvonce.py; tests/integration/test_kvonce.py); an add
+whose definition NATS stored after its client gave up can still be deleted."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actors.client import Client
+from actors.client.schedules import ScheduleError
 from actors.pod.roles import connect, start_roles
+from actors.wire.triggers import TriggerSpec
+from streams.layout import HOOKS_BUCKET, SCHEDULE_STREAM, SCHEDULES_BUCKET, TRIGGERS_BUCKET
 from streams.server import NatsServer
-from tests.conftest import make_layout
+from streams.subjects import schedule_definition_subject
+from tests.conftest import System, make_layout
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
@@ -25,6 +34,12 @@ workflow:
   - step: only
     tool: noop
 """
+
+
+async def _quietly(close: Callable[[], Awaitable[Any]]) -> None:
+    """A cleanup that must not stop the next one (a connection closing on a server gone)."""
+    with contextlib.suppress(Exception):
+        await close()
 
 
 class _TimedOutAndAskedAgain(logging.Handler):
@@ -48,12 +63,18 @@ async def test_schedules_hooks_and_triggers_are_changed_through_a_restart_of_nat
     level = said.level
     server = await NatsServer.start(store_dir=store)  # the store outlives the server: restarted below
     port = server.port
-    pods = await connect(server.url, name="pods")
-    runtime = await start_roles(pods, layout=layout, roles=("engine",))  # declares the streams and buckets
-    client = await Client.connect(server.url, layout=layout, timeout=60)
-    said.addHandler(retried)
-    said.setLevel(logging.INFO)  # ride_out says at INFO that it asks again
-    try:
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(lambda: server.discard())  # the server running at the end
+        pods = await connect(server.url, name="pods")
+        stack.push_async_callback(_quietly, pods.close)
+        runtime = await start_roles(pods, layout=layout, roles=("engine",))  # declares the streams and buckets
+        stack.push_async_callback(_quietly, runtime.stop)
+        client = await Client.connect(server.url, layout=layout, timeout=60)
+        stack.push_async_callback(_quietly, client.close)
+        said.addHandler(retried)
+        said.setLevel(logging.INFO)  # ride_out says at INFO that it asks again
+        stack.callback(said.setLevel, level)
+        stack.callback(said.removeHandler, retried)
         path = tmp_path / "admin.yaml"
         path.write_text(PLAYBOOK)
         playbook = (await client.register(path)).path
@@ -71,7 +92,10 @@ async def test_schedules_hooks_and_triggers_are_changed_through_a_restart_of_nat
             )
         )
         # NATS stays away until a call has timed out and tried again (about 5 s)
-        await asyncio.wait([calls, asyncio.ensure_future(retried.seen.wait())], return_when=asyncio.FIRST_COMPLETED)
+        seen = asyncio.ensure_future(retried.seen.wait())
+        waiting: list[asyncio.Future[Any]] = [calls, seen]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        seen.cancel()
         assert not calls.done(), calls.exception()  # none gave up while NATS was away
         server = await NatsServer.start(port=port, store_dir=store)
         daily, paused, (hook, token), trigger, trigger_paused = await calls
@@ -85,10 +109,98 @@ async def test_schedules_hooks_and_triggers_are_changed_through_a_restart_of_nat
             "paused-later": True,
         }
         assert trigger.subject == "orders.new"
+
+
+class _LosesFirstReply:
+    """A bucket's JetStream context whose first publish is stored and its reply lost (a
+    reconnect, a leader dying after the write): the call sees a timeout and sends it again."""
+
+    def __init__(self, js: Any) -> None:
+        self._js = js
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._js, name)
+
+    async def publish(self, *args: Any, **kwargs: Any) -> Any:
+        ack = await self._js.publish(*args, **kwargs)
+        if not self.lost:
+            self.lost += 1
+            raise TimeoutError("the reply was lost")
+        return ack
+
+    @classmethod
+    def on(cls, kv: Any) -> _LosesFirstReply:
+        """Put in front of bucket `kv`'s own context (nats-py's KeyValue._js)."""
+        lossy = cls(kv._js)
+        kv._js = lossy
+        return lossy
+
+    def off(self, kv: Any) -> None:
+        kv._js = self._js
+
+
+async def test_a_change_whose_reply_is_lost_is_made_once_and_said_done(system: System) -> None:
+    client = system.client
+    path = system.tmp / "admin.yaml"
+    path.write_text(PLAYBOOK)
+    playbook = (await client.register(path)).path
+    schedules, hooks = await client.bucket(SCHEDULES_BUCKET), await client.bucket(HOOKS_BUCKET)
+
+    lossy = _LosesFirstReply.on(schedules)
+    spec = await client.schedule_add("nightly", playbook=playbook, cron="@daily")  # a create
+    assert lossy.lost == 1 and [v.spec for v in await client.schedules()] == [spec]
+    lossy.off(schedules)
+    lossy = _LosesFirstReply.on(schedules)
+    assert await client.schedule_pause("nightly") is True  # an update
+    assert lossy.lost == 1 and [v.spec.paused for v in await client.schedules()] == [True]
+
+    await client.hook_add("deploys", playbook=playbook)
+    lossy.off(schedules)
+    lossy = _LosesFirstReply.on(hooks)
+    await client.hook_delete("deploys")  # a delete
+    assert lossy.lost == 1 and await client.hooks() == []
+    lossy.off(hooks)
+
+
+async def test_a_trigger_deletion_whose_mark_was_acted_on_before_its_reply_is_done(system: System) -> None:
+    """A stream trigger is deleted by marking it `deleting`; a trigger pod then removes
+    its consumer and its key. When the mark's reply is lost and the pod is quicker than
+    the mark sent again, the key is gone: the deletion is done, not a conflict."""
+    client = system.client
+    kv = await client.bucket(TRIGGERS_BUCKET)
+    spec = TriggerSpec(name="orders", subject="orders.x", playbook="p", stream="ORDERS", add_id="a1")
+    await kv.create("orders", client.codec.encode(spec))
+    update, lost = kv.update, list[str]()
+
+    async def stored_acted_on_and_reply_lost(key: str, value: bytes, last: int | None = None) -> int:
+        if lost:
+            return await update(key, value, last=last)
+        await update(key, value, last=last)  # the mark is stored...
+        await kv.delete(key)  # ...a trigger pod removes the consumer, then the key...
+        lost.append(key)
+        raise TimeoutError("the reply was lost")  # ...and the reply never came
+
+    kv.update = stored_acted_on_and_reply_lost  # type: ignore[method-assign,assignment]
+    try:
+        assert await client.trigger_delete("orders") is True
     finally:
-        said.removeHandler(retried)
-        said.setLevel(level)
-        await client.close()
-        await runtime.stop()
-        await pods.close()
-        await server.discard()
+        del kv.update  # the bucket's own method again
+    assert lost == ["orders"] and await client.triggers() == []
+
+
+async def test_a_definition_left_without_its_schedule_is_removed_by_delete(system: System) -> None:
+    """An add whose client gave up may leave the cron definition NATS stored after all,
+    without the schedule's entry: it fires, and `schedule delete NAME` still removes it."""
+    client = system.client
+    path = system.tmp / "admin.yaml"
+    path.write_text(PLAYBOOK)
+    playbook = (await client.register(path)).path
+    await client.schedule_add("orphan", playbook=playbook, cron="@daily")
+    await (await client.bucket(SCHEDULES_BUCKET)).delete("orphan")  # the entry gone, the definition not
+    definition = schedule_definition_subject("orphan")
+    assert (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
+    await client.schedule_delete("orphan")
+    assert not (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
+    with pytest.raises(ScheduleError, match="no schedule orphan"):
+        await client.schedule_delete("orphan")
