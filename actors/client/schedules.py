@@ -278,13 +278,7 @@ class Scheduling(Session):
 
     async def _definition(self, name: str) -> Any:
         """The cron definition stored for `name` (a RawStreamMsg), or None."""
-        try:
-            return await self._ride(
-                f"reading schedule {name}'s definition",
-                lambda: self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_definition_subject(name), direct=True),
-            )
-        except NotFoundError:
-            return None
+        return await self._last_on(schedule_definition_subject(name), f"reading schedule {name}'s definition")
 
     async def _purge_definition(self, name: str) -> None:
         await self._ride(
@@ -318,11 +312,12 @@ class Scheduling(Session):
 
     async def _last_fire(self, name: str) -> Any:
         """The last message on the schedule's fire subject (a RawStreamMsg), or None."""
+        return await self._last_on(schedule_fire_subject(name), f"reading schedule {name}'s last fire")
+
+    async def _last_on(self, subject: str, what: str) -> Any:
+        """The last message on `subject` in the schedules' stream (a RawStreamMsg), or None."""
         try:
-            return await self._ride(
-                f"reading schedule {name}'s last fire",
-                lambda: self.nc.jsm().get_last_msg(SCHEDULE_STREAM, schedule_fire_subject(name), direct=True),
-            )
+            return await self._ride(what, lambda: self.nc.jsm().get_last_msg(SCHEDULE_STREAM, subject, direct=True))
         except NotFoundError:
             return None
 
