@@ -864,14 +864,14 @@ def compare_plot(results: dict[str, list[dict[str, Any]]], out: Path) -> str:
                 [float(x["t"]) / 60 for x in rows],
                 [float(x["server_rss_mb"]) for x in rows],
                 label=f"{name} server RSS ({Path(r['files']['csv']).stem.removeprefix('samples-')})",
-                color="tab:grey" if name == "old" else "tab:red",
+                color={"old": "tab:grey", "short": "tab:blue"}.get(name, "tab:red"),
             )
             ax.axvline(r["load_s"] / 60, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xlabel("minutes (dashed: the load ends)")
     ax.set_ylabel("MB")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left")
-    ax.set_title("soak: server RSS, old and new")
+    ax.set_title(f"soak: server RSS, {' and '.join(results)}")
     fig.tight_layout()
     png = out / "soak-compare.png"
     fig.savefig(png, dpi=100)
