@@ -229,10 +229,16 @@ class Scheduling(Session):
 
     async def schedule_resume(self, name: str) -> bool:
         """Fire `name` again from its next tick (ticks while paused are not caught up);
-        False if it was not paused."""
+        False if it was not paused. A schedule not paused but with no definition (a
+        resume or an add cut short after its entry was stored: it would never fire) is
+        defined again, and that is a resume too."""
         spec, revision = await self._spec(name)
         if not spec.paused:
-            return False
+            # a one-time `@at` the server has fired and removed is not defined again
+            if spec.cron.startswith("@at") or await self._definition(name) is not None:
+                return False
+            await self._define(spec, revision)  # the message id of the revision it was stored at
+            return True
         spec.paused = False
         await self._define(spec, await self._update(spec, revision))
         return True

@@ -53,4 +53,3 @@ async def test_a_delete_sent_again_is_done_and_never_removes_what_another_writer
         assert await delete_once(kv, "h1", last=theirs) is True
     finally:
         await nc.close()
-

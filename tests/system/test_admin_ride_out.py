@@ -14,11 +14,13 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from actors.client import Client
 from actors.client.schedules import ScheduleError
 from actors.pod.roles import connect, start_roles
+from actors.wire.messages import ScheduleSpec
 from actors.wire.triggers import TriggerSpec
 from streams.layout import HOOKS_BUCKET, SCHEDULE_STREAM, SCHEDULES_BUCKET, TRIGGERS_BUCKET
 from streams.server import NatsServer
@@ -109,6 +111,9 @@ async def test_schedules_hooks_and_triggers_are_changed_through_a_restart_of_nat
             "paused-later": True,
         }
         assert trigger.subject == "orders.new"
+
+
+_schedule_spec = msgspec.json.Decoder(ScheduleSpec)
 
 
 class _LosesFirstReply:
@@ -204,3 +209,24 @@ async def test_a_definition_left_without_its_schedule_is_removed_by_delete(syste
     assert not (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
     with pytest.raises(ScheduleError, match="no schedule orphan"):
         await client.schedule_delete("orphan")
+
+
+async def test_a_resume_cut_short_is_finished_by_resume(system: System) -> None:
+    """A resume whose entry was stored but whose definition was not (NATS went away in
+    between) leaves a schedule that says it runs and never fires: resume defines it."""
+    client = system.client
+    path = system.tmp / "admin.yaml"
+    path.write_text(PLAYBOOK)
+    playbook = (await client.register(path)).path
+    await client.schedule_add("weekly", playbook=playbook, cron="@weekly")
+    assert await client.schedule_pause("weekly") is True
+    kv = await client.bucket(SCHEDULES_BUCKET)
+    entry = await kv.get("weekly")
+    spec = client.codec.decode(_schedule_spec, entry.value or b"")
+    spec.paused = False
+    await kv.update("weekly", client.codec.encode(spec), last=entry.revision)  # the resume's first half only
+    definition = schedule_definition_subject("weekly")
+    assert not (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
+    assert await client.schedule_resume("weekly") is True
+    assert (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
+    assert await client.schedule_resume("weekly") is False  # defined and running: nothing to do
