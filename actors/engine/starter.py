@@ -63,7 +63,7 @@ from actors.natsio.binding import codec_of
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.replies import is_inbox
 from actors.natsio.requests import requester
-from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.keyed_limiter import KeyedLimiter, stop_grace
 from actors.runtime.ownership import semantics_in_use
 from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import POISON_TRIES, is_transient
@@ -228,12 +228,13 @@ class Starter:
 
     async def stop(self) -> None:
         """Stop taking start messages, requests and fires, and finish those being handled
-        (each takes a few round trips; one that cannot finish is not acked and comes back)."""
+        (each takes a few round trips; one that cannot finish within `STOP_GRACE`, or at
+        all with NATS gone, is cut short, not acked, and comes back)."""
         for sub in (self._requests, self._sub, self._fires):
             if sub is not None:
                 await sub.unsubscribe()
         self._requests = self._sub = self._fires = None
-        await self._limiter.drain()
+        await self._limiter.drain(grace=stop_grace(self.nc.is_connected))
         await cancel_and_wait([self._gate])
 
     def _on_request(self, msg: Msg) -> None:

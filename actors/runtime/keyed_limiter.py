@@ -22,6 +22,14 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger("actors")
 
 Work = Callable[[], Awaitable[None]]
+# seconds an actor's stop lets its work under way finish while NATS answers (a few round
+# trips each); with NATS gone nothing of it can finish but by failing: cut short at once
+STOP_GRACE = 3.0
+
+
+def stop_grace(connected: bool) -> float:
+    """The `grace` of a stop's `drain`, by whether the actor's connection is up."""
+    return STOP_GRACE if connected else 0.0
 
 
 class KeyedLimiter:
@@ -72,15 +80,29 @@ class KeyedLimiter:
         """Exclusive use of `key` among this limiter's work (`async with limiter.turn(key)`)."""
         return _Turn(self._turns, key)
 
-    async def drain(self) -> None:
+    async def drain(self, *, grace: float | None = None) -> None:
         """Wait for the work under way and the work waiting for a slot (a task that
-        ends starts the next in line first, so while any waits, some task runs)."""
+        ends starts the next in line first, so while any waits, some task runs).
+        `grace`: seconds to wait at most; then what still runs is cancelled and what
+        waits is dropped. For actors whose work may be cut short: a message not acked
+        comes back (to another pod), and its work is written to be done twice. Without
+        it a stop with NATS gone waits for each piece of work to fail on its own, a
+        publish's whole budget (30 s)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if grace is None else loop.time() + grace
         while running := [t for t in self._tasks if not t.done()]:
             # not `while self._tasks`: a done task leaves the set in a callback of its
             # own, and on Python 3.12 gathering done tasks returns without letting it
             # run, so that loop never ended
+            left = None if deadline is None else deadline - loop.time()
             try:
-                await asyncio.wait(running)
+                if left is not None and left <= 0:
+                    self._waiting.clear()  # nothing more starts...
+                    for t in running:  # ...and what runs is cut short
+                        t.cancel()
+                    await asyncio.wait(running)
+                    continue
+                await asyncio.wait(running, timeout=left)
             except asyncio.CancelledError:  # the stop was cancelled: so is the work (as gather did)
                 for t in running:
                     t.cancel()

@@ -35,7 +35,7 @@ from nats.js.kv import KeyValue
 from actors.natsio import EXPECTED_LAST_SUBJECT_SEQUENCE, ack, dead_letter, publish_all, send, subject_taken
 from actors.natsio.dispatch import subscribe_direct
 from actors.natsio.kvput import put_if_last
-from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.keyed_limiter import KeyedLimiter, stop_grace
 from actors.runtime.metrics import observe_lifecycle
 from actors.runtime.supervision import POISON_TRIES, is_transient
 from actors.store.records import RecordInvalid, status_record
@@ -214,10 +214,12 @@ class Projector:
         )
 
     async def stop(self) -> None:
+        """Stop taking events; those being applied get `STOP_GRACE` (none with NATS gone),
+        then are cut short, not acked, and applied again by the pod that gets them."""
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
-        await self._limiter.drain()
+        await self._limiter.drain(grace=stop_grace(self.nc.is_connected))
 
     def _on_msg(self, msg: Msg) -> None:
         if not msg.reply or self._sub is None:

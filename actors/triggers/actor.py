@@ -77,7 +77,7 @@ from actors.playbook.templates import (
     call_with_limits,
     render_value,
 )
-from actors.runtime.keyed_limiter import KeyedLimiter
+from actors.runtime.keyed_limiter import KeyedLimiter, stop_grace
 from actors.runtime.render_process import OffLoop, RenderBounds
 from actors.runtime.stopping import cancel_and_wait
 from actors.runtime.supervision import POISON_TRIES, is_transient
@@ -191,13 +191,14 @@ class TriggerActor:
 
     async def stop(self) -> None:
         """Stop reading; finish what is in hand (each: a render and a publish; what
-        cannot finish is not acked and comes back); add the last counts."""
+        cannot finish within `STOP_GRACE`, or at all with NATS gone, is cut short, not
+        acked, and comes back); add the last counts."""
         self._stopping = True
         await cancel_and_wait(self._tasks)
         self._tasks = []
         for run in list(self._running.values()):
             await self._halt(run)
-        await self._limiter.drain()
+        await self._limiter.drain(grace=stop_grace(self.nc.is_connected))
         self._off.close()
         with contextlib.suppress(Exception):
             await self._flush()  # before the triggers are forgotten: a count is kept only for a known one

@@ -122,3 +122,34 @@ async def test_a_cancelled_drain_cancels_the_work_it_waited_for() -> None:
         await drain
     await asyncio.gather(*limiter._tasks, return_exceptions=True)
     assert cancelled == ["work"]
+
+
+async def test_a_drain_with_a_grace_cuts_short_what_cannot_finish_and_starts_nothing_more() -> None:
+    """An actor stopping while NATS is gone: its work under way can only end by failing
+    (a publish waits out its whole budget), so after the grace it is cancelled, unacked,
+    and what waits for a slot never starts; work that finishes within it is not touched."""
+    limiter = KeyedLimiter(limit=2, what="test")
+    hangs, quick_done = asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
+    cancelled: list[str] = []
+
+    async def stuck(name: str) -> None:
+        ran.append(name)
+        try:
+            await hangs.wait()  # never set: a publish to a server that is gone
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            raise
+
+    async def quick() -> None:
+        ran.append("quick")
+        quick_done.set()
+
+    limiter.submit(lambda: stuck("a"), key="x")
+    limiter.submit(quick, key="y")
+    limiter.submit(lambda: stuck("b"), key="z")  # takes quick's slot once it is done
+    limiter.submit(lambda: stuck("c"), key="w")  # waits for a slot: never gets one
+    await quick_done.wait()
+    await limiter.drain(grace=0.05)
+    assert ran == ["a", "quick", "b"] and sorted(cancelled) == ["a", "b"]
+    assert not [t for t in limiter._tasks if not t.done()]
