@@ -765,7 +765,7 @@ def summarize(
         "server_rss_mb_peak": max(s["server_rss_mb"] for s in samples),
         "server_kb_per_retained_load_end": per_exec_kb(at_load_end),
         "server_kb_per_retained_after_idle": per_exec_kb(at_end),
-        "server_slope_mb_per_h": slope_per_hour([(s["t"], s["server_rss_mb"]) for s in second_half]),
+        "server_slope_mb_per_h": slope_per_hour(rss_points2),
         "server_flat_ratio": round(max(rss2) / min(rss2), 3) if rss2 and min(rss2) > 0 else None,
         "server_flat_ratio_5min": flat_ratio_of_means(rss_points2),
         "server_trend_percent": trend_percent(rss_points2),

@@ -38,6 +38,13 @@ workflow:
 """
 
 
+async def _registered(system: System) -> str:
+    """PLAYBOOK registered: its catalog path."""
+    path = system.tmp / "admin.yaml"
+    path.write_text(PLAYBOOK)
+    return (await system.client.register(path)).path
+
+
 async def _quietly(close: Callable[[], Awaitable[Any]]) -> None:
     """A cleanup that must not stop the next one (a connection closing on a server gone)."""
     with contextlib.suppress(Exception):
@@ -147,9 +154,7 @@ class _LosesFirstReply:
 
 async def test_a_change_whose_reply_is_lost_is_made_once_and_said_done(system: System) -> None:
     client = system.client
-    path = system.tmp / "admin.yaml"
-    path.write_text(PLAYBOOK)
-    playbook = (await client.register(path)).path
+    playbook = await _registered(system)
     schedules, hooks = await client.bucket(SCHEDULES_BUCKET), await client.bucket(HOOKS_BUCKET)
 
     lossy = _LosesFirstReply.on(schedules)
@@ -198,9 +203,7 @@ async def test_a_definition_left_without_its_schedule_is_removed_by_delete(syste
     """An add whose client gave up may leave the cron definition NATS stored after all,
     without the schedule's entry: it fires, and `schedule delete NAME` still removes it."""
     client = system.client
-    path = system.tmp / "admin.yaml"
-    path.write_text(PLAYBOOK)
-    playbook = (await client.register(path)).path
+    playbook = await _registered(system)
     await client.schedule_add("orphan", playbook=playbook, cron="@daily")
     await (await client.bucket(SCHEDULES_BUCKET)).delete("orphan")  # the entry gone, the definition not
     definition = schedule_definition_subject("orphan")
@@ -215,9 +218,7 @@ async def test_a_resume_cut_short_is_finished_by_resume(system: System) -> None:
     """A resume whose entry was stored but whose definition was not (NATS went away in
     between) leaves a schedule that says it runs and never fires: resume defines it."""
     client = system.client
-    path = system.tmp / "admin.yaml"
-    path.write_text(PLAYBOOK)
-    playbook = (await client.register(path)).path
+    playbook = await _registered(system)
     await client.schedule_add("weekly", playbook=playbook, cron="@weekly")
     assert await client.schedule_pause("weekly") is True
     kv = await client.bucket(SCHEDULES_BUCKET)
