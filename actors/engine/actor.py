@@ -308,6 +308,9 @@ class ExecutionActor(LogActor):
         if self.trace is not None:
             self.trace.pending.clear()  # not stored: the replay that follows decides again
 
+    def log_inputs(self) -> str:
+        return self.subjects.inputs
+
     def opens_log(self, subject: str) -> bool:
         # a start record, or (semantics 6) the start stored with its first decision
         return type_of(subject) == START or is_start_answer(subject)
@@ -582,11 +585,14 @@ class ExecutionActor(LogActor):
                 return f"{NOT_STORED}: {e!r}"
             if puback.duplicate:
                 return "a duplicate"
-            self.last_seq = puback.seq
+            self.folded(puback.seq)  # its delivery, when it comes, is of an input folded
             self.last_at = at
             if isinstance(inp, StartRecord):  # the log's first input: nothing precedes it
                 self.start_seq = puback.seq
                 self.hydrated = True
+                # inputs stored after it come in this gap epoch, or a later one if one
+                # of their deliveries goes missing (LogActor.in_order)
+                self.seen_epoch = self.host.gap_epoch(self.stream, self.key)
             stored = True
             return STORED
         finally:

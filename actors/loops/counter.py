@@ -138,6 +138,9 @@ class LoopActor(LogActor):
     def finished(self) -> bool:
         return self.state.finished
 
+    def log_inputs(self) -> str:
+        return self.subjects.inputs
+
     def opens_log(self, subject: str) -> bool:
         return loop_type(subject) == SPEC
 

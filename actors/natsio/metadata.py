@@ -31,6 +31,21 @@ def stream_and_consumer(msg: Msg) -> tuple[str, str]:
     return fields[3], fields[4]
 
 
+def delivery(msg: Msg) -> tuple[str, str, int, int]:
+    """(stream, consumer, delivery sequence, deliveries) of a JetStream message: the
+    consumer numbers every delivery it makes, one after another, a redelivery too. A
+    number skipped is a delivery that never arrived here."""
+    tokens = (msg.reply or "").split(".")
+    n = len(tokens)
+    if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
+        if n == 9:
+            return tokens[2], tokens[3], int(tokens[6]), int(tokens[4])
+        if n >= 11:
+            return tokens[4], tokens[5], int(tokens[8]), int(tokens[6])
+    md = msg.metadata
+    return md.stream or "", md.consumer or "", int(md.sequence.consumer), int(md.num_delivered)
+
+
 def stream_seq(msg: Msg) -> int:
     return int(_ack_fields(msg)[0])
 

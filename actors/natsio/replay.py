@@ -65,6 +65,18 @@ def held_start(subject: str, data: bytes) -> bytes | None:
     return None
 
 
+async def next_message(nc: NATS, stream: str, subject: str, *, after: int) -> RawStreamMsg:
+    """The first message of `stream` on `subject` (a filter) after sequence `after`;
+    NotFoundError when the stream leader has none. Any replica's "found" is right (a
+    replica holds a prefix of the stream: nothing between is missing from it), a "not
+    found" is asked of the leader."""
+    try:
+        return await nc.jsm().get_msg(stream, after + 1, subject=subject, next=True, direct=True)
+    except NotFoundError:
+        pass
+    return await nc.jsm().get_msg(stream, after + 1, subject=subject, next=True, direct=False)
+
+
 async def first_message(nc: NATS, stream: str, subject: str) -> RawStreamMsg:
     """The first message of `stream` on `subject` (a filter); NotFoundError when the
     stream leader has none. As `last_message`: any replica's "found" is right (a

@@ -44,9 +44,11 @@ from nats.js import JetStreamContext
 
 from actors.natsio import ack, dead_letter
 from actors.natsio.dispatch import subscribe_direct
+from actors.natsio.metadata import delivery
 from actors.playbook.loader import INLINE_PLAYBOOK_CHARS, cached_playbook, loaded_playbook, parsed_playbook
 from actors.playbook.model import Playbook
 from actors.playbook.templates import RenderFault
+from actors.runtime.gaps import DeliveryGaps, mark
 from actors.runtime.metrics import EVICTED_ACTORS
 from actors.runtime.render_process import OffLoop, RenderBounds
 from actors.runtime.stopping import cancel_and_wait
@@ -98,6 +100,7 @@ class PartitionHost(Generic[K, A]):
         self._evicted_key = EVICTED_ACTORS.key(role=self.role)
         EVICTED_ACTORS.inc_key(self._evicted_key, 0)  # the series exists from the start: no gaps
         self.retired: OrderedDict[K, None] = OrderedDict()
+        self.gaps = DeliveryGaps()  # deliveries lost on the way (actors/runtime/gaps.py)
         self._retired_cache = retired_cache
         self._subs: dict[int, Subscription] = {}
         self._acks: set[asyncio.Future[None]] = set()  # acks of late inputs, in flight
@@ -146,6 +149,12 @@ class PartitionHost(Generic[K, A]):
     def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
             return  # flow-control/heartbeat status messages carry no ack subject
+        try:
+            stream, consumer, seq, deliveries = delivery(msg)  # every delivery counts, even one not folded
+        except Exception:  # published to the deliver subject by hand: no consumer's, no log's
+            log.warning("%s: a message on %s that no consumer delivered; ignored", self.role, msg.subject)
+            return
+        mark(msg, self.gaps.delivered(stream, consumer, seq), again=deliveries > 1)
         key = self._key_of(msg.subject)
         if not self._in_its_partition(msg.subject, key):
             self._misrouted(msg, key)
@@ -227,6 +236,10 @@ class PartitionHost(Generic[K, A]):
     def forget(self, key: K, actor: A) -> None:
         if self.actors.get(key) is actor:
             del self.actors[key]
+
+    def gap_epoch(self, stream: str, key: K) -> int:
+        """The gap epoch now of the consumer that delivers `key`'s inputs from `stream`."""
+        return self.gaps.epoch(stream, self._consumer(self._partition_of(key)))
 
     def retire(self, key: K, actor: A) -> None:
         self.forget(key, actor)

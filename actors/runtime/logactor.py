@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
+from bisect import bisect_left
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
@@ -41,7 +43,9 @@ from nats.js.errors import NotFoundError
 from actors.core.effects import Effects
 from actors.natsio import ack, dead_letter, log_time, stream_seq
 from actors.natsio.binding import codec_of
+from actors.natsio.replay import next_message
 from actors.playbook.templates import RenderHalted, SliceExhausted
+from actors.runtime.gaps import epoch_of, resent
 from actors.runtime.hosting import PartitionHost, hand_back
 from actors.runtime.outbox import Outbox
 from actors.runtime.supervision import (
@@ -102,7 +106,16 @@ class LogActor:
         self.key = key
         self.execution_id = execution_id
         self.outbox = outbox
-        self.last_seq = 0  # the last input folded: anything at or before it is done
+        self.last_seq = 0  # the last input folded
+        # what "at or before last_seq" means: every input at or before `replayed_to` was
+        # folded by the last replay (it read the log in order); after it, only those in
+        # `folded_live` (increasing: an input is folded live only past `last_seq`). One
+        # neither was never folded: delivered after later ones (`overtaken`)
+        self.replayed_to = 0
+        self.folded_live: array[int] = array("q")
+        # the gap epoch (actors/runtime/gaps.py) of the last input folded: an input
+        # delivered in a later one may have had an input before it lost on the way
+        self.seen_epoch: int | None = None
         self.replay_through = 0  # a replay reads the log at least through this sequence (`read_log`)
         self.hydrated = False
         self.replayed = False  # set once a failure made this actor rebuild itself from the log
@@ -280,6 +293,57 @@ class LogActor:
         """The actor and its input, as its log lines name them."""
         return f"{self.source} {self.key} ({batch[0].subject})"
 
+    def folded(self, seq: int) -> None:
+        """Input `seq`, the newest of the log, is in the state now (folded live, or an
+        input this actor stored itself with its decision)."""
+        self.last_seq = seq
+        self.folded_live.append(seq)
+
+    def overtaken(self, seq: int) -> bool:
+        """Is input `seq` one the log holds before the last input folded, but that was
+        never folded? Its delivery came after later ones: the first was lost on the way
+        (a connection or a node that died with it in flight, a consumer leader that
+        changed) and the server delivered it again after `ack_wait`, while the inputs
+        after it came at once. Skipping it as folded would lose it for good (a loop
+        waiting for ever on a result it was sent); folding it now would fold out of log
+        order. A replay folds it in its place."""
+        if seq <= self.replayed_to or seq > self.last_seq:
+            return False
+        live = self.folded_live
+        at = bisect_left(live, seq)
+        return at == len(live) or live[at] != seq
+
+    def log_inputs(self) -> str:
+        """The filter of the log's inputs (what its consumer delivers)."""
+        raise NotImplementedError
+
+    async def in_order(self, batch: list[Msg], seqs: list[int]) -> bool:
+        """May `batch` (its stream sequences `seqs`) be folded live, each input the next
+        of the log? First deliveries come in stream order between two gaps of the
+        consumer's deliveries (actors/runtime/gaps.py); an input delivered after a gap,
+        or after an input delivered again (other inputs lost with it may still be on
+        their way back, behind inputs delivered for the first time), is the next only if
+        the log says so: one lookup, the first input after the last folded. False: an
+        input before it was lost on the way and comes again later; a replay folds them
+        all in log order. Nothing is awaited unless a lookup is due."""
+        prev, seen = self.last_seq, self.seen_epoch
+        for at, (msg, seq) in enumerate(zip(batch, seqs, strict=True)):
+            if seq <= prev:
+                if seq > self.last_seq and seq not in seqs[:at]:
+                    return False  # it came after a later input of this batch
+                continue
+            epoch = epoch_of(msg)
+            if epoch is None or epoch != seen:
+                try:
+                    following = await next_message(self.host.nc, self.stream, self.log_inputs(), after=prev)
+                except NotFoundError:
+                    return False  # it was delivered, so it is stored: an answer that cannot be right
+                if following.seq != seq:
+                    return False
+            seen = None if resent(msg) else epoch
+            prev = seq
+        return True
+
     def reset(self) -> None:
         """After a failure: the state may be ahead of the log (folded, not all
         published), rebuild it by replay (which halts it again if it must)."""
@@ -306,21 +370,30 @@ class LogActor:
         if self.halted is not None:
             await self._halted(batch)
             return
+        seqs = [stream_seq(m) for m in batch]
+        if self.hydrated and any(self.overtaken(seq) for seq in seqs):
+            # an input lost on the way and never found out by `in_order`: not expected,
+            # but a skip would lose it for good
+            log.warning("%s: an input came after later ones were folded; replaying", self._what(batch))
+            self.reset()
         if not self.hydrated:
             first = batch[0]
             if not self.replayed and first.metadata.num_delivered == 1 and await self.first_input(first):
                 self.hydrated = True  # a first delivery of the log's first input: nothing precedes it
-            else:
-                self.replay_through = max(stream_seq(m) for m in batch)
-                await self.rehydrate()
-                if self.halted is not None:
-                    await self._halted(batch)
-                    return
+                self.seen_epoch = epoch_of(first)
+            elif not await self._replay_through(batch, seqs):
+                return
+        if not await self.in_order(batch, seqs):
+            log.info("%s: an input before this one was lost on the way; replaying", self._what(batch))
+            self.reset()
+            if not await self._replay_through(batch, seqs):
+                return
         effects = Effects()
-        for msg in batch:
-            seq = stream_seq(msg)
+        for msg, seq in zip(batch, seqs, strict=True):
             if seq > self.last_seq:
                 await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg), msg.headers), into=effects)
+                self.folded_live.append(seq)
+                self.seen_epoch = None if resent(msg) else epoch_of(msg)  # as `in_order` reads it
         if self.halted is not None:
             await self._halted(batch)
             return
@@ -328,6 +401,19 @@ class LogActor:
             await self.publish(effects)
         for m in batch:
             await ack(m)  # queued on the connection, not a round trip: no task per ack
+
+    async def _replay_through(self, batch: list[Msg], seqs: list[int]) -> bool:
+        """Rebuild the state by replaying the log through `batch` at least; False when
+        the replay halted the actor (`batch` is handed back then)."""
+        self.replay_through = max(seqs)
+        await self.rehydrate()
+        if self.halted is not None:
+            await self._halted(batch)
+            return False
+        # the replay read a prefix of the log, maybe from a replica behind its leader: the
+        # next input is asked for (`in_order`), not taken for the next
+        self.replayed_to, self.folded_live, self.seen_epoch = self.last_seq, array("q"), None
+        return True
 
     async def publish(self, effects: Effects) -> None:
         await self.outbox.send(effects)

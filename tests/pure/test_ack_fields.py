@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from nats.aio.msg import Msg
 
-from actors.natsio.metadata import log_time, num_delivered, stream_and_consumer, stream_seq
+from actors.natsio.metadata import delivery, log_time, num_delivered, stream_and_consumer, stream_seq
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -26,3 +26,4 @@ def test_the_ack_subject_says_what_metadata_says(reply: str) -> None:
     assert stream_and_consumer(msg) == (md.stream, md.consumer)
     assert (stream_seq(msg), num_delivered(msg)) == (md.sequence.stream, md.num_delivered)
     assert log_time(msg) == md.timestamp.timestamp()
+    assert delivery(msg) == (md.stream, md.consumer, md.sequence.consumer, md.num_delivered)

@@ -9,7 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from actors.client import Client
+from actors.loops.counter import Counter
 from actors.pod import taskdump
+from actors.pod.roles import Runtime
+from actors.wire.messages import ResultBatch, loop_input_decoder
 from streams.layout import TOOL_KINDS, counter_consumer, engine_consumer, tool_consumer, tool_log_consumer
 from tests.support.pods import PodProcess
 
@@ -21,6 +24,7 @@ async def stuck_report(
     logs: Path | None = None,
     pods: Sequence[PodProcess] = (),
     in_process: bool = False,
+    runtime: Runtime | None = None,
 ) -> str:
     """`logs`: a directory of pod logs (their warnings and errors are quoted); `pods`:
     pod processes to ask for a task dump; `in_process`: the actors run in this process
@@ -41,9 +45,52 @@ async def stuck_report(
     for pod in pods:
         if pod.role in ("tools", "engine", "counter", "all"):
             lines.append(f"--- {pod.log.name}\n{await pod.dump_tasks()}")
+    if runtime is not None:
+        lines += _loops_in_memory(runtime, stuck)
     if in_process:
         lines.append(taskdump.describe_tasks())
     return "\n".join(lines)
+
+
+async def _loop_log(client: Client, subject: str) -> list[str]:
+    """Each message of a loop's log: its sequence, type and the commands it answers."""
+    lines = []
+    sub = await client.js.subscribe(subject, ordered_consumer=True, pending_msgs_limit=-1)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=2)
+            except TimeoutError:
+                break
+            inp = loop_input_decoder.decode(msg.data)
+            answers = sorted(r.command_id for r in inp.results) if isinstance(inp, ResultBatch) else []
+            at = msg.metadata.sequence.stream
+            lines.append(
+                f"    seq {at} {msg.subject.rsplit('.', 2)[-2:]} delivered {msg.metadata.num_delivered}: {answers}"
+            )
+            if msg.metadata.num_pending == 0:
+                break
+    finally:
+        await sub.unsubscribe()
+    return lines
+
+
+def _loops_in_memory(runtime: Runtime, stuck: list[str]) -> list[str]:
+    """What the counters of an in-process runtime hold of the stuck executions' loops."""
+    lines = []
+    for counter in runtime.find(Counter):
+        assert isinstance(counter, Counter)
+        for (eid, loop_id), actor in counter.actors.items():
+            if eid not in stuck:
+                continue
+            run = actor.state
+            lines.append(
+                f"counter holds {eid}/{loop_id}: released {run.released}/{run.total} done {run.done} "
+                f"inflight {sorted(run.inflight)[:10]} ready {list(run.ready)[:10]} waiting {dict(run.waiting)} "
+                f"finished {run.finished} last_seq {actor.last_seq} hydrated {actor.hydrated} "
+                f"replayed {actor.replayed} busy {actor.busy}"
+            )
+    return lines
 
 
 async def _consumers_and_logs(client: Client, stuck: list[str], lines: list[str]) -> None:
@@ -55,6 +102,9 @@ async def _consumers_and_logs(client: Client, stuck: list[str], lines: list[str]
         loop = await jsm.stream_info("LOOP", subjects_filter=f"loop.{p}.{eid}.>")
         cmd = await jsm.stream_info("CMD", subjects_filter=f"cmd.*.{eid}.>")
         lines.append(f"  loop log {len(loop.state.subjects or {})} subjects; commands waiting {cmd.state.messages}")
+        for subject, count in sorted((loop.state.subjects or {}).items())[:20]:
+            lines.append(f"    {subject}: {count}")
+        lines += await _loop_log(client, f"loop.{p}.{eid}.>")
     partitions = range(client.layout.partitions)
     consumers = [("EXEC", engine_consumer(p)) for p in partitions] + [("LOOP", counter_consumer(p)) for p in partitions]
     consumers += [("CMD", tool_consumer(kind)) for kind in TOOL_KINDS]

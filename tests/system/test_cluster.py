@@ -198,7 +198,7 @@ async def test_losing_a_node_mid_loop_loses_and_duplicates_nothing(
             statuses = await asyncio.gather(*(client.wait(eid, timeout=60) for eid in ids))
         except TimeoutError:
             ended = {eid for eid in ids if getattr(await client.status(eid), "state", None) in ("COMPLETED", "FAILED")}
-            report = await stuck_report(client, [e for e in ids if e not in ended], in_process=True)
+            report = await stuck_report(client, [e for e in ids if e not in ended], in_process=True, runtime=runtime)
             raise AssertionError(report) from None
         assert [s.state for s in statuses] == ["COMPLETED"] * EXECUTIONS
         for eid in ids:

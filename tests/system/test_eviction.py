@@ -5,6 +5,7 @@ input for one rebuilds it by replay, deciding nothing twice."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter as Tally
 from typing import Any
 
@@ -88,11 +89,15 @@ async def test_a_flood_of_executions_stays_within_the_resident_bound_and_decides
 
 
 class _Input:
-    """What PartitionHost._on_msg reads of a message: its subject and ack subject."""
+    """What PartitionHost._on_msg reads of a message: its subject and ack subject (a
+    JetStream one: the host counts deliveries by it)."""
+
+    delivered = itertools.count(1)
 
     def __init__(self, key: str) -> None:
         # an input of its key's log, in its partition (the host folds nothing from another)
-        self.subject, self.reply = f"exec.0.{key}.in.start", f"ack.{key}"
+        n = next(self.delivered)
+        self.subject, self.reply = f"exec.0.{key}.in.start", f"$JS.ACK.EXEC.engine-p0.1.{n}.{n}.0.0"
 
 
 class _Actor:
