@@ -287,9 +287,17 @@ class Scheduling(Session):
         return await self._last_on(schedule_definition_subject(name), f"reading schedule {name}'s definition")
 
     async def _purge_definition(self, name: str) -> None:
+        """Remove the definition stored now, and only that one: the purge stops below
+        the next sequence, so one sent again (its reply lost) never removes a definition
+        a resume stored meanwhile (a schedule that says it runs and never fires)."""
+        current = await self._definition(name)
+        if current is None:
+            return
         await self._ride(
             f"removing schedule {name}'s definition",
-            lambda: self.js.purge_stream(SCHEDULE_STREAM, subject=schedule_definition_subject(name)),
+            lambda: self.js.purge_stream(
+                SCHEDULE_STREAM, seq=current.seq + 1, subject=schedule_definition_subject(name)
+            ),
         )
 
     async def _define(self, spec: ScheduleSpec, revision: int) -> None:

@@ -231,3 +231,31 @@ async def test_a_resume_cut_short_is_finished_by_resume(system: System) -> None:
     assert await client.schedule_resume("weekly") is True
     assert (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
     assert await client.schedule_resume("weekly") is False  # defined and running: nothing to do
+
+
+async def test_a_pause_sent_again_leaves_the_definition_a_resume_stored_meanwhile(system: System) -> None:
+    """A pause removes the cron definition; its reply lost, the removal is sent again.
+    A resume made in between has stored a new definition: the one sent again must not
+    remove it (the schedule would say it runs and never fire)."""
+    client = system.client
+    playbook = await _registered(system)
+    await client.schedule_add("hourly", playbook=playbook, cron="@hourly")
+    purge, resumed = client.js.purge_stream, list[bool]()
+
+    async def purged_then_resumed_then_reply_lost(*args: Any, **kwargs: Any) -> bool:
+        done = await purge(*args, **kwargs)
+        if not resumed:
+            resumed.append(await client.schedule_resume("hourly"))  # another client, quicker
+            raise TimeoutError("the reply was lost")
+        return done
+
+    client.js.purge_stream = purged_then_resumed_then_reply_lost  # type: ignore[method-assign]
+    try:
+        assert await client.schedule_pause("hourly") is True
+    finally:
+        del client.js.purge_stream
+    assert resumed == [True]
+    [view] = await client.schedules()
+    assert view.spec.paused is False  # the resume came last
+    definition = schedule_definition_subject("hourly")
+    assert (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
