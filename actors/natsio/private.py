@@ -56,6 +56,9 @@ per-message overhead (`fast.send`):
 * `_ackd` (bool): read, so that a second ack raises as `Msg.ack` does; set after the
   ack (no public setter).
 * `_client` (the Client, or None): the connection the message came on.
+* no `__slots__`: an attribute of ours rides on a delivered message (`tag_message`),
+  what a partition host knows of the delivery (actors/runtime/gaps.py), so that it
+  travels with the message through an actor's mailbox.
 
 `JetStreamContext` (nats.js.client):
 * `_nc` (the Client): the connection under a context. `publish_all(js, ...)` takes a
@@ -239,6 +242,16 @@ def ack_connection(msg: Msg) -> NATS | None:
 def mark_acked(msg: Msg) -> None:
     """Record that `msg` was acked, as `Msg.ack` does after sending."""
     msg._ackd = True
+
+
+def tag_message(msg: Msg, name: str, value: object) -> None:
+    """Set an attribute of ours (`name`, prefixed `_actors_`) on `msg`."""
+    setattr(msg, name, value)
+
+
+def message_tag(msg: Msg, name: str) -> object | None:
+    """The attribute `tag_message` set on `msg`, or None."""
+    return getattr(msg, name, None)
 
 
 class _Handoff:

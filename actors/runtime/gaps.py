@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from nats.aio.msg import Msg
 
+from actors.natsio.private import message_tag, tag_message
+
 __all__ = ["DeliveryGaps", "epoch_of", "mark", "resent"]
 
-# set on the message itself (nats-py's Msg is a plain dataclass): the mailbox carries
-# messages, and every message in a mailbox came through the host's `_on_msg`, which marks it
+# set on the message itself (actors/natsio/private.py `tag_message`): the mailbox
+# carries messages, and every message in a mailbox came through the host's `_on_msg`,
+# which marks it
 _EPOCH = "_actors_gap_epoch"
 _AGAIN = "_actors_delivered_again"
 
@@ -59,14 +62,14 @@ class DeliveryGaps:
 
 def mark(msg: Msg, epoch: int, *, again: bool) -> None:
     """`msg` was delivered in gap epoch `epoch`; `again`: not for the first time."""
-    setattr(msg, _EPOCH, epoch)
+    tag_message(msg, _EPOCH, epoch)
     if again:
-        setattr(msg, _AGAIN, True)
+        tag_message(msg, _AGAIN, True)
 
 
 def epoch_of(msg: Msg) -> int | None:
     """The gap epoch `msg` was delivered in (None: not delivered through a host)."""
-    epoch = getattr(msg, _EPOCH, None)
+    epoch = message_tag(msg, _EPOCH)
     return epoch if isinstance(epoch, int) else None
 
 
@@ -74,4 +77,4 @@ def resent(msg: Msg) -> bool:
     """Was `msg` delivered before? Other inputs lost with its first delivery may come
     back after inputs delivered for the first time, with no gap between: the input an
     actor takes after a resent one is asked for too."""
-    return getattr(msg, _AGAIN, False) is True
+    return message_tag(msg, _AGAIN) is True

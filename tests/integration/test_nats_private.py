@@ -273,6 +273,21 @@ async def test_an_ack_marks_the_message_and_a_second_ack_sends_nothing(nats_serv
         await nc.close()
 
 
+async def test_a_delivered_message_carries_what_its_host_tagged_it_with(nats_server: NatsServer) -> None:
+    """actors/runtime/gaps.py marks each delivery on the message itself: nats-py's Msg
+    must keep taking attributes of ours (no `__slots__`)."""
+    nc = await connect(nats_server.url)
+    try:
+        sub = await nc.subscribe("tagged")
+        await nc.publish("tagged", b"x")
+        msg = await sub.next_msg(timeout=5)
+        assert private.message_tag(msg, "_actors_test") is None
+        private.tag_message(msg, "_actors_test", 7)
+        assert private.message_tag(msg, "_actors_test") == 7
+    finally:
+        await nc.close()
+
+
 async def test_a_connection_keeps_its_own_publisher(nats_server: NatsServer) -> None:
     a = await nats.connect(nats_server.url)
     b = await nats.connect(nats_server.url)
