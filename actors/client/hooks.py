@@ -33,6 +33,7 @@ from nats.js.kv import KeyValue
 
 from actors.client.checks import check_execution_id
 from actors.client.outcome import ExecutionNotFound
+from actors.client.session import within_timeout
 from actors.client.signals import ExecutionNotKnownYet, Signals
 from actors.client.writing import StartOutcome
 from actors.errors import UserError
@@ -87,6 +88,7 @@ class Hooks(Signals):
     """`hook_add`, `hooks`, `hook_rotate`, `hook_delete`; `hook_authorized`,
     `hook_start`, `hook_signal` (the UI server's endpoint)."""
 
+    @within_timeout
     async def hook_add(
         self, name: str, *, playbook: str | None = None, version: int | None = None, signal: str | None = None
     ) -> tuple[HookSpec, str]:
@@ -165,6 +167,7 @@ class Hooks(Signals):
         """Hook `name`'s spec; HookError when there is none."""
         return (await self._hook_spec(name))[0]
 
+    @within_timeout
     async def hook_rotate(self, name: str) -> tuple[HookSpec, str]:
         """A new token for `name` (the old one stops working at once); returns the spec
         and the token, seen this once. Idempotency keys keep naming what they named."""
@@ -176,6 +179,7 @@ class Hooks(Signals):
             raise HookError(f"hook {name} changed meanwhile (rotated or deleted elsewhere): try again")
         return spec, token
 
+    @within_timeout
     async def hook_delete(self, name: str) -> None:
         """Remove hook `name`: its token is refused from now on (executions it started
         stay). An entry this version cannot read is removed too."""

@@ -34,7 +34,7 @@ from nats.js.kv import KeyValue
 
 from actors.client.checks import check_size
 from actors.client.nextfire import next_tick
-from actors.client.session import PUBLISH_FAILED, Session
+from actors.client.session import PUBLISH_FAILED, Session, within_timeout
 from actors.errors import UserError
 from actors.natsio import MSG_ID, kv_keys, publisher
 from actors.natsio.batchget import stamp_time
@@ -103,6 +103,7 @@ def check_schedule_name(name: str) -> str:
 class Scheduling(Session):
     """Add, list, pause, resume and delete schedules."""
 
+    @within_timeout
     async def schedule_add(
         self,
         name: str,
@@ -184,6 +185,7 @@ class Scheduling(Session):
             last_run_now=bool(headers.get(RUN_NOW)),
         )
 
+    @within_timeout
     async def schedule_run_now(self, name: str, *, request_id: str) -> str:
         """Start `name`'s playbook with its payload now, paused or not, as a fire of the
         schedule sent by hand: the starter starts it as it starts every fire (under the
@@ -206,7 +208,7 @@ class Scheduling(Session):
         if upcoming is not None:
             headers[RUN_NOW_NEXT] = upcoming  # `list` keeps showing the next tick
         acks = await publisher(self.nc).send(
-            [(schedule_fire_subject(name), self.codec.encode(start), headers)], budget=self.timeout
+            [(schedule_fire_subject(name), self.codec.encode(start), headers)], budget=self._left()
         )
         # a duplicate's ack names the first copy: its time, hence the same execution
         fire = await self._ride(
@@ -216,6 +218,7 @@ class Scheduling(Session):
         headers = fire.headers or {}
         return _fired_execution(name, stamp_time(headers), headers.get(SCHEDULE_NEXT), headers.get(RUN_NOW))
 
+    @within_timeout
     async def schedule_pause(self, name: str) -> bool:
         """Stop firing `name` until resumed; False if it was paused already."""
         spec, revision = await self._spec(name)
@@ -227,6 +230,7 @@ class Scheduling(Session):
         await self._purge_definition(name)
         return was_running
 
+    @within_timeout
     async def schedule_resume(self, name: str) -> bool:
         """Fire `name` again from its next tick (ticks while paused are not caught up);
         False if it was not paused. A schedule not paused but with no definition (a
@@ -243,6 +247,7 @@ class Scheduling(Session):
         await self._define(spec, await self._update(spec, revision))
         return True
 
+    @within_timeout
     async def schedule_delete(self, name: str) -> None:
         """Remove `name` for good: no further fire (executions it started stay)."""
         try:
@@ -315,7 +320,7 @@ class Scheduling(Session):
             headers[SCHEDULE_TIME_ZONE] = spec.timezone
         try:
             await publisher(self.nc).send(
-                [(schedule_definition_subject(spec.name), self.codec.encode(start), headers)], budget=self.timeout
+                [(schedule_definition_subject(spec.name), self.codec.encode(start), headers)], budget=self._left()
             )
         except BadRequestError as e:
             if e.err_code == _BAD_TIME_ZONE:

@@ -4,8 +4,11 @@ with its Nats-Msg-Id) before it raises NatsUnavailable."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.js.api import PubAck
@@ -33,8 +36,35 @@ from streams.layout import Layout
 # value may use is the message limit minus this
 MESSAGE_HEADROOM = 16 * 1024
 T = TypeVar("T")
+P = ParamSpec("P")
+S = TypeVar("S", bound="Session")
 # what a publish raises once its budget is spent: still refused, or still no PubAck
 PUBLISH_FAILED: tuple[type[BaseException], ...] = (*TRANSIENT_REQUEST, PublishOutcomeUnknown)
+
+
+# when the call a user made (`within_timeout`) must be done by, on the event loop's clock
+_CALL_ENDS: ContextVar[float | None] = ContextVar("actors_client_call_ends", default=None)
+
+
+def within_timeout(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """A call of several requests (a schedule pause reads, writes, reads and purges)
+    done within the client's timeout as a whole: each request it rides out gets what is
+    left of it, not a timeout of its own, so a command gives up within `--timeout`
+    however NATS comes and goes meanwhile. Once it is spent, a request is still tried
+    once. Calls made inside keep the outer call's end."""
+
+    async def bounded(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if _CALL_ENDS.get() is not None:
+            return await method(self, *args, **kwargs)
+        token = _CALL_ENDS.set(asyncio.get_running_loop().time() + self.timeout)
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            _CALL_ENDS.reset(token)
+
+    return functools.wraps(method)(bounded)
 
 
 class Session:
@@ -88,6 +118,12 @@ class Session:
         if self.owns_connection:
             await close_connection(self.nc)
 
+    def _left(self) -> float:
+        """Seconds a request may still take: the timeout, or what is left of it in a call
+        made `within_timeout`."""
+        ends = _CALL_ENDS.get()
+        return self.timeout if ends is None else max(0.0, ends - asyncio.get_running_loop().time())
+
     async def _ride(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (idempotent), asked again through an election or a reconnect; past
         the timeout NatsUnavailable says that `what` failed. Two tries in a row that
@@ -96,7 +132,7 @@ class Session:
         out the timeout (actors/natsio/denials.py)."""
         try:
             watch = DenialWatch(self.nc, what)
-            return await ride_out(lambda: watch.attempt(call), budget=self.timeout)
+            return await ride_out(lambda: watch.attempt(call), budget=self._left())
         except TRANSIENT_REQUEST as e:
             raise NatsUnavailable(f"NATS did not answer within {self.timeout:g}s: {what} failed ({_why(e)})") from e
 
@@ -123,7 +159,7 @@ class Session:
         acks it or the timeout passes (then NatsUnavailable); PublishDenied at once when
         the server says this user may not publish there. `budget`: seconds, when less
         than the timeout is left."""
-        budget = self.timeout if budget is None else budget
+        budget = self._left() if budget is None else min(budget, self._left())
         try:
             acks = await publisher(self.nc).send([(subject, data, {MSG_ID: msg_id, **(headers or {})})], budget=budget)
         except PublishDenied as e:  # at once: this user may not write there (NATS's -ERR)

@@ -40,7 +40,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from actors.client.checks import check_size
-from actors.client.session import Session
+from actors.client.session import Session, within_timeout
 from actors.errors import UserError
 from actors.natsio import kv_keys
 from actors.natsio.kvonce import create_once, delete_once, update_once
@@ -161,6 +161,7 @@ def _templates(value: Any, where: str) -> list[tuple[str, str]]:
 class Triggering(Session):
     """Add, list, pause, resume and delete triggers."""
 
+    @within_timeout
     async def trigger_add(
         self,
         name: str,
@@ -286,11 +287,13 @@ class Triggering(Session):
         waiting = (info.num_pending or 0) + (info.num_ack_pending or 0)
         return TriggerView(spec=spec, stats=stats, waiting=waiting)
 
+    @within_timeout
     async def trigger_pause(self, name: str) -> bool:
         """Start nothing for `name` until resumed (a stream's messages wait); False if
         it was paused already."""
         return await self._trigger_set_paused(name, True)
 
+    @within_timeout
     async def trigger_resume(self, name: str) -> bool:
         """Start again (a stream trigger: from the first message that waited); False if
         it was not paused."""
@@ -315,6 +318,7 @@ class Triggering(Session):
             # changed meanwhile: read it again
         raise TriggerError(f"trigger {name} keeps changing under this request; try again")
 
+    @within_timeout
     async def trigger_delete(self, name: str) -> bool:
         """Remove `name` for good: its spec, its counts and its consumer (executions it
         started stay). A stream trigger is marked `deleting` and a trigger pod removes

@@ -19,6 +19,7 @@ import pytest
 
 from actors.client import Client
 from actors.client.schedules import ScheduleError
+from actors.natsio.dial import NatsUnavailable
 from actors.pod.roles import connect, start_roles
 from actors.wire.messages import ScheduleSpec
 from actors.wire.triggers import TriggerSpec
@@ -259,3 +260,35 @@ async def test_a_pause_sent_again_leaves_the_definition_a_resume_stored_meanwhil
     assert view.spec.paused is False  # the resume came last
     definition = schedule_definition_subject("hourly")
     assert (await system.nc.jsm().stream_info(SCHEDULE_STREAM, subjects_filter=definition)).state.subjects
+
+
+async def test_a_command_of_several_requests_gives_up_within_its_timeout_as_a_whole(system: System) -> None:
+    """A pause reads the schedule, writes it, reads its definition and removes it: four
+    requests, each ridden out through an election. Each of the first two answered only
+    when asked again, after its first try took most of the timeout: the command has
+    then spent its timeout, and says so, rather than taking a timeout per request."""
+    playbook = await _registered(system)
+    await system.client.schedule_add("slow", playbook=playbook, cron="@daily")
+    nc = await connect(system.server.url, name="slow-client")
+    client = Client(nc, layout=system.layout, timeout=1.0)
+    try:
+        kv = await client.bucket(SCHEDULES_BUCKET)
+        tried: list[str] = []
+
+        def slow_first(name: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def once_slow(*args: Any, **kwargs: Any) -> Any:
+                if name not in tried:
+                    tried.append(name)
+                    await asyncio.sleep(0.6)  # a request that took its time, then no answer
+                    raise TimeoutError(f"{name}: no answer")
+                return await call(*args, **kwargs)
+
+            return once_slow
+
+        kv.get = slow_first("read", kv.get)  # type: ignore[method-assign]
+        kv.update = slow_first("write", kv.update)  # type: ignore[method-assign]
+        with pytest.raises(NatsUnavailable, match="NATS did not answer within 1s: changing schedule slow failed"):
+            await client.schedule_pause("slow")
+        assert tried == ["read", "write"]
+    finally:
+        await nc.close()
