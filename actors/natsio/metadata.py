@@ -10,19 +10,21 @@ import datetime
 from nats.aio.msg import Msg
 
 
-def _ack_fields(msg: Msg) -> tuple[str, str, str, str, str]:
-    """(stream sequence, deliveries, timestamp in ns, stream, consumer) from a JetStream
-    message's ack subject, as nats-py's `Msg.metadata` reads them, without building its
-    objects (this runs for every message an actor or a tool takes)."""
+def _ack_fields(msg: Msg) -> tuple[str, str, str, str, str, str]:
+    """(stream sequence, deliveries, timestamp in ns, stream, consumer, delivery
+    sequence) from a JetStream message's ack subject, as nats-py's `Msg.metadata` reads
+    them, without building its objects (this runs for every message an actor or a tool
+    takes)."""
     tokens = (msg.reply or "").split(".")
     n = len(tokens)
     if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
         if n == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
-            return tokens[5], tokens[4], tokens[7], tokens[2], tokens[3]
+            return tokens[5], tokens[4], tokens[7], tokens[2], tokens[3], tokens[6]
         if n >= 11:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>[.<token>]
-            return tokens[7], tokens[6], tokens[9], tokens[4], tokens[5]
+            return tokens[7], tokens[6], tokens[9], tokens[4], tokens[5], tokens[8]
     md = msg.metadata  # raises NotJSMessageError, as it always did
-    return str(md.sequence.stream), str(md.num_delivered), "", md.stream or "", md.consumer or ""
+    seqs = md.sequence
+    return str(seqs.stream), str(md.num_delivered), "", md.stream or "", md.consumer or "", str(seqs.consumer)
 
 
 def stream_and_consumer(msg: Msg) -> tuple[str, str]:
@@ -35,15 +37,8 @@ def delivery(msg: Msg) -> tuple[str, str, int, int]:
     """(stream, consumer, delivery sequence, deliveries) of a JetStream message: the
     consumer numbers every delivery it makes, one after another, a redelivery too. A
     number skipped is a delivery that never arrived here."""
-    tokens = (msg.reply or "").split(".")
-    n = len(tokens)
-    if tokens[0] == "$JS" and n > 1 and tokens[1] == "ACK":
-        if n == 9:
-            return tokens[2], tokens[3], int(tokens[6]), int(tokens[4])
-        if n >= 11:
-            return tokens[4], tokens[5], int(tokens[8]), int(tokens[6])
-    md = msg.metadata
-    return md.stream or "", md.consumer or "", int(md.sequence.consumer), int(md.num_delivered)
+    _, deliveries, _, stream, consumer, seq = _ack_fields(msg)
+    return stream, consumer, int(seq), int(deliveries)
 
 
 def stream_seq(msg: Msg) -> int:

@@ -81,11 +81,7 @@ async def first_message(nc: NATS, stream: str, subject: str) -> RawStreamMsg:
     """The first message of `stream` on `subject` (a filter); NotFoundError when the
     stream leader has none. As `last_message`: any replica's "found" is right (a
     replica holds a prefix of the stream), a "not found" is asked of the leader."""
-    try:
-        return await nc.jsm().get_msg(stream, 1, subject=subject, next=True, direct=True)
-    except NotFoundError:
-        pass
-    return await nc.jsm().get_msg(stream, 1, subject=subject, next=True, direct=False)
+    return await next_message(nc, stream, subject, after=0)
 
 
 async def start_message(nc: NATS, stream: str, subjects: ExecSubjects) -> tuple[RawStreamMsg, bytes] | None:

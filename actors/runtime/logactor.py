@@ -392,7 +392,7 @@ class LogActor:
         for msg, seq in zip(batch, seqs, strict=True):
             if seq > self.last_seq:
                 await self.fold_input(LogEntry(msg.subject, msg.data, seq, log_time(msg), msg.headers), into=effects)
-                self.folded_live.append(seq)
+                self.folded(seq)
                 self.seen_epoch = None if resent(msg) else epoch_of(msg)  # as `in_order` reads it
         if self.halted is not None:
             await self._halted(batch)

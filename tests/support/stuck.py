@@ -10,10 +10,12 @@ from pathlib import Path
 
 from actors.client import Client
 from actors.loops.counter import Counter
+from actors.natsio.metadata import stream_seq
+from actors.natsio.readall import read_all
 from actors.pod import taskdump
 from actors.pod.roles import Runtime
 from actors.wire.messages import ResultBatch, loop_input_decoder
-from streams.layout import TOOL_KINDS, counter_consumer, engine_consumer, tool_consumer, tool_log_consumer
+from streams.layout import LOOP_STREAM, TOOL_KINDS, counter_consumer, engine_consumer, tool_consumer, tool_log_consumer
 from tests.support.pods import PodProcess
 
 
@@ -55,23 +57,10 @@ async def stuck_report(
 async def _loop_log(client: Client, subject: str) -> list[str]:
     """Each message of a loop's log: its sequence, type and the commands it answers."""
     lines = []
-    sub = await client.js.subscribe(subject, ordered_consumer=True, pending_msgs_limit=-1)
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=2)
-            except TimeoutError:
-                break
-            inp = loop_input_decoder.decode(msg.data)
-            answers = sorted(r.command_id for r in inp.results) if isinstance(inp, ResultBatch) else []
-            at = msg.metadata.sequence.stream
-            lines.append(
-                f"    seq {at} {msg.subject.rsplit('.', 2)[-2:]} delivered {msg.metadata.num_delivered}: {answers}"
-            )
-            if msg.metadata.num_pending == 0:
-                break
-    finally:
-        await sub.unsubscribe()
+    for msg in await read_all(client.nc, LOOP_STREAM, subject):
+        inp = loop_input_decoder.decode(msg.data)
+        answers = sorted(r.command_id for r in inp.results) if isinstance(inp, ResultBatch) else []
+        lines.append(f"    seq {stream_seq(msg)} {msg.subject.rsplit('.', 1)[-1]}: {answers}")
     return lines
 
 

@@ -65,30 +65,36 @@ def losing(monkeypatch: pytest.MonkeyPatch, role: str, part: str) -> LostOnTheWa
     return lost
 
 
+async def completed_despite(
+    lost: LostOnTheWay, server: NatsServer, tmp_path: Path, name: str, workflow: str
+) -> list[Any]:
+    """Run playbook `name` (`workflow`) on a pod whose deliveries `lost` drops, with a
+    short `ack_wait` (the lost input comes back after it): once the loss happened in
+    that order, the execution completes. Its log."""
+    async with running_system(server, tmp_path, layout=make_layout(ack_wait=1.0)) as system:
+        eid, status = await system.run_yaml(HEAD % name + workflow, timeout=60)
+        assert lost.dropped >= 1 and lost.overtaken  # the loss happened, in that order
+        assert status.state == "COMPLETED", status.error
+        return await system.events(eid)
+
+
 async def test_a_loop_result_delivered_after_later_ones_is_counted(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # iteration 1 runs longest: the results of 0 and 2 come without it, and are lost
     lost = losing(monkeypatch, "counter", ".in.res.")
-    async with running_system(nats_server, tmp_path, layout=make_layout(ack_wait=1.0)) as system:
-        eid, status = await system.run_yaml(
-            HEAD % "lost-result"
-            + """
+    workflow = """
 workflow:
   - step: fan
     tool: {kind: sleep, seconds: "{{ 0.3 if i == 1 else 0.01 }}"}
     loop: {collection: "{{ range(30) | list }}", element: i, concurrency: 3}
   - step: end
-""",
-            timeout=60,
-        )
-        assert lost.dropped >= 1 and lost.overtaken  # the loss happened, in that order
-        assert status.state == "COMPLETED", status.error
-        items = await system.events(eid)
-        verdict = of_type(items, "iterator.completed", "fan")
-        assert len(verdict) == 1
-        assert (verdict[0].data["total"], verdict[0].data["succeeded"], verdict[0].data["failed"]) == (30, 30, 0)
-        assert verdict[0].data["results"] == [{"slept": 0.3 if i == 1 else 0.01} for i in range(30)]
+"""
+    items = await completed_despite(lost, nats_server, tmp_path, "lost-result", workflow)
+    verdict = of_type(items, "iterator.completed", "fan")
+    assert len(verdict) == 1
+    assert (verdict[0].data["total"], verdict[0].data["succeeded"], verdict[0].data["failed"]) == (30, 30, 0)
+    assert verdict[0].data["results"] == [{"slept": 0.3 if i == 1 else 0.01} for i in range(30)]
 
 
 async def test_a_step_result_delivered_after_a_later_one_is_folded_in_log_order(
@@ -98,10 +104,7 @@ async def test_a_step_result_delivered_after_a_later_one_is_folded_in_log_order(
     after the slow one's. Folded live out of order, the join would be decided on a state
     the log does not hold (a replay would halt on it); skipped, it would wait for ever."""
     lost = losing(monkeypatch, "engine", ".in.iterator")
-    async with running_system(nats_server, tmp_path, layout=make_layout(ack_wait=1.0)) as system:
-        eid, status = await system.run_yaml(
-            HEAD % "lost-verdict"
-            + """
+    workflow = """
 workflow:
   - step: start
     next: [quick, slow]
@@ -112,16 +115,12 @@ workflow:
     tool: {kind: sleep, seconds: 0.2}
     loop: {collection: "{{ range(2) | list }}", element: i, concurrency: 1}
   - step: end
-""",
-            timeout=60,
-        )
-        assert lost.dropped >= 1 and lost.overtaken
-        assert status.state == "COMPLETED", status.error
-        items = await system.events(eid)
-        assert not of_type(items, "execution.halted")
-        assert len(of_type(items, "step.enter", "end")) == 1
-        assert [i.step for i in of_type(items, "iterator.completed")] == ["quick", "slow"]  # the log's order
-        assert of_type(items, "playbook.completed")[0].data["result"] == {
-            "quick": [{"slept": 0.01}] * 2,
-            "slow": [{"slept": 0.2}] * 2,
-        }
+"""
+    items = await completed_despite(lost, nats_server, tmp_path, "lost-verdict", workflow)
+    assert not of_type(items, "execution.halted")
+    assert len(of_type(items, "step.enter", "end")) == 1
+    assert [i.step for i in of_type(items, "iterator.completed")] == ["quick", "slow"]  # the log's order
+    assert of_type(items, "playbook.completed")[0].data["result"] == {
+        "quick": [{"slept": 0.01}] * 2,
+        "slow": [{"slept": 0.2}] * 2,
+    }
